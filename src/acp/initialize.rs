@@ -1,0 +1,141 @@
+//! `initialize`: version negotiation, what the client can do, and what we advertise.
+//!
+//! `agentCapabilities` lists exactly what this build implements; a capability is added here in
+//! the same change that implements it.
+
+use super::params::{ParamResult, Params};
+use serde_json::{json, Value};
+
+/// The only ACP version this agent speaks.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// What the client told us it supports. Omitted means unsupported.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClientCapabilities {
+    pub fs_read_text_file: bool,
+    pub fs_write_text_file: bool,
+    pub terminal: bool,
+    pub auth_terminal: bool,
+    pub elicitation_form: bool,
+    pub elicitation_url: bool,
+    pub boolean_config_options: bool,
+    /// Zed's display-only terminal convention (`_meta.terminal_output: true`).
+    pub terminal_output_meta: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClientInfo {
+    pub name: String,
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InitializeParams {
+    pub offered_version: u16,
+    pub capabilities: ClientCapabilities,
+    pub client_info: Option<ClientInfo>,
+}
+
+pub fn parse(params: &Value) -> ParamResult<InitializeParams> {
+    let p = Params::of(params)?;
+    let offered_version = p.required_u16("protocolVersion")?;
+    let mut caps = ClientCapabilities::default();
+    if let Some(c) = p.optional_object("clientCapabilities", "clientCapabilities")? {
+        if let Some(fs) = c.optional_object("fs", "clientCapabilities.fs")? {
+            caps.fs_read_text_file = fs.optional_bool("readTextFile")?.unwrap_or(false);
+            caps.fs_write_text_file = fs.optional_bool("writeTextFile")?.unwrap_or(false);
+        }
+        caps.terminal = c.optional_bool("terminal")?.unwrap_or(false);
+        if let Some(auth) = c.optional_object("auth", "clientCapabilities.auth")? {
+            caps.auth_terminal = auth.optional_bool("terminal")?.unwrap_or(false);
+        }
+        if let Some(el) = c.optional_object("elicitation", "clientCapabilities.elicitation")? {
+            caps.elicitation_form = el.marker("form")?;
+            caps.elicitation_url = el.marker("url")?;
+        }
+        if let Some(s) = c.optional_object("session", "clientCapabilities.session")? {
+            if let Some(co) =
+                s.optional_object("configOptions", "clientCapabilities.session.configOptions")?
+            {
+                caps.boolean_config_options = co.marker("boolean")?;
+            }
+        }
+        if let Some(meta) = c.optional_object("_meta", "clientCapabilities._meta")? {
+            // A convention, not a spec field: tolerate any type, use only `true`.
+            caps.terminal_output_meta = meta.get("terminal_output") == Some(&Value::Bool(true));
+        }
+    }
+    let client_info = match p.optional_object("clientInfo", "clientInfo")? {
+        None => None,
+        Some(ci) => Some(ClientInfo {
+            name: ci.optional_str("name")?.unwrap_or_default().to_string(),
+            version: ci.optional_str("version")?.unwrap_or_default().to_string(),
+        }),
+    };
+    Ok(InitializeParams {
+        offered_version,
+        capabilities: caps,
+        client_info,
+    })
+}
+
+/// A v1-only agent answers 1 whatever the client offers (2, 0, …); the client decides whether
+/// it can continue.
+pub fn negotiate(_offered: u16) -> u16 {
+    PROTOCOL_VERSION
+}
+
+pub fn agent_capabilities() -> Value {
+    json!({
+        "loadSession": false,
+        "promptCapabilities": {"image": false, "audio": false, "embeddedContext": false},
+        "mcpCapabilities": {"http": false, "sse": false},
+        "sessionCapabilities": {}
+    })
+}
+
+pub fn result(params: &InitializeParams) -> Value {
+    json!({
+        "protocolVersion": negotiate(params.offered_version),
+        "agentCapabilities": agent_capabilities(),
+        "authMethods": [],
+        "agentInfo": {
+            "name": "maka-acp",
+            "title": "Maka",
+            "version": env!("CARGO_PKG_VERSION")
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_capabilities_and_rejects_wrong_types() {
+        let p = parse(&json!({
+            "protocolVersion": 2,
+            "clientCapabilities": {
+                "fs": {"readTextFile": true, "writeTextFile": null},
+                "terminal": true,
+                "elicitation": {"form": {}, "url": null},
+                "session": {"configOptions": {"boolean": {}}},
+                "_meta": {"terminal_output": true}
+            },
+            "clientInfo": {"name": "zed", "version": "1"}
+        }))
+        .unwrap();
+        assert_eq!(negotiate(p.offered_version), 1);
+        let c = &p.capabilities;
+        assert!(c.fs_read_text_file && !c.fs_write_text_file && c.terminal);
+        assert!(c.elicitation_form && !c.elicitation_url && c.boolean_config_options);
+        assert!(c.terminal_output_meta && !c.auth_terminal);
+        let e = parse(&json!({"protocolVersion": 1, "clientCapabilities": {"terminal": "yes"}}))
+            .unwrap_err();
+        assert!(
+            e.message.contains("`clientCapabilities.terminal`"),
+            "{}",
+            e.message
+        );
+    }
+}

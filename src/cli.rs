@@ -1,0 +1,216 @@
+//! The command line: `maka-acp` runs the ACP agent on stdio.
+
+use crate::acp::{self, AdapterConfig};
+use crate::jsonrpc::Connection;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+const USAGE: &str = "\
+maka-acp — an Agent Client Protocol (ACP v1) agent over a Runtime Host
+
+USAGE:
+    maka-acp [OPTIONS]          run the ACP agent on stdin/stdout (what editors spawn)
+
+OPTIONS:
+    --host-url URL      use this Runtime Host instead of starting the embedded one
+                        [env: MAKA_HOST_URL; its token comes from MAKA_HOST_TOKEN]
+    --data-dir DIR      where the embedded host keeps sessions
+                        [env: MAKA_DATA_DIR; default: $XDG_DATA_HOME/maka-acp]
+    --log-level LEVEL   off, error, warn, info, debug or trace (logs go to stderr)
+                        [env: RUST_LOG, which also takes env_logger filters; default: warn]
+    -h, --help          print this help
+    -V, --version       print the version
+";
+
+#[derive(Debug, PartialEq)]
+pub enum Command {
+    Agent {
+        config: AdapterConfig,
+        log_level: Option<String>,
+    },
+    Help,
+    Version,
+}
+
+impl PartialEq for AdapterConfig {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.host_url, &self.host_token, &self.data_dir)
+            == (&other.host_url, &other.host_token, &other.data_dir)
+    }
+}
+
+/// The environment the CLI reads, passed in so parsing is testable.
+#[derive(Default)]
+pub struct Env {
+    pub host_url: Option<String>,
+    pub host_token: Option<String>,
+    pub data_dir: Option<String>,
+}
+
+impl Env {
+    pub fn from_process() -> Env {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Env {
+            host_url: var("MAKA_HOST_URL"),
+            host_token: var("MAKA_HOST_TOKEN"),
+            data_dir: var("MAKA_DATA_DIR"),
+        }
+    }
+}
+
+const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+
+pub fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Command, String> {
+    use lexopt::prelude::*;
+    let mut parser = lexopt::Parser::from_args(args);
+    let mut host_url = env.host_url;
+    let mut data_dir = env.data_dir.map(PathBuf::from);
+    let mut log_level = None;
+    while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
+        match arg {
+            Short('h') | Long("help") => return Ok(Command::Help),
+            Short('V') | Long("version") => return Ok(Command::Version),
+            Long("host-url") => host_url = Some(string_value(&mut parser, "--host-url")?),
+            Long("data-dir") => {
+                data_dir = Some(PathBuf::from(string_value(&mut parser, "--data-dir")?))
+            }
+            Long("log-level") => {
+                let level = string_value(&mut parser, "--log-level")?.to_ascii_lowercase();
+                if !LEVELS.contains(&level.as_str()) {
+                    return Err(format!(
+                        "invalid --log-level '{level}': expected one of {}",
+                        LEVELS.join(", ")
+                    ));
+                }
+                log_level = Some(level);
+            }
+            Value(v) => {
+                return Err(format!("unexpected argument '{}'", v.to_string_lossy()));
+            }
+            _ => return Err(arg.unexpected().to_string()),
+        }
+    }
+    if let Some(url) = &host_url {
+        validate_host_url(url)?;
+        if env.host_token.is_none() {
+            return Err(format!(
+                "a Runtime Host URL ({url}) needs its bearer token in MAKA_HOST_TOKEN"
+            ));
+        }
+    }
+    Ok(Command::Agent {
+        config: AdapterConfig {
+            host_url,
+            host_token: env.host_token,
+            data_dir,
+        },
+        log_level,
+    })
+}
+
+fn string_value(parser: &mut lexopt::Parser, flag: &str) -> Result<String, String> {
+    let v = parser.value().map_err(|e| e.to_string())?;
+    v.into_string()
+        .map_err(|_| format!("the value of {flag} is not valid UTF-8"))
+}
+
+fn validate_host_url(url: &str) -> Result<(), String> {
+    if url.starts_with("http://") {
+        return Ok(());
+    }
+    if url.starts_with("https://") {
+        return if cfg!(feature = "tls") {
+            Ok(())
+        } else {
+            Err(format!(
+                "{url}: this build has no TLS support (cargo feature `tls`)"
+            ))
+        };
+    }
+    Err(format!(
+        "invalid host URL '{url}': expected http://HOST:PORT or https://…"
+    ))
+}
+
+fn init_logging(level: Option<&str>) {
+    let mut builder = env_logger::Builder::new();
+    builder.target(env_logger::Target::Stderr);
+    match (level, std::env::var("RUST_LOG").ok()) {
+        (Some(level), _) => builder.parse_filters(level),
+        (None, Some(filters)) if !filters.is_empty() => builder.parse_filters(&filters),
+        _ => builder.parse_filters("warn"),
+    };
+    builder.init();
+}
+
+/// Runs the program; returns the process exit code.
+pub fn main() -> i32 {
+    let command = match parse(std::env::args_os().skip(1), Env::from_process()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("maka-acp: {e} (see maka-acp --help)");
+            return 2;
+        }
+    };
+    match command {
+        Command::Help => print_stdout(USAGE),
+        Command::Version => print_stdout(&format!("maka-acp {}\n", env!("CARGO_PKG_VERSION"))),
+        Command::Agent { config, log_level } => {
+            init_logging(log_level.as_deref());
+            acp::serve(Connection::stdio(), config);
+            0
+        }
+    }
+}
+
+/// `--help` and `--version` are the only output not written by the ACP writer thread; they
+/// run before (instead of) the agent.
+#[allow(clippy::print_stdout)]
+fn print_stdout(text: &str) -> i32 {
+    print!("{text}");
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<OsString> {
+        a.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn flags_override_environment() {
+        let env = Env {
+            host_url: Some("http://127.0.0.1:1".into()),
+            host_token: Some("t".into()),
+            data_dir: Some("/env".into()),
+        };
+        let cmd = parse(args(&["--data-dir", "/cli", "--log-level", "DEBUG"]), env).unwrap();
+        let Command::Agent { config, log_level } = cmd else {
+            panic!()
+        };
+        assert_eq!(config.data_dir, Some(PathBuf::from("/cli")));
+        assert_eq!(config.host_url.as_deref(), Some("http://127.0.0.1:1"));
+        assert_eq!(log_level.as_deref(), Some("debug"));
+    }
+
+    #[test]
+    fn usage_errors_are_one_clear_line() {
+        for (a, want) in [
+            (vec!["--bogus"], "invalid option '--bogus'"),
+            (vec!["--log-level", "loud"], "invalid --log-level 'loud'"),
+            (
+                vec!["--host-url"],
+                "missing argument for option '--host-url'",
+            ),
+            (vec!["--host-url", "ftp://x"], "invalid host URL"),
+            (vec!["--host-url", "http://127.0.0.1:9"], "MAKA_HOST_TOKEN"),
+            (vec!["extra"], "unexpected argument 'extra'"),
+        ] {
+            let e = parse(args(&a), Env::default()).unwrap_err();
+            assert!(e.contains(want), "{a:?}: {e}");
+            assert!(!e.contains('\n'));
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Client→agent requests in flight: each gets exactly one response, even when it is cancelled
+//! with `$/cancel_request` or its handler is dropped by mistake.
+
+use super::lock;
+use super::message::{Message, RequestId, ResponseError};
+use super::transport::Outbox;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Set when the client cancelled the request; long handlers poll it between steps.
+#[derive(Clone, Default, Debug)]
+pub struct CancelFlag(Arc<AtomicBool>);
+
+impl CancelFlag {
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+    fn set(&self) {
+        self.0.store(true, Ordering::Release)
+    }
+}
+
+pub struct IncomingRequests {
+    inflight: Mutex<HashMap<RequestId, CancelFlag>>,
+    outbox: Outbox,
+}
+
+/// The right (and duty) to answer one request.
+pub struct Responder {
+    id: Option<RequestId>,
+    method: String,
+    flag: CancelFlag,
+    table: Arc<IncomingRequests>,
+}
+
+impl IncomingRequests {
+    pub fn new(outbox: Outbox) -> Arc<IncomingRequests> {
+        Arc::new(IncomingRequests {
+            inflight: Mutex::new(HashMap::new()),
+            outbox,
+        })
+    }
+
+    /// Registers a request. Fails when the id is already used by a request still in flight.
+    pub fn begin(self: &Arc<Self>, id: RequestId, method: &str) -> Result<Responder, RequestId> {
+        let mut inflight = lock(&self.inflight);
+        if inflight.contains_key(&id) {
+            return Err(id);
+        }
+        let flag = CancelFlag::default();
+        inflight.insert(id.clone(), flag.clone());
+        Ok(Responder {
+            id: Some(id),
+            method: method.to_string(),
+            flag,
+            table: Arc::clone(self),
+        })
+    }
+
+    /// `$/cancel_request`: answers `-32800` now if the request is still being served; its
+    /// handler's later answer is dropped. Unknown or finished ids are ignored.
+    pub fn cancel(&self, id: &RequestId) -> bool {
+        let Some(flag) = lock(&self.inflight).remove(id) else {
+            log::debug!("$/cancel_request for {id}, which is not in flight");
+            return false;
+        };
+        flag.set();
+        self.outbox.send(&Message::response(
+            id.clone(),
+            Err(ResponseError::cancelled()),
+        ));
+        true
+    }
+
+    fn finish(&self, id: RequestId, result: Result<Value, ResponseError>) {
+        if lock(&self.inflight).remove(&id).is_some() {
+            self.outbox.send(&Message::response(id, result));
+        } else {
+            log::debug!("request {id} was cancelled before its handler answered; answer dropped");
+        }
+    }
+}
+
+impl Responder {
+    pub fn id(&self) -> Option<&RequestId> {
+        self.id.as_ref()
+    }
+
+    pub fn method(&self) -> &str {
+        &self.method
+    }
+
+    pub fn cancel_flag(&self) -> CancelFlag {
+        self.flag.clone()
+    }
+
+    pub fn respond(mut self, result: Result<Value, ResponseError>) {
+        if let Some(id) = self.id.take() {
+            self.table.finish(id, result);
+        }
+    }
+}
+
+impl Drop for Responder {
+    /// A handler that forgot to answer (or panicked) still produces a response, so the
+    /// client never waits forever.
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            log::error!(
+                "request {id} ({}) was dropped without an answer",
+                self.method
+            );
+            self.table.finish(
+                id,
+                Err(ResponseError::internal(
+                    "the request was dropped without an answer",
+                )),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jsonrpc::transport::test_outbox;
+    use serde_json::json;
+
+    #[test]
+    fn cancel_answers_once_and_drops_the_late_answer() {
+        let (outbox, lines) = test_outbox();
+        let table = IncomingRequests::new(outbox);
+        let r = table.begin(RequestId::Int(7), "session/load").unwrap();
+        assert!(
+            table.begin(RequestId::Int(7), "x").is_err(),
+            "duplicate id in flight"
+        );
+        assert!(table.cancel(&RequestId::Int(7)));
+        assert!(r.cancel_flag().is_cancelled());
+        r.respond(Ok(json!({})));
+        assert!(!table.cancel(&RequestId::Int(7)));
+        let sent: Vec<String> = lines.try_iter().collect();
+        assert_eq!(
+            sent,
+            vec![
+                r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32800,"message":"Request cancelled"}}"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_dropped_responder_still_answers() {
+        let (outbox, lines) = test_outbox();
+        let table = IncomingRequests::new(outbox);
+        drop(table.begin(RequestId::Str("a".into()), "m").unwrap());
+        let sent: Vec<String> = lines.try_iter().collect();
+        assert_eq!(sent.len(), 1);
+        assert!(sent[0].contains(r#""id":"a","error":{"code":-32603"#));
+    }
+}

@@ -1,0 +1,21 @@
+//! JSON-RPC 2.0 over newline-delimited JSON, by hand: message types, bounded line reading,
+//! the stdio transport threads, and the tables for requests in flight in both directions.
+
+pub mod incoming;
+pub mod line_reader;
+pub mod message;
+pub mod outgoing;
+pub mod transport;
+
+pub use incoming::{CancelFlag, Responder};
+pub use message::{code, Message, Notification, Request, RequestId, Response, ResponseError};
+pub use outgoing::{CallResult, ClientCalls, PendingCall};
+pub use transport::{Connection, Incoming, Outbox};
+
+use std::sync::{Mutex, MutexGuard};
+
+/// Locks a mutex, recovering the data if another thread panicked while holding it: a bug in
+/// one session must not take the whole connection down with a poisoned lock.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,237 @@
+//! The stdio transport: a reader thread, a single writer thread, and the channels between them
+//! and the dispatcher. The writer is the only code that touches stdout; whatever is enqueued
+//! first is written first, which is what every ordering guarantee of the agent rests on.
+
+use super::incoming::{IncomingRequests, Responder};
+use super::line_reader::{Line, LineReader, MAX_LINE_BYTES};
+use super::message::{code, parse_line, Message, Notification, Request, RequestId, ResponseError};
+use super::outgoing::ClientCalls;
+use crossbeam_channel::{bounded, Receiver, Sender};
+use std::io::{self, BufRead, BufWriter, Write};
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+
+/// Lines waiting for the writer. Producers block when it is full, which bounds memory and
+/// slows a streaming session down to the speed of the client instead of buffering forever.
+const OUTBOX_CAPACITY: usize = 4096;
+/// Requests and notifications waiting for the dispatcher.
+const INBOX_CAPACITY: usize = 256;
+
+enum Outgoing {
+    Line(String),
+    /// Written after everything enqueued before it; then the writer exits.
+    Stop,
+}
+
+/// A cheap handle for enqueueing messages to the writer thread.
+#[derive(Clone)]
+pub struct Outbox {
+    tx: Sender<Outgoing>,
+}
+
+impl Outbox {
+    /// Serializes on the caller's thread (so sessions serialize in parallel) and enqueues.
+    /// Returns false once the writer is gone (stdout closed or connection finished).
+    pub fn send(&self, message: &Message) -> bool {
+        self.tx.send(Outgoing::Line(message.to_line())).is_ok()
+    }
+}
+
+/// What the dispatcher receives: requests (with the responder that must answer them) and
+/// notifications. Responses and `$/cancel_request` are handled by the reader itself.
+pub enum Incoming {
+    Request(Request, Responder),
+    Notification(Notification),
+}
+
+/// One ACP connection: the queues and tables shared by the dispatcher and session threads.
+pub struct Connection {
+    pub outbox: Outbox,
+    pub client_calls: Arc<ClientCalls>,
+    pub incoming: Arc<IncomingRequests>,
+    pub inbox: Receiver<Incoming>,
+    writer: JoinHandle<()>,
+    stop: Sender<Outgoing>,
+}
+
+impl Connection {
+    pub fn stdio() -> Connection {
+        // Stdin is buffered internally; a larger BufReader on top reads big lines in fewer calls.
+        Connection::from_io(
+            io::BufReader::with_capacity(64 * 1024, io::stdin()),
+            io::stdout(),
+        )
+    }
+
+    pub fn from_io<R, W>(input: R, output: W) -> Connection
+    where
+        R: BufRead + Send + 'static,
+        W: Write + Send + 'static,
+    {
+        let (out_tx, out_rx) = bounded(OUTBOX_CAPACITY);
+        let writer = spawn_named("acp-writer", move || write_lines(output, out_rx));
+        let outbox = Outbox { tx: out_tx.clone() };
+        let client_calls = Arc::new(ClientCalls::new(outbox.clone()));
+        let incoming = IncomingRequests::new(outbox.clone());
+        let (in_tx, in_rx) = bounded(INBOX_CAPACITY);
+        let reader_state = ReaderState {
+            outbox: outbox.clone(),
+            client_calls: Arc::clone(&client_calls),
+            incoming: Arc::clone(&incoming),
+            inbox: in_tx,
+        };
+        // The reader is never joined: it may be blocked in read() on a stdin that stays open.
+        // It exits by itself at EOF, and the process does not wait for it.
+        let _reader = spawn_named("acp-reader", move || read_lines(input, reader_state));
+        Connection {
+            outbox,
+            client_calls,
+            incoming,
+            inbox: in_rx,
+            writer,
+            stop: out_tx,
+        }
+    }
+
+    /// Writes everything already enqueued, then stops the writer and waits for it.
+    pub fn finish(self) {
+        self.client_calls.close_all();
+        let _ = self.stop.send(Outgoing::Stop);
+        if self.writer.join().is_err() {
+            log::error!("the stdout writer thread panicked");
+        }
+    }
+}
+
+fn spawn_named<F: FnOnce() + Send + 'static>(name: &str, f: F) -> JoinHandle<()> {
+    match thread::Builder::new().name(name.to_string()).spawn(f) {
+        Ok(h) => h,
+        // Without threads the agent cannot work at all; say so on stderr and stop.
+        Err(e) => {
+            log::error!("cannot start thread {name}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn write_lines<W: Write>(output: W, rx: Receiver<Outgoing>) {
+    let mut out = BufWriter::with_capacity(64 * 1024, output);
+    while let Ok(item) = rx.recv() {
+        let Outgoing::Line(line) = item else { break };
+        let written = out
+            .write_all(line.as_bytes())
+            .and_then(|()| out.write_all(b"\n"))
+            // Flush once the queue is drained: a burst becomes one write, a lone line goes
+            // out at once.
+            .and_then(|()| if rx.is_empty() { out.flush() } else { Ok(()) });
+        if let Err(e) = written {
+            log::error!("cannot write to stdout ({e}); dropping further output");
+            return;
+        }
+    }
+    if let Err(e) = out.flush() {
+        log::error!("cannot flush stdout: {e}");
+    }
+}
+
+struct ReaderState {
+    outbox: Outbox,
+    client_calls: Arc<ClientCalls>,
+    incoming: Arc<IncomingRequests>,
+    inbox: Sender<Incoming>,
+}
+
+fn read_lines<R: BufRead>(input: R, state: ReaderState) {
+    let mut reader = LineReader::new(input, MAX_LINE_BYTES);
+    loop {
+        match reader.next_line() {
+            Ok(None) => break,
+            Ok(Some(Line::TooLong { len })) => {
+                log::warn!("skipping an input line of {len}+ bytes (limit {MAX_LINE_BYTES})");
+                state.outbox.send(&Message::response(
+                    RequestId::Null,
+                    Err(ResponseError::new(
+                        code::INVALID_REQUEST,
+                        format!(
+                            "Invalid request: line exceeds the {MAX_LINE_BYTES}-byte limit and was skipped"
+                        ),
+                    )),
+                ));
+            }
+            Ok(Some(Line::Complete(bytes))) => {
+                if !state.handle_line(&bytes) {
+                    break;
+                }
+            }
+            Err(e) => {
+                log::error!("cannot read stdin: {e}");
+                break;
+            }
+        }
+    }
+    log::debug!("stdin closed");
+    // Dropping `state.inbox` tells the dispatcher to shut down.
+    state.client_calls.close_all();
+}
+
+impl ReaderState {
+    /// Returns false when the dispatcher is gone.
+    fn handle_line(&self, bytes: &[u8]) -> bool {
+        let message = match parse_line(bytes) {
+            Ok(m) => m,
+            Err(invalid) => {
+                log::warn!("bad input line: {}", invalid.error.message);
+                self.outbox
+                    .send(&Message::response(invalid.id, Err(invalid.error)));
+                return true;
+            }
+        };
+        match message {
+            Message::Response(r) => self.client_calls.complete(r),
+            Message::Notification(n) if n.method == "$/cancel_request" => {
+                match n.params.get("requestId").and_then(RequestId::from_value) {
+                    Some(id) => {
+                        self.incoming.cancel(&id);
+                    }
+                    None => log::warn!("$/cancel_request without a valid requestId"),
+                }
+            }
+            Message::Notification(n) => return self.inbox.send(Incoming::Notification(n)).is_ok(),
+            Message::Request(r) => match self.incoming.begin(r.id.clone(), &r.method) {
+                Ok(responder) => return self.inbox.send(Incoming::Request(r, responder)).is_ok(),
+                Err(id) => {
+                    self.outbox.send(&Message::response(
+                        id.clone(),
+                        Err(ResponseError::new(
+                            code::INVALID_REQUEST,
+                            format!(
+                                "Invalid request: id {id} is already used by a request in progress"
+                            ),
+                        )),
+                    ));
+                }
+            },
+        }
+        true
+    }
+}
+
+/// An outbox whose lines can be inspected synchronously, for unit tests.
+#[cfg(test)]
+pub fn test_outbox() -> (Outbox, TestLines) {
+    let (tx, rx) = bounded(1024);
+    (Outbox { tx }, TestLines(rx))
+}
+
+#[cfg(test)]
+pub struct TestLines(Receiver<Outgoing>);
+
+#[cfg(test)]
+impl TestLines {
+    pub fn try_iter(&self) -> impl Iterator<Item = String> + '_ {
+        self.0.try_iter().filter_map(|o| match o {
+            Outgoing::Line(l) => Some(l),
+            Outgoing::Stop => None,
+        })
+    }
+}

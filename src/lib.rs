@@ -1,0 +1,8 @@
+//! maka-acp: an Agent Client Protocol (ACP v1) agent over a Runtime Host.
+//!
+//! stdout belongs to the writer thread in [`jsonrpc::transport`]; nothing else may print to it.
+#![deny(clippy::print_stdout)]
+
+pub mod acp;
+pub mod cli;
+pub mod jsonrpc;

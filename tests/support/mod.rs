@@ -1,0 +1,309 @@
+//! Test harness: spawns the real `maka-acp` binary over pipes and plays the client.
+//!
+//! Every line the agent writes is parsed and validated against the ACP v1 schema (strict: no
+//! unknown properties) on arrival; a test fails at its next step if any line was invalid.
+#![allow(dead_code)]
+
+pub mod schema;
+
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_maka-acp");
+/// How long a test waits for one expected line before failing (a hang, not a perf limit).
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub struct AgentProcess {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Value>,
+    /// Lines received but not yet consumed by `recv_*` helpers that skipped over them.
+    backlog: Vec<Value>,
+    methods: Arc<Mutex<HashMap<String, String>>>,
+    violations: Arc<Mutex<Vec<String>>>,
+    stderr: Arc<Mutex<String>>,
+    next_id: i64,
+}
+
+pub struct Spawn {
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for Spawn {
+    fn default() -> Self {
+        Spawn {
+            args: vec![],
+            env: vec![("RUST_LOG".into(), "debug".into())],
+        }
+    }
+}
+
+impl AgentProcess {
+    pub fn spawn() -> AgentProcess {
+        AgentProcess::spawn_with(Spawn::default())
+    }
+
+    pub fn spawn_with(spec: Spawn) -> AgentProcess {
+        let mut cmd = Command::new(BIN);
+        cmd.args(&spec.args)
+            .env_remove("MAKA_HOST_URL")
+            .env_remove("MAKA_HOST_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn maka-acp");
+        let stdout = child.stdout.take().unwrap();
+        let stderr_pipe = child.stderr.take().unwrap();
+        let (tx, lines) = channel();
+        let methods: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+        let violations: Arc<Mutex<Vec<String>>> = Arc::default();
+        {
+            let methods = methods.clone();
+            let violations = violations.clone();
+            thread::spawn(move || {
+                for line in BufReader::new(stdout).lines() {
+                    let Ok(line) = line else {
+                        violations
+                            .lock()
+                            .unwrap()
+                            .push("stdout is not UTF-8".into());
+                        break;
+                    };
+                    let lookup = |id: &Value| methods.lock().unwrap().get(&id.to_string()).cloned();
+                    match schema::validate_agent_line(&line, lookup) {
+                        Ok(v) => {
+                            let _ = tx.send(v);
+                        }
+                        Err(e) => {
+                            violations
+                                .lock()
+                                .unwrap()
+                                .push(format!("{e}\n  line: {}", truncate(&line)));
+                            if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                                let _ = tx.send(v);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        let stderr: Arc<Mutex<String>> = Arc::default();
+        {
+            let stderr = stderr.clone();
+            thread::spawn(move || {
+                let mut buf = [0u8; 8192];
+                let mut pipe = stderr_pipe;
+                while let Ok(n) = pipe.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    stderr
+                        .lock()
+                        .unwrap()
+                        .push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
+            });
+        }
+        let stdin = child.stdin.take();
+        AgentProcess {
+            child,
+            stdin,
+            lines,
+            backlog: vec![],
+            methods,
+            violations,
+            stderr,
+            next_id: 0,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    fn assert_valid(&self) {
+        let v = self.violations.lock().unwrap();
+        assert!(
+            v.is_empty(),
+            "the agent wrote invalid ACP lines:\n{}\n--- stderr:\n{}",
+            v.join("\n"),
+            self.stderr()
+        );
+    }
+
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(bytes).expect("write to agent");
+        stdin.flush().expect("flush to agent");
+    }
+
+    pub fn send(&mut self, message: &Value) {
+        if let (Some(id), Some(m)) = (
+            message.get("id"),
+            message.get("method").and_then(Value::as_str),
+        ) {
+            self.methods
+                .lock()
+                .unwrap()
+                .insert(id.to_string(), m.to_string());
+        }
+        let mut line = serde_json::to_vec(message).unwrap();
+        line.push(b'\n');
+        self.send_raw(&line);
+    }
+
+    /// Writes many messages in one write (so they arrive back to back).
+    pub fn send_all(&mut self, messages: &[Value]) {
+        let mut bytes = Vec::new();
+        for m in messages {
+            if let (Some(id), Some(method)) = (m.get("id"), m.get("method").and_then(Value::as_str))
+            {
+                self.methods
+                    .lock()
+                    .unwrap()
+                    .insert(id.to_string(), method.to_string());
+            }
+            bytes.extend_from_slice(&serde_json::to_vec(m).unwrap());
+            bytes.push(b'\n');
+        }
+        self.send_raw(&bytes);
+    }
+
+    /// Sends a request with the next integer id and returns that id.
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = json!(self.next_id);
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    pub fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// The next line the agent writes.
+    pub fn recv(&mut self) -> Value {
+        self.recv_timeout(STEP_TIMEOUT).unwrap_or_else(|| {
+            panic!(
+                "no line from the agent within {STEP_TIMEOUT:?}\n--- stderr:\n{}",
+                self.stderr()
+            )
+        })
+    }
+
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Option<Value> {
+        if !self.backlog.is_empty() {
+            self.assert_valid();
+            return Some(self.backlog.remove(0));
+        }
+        let got = match self.lines.recv_timeout(timeout) {
+            Ok(v) => Some(v),
+            Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Disconnected) => None,
+        };
+        self.assert_valid();
+        got
+    }
+
+    /// Asserts the agent writes nothing for `quiet`.
+    pub fn expect_silence(&mut self, quiet: Duration) {
+        if let Some(v) = self.recv_timeout(quiet) {
+            panic!("expected no output, got {v}");
+        }
+    }
+
+    /// Sends a request and returns its response, collecting anything written before it.
+    pub fn call(&mut self, method: &str, params: Value) -> (Value, Vec<Value>) {
+        let id = self.request(method, params);
+        self.response_to(&id)
+    }
+
+    /// Waits for the response with `id`; returns it and the other lines written before it.
+    pub fn response_to(&mut self, id: &Value) -> (Value, Vec<Value>) {
+        let mut before = vec![];
+        loop {
+            let v = self.recv();
+            if v.get("id") == Some(id) && v.get("method").is_none() {
+                return (v, before);
+            }
+            before.push(v);
+        }
+    }
+
+    /// `call` that expects success and returns the result.
+    pub fn call_ok(&mut self, method: &str, params: Value) -> Value {
+        let (resp, _) = self.call(method, params);
+        match resp.get("result") {
+            Some(r) => r.clone(),
+            None => panic!("{method} failed: {resp}\n--- stderr:\n{}", self.stderr()),
+        }
+    }
+
+    pub fn initialize(&mut self) -> Value {
+        self.call_ok("initialize", json!({"protocolVersion": 1, "clientCapabilities": {}, "clientInfo": {"name": "harness", "version": "0"}}))
+    }
+
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Waits for the process to exit; None if it did not within `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<(ExitStatus, Duration)> {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some((status, start.elapsed()));
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        None
+    }
+
+    /// Every line still to come until stdout closes.
+    pub fn drain(&mut self) -> Vec<Value> {
+        let mut out = std::mem::take(&mut self.backlog);
+        while let Ok(v) = self.lines.recv_timeout(STEP_TIMEOUT) {
+            out.push(v);
+        }
+        self.assert_valid();
+        out
+    }
+}
+
+impl Drop for AgentProcess {
+    fn drop(&mut self) {
+        self.stdin = None;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !thread::panicking() {
+            self.assert_valid();
+        }
+    }
+}
+
+fn truncate(s: &str) -> String {
+    if s.chars().count() > 400 {
+        format!("{}…", s.chars().take(400).collect::<String>())
+    } else {
+        s.to_string()
+    }
+}
+
+/// The error object of a response, or a panic naming what came instead.
+pub fn error_of(resp: &Value) -> &Value {
+    resp.get("error")
+        .unwrap_or_else(|| panic!("expected an error, got {resp}"))
+}
