@@ -10,6 +10,7 @@ maka-acp — an Agent Client Protocol (ACP v1) agent over a Runtime Host
 
 USAGE:
     maka-acp [OPTIONS]          run the ACP agent on stdin/stdout (what editors spawn)
+    maka-acp host [OPTIONS]     run the reference Runtime Host (HTTP on loopback)
 
 OPTIONS:
     --host-url URL      use this Runtime Host instead of starting the embedded one
@@ -20,6 +21,14 @@ OPTIONS:
                         [env: RUST_LOG, which also takes env_logger filters; default: warn]
     -h, --help          print this help
     -V, --version       print the version
+
+HOST OPTIONS (maka-acp host):
+    --listen ADDR       loopback address to bind [default: 127.0.0.1:0]
+    --data-dir DIR      where sessions live [env: MAKA_DATA_DIR]
+    --log-level LEVEL   as above
+    --ignore-stdin      keep running when stdin closes (the default is to shut down)
+    The bearer token comes from MAKA_HOST_TOKEN (required). Model providers: MAKA_OPENAI_BASE_URL,
+    MAKA_OPENAI_API_KEY, MAKA_MODEL, or MAKA_SCRIPT=<file> for the scripted provider.
 ";
 
 #[derive(Debug, PartialEq)]
@@ -28,8 +37,17 @@ pub enum Command {
         config: AdapterConfig,
         log_level: Option<String>,
     },
+    Host(HostArgs),
     Help,
     Version,
+}
+
+#[derive(Debug, PartialEq)]
+pub struct HostArgs {
+    pub listen: std::net::SocketAddr,
+    pub data_dir: Option<PathBuf>,
+    pub log_level: Option<String>,
+    pub watch_stdin: bool,
 }
 
 impl PartialEq for AdapterConfig {
@@ -66,8 +84,34 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Comma
     let mut host_url = env.host_url;
     let mut data_dir = env.data_dir.map(PathBuf::from);
     let mut log_level = None;
+    let mut host: Option<HostArgs> = None;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
+            Value(v) if v == "host" && host.is_none() => {
+                host = Some(HostArgs {
+                    listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+                    data_dir: None,
+                    log_level: None,
+                    watch_stdin: true,
+                });
+            }
+            Long("listen") if host.is_some() => {
+                let v = string_value(&mut parser, "--listen")?;
+                let addr: std::net::SocketAddr = v.parse().map_err(|_| {
+                    format!("invalid --listen '{v}': expected IP:PORT, e.g. 127.0.0.1:0")
+                })?;
+                if !addr.ip().is_loopback() {
+                    return Err(format!("--listen must be a loopback address, got {addr}"));
+                }
+                if let Some(h) = host.as_mut() {
+                    h.listen = addr;
+                }
+            }
+            Long("ignore-stdin") if host.is_some() => {
+                if let Some(h) = host.as_mut() {
+                    h.watch_stdin = false;
+                }
+            }
             Short('h') | Long("help") => return Ok(Command::Help),
             Short('V') | Long("version") => return Ok(Command::Version),
             Long("host-url") => host_url = Some(string_value(&mut parser, "--host-url")?),
@@ -89,6 +133,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Comma
             }
             _ => return Err(arg.unexpected().to_string()),
         }
+    }
+    if let Some(mut h) = host {
+        h.data_dir = data_dir;
+        h.log_level = log_level;
+        return Ok(Command::Host(h));
     }
     if let Some(url) = &host_url {
         validate_host_url(url)?;
@@ -160,7 +209,24 @@ pub fn main() -> i32 {
             acp::serve(Connection::stdio(), config);
             0
         }
+        Command::Host(args) => run_host(args),
     }
+}
+
+#[cfg(feature = "host")]
+fn run_host(args: HostArgs) -> i32 {
+    init_logging(args.log_level.as_deref());
+    crate::host::run(crate::host::HostOptions {
+        listen: args.listen,
+        data_dir: args.data_dir.unwrap_or_else(crate::host::default_data_dir),
+        watch_stdin: args.watch_stdin,
+    })
+}
+
+#[cfg(not(feature = "host"))]
+fn run_host(_: HostArgs) -> i32 {
+    eprintln!("maka-acp: this build has no Runtime Host (cargo feature `host`); use --host-url");
+    2
 }
 
 /// `--help` and `--version` are the only output not written by the ACP writer thread; they

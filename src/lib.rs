@@ -5,4 +5,7 @@
 
 pub mod acp;
 pub mod cli;
+#[cfg(feature = "host")]
+pub mod host;
+pub mod host_api;
 pub mod jsonrpc;

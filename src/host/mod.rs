@@ -1,0 +1,331 @@
+//! The reference Runtime Host (`maka-acp host`): an HTTP server on loopback with durable
+//! sessions, an agent loop with real tools, and model providers. See
+//! `docs/runtime-host-protocol.md`.
+
+pub mod models;
+pub mod ops;
+pub mod server;
+pub mod session;
+pub mod store;
+pub mod tools;
+pub mod turn;
+
+use crate::host_api::wire::{ErrorCode, HostError};
+use models::Providers;
+use serde_json::{json, Value};
+use session::SessionCell;
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use store::Store;
+
+pub struct Host {
+    pub epoch: String,
+    pub host_id: String,
+    pub token: String,
+    pub port: AtomicU16,
+    pub store: Store,
+    pub providers: Providers,
+    started: Instant,
+    sessions: Mutex<HashMap<String, Arc<SessionCell>>>,
+    catalog_revision: AtomicU64,
+    draining: AtomicBool,
+    active_turns: Mutex<usize>,
+    turns_changed: Condvar,
+    streams: AtomicUsize,
+    ops_inflight: AtomicUsize,
+    server: Mutex<Option<Arc<tiny_http::Server>>>,
+}
+
+/// Held while a stream (or op) occupies one of the bounded slots.
+pub struct Slot<'a>(&'a AtomicUsize);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn take_slot(counter: &AtomicUsize, max: usize) -> Option<Slot<'_>> {
+    let n = counter.fetch_add(1, Ordering::AcqRel);
+    if n >= max {
+        counter.fetch_sub(1, Ordering::AcqRel);
+        return None;
+    }
+    Some(Slot(counter))
+}
+
+impl Host {
+    pub fn sessions_lock(&self) -> MutexGuard<'_, HashMap<String, Arc<SessionCell>>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn cell(&self, id: &str) -> Result<Arc<SessionCell>, HostError> {
+        self.sessions_lock()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| HostError::not_found(format!("session {id}")))
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Acquire)
+    }
+
+    pub fn catalog_revision(&self) -> u64 {
+        self.catalog_revision.load(Ordering::Acquire)
+    }
+
+    pub fn bump_catalog(&self) {
+        self.catalog_revision.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn stream_slot(&self) -> Option<Slot<'_>> {
+        take_slot(&self.streams, server::MAX_STREAMS)
+    }
+
+    pub fn op_slot(&self) -> Option<Slot<'_>> {
+        take_slot(&self.ops_inflight, server::MAX_INFLIGHT_OPS)
+    }
+
+    pub fn turn_started(&self) {
+        *self.active_turns.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    }
+
+    pub fn turn_finished(&self) {
+        let mut n = self.active_turns.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        self.turns_changed.notify_all();
+        drop(n);
+        if self.is_draining() {
+            self.wake_all_streams();
+        }
+    }
+
+    pub fn active_turns(&self) -> usize {
+        *self.active_turns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wake_all_streams(&self) {
+        for cell in self.sessions_lock().values() {
+            cell.wake();
+        }
+    }
+
+    pub fn status(&self) -> Value {
+        json!({
+            "state": if self.is_draining() { "draining" } else { "ready" },
+            "hostEpoch": self.epoch,
+            "activeTurns": self.active_turns(),
+            "openSessions": self.sessions_lock().len(),
+            "uptimeMs": self.started.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// Stops admitting work, lets running turns finish until `drain`, stops the rest, ends the
+    /// streams and stops the server. Idempotent.
+    pub fn begin_shutdown(self: &Arc<Self>, drain: Duration) {
+        if self.draining.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        log::info!("shutting down (drain {} ms)", drain.as_millis());
+        let host = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("host-shutdown".into())
+            .spawn(move || {
+                host.wake_all_streams();
+                let deadline = Instant::now() + drain;
+                host.wait_for_turns(deadline);
+                if host.active_turns() > 0 {
+                    log::warn!(
+                        "stopping {} turn(s) still running after the drain period",
+                        host.active_turns()
+                    );
+                    for cell in host.sessions_lock().values() {
+                        if let Some(a) = &cell.lock().active {
+                            a.cancel.cancel();
+                        }
+                    }
+                    host.wait_for_turns(Instant::now() + Duration::from_secs(5));
+                }
+                host.wake_all_streams();
+                // Give streams a moment to write their stream_end lines.
+                std::thread::sleep(Duration::from_millis(50));
+                if let Some(server) = host.server.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    server.unblock();
+                }
+            });
+        if let Err(e) = spawned {
+            log::error!("cannot start the shutdown thread: {e}");
+            std::process::exit(0);
+        }
+    }
+
+    fn wait_for_turns(&self, deadline: Instant) {
+        let mut n = self.active_turns.lock().unwrap_or_else(|p| p.into_inner());
+        while *n > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            n = match self.turns_changed.wait_timeout(n, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+}
+
+pub fn limits() -> Value {
+    server::limit_values()
+}
+
+/// `prefix_` + 16 random hex digits.
+pub fn random_id(prefix: &str) -> String {
+    format!("{prefix}_{}", random_hex(8))
+}
+
+/// Hex of `n` random bytes from the OS (`/dev/urandom`), falling back to std's per-process
+/// random hash keys.
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
+    if !ok {
+        use std::hash::{BuildHasher, Hasher};
+        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(i);
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0),
+            );
+            let v = h.finish().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The data dir: `--data-dir`, `$MAKA_DATA_DIR`, `$XDG_DATA_HOME/maka-acp`, `~/.local/share/maka-acp`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("MAKA_DATA_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("maka-acp")
+}
+
+pub struct HostOptions {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub watch_stdin: bool,
+}
+
+/// Runs the host until it is told to shut down or its stdin closes. Returns the exit code.
+pub fn run(opts: HostOptions) -> i32 {
+    let token = match std::env::var("MAKA_HOST_TOKEN") {
+        Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+        _ => {
+            log::error!("MAKA_HOST_TOKEN must be set: clients authenticate with it (Authorization: Bearer …)");
+            eprintln!("maka-acp host: set MAKA_HOST_TOKEN (the bearer token clients must send)");
+            return 2;
+        }
+    };
+    if !opts.listen.ip().is_loopback() {
+        eprintln!(
+            "maka-acp host: --listen must be a loopback address (127.0.0.1, ::1), got {}",
+            opts.listen
+        );
+        return 2;
+    }
+    let fsync = std::env::var("MAKA_HOST_FSYNC")
+        .map(|v| v != "0")
+        .unwrap_or(true);
+    let store = match Store::open(&opts.data_dir, fsync) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!(
+                "maka-acp host: cannot use data dir {}: {e}",
+                opts.data_dir.display()
+            );
+            return 1;
+        }
+    };
+    let server = match tiny_http::Server::http(opts.listen) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            eprintln!("maka-acp host: cannot listen on {}: {e}", opts.listen);
+            return 1;
+        }
+    };
+    let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
+    let mut sessions = HashMap::new();
+    for s in store.load_sessions() {
+        sessions.insert(s.id.clone(), SessionCell::new(s));
+    }
+    let providers = Providers::from_env();
+    if providers.is_empty() {
+        log::warn!("{}", models::NO_PROVIDER_HELP);
+    }
+    let host = Arc::new(Host {
+        epoch: format!("he_{}", random_hex(8)),
+        host_id: format!("h_{}", random_hex(6)),
+        token,
+        port: AtomicU16::new(port),
+        store,
+        providers,
+        started: Instant::now(),
+        sessions: Mutex::new(sessions),
+        catalog_revision: AtomicU64::new(1),
+        draining: AtomicBool::new(false),
+        active_turns: Mutex::new(0),
+        turns_changed: Condvar::new(),
+        streams: AtomicUsize::new(0),
+        ops_inflight: AtomicUsize::new(0),
+        server: Mutex::new(Some(Arc::clone(&server))),
+    });
+    log::info!(
+        "host {} listening on 127.0.0.1:{port}, data dir {}, {} session(s)",
+        host.epoch,
+        opts.data_dir.display(),
+        host.sessions_lock().len()
+    );
+    let ready = json!({"kind": "ready", "port": port, "hostEpoch": host.epoch, "pid": std::process::id(), "protocol": crate::host_api::wire::PROTOCOL_VERSION});
+    {
+        let mut out = std::io::stdout().lock();
+        if writeln!(out, "{ready}").and_then(|_| out.flush()).is_err() {
+            log::warn!("cannot write the ready line to stdout");
+        }
+    }
+    if opts.watch_stdin {
+        let h = Arc::clone(&host);
+        let _ = std::thread::Builder::new()
+            .name("host-stdin".into())
+            .spawn(move || {
+                let mut sink = [0u8; 1024];
+                let mut stdin = std::io::stdin();
+                while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+                log::info!("stdin closed");
+                h.begin_shutdown(Duration::from_secs(2));
+            });
+    }
+    server::serve(Arc::clone(&host), server);
+    log::info!("host {} stopped", host.epoch);
+    0
+}
+
+/// An error envelope's HTTP status, for the server and tests.
+pub fn status_of(code: ErrorCode) -> u16 {
+    code.http_status()
+}

@@ -1,0 +1,405 @@
+//! Every host route in one place: `POST /v1/op/<key>`, `GET /v1/events`, `GET /v1/health`,
+//! `POST /v1/shutdown`. Auth (bearer token, constant-time), the `Origin` and `Host` checks, body
+//! limits and the NDJSON event stream (written to the socket directly and flushed per batch:
+//! tiny_http's own chunked encoder would hold small lines back).
+
+use super::session::Since;
+use super::Host;
+use crate::host_api::wire::{now_ms, Envelope, ErrorCode, Frame, FrameBody, HostError};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tiny_http::{Header, Method, Request, Response};
+
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_STREAMS: usize = 64;
+pub const MAX_INFLIGHT_OPS: usize = 128;
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+pub const DEFAULT_WAIT_MS: u64 = 25_000;
+pub const MAX_WAIT_MS: u64 = 60_000;
+/// Frames written per lock acquisition while catching up.
+const BATCH: usize = 512;
+
+pub fn serve(host: Arc<Host>, server: Arc<tiny_http::Server>) {
+    for request in server.incoming_requests() {
+        let h = Arc::clone(&host);
+        let spawned = std::thread::Builder::new()
+            .name("host-request".into())
+            .spawn(move || handle(&h, request));
+        if let Err(e) = spawned {
+            log::error!("cannot start a request thread: {e}");
+        }
+    }
+}
+
+fn header(name: &str, value: &str) -> Option<Header> {
+    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
+}
+
+fn respond(host: &Host, request: Request, status: u16, envelope: &Envelope) {
+    let body = serde_json::to_vec(envelope).unwrap_or_else(|_| b"{\"ok\":false}".to_vec());
+    let mut response = Response::from_data(body).with_status_code(status);
+    for h in [
+        header("Content-Type", "application/json; charset=utf-8"),
+        header("Maka-Host-Epoch", &host.epoch),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        response.add_header(h);
+    }
+    if let Err(e) = request.respond(response) {
+        log::debug!("client went away before the response: {e}");
+    }
+}
+
+fn respond_error(host: &Host, request: Request, e: HostError) {
+    let status = e.code.http_status();
+    respond(
+        host,
+        request,
+        status,
+        &Envelope {
+            ok: false,
+            result: None,
+            error: Some(e),
+        },
+    );
+}
+
+fn header_value<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
+    request
+        .headers()
+        .iter()
+        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+/// Same-length comparison that does not stop at the first difference.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn authorize(host: &Host, request: &Request) -> Result<(), HostError> {
+    let deny = |why: &str| HostError::new(ErrorCode::Unauthorized, why.to_string());
+    if header_value(request, "Origin").is_some() {
+        return Err(deny(
+            "requests from browsers (with an Origin header) are refused",
+        ));
+    }
+    if let Some(addr) = request.remote_addr() {
+        if !addr.ip().is_loopback() {
+            return Err(deny("only loopback clients are served"));
+        }
+    }
+    if let Some(h) = header_value(request, "Host") {
+        let port = host.port.load(Ordering::Relaxed);
+        let ok = [
+            format!("127.0.0.1:{port}"),
+            format!("localhost:{port}"),
+            format!("[::1]:{port}"),
+        ]
+        .iter()
+        .any(|allowed| h.eq_ignore_ascii_case(allowed));
+        if !ok {
+            return Err(deny("unexpected Host header"));
+        }
+    }
+    let given = header_value(request, "Authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !constant_time_eq(given.trim().as_bytes(), host.token.as_bytes()) {
+        return Err(deny("missing or wrong bearer token"));
+    }
+    Ok(())
+}
+
+fn handle(host: &Arc<Host>, mut request: Request) {
+    if let Err(e) = authorize(host, &request) {
+        log::warn!(
+            "refused {} {}: {}",
+            request.method(),
+            request.url(),
+            e.message
+        );
+        return respond_error(host, request, e);
+    }
+    let url = request.url().to_string();
+    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
+    match (request.method().clone(), path) {
+        (Method::Post, p) if p.starts_with("/v1/op/") => {
+            let key = p["/v1/op/".len()..].to_string();
+            let _guard = match host.op_slot() {
+                Some(g) => g,
+                None => {
+                    return respond_error(
+                        host,
+                        request,
+                        HostError::new(ErrorCode::CapacityExceeded, "too many requests in flight"),
+                    );
+                }
+            };
+            let input = match read_body(&mut request) {
+                Ok(v) => v,
+                Err(e) => return respond_error(host, request, e),
+            };
+            match super::ops::dispatch(host, &key, input) {
+                Ok(result) => respond(
+                    host,
+                    request,
+                    200,
+                    &Envelope {
+                        ok: true,
+                        result: Some(result),
+                        error: None,
+                    },
+                ),
+                Err(e) => {
+                    if e.code == ErrorCode::InternalFailure {
+                        log::error!("{key}: {e}");
+                    }
+                    respond_error(host, request, e)
+                }
+            }
+        }
+        (Method::Get, "/v1/events") => stream(host, request, query),
+        (Method::Get, "/v1/health") => {
+            let result = json!({"state": if host.is_draining() { "draining" } else { "ready" }, "hostEpoch": host.epoch});
+            respond(
+                host,
+                request,
+                200,
+                &Envelope {
+                    ok: true,
+                    result: Some(result),
+                    error: None,
+                },
+            )
+        }
+        (Method::Post, "/v1/shutdown") => {
+            let input = read_body(&mut request).unwrap_or(Value::Null);
+            let drain = input
+                .get("drainMs")
+                .and_then(Value::as_u64)
+                .unwrap_or(2000)
+                .min(60_000);
+            respond(
+                host,
+                request,
+                200,
+                &Envelope {
+                    ok: true,
+                    result: Some(json!({"accepted": true})),
+                    error: None,
+                },
+            );
+            host.begin_shutdown(Duration::from_millis(drain));
+        }
+        (m, p) => respond_error(
+            host,
+            request,
+            HostError::new(ErrorCode::OperationUnavailable, format!("no route {m} {p}")),
+        ),
+    }
+}
+
+fn read_body(request: &mut Request) -> Result<Value, HostError> {
+    if request.body_length().is_some_and(|n| n > MAX_BODY_BYTES) {
+        return Err(HostError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
+        ));
+    }
+    let mut bytes = Vec::new();
+    let read = request
+        .as_reader()
+        .take(MAX_BODY_BYTES as u64 + 1)
+        .read_to_end(&mut bytes);
+    if let Err(e) = read {
+        return Err(HostError::invalid(format!("cannot read the body: {e}")));
+    }
+    if bytes.len() > MAX_BODY_BYTES {
+        return Err(HostError::new(
+            ErrorCode::PayloadTooLarge,
+            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
+        ));
+    }
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Null);
+    }
+    let text = std::str::from_utf8(&bytes).map_err(|_| {
+        HostError::invalid("the body is not UTF-8").with_details(json!({"reason": "invalid_utf8"}))
+    })?;
+    serde_json::from_str(text).map_err(|e| {
+        HostError::invalid(format!("the body is not JSON: {e}"))
+            .with_details(json!({"reason": "invalid_json"}))
+    })
+}
+
+fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query.split('&').find_map(|kv| {
+        kv.split_once('=')
+            .filter(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    })
+}
+
+fn stream(host: &Arc<Host>, request: Request, query: &str) {
+    let Some(session_id) = query_param(query, "sessionId") else {
+        return respond_error(host, request, HostError::invalid("`sessionId` is required"));
+    };
+    let after: u64 = match query_param(query, "after").map(str::parse).transpose() {
+        Ok(a) => a.unwrap_or(0),
+        Err(_) => {
+            return respond_error(
+                host,
+                request,
+                HostError::invalid("`after` must be an integer"),
+            )
+        }
+    };
+    let wait_ms = query_param(query, "waitMs")
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(DEFAULT_WAIT_MS)
+        .min(MAX_WAIT_MS);
+    if let Some(epoch) = query_param(query, "epoch").filter(|e| *e != host.epoch) {
+        let e = HostError::new(
+            ErrorCode::ResyncRequired,
+            format!("host epoch changed (was {epoch}, now {})", host.epoch),
+        )
+        .with_details(json!({"reason": "epoch_changed", "hostEpoch": host.epoch}));
+        return respond_error(host, request, e);
+    }
+    let cell = match host.cell(session_id) {
+        Ok(c) => c,
+        Err(e) => return respond_error(host, request, e),
+    };
+    {
+        let st = cell.lock();
+        if after > st.head_seq {
+            let e = HostError::invalid(format!(
+                "`after` ({after}) is past the head ({})",
+                st.head_seq
+            ));
+            drop(st);
+            return respond_error(host, request, e);
+        }
+        if let Since::Evicted { oldest_seq } = st.frames_since(after, 1) {
+            let e = HostError::new(ErrorCode::ResyncRequired, "the event ring no longer holds `after`; re-open the session")
+                .with_details(json!({"reason": "ring_evicted", "oldestSeq": oldest_seq, "headSeq": st.head_seq, "hostEpoch": host.epoch}));
+            drop(st);
+            return respond_error(host, request, e);
+        }
+    }
+    let Some(_slot) = host.stream_slot() else {
+        return respond_error(
+            host,
+            request,
+            HostError::new(
+                ErrorCode::CapacityExceeded,
+                format!("more than {MAX_STREAMS} concurrent streams"),
+            ),
+        );
+    };
+    let mut out = request.into_writer();
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nCache-Control: no-store\r\nConnection: close\r\nMaka-Host-Epoch: {}\r\n\r\n",
+        host.epoch
+    );
+    if out
+        .write_all(head.as_bytes())
+        .and_then(|_| out.flush())
+        .is_err()
+    {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_millis(wait_ms);
+    let mut cursor = after;
+    let mut last_write = Instant::now();
+    let mut buf = Vec::with_capacity(64 * 1024);
+    let end_reason = loop {
+        let (batch, end) = {
+            let mut st = cell.lock();
+            loop {
+                if st.removed {
+                    break (Vec::new(), Some("session_removed"));
+                }
+                if st.head_seq > cursor {
+                    match st.frames_since(cursor, BATCH) {
+                        Since::Frames(f) => break (f, None),
+                        // The reader fell behind the ring: end, and let it re-open.
+                        Since::Evicted { .. } => break (Vec::new(), Some("resync_required")),
+                    }
+                }
+                if host.is_draining() && host.active_turns() == 0 {
+                    break (Vec::new(), Some("host_draining"));
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    break (Vec::new(), Some("window_elapsed"));
+                }
+                let heartbeat_due = last_write + HEARTBEAT;
+                if now >= heartbeat_due {
+                    break (Vec::new(), None);
+                }
+                st = cell.wait(st, heartbeat_due.min(deadline) - now);
+            }
+        };
+        buf.clear();
+        if batch.is_empty() && end.is_none() {
+            let hb = Frame {
+                seq: None,
+                session_id: None,
+                ts: now_ms(),
+                body: FrameBody::Heartbeat { head_seq: cursor },
+            };
+            let _ = serde_json::to_writer(&mut buf, &hb);
+            buf.push(b'\n');
+        }
+        for line in &batch {
+            buf.extend_from_slice(line.as_bytes());
+            buf.push(b'\n');
+        }
+        cursor += batch.len() as u64;
+        if !buf.is_empty() {
+            if out.write_all(&buf).and_then(|_| out.flush()).is_err() {
+                return;
+            }
+            last_write = Instant::now();
+        }
+        if let Some(reason) = end {
+            break reason;
+        }
+    };
+    let end = Frame {
+        seq: None,
+        session_id: None,
+        ts: now_ms(),
+        body: FrameBody::StreamEnd {
+            reason: end_reason.into(),
+            last_seq: cursor,
+        },
+    };
+    if let Ok(mut line) = serde_json::to_vec(&end) {
+        line.push(b'\n');
+        let _ = out.write_all(&line).and_then(|_| out.flush());
+    }
+}
+
+/// The `limits` object of `host.hello`.
+pub fn limit_values() -> Value {
+    json!({
+        "maxRequestBytes": MAX_BODY_BYTES,
+        "ringFrames": super::session::RING_FRAMES,
+        "ringBytes": super::session::RING_BYTES,
+        "maxWaitMs": MAX_WAIT_MS,
+        "heartbeatMs": HEARTBEAT.as_millis() as u64,
+        "maxPendingInteractions": super::session::MAX_PENDING_INTERACTIONS,
+        "maxStreams": MAX_STREAMS,
+    })
+}

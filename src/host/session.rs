@@ -1,0 +1,469 @@
+//! One session's live state behind one lock: its record, its event ring (frames numbered by
+//! `seq`), its transcript, the active turn, pending interactions and client calls.
+//!
+//! Appending a frame assigns the next `seq`, serializes the frame once, stores it in the ring
+//! and wakes every stream reader; all readers see the same total order.
+
+use super::store::{Store, TranscriptFile};
+use crate::host_api::wire::{
+    now_ms, ErrorCode, Frame, FrameBody, HostError, Interaction, InteractionOutcome, Session,
+    TokenUsage, TranscriptBody, TranscriptItem, TurnSnapshot, TurnStatus,
+};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use serde_json::Value;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// The ring keeps at least this many recent frames (and at most `RING_BYTES` of them).
+pub const RING_FRAMES: usize = 8192;
+pub const RING_BYTES: usize = 8 * 1024 * 1024;
+/// Pending interactions per session.
+pub const MAX_PENDING_INTERACTIONS: usize = 16;
+
+pub struct SessionCell {
+    pub id: String,
+    state: Mutex<SessionState>,
+    changed: Condvar,
+}
+
+pub struct SessionState {
+    pub session: Session,
+    pub head_seq: u64,
+    ring: Ring,
+    transcript: Option<Transcript>,
+    pub active: Option<ActiveTurn>,
+    /// Every turn seen since this host started or recovered from the transcript.
+    pub turns: HashMap<String, TurnRecord>,
+    pub interactions: HashMap<String, InteractionSlot>,
+    /// Services the client registered with `client.capability.replace`.
+    pub client_services: Vec<String>,
+    pub client_calls: HashMap<String, Sender<Result<Value, String>>>,
+    pub usage_totals: TokenUsage,
+    pub removed: bool,
+}
+
+pub struct TurnRecord {
+    pub snapshot: TurnSnapshot,
+    /// Identifies the request that started it, for idempotent retries of `turn.start`.
+    pub fingerprint: String,
+}
+
+pub struct InteractionSlot {
+    pub interaction: Interaction,
+    /// Present while pending: the turn thread waits on the other end.
+    pub answer_tx: Option<Sender<InteractionOutcome>>,
+}
+
+pub struct ActiveTurn {
+    pub turn_id: String,
+    pub run_id: String,
+    pub cancel: CancelToken,
+    /// Text streamed so far but not yet in the transcript, for `session.open`.
+    pub streams: Vec<ActiveStream>,
+    pub tools: Vec<Value>,
+    /// Review kinds the user allowed "for this turn".
+    pub remembered: HashSet<String>,
+    /// Paths approved through `sandbox_boundary` during this turn.
+    pub approved_paths: Vec<String>,
+}
+
+#[derive(Clone)]
+pub struct ActiveStream {
+    pub kind: &'static str,
+    pub message_id: String,
+    pub text: String,
+}
+
+struct Transcript {
+    items: Vec<TranscriptItem>,
+    file: TranscriptFile,
+}
+
+struct Ring {
+    frames: VecDeque<Arc<str>>,
+    /// `seq` of `frames[0]`.
+    first_seq: u64,
+    bytes: usize,
+}
+
+pub enum Since {
+    Frames(Vec<Arc<str>>),
+    /// `after` is older than what the ring still holds.
+    Evicted {
+        oldest_seq: u64,
+    },
+}
+
+impl Ring {
+    fn push(&mut self, seq: u64, line: Arc<str>) {
+        if self.frames.is_empty() {
+            self.first_seq = seq;
+        }
+        self.bytes += line.len();
+        self.frames.push_back(line);
+        while self.frames.len() > RING_FRAMES || (self.bytes > RING_BYTES && self.frames.len() > 1)
+        {
+            if let Some(old) = self.frames.pop_front() {
+                self.bytes -= old.len();
+                self.first_seq += 1;
+            }
+        }
+    }
+
+    fn since(&self, after: u64, head: u64, max: usize) -> Since {
+        if after >= head {
+            return Since::Frames(Vec::new());
+        }
+        if self.frames.is_empty() || after + 1 < self.first_seq {
+            return Since::Evicted {
+                oldest_seq: self.first_seq,
+            };
+        }
+        let start = (after + 1 - self.first_seq) as usize;
+        Since::Frames(self.frames.iter().skip(start).take(max).cloned().collect())
+    }
+}
+
+impl SessionCell {
+    pub fn new(session: Session) -> Arc<SessionCell> {
+        Arc::new(SessionCell {
+            id: session.id.clone(),
+            state: Mutex::new(SessionState {
+                session,
+                head_seq: 0,
+                ring: Ring {
+                    frames: VecDeque::new(),
+                    first_seq: 1,
+                    bytes: 0,
+                },
+                transcript: None,
+                active: None,
+                turns: HashMap::new(),
+                interactions: HashMap::new(),
+                client_services: Vec::new(),
+                client_calls: HashMap::new(),
+                usage_totals: TokenUsage::default(),
+                removed: false,
+            }),
+            changed: Condvar::new(),
+        })
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends a frame and wakes the stream readers. Returns its `seq`.
+    pub fn emit(&self, st: &mut SessionState, body: FrameBody) -> u64 {
+        st.head_seq += 1;
+        let seq = st.head_seq;
+        let frame = Frame {
+            seq: Some(seq),
+            session_id: Some(self.id.clone()),
+            ts: now_ms(),
+            body,
+        };
+        let line: Arc<str> = match serde_json::to_string(&frame) {
+            Ok(s) => s.into(),
+            Err(e) => {
+                log::error!("cannot serialize a frame: {e}");
+                return seq;
+            }
+        };
+        st.ring.push(seq, line);
+        self.changed.notify_all();
+        seq
+    }
+
+    /// Wakes stream readers without a frame (removal, drain).
+    pub fn wake(&self) {
+        self.changed.notify_all();
+    }
+
+    pub fn wait<'a>(
+        &self,
+        guard: MutexGuard<'a, SessionState>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, SessionState> {
+        match self.changed.wait_timeout(guard, timeout) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        }
+    }
+}
+
+impl SessionState {
+    pub fn frames_since(&self, after: u64, max: usize) -> Since {
+        self.ring.since(after, self.head_seq, max)
+    }
+
+    /// Loads the transcript on first use, recovering from a crash: runs left `running` are
+    /// closed as failed (`crash`) and their pending interactions as `host_restarted`.
+    pub fn ensure_transcript(&mut self, store: &Store) -> Result<(), HostError> {
+        if self.transcript.is_some() {
+            return Ok(());
+        }
+        let (items, file) = store.open_transcript(&self.session.id).map_err(|e| {
+            HostError::new(
+                ErrorCode::PersistenceFailed,
+                format!("cannot open transcript: {e}"),
+            )
+        })?;
+        self.transcript = Some(Transcript { items, file });
+        self.recover()
+    }
+
+    fn recover(&mut self) -> Result<(), HostError> {
+        // Borrow the field (not via a method) so the other fields stay mutable.
+        let items: &[TranscriptItem] = self
+            .transcript
+            .as_ref()
+            .map(|t| t.items.as_slice())
+            .unwrap_or(&[]);
+        let mut running: Vec<(String, String)> = Vec::new();
+        let mut pending: HashMap<String, Interaction> = HashMap::new();
+        for item in items {
+            match &item.body {
+                TranscriptBody::TurnState {
+                    run_id,
+                    status,
+                    origin,
+                    reason,
+                    failure_class,
+                    failure_message,
+                    ..
+                } => {
+                    let rec =
+                        self.turns
+                            .entry(item.turn_id.clone())
+                            .or_insert_with(|| TurnRecord {
+                                snapshot: TurnSnapshot {
+                                    session_id: self.session.id.clone(),
+                                    turn_id: item.turn_id.clone(),
+                                    run_id: run_id.clone(),
+                                    origin: origin.clone().unwrap_or_else(|| "prompt".into()),
+                                    status: *status,
+                                    reason: None,
+                                    failure_class: None,
+                                    failure_message: None,
+                                    started_at: item.ts,
+                                    ended_at: None,
+                                },
+                                fingerprint: String::new(),
+                            });
+                    rec.snapshot.status = *status;
+                    rec.snapshot.run_id = run_id.clone();
+                    rec.snapshot.reason = reason.clone();
+                    rec.snapshot.failure_class = failure_class.clone();
+                    rec.snapshot.failure_message = failure_message.clone();
+                    if matches!(status, TurnStatus::Running | TurnStatus::WaitingForUser) {
+                        running.push((item.turn_id.clone(), run_id.clone()));
+                    } else {
+                        rec.snapshot.ended_at = Some(item.ts);
+                        running.retain(|(_, r)| r != run_id);
+                    }
+                }
+                TranscriptBody::Interaction { interaction } => {
+                    if interaction.status == "pending" {
+                        pending.insert(interaction.interaction_id.clone(), interaction.clone());
+                    } else {
+                        pending.remove(&interaction.interaction_id);
+                    }
+                    self.interactions.insert(
+                        interaction.interaction_id.clone(),
+                        InteractionSlot {
+                            interaction: interaction.clone(),
+                            answer_tx: None,
+                        },
+                    );
+                }
+                _ => {}
+            }
+        }
+        if running.is_empty() {
+            return Ok(());
+        }
+        let mut repairs = Vec::new();
+        for mut i in pending.into_values() {
+            i.status = "closed".into();
+            i.outcome = Some(InteractionOutcome::Closure {
+                reason: "host_restarted".into(),
+            });
+            if let Some(slot) = self.interactions.get_mut(&i.interaction_id) {
+                slot.interaction = i.clone();
+            }
+            repairs.push((
+                i.turn_id.clone(),
+                TranscriptBody::Interaction { interaction: i },
+            ));
+        }
+        for (turn_id, run_id) in running {
+            log::warn!(
+                "session {}: turn {turn_id} (run {run_id}) was interrupted by a host restart",
+                self.session.id
+            );
+            if let Some(rec) = self.turns.get_mut(&turn_id) {
+                rec.snapshot.status = TurnStatus::Failed;
+                rec.snapshot.reason = Some("error".into());
+                rec.snapshot.failure_class = Some("crash".into());
+                rec.snapshot.failure_message =
+                    Some("the host stopped while this turn was running".into());
+                rec.snapshot.ended_at = Some(now_ms());
+            }
+            repairs.push((
+                turn_id,
+                TranscriptBody::TurnState {
+                    run_id,
+                    status: TurnStatus::Failed,
+                    origin: None,
+                    reason: Some("error".into()),
+                    failure_class: Some("crash".into()),
+                    failure_message: Some("the host stopped while this turn was running".into()),
+                    resumed_from_run_id: None,
+                },
+            ));
+        }
+        self.append_transcript(repairs).map(|_| ())
+    }
+
+    pub fn transcript_items(&self) -> &[TranscriptItem] {
+        self.transcript
+            .as_ref()
+            .map(|t| t.items.as_slice())
+            .unwrap_or(&[])
+    }
+
+    pub fn through_message_seq(&self) -> u64 {
+        self.transcript_items()
+            .last()
+            .map(|i| i.message_seq)
+            .unwrap_or(0)
+    }
+
+    /// Appends durable items; returns the last `messageSeq`. The caller emits
+    /// `transcript_advanced` if readers should know.
+    pub fn append_transcript(
+        &mut self,
+        bodies: Vec<(String, TranscriptBody)>,
+    ) -> Result<u64, HostError> {
+        let Some(t) = self.transcript.as_mut() else {
+            return Err(HostError::internal("transcript not loaded"));
+        };
+        let mut seq = t.items.last().map(|i| i.message_seq).unwrap_or(0);
+        let ts = now_ms();
+        let items: Vec<TranscriptItem> = bodies
+            .into_iter()
+            .map(|(turn_id, body)| {
+                seq += 1;
+                TranscriptItem {
+                    message_seq: seq,
+                    ts,
+                    turn_id,
+                    body,
+                }
+            })
+            .collect();
+        t.file.append(&items).map_err(|e| {
+            HostError::new(
+                ErrorCode::PersistenceFailed,
+                format!("cannot append to the transcript: {e}"),
+            )
+        })?;
+        t.items.extend(items);
+        Ok(seq)
+    }
+
+    /// Interactions still waiting for an answer.
+    pub fn pending_interaction_count(&self) -> usize {
+        self.interactions
+            .values()
+            .filter(|s| s.answer_tx.is_some())
+            .count()
+    }
+}
+
+/// Cancellation that threads can poll or `select!` on: cancelling drops the sender, so every
+/// receiver wakes with "disconnected".
+#[derive(Clone)]
+pub struct CancelToken {
+    flag: Arc<AtomicBool>,
+    tx: Arc<Mutex<Option<Sender<()>>>>,
+    rx: Receiver<()>,
+}
+
+impl Default for CancelToken {
+    fn default() -> Self {
+        let (tx, rx) = bounded(0);
+        CancelToken {
+            flag: Arc::default(),
+            tx: Arc::new(Mutex::new(Some(tx))),
+            rx,
+        }
+    }
+}
+
+impl CancelToken {
+    pub fn cancel(&self) {
+        self.flag.store(true, Ordering::Release);
+        if let Ok(mut tx) = self.tx.lock() {
+            tx.take();
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// Becomes ready (disconnected) when cancelled.
+    pub fn receiver(&self) -> &Receiver<()> {
+        &self.rx
+    }
+
+    /// Sleeps up to `d`; returns false if cancelled meanwhile.
+    pub fn sleep(&self, d: Duration) -> bool {
+        let _ = self.rx.recv_timeout(d);
+        !self.is_cancelled()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_serves_after_and_reports_eviction() {
+        let mut r = Ring {
+            frames: VecDeque::new(),
+            first_seq: 1,
+            bytes: 0,
+        };
+        for seq in 1..=(RING_FRAMES as u64 + 10) {
+            r.push(seq, Arc::from(format!("{seq}")));
+        }
+        let head = RING_FRAMES as u64 + 10;
+        match r.since(head - 2, head, 100) {
+            Since::Frames(f) => assert_eq!(
+                f.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                vec![format!("{}", head - 1), format!("{head}")]
+            ),
+            Since::Evicted { .. } => panic!("should be retained"),
+        }
+        assert!(matches!(
+            r.since(3, head, 100),
+            Since::Evicted { oldest_seq: 11 }
+        ));
+        assert!(matches!(r.since(10, head, 1), Since::Frames(f) if f.len() == 1));
+    }
+
+    #[test]
+    fn cancel_wakes_receivers() {
+        let t = CancelToken::default();
+        let t2 = t.clone();
+        let h = std::thread::spawn(move || t2.receiver().recv().is_err());
+        t.cancel();
+        assert!(h.join().unwrap());
+        assert!(!t.sleep(Duration::from_secs(5)));
+    }
+}

@@ -1,0 +1,215 @@
+//! `run_command`: `sh -c` in the session's cwd, in its own process group so that a stop or a
+//! timeout kills everything it started. Output is streamed as it arrives and its tail kept for
+//! the result.
+
+use super::{ToolEnv, ToolOutcome, RESULT_TEXT_LIMIT};
+use crate::host_api::wire::ToolResultContent;
+use crossbeam_channel::{bounded, select, Receiver};
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+pub const MAX_TIMEOUT_MS: u64 = 30 * 60_000;
+/// Largest `tool_output_delta` chunk.
+const CHUNK: usize = 8 * 1024;
+/// Variables that never reach commands the model runs.
+const SECRET_VARS: [&str; 4] = [
+    "MAKA_HOST_TOKEN",
+    "MAKA_OPENAI_API_KEY",
+    "OPENAI_API_KEY",
+    "MAKA_SCRIPT",
+];
+
+enum Chunk {
+    Data(&'static str, String),
+    Closed,
+}
+
+pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> ToolOutcome {
+    let cwd = env.cwd().to_path_buf();
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(&cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    for v in SECRET_VARS {
+        cmd.env_remove(v);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => return ToolOutcome::failed(format!("cannot start `{command}`: {e}")),
+    };
+    let pgid = child.id();
+    let (tx, rx) = bounded::<Chunk>(64);
+    let mut pipes = 0;
+    if let Some(out) = child.stdout.take() {
+        pipes += 1;
+        spawn_pipe_reader("stdout", out, tx.clone());
+    }
+    if let Some(err) = child.stderr.take() {
+        pipes += 1;
+        spawn_pipe_reader("stderr", err, tx.clone());
+    }
+    drop(tx);
+
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+    let mut tail = String::new();
+    let mut truncated = false;
+    let mut timed_out = false;
+    let mut cancelled = false;
+    let cancel = env.cancel().clone();
+    while pipes > 0 {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        select! {
+            recv(rx) -> msg => match msg {
+                Ok(Chunk::Data(stream, text)) => {
+                    env.output(stream, &text);
+                    tail.push_str(&text);
+                    if tail.len() > RESULT_TEXT_LIMIT {
+                        let mut start = tail.len() - RESULT_TEXT_LIMIT;
+                        while !tail.is_char_boundary(start) { start += 1; }
+                        tail.drain(..start);
+                        truncated = true;
+                    }
+                }
+                Ok(Chunk::Closed) => pipes -= 1,
+                Err(_) => pipes = 0,
+            },
+            recv(cancel.receiver()) -> _ => { cancelled = true; break; }
+            default(remaining) => { timed_out = true; break; }
+        }
+    }
+    if cancelled || timed_out {
+        kill_group(pgid);
+        let _ = child.kill();
+    }
+    let status = wait_bounded(&mut child);
+    let exit_code = status.and_then(|s| s.code());
+    let signal = status.and_then(|s| s.signal()).map(signal_name);
+    let mut for_model = String::new();
+    if truncated {
+        for_model.push_str("[output truncated; showing the tail]\n");
+    }
+    for_model.push_str(&tail);
+    let verdict = if cancelled {
+        "\n[cancelled: the command was killed]".to_string()
+    } else if timed_out {
+        format!("\n[timed out after {timeout_ms} ms: the command was killed]")
+    } else {
+        match (exit_code, &signal) {
+            (Some(c), _) => format!("\n[exit code {c}]"),
+            (None, Some(s)) => format!("\n[killed by {s}]"),
+            _ => String::new(),
+        }
+    };
+    for_model.push_str(&verdict);
+    let ok = !cancelled && !timed_out && exit_code == Some(0);
+    ToolOutcome {
+        status: if cancelled {
+            "cancelled"
+        } else if ok {
+            "completed"
+        } else {
+            "failed"
+        },
+        for_model,
+        truncated,
+        result: ToolResultContent::Terminal {
+            command: command.to_string(),
+            cwd: cwd.display().to_string(),
+            exit_code,
+            signal,
+            timed_out,
+            output: tail,
+            output_truncated: truncated,
+        },
+    }
+}
+
+fn spawn_pipe_reader(
+    stream: &'static str,
+    mut pipe: impl Read + Send + 'static,
+    tx: crossbeam_channel::Sender<Chunk>,
+) {
+    let spawned = std::thread::Builder::new()
+        .name(format!("cmd-{stream}"))
+        .spawn(move || {
+            let mut buf = vec![0u8; CHUNK];
+            let mut carry: Vec<u8> = Vec::new();
+            loop {
+                let n = match pipe.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                carry.extend_from_slice(&buf[..n]);
+                // Keep an incomplete UTF-8 sequence for the next read.
+                let valid = match std::str::from_utf8(&carry) {
+                    Ok(_) => carry.len(),
+                    Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                    Err(_) => carry.len(),
+                };
+                let text = String::from_utf8_lossy(&carry[..valid]).into_owned();
+                carry.drain(..valid);
+                if !text.is_empty() && tx.send(Chunk::Data(stream, text)).is_err() {
+                    break;
+                }
+            }
+            if !carry.is_empty() {
+                let _ = tx.send(Chunk::Data(
+                    stream,
+                    String::from_utf8_lossy(&carry).into_owned(),
+                ));
+            }
+            let _ = tx.send(Chunk::Closed);
+        });
+    if let Err(e) = spawned {
+        log::error!("cannot start a pipe reader: {e}");
+    }
+}
+
+/// SIGKILL to the whole process group (the shell and everything it started).
+pub fn kill_group(pgid: u32) {
+    let r = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if let Err(e) = r {
+        log::warn!("cannot kill process group {pgid}: {e}");
+    }
+}
+
+fn wait_bounded(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
+    // The pipes are closed (or the group killed), so the shell exits promptly.
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if start.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                return child.wait().ok();
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    match sig {
+        9 => "SIGKILL".into(),
+        15 => "SIGTERM".into(),
+        2 => "SIGINT".into(),
+        n => format!("signal {n}"),
+    }
+}
+
+#[allow(dead_code)]
+fn _assert_receiver_send(_: Receiver<Chunk>) {}

@@ -1,0 +1,1064 @@
+//! One thread per active turn: model steps, tool calls (gated by the permission mode, the
+//! session's roots and the user's answers), and finally one `turn_terminal` frame — always the
+//! last frame of its run, after every delta, tool and usage frame it caused.
+
+use super::models::{self, Finish, ModelEvent, ModelRequest};
+use super::session::{ActiveStream, CancelToken, InteractionSlot, SessionCell};
+use super::tools::{self, fs as tool_fs, ToolEnv, ToolOutcome};
+use super::{random_id, Host};
+use crate::host_api::wire::{
+    now_ms, BoundaryPath, ContextUsage, FileDiff, FrameBody, Interaction, InteractionAnswer,
+    InteractionOutcome, InteractionRequest, Location, MessageContent, PermissionMode, PlanEntry,
+    Question, TokenUsage, ToolResultContent, TranscriptBody, TurnOutcome, TurnStatus,
+};
+use crossbeam_channel::{bounded, select};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const DEFAULT_MAX_STEPS: usize = 50;
+/// Tool arguments carried inline in frames; longer ones are cut and flagged.
+const ARGS_INLINE_LIMIT: usize = 16 * 1024;
+/// How long a delegated editor call may take before the tool fails.
+const CLIENT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+pub struct TurnSpec {
+    pub turn_id: String,
+    pub run_id: String,
+    pub prompt_text: String,
+    pub max_steps: usize,
+    pub cancel: CancelToken,
+}
+
+struct Terminal {
+    outcome: TurnOutcome,
+    reason: String,
+    failure_class: Option<String>,
+    failure_message: Option<String>,
+}
+
+impl Terminal {
+    fn completed(reason: &str) -> Terminal {
+        Terminal {
+            outcome: TurnOutcome::Completed,
+            reason: reason.into(),
+            failure_class: None,
+            failure_message: None,
+        }
+    }
+    fn cancelled() -> Terminal {
+        Terminal {
+            outcome: TurnOutcome::Cancelled,
+            reason: "user_stop".into(),
+            failure_class: None,
+            failure_message: None,
+        }
+    }
+    fn failed(class: &str, message: impl Into<String>) -> Terminal {
+        let mut message: String = message.into();
+        tool_fs::cut(&mut message, 256);
+        Terminal {
+            outcome: TurnOutcome::Failed,
+            reason: "error".into(),
+            failure_class: Some(class.into()),
+            failure_message: Some(message),
+        }
+    }
+}
+
+struct Turn {
+    host: Arc<Host>,
+    cell: Arc<SessionCell>,
+    spec: TurnSpec,
+    cwd: PathBuf,
+    roots: Vec<PathBuf>,
+    current_tool: Option<String>,
+    out_seq: u64,
+}
+
+/// Runs an admitted turn to its terminal frame (on the caller's thread).
+pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
+    let (cwd, roots) = {
+        let st = cell.lock();
+        let cwd = tool_fs::resolve(Path::new("/"), st.session.workspace.path());
+        let mut roots = vec![cwd.clone()];
+        roots.extend(
+            st.session
+                .additional_directories
+                .iter()
+                .map(|d| tool_fs::resolve(Path::new("/"), d)),
+        );
+        (cwd, roots)
+    };
+    let mut turn = Turn {
+        host,
+        cell,
+        spec,
+        cwd,
+        roots,
+        current_tool: None,
+        out_seq: 0,
+    };
+    let terminal = turn.agent_loop();
+    turn.finish(terminal);
+}
+
+impl Turn {
+    fn agent_loop(&mut self) -> Terminal {
+        for step in 0..self.spec.max_steps {
+            if self.spec.cancel.is_cancelled() {
+                return Terminal::cancelled();
+            }
+            match self.model_step(step) {
+                Ok(StepResult::Done(t)) => return t,
+                Ok(StepResult::Continue) => {}
+                Err(t) => return t,
+            }
+        }
+        Terminal::completed("step_limit")
+    }
+
+    fn model_step(&mut self, step: usize) -> Result<StepResult, Terminal> {
+        let (configuration, messages) = {
+            let st = self.cell.lock();
+            (
+                st.session.configuration.clone(),
+                build_messages(&self.cwd, st.transcript_items()),
+            )
+        };
+        let (conn, model) = self
+            .host
+            .providers
+            .resolve(&configuration.model_target)
+            .map_err(|e| Terminal::failed("capability_unavailable", e.message))?;
+        let context_window = model.context_window;
+        let request = ModelRequest {
+            model: model.id.clone(),
+            messages,
+            tools: tools::specs(),
+            thinking_level: configuration.thinking_level.clone(),
+            turn_prompt: self.spec.prompt_text.clone(),
+            step,
+        };
+        let rx = models::start_step(conn, request, self.spec.cancel.clone());
+        let text_id = format!("m_{}_{step}", self.spec.run_id);
+        let thinking_id = format!("th_{}_{step}", self.spec.run_id);
+        let (mut text, mut thinking) = (String::new(), String::new());
+        let mut calls: Vec<(String, String, String)> = Vec::new();
+        let finish = loop {
+            let event = select! {
+                recv(rx) -> ev => ev.ok(),
+                recv(self.spec.cancel.receiver()) -> _ => {
+                    self.persist_assistant(&text_id, &text, &thinking);
+                    return Err(Terminal::cancelled());
+                }
+            };
+            let Some(event) = event else {
+                self.persist_assistant(&text_id, &text, &thinking);
+                if self.spec.cancel.is_cancelled() {
+                    return Err(Terminal::cancelled());
+                }
+                return Err(Terminal::failed(
+                    "provider_error",
+                    "the model stream ended without finishing",
+                ));
+            };
+            match event {
+                ModelEvent::Text(t) => self.delta(true, &text_id, &mut text, t),
+                ModelEvent::Thinking(t) => self.delta(false, &thinking_id, &mut thinking, t),
+                ModelEvent::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => calls.push((id, name, arguments)),
+                ModelEvent::Usage { input, output } => self.usage(input, output, context_window),
+                ModelEvent::Retry {
+                    attempt,
+                    delay_ms,
+                    reason,
+                } => {
+                    let mut st = self.cell.lock();
+                    let body = FrameBody::TurnStatus {
+                        turn_id: self.spec.turn_id.clone(),
+                        run_id: self.spec.run_id.clone(),
+                        status: TurnStatus::Running,
+                        provider_retry: Some(
+                            json!({"attempt": attempt, "delayMs": delay_ms, "reason": reason}),
+                        ),
+                    };
+                    self.cell.emit(&mut st, body);
+                }
+                ModelEvent::Finish(f) => break f,
+                ModelEvent::Error { class, message } => {
+                    self.persist_assistant(&text_id, &text, &thinking);
+                    return Err(Terminal::failed(&class, message));
+                }
+            }
+        };
+        self.persist_assistant(&text_id, &text, &thinking);
+        match finish {
+            Finish::Length => {
+                return Ok(StepResult::Done(Terminal {
+                    outcome: TurnOutcome::MaxTokens,
+                    reason: "max_tokens".into(),
+                    failure_class: None,
+                    failure_message: None,
+                }))
+            }
+            Finish::Refusal => {
+                return Ok(StepResult::Done(Terminal {
+                    outcome: TurnOutcome::Refused,
+                    reason: "refusal".into(),
+                    failure_class: None,
+                    failure_message: None,
+                }))
+            }
+            Finish::Stop | Finish::ToolCalls if calls.is_empty() => {
+                return Ok(StepResult::Done(Terminal::completed("end_turn")))
+            }
+            _ => {}
+        }
+        for (id, name, arguments) in calls {
+            if self.spec.cancel.is_cancelled() {
+                return Err(Terminal::cancelled());
+            }
+            self.tool_call(&id, &name, &arguments);
+        }
+        if self.spec.cancel.is_cancelled() {
+            return Err(Terminal::cancelled());
+        }
+        Ok(StepResult::Continue)
+    }
+
+    fn delta(&self, is_text: bool, message_id: &str, acc: &mut String, t: String) {
+        let mut st = self.cell.lock();
+        let start_offset = acc.len() as u64;
+        acc.push_str(&t);
+        if let Some(active) = st.active.as_mut() {
+            match active
+                .streams
+                .iter_mut()
+                .find(|s| s.message_id == message_id)
+            {
+                Some(s) => s.text.push_str(&t),
+                None => active.streams.push(ActiveStream {
+                    kind: if is_text { "text" } else { "thinking" },
+                    message_id: message_id.to_string(),
+                    text: t.clone(),
+                }),
+            }
+        }
+        let (turn_id, message_id) = (self.spec.turn_id.clone(), message_id.to_string());
+        let body = if is_text {
+            FrameBody::TextDelta {
+                turn_id,
+                message_id,
+                start_offset,
+                text: t,
+                complete: false,
+            }
+        } else {
+            FrameBody::ThinkingDelta {
+                turn_id,
+                message_id,
+                start_offset,
+                text: t,
+                complete: false,
+            }
+        };
+        self.cell.emit(&mut st, body);
+    }
+
+    fn usage(&self, input: u64, output: u64, window: u64) {
+        let mut st = self.cell.lock();
+        st.usage_totals.input_tokens += input;
+        st.usage_totals.output_tokens += output;
+        let body = FrameBody::Usage {
+            turn_id: Some(self.spec.turn_id.clone()),
+            delta: TokenUsage {
+                input_tokens: input,
+                output_tokens: output,
+                reasoning_tokens: 0,
+            },
+            totals: st.usage_totals.clone(),
+            context: Some(ContextUsage {
+                used_tokens: input + output,
+                window_tokens: window,
+            }),
+        };
+        self.cell.emit(&mut st, body);
+    }
+
+    /// Closes the streamed messages and makes them durable.
+    fn persist_assistant(&self, message_id: &str, text: &str, thinking: &str) {
+        let mut st = self.cell.lock();
+        for (is_text, id, acc) in [
+            (false, format!("th_{}", &message_id[2..]), thinking),
+            (true, message_id.to_string(), text),
+        ] {
+            if acc.is_empty() {
+                continue;
+            }
+            let (turn_id, start_offset) = (self.spec.turn_id.clone(), acc.len() as u64);
+            let body = if is_text {
+                FrameBody::TextDelta {
+                    turn_id,
+                    message_id: id,
+                    start_offset,
+                    text: String::new(),
+                    complete: true,
+                }
+            } else {
+                FrameBody::ThinkingDelta {
+                    turn_id,
+                    message_id: id,
+                    start_offset,
+                    text: String::new(),
+                    complete: true,
+                }
+            };
+            self.cell.emit(&mut st, body);
+        }
+        if let Some(a) = st.active.as_mut() {
+            a.streams.clear();
+        }
+        if text.is_empty() && thinking.is_empty() {
+            return;
+        }
+        let body = TranscriptBody::Assistant {
+            message_id: message_id.to_string(),
+            text: (!text.is_empty()).then(|| text.to_string()),
+            thinking: (!thinking.is_empty()).then(|| thinking.to_string()),
+        };
+        self.append(&mut st, vec![body]);
+    }
+
+    fn append(&self, st: &mut super::session::SessionState, bodies: Vec<TranscriptBody>) {
+        let items = bodies
+            .into_iter()
+            .map(|b| (self.spec.turn_id.clone(), b))
+            .collect();
+        match st.append_transcript(items) {
+            Ok(through) => {
+                self.cell.emit(
+                    st,
+                    FrameBody::TranscriptAdvanced {
+                        through_message_seq: through,
+                    },
+                );
+            }
+            Err(e) => log::error!("session {}: {e}", self.cell.id),
+        }
+    }
+
+    fn tool_call(&mut self, id: &str, name: &str, arguments: &str) {
+        let args: Value = match serde_json::from_str(arguments) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) | Err(_) if arguments.trim().is_empty() => json!({}),
+            Ok(other) => json!({ "_raw": other }),
+            Err(e) => json!({ "_unparsable": arguments, "_error": e.to_string() }),
+        };
+        let plan = tools::plan(name, &args, &self.cwd);
+        let (title, kind, locations) = match &plan {
+            Ok(p) => (p.title.clone(), p.activity_kind, p.locations.clone()),
+            Err(_) => (name.to_string(), "tool", vec![]),
+        };
+        self.start_tool(id, name, &title, kind, &args, &locations);
+        self.current_tool = Some(id.to_string());
+        let started = std::time::Instant::now();
+        let outcome = match plan {
+            Err(msg) => ToolOutcome::failed(msg),
+            Ok(_) if args.get("_unparsable").is_some() => ToolOutcome::failed(format!(
+                "the arguments are not valid JSON: {}",
+                args["_error"]
+            )),
+            Ok(plan) => self.gate_and_run(id, name, &args, plan),
+        };
+        self.current_tool = None;
+        self.finish_tool(id, outcome, started.elapsed().as_millis() as u64);
+    }
+
+    fn start_tool(
+        &self,
+        id: &str,
+        name: &str,
+        title: &str,
+        kind: &str,
+        args: &Value,
+        locations: &[Location],
+    ) {
+        let (inline, truncated) = bounded_args(args);
+        let mut st = self.cell.lock();
+        if let Some(a) = st.active.as_mut() {
+            a.tools.push(json!({"toolCallId": id, "toolName": name, "title": title, "activityKind": kind, "args": inline, "locations": locations, "outputTail": ""}));
+        }
+        let body = FrameBody::ToolStart {
+            turn_id: self.spec.turn_id.clone(),
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            title: title.into(),
+            activity_kind: kind.into(),
+            args: inline.clone(),
+            args_truncated: truncated,
+            locations: locations.to_vec(),
+        };
+        self.cell.emit(&mut st, body);
+        let item = TranscriptBody::ToolCall {
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            title: title.into(),
+            activity_kind: kind.into(),
+            args: args.clone(),
+            locations: locations.to_vec(),
+        };
+        self.append(&mut st, vec![item]);
+    }
+
+    fn finish_tool(&self, id: &str, outcome: ToolOutcome, duration_ms: u64) {
+        let mut st = self.cell.lock();
+        if let Some(a) = st.active.as_mut() {
+            a.tools.retain(|t| t["toolCallId"] != id);
+        }
+        let body = FrameBody::ToolResult {
+            turn_id: self.spec.turn_id.clone(),
+            tool_call_id: id.into(),
+            status: outcome.status.into(),
+            result: outcome.result.clone(),
+            truncated: outcome.truncated,
+            duration_ms: Some(duration_ms),
+        };
+        self.cell.emit(&mut st, body);
+        let item = TranscriptBody::ToolResult {
+            tool_call_id: id.into(),
+            status: outcome.status.into(),
+            result: outcome.result,
+            truncated: outcome.truncated,
+        };
+        self.append(&mut st, vec![item]);
+    }
+
+    fn gate_and_run(
+        &mut self,
+        id: &str,
+        name: &str,
+        args: &Value,
+        plan: tools::ToolPlan,
+    ) -> ToolOutcome {
+        let mode = self.cell.lock().session.configuration.permission_mode;
+        if mode == PermissionMode::Explore && plan.review.is_some() {
+            return ToolOutcome::failed(format!(
+                "Refused: the session is in explore (read-only) mode, so {name} is not allowed. Ask the user to switch modes."
+            ));
+        }
+        // Paths outside the session's roots need an explicit approval, in every mode.
+        let outside: Vec<BoundaryPath> = plan
+            .touches
+            .iter()
+            .filter(|(p, _)| !self.roots.iter().any(|r| p.starts_with(r)) && !self.approved(p))
+            .map(|(p, access)| BoundaryPath {
+                path: p.display().to_string(),
+                access: (*access).into(),
+            })
+            .collect();
+        if !outside.is_empty() {
+            let listed: Vec<&str> = outside.iter().map(|b| b.path.as_str()).collect();
+            let request = InteractionRequest::SandboxBoundary {
+                tool_call_id: id.into(),
+                justification: format!(
+                    "{} needs access outside the session's folders: {}",
+                    plan.title,
+                    listed.join(", ")
+                ),
+                paths: outside.clone(),
+            };
+            match self.interact(request) {
+                Some(InteractionAnswer::SandboxBoundary { decision }) if decision == "allow" => {
+                    if let Some(a) = self.cell.lock().active.as_mut() {
+                        a.approved_paths
+                            .extend(outside.iter().map(|b| b.path.clone()));
+                    }
+                }
+                _ => {
+                    return ToolOutcome::failed(format!(
+                        "Access outside the session's folders was denied: {}",
+                        listed.join(", ")
+                    ))
+                }
+            }
+        }
+        if let (PermissionMode::Ask, Some(review)) = (mode, plan.review) {
+            let remembered = self
+                .cell
+                .lock()
+                .active
+                .as_ref()
+                .is_some_and(|a| a.remembered.contains(review));
+            if !remembered {
+                let diff = self.preview(name, args);
+                let request = InteractionRequest::Permission {
+                    tool_call_id: id.into(),
+                    tool_name: name.into(),
+                    title: plan.title.clone(),
+                    review: review.into(),
+                    args: Some(args.clone()),
+                    locations: plan.locations.clone(),
+                    diff,
+                    remember_for_turn_allowed: true,
+                };
+                match self.interact(request) {
+                    Some(InteractionAnswer::Permission {
+                        decision,
+                        remember_for_turn,
+                    }) if decision == "allow" => {
+                        if remember_for_turn {
+                            if let Some(a) = self.cell.lock().active.as_mut() {
+                                a.remembered.insert(review.to_string());
+                            }
+                        }
+                    }
+                    Some(_) => return ToolOutcome::failed("The user denied this action.".into()),
+                    None if self.spec.cancel.is_cancelled() => {
+                        return ToolOutcome {
+                            status: "cancelled",
+                            ..ToolOutcome::failed("The turn was stopped before this ran.".into())
+                        }
+                    }
+                    None => {
+                        return ToolOutcome::failed(
+                            "No permission was given for this action.".into(),
+                        )
+                    }
+                }
+            }
+        }
+        match name {
+            "update_plan" => self.update_plan(args),
+            "ask_user" => self.ask_user(id, args),
+            _ => {
+                let outcome = tools::execute(self, name, args);
+                if self.spec.cancel.is_cancelled() && outcome.status != "completed" {
+                    return ToolOutcome {
+                        status: "cancelled",
+                        ..outcome
+                    };
+                }
+                outcome
+            }
+        }
+    }
+
+    fn approved(&self, p: &Path) -> bool {
+        self.cell
+            .lock()
+            .active
+            .as_ref()
+            .is_some_and(|a| a.approved_paths.iter().any(|ok| p.starts_with(ok)))
+    }
+
+    /// What an edit or write would change, for the permission dialog.
+    fn preview(&self, name: &str, args: &Value) -> Option<FileDiff> {
+        let path = tool_fs::resolve(&self.cwd, args.get("path")?.as_str()?);
+        let old = std::fs::read_to_string(&path).ok();
+        let new = match name {
+            "write_file" => args.get("content")?.as_str()?.to_string(),
+            "edit_file" => {
+                let (o, n) = (
+                    args.get("old_text")?.as_str()?,
+                    args.get("new_text")?.as_str()?,
+                );
+                let current = old.as_deref()?;
+                if o.is_empty() || !current.contains(o) {
+                    return None;
+                }
+                if args
+                    .get("replace_all")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+                {
+                    current.replace(o, n)
+                } else {
+                    current.replacen(o, n, 1)
+                }
+            }
+            _ => return None,
+        };
+        Some(tool_fs::file_diff(&self.cwd, &path, old.as_deref(), &new))
+    }
+
+    fn update_plan(&self, args: &Value) -> ToolOutcome {
+        let entries: Vec<PlanEntry> = args
+            .get("entries")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| {
+                let content = e.get("content").and_then(Value::as_str)?.to_string();
+                let status = match e.get("status").and_then(Value::as_str) {
+                    Some(s @ ("pending" | "in_progress" | "completed")) => s.to_string(),
+                    _ => "pending".into(),
+                };
+                let priority = match e.get("priority").and_then(Value::as_str) {
+                    Some(p @ ("high" | "medium" | "low")) => p.to_string(),
+                    _ => "medium".into(),
+                };
+                Some(PlanEntry {
+                    content,
+                    status,
+                    priority,
+                })
+            })
+            .collect();
+        if entries.is_empty() {
+            return ToolOutcome::failed("update_plan needs `entries`: [{content, status}]".into());
+        }
+        let mut st = self.cell.lock();
+        let body = FrameBody::PlanUpdate {
+            turn_id: self.spec.turn_id.clone(),
+            entries: entries.clone(),
+        };
+        self.cell.emit(&mut st, body);
+        self.append(
+            &mut st,
+            vec![TranscriptBody::Plan {
+                entries: entries.clone(),
+            }],
+        );
+        ToolOutcome::completed(format!("Plan updated ({} steps).", entries.len()), false)
+    }
+
+    fn ask_user(&mut self, id: &str, args: &Value) -> ToolOutcome {
+        let questions: Vec<Question> =
+            match args.get("questions").cloned().map(serde_json::from_value) {
+                Some(Ok(q)) => q,
+                _ => {
+                    return ToolOutcome::failed(
+                        "ask_user needs `questions`: [{question, options: [{label}]}]".into(),
+                    )
+                }
+            };
+        if questions.is_empty() || questions.len() > 3 {
+            return ToolOutcome::failed("ask_user takes one to three questions".into());
+        }
+        let request = InteractionRequest::Question {
+            tool_call_id: id.into(),
+            questions: questions.clone(),
+        };
+        let answers = match self.interact(request) {
+            Some(InteractionAnswer::Question { answers }) => answers,
+            _ => vec![None; questions.len()],
+        };
+        let lines: Vec<String> = questions
+            .iter()
+            .enumerate()
+            .map(|(i, q)| match answers.get(i).cloned().flatten() {
+                Some(a) => format!("{} → {a}", q.question),
+                None => format!("{} → (no answer)", q.question),
+            })
+            .collect();
+        ToolOutcome {
+            status: "completed",
+            for_model: lines.join("\n"),
+            truncated: false,
+            result: ToolResultContent::Json {
+                value: json!({"answers": answers}),
+            },
+        }
+    }
+
+    /// Asks the user through an interaction and waits. `None` = closed without an answer.
+    fn interact(&mut self, request: InteractionRequest) -> Option<InteractionAnswer> {
+        let (tx, rx) = bounded(1);
+        let interaction_id = random_id("i");
+        {
+            let mut st = self.cell.lock();
+            if st.pending_interaction_count() >= super::session::MAX_PENDING_INTERACTIONS {
+                log::warn!(
+                    "session {}: too many pending interactions; denying",
+                    self.cell.id
+                );
+                return None;
+            }
+            let interaction = Interaction {
+                interaction_id: interaction_id.clone(),
+                session_id: self.cell.id.clone(),
+                turn_id: self.spec.turn_id.clone(),
+                status: "pending".into(),
+                request,
+                outcome: None,
+            };
+            st.interactions.insert(
+                interaction_id.clone(),
+                InteractionSlot {
+                    interaction: interaction.clone(),
+                    answer_tx: Some(tx),
+                },
+            );
+            self.append(
+                &mut st,
+                vec![TranscriptBody::Interaction {
+                    interaction: interaction.clone(),
+                }],
+            );
+            self.set_status(&mut st, TurnStatus::WaitingForUser);
+            self.cell
+                .emit(&mut st, FrameBody::InteractionRequest { interaction });
+        }
+        let outcome = select! {
+            recv(rx) -> o => o.ok(),
+            recv(self.spec.cancel.receiver()) -> _ => None,
+        };
+        let mut st = self.cell.lock();
+        let answer = match outcome {
+            Some(InteractionOutcome::Answer { answer }) => Some(answer),
+            _ => {
+                self.close_interaction(&mut st, &interaction_id, "turn_stopped");
+                None
+            }
+        };
+        self.set_status(&mut st, TurnStatus::Running);
+        answer
+    }
+
+    fn close_interaction(&self, st: &mut super::session::SessionState, id: &str, reason: &str) {
+        let Some(slot) = st.interactions.get_mut(id) else {
+            return;
+        };
+        if slot.answer_tx.take().is_none() {
+            return;
+        }
+        let outcome = InteractionOutcome::Closure {
+            reason: reason.into(),
+        };
+        slot.interaction.status = "closed".into();
+        slot.interaction.outcome = Some(outcome.clone());
+        let interaction = slot.interaction.clone();
+        self.append(st, vec![TranscriptBody::Interaction { interaction }]);
+        self.cell.emit(
+            st,
+            FrameBody::InteractionClosed {
+                interaction_id: id.into(),
+                status: "closed".into(),
+                outcome,
+            },
+        );
+    }
+
+    fn set_status(&self, st: &mut super::session::SessionState, status: TurnStatus) {
+        if let Some(rec) = st.turns.get_mut(&self.spec.turn_id) {
+            rec.snapshot.status = status;
+        }
+        st.session.status = if status == TurnStatus::WaitingForUser {
+            crate::host_api::wire::SessionStatus::WaitingForUser
+        } else {
+            crate::host_api::wire::SessionStatus::Running
+        };
+        let body = FrameBody::TurnStatus {
+            turn_id: self.spec.turn_id.clone(),
+            run_id: self.spec.run_id.clone(),
+            status,
+            provider_retry: None,
+        };
+        self.cell.emit(st, body);
+    }
+
+    fn finish(&self, t: Terminal) {
+        let mut st = self.cell.lock();
+        let reason = if t.outcome == TurnOutcome::Cancelled {
+            "turn_stopped"
+        } else {
+            "turn_terminal"
+        };
+        let pending: Vec<String> = st
+            .interactions
+            .iter()
+            .filter(|(_, s)| s.answer_tx.is_some() && s.interaction.turn_id == self.spec.turn_id)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in pending {
+            self.close_interaction(&mut st, &id, reason);
+        }
+        for (_, tx) in st.client_calls.drain() {
+            let _ = tx.send(Err("the turn ended".into()));
+        }
+        let status = match t.outcome {
+            TurnOutcome::Completed => TurnStatus::Completed,
+            TurnOutcome::Cancelled => TurnStatus::Cancelled,
+            TurnOutcome::Failed => TurnStatus::Failed,
+            TurnOutcome::MaxTokens => TurnStatus::MaxTokens,
+            TurnOutcome::Refused => TurnStatus::Refused,
+        };
+        self.append(
+            &mut st,
+            vec![TranscriptBody::TurnState {
+                run_id: self.spec.run_id.clone(),
+                status,
+                origin: None,
+                reason: Some(t.reason.clone()),
+                failure_class: t.failure_class.clone(),
+                failure_message: t.failure_message.clone(),
+                resumed_from_run_id: None,
+            }],
+        );
+        if let Some(rec) = st.turns.get_mut(&self.spec.turn_id) {
+            rec.snapshot.status = status;
+            rec.snapshot.reason = Some(t.reason.clone());
+            rec.snapshot.failure_class = t.failure_class.clone();
+            rec.snapshot.failure_message = t.failure_message.clone();
+            rec.snapshot.ended_at = Some(now_ms());
+        }
+        st.active = None;
+        st.session.status = crate::host_api::wire::SessionStatus::Idle;
+        st.session.active_turn_id = None;
+        st.session.last_used_at = now_ms();
+        if let Err(e) = self.host.store.save_session(&st.session) {
+            log::error!(
+                "session {}: cannot save the session record: {e}",
+                self.cell.id
+            );
+        }
+        let body = FrameBody::TurnTerminal {
+            turn_id: self.spec.turn_id.clone(),
+            run_id: self.spec.run_id.clone(),
+            outcome: t.outcome,
+            reason: t.reason,
+            failure_class: t.failure_class,
+            failure_message: t.failure_message,
+        };
+        self.cell.emit(&mut st, body);
+        drop(st);
+        self.host.turn_finished();
+    }
+}
+
+enum StepResult {
+    Continue,
+    Done(Terminal),
+}
+
+impl ToolEnv for Turn {
+    fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    fn cancel(&self) -> &CancelToken {
+        &self.spec.cancel
+    }
+
+    fn output(&mut self, stream: &str, chunk: &str) {
+        let Some(tool_call_id) = self.current_tool.clone() else {
+            return;
+        };
+        self.out_seq += 1;
+        let mut st = self.cell.lock();
+        if let Some(t) = st.active.as_mut().and_then(|a| {
+            a.tools
+                .iter_mut()
+                .find(|t| t["toolCallId"] == tool_call_id.as_str())
+        }) {
+            let mut tail = t["outputTail"].as_str().unwrap_or_default().to_string();
+            tail.push_str(chunk);
+            if tail.len() > tools::RESULT_TEXT_LIMIT {
+                let mut start = tail.len() - tools::RESULT_TEXT_LIMIT;
+                while !tail.is_char_boundary(start) {
+                    start += 1;
+                }
+                tail.drain(..start);
+            }
+            t["outputTail"] = Value::String(tail);
+        }
+        let body = FrameBody::ToolOutputDelta {
+            turn_id: self.spec.turn_id.clone(),
+            tool_call_id,
+            out_seq: self.out_seq,
+            stream: stream.into(),
+            chunk: chunk.into(),
+        };
+        self.cell.emit(&mut st, body);
+    }
+
+    fn client_call(
+        &mut self,
+        service: &str,
+        path: &Path,
+        input: Value,
+    ) -> Option<Result<Value, String>> {
+        if !self.roots.iter().any(|r| path.starts_with(r)) {
+            return None;
+        }
+        let (tx, rx) = bounded(1);
+        let invocation_id = random_id("c");
+        {
+            let mut st = self.cell.lock();
+            if !st.client_services.iter().any(|s| s == service) {
+                return None;
+            }
+            st.client_calls.insert(invocation_id.clone(), tx);
+            let body = FrameBody::ClientCall {
+                invocation_id: invocation_id.clone(),
+                tool_call_id: self.current_tool.clone(),
+                service: service.into(),
+                input,
+            };
+            self.cell.emit(&mut st, body);
+        }
+        let result = select! {
+            recv(rx) -> r => r.unwrap_or_else(|_| Err("the call was dropped".into())),
+            recv(self.spec.cancel.receiver()) -> _ => Err("cancelled".into()),
+            default(CLIENT_CALL_TIMEOUT) => Err(format!("the editor did not answer within {} s", CLIENT_CALL_TIMEOUT.as_secs())),
+        };
+        let mut st = self.cell.lock();
+        if st.client_calls.remove(&invocation_id).is_some() {
+            self.cell
+                .emit(&mut st, FrameBody::ClientCallCancelled { invocation_id });
+        }
+        Some(result)
+    }
+}
+
+fn bounded_args(args: &Value) -> (Value, bool) {
+    let s = args.to_string();
+    if s.len() <= ARGS_INLINE_LIMIT {
+        return (args.clone(), false);
+    }
+    // Keep the shape where possible: cut long strings.
+    let cut = match args {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) if s.len() > 4096 => {
+                        let mut t = s.clone();
+                        tool_fs::cut(&mut t, 4096);
+                        t.push_str("…[truncated]");
+                        (k.clone(), Value::String(t))
+                    }
+                    other => (k.clone(), other.clone()),
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    (cut, true)
+}
+
+/// What the model is told a tool returned.
+pub fn result_for_model(status: &str, result: &ToolResultContent) -> String {
+    let body = match result {
+        ToolResultContent::Text { text } => text.clone(),
+        ToolResultContent::FileEdit { diff } => {
+            format!("Edited {}.\n{}", diff.path, diff.unified_diff)
+        }
+        ToolResultContent::FileWrite { path, bytes, .. } => {
+            format!("Wrote {bytes} bytes to {path}.")
+        }
+        ToolResultContent::Terminal {
+            output,
+            exit_code,
+            timed_out,
+            output_truncated,
+            ..
+        } => {
+            let mut s = String::new();
+            if *output_truncated {
+                s.push_str("[output truncated; showing the tail]\n");
+            }
+            s.push_str(output);
+            if *timed_out {
+                s.push_str("\n[timed out: the command was killed]");
+            } else if let Some(c) = exit_code {
+                s.push_str(&format!("\n[exit code {c}]"));
+            }
+            s
+        }
+        ToolResultContent::Json { value } => value.to_string(),
+    };
+    if status == "completed" {
+        body
+    } else {
+        format!("[{status}] {body}")
+    }
+}
+
+/// The model's context: a system prompt plus the transcript as chat messages. Tool calls that
+/// never got a result (a stopped turn) get a placeholder result so the history stays valid.
+pub fn build_messages(cwd: &Path, items: &[crate::host_api::wire::TranscriptItem]) -> Vec<Value> {
+    let mut msgs = vec![json!({
+        "role": "system",
+        "content": format!(
+            "You are Maka, a careful coding agent. You work in {} and use the tools to read, search, edit and run things there. \
+             Keep the user informed briefly; use update_plan for multi-step work; ask_user when a decision is theirs.",
+            cwd.display()
+        )
+    })];
+    let start = items
+        .iter()
+        .rposition(|i| matches!(i.body, TranscriptBody::Summary { .. }))
+        .unwrap_or(0);
+    let mut open_calls: Vec<String> = Vec::new();
+    let close_open = |msgs: &mut Vec<Value>, open: &mut Vec<String>| {
+        for id in open.drain(..) {
+            msgs.push(json!({"role": "tool", "tool_call_id": id, "content": "[no result: the turn was stopped]"}));
+        }
+    };
+    for item in &items[start..] {
+        match &item.body {
+            TranscriptBody::Summary { text } => {
+                msgs.push(json!({"role": "user", "content": format!("Summary of the earlier conversation:\n{text}")}));
+            }
+            TranscriptBody::User { content, .. } => {
+                close_open(&mut msgs, &mut open_calls);
+                msgs.push(json!({"role": "user", "content": user_text(content)}));
+            }
+            TranscriptBody::Assistant { text, .. } => {
+                close_open(&mut msgs, &mut open_calls);
+                msgs.push(
+                    json!({"role": "assistant", "content": text.clone().unwrap_or_default()}),
+                );
+            }
+            TranscriptBody::ToolCall {
+                tool_call_id,
+                tool_name,
+                args,
+                ..
+            } => {
+                let call = json!({"id": tool_call_id, "type": "function", "function": {"name": tool_name, "arguments": args.to_string()}});
+                let attach = matches!(msgs.last(), Some(m) if m["role"] == "assistant");
+                if !attach {
+                    msgs.push(json!({"role": "assistant", "content": Value::Null}));
+                }
+                if let Some(last) = msgs.last_mut() {
+                    match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                        Some(list) => list.push(call),
+                        None => last["tool_calls"] = json!([call]),
+                    }
+                }
+                open_calls.push(tool_call_id.clone());
+            }
+            TranscriptBody::ToolResult {
+                tool_call_id,
+                status,
+                result,
+                ..
+            } => {
+                open_calls.retain(|id| id != tool_call_id);
+                msgs.push(json!({"role": "tool", "tool_call_id": tool_call_id, "content": result_for_model(status, result)}));
+            }
+            _ => {}
+        }
+    }
+    close_open(&mut msgs, &mut open_calls);
+    msgs
+}
+
+fn user_text(content: &MessageContent) -> String {
+    let mut text = content.text.clone();
+    for a in &content.attachments {
+        match (&a.text, &a.uri) {
+            (Some(t), uri) => {
+                text.push_str(&format!("\n\n[{}]\n{t}", uri.as_deref().unwrap_or(&a.name)))
+            }
+            (None, _) => text.push_str(&format!("\n\n[attached {} {}]", a.kind, a.name)),
+        }
+    }
+    text
+}

@@ -1,0 +1,801 @@
+//! The reference Runtime Host over real HTTP on loopback, as a client sees it: auth, envelopes
+//! and error codes, sessions and paging, turns with the scripted provider, interactions, the
+//! event stream with resume, and recovery after kill -9.
+
+#![cfg(feature = "host")]
+
+mod support;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use support::host::{agent, kinds, HostProcess, TempDir};
+
+fn script() -> Value {
+    json!({
+        "thinkingLevels": ["low", "high"],
+        "rules": [
+            {"when": "edit", "responses": [
+                [{"text": "I'll edit a.txt."}, {"tool": "edit_file", "args": {"path": "a.txt", "old_text": "world", "new_text": "there"}}],
+                [{"text": "Done editing."}]]},
+            {"when": "run sleep", "responses": [[{"tool": "run_command", "args": {"command": "echo started; sleep 30; echo never"}}]]},
+            {"when": "slow", "responses": [[{"text": "Thinking slowly"}, {"delayMs": 30000}, {"text": "never"}]]},
+            {"when": "ask me", "responses": [
+                [{"tool": "ask_user", "args": {"questions": [{"question": "Which DB?", "options": [{"label": "sqlite"}, {"label": "pg"}]}]}}],
+                [{"text": "Noted."}]]},
+            {"when": "write outside", "responses": [[{"tool": "read_file", "args": {"path": "/etc/hostname"}}], [{"text": "ok"}]]},
+            {"when": "plan", "responses": [[{"tool": "update_plan", "args": {"entries": [{"content": "Read", "status": "completed"}, {"content": "Write", "status": "in_progress", "priority": "high"}]}}], [{"text": "Planned."}]]},
+            {"when": "maxtok", "responses": [[{"text": "cut"}, {"finish": "max_tokens"}]]},
+            {"when": "refuse", "responses": [[{"finish": "refusal"}]]},
+            {"when": "fail", "responses": [[{"text": "partial"}, {"fail": "provider_error", "message": "upstream exploded"}]]},
+            {"when": "loop", "responses": [[{"tool": "list_directory", "args": {}}], [{"tool": "list_directory", "args": {}}], [{"tool": "list_directory", "args": {}}]]},
+            {"when": "many", "responses": [[{"repeat": {"text": "x", "times": 9000}}]]}
+        ],
+        "default": [[{"thinking": "Hmm."}, {"text": "Hello from the script!"}]]
+    })
+}
+
+fn setup(tag: &str) -> (TempDir, TempDir, HostProcess) {
+    let data = TempDir::new(&format!("{tag}-data"));
+    let ws = TempDir::new(&format!("{tag}-ws"));
+    std::fs::write(ws.path().join("a.txt"), "hello world\n").unwrap();
+    let host = HostProcess::start(data.path(), Some(&script()));
+    (data, ws, host)
+}
+
+#[test]
+fn auth_is_required_and_browsers_are_refused() {
+    let (_d, _w, host) = setup("auth");
+    let a = agent();
+    for (auth, origin) in [
+        (None, None),
+        (Some("Bearer wrong"), None),
+        (
+            Some(format!("Bearer {}", host.token).as_str()),
+            Some("http://evil.example"),
+        ),
+    ] {
+        let mut req = a.post(&host.url("/v1/op/host.status"));
+        if let Some(v) = auth {
+            req = req.header("Authorization", v);
+        }
+        if let Some(o) = origin {
+            req = req.header("Origin", o);
+        }
+        let resp = req.send("{}").unwrap();
+        assert_eq!(resp.status().as_u16(), 401);
+        let v: Value = serde_json::from_str(&resp.into_body().read_to_string().unwrap()).unwrap();
+        assert_eq!(v["error"]["code"], "unauthorized");
+    }
+    assert!(
+        !host.stderr().contains(&host.token),
+        "the token is never logged"
+    );
+    let st = host.ok("host.status", json!({}));
+    assert_eq!(st["state"], "ready");
+    assert_eq!(st["hostEpoch"], host.epoch);
+}
+
+#[test]
+fn hello_negotiates_and_reports_limits() {
+    let (_d, _w, host) = setup("hello");
+    let r = host.ok("host.hello", json!({"client": {"name": "t", "version": "0"}, "protocol": {"min": 1, "max": 3}, "features": ["client_calls"]}));
+    assert_eq!(r["protocol"], 1);
+    assert_eq!(r["hostEpoch"], host.epoch);
+    assert!(r["limits"]["maxRequestBytes"].as_u64().unwrap() > 0);
+    let e = host.err(
+        "host.hello",
+        json!({"protocol": {"min": 2, "max": 3}}),
+        "incompatible_protocol",
+    );
+    assert_eq!(e["details"]["max"], 1);
+    let models = host.ok("models.list", json!({}));
+    assert_eq!(models["connections"][0]["slug"], "script");
+    assert_eq!(
+        models["connections"][0]["models"][0]["thinkingLevels"],
+        json!(["low", "high"])
+    );
+}
+
+#[test]
+fn bad_bodies_get_the_envelope_never_a_crash() {
+    let (_d, ws, host) = setup("bodies");
+    let (s, v) = host.op_raw("host.status", b"{not json".to_vec());
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (s, v) = host.op_raw("session.create", vec![0xff, 0xfe]);
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (s, v) = host.op_raw("session.get", b"[1,2]".to_vec());
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    host.err("session.get", json!({"sessionId": 5}), "invalid_request");
+    host.err(
+        "session.create",
+        json!({"sessionId": "bad id!", "workspace": {"kind": "host_path", "path": ws.path()}}),
+        "invalid_request",
+    );
+    host.err(
+        "session.create",
+        json!({"sessionId": "s", "workspace": {"kind": "host_path", "path": "relative/dir"}}),
+        "invalid_request",
+    );
+    host.err("session.create", json!({"sessionId": "s", "workspace": {"kind": "host_path", "path": "/definitely/not/here"}}), "invalid_request");
+    let (s, v) = host.op("no.such.op", json!({}));
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (404, Some("operation_unavailable"))
+    );
+    let big = vec![b' '; 17 * 1024 * 1024];
+    let (s, v) = host.op_raw("host.status", big);
+    assert_eq!(
+        (s, v["error"]["code"].as_str()),
+        (413, Some("payload_too_large"))
+    );
+    // Still serving.
+    assert_eq!(host.ok("host.status", json!({}))["state"], "ready");
+}
+
+#[test]
+fn sessions_create_idempotently_list_with_paging_and_filter() {
+    let (_d, ws, host) = setup("sessions");
+    let other = TempDir::new("sessions-other");
+    let first = host.create_session("s_1", ws.path(), "ask");
+    assert_eq!(first["revision"], 1);
+    assert_eq!(
+        host.create_session("s_1", ws.path(), "ask")["createdAt"],
+        first["createdAt"],
+        "retry returns the same session"
+    );
+    host.err(
+        "session.create",
+        json!({"sessionId": "s_1", "workspace": {"kind": "host_path", "path": other.path()}}),
+        "operation_conflict",
+    );
+    for i in 2..=25 {
+        let cwd = if i % 2 == 0 { other.path() } else { ws.path() };
+        host.create_session(&format!("s_{i}"), cwd, "ask");
+    }
+    assert_eq!(
+        host.ok("session.get", json!({"sessionId": "nope"}))["session"],
+        Value::Null
+    );
+    let mut seen = vec![];
+    let mut cursor = Value::Null;
+    loop {
+        let page = host.ok("session.list", json!({"cursor": cursor, "limit": 7}));
+        assert_eq!(page["kind"], "page");
+        let rows = page["sessions"].as_array().unwrap();
+        assert!(rows.len() <= 7);
+        seen.extend(rows.iter().map(|s| s["id"].as_str().unwrap().to_string()));
+        cursor = page["nextCursor"].clone();
+        if cursor.is_null() {
+            break;
+        }
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(
+        (seen.len(), sorted.len()),
+        (25, 25),
+        "every session exactly once"
+    );
+    let filtered = host.ok(
+        "session.list",
+        json!({"filter": {"cwd": ws.path()}, "limit": 100}),
+    );
+    assert_eq!(filtered["sessions"].as_array().unwrap().len(), 13);
+    host.err(
+        "session.list",
+        json!({"cursor": "not-a-cursor"}),
+        "invalid_request",
+    );
+    host.err("session.list", json!({"limit": 0}), "invalid_request");
+    // Archive hides from the list; remove deletes.
+    host.ok(
+        "session.lifecycle.set",
+        json!({"sessionId": "s_3", "state": "archived"}),
+    );
+    let all = host.ok("session.list", json!({"limit": 100}));
+    assert!(all["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["id"] != "s_3"));
+    let with = host.ok(
+        "session.list",
+        json!({"limit": 100, "filter": {"includeArchived": true}}),
+    );
+    assert_eq!(with["sessions"].as_array().unwrap().len(), 25);
+    let rev = host.ok("session.get", json!({"sessionId": "s_5"}))["session"]["revision"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        host.ok(
+            "session.remove",
+            json!({"sessionId": "s_5", "expectedRevision": rev + 7})
+        )["kind"],
+        "revision_conflict"
+    );
+    assert_eq!(
+        host.ok(
+            "session.remove",
+            json!({"sessionId": "s_5", "expectedRevision": rev})
+        )["kind"],
+        "removed"
+    );
+    assert_eq!(
+        host.ok("session.get", json!({"sessionId": "s_5"}))["session"],
+        Value::Null
+    );
+    assert!(!host.data_dir.join("sessions/s_5").exists());
+}
+
+#[test]
+fn configuration_and_metadata_updates_use_revision_cas() {
+    let (_d, ws, host) = setup("cas");
+    host.create_session("s", ws.path(), "ask");
+    let r = host.ok("session.configuration.update", json!({"sessionId": "s", "expectedRevision": 1, "patch": {"permissionMode": "bypass", "thinkingLevel": "high"}}));
+    assert_eq!(r["kind"], "committed");
+    assert_eq!(r["session"]["revision"], 2);
+    assert_eq!(r["session"]["configuration"]["thinkingLevel"], "high");
+    let stale = host.ok(
+        "session.configuration.update",
+        json!({"sessionId": "s", "expectedRevision": 1, "patch": {"permissionMode": "ask"}}),
+    );
+    assert_eq!(
+        stale,
+        json!({"kind": "revision_conflict", "expected": 1, "actual": 2})
+    );
+    host.err(
+        "session.configuration.update",
+        json!({"sessionId": "s", "expectedRevision": 2, "patch": {"thinkingLevel": "max"}}),
+        "invalid_request",
+    );
+    host.err(
+        "session.configuration.update",
+        json!({"sessionId": "s", "expectedRevision": 2, "patch": {"bogus": 1}}),
+        "invalid_request",
+    );
+    host.err(
+        "session.configuration.update",
+        json!({"sessionId": "nope", "expectedRevision": 2, "patch": {}}),
+        "not_found",
+    );
+    let m = host.ok(
+        "session.metadata.update",
+        json!({"sessionId": "s", "expectedRevision": 2, "patch": {"name": "Renamed"}}),
+    );
+    assert_eq!(m["session"]["name"], "Renamed");
+    let frames = host.events("s", 0, 50).1;
+    assert!(kinds(&frames).contains(&"configuration_changed".into()));
+    assert!(kinds(&frames).contains(&"session_updated".into()));
+}
+
+#[test]
+fn a_turn_streams_text_tools_and_ends_with_its_terminal_frame() {
+    let (_d, ws, host) = setup("turn");
+    host.create_session("s", ws.path(), "bypass");
+    let started = host.start_turn("s", "t_1", "please edit the file");
+    assert_eq!(started["kind"], "started");
+    // Retrying the same turn id with the same content is idempotent; different content conflicts.
+    assert_eq!(
+        host.start_turn("s", "t_1", "please edit the file")["turn"]["runId"],
+        started["turn"]["runId"]
+    );
+    host.err(
+        "turn.start",
+        json!({"sessionId": "s", "turnId": "t_1", "content": {"text": "other"}}),
+        "operation_conflict",
+    );
+    let frames = host.until_terminal("s", 0);
+    let k = kinds(&frames);
+    assert_eq!(k.first().map(String::as_str), Some("turn_started"));
+    assert_eq!(k.last().map(String::as_str), Some("turn_terminal"));
+    let text: String = frames
+        .iter()
+        .filter(|f| f["kind"] == "text_delta")
+        .map(|f| f["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "I'll edit a.txt.Done editing.");
+    let start = frames.iter().find(|f| f["kind"] == "tool_start").unwrap();
+    assert_eq!(start["title"], "Edit a.txt");
+    assert_eq!(start["activityKind"], "edit");
+    let result = frames.iter().find(|f| f["kind"] == "tool_result").unwrap();
+    assert_eq!(result["status"], "completed");
+    assert_eq!(result["result"]["kind"], "file_edit");
+    assert!(result["result"]["unifiedDiff"]
+        .as_str()
+        .unwrap()
+        .contains("-hello world\n+hello there"));
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "hello there\n"
+    );
+    assert_eq!(frames.last().unwrap()["outcome"], "completed");
+    assert_eq!(frames.last().unwrap()["reason"], "end_turn");
+    // Offsets are UTF-8 byte positions that chain without gaps.
+    let mut expect = std::collections::HashMap::new();
+    for f in frames.iter().filter(|f| f["kind"] == "text_delta") {
+        let id = f["messageId"].as_str().unwrap().to_string();
+        let at = expect.entry(id).or_insert(0u64);
+        assert_eq!(f["startOffset"].as_u64().unwrap(), *at);
+        *at += f["text"].as_str().unwrap().len() as u64;
+    }
+    let q = host.ok("turn.query", json!({"sessionId": "s", "turnId": "t_1"}));
+    assert_eq!(q["status"], "completed");
+    // The transcript has the whole conversation, paged.
+    let page = host.ok(
+        "session.transcript.page",
+        json!({"sessionId": "s", "limit": 3}),
+    );
+    assert_eq!(page["items"].as_array().unwrap().len(), 3);
+    assert_eq!(page["items"][0]["type"], "user");
+    let rest = host.ok(
+        "session.transcript.page",
+        json!({"sessionId": "s", "cursor": page["nextCursor"], "limit": 256}),
+    );
+    let types: Vec<&str> = rest["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert!(
+        types.contains(&"tool_call")
+            && types.contains(&"tool_result")
+            && types.contains(&"assistant")
+    );
+    assert_eq!(types.last(), Some(&"turn_state"));
+    assert_eq!(
+        host.ok("session.get", json!({"sessionId": "s"}))["session"]["name"],
+        "please edit the file"
+    );
+}
+
+#[test]
+fn every_terminal_outcome() {
+    let (_d, ws, host) = setup("outcomes");
+    host.create_session("s", ws.path(), "bypass");
+    for (i, (prompt, outcome, reason)) in [
+        ("maxtok", "max_tokens", "max_tokens"),
+        ("refuse", "refused", "refusal"),
+        ("fail", "failed", "error"),
+        ("hi", "completed", "end_turn"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let after = host.head_seq("s");
+        host.start_turn("s", &format!("t_{i}"), prompt);
+        let last = host.until_terminal("s", after).pop().unwrap();
+        assert_eq!(
+            (
+                last["outcome"].as_str().unwrap(),
+                last["reason"].as_str().unwrap()
+            ),
+            (*outcome, *reason),
+            "{prompt}"
+        );
+        if *outcome == "failed" {
+            assert_eq!(last["failureClass"], "provider_error");
+            assert_eq!(last["failureMessage"], "upstream exploded");
+        }
+    }
+    let after = host.head_seq("s");
+    host.ok(
+        "turn.start",
+        json!({"sessionId": "s", "turnId": "t_loop", "content": {"text": "loop"}, "maxSteps": 2}),
+    );
+    let last = host.until_terminal("s", after).pop().unwrap();
+    assert_eq!(
+        (last["outcome"].as_str(), last["reason"].as_str()),
+        (Some("completed"), Some("step_limit"))
+    );
+}
+
+#[test]
+fn permission_in_ask_mode_and_busy_sessions() {
+    let (_d, ws, host) = setup("perm");
+    host.create_session("s", ws.path(), "ask");
+    host.start_turn("s", "t_1", "please edit");
+    let frames = host.follow("s", 0, |f| f["kind"] == "interaction_request");
+    let req = &frames.last().unwrap()["interaction"];
+    assert_eq!(req["request"]["kind"], "permission");
+    assert_eq!(req["request"]["review"], "edit");
+    assert_eq!(req["request"]["title"], "Edit a.txt");
+    assert!(req["request"]["diff"]["unifiedDiff"]
+        .as_str()
+        .unwrap()
+        .contains("+hello there"));
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "hello world\n",
+        "nothing written before approval"
+    );
+    let busy = host.err(
+        "turn.start",
+        json!({"sessionId": "s", "turnId": "t_2", "content": {"text": "hi"}}),
+        "session_busy",
+    );
+    assert_eq!(busy["details"]["activeTurnId"], "t_1");
+    assert!(busy["retryable"].as_bool().unwrap());
+    let id = req["interactionId"].as_str().unwrap();
+    host.err("interaction.answer", json!({"sessionId": "s", "interactionId": id, "answer": {"kind": "question", "answers": []}}), "operation_conflict");
+    host.ok("interaction.answer", json!({"sessionId": "s", "interactionId": id, "answer": {"kind": "permission", "decision": "allow", "rememberForTurn": false}}));
+    host.err("interaction.answer", json!({"sessionId": "s", "interactionId": id, "answer": {"kind": "permission", "decision": "deny"}}), "already_resolved");
+    let after = frames.last().unwrap()["seq"].as_u64().unwrap();
+    let rest = host.until_terminal("s", after);
+    assert!(kinds(&rest).contains(&"interaction_closed".into()));
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "hello there\n"
+    );
+
+    // Denied: the tool fails and the file is untouched.
+    std::fs::write(ws.path().join("a.txt"), "hello world\n").unwrap();
+    let after = host.head_seq("s");
+    host.start_turn("s", "t_3", "please edit again");
+    let frames = host.follow("s", after, |f| f["kind"] == "interaction_request");
+    let id = frames.last().unwrap()["interaction"]["interactionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    host.ok("interaction.answer", json!({"sessionId": "s", "interactionId": id, "answer": {"kind": "permission", "decision": "deny"}}));
+    let rest = host.until_terminal("s", frames.last().unwrap()["seq"].as_u64().unwrap());
+    let result = rest.iter().find(|f| f["kind"] == "tool_result").unwrap();
+    assert_eq!(result["status"], "failed");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "hello world\n"
+    );
+}
+
+#[test]
+fn explore_mode_refuses_writes_and_outside_paths_need_a_boundary_approval() {
+    let (_d, ws, host) = setup("explore");
+    host.create_session("s", ws.path(), "explore");
+    host.start_turn("s", "t_1", "please edit");
+    let frames = host.until_terminal("s", 0);
+    let result = frames.iter().find(|f| f["kind"] == "tool_result").unwrap();
+    assert_eq!(result["status"], "failed");
+    assert!(result["result"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("explore"));
+    assert!(!kinds(&frames).contains(&"interaction_request".into()));
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "hello world\n"
+    );
+
+    let after = host.head_seq("s");
+    host.start_turn("s", "t_2", "write outside");
+    let frames = host.follow("s", after, |f| f["kind"] == "interaction_request");
+    let i = &frames.last().unwrap()["interaction"];
+    assert_eq!(i["request"]["kind"], "sandbox_boundary");
+    assert!(i["request"]["paths"][0]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("hostname"));
+    host.ok("interaction.answer", json!({"sessionId": "s", "interactionId": i["interactionId"], "answer": {"kind": "sandbox_boundary", "decision": "deny"}}));
+    let rest = host.until_terminal("s", frames.last().unwrap()["seq"].as_u64().unwrap());
+    assert_eq!(
+        rest.iter().find(|f| f["kind"] == "tool_result").unwrap()["status"],
+        "failed"
+    );
+}
+
+#[test]
+fn questions_and_plans() {
+    let (_d, ws, host) = setup("ask");
+    host.create_session("s", ws.path(), "ask");
+    host.start_turn("s", "t_1", "ask me");
+    let frames = host.follow("s", 0, |f| f["kind"] == "interaction_request");
+    let i = &frames.last().unwrap()["interaction"];
+    assert_eq!(i["request"]["questions"][0]["options"][1]["label"], "pg");
+    host.ok("interaction.answer", json!({"sessionId": "s", "interactionId": i["interactionId"], "answer": {"kind": "question", "answers": ["pg"]}}));
+    let rest = host.until_terminal("s", frames.last().unwrap()["seq"].as_u64().unwrap());
+    let r = rest.iter().find(|f| f["kind"] == "tool_result").unwrap();
+    assert_eq!(r["result"]["value"]["answers"], json!(["pg"]));
+
+    let after = host.head_seq("s");
+    host.start_turn("s", "t_2", "plan it");
+    let frames = host.until_terminal("s", after);
+    let plan = frames.iter().find(|f| f["kind"] == "plan_update").unwrap();
+    assert_eq!(
+        plan["entries"][1],
+        json!({"content": "Write", "status": "in_progress", "priority": "high"})
+    );
+}
+
+#[test]
+fn stop_cancels_promptly_closes_interactions_and_kills_commands() {
+    let (_d, ws, host) = setup("stop");
+    host.create_session("s", ws.path(), "ask");
+    // A pending permission is closed as turn_stopped.
+    host.start_turn("s", "t_1", "please edit");
+    let frames = host.follow("s", 0, |f| f["kind"] == "interaction_request");
+    let run = frames[0]["runId"].as_str().unwrap().to_string();
+    host.err(
+        "turn.stop",
+        json!({"sessionId": "s", "turnId": "t_1", "runId": "r_other"}),
+        "operation_conflict",
+    );
+    host.ok(
+        "turn.stop",
+        json!({"sessionId": "s", "turnId": "t_1", "runId": run}),
+    );
+    let rest = host.until_terminal("s", frames.last().unwrap()["seq"].as_u64().unwrap());
+    let closed = rest
+        .iter()
+        .find(|f| f["kind"] == "interaction_closed")
+        .unwrap();
+    assert_eq!(
+        closed["outcome"],
+        json!({"kind": "closure", "reason": "turn_stopped"})
+    );
+    assert_eq!(rest.last().unwrap()["outcome"], "cancelled");
+
+    // A model call in a long delay is dropped.
+    host.ok("session.configuration.update", json!({"sessionId": "s", "expectedRevision": host.ok("session.get", json!({"sessionId": "s"}))["session"]["revision"], "patch": {"permissionMode": "bypass"}}));
+    let after = host.head_seq("s");
+    host.start_turn("s", "t_2", "slow");
+    host.follow("s", after, |f| f["kind"] == "text_delta");
+    let t0 = Instant::now();
+    host.ok("turn.stop", json!({"sessionId": "s", "turnId": "t_2"}));
+    let rest = host.until_terminal("s", after);
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "stop took {:?}",
+        t0.elapsed()
+    );
+    assert_eq!(rest.last().unwrap()["outcome"], "cancelled");
+
+    // A running command's whole process group is killed.
+    let after = host.head_seq("s");
+    host.start_turn("s", "t_3", "run sleep");
+    let frames = host.follow("s", after, |f| f["kind"] == "tool_output_delta");
+    assert!(frames.last().unwrap()["chunk"]
+        .as_str()
+        .unwrap()
+        .contains("started"));
+    host.ok("turn.stop", json!({"sessionId": "s", "turnId": "t_3"}));
+    let rest = host.until_terminal("s", frames.last().unwrap()["seq"].as_u64().unwrap());
+    let result = rest.iter().find(|f| f["kind"] == "tool_result").unwrap();
+    assert_eq!(result["status"], "cancelled");
+    std::thread::sleep(Duration::from_millis(200));
+    let ps = std::process::Command::new("ps")
+        .args(["-eo", "args"])
+        .output()
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&ps.stdout)
+            .lines()
+            .any(|l| l.contains("sleep 30; echo never")),
+        "the command's processes are gone"
+    );
+}
+
+#[test]
+fn the_stream_resumes_with_after_and_asks_for_resync_when_it_cannot() {
+    let (_d, ws, host) = setup("stream");
+    host.create_session("s", ws.path(), "bypass");
+    host.start_turn("s", "t_1", "hi");
+    let all = host.until_terminal("s", 0);
+    let mid = all[2]["seq"].as_u64().unwrap();
+    let (status, resumed) = host.events("s", mid, 50);
+    assert_eq!(status, 200);
+    let data: Vec<&Value> = resumed.iter().filter(|f| f["seq"].is_number()).collect();
+    assert_eq!(data.len(), all.len() - 3);
+    assert_eq!(data[0], &all[3]);
+    assert_eq!(resumed.last().unwrap()["kind"], "stream_end");
+    // Heartbeats arrive on a quiet stream (10 s) — not waited for here; window end is.
+    let (status, lines) = host.events("s", all.last().unwrap()["seq"].as_u64().unwrap(), 100);
+    assert_eq!((status, lines.len()), (200, 1));
+    assert_eq!(lines[0]["reason"], "window_elapsed");
+    // after past the head, unknown session, stale epoch.
+    let (status, lines) = host.events("s", 10_000, 50);
+    assert_eq!(
+        (status, lines[0]["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (status, _) = host.events("nope", 0, 50);
+    assert_eq!(status, 404);
+    let resp = agent()
+        .get(&host.url("/v1/events?sessionId=s&after=0&epoch=he_old"))
+        .header("Authorization", format!("Bearer {}", host.token))
+        .call()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 410);
+    // More frames than the ring holds: an old cursor gets 410 resync_required.
+    host.start_turn("s", "t_2", "many");
+    let head_before = all.last().unwrap()["seq"].as_u64().unwrap();
+    host.follow("s", head_before, |f| f["kind"] == "turn_terminal");
+    let (status, lines) = host.events("s", 1, 50);
+    assert_eq!(status, 410);
+    assert_eq!(lines[0]["error"]["code"], "resync_required");
+    assert_eq!(lines[0]["error"]["details"]["reason"], "ring_evicted");
+    let open = host.ok("session.open", json!({"sessionId": "s"}));
+    let (status, _) = host.events("s", open["seq"].as_u64().unwrap(), 50);
+    assert_eq!(status, 200, "re-opening gives a usable cursor");
+}
+
+#[test]
+fn no_provider_means_sessions_work_and_prompts_say_what_to_set() {
+    let data = TempDir::new("noprov");
+    let ws = TempDir::new("noprov-ws");
+    let host = HostProcess::start(data.path(), None);
+    host.create_session("s", ws.path(), "ask");
+    let e = host.err(
+        "turn.start",
+        json!({"sessionId": "s", "turnId": "t", "content": {"text": "hi"}}),
+        "capability_unavailable",
+    );
+    let msg = e["message"].as_str().unwrap();
+    for v in [
+        "MAKA_OPENAI_BASE_URL",
+        "MAKA_MODEL",
+        "MAKA_OPENAI_API_KEY",
+        "MAKA_SCRIPT",
+        "maka-acp login",
+    ] {
+        assert!(msg.contains(v), "message names {v}: {msg}");
+    }
+    assert_eq!(
+        host.ok("session.list", json!({}))["sessions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn kill_9_mid_turn_loses_nothing_acknowledged_and_the_turn_can_resume() {
+    let (data, ws, mut host) = setup("crash");
+    host.create_session("s", ws.path(), "ask");
+    host.start_turn("s", "t_1", "hi");
+    host.until_terminal("s", 0);
+    host.start_turn("s", "t_2", "please edit");
+    let frames = host.follow("s", 0, |f| {
+        f["kind"] == "interaction_request" && f["interaction"]["turnId"] == "t_2"
+    });
+    let pending_id = frames.last().unwrap()["interaction"]["interactionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    host.kill9();
+    // A crash mid-append leaves a torn line; recovery drops it.
+    let transcript = data.path().join("sessions/s/transcript.jsonl");
+    let before = std::fs::read_to_string(&transcript).unwrap();
+    std::fs::write(
+        &transcript,
+        format!("{before}{{\"messageSeq\":999,\"ts\":1,\"turnId\":\"t_2\",\"ty"),
+    )
+    .unwrap();
+    // A corrupt neighbour must not stop the host.
+    std::fs::create_dir_all(data.path().join("sessions/junk")).unwrap();
+    std::fs::write(data.path().join("sessions/junk/session.json"), "{{{").unwrap();
+
+    let host = HostProcess::start(data.path(), Some(&script()));
+    assert!(
+        host.stderr().contains("junk"),
+        "the corrupt session is logged: {}",
+        host.stderr()
+    );
+    let sessions = host.ok("session.list", json!({}));
+    assert_eq!(sessions["sessions"].as_array().unwrap().len(), 1);
+    let q = host.ok("turn.query", json!({"sessionId": "s", "turnId": "t_2"}));
+    assert_eq!(
+        (q["status"].as_str(), q["failureClass"].as_str()),
+        (Some("failed"), Some("crash"))
+    );
+    let items = host.ok(
+        "session.transcript.page",
+        json!({"sessionId": "s", "limit": 256}),
+    )["items"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let texts: Vec<String> = items
+        .iter()
+        .filter(|i| i["type"] == "user")
+        .map(|i| i["content"]["text"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        texts,
+        vec!["hi", "please edit"],
+        "every acknowledged user message survived"
+    );
+    assert!(
+        items.iter().all(|i| i["messageSeq"] != 999),
+        "the torn line is gone"
+    );
+    let closure = items
+        .iter()
+        .rfind(|i| {
+            i["type"] == "interaction" && i["interaction"]["interactionId"] == pending_id.as_str()
+        })
+        .unwrap();
+    assert_eq!(
+        closure["interaction"]["outcome"],
+        json!({"kind": "closure", "reason": "host_restarted"})
+    );
+    let plan = host.ok("turn.resume.query", json!({"sessionId": "s"}));
+    assert_eq!(plan["disposition"], "ready");
+    assert_eq!(plan["sourceTurnId"], "t_2");
+    host.ok("session.configuration.update", json!({"sessionId": "s", "expectedRevision": host.ok("session.get", json!({"sessionId": "s"}))["session"]["revision"], "patch": {"permissionMode": "bypass"}}));
+    let bad = host.ok("turn.resume.start", json!({"sessionId": "s", "turnId": "t_r0", "sourceRunId": plan["sourceRunId"], "sourceHighWater": 1}));
+    assert_eq!(
+        bad,
+        json!({"kind": "parked", "reason": "safety_check_failed"})
+    );
+    let started = host.ok("turn.resume.start", json!({"sessionId": "s", "turnId": "t_r", "sourceRunId": plan["sourceRunId"], "sourceHighWater": plan["sourceHighWater"]}));
+    assert_eq!(started["kind"], "started");
+    assert_eq!(started["turn"]["origin"], "resume");
+    let frames = host.until_terminal("s", 0);
+    assert_eq!(frames.last().unwrap()["outcome"], "completed");
+    assert_eq!(
+        host.ok("turn.resume.query", json!({"sessionId": "s"}))["disposition"],
+        "parked"
+    );
+}
+
+#[test]
+fn client_calls_delegate_file_reads_to_the_editor() {
+    let data = TempDir::new("calls");
+    let ws = TempDir::new("calls-ws");
+    std::fs::write(ws.path().join("a.txt"), "on disk\n").unwrap();
+    let script = json!({"default": [[{"tool": "read_file", "args": {"path": "a.txt"}}], [{"text": "read it"}]]});
+    let host = HostProcess::start(data.path(), Some(&script));
+    host.create_session("s", ws.path(), "bypass");
+    host.err(
+        "client.capability.replace",
+        json!({"sessionId": "s", "services": ["teleport"]}),
+        "invalid_request",
+    );
+    host.ok(
+        "client.capability.replace",
+        json!({"sessionId": "s", "services": ["fs.read_text_file"]}),
+    );
+    host.start_turn("s", "t", "read");
+    let frames = host.follow("s", 0, |f| f["kind"] == "client_call");
+    let call = frames.last().unwrap();
+    assert_eq!(call["service"], "fs.read_text_file");
+    assert!(call["input"]["path"].as_str().unwrap().ends_with("/a.txt"));
+    host.ok("client.call.result", json!({"sessionId": "s", "invocationId": call["invocationId"], "outcome": {"ok": true, "result": {"content": "unsaved buffer\n"}}}));
+    // A duplicate result is ignored.
+    host.ok("client.call.result", json!({"sessionId": "s", "invocationId": call["invocationId"], "outcome": {"ok": true, "result": {}}}));
+    let rest = host.until_terminal("s", call["seq"].as_u64().unwrap());
+    let r = rest.iter().find(|f| f["kind"] == "tool_result").unwrap();
+    assert_eq!(r["result"]["text"], "unsaved buffer\n");
+}
+
+#[test]
+fn shutdown_drains_and_stdin_eof_exits() {
+    let (_d, ws, mut host) = setup("shutdown");
+    host.create_session("s", ws.path(), "bypass");
+    let resp = agent()
+        .post(&host.url("/v1/shutdown"))
+        .header("Authorization", format!("Bearer {}", host.token))
+        .send(r#"{"drainMs": 500}"#)
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let status = host
+        .wait_exit(Duration::from_secs(10))
+        .expect("host exits after shutdown");
+    assert!(status.success());
+
+    let (_d2, _w2, mut host) = setup("eof");
+    host.close_stdin();
+    let status = host
+        .wait_exit(Duration::from_secs(10))
+        .expect("host exits when stdin closes");
+    assert!(status.success());
+}
