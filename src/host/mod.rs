@@ -10,7 +10,7 @@ pub mod store;
 pub mod tools;
 pub mod turn;
 
-use crate::host_api::wire::{ErrorCode, HostError};
+use crate::host_api::wire::HostError;
 use models::Providers;
 use serde_json::{json, Value};
 use session::SessionCell;
@@ -232,43 +232,33 @@ pub struct HostOptions {
     pub watch_stdin: bool,
 }
 
-/// Runs the host until it is told to shut down or its stdin closes. Returns the exit code.
-pub fn run(opts: HostOptions) -> i32 {
-    let token = match std::env::var("MAKA_HOST_TOKEN") {
-        Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
-        _ => {
-            log::error!("MAKA_HOST_TOKEN must be set: clients authenticate with it (Authorization: Bearer …)");
-            eprintln!("maka-acp host: set MAKA_HOST_TOKEN (the bearer token clients must send)");
-            return 2;
-        }
-    };
-    if !opts.listen.ip().is_loopback() {
-        eprintln!(
-            "maka-acp host: --listen must be a loopback address (127.0.0.1, ::1), got {}",
-            opts.listen
-        );
-        return 2;
+/// A bound, ready host: serve it with [`serve`].
+pub struct Bound {
+    pub host: Arc<Host>,
+    pub server: Arc<tiny_http::Server>,
+    pub port: u16,
+}
+
+/// Opens the data dir, loads the sessions, reads the provider configuration and binds the
+/// listener. Errors are one-line messages for the user.
+pub fn bind(
+    listen: SocketAddr,
+    data_dir: &std::path::Path,
+    token: String,
+) -> Result<Bound, String> {
+    if !listen.ip().is_loopback() {
+        return Err(format!(
+            "--listen must be a loopback address (127.0.0.1, ::1), got {listen}"
+        ));
     }
     let fsync = std::env::var("MAKA_HOST_FSYNC")
         .map(|v| v != "0")
         .unwrap_or(true);
-    let store = match Store::open(&opts.data_dir, fsync) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!(
-                "maka-acp host: cannot use data dir {}: {e}",
-                opts.data_dir.display()
-            );
-            return 1;
-        }
-    };
-    let server = match tiny_http::Server::http(opts.listen) {
-        Ok(s) => Arc::new(s),
-        Err(e) => {
-            eprintln!("maka-acp host: cannot listen on {}: {e}", opts.listen);
-            return 1;
-        }
-    };
+    let store = Store::open(data_dir, fsync)
+        .map_err(|e| format!("cannot use data dir {}: {e}", data_dir.display()))?;
+    let server = Arc::new(
+        tiny_http::Server::http(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?,
+    );
     let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
     let mut sessions = HashMap::new();
     for s in store.load_sessions() {
@@ -298,10 +288,35 @@ pub fn run(opts: HostOptions) -> i32 {
     log::info!(
         "host {} listening on 127.0.0.1:{port}, data dir {}, {} session(s)",
         host.epoch,
-        opts.data_dir.display(),
+        data_dir.display(),
         host.sessions_lock().len()
     );
-    let ready = json!({"kind": "ready", "port": port, "hostEpoch": host.epoch, "pid": std::process::id(), "protocol": crate::host_api::wire::PROTOCOL_VERSION});
+    Ok(Bound { host, server, port })
+}
+
+/// Serves requests until the host shuts down.
+pub fn serve(bound: Bound) {
+    server::serve(Arc::clone(&bound.host), bound.server);
+    log::info!("host {} stopped", bound.host.epoch);
+}
+
+/// Runs the host until it is told to shut down or its stdin closes. Returns the exit code.
+pub fn run(opts: HostOptions) -> i32 {
+    let token = match std::env::var("MAKA_HOST_TOKEN") {
+        Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+        _ => {
+            eprintln!("maka-acp host: set MAKA_HOST_TOKEN (the bearer token clients must send)");
+            return 2;
+        }
+    };
+    let bound = match bind(opts.listen, &opts.data_dir, token) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("maka-acp host: {e}");
+            return if e.starts_with("--listen") { 2 } else { 1 };
+        }
+    };
+    let ready = json!({"kind": "ready", "port": bound.port, "hostEpoch": bound.host.epoch, "pid": std::process::id(), "protocol": crate::host_api::wire::PROTOCOL_VERSION});
     {
         let mut out = std::io::stdout().lock();
         if writeln!(out, "{ready}").and_then(|_| out.flush()).is_err() {
@@ -309,7 +324,7 @@ pub fn run(opts: HostOptions) -> i32 {
         }
     }
     if opts.watch_stdin {
-        let h = Arc::clone(&host);
+        let h = Arc::clone(&bound.host);
         let _ = std::thread::Builder::new()
             .name("host-stdin".into())
             .spawn(move || {
@@ -320,12 +335,6 @@ pub fn run(opts: HostOptions) -> i32 {
                 h.begin_shutdown(Duration::from_secs(2));
             });
     }
-    server::serve(Arc::clone(&host), server);
-    log::info!("host {} stopped", host.epoch);
+    serve(bound);
     0
-}
-
-/// An error envelope's HTTP status, for the server and tests.
-pub fn status_of(code: ErrorCode) -> u16 {
-    code.http_status()
 }

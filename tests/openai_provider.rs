@@ -1,0 +1,274 @@
+//! The real OpenAI-compatible provider code path, end to end: the host talks to a local fake
+//! Chat Completions server that replays recorded streaming responses (text, tool calls split
+//! across chunks, errors, 429) and records what it was sent.
+
+#![cfg(feature = "host")]
+
+mod support;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use support::host::{kinds, HostProcess, TempDir};
+
+struct Recorded {
+    auth: Option<String>,
+    body: Value,
+}
+
+/// Serves `responses` in order (one per request), then 500s. Each response is raw HTTP.
+fn fake_server(responses: Vec<String>) -> (u16, Arc<Mutex<Vec<Recorded>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        let mut queue = responses.into_iter();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut len = 0usize;
+            let mut auth = None;
+            let mut line = String::new();
+            loop {
+                line.clear();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if lower.starts_with("authorization:") {
+                    auth = Some(line["authorization:".len()..].trim().to_string());
+                }
+            }
+            let mut body = vec![0u8; len];
+            let _ = reader.read_exact(&mut body);
+            log.lock().unwrap().push(Recorded {
+                auth,
+                body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            });
+            let response = queue.next().unwrap_or_else(|| {
+                http(500, "{\"error\":{\"message\":\"script exhausted\"}}", &[])
+            });
+            let _ = stream.write_all(response.as_bytes());
+            let _ = stream.flush();
+        }
+    });
+    (port, seen)
+}
+
+fn http(status: u16, body: &str, headers: &[(&str, &str)]) -> String {
+    let mut h = String::new();
+    for (k, v) in headers {
+        h.push_str(&format!("{k}: {v}\r\n"));
+    }
+    format!("HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n{h}\r\n{body}", body.len())
+}
+
+fn sse(chunks: &[Value]) -> String {
+    let mut body = String::new();
+    for c in chunks {
+        body.push_str(&format!("data: {c}\n\n"));
+    }
+    body.push_str("data: [DONE]\n\n");
+    format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n{body}")
+}
+
+fn host_for(port: u16, data: &TempDir) -> HostProcess {
+    HostProcess::start_env(
+        data.path(),
+        vec![
+            (
+                "MAKA_OPENAI_BASE_URL".into(),
+                format!("http://127.0.0.1:{port}/v1"),
+            ),
+            ("MAKA_OPENAI_API_KEY".into(), "sk-test-123".into()),
+            ("MAKA_MODEL".into(), "fake-model".into()),
+            ("MAKA_MODEL_THINKING_LEVELS".into(), "low,high".into()),
+        ],
+    )
+}
+
+#[test]
+fn streams_text_and_split_tool_calls_retries_429_and_feeds_results_back() {
+    let ws = TempDir::new("oa-ws");
+    std::fs::write(ws.path().join("notes.txt"), "the secret is 42\n").unwrap();
+    let responses = vec![
+        http(
+            429,
+            "{\"error\":{\"message\":\"slow down\"}}",
+            &[("Retry-After", "0")],
+        ),
+        sse(&[
+            json!({"choices": [{"delta": {"role": "assistant", "reasoning_content": "Need the file."}}]}),
+            json!({"choices": [{"delta": {"content": "Let me "}}]}),
+            json!({"choices": [{"delta": {"content": "read it."}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_A", "type": "function", "function": {"name": "read_", "arguments": "{\"pa"}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"name": "file", "arguments": "th\": \"notes.txt\"}"}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 120, "completion_tokens": 9}}),
+        ]),
+        sse(&[
+            json!({"choices": [{"delta": {"content": "The secret is 42."}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 150, "completion_tokens": 6}}),
+        ]),
+    ];
+    let (port, seen) = fake_server(responses);
+    let data = TempDir::new("oa-data");
+    let host = host_for(port, &data);
+    let models = host.ok("models.list", json!({}));
+    assert_eq!(models["connections"][0]["slug"], "openai");
+    assert_eq!(models["connections"][0]["models"][0]["id"], "fake-model");
+    host.create_session("s", ws.path(), "bypass");
+    let rev = host.ok("session.get", json!({"sessionId": "s"}))["session"]["revision"].clone();
+    host.ok(
+        "session.configuration.update",
+        json!({"sessionId": "s", "expectedRevision": rev, "patch": {"thinkingLevel": "high"}}),
+    );
+    host.start_turn("s", "t", "what is the secret?");
+    let frames = host.until_terminal("s", 0);
+    let k = kinds(&frames);
+    let retry = frames
+        .iter()
+        .find(|f| f["kind"] == "turn_status" && f["providerRetry"].is_object())
+        .expect("the retry is reported");
+    assert!(retry["providerRetry"]["reason"]
+        .as_str()
+        .unwrap()
+        .contains("429"));
+    let thinking: String = frames
+        .iter()
+        .filter(|f| f["kind"] == "thinking_delta")
+        .map(|f| f["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(thinking, "Need the file.");
+    let text: String = frames
+        .iter()
+        .filter(|f| f["kind"] == "text_delta")
+        .map(|f| f["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Let me read it.The secret is 42.");
+    let start = frames.iter().find(|f| f["kind"] == "tool_start").unwrap();
+    assert_eq!(
+        (start["toolName"].as_str(), start["toolCallId"].as_str()),
+        (Some("read_file"), Some("call_A"))
+    );
+    assert_eq!(start["args"], json!({"path": "notes.txt"}));
+    assert!(k.contains(&"usage".to_string()));
+    let usage = frames.iter().rfind(|f| f["kind"] == "usage").unwrap();
+    assert_eq!(usage["context"]["usedTokens"], 156);
+    assert_eq!(frames.last().unwrap()["outcome"], "completed");
+
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3, "429 + two model steps");
+    for r in seen.iter() {
+        assert_eq!(r.auth.as_deref(), Some("Bearer sk-test-123"));
+        assert_eq!(r.body["model"], "fake-model");
+        assert_eq!(r.body["stream"], true);
+        assert_eq!(r.body["reasoning_effort"], "high");
+        let tools: Vec<&str> = r.body["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap())
+            .collect();
+        assert!(tools.contains(&"read_file") && tools.contains(&"run_command"));
+    }
+    let second = seen[2].body["messages"].as_array().unwrap();
+    let assistant = second
+        .iter()
+        .find(|m| m["role"] == "assistant" && m["tool_calls"].is_array())
+        .unwrap();
+    assert_eq!(assistant["tool_calls"][0]["id"], "call_A");
+    let tool_msg = second.iter().find(|m| m["role"] == "tool").unwrap();
+    assert_eq!(tool_msg["tool_call_id"], "call_A");
+    assert_eq!(tool_msg["content"], "the secret is 42\n");
+    assert_eq!(second[0]["role"], "system");
+}
+
+#[test]
+fn provider_errors_fail_the_turn_with_the_providers_message() {
+    let ws = TempDir::new("oa-err-ws");
+    let (port, _) = fake_server(vec![
+        http(
+            400,
+            "{\"error\":{\"message\":\"model fake-model does not exist\"}}",
+            &[],
+        ),
+        http(401, "{\"error\":{\"message\":\"bad key\"}}", &[]),
+        sse(&[
+            json!({"choices": [{"delta": {"content": "trunc"}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "length"}]}),
+        ]),
+        sse(&[json!({"error": {"message": "mid-stream failure"}})]),
+    ]);
+    let data = TempDir::new("oa-err-data");
+    let host = host_for(port, &data);
+    host.create_session("s", ws.path(), "bypass");
+    let mut after = 0;
+    for (turn, outcome, class, needle) in [
+        (
+            "t1",
+            "failed",
+            Some("provider_error"),
+            Some("does not exist"),
+        ),
+        ("t2", "failed", Some("provider_auth"), Some("bad key")),
+        ("t3", "max_tokens", None, None),
+        (
+            "t4",
+            "failed",
+            Some("provider_error"),
+            Some("mid-stream failure"),
+        ),
+    ] {
+        host.start_turn("s", turn, "hello");
+        let frames = host.until_terminal("s", after);
+        after = frames.last().unwrap()["seq"].as_u64().unwrap();
+        let last = frames.last().unwrap();
+        assert_eq!(last["outcome"], outcome, "{turn}: {last}");
+        if let Some(c) = class {
+            assert_eq!(last["failureClass"], c, "{turn}");
+            assert!(
+                last["failureMessage"]
+                    .as_str()
+                    .unwrap()
+                    .contains(needle.unwrap()),
+                "{turn}: {last}"
+            );
+        }
+    }
+}
+
+#[test]
+fn persistent_5xx_is_retried_then_reported() {
+    let ws = TempDir::new("oa-5xx-ws");
+    let busy = http(
+        503,
+        "{\"error\":{\"message\":\"overloaded\"}}",
+        &[("Retry-After", "0")],
+    );
+    let (port, seen) = fake_server(vec![
+        busy.clone(),
+        busy.clone(),
+        busy.clone(),
+        busy.clone(),
+        busy,
+    ]);
+    let data = TempDir::new("oa-5xx-data");
+    let host = host_for(port, &data);
+    host.create_session("s", ws.path(), "bypass");
+    host.start_turn("s", "t", "hello");
+    let frames = host.until_terminal("s", 0);
+    let retries = frames
+        .iter()
+        .filter(|f| f["providerRetry"].is_object())
+        .count();
+    assert_eq!(retries, 4);
+    let last = frames.last().unwrap();
+    assert_eq!(last["failureClass"], "provider_unavailable");
+    assert!(last["failureMessage"].as_str().unwrap().contains("503"));
+    assert_eq!(seen.lock().unwrap().len(), 5);
+}
