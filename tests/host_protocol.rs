@@ -799,3 +799,58 @@ fn shutdown_drains_and_stdin_eof_exits() {
         .expect("host exits when stdin closes");
     assert!(status.success());
 }
+
+#[test]
+fn archived_sessions_draining_hosts_and_stream_capacity_are_refused() {
+    let (_d, ws, host) = setup("refusals");
+    host.create_session("s", ws.path(), "bypass");
+    host.ok(
+        "session.lifecycle.set",
+        json!({"sessionId": "s", "state": "archived"}),
+    );
+    host.err(
+        "turn.start",
+        json!({"sessionId": "s", "turnId": "t", "content": {"text": "hi"}}),
+        "session_archived",
+    );
+    host.err(
+        "session.configuration.update",
+        json!({"sessionId": "s", "expectedRevision": 2, "patch": {}}),
+        "session_archived",
+    );
+    host.ok(
+        "session.lifecycle.set",
+        json!({"sessionId": "s", "state": "active"}),
+    );
+
+    // 64 open streams fill the capacity; the 65th is refused with 429.
+    let streams: Vec<_> = (0..64)
+        .map(|_| {
+            agent()
+                .get(&host.url("/v1/events?sessionId=s&after=0&waitMs=3000"))
+                .header("Authorization", format!("Bearer {}", host.token))
+                .call()
+                .unwrap()
+        })
+        .collect();
+    let (status, lines) = host.events("s", 0, 10);
+    assert_eq!(status, 429);
+    assert_eq!(lines[0]["error"]["code"], "capacity_exceeded");
+    drop(streams);
+
+    // While draining (a slow turn keeps the host alive), new work is refused.
+    host.start_turn("s", "t_slow", "slow");
+    host.follow("s", 0, |f| f["kind"] == "text_delta");
+    let resp = agent()
+        .post(&host.url("/v1/shutdown"))
+        .header("Authorization", format!("Bearer {}", host.token))
+        .send(r#"{"drainMs": 60000}"#)
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    host.err(
+        "session.create",
+        json!({"sessionId": "s2", "workspace": {"kind": "host_path", "path": ws.path()}}),
+        "host_draining",
+    );
+    assert_eq!(host.ok("host.status", json!({}))["state"], "draining");
+}
