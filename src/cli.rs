@@ -185,7 +185,11 @@ fn init_logging(level: Option<&str>) {
     let mut builder = env_logger::Builder::new();
     builder.target(env_logger::Target::Stderr);
     match (level, std::env::var("RUST_LOG").ok()) {
-        (Some(level), _) => builder.parse_filters(level),
+        (Some(level), _) => {
+            // Children (the embedded host) inherit the same level. No threads exist yet.
+            std::env::set_var("RUST_LOG", level);
+            builder.parse_filters(level)
+        }
         (None, Some(filters)) if !filters.is_empty() => builder.parse_filters(&filters),
         _ => builder.parse_filters("warn"),
     };

@@ -127,14 +127,12 @@ fn unknown_and_unadvertised_methods_are_method_not_found() {
         "no/such/method",
         "_zed.dev/workspace/buffers",
         "_maka/unknown",
-        // Not advertised at this point, so clients must not call them; we answer -32601.
+        // Not advertised, so clients must not call them; we answer -32601.
         "authenticate",
         "logout",
-        "session/load",
-        "session/list",
-        "session/resume",
-        "session/close",
-        "session/delete",
+        "session/set_mode",
+        "session/set_config_option",
+        "session/set_model",
         "session/fork",
     ] {
         let (resp, _) = agent.call(method, json!({}));

@@ -1,13 +1,26 @@
-//! The dispatcher: one table with every ACP method this agent serves.
+//! The dispatcher: every ACP method this agent serves, in one table ([`Agent::handle_request`]).
 //!
-//! Quick methods are answered inline. Methods that wait on the Runtime Host run on worker
-//! threads and answer through their [`Responder`], so `session/cancel` and `$/cancel_request`
-//! are never stuck behind them.
+//! Quick methods are answered inline. Methods that talk to the Runtime Host run on a worker
+//! thread each and answer through their [`Responder`], so `session/cancel` is never stuck
+//! behind them. A prompt's responder is handed to the session's reader thread, which answers
+//! after the turn's last update.
 
-use super::initialize::{self, ClientCapabilities, InitializeParams};
-use crate::jsonrpc::{Connection, Incoming, Notification, Request, Responder, ResponseError};
-use serde_json::Value;
-use std::path::PathBuf;
+use super::errors::{self, from_client};
+use super::host_link::{Connected, HostLink};
+use super::initialize::{self, InitializeParams};
+use super::interaction;
+use super::params::Params;
+use super::projection::replay_frames;
+use super::prompt;
+use super::session::{AcpSession, PendingPrompt, Shared};
+use crate::host_api::random_hex;
+use crate::host_api::wire::{FrameBody, Interaction, Location, TranscriptItem};
+use crate::jsonrpc::{code, Connection, Incoming, Notification, Request, Responder, ResponseError};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Where the Runtime Host is, from the command line and environment.
 #[derive(Clone, Debug, Default)]
@@ -18,18 +31,56 @@ pub struct AdapterConfig {
     pub data_dir: Option<PathBuf>,
 }
 
+type Sessions = Arc<Mutex<HashMap<String, Arc<AcpSession>>>>;
+
 struct Agent {
-    #[allow(dead_code)] // used by the session methods
-    config: AdapterConfig,
+    conn_outbox: crate::jsonrpc::Outbox,
+    calls: Arc<crate::jsonrpc::ClientCalls>,
+    link: Arc<HostLink>,
     /// Set by `initialize`; before it, the client is assumed to support nothing.
     client: Option<InitializeParams>,
+    sessions: Sessions,
+}
+
+/// What a worker thread needs.
+#[derive(Clone)]
+struct Ctx {
+    shared: Arc<Shared>,
+    sessions: Sessions,
+}
+
+impl Ctx {
+    fn host(&self) -> Result<Connected, ResponseError> {
+        self.shared.link.get()
+    }
+
+    /// Calls a host operation; a transport failure forgets the host (the next call restarts it).
+    fn op(&self, conn: &Connected, key: &str, input: Value) -> Result<Value, ResponseError> {
+        conn.client.op(key, &input).map_err(|e| {
+            if matches!(e, crate::host_api::client::ClientError::Transport(_)) {
+                self.shared.link.lost(&conn.epoch);
+            }
+            from_client(&e)
+        })
+    }
+
+    fn session(&self, id: &str) -> Option<Arc<AcpSession>> {
+        lock(&self.sessions).get(id).cloned()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Serves one ACP connection until the client closes stdin.
 pub fn serve(conn: Connection, config: AdapterConfig) {
     let mut agent = Agent {
-        config,
+        conn_outbox: conn.outbox.clone(),
+        calls: Arc::clone(&conn.client_calls),
+        link: Arc::new(HostLink::new(config)),
         client: None,
+        sessions: Arc::default(),
     };
     while let Ok(incoming) = conn.inbox.recv() {
         match incoming {
@@ -38,24 +89,87 @@ pub fn serve(conn: Connection, config: AdapterConfig) {
         }
     }
     log::debug!("client closed the connection; shutting down");
+    for s in lock(&agent.sessions).values() {
+        s.lock().closed = true;
+    }
+    agent.link.shutdown();
     conn.finish();
 }
 
 impl Agent {
+    fn ctx(&self) -> Ctx {
+        Ctx {
+            shared: Arc::new(Shared {
+                outbox: self.conn_outbox.clone(),
+                calls: Arc::clone(&self.calls),
+                link: Arc::clone(&self.link),
+                caps: self
+                    .client
+                    .as_ref()
+                    .map(|c| c.capabilities.clone())
+                    .unwrap_or_default(),
+            }),
+            sessions: Arc::clone(&self.sessions),
+        }
+    }
+
+    /// Every ACP method, in one place.
     fn handle_request(&mut self, request: Request, responder: Responder) {
         let Request { method, params, .. } = request;
-        let result = match method.as_str() {
-            "initialize" => self.initialize(&params),
+        let work: fn(&Ctx, Value, Responder) = match method.as_str() {
+            "initialize" => return responder.respond(self.initialize(&params)),
+            "session/new" => |c, p, r| r.respond(session_new(c, &p)),
+            "session/load" => |c, p, r| session_open(c, &p, r, true),
+            "session/resume" => |c, p, r| session_open(c, &p, r, false),
+            "session/list" => |c, p, r| r.respond(session_list(c, &p)),
+            "session/close" => |c, p, r| r.respond(session_close(c, &p)),
+            "session/delete" => |c, p, r| r.respond(session_delete(c, &p)),
+            "session/prompt" => {
+                // Registered here, in order with every other message, so a session/cancel
+                // that follows the prompt always finds it.
+                let ctx = self.ctx();
+                let Some((session, turn_id, content)) = register_prompt(&ctx, &params, responder)
+                else {
+                    return;
+                };
+                let spawned = std::thread::Builder::new()
+                    .name("acp-session/prompt".into())
+                    .spawn(move || start_prompt(&ctx, &session, &turn_id, content));
+                if let Err(e) = spawned {
+                    log::error!("cannot start a worker for session/prompt: {e}");
+                }
+                return;
+            }
             // Unknown methods, `_` extensions we do not implement, and methods whose
-            // capability we do not advertise.
-            _ => Err(ResponseError::method_not_found(&method)),
+            // capability we do not advertise (authenticate, logout, set_mode, …).
+            _ => return responder.respond(Err(ResponseError::method_not_found(&method))),
         };
-        responder.respond(result);
+        let ctx = self.ctx();
+        let spawned = std::thread::Builder::new()
+            .name(format!("acp-{method}"))
+            .spawn(move || work(&ctx, params, responder));
+        if let Err(e) = spawned {
+            // The responder moved into the failed closure and answers -32603 when dropped.
+            log::error!("cannot start a worker for {method}: {e}");
+        }
     }
 
     fn handle_notification(&mut self, n: Notification) {
-        // Unknown notifications (including `_…` extensions) are ignored, as ACP asks.
-        log::debug!("ignoring notification {}", n.method);
+        match n.method.as_str() {
+            "session/cancel" => {
+                let Some(id) = n.params.get("sessionId").and_then(Value::as_str) else {
+                    log::warn!("session/cancel without a sessionId");
+                    return;
+                };
+                let ctx = self.ctx();
+                match ctx.session(id) {
+                    Some(s) => s.cancel(&ctx.shared),
+                    None => log::debug!("session/cancel for unknown session {id}"),
+                }
+            }
+            // Unknown notifications (including `_…` extensions) are ignored, as ACP asks.
+            other => log::debug!("ignoring notification {other}"),
+        }
     }
 
     fn initialize(&mut self, params: &Value) -> Result<Value, ResponseError> {
@@ -67,12 +181,455 @@ impl Agent {
         self.client = Some(params);
         Ok(result)
     }
+}
 
-    #[allow(dead_code)] // used by the session methods
-    fn client_capabilities(&self) -> ClientCapabilities {
-        self.client
-            .as_ref()
-            .map(|c| c.capabilities.clone())
-            .unwrap_or_default()
+fn absolute(p: &Params, field: &str) -> Result<String, ResponseError> {
+    let v = p.required_str(field)?;
+    if !Path::new(v).is_absolute() {
+        return Err(ResponseError::invalid_params(format_args!(
+            "`{field}` must be an absolute path, got {v:?}"
+        )));
     }
+    Ok(v.to_string())
+}
+
+fn directories(p: &Params) -> Result<Vec<String>, ResponseError> {
+    let Some(list) = p.optional_array("additionalDirectories")? else {
+        return Ok(vec![]);
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, d)| match d.as_str() {
+            Some(s) if Path::new(s).is_absolute() => Ok(s.to_string()),
+            _ => Err(ResponseError::invalid_params(format_args!(
+                "`additionalDirectories[{i}]` must be an absolute path"
+            ))),
+        })
+        .collect()
+}
+
+fn mcp_servers(p: &Params) -> Result<Vec<Value>, ResponseError> {
+    // Required by the schema; tolerated when absent (some clients omit an empty list).
+    Ok(p.optional_array("mcpServers")?.cloned().unwrap_or_default())
+}
+
+fn session_new(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
+    let p = Params::of(params)?;
+    let cwd = absolute(&p, "cwd")?;
+    let dirs = directories(&p)?;
+    let mcp = mcp_servers(&p)?;
+    let conn = ctx.host()?;
+    let id = format!("sess_{}", random_hex(12));
+    ctx.op(
+        &conn,
+        "session.create",
+        json!({
+            "sessionId": id,
+            "workspace": {"kind": "host_path", "path": cwd},
+            "additionalDirectories": dirs,
+            "mcpServers": mcp,
+        }),
+    )?;
+    lock(&ctx.sessions).insert(id.clone(), AcpSession::new(&id, &cwd));
+    Ok(json!({"sessionId": id}))
+}
+
+/// `session/load` (`replay`) and `session/resume`.
+fn session_open(ctx: &Ctx, params: &Value, responder: Responder, replay: bool) {
+    match open_inner(ctx, params, &responder, replay) {
+        Ok((session, after)) => {
+            let id = session.id.clone();
+            // Loading again replaces this connection's previous view of the session.
+            if let Some(old) = lock(&ctx.sessions).insert(id, Arc::clone(&session)) {
+                old.lock().closed = true;
+            }
+            responder.respond(Ok(json!({})));
+            // Only after the response: live frames and dialogs of a turn already running.
+            after(&session);
+        }
+        Err(e) => responder.respond(Err(e)),
+    }
+}
+
+type AfterResponse = Box<dyn FnOnce(&Arc<AcpSession>) + Send>;
+
+fn open_inner(
+    ctx: &Ctx,
+    params: &Value,
+    responder: &Responder,
+    replay: bool,
+) -> Result<(Arc<AcpSession>, AfterResponse), ResponseError> {
+    let p = Params::of(params)?;
+    let id = p.required_str("sessionId")?.to_string();
+    let cwd = absolute(&p, "cwd")?;
+    directories(&p)?;
+    mcp_servers(&p)?;
+    if let Some(existing) = ctx.session(&id) {
+        if existing.lock().prompt.is_some() {
+            return Err(ResponseError::new(
+                code::INTERNAL_ERROR,
+                format!(
+                    "Session {id} has a prompt running; cancel it before loading the session again"
+                ),
+            )
+            .with_data(json!({"makaCode": "session_busy"})));
+        }
+    }
+    let conn = ctx.host()?;
+    let got = ctx.op(&conn, "session.get", json!({"sessionId": id}))?;
+    let record = &got["session"];
+    if record.is_null() {
+        return Err(errors::unknown_session(&id));
+    }
+    let path = record["workspace"]["path"].as_str().unwrap_or_default();
+    if path != cwd {
+        return Err(ResponseError::invalid_params(format_args!(
+            "`cwd` ({cwd}) is not this session's working directory ({path})"
+        )));
+    }
+    let open = ctx.op(&conn, "session.open", json!({"sessionId": id}))?;
+    let session = AcpSession::new(&id, &cwd);
+    let active_turn = open["activeTurn"]["turnId"].as_str().map(String::from);
+    session.set_position(
+        open["seq"].as_u64().unwrap_or(0),
+        &conn.epoch,
+        active_turn.clone(),
+    );
+    let now = Instant::now();
+    if replay {
+        let through = open["transcript"]["throughMessageSeq"]
+            .as_u64()
+            .unwrap_or(0);
+        let mut cursor = Value::Null;
+        loop {
+            // A `$/cancel_request` for this load has already been answered; stop working.
+            if responder.cancel_flag().is_cancelled() {
+                return Err(ResponseError::cancelled());
+            }
+            let page = ctx.op(&conn, "session.transcript.page", json!({
+                "sessionId": id, "direction": "newer", "cursor": cursor, "limit": 256, "throughMessageSeq": through,
+            }))?;
+            let items: Vec<TranscriptItem> = serde_json::from_value(page["items"].clone())
+                .map_err(|e| {
+                    ResponseError::internal(format_args!("unreadable transcript page: {e}"))
+                })?;
+            let mut st = session.lock();
+            for item in &items {
+                for frame in replay_frames(item) {
+                    for u in st.projector.frame(&frame, now) {
+                        ctx.shared.update(&id, u);
+                    }
+                }
+            }
+            drop(st);
+            cursor = page["nextCursor"].clone();
+            if cursor.is_null() {
+                break;
+            }
+        }
+        // Tools of an interrupted past turn never got a result: show them settled.
+        if active_turn.is_none() {
+            for u in session
+                .lock()
+                .projector
+                .close_open_tools("This tool did not finish (the turn was interrupted).")
+            {
+                ctx.shared.update(&id, u);
+            }
+        }
+    }
+    seed_in_flight(ctx, &session, &open, now);
+    let pending: Vec<Interaction> =
+        serde_json::from_value(open["pendingInteractions"].clone()).unwrap_or_default();
+    let (shared, c2) = (Arc::clone(&ctx.shared), conn.clone());
+    let after: AfterResponse = Box::new(move |s: &Arc<AcpSession>| {
+        if active_turn.is_some() {
+            s.ensure_reader(&shared, &c2);
+        }
+        for i in pending {
+            interaction::spawn(Arc::clone(s), Arc::clone(&shared), c2.clone(), i);
+        }
+    });
+    Ok((session, after))
+}
+
+/// What a running turn has produced but not yet made durable, from the `session.open` snapshot.
+fn seed_in_flight(ctx: &Ctx, session: &Arc<AcpSession>, open: &Value, now: Instant) {
+    let mut st = session.lock();
+    let mut frames = vec![];
+    for s in open["activeStreams"].as_array().into_iter().flatten() {
+        let (turn_id, message_id, text) = (
+            s["turnId"].as_str().unwrap_or_default().to_string(),
+            s["messageId"].as_str().unwrap_or_default().to_string(),
+            s["text"].as_str().unwrap_or_default().to_string(),
+        );
+        frames.push(if s["kind"] == "thinking" {
+            FrameBody::ThinkingDelta {
+                turn_id,
+                message_id,
+                start_offset: 0,
+                text,
+                complete: false,
+            }
+        } else {
+            FrameBody::TextDelta {
+                turn_id,
+                message_id,
+                start_offset: 0,
+                text,
+                complete: false,
+            }
+        });
+    }
+    for t in open["activeTools"].as_array().into_iter().flatten() {
+        let id = t["toolCallId"].as_str().unwrap_or_default().to_string();
+        frames.push(FrameBody::ToolStart {
+            turn_id: String::new(),
+            tool_call_id: id.clone(),
+            tool_name: t["toolName"].as_str().unwrap_or_default().into(),
+            title: t["title"].as_str().unwrap_or_default().into(),
+            activity_kind: t["activityKind"].as_str().unwrap_or("tool").into(),
+            args: t["args"].clone(),
+            args_truncated: false,
+            locations: serde_json::from_value::<Vec<Location>>(t["locations"].clone())
+                .unwrap_or_default(),
+        });
+        if let Some(tail) = t["outputTail"].as_str().filter(|s| !s.is_empty()) {
+            frames.push(FrameBody::ToolOutputDelta {
+                turn_id: String::new(),
+                tool_call_id: id,
+                out_seq: 0,
+                stream: "stdout".into(),
+                chunk: tail.into(),
+            });
+        }
+    }
+    for f in frames {
+        for u in st.projector.frame(&f, now) {
+            ctx.shared.update(&session.id, u);
+        }
+    }
+}
+
+fn session_list(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
+    let p = Params::of(params)?;
+    let cwd = match p.optional_str("cwd")? {
+        Some(c) if !Path::new(c).is_absolute() => {
+            return Err(ResponseError::invalid_params(
+                "`cwd` must be an absolute path",
+            ))
+        }
+        other => other,
+    };
+    let cursor = p.optional_str("cursor")?;
+    let conn = ctx.host()?;
+    let mut input = json!({"cursor": cursor, "limit": 50});
+    if let Some(c) = cwd {
+        input["filter"] = json!({"cwd": c});
+    }
+    let page = ctx.op(&conn, "session.list", input).map_err(|mut e| {
+        if e.code == code::INVALID_PARAMS && cursor.is_some() {
+            e.message = "Invalid params: `cursor` is not a cursor this agent issued".into();
+        }
+        e
+    })?;
+    let sessions: Vec<Value> = page["sessions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|s| {
+            let mut info = json!({
+                "sessionId": s["id"],
+                "cwd": s["workspace"]["path"],
+                "title": s["name"],
+                "updatedAt": super::projection::iso8601(s["lastUsedAt"].as_u64().unwrap_or(0)),
+            });
+            if s["additionalDirectories"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+            {
+                info["additionalDirectories"] = s["additionalDirectories"].clone();
+            }
+            info
+        })
+        .collect();
+    let mut result = json!({"sessions": sessions});
+    if let Some(next) = page["nextCursor"].as_str() {
+        result["nextCursor"] = json!(next);
+    }
+    Ok(result)
+}
+
+/// Cancels like `session/cancel`, waits (bounded) for the prompt to be answered, then drops
+/// the session from this connection. Durable state is untouched.
+fn close(ctx: &Ctx, session: &Arc<AcpSession>) {
+    session.cancel(&ctx.shared);
+    session.wait_prompt_done(Duration::from_secs(10));
+    let outstanding: Vec<_> = {
+        let mut st = session.lock();
+        st.closed = true;
+        st.outstanding.drain().map(|(_, r)| r).collect()
+    };
+    for r in outstanding {
+        ctx.shared.calls.cancel(&r);
+    }
+    lock(&ctx.sessions).remove(&session.id);
+}
+
+fn session_close(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
+    let p = Params::of(params)?;
+    let id = p.required_str("sessionId")?;
+    let session = ctx.session(id).ok_or_else(|| errors::unknown_session(id))?;
+    close(ctx, &session);
+    Ok(json!({}))
+}
+
+fn session_delete(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
+    let p = Params::of(params)?;
+    let id = p.required_str("sessionId")?;
+    if let Some(session) = ctx.session(id) {
+        close(ctx, &session);
+    }
+    let conn = ctx.host()?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for _ in 0..3 {
+        let got = ctx.op(&conn, "session.get", json!({"sessionId": id}))?;
+        let record = &got["session"];
+        if record.is_null() {
+            return Ok(json!({})); // unknown or already deleted: success, silently
+        }
+        if let Some(turn) = record["activeTurnId"].as_str() {
+            // Another client's turn (ours was cancelled by close): stop it, then retry.
+            ctx.op(&conn, "turn.stop", json!({"sessionId": id, "turnId": turn}))?;
+            while Instant::now() < deadline {
+                let s = ctx.op(&conn, "session.get", json!({"sessionId": id}))?;
+                if s["session"]["activeTurnId"].is_null() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            continue;
+        }
+        match ctx.op(
+            &conn,
+            "session.remove",
+            json!({"sessionId": id, "expectedRevision": record["revision"]}),
+        ) {
+            Ok(r) if r["kind"] == "removed" => return Ok(json!({})),
+            Ok(_) => continue, // revision conflict: re-read and retry
+            Err(e) if e.code == code::RESOURCE_NOT_FOUND => return Ok(json!({})),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ResponseError::new(
+        code::INTERNAL_ERROR,
+        format!("Session {id} kept changing while being deleted; try again"),
+    )
+    .with_data(json!({"makaCode": "operation_conflict", "retryable": true})))
+}
+
+/// Validates a prompt and makes it the session's pending prompt (on the dispatcher thread).
+/// Answers the request itself and returns None when the prompt cannot run.
+fn register_prompt(
+    ctx: &Ctx,
+    params: &Value,
+    responder: Responder,
+) -> Option<(Arc<AcpSession>, String, Value)> {
+    let parsed = Params::of(params).and_then(|p| {
+        Ok((
+            p.required_str("sessionId")?.to_string(),
+            p.required_array("prompt")?,
+        ))
+    });
+    let (id, blocks) = match parsed {
+        Ok(x) => x,
+        Err(e) => {
+            responder.respond(Err(e));
+            return None;
+        }
+    };
+    let Some(session) = ctx.session(&id) else {
+        responder.respond(Err(errors::unknown_session(&id)));
+        return None;
+    };
+    let content = match prompt::to_message(blocks)
+        .and_then(|c| serde_json::to_value(&c).map_err(ResponseError::internal))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            responder.respond(Err(e));
+            return None;
+        }
+    };
+    let turn_id = format!("t_{}", random_hex(8));
+    let mut st = session.lock();
+    if st.prompt.is_some() {
+        drop(st);
+        responder.respond(Err(ResponseError::new(
+            code::INTERNAL_ERROR,
+            format!("Session {id} is already running a prompt; wait for it or send session/cancel"),
+        )
+        .with_data(json!({"makaCode": "session_busy", "retryable": true}))));
+        return None;
+    }
+    st.projector.mark_own_turn(&turn_id);
+    st.prompt = Some(PendingPrompt {
+        responder,
+        turn_id: turn_id.clone(),
+        started: false,
+        cancel_requested: false,
+    });
+    drop(st);
+    Some((session, turn_id, content))
+}
+
+/// Starts the registered prompt's turn on the host (on a worker thread); the session's reader
+/// answers the prompt when the turn ends.
+fn start_prompt(ctx: &Ctx, session: &Arc<AcpSession>, turn_id: &str, content: Value) {
+    let id = session.id.clone();
+    // The responder lives in the session; `fail` answers through it.
+    let fail = |e: ResponseError| {
+        let mut st = session.lock();
+        let cancelled = st.prompt.as_ref().is_some_and(|p| p.cancel_requested);
+        if let Some(pp) = st.prompt.take() {
+            pp.responder.respond(if cancelled {
+                Ok(json!({"stopReason": "cancelled"}))
+            } else {
+                Err(e)
+            });
+        }
+    };
+    let conn = match ctx.host() {
+        Ok(c) => c,
+        Err(e) => return fail(e),
+    };
+    if !session.positioned_for(&conn.epoch) {
+        // First prompt on this host epoch (or after a host restart): take a snapshot barrier.
+        match ctx.op(&conn, "session.open", json!({"sessionId": id})) {
+            Ok(open) => session.set_position(open["seq"].as_u64().unwrap_or(0), &conn.epoch, None),
+            Err(e) => return fail(e),
+        }
+    }
+    if let Err(e) = ctx.op(
+        &conn,
+        "turn.start",
+        json!({"sessionId": id, "turnId": turn_id, "content": content}),
+    ) {
+        return fail(e);
+    }
+    let stop_now = {
+        let mut st = session.lock();
+        match st.prompt.as_mut() {
+            Some(pp) => {
+                pp.started = true;
+                pp.cancel_requested
+            }
+            None => false,
+        }
+    };
+    if stop_now {
+        // session/cancel arrived while turn.start was in flight.
+        session.stop_turn(&ctx.shared, turn_id);
+    }
+    session.ensure_reader(&ctx.shared, &conn);
 }

@@ -87,10 +87,11 @@ pub fn negotiate(_offered: u16) -> u16 {
 
 pub fn agent_capabilities() -> Value {
     json!({
-        "loadSession": false,
-        "promptCapabilities": {"image": false, "audio": false, "embeddedContext": false},
+        "loadSession": true,
+        "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
         "mcpCapabilities": {"http": false, "sse": false},
-        "sessionCapabilities": {}
+        "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}},
+        "_meta": {"maka": {"version": 1, "notifications": ["_maka/turn_state"]}}
     })
 }
 

@@ -1,7 +1,13 @@
 //! The ACP v1 agent: the dispatch table and everything a method needs.
 
 pub mod agent;
+pub mod errors;
+pub mod host_link;
 pub mod initialize;
+pub mod interaction;
 pub mod params;
+pub mod projection;
+pub mod prompt;
+pub mod session;
 
 pub use agent::{serve, AdapterConfig};

@@ -10,6 +10,7 @@ pub mod store;
 pub mod tools;
 pub mod turn;
 
+pub use crate::host_api::random_hex;
 use crate::host_api::wire::HostError;
 use models::Providers;
 use serde_json::{json, Value};
@@ -186,31 +187,6 @@ pub fn limits() -> Value {
 /// `prefix_` + 16 random hex digits.
 pub fn random_id(prefix: &str) -> String {
     format!("{prefix}_{}", random_hex(8))
-}
-
-/// Hex of `n` random bytes from the OS (`/dev/urandom`), falling back to std's per-process
-/// random hash keys.
-pub fn random_hex(n: usize) -> String {
-    let mut bytes = vec![0u8; n];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    if !ok {
-        use std::hash::{BuildHasher, Hasher};
-        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_usize(i);
-            h.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0),
-            );
-            let v = h.finish().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The data dir: `--data-dir`, `$MAKA_DATA_DIR`, `$XDG_DATA_HOME/maka-acp`, `~/.local/share/maka-acp`.

@@ -706,7 +706,7 @@ fn turn_start(host: &Arc<Host>, input: TurnStartInput) -> Result<Value, HostErro
     let cell = host.cell(&input.session_id)?;
     let max_steps = input
         .max_steps
-        .unwrap_or(turn::DEFAULT_MAX_STEPS)
+        .unwrap_or_else(turn::default_max_steps)
         .clamp(1, 500);
     admit(
         host,
@@ -993,7 +993,7 @@ fn resume_start(host: &Arc<Host>, input: ResumeStartInput) -> Result<Value, Host
         "resume",
         None,
         fingerprint,
-        turn::DEFAULT_MAX_STEPS,
+        turn::default_max_steps(),
         Some(input.source_run_id),
     )
 }

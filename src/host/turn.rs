@@ -18,6 +18,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub const DEFAULT_MAX_STEPS: usize = 50;
+
+/// Model steps per turn when `turn.start` does not say: `MAKA_MAX_STEPS`, else 50.
+pub fn default_max_steps() -> usize {
+    static STEPS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *STEPS.get_or_init(|| {
+        std::env::var("MAKA_MAX_STEPS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|n| (1..=500).contains(n))
+            .unwrap_or(DEFAULT_MAX_STEPS)
+    })
+}
 /// Tool arguments carried inline in frames; longer ones are cut and flagged.
 const ARGS_INLINE_LIMIT: usize = 16 * 1024;
 /// How long a delegated editor call may take before the tool fails.

@@ -1,3 +1,32 @@
-//! The Runtime Host protocol: wire types shared by the reference host and the adapter.
+//! The Runtime Host protocol: wire types shared by the reference host and the adapter, and the
+//! adapter's client.
 
+pub mod client;
 pub mod wire;
+
+use std::io::Read;
+
+/// Hex of `n` random bytes from the OS (`/dev/urandom`), falling back to std's per-process
+/// random hash keys.
+pub fn random_hex(n: usize) -> String {
+    let mut bytes = vec![0u8; n];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
+    if !ok {
+        use std::hash::{BuildHasher, Hasher};
+        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_usize(i);
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or(0),
+            );
+            let v = h.finish().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

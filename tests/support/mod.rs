@@ -284,6 +284,140 @@ impl AgentProcess {
     }
 }
 
+/// What a test client does with a request from the agent: the `result` to send, or an error.
+pub enum Reply {
+    Result(Value),
+    Error(i64, &'static str),
+    /// Do not answer (yet): the request stays pending.
+    Ignore,
+}
+
+/// Everything the agent wrote while a request was being served.
+#[derive(Debug, Default)]
+pub struct Transcript {
+    pub response: Value,
+    pub updates: Vec<Value>,
+    pub requests: Vec<Value>,
+    pub notifications: Vec<Value>,
+    /// Every line in arrival order.
+    pub lines: Vec<Value>,
+}
+
+impl Transcript {
+    /// The `update` objects of `session/update` notifications for `session`.
+    pub fn updates_for(&self, session: &str) -> Vec<&Value> {
+        self.updates
+            .iter()
+            .filter(|u| u["params"]["sessionId"] == session)
+            .map(|u| &u["params"]["update"])
+            .collect()
+    }
+    pub fn kinds(&self) -> Vec<String> {
+        self.updates
+            .iter()
+            .map(|u| {
+                u["params"]["update"]["sessionUpdate"]
+                    .as_str()
+                    .unwrap_or("?")
+                    .to_string()
+            })
+            .collect()
+    }
+    pub fn text(&self) -> String {
+        self.updates
+            .iter()
+            .filter(|u| u["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+            .map(|u| {
+                u["params"]["update"]["content"]["text"]
+                    .as_str()
+                    .unwrap_or("")
+            })
+            .collect()
+    }
+}
+
+impl AgentProcess {
+    /// An agent with the scripted provider and its own data dir (and no user config).
+    pub fn scripted(script: &Value, data: &std::path::Path) -> AgentProcess {
+        AgentProcess::spawn_with(Spawn {
+            args: vec![],
+            env: vec![
+                ("RUST_LOG".into(), "info".into()),
+                ("MAKA_SCRIPT".into(), script.to_string()),
+                ("MAKA_DATA_DIR".into(), data.display().to_string()),
+                (
+                    "XDG_CONFIG_HOME".into(),
+                    data.join("config").display().to_string(),
+                ),
+            ],
+        })
+    }
+
+    pub fn new_session(&mut self, cwd: &std::path::Path) -> String {
+        let r = self.call_ok("session/new", json!({"cwd": cwd, "mcpServers": []}));
+        r["sessionId"].as_str().unwrap().to_string()
+    }
+
+    /// Sends a request and serves the agent's requests with `on_request` until its response.
+    pub fn drive(
+        &mut self,
+        method: &str,
+        params: Value,
+        mut on_request: impl FnMut(&Value) -> Reply,
+    ) -> Transcript {
+        let id = self.request(method, params);
+        self.drive_id(&id, &mut on_request)
+    }
+
+    pub fn drive_id(
+        &mut self,
+        id: &Value,
+        on_request: &mut dyn FnMut(&Value) -> Reply,
+    ) -> Transcript {
+        let mut t = Transcript::default();
+        loop {
+            let v = self.recv();
+            t.lines.push(v.clone());
+            match (v.get("method").and_then(Value::as_str), v.get("id")) {
+                (Some(_), Some(req_id)) => {
+                    t.requests.push(v.clone());
+                    match on_request(&v) {
+                        Reply::Result(r) => self.send(&json!({"jsonrpc": "2.0", "id": req_id, "result": r})),
+                        Reply::Error(code, msg) => self.send(&json!({"jsonrpc": "2.0", "id": req_id, "error": {"code": code, "message": msg}})),
+                        Reply::Ignore => {}
+                    }
+                }
+                (Some("session/update"), None) => t.updates.push(v),
+                (Some(_), None) => t.notifications.push(v),
+                (None, Some(rid)) if rid == id => {
+                    t.response = v;
+                    return t;
+                }
+                (None, _) => panic!("a response to a request we did not send: {v}"),
+            }
+        }
+    }
+
+    /// `session/prompt` with text, answering permission requests with `option`.
+    pub fn prompt(
+        &mut self,
+        session: &str,
+        text: &str,
+        on_request: impl FnMut(&Value) -> Reply,
+    ) -> Transcript {
+        self.drive(
+            "session/prompt",
+            json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
+            on_request,
+        )
+    }
+}
+
+/// Selects the permission option with `option_id`.
+pub fn select(option_id: &str) -> Reply {
+    Reply::Result(json!({"outcome": {"outcome": "selected", "optionId": option_id}}))
+}
+
 impl Drop for AgentProcess {
     fn drop(&mut self) {
         self.stdin = None;

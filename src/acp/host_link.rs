@@ -1,0 +1,219 @@
+//! The adapter's link to its Runtime Host: an external one (`--host-url`) or the embedded one,
+//! started lazily as a child process of this binary on the first session method (never for
+//! `initialize`), on a random loopback port with a random token passed in its environment.
+//!
+//! The child's stdin is a pipe held by this process: if the adapter dies — even by SIGKILL —
+//! the pipe closes and the host shuts itself down, so no host is ever orphaned. A host that
+//! stops answering is forgotten ([`HostLink::lost`]) and the next call starts a new one.
+
+use super::agent::AdapterConfig;
+use crate::host_api::client::HostClient;
+use crate::host_api::random_hex;
+use crate::jsonrpc::{code, ResponseError};
+use serde_json::json;
+use std::io::BufRead;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long the embedded host may take to print its ready line.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(Clone)]
+pub struct Connected {
+    pub client: Arc<HostClient>,
+    pub epoch: String,
+}
+
+struct Live {
+    connected: Connected,
+    child: Option<Child>,
+}
+
+pub struct HostLink {
+    config: AdapterConfig,
+    live: Mutex<Option<Live>>,
+}
+
+fn unavailable(msg: impl Into<String>) -> ResponseError {
+    ResponseError::new(code::INTERNAL_ERROR, msg.into())
+        .with_data(json!({"makaCode": "host_unavailable", "retryable": true}))
+}
+
+impl HostLink {
+    pub fn new(config: AdapterConfig) -> HostLink {
+        HostLink {
+            config,
+            live: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Live>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The current host, starting (or restarting) it if needed.
+    pub fn get(&self) -> Result<Connected, ResponseError> {
+        let mut live = self.lock();
+        if let Some(l) = live.as_mut() {
+            let exited = l
+                .child
+                .as_mut()
+                .is_some_and(|c| !matches!(c.try_wait(), Ok(None)));
+            if !exited {
+                return Ok(l.connected.clone());
+            }
+            log::warn!("the embedded Runtime Host exited; starting a new one");
+            *live = None;
+        }
+        let started = match &self.config.host_url {
+            Some(url) => self.connect_external(url)?,
+            None => self.start_embedded()?,
+        };
+        let connected = started.connected.clone();
+        *live = Some(started);
+        Ok(connected)
+    }
+
+    fn connect_external(&self, url: &str) -> Result<Live, ResponseError> {
+        let token = self.config.host_token.clone().unwrap_or_default();
+        let client = Arc::new(HostClient::new(url, &token));
+        let hello = client
+            .hello()
+            .map_err(|e| unavailable(format!("cannot reach the Runtime Host at {url}: {e}")))?;
+        let epoch = hello["hostEpoch"].as_str().unwrap_or_default().to_string();
+        log::info!("connected to Runtime Host {url} (epoch {epoch})");
+        Ok(Live {
+            connected: Connected { client, epoch },
+            child: None,
+        })
+    }
+
+    fn start_embedded(&self) -> Result<Live, ResponseError> {
+        if !cfg!(feature = "host") {
+            return Err(unavailable(
+                "this build has no embedded Runtime Host (cargo feature `host`); start one and pass --host-url with MAKA_HOST_TOKEN",
+            ));
+        }
+        let exe = std::env::current_exe()
+            .map_err(|e| unavailable(format!("cannot find this program to start the host: {e}")))?;
+        let token = random_hex(32);
+        let mut cmd = Command::new(exe);
+        cmd.arg("host");
+        if let Some(dir) = &self.config.data_dir {
+            cmd.arg("--data-dir").arg(dir);
+        }
+        let started_at = Instant::now();
+        let mut child = cmd
+            .env_remove("MAKA_HOST_URL")
+            .env("MAKA_HOST_TOKEN", &token)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| unavailable(format!("cannot start the embedded Runtime Host: {e}")))?;
+        let Some(stdout) = child.stdout.take() else {
+            let _ = child.kill();
+            return Err(unavailable("the embedded Runtime Host has no stdout"));
+        };
+        // Read the ready line on a helper thread so a silent child cannot hang us.
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let _ = std::thread::Builder::new()
+            .name("host-ready".into())
+            .spawn(move || {
+                let mut line = String::new();
+                let r = std::io::BufReader::new(stdout)
+                    .read_line(&mut line)
+                    .map(|_| line);
+                let _ = tx.send(r);
+            });
+        let line = match rx.recv_timeout(READY_TIMEOUT) {
+            Ok(Ok(line)) if !line.is_empty() => line,
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let why = match other {
+                    Err(_) => format!(
+                        "it printed no ready line within {} s",
+                        READY_TIMEOUT.as_secs()
+                    ),
+                    _ => "it exited before it was ready (see the log above)".to_string(),
+                };
+                return Err(unavailable(format!(
+                    "the embedded Runtime Host did not start: {why}"
+                )));
+            }
+        };
+        let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+        let (Some(port), Some(epoch)) = (ready["port"].as_u64(), ready["hostEpoch"].as_str())
+        else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(unavailable(format!(
+                "the embedded Runtime Host printed an unexpected ready line: {}",
+                line.trim()
+            )));
+        };
+        let client = Arc::new(HostClient::new(&format!("http://127.0.0.1:{port}"), &token));
+        log::info!(
+            "started the embedded Runtime Host (pid {}, port {port}, epoch {epoch}) in {} ms",
+            child.id(),
+            started_at.elapsed().as_millis()
+        );
+        Ok(Live {
+            connected: Connected {
+                client,
+                epoch: epoch.to_string(),
+            },
+            child: Some(child),
+        })
+    }
+
+    /// A call to the host with `epoch` failed at the transport level: forget that host (and
+    /// stop it, if it is ours) so the next call starts afresh.
+    pub fn lost(&self, epoch: &str) {
+        let mut live = self.lock();
+        if live.as_ref().is_some_and(|l| l.connected.epoch == epoch) {
+            log::warn!("lost the Runtime Host (epoch {epoch})");
+            if let Some(mut l) = live.take() {
+                if let Some(c) = l.child.as_mut() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+            }
+        }
+    }
+
+    /// Stops the embedded host (the client closed the connection). An external host is left
+    /// running.
+    pub fn shutdown(&self) {
+        let Some(mut l) = self.lock().take() else {
+            return;
+        };
+        let Some(mut child) = l.child.take() else {
+            return;
+        };
+        if let Err(e) = l.connected.client.shutdown(200) {
+            log::debug!("shutdown request: {e}");
+        }
+        // Closing its stdin also tells it to go; then give it a moment before SIGKILL.
+        drop(child.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if matches!(child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        log::warn!("the embedded Runtime Host did not exit in time; killing it");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    /// The pid of the embedded host, if one runs (tests and diagnostics).
+    pub fn embedded_pid(&self) -> Option<u32> {
+        self.lock()
+            .as_ref()
+            .and_then(|l| l.child.as_ref().map(Child::id))
+    }
+}

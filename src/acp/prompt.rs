@@ -1,0 +1,179 @@
+//! ACP prompt content blocks → the host's `MessageContent`.
+//!
+//! `text` is concatenated in order; `image` becomes an inline attachment; a readable `file://`
+//! `resource_link` is read and attached as text (other links are mentioned in the text);
+//! `resource` (text or blob) becomes an attachment. `audio` and unknown blocks are rejected
+//! with `-32602`, matching `promptCapabilities` (image and embeddedContext only).
+
+use crate::host_api::wire::{Attachment, MessageContent};
+use crate::jsonrpc::ResponseError;
+use serde_json::Value;
+use std::path::Path;
+
+/// A linked file is attached only up to this size.
+const LINKED_FILE_LIMIT: u64 = 1024 * 1024;
+
+pub fn to_message(blocks: &[Value]) -> Result<MessageContent, ResponseError> {
+    let mut text = String::new();
+    let mut attachments = Vec::new();
+    let bad = |i: usize, what: String| {
+        ResponseError::invalid_params(format_args!("`prompt[{i}]`: {what}"))
+    };
+    for (i, block) in blocks.iter().enumerate() {
+        let str_field = |k: &str| block.get(k).and_then(Value::as_str);
+        match str_field("type") {
+            Some("text") => {
+                let t =
+                    str_field("text").ok_or_else(|| bad(i, "a text block needs `text`".into()))?;
+                if !text.is_empty() && !t.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(t);
+            }
+            Some("image") => {
+                let data = str_field("data")
+                    .ok_or_else(|| bad(i, "an image block needs base64 `data`".into()))?;
+                let mime = str_field("mimeType")
+                    .ok_or_else(|| bad(i, "an image block needs `mimeType`".into()))?;
+                attachments.push(Attachment {
+                    kind: "image".into(),
+                    name: str_field("uri").unwrap_or("image").to_string(),
+                    uri: str_field("uri").map(String::from),
+                    mime_type: Some(mime.into()),
+                    text: None,
+                    data_base64: Some(data.into()),
+                });
+            }
+            Some("resource_link") => {
+                let uri =
+                    str_field("uri").ok_or_else(|| bad(i, "a resource_link needs `uri`".into()))?;
+                let name = str_field("name").unwrap_or(uri);
+                match read_file_link(uri) {
+                    Some(content) => attachments.push(Attachment {
+                        kind: "text".into(),
+                        name: name.into(),
+                        uri: Some(uri.into()),
+                        mime_type: str_field("mimeType").map(String::from),
+                        text: Some(content),
+                        data_base64: None,
+                    }),
+                    None => {
+                        if !text.is_empty() {
+                            text.push('\n');
+                        }
+                        text.push_str(&format!("[{name}]({uri})"));
+                    }
+                }
+            }
+            Some("resource") => {
+                let r = block
+                    .get("resource")
+                    .ok_or_else(|| bad(i, "a resource block needs `resource`".into()))?;
+                let uri = r
+                    .get("uri")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| bad(i, "`resource.uri` is required".into()))?;
+                let mime = r.get("mimeType").and_then(Value::as_str).map(String::from);
+                let (kind, text_part, blob) = match (
+                    r.get("text").and_then(Value::as_str),
+                    r.get("blob").and_then(Value::as_str),
+                ) {
+                    (Some(t), _) => ("text", Some(t.to_string()), None),
+                    (None, Some(b)) => ("blob", None, Some(b.to_string())),
+                    _ => return Err(bad(i, "`resource` needs `text` or `blob`".into())),
+                };
+                attachments.push(Attachment {
+                    kind: kind.into(),
+                    name: uri.rsplit('/').next().unwrap_or(uri).to_string(),
+                    uri: Some(uri.into()),
+                    mime_type: mime,
+                    text: text_part,
+                    data_base64: blob,
+                });
+            }
+            Some("audio") => {
+                return Err(bad(
+                    i,
+                    "audio is not supported (promptCapabilities.audio is false)".into(),
+                ))
+            }
+            Some(other) => return Err(bad(i, format!("unsupported content block type {other:?}"))),
+            None => return Err(bad(i, "a content block needs a `type`".into())),
+        }
+    }
+    if text.is_empty() && attachments.is_empty() {
+        return Err(ResponseError::invalid_params("`prompt` is empty"));
+    }
+    Ok(MessageContent { text, attachments })
+}
+
+/// The text of a readable local file behind a `file://` URI.
+fn read_file_link(uri: &str) -> Option<String> {
+    let path = uri.strip_prefix("file://")?;
+    let path = percent_decode(path);
+    let p = Path::new(&path);
+    let meta = std::fs::metadata(p).ok()?;
+    if !meta.is_file() || meta.len() > LINKED_FILE_LIMIT {
+        return None;
+    }
+    let bytes = std::fs::read(p).ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+            if let Some(b) = hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn maps_every_supported_block() {
+        let dir = std::env::temp_dir().join(format!("maka-prompt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("a b.txt");
+        std::fs::write(&f, "linked text").unwrap();
+        let uri = format!("file://{}", f.display().to_string().replace(' ', "%20"));
+        let m = to_message(&[
+            json!({"type": "text", "text": "Look at"}),
+            json!({"type": "resource_link", "uri": uri, "name": "a b.txt"}),
+            json!({"type": "resource_link", "uri": "https://example.com/x", "name": "x"}),
+            json!({"type": "resource", "resource": {"uri": "file:///w/n.md", "text": "embedded"}}),
+            json!({"type": "image", "data": "iVBO", "mimeType": "image/png"}),
+        ])
+        .unwrap();
+        assert_eq!(m.text, "Look at\n[x](https://example.com/x)");
+        assert_eq!(m.attachments[0].text.as_deref(), Some("linked text"));
+        assert_eq!(m.attachments[1].text.as_deref(), Some("embedded"));
+        assert_eq!(m.attachments[2].kind, "image");
+        std::fs::remove_dir_all(dir).unwrap();
+        for bad in [
+            json!({"type": "audio", "data": "x", "mimeType": "audio/wav"}),
+            json!({"type": "video"}),
+            json!({"text": "no type"}),
+            json!({"type": "text"}),
+        ] {
+            let e = to_message(std::slice::from_ref(&bad)).unwrap_err();
+            assert_eq!(e.code, -32602, "{bad}");
+            assert!(e.message.contains("prompt[0]"), "{}", e.message);
+        }
+        assert!(to_message(&[]).is_err());
+    }
+}

@@ -1,0 +1,511 @@
+//! One ACP session as this connection sees it, and its reader thread.
+//!
+//! The reader follows the host's event stream, projects every frame into `session/update`
+//! notifications, and — when it sees the terminal frame of the turn a `session/prompt` is
+//! waiting for — enqueues that prompt's response itself. Because the same thread enqueues
+//! every update of the turn and then the response, into the one stdout queue, no update can
+//! follow the response. The reader runs only while a turn is being followed, so idle sessions
+//! hold no stream.
+
+use super::errors;
+use super::host_link::{Connected, HostLink};
+use super::initialize::ClientCapabilities;
+use super::interaction;
+use super::projection::Projector;
+use crate::host_api::client::ClientError;
+use crate::host_api::wire::{ErrorCode, Frame, FrameBody, TurnOutcome};
+use crate::jsonrpc::{code, ClientCalls, Message, Outbox, RequestId, Responder, ResponseError};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// What session threads share with the dispatcher.
+pub struct Shared {
+    pub outbox: Outbox,
+    pub calls: Arc<ClientCalls>,
+    pub link: Arc<HostLink>,
+    pub caps: ClientCapabilities,
+}
+
+impl Shared {
+    pub fn update(&self, session_id: &str, update: Value) {
+        self.outbox.send(&Message::notification(
+            "session/update",
+            json!({"sessionId": session_id, "update": update}),
+        ));
+    }
+}
+
+pub struct PendingPrompt {
+    pub responder: Responder,
+    pub turn_id: String,
+    /// `turn.start` has returned: `turn.stop` can be sent.
+    pub started: bool,
+    pub cancel_requested: bool,
+}
+
+pub struct SessionState {
+    reader_running: bool,
+    /// The last frame seen and the host epoch it belongs to.
+    last_seq: u64,
+    epoch: Option<String>,
+    /// The turn the host is running, as last observed on the stream.
+    active_turn: Option<String>,
+    pub prompt: Option<PendingPrompt>,
+    pub projector: Projector,
+    /// Host interaction id → the ACP request showing it to the user.
+    pub outstanding: HashMap<String, RequestId>,
+    pub closed: bool,
+}
+
+pub struct AcpSession {
+    pub id: String,
+    pub cwd: String,
+    state: Mutex<SessionState>,
+    prompt_done: Condvar,
+}
+
+impl AcpSession {
+    pub fn new(id: &str, cwd: &str) -> Arc<AcpSession> {
+        Arc::new(AcpSession {
+            id: id.to_string(),
+            cwd: cwd.to_string(),
+            state: Mutex::new(SessionState {
+                reader_running: false,
+                last_seq: 0,
+                epoch: None,
+                active_turn: None,
+                prompt: None,
+                projector: Projector::default(),
+                outstanding: HashMap::new(),
+                closed: false,
+            }),
+            prompt_done: Condvar::new(),
+        })
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, SessionState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records the position a `session.open` snapshot gave.
+    pub fn set_position(&self, seq: u64, epoch: &str, active_turn: Option<String>) {
+        let mut st = self.lock();
+        st.last_seq = seq;
+        st.epoch = Some(epoch.to_string());
+        st.active_turn = active_turn;
+    }
+
+    /// Whether the stream position is valid for this host epoch (else `session.open` first).
+    pub fn positioned_for(&self, epoch: &str) -> bool {
+        self.lock().epoch.as_deref() == Some(epoch)
+    }
+
+    /// Starts the reader unless one is running.
+    pub fn ensure_reader(self: &Arc<Self>, shared: &Arc<Shared>, conn: &Connected) {
+        {
+            let mut st = self.lock();
+            if st.reader_running {
+                return;
+            }
+            st.reader_running = true;
+        }
+        let (s, sh, c) = (Arc::clone(self), Arc::clone(shared), conn.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("acp-session-{}", self.id))
+            .spawn(move || reader(s, sh, c));
+        if let Err(e) = spawned {
+            log::error!("cannot start the reader for {}: {e}", self.id);
+            self.lock().reader_running = false;
+        }
+    }
+
+    /// Waits until no prompt is pending (bounded).
+    pub fn wait_prompt_done(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.lock();
+        while st.prompt.is_some() {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            st = match self.prompt_done.wait_timeout(st, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
+
+    /// `session/cancel`: asks the host to stop the turn (now, or as soon as `turn.start`
+    /// returns) and withdraws every request this turn has open in the client.
+    pub fn cancel(self: &Arc<Self>, shared: &Arc<Shared>) {
+        let (turn, started, outstanding) = {
+            let mut st = self.lock();
+            let Some(p) = st.prompt.as_mut() else {
+                log::debug!(
+                    "session/cancel for {} with no prompt running: nothing to do",
+                    self.id
+                );
+                return;
+            };
+            p.cancel_requested = true;
+            let ids: Vec<RequestId> = st.outstanding.values().cloned().collect();
+            let p = st.prompt.as_ref().map(|p| (p.turn_id.clone(), p.started));
+            let (turn, started) = p.unwrap_or_default();
+            (turn, started, ids)
+        };
+        for id in &outstanding {
+            shared.calls.cancel(id);
+        }
+        if started {
+            self.stop_turn(shared, &turn);
+        }
+    }
+
+    /// Sends `turn.stop` without blocking the caller.
+    pub fn stop_turn(self: &Arc<Self>, shared: &Arc<Shared>, turn_id: &str) {
+        let (id, turn, link) = (
+            self.id.clone(),
+            turn_id.to_string(),
+            Arc::clone(&shared.link),
+        );
+        let _ = std::thread::Builder::new()
+            .name("acp-turn-stop".into())
+            .spawn(move || match link.get() {
+                Ok(conn) => {
+                    if let Err(e) = conn
+                        .client
+                        .op("turn.stop", &json!({"sessionId": id, "turnId": turn}))
+                    {
+                        log::warn!("turn.stop for {id}/{turn}: {e}");
+                    }
+                }
+                Err(e) => log::warn!("turn.stop for {id}/{turn}: {e}"),
+            });
+    }
+
+    /// Answers the pending prompt (if any) and wakes whoever waits for it.
+    fn finish_prompt(&self, st: &mut SessionState, result: Result<Value, ResponseError>) {
+        if let Some(p) = st.prompt.take() {
+            p.responder.respond(result);
+        }
+        self.prompt_done.notify_all();
+    }
+}
+
+/// The reader thread: follows the stream until the followed turn has ended and no prompt is
+/// waiting, reconnecting at every window end.
+fn reader(session: Arc<AcpSession>, shared: Arc<Shared>, conn: Connected) {
+    loop {
+        let (after, epoch) = {
+            let mut st = session.lock();
+            if st.closed && st.prompt.is_some() {
+                drop(st);
+                stop_reader(&session, &shared, Ok(json!({"stopReason": "cancelled"})));
+                return;
+            }
+            if st.closed || (st.prompt.is_none() && st.active_turn.is_none()) {
+                st.reader_running = false;
+                return;
+            }
+            (
+                st.last_seq,
+                st.epoch.clone().unwrap_or_else(|| conn.epoch.clone()),
+            )
+        };
+        let stream = conn.client.events(&session.id, after, &epoch, 25_000);
+        let mut stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                if !recover(&session, &shared, &conn, &e) {
+                    return;
+                }
+                continue;
+            }
+        };
+        loop {
+            let frame = match stream.next_frame() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    if !recover(&session, &shared, &conn, &e) {
+                        return;
+                    }
+                    break;
+                }
+            };
+            match &frame.body {
+                FrameBody::StreamEnd { reason, .. } => {
+                    if reason == "session_removed" {
+                        stop_reader(&session, &shared, Err(errors::unknown_session(&session.id)));
+                        return;
+                    }
+                    break;
+                }
+                FrameBody::Heartbeat { .. } => continue,
+                _ => {}
+            }
+            let Some(seq) = frame.seq else { continue };
+            {
+                let st = session.lock();
+                if seq != st.last_seq + 1 {
+                    log::warn!(
+                        "session {}: frame {seq} after {}: re-opening",
+                        session.id,
+                        st.last_seq
+                    );
+                    drop(st);
+                    if !reopen(&session, &shared, &conn) {
+                        return;
+                    }
+                    break;
+                }
+            }
+            handle_frame(&session, &shared, &conn, frame);
+            let st = session.lock();
+            if st.prompt.is_none() && st.active_turn.is_none() {
+                // The followed turn is over: detach (the response is already queued).
+                drop(st);
+                break;
+            }
+        }
+    }
+}
+
+/// Handles a stream error. Returns false when the reader must stop.
+fn recover(
+    session: &Arc<AcpSession>,
+    shared: &Arc<Shared>,
+    conn: &Connected,
+    e: &ClientError,
+) -> bool {
+    match e {
+        ClientError::Transport(msg) => {
+            log::warn!("session {}: the Runtime Host went away ({msg})", session.id);
+            shared.link.lost(&conn.epoch);
+            {
+                let mut st = session.lock();
+                st.epoch = None;
+                st.active_turn = None;
+            }
+            let err = ResponseError::new(code::INTERNAL_ERROR, "The Runtime Host stopped while this turn was running; the turn did not finish. Send the prompt again to continue.")
+                .with_data(json!({"makaCode": "host_unavailable", "retryable": true}));
+            stop_reader(session, shared, Err(err));
+            false
+        }
+        ClientError::Host(h) if h.code == ErrorCode::ResyncRequired => {
+            reopen(session, shared, conn)
+        }
+        ClientError::Host(h) if h.code == ErrorCode::NotFound => {
+            stop_reader(session, shared, Err(errors::unknown_session(&session.id)));
+            false
+        }
+        ClientError::Host(h) => {
+            log::error!("session {}: the event stream failed: {h}", session.id);
+            stop_reader(session, shared, Err(errors::from_client(e)));
+            false
+        }
+    }
+}
+
+/// Ends the reader, answering a pending prompt with `result` (or `cancelled` if the client
+/// cancelled it) after settling its open tool calls — updates first, then the response, on
+/// this thread.
+fn stop_reader(session: &Arc<AcpSession>, shared: &Shared, result: Result<Value, ResponseError>) {
+    let mut st = session.lock();
+    st.reader_running = false;
+    st.active_turn = None;
+    if st.prompt.is_none() {
+        return;
+    }
+    let cancelled = st.prompt.as_ref().is_some_and(|p| p.cancel_requested);
+    let result = if cancelled {
+        Ok(json!({"stopReason": "cancelled"}))
+    } else {
+        result
+    };
+    for u in st
+        .projector
+        .close_open_tools("The turn ended before this tool finished.")
+    {
+        shared.update(&session.id, u);
+    }
+    session.finish_prompt(&mut st, result);
+}
+
+/// After a 410 (or a sequence gap): take a fresh snapshot, and settle the prompt if its turn
+/// ended while we could not see it. Returns false when the reader must stop.
+fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> bool {
+    let open = match conn
+        .client
+        .op("session.open", &json!({"sessionId": session.id}))
+    {
+        Ok(o) => o,
+        Err(e) => return recover(session, shared, conn, &e),
+    };
+    let seq = open["seq"].as_u64().unwrap_or(0);
+    let active = open["activeTurn"]["turnId"].as_str().map(String::from);
+    let waiting_turn = session.lock().prompt.as_ref().map(|p| p.turn_id.clone());
+    session.set_position(seq, &conn.epoch, active.clone());
+    if let Some(turn) = waiting_turn.filter(|t| active.as_deref() != Some(t)) {
+        // Our turn finished while the ring moved past us: its outcome comes from turn.query.
+        let result = match conn.client.op(
+            "turn.query",
+            &json!({"sessionId": session.id, "turnId": turn}),
+        ) {
+            Ok(snapshot) => outcome_result(session, &snapshot["status"], &snapshot, &turn),
+            Err(e) => Err(errors::from_client(&e)),
+        };
+        let mut st = session.lock();
+        let closing = st
+            .projector
+            .close_open_tools("The turn ended before this tool finished.");
+        for u in closing {
+            shared.update(&session.id, u);
+        }
+        session.finish_prompt(&mut st, result);
+    }
+    true
+}
+
+fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, frame: Frame) {
+    let Frame { seq, body, .. } = frame;
+    let now = Instant::now();
+    let mut st = session.lock();
+    if let Some(seq) = seq {
+        st.last_seq = seq;
+    }
+    match &body {
+        FrameBody::TurnStarted { turn_id, .. } => {
+            st.active_turn = Some(turn_id.clone());
+        }
+        FrameBody::InteractionRequest { interaction: i }
+            if !st.outstanding.contains_key(&i.interaction_id) =>
+        {
+            drop(st);
+            interaction::spawn(
+                Arc::clone(session),
+                Arc::clone(shared),
+                conn.clone(),
+                i.clone(),
+            );
+            return;
+        }
+        FrameBody::InteractionClosed { interaction_id, .. } => {
+            // Closed by the host (or another client) while the user still sees it.
+            if let Some(req) = st.outstanding.remove(interaction_id) {
+                shared.calls.cancel(&req);
+            }
+        }
+        FrameBody::ToolResult { .. } => {
+            for u in st.projector.pending_output() {
+                shared.update(&session.id, u);
+            }
+        }
+        FrameBody::TurnTerminal {
+            turn_id,
+            outcome,
+            reason,
+            failure_class,
+            failure_message,
+            ..
+        } => {
+            for u in st.projector.pending_output() {
+                shared.update(&session.id, u);
+            }
+            for u in st
+                .projector
+                .close_open_tools("The turn ended before this tool finished.")
+            {
+                shared.update(&session.id, u);
+            }
+            st.projector.turn_finished(turn_id);
+            if st.active_turn.as_deref() == Some(turn_id) {
+                st.active_turn = None;
+            }
+            let ours = st.prompt.as_ref().is_some_and(|p| &p.turn_id == turn_id);
+            if ours {
+                let result = terminal_result(
+                    &st,
+                    turn_id,
+                    *outcome,
+                    reason,
+                    failure_class.as_deref(),
+                    failure_message.as_deref(),
+                );
+                session.finish_prompt(&mut st, result);
+            } else {
+                shared.outbox.send(&Message::notification(
+                    "_maka/turn_state",
+                    json!({"sessionId": session.id, "turnId": turn_id, "outcome": outcome, "reason": reason}),
+                ));
+            }
+            return;
+        }
+        _ => {}
+    }
+    for u in st.projector.frame(&body, now) {
+        shared.update(&session.id, u);
+    }
+}
+
+/// The `session/prompt` result for a terminal frame.
+fn terminal_result(
+    st: &SessionState,
+    turn_id: &str,
+    outcome: TurnOutcome,
+    reason: &str,
+    failure_class: Option<&str>,
+    failure_message: Option<&str>,
+) -> Result<Value, ResponseError> {
+    if st.prompt.as_ref().is_some_and(|p| p.cancel_requested) {
+        // ACP: after session/cancel the answer is `cancelled`, whatever happened meanwhile.
+        return Ok(json!({"stopReason": "cancelled"}));
+    }
+    match outcome {
+        TurnOutcome::Completed if reason == "step_limit" => {
+            Ok(json!({"stopReason": "max_turn_requests"}))
+        }
+        TurnOutcome::Completed => Ok(json!({"stopReason": "end_turn"})),
+        // Stopped by someone else (another client, a host shutdown): not this client's cancel.
+        TurnOutcome::Cancelled => Ok(
+            json!({"stopReason": "end_turn", "_meta": {"maka": {"outcome": "cancelled", "reason": reason}}}),
+        ),
+        TurnOutcome::MaxTokens => Ok(json!({"stopReason": "max_tokens"})),
+        TurnOutcome::Refused => Ok(json!({"stopReason": "refusal"})),
+        TurnOutcome::Failed => Err(turn_failed(turn_id, failure_class, failure_message)),
+    }
+}
+
+fn turn_failed(turn_id: &str, class: Option<&str>, message: Option<&str>) -> ResponseError {
+    let class = class.unwrap_or("runtime_error");
+    let message = message.unwrap_or("the turn failed");
+    ResponseError::new(code::INTERNAL_ERROR, format!("The turn failed ({class}): {message}"))
+        .with_data(json!({"makaCode": "turn_failed", "failureClass": class, "failureMessage": message, "turnId": turn_id}))
+}
+
+/// The prompt result from a `turn.query` snapshot (used after a resync).
+fn outcome_result(
+    session: &AcpSession,
+    status: &Value,
+    snapshot: &Value,
+    turn_id: &str,
+) -> Result<Value, ResponseError> {
+    let outcome = match status.as_str() {
+        Some("completed") => TurnOutcome::Completed,
+        Some("cancelled") => TurnOutcome::Cancelled,
+        Some("max_tokens") => TurnOutcome::MaxTokens,
+        Some("refused") => TurnOutcome::Refused,
+        _ => TurnOutcome::Failed,
+    };
+    let st = session.lock();
+    terminal_result(
+        &st,
+        turn_id,
+        outcome,
+        snapshot["reason"].as_str().unwrap_or("end_turn"),
+        snapshot["failureClass"].as_str(),
+        snapshot["failureMessage"].as_str(),
+    )
+}
