@@ -11,6 +11,7 @@ maka-acp — an Agent Client Protocol (ACP v1) agent over a Runtime Host
 USAGE:
     maka-acp [OPTIONS]          run the ACP agent on stdin/stdout (what editors spawn)
     maka-acp host [OPTIONS]     run the reference Runtime Host (HTTP on loopback)
+    maka-acp demo               play a scripted conversation through the adapter and the host
 
 OPTIONS:
     --host-url URL      use this Runtime Host instead of starting the embedded one
@@ -38,6 +39,7 @@ pub enum Command {
         log_level: Option<String>,
     },
     Host(HostArgs),
+    Demo,
     Help,
     Version,
 }
@@ -87,6 +89,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Comma
     let mut host: Option<HostArgs> = None;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
+            Value(v) if v == "demo" && host.is_none() => {
+                if let Some(extra) = parser.next().map_err(|e| e.to_string())? {
+                    return Err(format!(
+                        "demo takes no arguments, got {}",
+                        extra.unexpected()
+                    ));
+                }
+                return Ok(Command::Demo);
+            }
             Value(v) if v == "host" && host.is_none() => {
                 host = Some(HostArgs {
                     listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -214,6 +225,7 @@ pub fn main() -> i32 {
             0
         }
         Command::Host(args) => run_host(args),
+        Command::Demo => run_demo(),
     }
 }
 
@@ -225,6 +237,17 @@ fn run_host(args: HostArgs) -> i32 {
         data_dir: args.data_dir.unwrap_or_else(crate::host::default_data_dir),
         watch_stdin: args.watch_stdin,
     })
+}
+
+#[cfg(feature = "host")]
+fn run_demo() -> i32 {
+    crate::demo::run()
+}
+
+#[cfg(not(feature = "host"))]
+fn run_demo() -> i32 {
+    eprintln!("maka-acp: the demo needs the embedded Runtime Host (cargo feature `host`)");
+    2
 }
 
 #[cfg(not(feature = "host"))]

@@ -6,6 +6,8 @@
 pub mod acp;
 pub mod cli;
 #[cfg(feature = "host")]
+pub mod demo;
+#[cfg(feature = "host")]
 pub mod host;
 pub mod host_api;
 pub mod jsonrpc;
