@@ -908,3 +908,29 @@ fn a_step_limit_is_max_turn_requests() {
     let t = agent.prompt(&id, "hi", no_requests);
     assert_eq!(t.response["result"]["stopReason"], "end_turn");
 }
+
+#[test]
+fn a_pending_dialog_never_stalls_another_session() {
+    let mut s = setup("stall");
+    let a = s.agent.new_session(s.ws.path());
+    let b = s.agent.new_session(s.ws.path());
+    // Session A asks for permission; the client leaves the dialog open.
+    let pa = s.agent.request(
+        "session/prompt",
+        json!({"sessionId": a, "prompt": [{"type": "text", "text": "please edit"}]}),
+    );
+    let dialog = loop {
+        let v = s.agent.recv();
+        if v["method"] == "session/request_permission" {
+            break v;
+        }
+    };
+    // Session B streams to completion meanwhile.
+    let t = s.agent.prompt(&b, "chatty", no_requests);
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    assert_eq!(t.text(), "ab".repeat(300));
+    // Now answer A's dialog; A completes too.
+    s.agent.send(&json!({"jsonrpc": "2.0", "id": dialog["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+    let (resp, _) = s.agent.response_to(&pa);
+    assert_eq!(resp["result"]["stopReason"], "end_turn");
+}
