@@ -685,7 +685,7 @@ fn kill_9_mid_turn_loses_nothing_acknowledged_and_the_turn_can_resume() {
 
     let host = HostProcess::start(data.path(), Some(&script()));
     assert!(
-        host.stderr().contains("junk"),
+        host.stderr_contains("junk"),
         "the corrupt session is logged: {}",
         host.stderr()
     );

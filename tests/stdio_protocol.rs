@@ -316,7 +316,7 @@ fn stdout_carries_only_json_rpc_even_with_trace_logging() {
     agent.wait_exit(Duration::from_secs(10)).expect("exit");
     // Every stdout line was validated by the harness; logs went to stderr.
     assert!(
-        agent.stderr().contains("DEBUG") || agent.stderr().contains("WARN"),
+        agent.stderr_contains("DEBUG") || agent.stderr_contains("WARN"),
         "stderr: {}",
         agent.stderr()
     );

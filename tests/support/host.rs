@@ -146,6 +146,18 @@ impl HostProcess {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Waits (bounded) until the host's stderr, read on another thread, contains `needle`.
+    pub fn stderr_contains(&self, needle: &str) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if self.stderr().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
     /// Calls an operation; returns (HTTP status, envelope).
     pub fn op(&self, key: &str, input: Value) -> (u16, Value) {
         self.op_raw(key, input.to_string().into_bytes())

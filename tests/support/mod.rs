@@ -136,6 +136,18 @@ impl AgentProcess {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Waits (bounded) until stderr, read on another thread, contains `needle`.
+    pub fn stderr_contains(&self, needle: &str) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(10) {
+            if self.stderr().contains(needle) {
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
     fn assert_valid(&self) {
         let v = self.violations.lock().unwrap();
         assert!(
