@@ -5,6 +5,7 @@
 //! behind them. A prompt's responder is handed to the session's reader thread, which answers
 //! after the turn's last update.
 
+use super::client_call;
 use super::errors::{self, from_client};
 use super::host_link::{Connected, HostLink};
 use super::initialize::{self, InitializeParams};
@@ -67,6 +68,26 @@ impl Ctx {
     fn session(&self, id: &str) -> Option<Arc<AcpSession>> {
         lock(&self.sessions).get(id).cloned()
     }
+
+    /// Command output through Zed's display-only `_meta.terminal_*` convention: only for a
+    /// client that asks for it and has no real terminals.
+    fn display_terminal(&self) -> bool {
+        !self.shared.caps.terminal && self.shared.caps.terminal_output_meta
+    }
+}
+
+/// Tells the host what it may delegate to this client for `session_id` (files, terminals).
+fn register_services(ctx: &Ctx, conn: &Connected, session_id: &str) -> Result<(), ResponseError> {
+    let services = client_call::services(&ctx.shared.caps);
+    if services.is_empty() {
+        return Ok(());
+    }
+    ctx.op(
+        conn,
+        "client.capability.replace",
+        json!({"sessionId": session_id, "services": services}),
+    )
+    .map(|_| ())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -89,8 +110,10 @@ pub fn serve(conn: Connection, config: AdapterConfig) {
         }
     }
     log::debug!("client closed the connection; shutting down");
+    let ctx = agent.ctx();
     for s in lock(&agent.sessions).values() {
         s.lock().closed = true;
+        client_call::release_all(s, &ctx.shared);
     }
     agent.link.shutdown();
     conn.finish();
@@ -230,7 +253,11 @@ fn session_new(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
             "mcpServers": mcp,
         }),
     )?;
-    lock(&ctx.sessions).insert(id.clone(), AcpSession::new(&id, &cwd));
+    register_services(ctx, &conn, &id)?;
+    lock(&ctx.sessions).insert(
+        id.clone(),
+        AcpSession::new(&id, &cwd, ctx.display_terminal()),
+    );
     Ok(json!({"sessionId": id}))
 }
 
@@ -288,7 +315,8 @@ fn open_inner(
         )));
     }
     let open = ctx.op(&conn, "session.open", json!({"sessionId": id}))?;
-    let session = AcpSession::new(&id, &cwd);
+    register_services(ctx, &conn, &id)?;
+    let session = AcpSession::new(&id, &cwd, ctx.display_terminal());
     let active_turn = open["activeTurn"]["turnId"].as_str().map(String::from);
     session.set_position(
         open["seq"].as_u64().unwrap_or(0),
@@ -465,6 +493,7 @@ fn session_list(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
 fn close(ctx: &Ctx, session: &Arc<AcpSession>) {
     session.cancel(&ctx.shared);
     session.wait_prompt_done(Duration::from_secs(10));
+    client_call::release_all(session, &ctx.shared);
     let outstanding: Vec<_> = {
         let mut st = session.lock();
         st.closed = true;
@@ -608,6 +637,10 @@ fn start_prompt(ctx: &Ctx, session: &Arc<AcpSession>, turn_id: &str, content: Va
         match ctx.op(&conn, "session.open", json!({"sessionId": id})) {
             Ok(open) => session.set_position(open["seq"].as_u64().unwrap_or(0), &conn.epoch, None),
             Err(e) => return fail(e),
+        }
+        // A new host epoch has forgotten what this client can do.
+        if let Err(e) = register_services(ctx, &conn, &id) {
+            return fail(e);
         }
     }
     if let Err(e) = ctx.op(

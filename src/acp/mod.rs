@@ -1,6 +1,7 @@
 //! The ACP v1 agent: the dispatch table and everything a method needs.
 
 pub mod agent;
+pub mod client_call;
 pub mod errors;
 pub mod host_link;
 pub mod initialize;

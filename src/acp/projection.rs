@@ -20,6 +20,12 @@ pub const OUTPUT_THROTTLE: Duration = Duration::from_millis(100);
 
 #[derive(Default)]
 struct ToolState {
+    /// The editor terminal the command runs in (`terminal/create`), when it does.
+    client_terminal: Option<String>,
+    /// Shown through the `_meta.terminal_*` display convention.
+    display: bool,
+    /// Some output went out through `_meta.terminal_output`.
+    streamed: bool,
     command: Option<String>,
     output: String,
     truncated: bool,
@@ -36,9 +42,30 @@ pub struct Projector {
     order: Vec<String>,
     /// Turns started by this connection's prompts: their user message is not echoed back.
     own_turns: HashSet<String>,
+    /// Command output goes through Zed's display-only `_meta.terminal_*` convention.
+    display_terminal: bool,
 }
 
 impl Projector {
+    pub fn new(display_terminal: bool) -> Projector {
+        Projector {
+            display_terminal,
+            ..Projector::default()
+        }
+    }
+
+    /// The command of `tool_call_id` runs in the editor's terminal `terminal_id`: embed it.
+    pub fn attach_terminal(&mut self, tool_call_id: &str, terminal_id: &str) -> Value {
+        let t = self.tools.entry(tool_call_id.to_string()).or_default();
+        t.client_terminal = Some(terminal_id.to_string());
+        json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": tool_call_id,
+            "status": "in_progress",
+            "content": [{"type": "terminal", "terminalId": terminal_id}],
+        })
+    }
+
     pub fn mark_own_turn(&mut self, turn_id: &str) {
         self.own_turns.insert(turn_id.to_string());
     }
@@ -75,8 +102,10 @@ impl Projector {
                 locations,
                 ..
             } => {
+                let display = self.display_terminal && activity_kind == "command";
                 let state = ToolState {
                     command: (activity_kind == "command").then(|| title.clone()),
+                    display,
                     ..ToolState::default()
                 };
                 if self.tools.insert(tool_call_id.clone(), state).is_none() {
@@ -94,6 +123,10 @@ impl Projector {
                 if *args_truncated {
                     update["_meta"] = json!({"maka": {"argsTruncated": true}});
                 }
+                if display {
+                    update["content"] = json!([{"type": "terminal", "terminalId": tool_call_id}]);
+                    update["_meta"]["terminal_info"] = json!({"terminal_id": tool_call_id});
+                }
                 vec![update]
             }
             FrameBody::ToolOutputDelta {
@@ -104,8 +137,17 @@ impl Projector {
                 let Some(t) = self.tools.get_mut(tool_call_id) else {
                     return vec![];
                 };
-                if t.terminal {
+                if t.terminal || t.client_terminal.is_some() {
                     return vec![];
+                }
+                if t.display {
+                    t.streamed = true;
+                    return vec![json!({
+                        "sessionUpdate": "tool_call_update",
+                        "toolCallId": tool_call_id,
+                        "status": "in_progress",
+                        "_meta": {"terminal_output": {"terminal_id": tool_call_id, "data": chunk}},
+                    })];
                 }
                 t.output.push_str(chunk);
                 if t.output.len() > OUTPUT_TAIL_BYTES {
@@ -156,6 +198,31 @@ impl Projector {
                     "content": result_content(result, status),
                     "rawOutput": result,
                 });
+                if let ToolResultContent::Terminal {
+                    output,
+                    exit_code,
+                    signal,
+                    timed_out,
+                    ..
+                } = result
+                {
+                    if let Some(tid) = &t.client_terminal {
+                        // The editor keeps showing its terminal after release.
+                        let verdict =
+                            terminal_verdict(status, *exit_code, signal.as_deref(), *timed_out);
+                        update["content"] = json!([{"type": "terminal", "terminalId": tid}, text_content(&verdict)]);
+                    } else if t.display {
+                        update["content"] =
+                            json!([{"type": "terminal", "terminalId": tool_call_id}]);
+                        let mut meta = json!({"terminal_exit": {"terminal_id": tool_call_id, "exit_code": exit_code, "signal": signal}});
+                        if !t.streamed {
+                            // Replay (or output that never streamed): show it all at once.
+                            meta["terminal_output"] =
+                                json!({"terminal_id": tool_call_id, "data": output});
+                        }
+                        update["_meta"] = meta;
+                    }
+                }
                 if let Some(locs) = result_locations(result) {
                     update["locations"] = locs;
                 }
@@ -434,6 +501,25 @@ fn result_content(result: &ToolResultContent, status: &str) -> Value {
     Value::Array(items)
 }
 
+fn terminal_verdict(
+    status: &str,
+    exit_code: Option<i32>,
+    signal: Option<&str>,
+    timed_out: bool,
+) -> String {
+    if timed_out {
+        "Timed out: the command was killed.".to_string()
+    } else if status == "cancelled" {
+        "Cancelled: the command was killed.".to_string()
+    } else {
+        match (exit_code, signal) {
+            (Some(c), _) => format!("Exit code {c}"),
+            (None, Some(s)) => format!("Killed by {s}"),
+            (None, None) => String::new(),
+        }
+    }
+}
+
 fn result_locations(result: &ToolResultContent) -> Option<Value> {
     match result {
         ToolResultContent::FileEdit { diff } => Some(json!([{"path": diff.path}])),
@@ -616,6 +702,7 @@ mod tests {
                 timed_out: false,
                 output: "line 1\nline 2\n".into(),
                 output_truncated: false,
+                terminal_id: None,
             },
             truncated: false,
             duration_ms: Some(5),

@@ -7,6 +7,7 @@
 //! follow the response. The reader runs only while a turn is being followed, so idle sessions
 //! hold no stream.
 
+use super::client_call;
 use super::errors;
 use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
@@ -16,7 +17,7 @@ use crate::host_api::client::ClientError;
 use crate::host_api::wire::{ErrorCode, Frame, FrameBody, TurnOutcome};
 use crate::jsonrpc::{code, ClientCalls, Message, Outbox, RequestId, Responder, ResponseError};
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -54,8 +55,10 @@ pub struct SessionState {
     active_turn: Option<String>,
     pub prompt: Option<PendingPrompt>,
     pub projector: Projector,
-    /// Host interaction id → the ACP request showing it to the user.
+    /// Host interaction or invocation id → the ACP request in flight for it.
     pub outstanding: HashMap<String, RequestId>,
+    /// Editor terminals created for this session and not yet released.
+    pub live_terminals: HashSet<String>,
     pub closed: bool,
 }
 
@@ -67,7 +70,9 @@ pub struct AcpSession {
 }
 
 impl AcpSession {
-    pub fn new(id: &str, cwd: &str) -> Arc<AcpSession> {
+    /// `display_terminal`: the client shows command output through Zed's `_meta.terminal_*`
+    /// convention (it set `_meta.terminal_output` and has no real terminals).
+    pub fn new(id: &str, cwd: &str, display_terminal: bool) -> Arc<AcpSession> {
         Arc::new(AcpSession {
             id: id.to_string(),
             cwd: cwd.to_string(),
@@ -77,8 +82,9 @@ impl AcpSession {
                 epoch: None,
                 active_turn: None,
                 prompt: None,
-                projector: Projector::default(),
+                projector: Projector::new(display_terminal),
                 outstanding: HashMap::new(),
+                live_terminals: HashSet::new(),
                 closed: false,
             }),
             prompt_done: Condvar::new(),
@@ -150,7 +156,9 @@ impl AcpSession {
                 return;
             };
             p.cancel_requested = true;
-            let ids: Vec<RequestId> = st.outstanding.values().cloned().collect();
+            // Taken out of the table: each is withdrawn exactly once, and its waiter sees
+            // that it was withdrawn.
+            let ids: Vec<RequestId> = st.outstanding.drain().map(|(_, r)| r).collect();
             let p = st.prompt.as_ref().map(|p| (p.turn_id.clone(), p.started));
             let (turn, started) = p.unwrap_or_default();
             (turn, started, ids)
@@ -391,6 +399,27 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
                 i.clone(),
             );
             return;
+        }
+        FrameBody::ClientCall {
+            invocation_id,
+            tool_call_id,
+            service,
+            input,
+        } => {
+            drop(st);
+            let call = client_call::Call {
+                invocation_id: invocation_id.clone(),
+                tool_call_id: tool_call_id.clone(),
+                service: service.clone(),
+                input: input.clone(),
+            };
+            client_call::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), call);
+            return;
+        }
+        FrameBody::ClientCallCancelled { invocation_id } => {
+            if let Some(req) = st.outstanding.remove(invocation_id) {
+                shared.calls.cancel(&req);
+            }
         }
         FrameBody::InteractionClosed { interaction_id, .. } => {
             // Closed by the host (or another client) while the user still sees it.

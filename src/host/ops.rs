@@ -1093,7 +1093,7 @@ struct CapabilityInput {
     services: Vec<String>,
 }
 
-const SERVICES: [&str; 2] = ["fs.read_text_file", "fs.write_text_file"];
+const SERVICES: [&str; 3] = ["fs.read_text_file", "fs.write_text_file", "terminal"];
 
 fn capability_replace(host: &Host, input: CapabilityInput) -> Result<Value, HostError> {
     if let Some(bad) = input

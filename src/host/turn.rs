@@ -895,15 +895,43 @@ impl ToolEnv for Turn {
         path: &Path,
         input: Value,
     ) -> Option<Result<Value, String>> {
-        if !self.roots.iter().any(|r| path.starts_with(r)) {
+        if !self.roots.iter().any(|r| path.starts_with(r)) || !self.has_client_service(service) {
             return None;
         }
+        Some(
+            self.call_client(service, input, CLIENT_CALL_TIMEOUT, false)
+                .map_err(|e| e.to_string()),
+        )
+    }
+
+    fn has_client_service(&self, service: &str) -> bool {
+        self.cell
+            .lock()
+            .client_services
+            .iter()
+            .any(|s| s == service)
+    }
+
+    fn call_client(
+        &mut self,
+        service: &str,
+        input: Value,
+        timeout: Duration,
+        cleanup: bool,
+    ) -> Result<Value, tools::CallError> {
+        use tools::CallError;
         let (tx, rx) = bounded(1);
         let invocation_id = random_id("c");
         {
             let mut st = self.cell.lock();
-            if !st.client_services.iter().any(|s| s == service) {
-                return None;
+            let registered = st
+                .client_services
+                .iter()
+                .any(|s| s == service || service.starts_with(&format!("{s}.")));
+            if !registered {
+                return Err(CallError::Client(format!(
+                    "the client did not register {service}"
+                )));
             }
             st.client_calls.insert(invocation_id.clone(), tx);
             let body = FrameBody::ClientCall {
@@ -914,17 +942,24 @@ impl ToolEnv for Turn {
             };
             self.cell.emit(&mut st, body);
         }
+        // A cleanup call ignores the stop: `never` never fires.
+        let never = crossbeam_channel::never();
+        let cancel = if cleanup {
+            &never
+        } else {
+            self.spec.cancel.receiver()
+        };
         let result = select! {
-            recv(rx) -> r => r.unwrap_or_else(|_| Err("the call was dropped".into())),
-            recv(self.spec.cancel.receiver()) -> _ => Err("cancelled".into()),
-            default(CLIENT_CALL_TIMEOUT) => Err(format!("the editor did not answer within {} s", CLIENT_CALL_TIMEOUT.as_secs())),
+            recv(rx) -> r => r.unwrap_or_else(|_| Err("the call was dropped".into())).map_err(CallError::Client),
+            recv(cancel) -> _ => Err(CallError::Cancelled),
+            default(timeout) => Err(CallError::Timeout),
         };
         let mut st = self.cell.lock();
         if st.client_calls.remove(&invocation_id).is_some() {
             self.cell
                 .emit(&mut st, FrameBody::ClientCallCancelled { invocation_id });
         }
-        Some(result)
+        result
     }
 }
 

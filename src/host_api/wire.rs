@@ -504,6 +504,9 @@ pub enum ToolResultContent {
         timed_out: bool,
         output: String,
         output_truncated: bool,
+        /// Set when the command ran in the editor's terminal (`terminal/create`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        terminal_id: Option<String>,
     },
     Json {
         value: Value,

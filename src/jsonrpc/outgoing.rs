@@ -64,6 +64,14 @@ impl ClientCalls {
         PendingCall { id, rx }
     }
 
+    /// Sends a request whose answer nobody waits for (e.g. releasing an editor terminal while
+    /// shutting down). Works even after [`ClientCalls::close_all`]; the answer, if any, is
+    /// logged as unknown and dropped.
+    pub fn send_unawaited(&self, method: &str, params: Value) {
+        let id = RequestId::Int(self.next_id.fetch_add(1, Ordering::Relaxed));
+        self.outbox.send(&Message::request(id, method, params));
+    }
+
     /// Routes a response from the client. Unknown ids are logged and dropped.
     pub fn complete(&self, response: Response) {
         match lock(&self.pending).remove(&response.id) {
@@ -94,6 +102,11 @@ impl ClientCalls {
         for (_, tx) in lock(&self.pending).drain() {
             let _ = tx.send(Err(ResponseError::internal("connection closed")));
         }
+    }
+
+    /// Whether the client's side of the connection has closed (stdin EOF).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     pub fn pending_count(&self) -> usize {

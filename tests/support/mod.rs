@@ -302,6 +302,8 @@ pub enum Reply {
     Error(i64, &'static str),
     /// Do not answer (yet): the request stays pending.
     Ignore,
+    /// Answer, then send these messages too (e.g. the answer to an earlier, held request).
+    ResultThen(Value, Vec<Value>),
 }
 
 /// Everything the agent wrote while a request was being served.
@@ -397,6 +399,12 @@ impl AgentProcess {
                         Reply::Result(r) => self.send(&json!({"jsonrpc": "2.0", "id": req_id, "result": r})),
                         Reply::Error(code, msg) => self.send(&json!({"jsonrpc": "2.0", "id": req_id, "error": {"code": code, "message": msg}})),
                         Reply::Ignore => {}
+                        Reply::ResultThen(r, more) => {
+                            self.send(&json!({"jsonrpc": "2.0", "id": req_id, "result": r}));
+                            for m in more {
+                                self.send(&m);
+                            }
+                        }
                     }
                 }
                 (Some("session/update"), None) => t.updates.push(v),

@@ -28,6 +28,35 @@ pub trait ToolEnv {
         path: &Path,
         input: Value,
     ) -> Option<Result<Value, String>>;
+    /// Whether the client registered `service` (e.g. `terminal`).
+    fn has_client_service(&self, service: &str) -> bool;
+    /// One delegated call, waiting at most `timeout`. A `cleanup` call still runs after the
+    /// turn was stopped (to kill and release what the editor holds).
+    fn call_client(
+        &mut self,
+        service: &str,
+        input: Value,
+        timeout: std::time::Duration,
+        cleanup: bool,
+    ) -> Result<Value, CallError>;
+}
+
+#[derive(Debug)]
+pub enum CallError {
+    Cancelled,
+    Timeout,
+    /// The editor answered with an error (its message), or the service is not registered.
+    Client(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Cancelled => f.write_str("cancelled"),
+            CallError::Timeout => f.write_str("timed out"),
+            CallError::Client(m) => f.write_str(m),
+        }
+    }
 }
 
 pub struct ToolOutcome {

@@ -2,9 +2,10 @@
 //! timeout kills everything it started. Output is streamed as it arrives and its tail kept for
 //! the result.
 
-use super::{ToolEnv, ToolOutcome, RESULT_TEXT_LIMIT};
+use super::{CallError, ToolEnv, ToolOutcome, RESULT_TEXT_LIMIT};
 use crate::host_api::wire::ToolResultContent;
-use crossbeam_channel::{bounded, select, Receiver};
+use crossbeam_channel::{bounded, select};
+use serde_json::{json, Value};
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
@@ -28,6 +29,9 @@ enum Chunk {
 }
 
 pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> ToolOutcome {
+    if env.has_client_service("terminal") {
+        return run_in_editor_terminal(env, command, timeout_ms);
+    }
     let cwd = env.cwd().to_path_buf();
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
@@ -127,6 +131,131 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
             timed_out,
             output: tail,
             output_truncated: truncated,
+            terminal_id: None,
+        },
+    }
+}
+
+/// Output the editor keeps per terminal (it drops the beginning beyond this).
+const EDITOR_OUTPUT_LIMIT: usize = 1024 * 1024;
+
+/// Runs the command in the editor's terminal: create → wait for exit (bounded by the timeout,
+/// abandoned on stop) → kill if needed → read the output → release, always.
+fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> ToolOutcome {
+    let cwd = env.cwd().display().to_string();
+    let created = env.call_client(
+        "terminal.create",
+        json!({"command": "sh", "args": ["-c", command], "cwd": cwd, "outputByteLimit": EDITOR_OUTPUT_LIMIT}),
+        Duration::from_secs(30),
+        // Even after a stop we need the id, to release what the editor created.
+        true,
+    );
+    let terminal_id = match created
+        .as_ref()
+        .ok()
+        .and_then(|v| v.get("terminalId"))
+        .and_then(|v| v.as_str())
+    {
+        Some(id) => id.to_string(),
+        None => {
+            let why = match created {
+                Err(e) => e.to_string(),
+                Ok(v) => format!("no terminalId in {v}"),
+            };
+            return ToolOutcome::failed(format!("the editor could not start `{command}`: {why}"));
+        }
+    };
+    let id = json!({"terminalId": terminal_id});
+    let waited = env.call_client(
+        "terminal.wait_for_exit",
+        id.clone(),
+        Duration::from_millis(timeout_ms),
+        false,
+    );
+    let (timed_out, cancelled) = match &waited {
+        Err(CallError::Timeout) => (true, false),
+        Err(CallError::Cancelled) => (false, true),
+        _ => (false, env.cancel().is_cancelled()),
+    };
+    if waited.is_err() {
+        if let Err(e) = env.call_client("terminal.kill", id.clone(), Duration::from_secs(5), true) {
+            log::warn!("terminal/kill {terminal_id}: {e}");
+        }
+    }
+    let output = env.call_client("terminal.output", id.clone(), Duration::from_secs(5), true);
+    if let Err(e) = env.call_client("terminal.release", id, Duration::from_secs(5), true) {
+        log::warn!("terminal/release {terminal_id}: {e}");
+    }
+    let out = output.as_ref().ok();
+    let mut text = out
+        .and_then(|o| o.get("output"))
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let mut truncated = out
+        .and_then(|o| o.get("truncated"))
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    if text.len() > RESULT_TEXT_LIMIT {
+        let mut start = text.len() - RESULT_TEXT_LIMIT;
+        while !text.is_char_boundary(start) {
+            start += 1;
+        }
+        text.drain(..start);
+        truncated = true;
+    }
+    let status = waited
+        .as_ref()
+        .ok()
+        .cloned()
+        .or_else(|| out.and_then(|o| o.get("exitStatus")).cloned())
+        .unwrap_or(Value::Null);
+    let exit_code = status
+        .get("exitCode")
+        .and_then(|v| v.as_i64())
+        .map(|c| c as i32);
+    let signal = status
+        .get("signal")
+        .and_then(|v| v.as_str())
+        .map(String::from);
+    let mut for_model = String::new();
+    if truncated {
+        for_model.push_str("[output truncated; showing the tail]\n");
+    }
+    for_model.push_str(&text);
+    for_model.push_str(&if cancelled {
+        "\n[cancelled: the command was killed]".to_string()
+    } else if timed_out {
+        format!("\n[timed out after {timeout_ms} ms: the command was killed]")
+    } else if let Err(e) = &waited {
+        format!("\n[the editor's terminal failed: {e}]")
+    } else {
+        match (exit_code, &signal) {
+            (Some(c), _) => format!("\n[exit code {c}]"),
+            (None, Some(s)) => format!("\n[killed by {s}]"),
+            _ => String::new(),
+        }
+    });
+    let ok = waited.is_ok() && exit_code == Some(0);
+    ToolOutcome {
+        status: if cancelled {
+            "cancelled"
+        } else if ok {
+            "completed"
+        } else {
+            "failed"
+        },
+        for_model,
+        truncated,
+        result: ToolResultContent::Terminal {
+            command: command.to_string(),
+            cwd,
+            exit_code,
+            signal,
+            timed_out,
+            output: text,
+            output_truncated: truncated,
+            terminal_id: Some(terminal_id),
         },
     }
 }
@@ -210,6 +339,3 @@ fn signal_name(sig: i32) -> String {
         n => format!("signal {n}"),
     }
 }
-
-#[allow(dead_code)]
-fn _assert_receiver_send(_: Receiver<Chunk>) {}

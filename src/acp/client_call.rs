@@ -1,0 +1,157 @@
+//! The host's delegated calls (`client_call` frames) performed in the editor: files through
+//! `fs/read_text_file` / `fs/write_text_file` (so the agent sees unsaved buffers and the editor
+//! shows writes at once) and commands in real editor terminals (`terminal/*`). Each runs on a
+//! short-lived thread; the result goes back with `client.call.result`.
+//!
+//! Terminals are tracked per session from `terminal/create` to `terminal/release`, so that one
+//! the host could not release (a stop, a lost host, a closed session, the client leaving) is
+//! released by the adapter: every terminal is released on every exit path.
+
+use super::host_link::Connected;
+use super::session::{AcpSession, Shared};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+pub fn spawn(session: Arc<AcpSession>, shared: Arc<Shared>, conn: Connected, call: Call) {
+    let name = format!("acp-call-{}", call.invocation_id);
+    let spawned = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || run(&session, &shared, &conn, call));
+    if let Err(e) = spawned {
+        log::error!("cannot start a client-call thread: {e}");
+    }
+}
+
+pub struct Call {
+    pub invocation_id: String,
+    pub tool_call_id: Option<String>,
+    pub service: String,
+    pub input: Value,
+}
+
+/// The ACP request for a host service, or why there is none.
+fn request(
+    session_id: &str,
+    service: &str,
+    input: &Value,
+) -> Result<(&'static str, Value), String> {
+    let mut params = match input {
+        Value::Object(m) => Value::Object(m.clone()),
+        _ => return Err("the call's input is not an object".into()),
+    };
+    params["sessionId"] = json!(session_id);
+    let method = match service {
+        "fs.read_text_file" => "fs/read_text_file",
+        "fs.write_text_file" => "fs/write_text_file",
+        "terminal.create" => {
+            params["env"] = json!([]);
+            "terminal/create"
+        }
+        "terminal.output" => "terminal/output",
+        "terminal.wait_for_exit" => "terminal/wait_for_exit",
+        "terminal.kill" => "terminal/kill",
+        "terminal.release" => "terminal/release",
+        other => return Err(format!("this adapter does not perform {other}")),
+    };
+    // Optional fields are omitted rather than sent as null.
+    if let Value::Object(m) = &mut params {
+        m.retain(|_, v| !v.is_null());
+    }
+    Ok((method, params))
+}
+
+fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, call: Call) {
+    let outcome = match request(&session.id, &call.service, &call.input) {
+        Err(e) => json!({"ok": false, "error": {"message": e}}),
+        // The client stopped reading requests' answers (stdin EOF): a release still goes out,
+        // fire and forget, so no editor terminal is left behind.
+        Ok(("terminal/release", params)) if shared.calls.is_closed() => {
+            shared.calls.send_unawaited("terminal/release", params);
+            forget_terminal(session, &call.input);
+            json!({"ok": true, "result": {}})
+        }
+        Ok((method, params)) => {
+            let pending = {
+                let mut st = session.lock();
+                let pending = shared.calls.call(method, params);
+                st.outstanding
+                    .insert(call.invocation_id.clone(), pending.id.clone());
+                pending
+            };
+            let reply = pending.wait();
+            session.lock().outstanding.remove(&call.invocation_id);
+            match reply {
+                Ok(result) => {
+                    after_success(session, shared, &call, &result);
+                    // `fs/write_text_file` may answer `null`; the host wants an object.
+                    let result = if result.is_null() { json!({}) } else { result };
+                    json!({"ok": true, "result": result})
+                }
+                Err(e) => {
+                    if call.service == "terminal.release" {
+                        forget_terminal(session, &call.input);
+                    }
+                    json!({"ok": false, "error": {"message": e.message}})
+                }
+            }
+        }
+    };
+    let input =
+        json!({"sessionId": session.id, "invocationId": call.invocation_id, "outcome": outcome});
+    if let Err(e) = conn.client.op("client.call.result", &input) {
+        log::debug!("client.call.result {}: {e}", call.invocation_id);
+    }
+}
+
+fn after_success(session: &Arc<AcpSession>, shared: &Arc<Shared>, call: &Call, result: &Value) {
+    match call.service.as_str() {
+        "terminal.create" => {
+            let Some(terminal_id) = result.get("terminalId").and_then(Value::as_str) else {
+                return;
+            };
+            let mut st = session.lock();
+            st.live_terminals.insert(terminal_id.to_string());
+            // Embed the live terminal in the tool call so the editor shows it as it runs.
+            if let Some(tool) = &call.tool_call_id {
+                let update = st.projector.attach_terminal(tool, terminal_id);
+                shared.update(&session.id, update);
+            }
+        }
+        "terminal.release" => forget_terminal(session, &call.input),
+        _ => {}
+    }
+}
+
+fn forget_terminal(session: &Arc<AcpSession>, input: &Value) {
+    if let Some(id) = input.get("terminalId").and_then(Value::as_str) {
+        session.lock().live_terminals.remove(id);
+    }
+}
+
+/// Releases every terminal of `session` the host did not release (fire and forget).
+pub fn release_all(session: &Arc<AcpSession>, shared: &Arc<Shared>) {
+    let ids: Vec<String> = session.lock().live_terminals.drain().collect();
+    for id in ids {
+        log::info!("releasing terminal {id} of session {}", session.id);
+        // Nobody waits for the answer; the call table drops it when it comes.
+        let _ = shared.calls.call(
+            "terminal/release",
+            json!({"sessionId": session.id, "terminalId": id}),
+        );
+    }
+}
+
+/// The services this client can perform for the host, for `client.capability.replace`.
+pub fn services(caps: &super::initialize::ClientCapabilities) -> Vec<&'static str> {
+    let mut s = vec![];
+    if caps.fs_read_text_file {
+        s.push("fs.read_text_file");
+    }
+    if caps.fs_write_text_file {
+        s.push("fs.write_text_file");
+    }
+    if caps.terminal {
+        s.push("terminal");
+    }
+    s
+}
