@@ -290,7 +290,8 @@ fn open_inner(
     let id = p.required_str("sessionId")?.to_string();
     let cwd = absolute(&p, "cwd")?;
     directories(&p)?;
-    mcp_servers(&p)?;
+    // load requires the list; resume may omit it (then what runs keeps running).
+    let mcp = p.optional_array("mcpServers")?.cloned();
     if let Some(existing) = ctx.session(&id) {
         if existing.lock().prompt.is_some() {
             return Err(ResponseError::new(
@@ -314,7 +315,11 @@ fn open_inner(
             "`cwd` ({cwd}) is not this session's working directory ({path})"
         )));
     }
-    let open = ctx.op(&conn, "session.open", json!({"sessionId": id}))?;
+    let mut open_input = json!({"sessionId": id});
+    if let Some(servers) = mcp {
+        open_input["mcpServers"] = Value::Array(servers);
+    }
+    let open = ctx.op(&conn, "session.open", open_input)?;
     register_services(ctx, &conn, &id)?;
     let session = AcpSession::new(&id, &cwd, ctx.display_terminal());
     let active_turn = open["activeTurn"]["turnId"].as_str().map(String::from);
@@ -503,6 +508,15 @@ fn close(ctx: &Ctx, session: &Arc<AcpSession>) {
         ctx.shared.calls.cancel(&r);
     }
     lock(&ctx.sessions).remove(&session.id);
+    // The host stops what it ran for this client (MCP servers); durable state stays.
+    if let Ok(conn) = ctx.host() {
+        if let Err(e) = conn
+            .client
+            .op("session.release", &json!({"sessionId": session.id}))
+        {
+            log::debug!("session.release {}: {e}", session.id);
+        }
+    }
 }
 
 fn session_close(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {

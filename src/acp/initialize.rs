@@ -89,7 +89,7 @@ pub fn agent_capabilities() -> Value {
     json!({
         "loadSession": true,
         "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
-        "mcpCapabilities": {"http": false, "sse": false},
+        "mcpCapabilities": {"http": true, "sse": false},
         "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}},
         "_meta": {"maka": {"version": 1, "notifications": ["_maka/turn_state"]}}
     })

@@ -152,6 +152,7 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> Value {
                 "command" => "commands",
                 "edit" => "edits",
                 "write" => "file writes",
+                "tool" => "MCP tools",
                 _ => "this kind of action",
             };
             let mut options =

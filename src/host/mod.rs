@@ -2,6 +2,7 @@
 //! sessions, an agent loop with real tools, and model providers. See
 //! `docs/runtime-host-protocol.md`.
 
+pub mod mcp;
 pub mod models;
 pub mod ops;
 pub mod server;

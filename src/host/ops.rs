@@ -26,6 +26,7 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
         "session.metadata.update" => metadata_update(host, parse(input)?),
         "session.lifecycle.set" => lifecycle_set(host, parse(input)?),
         "session.remove" => session_remove(host, parse(input)?),
+        "session.release" => session_release(host, parse(input)?),
         "session.transcript.page" => transcript_page(host, parse(input)?),
         "turn.start" => turn_start(host, parse(input)?),
         "turn.stop" => turn_stop(host, parse(input)?),
@@ -227,7 +228,13 @@ fn session_create(host: &Arc<Host>, input: CreateInput) -> Result<Value, HostErr
         )
     })?;
     let value = to_value(&session)?;
-    sessions.insert(session.id.clone(), SessionCell::new(session));
+    let cwd = session.workspace.path().to_string();
+    let specs = session.mcp_servers.clone();
+    let cell = SessionCell::new(session);
+    if !specs.is_empty() {
+        cell.lock().mcp = Some(super::mcp::McpSet::start(&specs, &cwd));
+    }
+    sessions.insert(cell.id.clone(), cell);
     host.bump_catalog();
     Ok(value)
 }
@@ -337,11 +344,25 @@ fn session_list(host: &Host, input: ListInput) -> Result<Value, HostError> {
 #[serde(rename_all = "camelCase")]
 struct OpenInput {
     session_id: String,
+    /// MCP servers to (re)connect for this attachment; absent = keep what runs.
+    #[serde(default)]
+    mcp_servers: Option<Vec<Value>>,
 }
 
 fn session_open(host: &Host, input: OpenInput) -> Result<Value, HostError> {
     let cell = host.cell(&input.session_id)?;
-    let st = open_state(host, &cell)?;
+    let mut st = open_state(host, &cell)?;
+    if let Some(specs) = input.mcp_servers {
+        if let Some(old) = st.mcp.take() {
+            old.stop();
+        }
+        if !specs.is_empty() {
+            st.mcp = Some(super::mcp::McpSet::start(
+                &specs,
+                st.session.workspace.path(),
+            ));
+        }
+    }
     let active_turn = match &st.active {
         Some(a) => st
             .turns
@@ -565,6 +586,15 @@ fn lifecycle_set(host: &Host, input: LifecycleInput) -> Result<Value, HostError>
         host.bump_catalog();
     }
     to_value(&st.session)
+}
+
+/// The client detached (ACP `session/close`): stop what runs for it. Durable state stays.
+fn session_release(host: &Host, input: SessionRef) -> Result<Value, HostError> {
+    let cell = host.cell(&input.session_id)?;
+    if let Some(m) = cell.lock().mcp.take() {
+        m.stop();
+    }
+    Ok(json!({}))
 }
 
 #[derive(Deserialize)]

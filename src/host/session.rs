@@ -42,6 +42,8 @@ pub struct SessionState {
     pub client_calls: HashMap<String, Sender<Result<Value, String>>>,
     pub usage_totals: TokenUsage,
     pub removed: bool,
+    /// The MCP servers the client passed (running while the session is attached).
+    pub mcp: Option<Arc<super::mcp::McpSet>>,
 }
 
 pub struct TurnRecord {
@@ -146,6 +148,7 @@ impl SessionCell {
                 client_calls: HashMap::new(),
                 usage_totals: TokenUsage::default(),
                 removed: false,
+                mcp: None,
             }),
             changed: Condvar::new(),
         })

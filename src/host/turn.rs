@@ -87,6 +87,8 @@ struct Turn {
     roots: Vec<PathBuf>,
     current_tool: Option<String>,
     out_seq: u64,
+    /// Tools of the session's MCP servers, as of the turn's start.
+    mcp_tools: Vec<super::mcp::McpTool>,
 }
 
 /// Runs an admitted turn to its terminal frame (on the caller's thread).
@@ -111,6 +113,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         roots,
         current_tool: None,
         out_seq: 0,
+        mcp_tools: vec![],
     };
     let terminal = turn.agent_loop();
     turn.finish(terminal);
@@ -118,6 +121,23 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
 
 impl Turn {
     fn agent_loop(&mut self) -> Terminal {
+        // The session's MCP servers: wait (bounded) for them, and say which are missing.
+        let mcp = self.cell.lock().mcp.clone();
+        if let Some(set) = mcp {
+            let (tools, problems) = set.ready(super::mcp::start_timeout());
+            self.mcp_tools = tools;
+            if !problems.is_empty() {
+                let id = format!("m_{}_mcp", self.spec.run_id);
+                let mut acc = String::new();
+                self.delta(
+                    true,
+                    &id,
+                    &mut acc,
+                    format!("⚠ {}\n\n", problems.join("\n⚠ ")),
+                );
+                self.persist_assistant(&id, &acc, "");
+            }
+        }
         for step in 0..self.spec.max_steps {
             if self.spec.cancel.is_cancelled() {
                 return Terminal::cancelled();
@@ -148,7 +168,16 @@ impl Turn {
         let request = ModelRequest {
             model: model.id.clone(),
             messages,
-            tools: tools::specs(),
+            tools: tools::specs()
+                .into_iter()
+                .chain(self.mcp_tools.iter().map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.exposed,
+                        "description": format!("[MCP server {}] {}", t.server, t.description),
+                        "parameters": t.input_schema,
+                    }})
+                }))
+                .collect(),
             thinking_level: configuration.thinking_level.clone(),
             turn_prompt: self.spec.prompt_text.clone(),
             step,
@@ -371,7 +400,20 @@ impl Turn {
             Ok(other) => json!({ "_raw": other }),
             Err(e) => json!({ "_unparsable": arguments, "_error": e.to_string() }),
         };
-        let plan = tools::plan(name, &args, &self.cwd);
+        let plan = match tools::plan(name, &args, &self.cwd) {
+            Err(e) => match self.mcp_tools.iter().find(|t| t.exposed == name) {
+                // MCP tools are gated like built-in tools that act: explore refuses, ask asks.
+                Some(t) => Ok(tools::ToolPlan {
+                    title: format!("{}: {}", t.server, t.name),
+                    activity_kind: "tool",
+                    locations: vec![],
+                    review: Some("tool"),
+                    touches: vec![],
+                }),
+                None => Err(e),
+            },
+            ok => ok,
+        };
         let (title, kind, locations) = match &plan {
             Ok(p) => (p.title.clone(), p.activity_kind, p.locations.clone()),
             Err(_) => (name.to_string(), "tool", vec![]),
@@ -547,6 +589,7 @@ impl Turn {
         match name {
             "update_plan" => self.update_plan(args),
             "ask_user" => self.ask_user(id, args),
+            _ if self.mcp_tools.iter().any(|t| t.exposed == name) => self.call_mcp(name, args),
             _ => {
                 let outcome = tools::execute(self, name, args);
                 if self.spec.cancel.is_cancelled() && outcome.status != "completed" {
@@ -557,6 +600,53 @@ impl Turn {
                 }
                 outcome
             }
+        }
+    }
+
+    /// Calls an MCP tool on a helper thread, so a stop does not wait for the server.
+    fn call_mcp(&self, exposed: &str, args: &Value) -> ToolOutcome {
+        let Some(tool) = self
+            .mcp_tools
+            .iter()
+            .find(|t| t.exposed == exposed)
+            .cloned()
+        else {
+            return ToolOutcome::failed(format!("there is no MCP tool named {exposed:?}"));
+        };
+        let server = self
+            .cell
+            .lock()
+            .mcp
+            .clone()
+            .and_then(|set| set.server(&tool.server));
+        let Some(server) = server else {
+            return ToolOutcome::failed(format!(
+                "MCP server `{}` is no longer running",
+                tool.server
+            ));
+        };
+        let (tx, rx) = bounded(1);
+        let (name, args) = (tool.name.clone(), args.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("mcp-call-{name}"))
+            .spawn(move || {
+                let r = match server.lock() {
+                    Ok(mut s) => s.call_tool(&name, args),
+                    Err(_) => Err("the server is unusable".to_string()),
+                };
+                let _ = tx.send(r);
+            });
+        if let Err(e) = spawned {
+            return ToolOutcome::failed(format!("cannot call the MCP tool: {e}"));
+        }
+        select! {
+            recv(rx) -> r => match r {
+                Ok(Ok((text, false))) => ToolOutcome::completed(text, false),
+                Ok(Ok((text, true))) => ToolOutcome::failed(text),
+                Ok(Err(e)) => ToolOutcome::failed(format!("MCP server `{}`: {e}", tool.server)),
+                Err(_) => ToolOutcome::failed(format!("MCP server `{}` dropped the call", tool.server)),
+            },
+            recv(self.spec.cancel.receiver()) -> _ => ToolOutcome { status: "cancelled", ..ToolOutcome::failed("The turn was stopped while the MCP tool ran.".into()) },
         }
     }
 
