@@ -20,7 +20,8 @@ fn script() -> Value {
             [{"tool": "fixture__ping", "args": {}}, {"tool": "web__shout", "args": {"text": "hello"}}],
             [{"tool": "fixture__die", "args": {}}],
             [{"text": "done"}]]},
-        {"when": "ping", "responses": [[{"tool": "fixture__ping", "args": {}}], [{"text": "pinged"}]]}
+        {"when": "ping", "responses": [[{"tool": "fixture__ping", "args": {}}], [{"text": "pinged"}]]},
+        {"when": "extra", "responses": [[{"tool": "fixture__extra", "args": {}}], [{"text": "used extra"}]]}
     ], "default": [[{"text": "Hello."}]]})
 }
 
@@ -283,6 +284,17 @@ fn servers_stop_on_close_and_eof_and_come_back_on_load() {
         "pong"
     );
     assert!(running(&marker));
+    // The ping made the server announce a changed tool list: the next turn sees the new tool.
+    let t = a.prompt(&sid, "use extra", allow);
+    let done = results(&t, &sid);
+    assert_eq!(
+        (
+            done[0]["status"].as_str(),
+            done[0]["content"][0]["content"]["text"].as_str()
+        ),
+        (Some("completed"), Some("extra")),
+        "{done:#?}"
+    );
     a.call_ok("session/close", json!({"sessionId": sid}));
     assert!(wait_gone(&marker), "the server stopped with session/close");
     a.call_ok(

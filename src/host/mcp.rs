@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,8 @@ struct StdioTransport {
     pending: Arc<Mutex<HashMap<u64, Sender<Value>>>>,
     /// Set by the reader when the server's stdout closes.
     dead: Arc<Mutex<Option<String>>>,
+    /// Set by the reader on `notifications/tools/list_changed`.
+    tools_changed: Arc<AtomicBool>,
 }
 
 struct HttpTransport {
@@ -142,16 +145,23 @@ impl McpServer {
                 let stdin = Arc::new(Mutex::new(stdin));
                 let pending: Arc<Mutex<HashMap<u64, Sender<Value>>>> = Arc::default();
                 let dead: Arc<Mutex<Option<String>>> = Arc::default();
-                let (p, d, w) = (Arc::clone(&pending), Arc::clone(&dead), Arc::clone(&stdin));
-                let server_name = name.clone();
+                let tools_changed: Arc<AtomicBool> = Arc::default();
+                let reader = StdioReader {
+                    pending: Arc::clone(&pending),
+                    dead: Arc::clone(&dead),
+                    stdin: Arc::clone(&stdin),
+                    tools_changed: Arc::clone(&tools_changed),
+                    name: name.clone(),
+                };
                 let _ = std::thread::Builder::new()
                     .name(format!("mcp-{name}"))
-                    .spawn(move || read_stdio(stdout, p, d, w, server_name));
+                    .spawn(move || reader.run(stdout));
                 Transport::Stdio(StdioTransport {
                     child,
                     stdin,
                     pending,
                     dead,
+                    tools_changed,
                 })
             }
             Some("http") => Transport::Http(HttpTransport {
@@ -354,6 +364,14 @@ impl McpServer {
         ))
     }
 
+    /// Whether the server announced a new tool list since it was last read.
+    pub fn take_tools_changed(&self) -> bool {
+        match &self.transport {
+            Transport::Stdio(t) => t.tools_changed.swap(false, Ordering::AcqRel),
+            Transport::Http(_) => false,
+        }
+    }
+
     /// Why the server stopped, if it did.
     pub fn dead(&self) -> Option<String> {
         match &self.transport {
@@ -437,50 +455,58 @@ impl HttpTransport {
 }
 
 /// The stdio reader: routes answers, refuses server→client requests, notes list changes.
-fn read_stdio(
-    stdout: std::process::ChildStdout,
+struct StdioReader {
     pending: Arc<Mutex<HashMap<u64, Sender<Value>>>>,
     dead: Arc<Mutex<Option<String>>>,
     stdin: Arc<Mutex<ChildStdin>>,
+    tools_changed: Arc<AtomicBool>,
     name: String,
-) {
-    let mut reader = BufReader::new(stdout);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        match std::io::Read::take(&mut reader, MAX_LINE).read_line(&mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let Ok(v) = serde_json::from_str::<Value>(line.trim()) else {
-            log::warn!("MCP server {name} wrote a line that is not JSON-RPC; ignoring it");
-            continue;
-        };
-        match (v.get("id").and_then(Value::as_u64), v.get("method")) {
-            (Some(id), None) => {
-                if let Some(tx) = pending.lock().ok().and_then(|mut p| p.remove(&id)) {
-                    let _ = tx.send(v);
+}
+
+impl StdioReader {
+    fn run(self, stdout: std::process::ChildStdout) {
+        let name = &self.name;
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match std::io::Read::take(&mut reader, MAX_LINE).read_line(&mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let Ok(v) = serde_json::from_str::<Value>(line.trim()) else {
+                log::warn!("MCP server {name} wrote a line that is not JSON-RPC; ignoring it");
+                continue;
+            };
+            match (v.get("id").and_then(Value::as_u64), v.get("method")) {
+                (Some(id), None) => {
+                    if let Some(tx) = self.pending.lock().ok().and_then(|mut p| p.remove(&id)) {
+                        let _ = tx.send(v);
+                    }
                 }
-            }
-            (_, Some(m)) if v.get("id").is_some() => {
-                // Sampling, roots, elicitation…: not offered by this client.
-                let answer = json!({"jsonrpc": "2.0", "id": v["id"], "error": {"code": -32601, "message": format!("maka-acp does not support {m}")}});
-                if let Ok(mut w) = stdin.lock() {
-                    let _ = writeln!(w, "{answer}").and_then(|_| w.flush());
+                (_, Some(m)) if v.get("id").is_some() => {
+                    // Sampling, roots, elicitation…: not offered by this client.
+                    let answer = json!({"jsonrpc": "2.0", "id": v["id"], "error": {"code": -32601, "message": format!("maka-acp does not support {m}")}});
+                    if let Ok(mut w) = self.stdin.lock() {
+                        let _ = writeln!(w, "{answer}").and_then(|_| w.flush());
+                    }
                 }
+                (_, Some(m)) if m == "notifications/tools/list_changed" => {
+                    log::info!(
+                        "MCP server {name}: its tool list changed; re-listing at the next turn"
+                    );
+                    self.tools_changed.store(true, Ordering::Release);
+                }
+                _ => {}
             }
-            (_, Some(m)) if m == "notifications/tools/list_changed" => {
-                log::info!("MCP server {name}: its tool list changed (re-listed at the next turn)");
-            }
-            _ => {}
         }
-    }
-    if let Ok(mut d) = dead.lock() {
-        *d = Some(format!("MCP server {name} stopped"));
-    }
-    // Wake everyone waiting: their answers will never come.
-    if let Ok(mut p) = pending.lock() {
-        p.clear();
+        if let Ok(mut d) = self.dead.lock() {
+            *d = Some(format!("MCP server {name} stopped"));
+        }
+        // Wake everyone waiting: their answers will never come.
+        if let Ok(mut p) = self.pending.lock() {
+            p.clear();
+        }
     }
 }
 
@@ -582,6 +608,26 @@ impl McpSet {
             st.tools.retain(|t| t.server != server);
             st.unreported
                 .push(format!("{why}; its tools are no longer available"));
+        }
+        // Servers that announced a new tool list: read it again.
+        let changed: Vec<Arc<Mutex<McpServer>>> = st
+            .servers
+            .iter()
+            .filter(|s| s.lock().map(|g| g.take_tools_changed()).unwrap_or(false))
+            .cloned()
+            .collect();
+        for server in changed {
+            let Ok(mut g) = server.lock() else { continue };
+            let name = g.name.clone();
+            match g.list_tools(Instant::now() + start_timeout()) {
+                Ok(tools) => {
+                    st.tools.retain(|t| t.server != name);
+                    st.tools.extend(tools);
+                }
+                Err(e) => st.unreported.push(format!(
+                    "MCP server `{name}` changed its tools but cannot list them: {e}"
+                )),
+            }
         }
         let problems = std::mem::take(&mut st.unreported);
         (st.tools.clone(), problems)
