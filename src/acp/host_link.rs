@@ -209,11 +209,4 @@ impl HostLink {
         let _ = child.kill();
         let _ = child.wait();
     }
-
-    /// The pid of the embedded host, if one runs (tests and diagnostics).
-    pub fn embedded_pid(&self) -> Option<u32> {
-        self.lock()
-            .as_ref()
-            .and_then(|l| l.child.as_ref().map(Child::id))
-    }
 }

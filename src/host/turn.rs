@@ -760,10 +760,9 @@ impl Turn {
             .collect();
         ToolOutcome {
             status: "completed",
-            for_model: lines.join("\n"),
             truncated: false,
             result: ToolResultContent::Json {
-                value: json!({"answers": answers}),
+                value: json!({"answers": answers, "summary": lines.join("\n")}),
             },
         }
     }
@@ -1107,7 +1106,10 @@ pub fn result_for_model(status: &str, result: &ToolResultContent) -> String {
             }
             s
         }
-        ToolResultContent::Json { value } => value.to_string(),
+        ToolResultContent::Json { value } => match value.get("summary").and_then(Value::as_str) {
+            Some(summary) => summary.to_string(),
+            None => value.to_string(),
+        },
     };
     if status == "completed" {
         body

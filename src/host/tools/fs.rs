@@ -125,7 +125,6 @@ pub fn read_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcom
     }
     ToolOutcome {
         status: "completed",
-        for_model: text.clone(),
         result: ToolResultContent::Text { text },
         truncated,
     }
@@ -143,7 +142,6 @@ pub fn write_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutco
     let d = file_diff(env.cwd(), path, old.as_deref(), content);
     ToolOutcome {
         status: "completed",
-        for_model: format!("Wrote {} bytes to {shown}.", content.len()),
         truncated: false,
         result: ToolResultContent::FileWrite {
             path: path.display().to_string(),
@@ -190,11 +188,6 @@ pub fn edit_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcom
     let d = file_diff(env.cwd(), path, Some(&current), &updated);
     ToolOutcome {
         status: "completed",
-        for_model: format!(
-            "Edited {shown} ({count} replacement{}).\n{}",
-            if count == 1 { "" } else { "s" },
-            d.unified_diff
-        ),
         truncated: false,
         result: ToolResultContent::FileEdit { diff: d },
     }

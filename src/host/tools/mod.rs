@@ -64,15 +64,12 @@ pub struct ToolOutcome {
     pub status: &'static str,
     pub result: ToolResultContent,
     pub truncated: bool,
-    /// What goes back to the model.
-    pub for_model: String,
 }
 
 impl ToolOutcome {
     pub fn completed(text: String, truncated: bool) -> ToolOutcome {
         ToolOutcome {
             status: "completed",
-            for_model: text.clone(),
             result: ToolResultContent::Text { text },
             truncated,
         }
@@ -80,7 +77,6 @@ impl ToolOutcome {
     pub fn failed(text: String) -> ToolOutcome {
         ToolOutcome {
             status: "failed",
-            for_model: text.clone(),
             result: ToolResultContent::Text { text },
             truncated: false,
         }

@@ -95,23 +95,6 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
     let status = wait_bounded(&mut child);
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal()).map(signal_name);
-    let mut for_model = String::new();
-    if truncated {
-        for_model.push_str("[output truncated; showing the tail]\n");
-    }
-    for_model.push_str(&tail);
-    let verdict = if cancelled {
-        "\n[cancelled: the command was killed]".to_string()
-    } else if timed_out {
-        format!("\n[timed out after {timeout_ms} ms: the command was killed]")
-    } else {
-        match (exit_code, &signal) {
-            (Some(c), _) => format!("\n[exit code {c}]"),
-            (None, Some(s)) => format!("\n[killed by {s}]"),
-            _ => String::new(),
-        }
-    };
-    for_model.push_str(&verdict);
     let ok = !cancelled && !timed_out && exit_code == Some(0);
     ToolOutcome {
         status: if cancelled {
@@ -121,7 +104,6 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
         } else {
             "failed"
         },
-        for_model,
         truncated,
         result: ToolResultContent::Terminal {
             command: command.to_string(),
@@ -218,24 +200,6 @@ fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64)
         .get("signal")
         .and_then(|v| v.as_str())
         .map(String::from);
-    let mut for_model = String::new();
-    if truncated {
-        for_model.push_str("[output truncated; showing the tail]\n");
-    }
-    for_model.push_str(&text);
-    for_model.push_str(&if cancelled {
-        "\n[cancelled: the command was killed]".to_string()
-    } else if timed_out {
-        format!("\n[timed out after {timeout_ms} ms: the command was killed]")
-    } else if let Err(e) = &waited {
-        format!("\n[the editor's terminal failed: {e}]")
-    } else {
-        match (exit_code, &signal) {
-            (Some(c), _) => format!("\n[exit code {c}]"),
-            (None, Some(s)) => format!("\n[killed by {s}]"),
-            _ => String::new(),
-        }
-    });
     let ok = waited.is_ok() && exit_code == Some(0);
     ToolOutcome {
         status: if cancelled {
@@ -245,7 +209,6 @@ fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64)
         } else {
             "failed"
         },
-        for_model,
         truncated,
         result: ToolResultContent::Terminal {
             command: command.to_string(),
