@@ -27,7 +27,8 @@ fn script() -> Value {
             {"when": "refuse", "responses": [[{"finish": "refusal"}]]},
             {"when": "fail", "responses": [[{"text": "partial"}, {"fail": "provider_error", "message": "upstream exploded"}]]},
             {"when": "loop", "responses": [[{"tool": "list_directory", "args": {}}], [{"tool": "list_directory", "args": {}}], [{"tool": "list_directory", "args": {}}]]},
-            {"when": "many", "responses": [[{"repeat": {"text": "x", "times": 9000}}]]}
+            {"when": "many", "responses": [[{"repeat": {"text": "x", "times": 9000}}]]},
+            {"when": "burst", "responses": [[{"repeat": {"text": "y", "times": 30000}}]]}
         ],
         "default": [[{"thinking": "Hmm."}, {"text": "Hello from the script!"}]]
     })
@@ -853,4 +854,36 @@ fn archived_sessions_draining_hosts_and_stream_capacity_are_refused() {
         "host_draining",
     );
     assert_eq!(host.ok("host.status", json!({}))["state"], "draining");
+}
+
+#[test]
+fn a_reader_that_keeps_up_loses_nothing_and_one_that_stops_cannot_stall_the_turn() {
+    let (_d, ws, host) = setup("flow");
+    host.create_session("s", ws.path(), "bypass");
+    // A burst far larger than the ring: the producer waits for the live reader, which sees
+    // every frame in order (follow() asserts seq continuity and a 200 for every window).
+    host.start_turn("s", "t_1", "burst");
+    let frames = host.until_terminal("s", 0);
+    let deltas = frames
+        .iter()
+        .filter(|f| f["kind"] == "text_delta" && f["text"] == "y")
+        .count();
+    assert_eq!(deltas, 30000);
+
+    // A reader that opens a stream and never reads: the turn still finishes promptly.
+    let head = host.head_seq("s");
+    let mut stalled = std::net::TcpStream::connect(("127.0.0.1", host.port)).unwrap();
+    use std::io::Write;
+    write!(stalled, "GET /v1/events?sessionId=s&after={head}&waitMs=60000 HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\n\r\n", host.port, host.token).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let t0 = Instant::now();
+    host.start_turn("s", "t_2", "burst again");
+    let frames = host.until_terminal("s", head);
+    assert_eq!(frames.last().unwrap()["outcome"], "completed");
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "the stalled reader held the turn for {:?}",
+        t0.elapsed()
+    );
+    drop(stalled);
 }

@@ -320,11 +320,25 @@ fn stream(host: &Arc<Host>, request: Request, query: &str) {
     }
     let deadline = Instant::now() + Duration::from_millis(wait_ms);
     let mut cursor = after;
+    let reader_id = {
+        let mut st = cell.lock();
+        cell.add_reader(&mut st, after)
+    };
+    // Unregisters the reader however the stream ends.
+    struct Registered<'a>(&'a super::session::SessionCell, u64);
+    impl Drop for Registered<'_> {
+        fn drop(&mut self) {
+            let mut st = self.0.lock();
+            self.0.remove_reader(&mut st, self.1);
+        }
+    }
+    let _registered = Registered(&cell, reader_id);
     let mut last_write = Instant::now();
     let mut buf = Vec::with_capacity(64 * 1024);
     let end_reason = loop {
         let (batch, end) = {
             let mut st = cell.lock();
+            cell.reader_at(&mut st, reader_id, cursor);
             loop {
                 if st.removed {
                     break (Vec::new(), Some("session_removed"));

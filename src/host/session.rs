@@ -19,6 +19,8 @@ use std::time::Duration;
 /// The ring keeps at least this many recent frames (and at most `RING_BYTES` of them).
 pub const RING_FRAMES: usize = 8192;
 pub const RING_BYTES: usize = 8 * 1024 * 1024;
+/// A reader cursor that producers no longer wait for.
+const ABANDONED: u64 = u64::MAX;
 /// Pending interactions per session.
 pub const MAX_PENDING_INTERACTIONS: usize = 16;
 
@@ -42,6 +44,11 @@ pub struct SessionState {
     pub client_calls: HashMap<String, Sender<Result<Value, String>>>,
     pub usage_totals: TokenUsage,
     pub removed: bool,
+    /// Live stream readers: reader id → the last `seq` it has written out.
+    readers: HashMap<u64, u64>,
+    next_reader: u64,
+    /// A producer is waiting for readers to catch up (see `make_room`).
+    producer_waiting: bool,
     /// The MCP servers the client passed (running while the session is attached).
     pub mcp: Option<Arc<super::mcp::McpSet>>,
 }
@@ -148,6 +155,9 @@ impl SessionCell {
                 client_calls: HashMap::new(),
                 usage_totals: TokenUsage::default(),
                 removed: false,
+                readers: HashMap::new(),
+                next_reader: 0,
+                producer_waiting: false,
                 mcp: None,
             }),
             changed: Condvar::new(),
@@ -180,6 +190,61 @@ impl SessionCell {
         seq
     }
 
+    /// Flow control for bursts: before appending, a producer whose next frame would evict
+    /// frames a live reader has not read yet waits for that reader — at most `MAX_STALL` in
+    /// all, so a stuck reader cannot stall a turn (it gets `resync_required` instead).
+    pub fn make_room<'a>(
+        &self,
+        mut st: MutexGuard<'a, SessionState>,
+    ) -> MutexGuard<'a, SessionState> {
+        const MAX_STALL: Duration = Duration::from_secs(2);
+        let deadline = std::time::Instant::now() + MAX_STALL;
+        while st.would_evict_unread() {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                // Give up on the laggards: they will be told to resync, and later frames
+                // do not wait for them again.
+                let first = st.ring.first_seq;
+                for cursor in st.readers.values_mut() {
+                    if *cursor < first + 64 {
+                        *cursor = ABANDONED;
+                    }
+                }
+                break;
+            }
+            st.producer_waiting = true;
+            st = self.wait(st, deadline - now);
+        }
+        st.producer_waiting = false;
+        st
+    }
+
+    /// Registers a stream reader positioned after `after`; returns its id.
+    pub fn add_reader(&self, st: &mut SessionState, after: u64) -> u64 {
+        st.next_reader += 1;
+        st.readers.insert(st.next_reader, after);
+        st.next_reader
+    }
+
+    /// Records that reader `id` has written everything through `seq`.
+    pub fn reader_at(&self, st: &mut SessionState, id: u64, seq: u64) {
+        if let Some(cursor) = st.readers.get_mut(&id) {
+            if *cursor != ABANDONED {
+                *cursor = seq;
+            }
+        }
+        if st.producer_waiting {
+            self.changed.notify_all();
+        }
+    }
+
+    pub fn remove_reader(&self, st: &mut SessionState, id: u64) {
+        st.readers.remove(&id);
+        if st.producer_waiting {
+            self.changed.notify_all();
+        }
+    }
+
     /// Wakes stream readers without a frame (removal, drain).
     pub fn wake(&self) {
         self.changed.notify_all();
@@ -198,6 +263,16 @@ impl SessionCell {
 }
 
 impl SessionState {
+    /// Whether appending now would push out a frame some live reader still needs.
+    fn would_evict_unread(&self) -> bool {
+        let full = self.ring.frames.len() >= RING_FRAMES
+            || self.ring.bytes >= RING_BYTES.saturating_sub(64 * 1024);
+        full && self
+            .readers
+            .values()
+            .any(|&cursor| cursor < self.ring.first_seq + 64)
+    }
+
     pub fn frames_since(&self, after: u64, max: usize) -> Since {
         self.ring.since(after, self.head_seq, max)
     }

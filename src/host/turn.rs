@@ -273,7 +273,7 @@ impl Turn {
     }
 
     fn delta(&self, is_text: bool, message_id: &str, acc: &mut String, t: String) {
-        let mut st = self.cell.lock();
+        let mut st = self.cell.make_room(self.cell.lock());
         let start_offset = acc.len() as u64;
         acc.push_str(&t);
         if let Some(active) = st.active.as_mut() {
@@ -951,7 +951,7 @@ impl ToolEnv for Turn {
             return;
         };
         self.out_seq += 1;
-        let mut st = self.cell.lock();
+        let mut st = self.cell.make_room(self.cell.lock());
         if let Some(t) = st.active.as_mut().and_then(|a| {
             a.tools
                 .iter_mut()
