@@ -150,14 +150,7 @@ impl Projector {
                     })];
                 }
                 t.output.push_str(chunk);
-                if t.output.len() > OUTPUT_TAIL_BYTES {
-                    let mut start = t.output.len() - OUTPUT_TAIL_BYTES;
-                    while !t.output.is_char_boundary(start) {
-                        start += 1;
-                    }
-                    t.output.drain(..start);
-                    t.truncated = true;
-                }
+                t.truncated |= crate::host_api::keep_tail(&mut t.output, OUTPUT_TAIL_BYTES);
                 t.dirty = true;
                 if t.last_sent
                     .is_some_and(|at| now.duration_since(at) < OUTPUT_THROTTLE)

@@ -456,16 +456,8 @@ struct ConfigUpdateInput {
 fn configuration_update(host: &Host, input: ConfigUpdateInput) -> Result<Value, HostError> {
     let cell = host.cell(&input.session_id)?;
     let mut st = cell.lock();
-    if st.session.is_archived {
-        return Err(HostError::new(
-            ErrorCode::SessionArchived,
-            "the session is archived",
-        ));
-    }
-    if st.session.revision != input.expected_revision {
-        return Ok(
-            json!({"kind": "revision_conflict", "expected": input.expected_revision, "actual": st.session.revision}),
-        );
+    if let Some(conflict) = check_cas(&st.session, input.expected_revision)? {
+        return Ok(conflict);
     }
     let mut next = st.session.configuration.clone();
     apply_patch(host, &mut next, &input.patch)?;
@@ -510,16 +502,8 @@ struct MetadataUpdateInput {
 fn metadata_update(host: &Host, input: MetadataUpdateInput) -> Result<Value, HostError> {
     let cell = host.cell(&input.session_id)?;
     let mut st = cell.lock();
-    if st.session.is_archived {
-        return Err(HostError::new(
-            ErrorCode::SessionArchived,
-            "the session is archived",
-        ));
-    }
-    if st.session.revision != input.expected_revision {
-        return Ok(
-            json!({"kind": "revision_conflict", "expected": input.expected_revision, "actual": st.session.revision}),
-        );
+    if let Some(conflict) = check_cas(&st.session, input.expected_revision)? {
+        return Ok(conflict);
     }
     if let Some(name) = input.patch.name {
         st.session.name = name.map(|n| n.chars().take(256).collect());
@@ -532,6 +516,23 @@ fn metadata_update(host: &Host, input: MetadataUpdateInput) -> Result<Value, Hos
     emit_session_updated(&cell, &mut st);
     host.bump_catalog();
     Ok(json!({"kind": "committed", "session": st.session}))
+}
+
+/// The shared start of every revision-CAS update: archived sessions refuse, a stale revision
+/// is the `revision_conflict` result (not an error).
+fn check_cas(session: &Session, expected: u64) -> Result<Option<Value>, HostError> {
+    if session.is_archived {
+        return Err(HostError::new(
+            ErrorCode::SessionArchived,
+            "the session is archived",
+        ));
+    }
+    if session.revision != expected {
+        return Ok(Some(
+            json!({"kind": "revision_conflict", "expected": expected, "actual": session.revision}),
+        ));
+    }
+    Ok(None)
 }
 
 fn emit_session_updated(cell: &SessionCell, st: &mut SessionState) {

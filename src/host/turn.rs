@@ -959,13 +959,7 @@ impl ToolEnv for Turn {
         }) {
             let mut tail = t["outputTail"].as_str().unwrap_or_default().to_string();
             tail.push_str(chunk);
-            if tail.len() > tools::RESULT_TEXT_LIMIT {
-                let mut start = tail.len() - tools::RESULT_TEXT_LIMIT;
-                while !tail.is_char_boundary(start) {
-                    start += 1;
-                }
-                tail.drain(..start);
-            }
+            crate::host_api::keep_tail(&mut tail, tools::RESULT_TEXT_LIMIT);
             t["outputTail"] = Value::String(tail);
         }
         let body = FrameBody::ToolOutputDelta {

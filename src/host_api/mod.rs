@@ -6,6 +6,20 @@ pub mod wire;
 
 use std::io::Read;
 
+/// Keeps only the last `max` bytes of `s` (cut on a character boundary). Returns whether
+/// anything was dropped. Command output everywhere keeps its tail this way.
+pub fn keep_tail(s: &mut String, max: usize) -> bool {
+    if s.len() <= max {
+        return false;
+    }
+    let mut start = s.len() - max;
+    while !s.is_char_boundary(start) {
+        start += 1;
+    }
+    s.drain(..start);
+    true
+}
+
 /// Hex of `n` random bytes from the OS (`/dev/urandom`), falling back to std's per-process
 /// random hash keys.
 pub fn random_hex(n: usize) -> String {
@@ -29,4 +43,15 @@ pub fn random_hex(n: usize) -> String {
         }
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn keep_tail_cuts_on_char_boundaries() {
+        let mut s = String::from("ééé");
+        assert!(super::keep_tail(&mut s, 3));
+        assert_eq!(s, "é");
+        assert!(!super::keep_tail(&mut s, 10));
+    }
 }

@@ -3,6 +3,7 @@
 //! the result.
 
 use super::{CallError, ToolEnv, ToolOutcome, RESULT_TEXT_LIMIT};
+use crate::host_api::keep_tail;
 use crate::host_api::wire::ToolResultContent;
 use crossbeam_channel::{bounded, select};
 use serde_json::{json, Value};
@@ -74,12 +75,7 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
                 Ok(Chunk::Data(stream, text)) => {
                     env.output(stream, &text);
                     tail.push_str(&text);
-                    if tail.len() > RESULT_TEXT_LIMIT {
-                        let mut start = tail.len() - RESULT_TEXT_LIMIT;
-                        while !tail.is_char_boundary(start) { start += 1; }
-                        tail.drain(..start);
-                        truncated = true;
-                    }
+                    truncated |= keep_tail(&mut tail, RESULT_TEXT_LIMIT);
                 }
                 Ok(Chunk::Closed) => pipes -= 1,
                 Err(_) => pipes = 0,
@@ -178,14 +174,7 @@ fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64)
         .and_then(|o| o.get("truncated"))
         .and_then(|v| v.as_bool())
         .unwrap_or(false);
-    if text.len() > RESULT_TEXT_LIMIT {
-        let mut start = text.len() - RESULT_TEXT_LIMIT;
-        while !text.is_char_boundary(start) {
-            start += 1;
-        }
-        text.drain(..start);
-        truncated = true;
-    }
+    truncated |= keep_tail(&mut text, RESULT_TEXT_LIMIT);
     let status = waited
         .as_ref()
         .ok()
