@@ -142,6 +142,23 @@ impl Client {
     }
 }
 
+/// Plays the editor until the command's `terminal/wait_for_exit` is pending (held).
+fn serve_until_wait_is_held(e: &mut Editor, client: &mut Client) {
+    loop {
+        let v = e.agent.recv();
+        if v.get("method").is_some() && v.get("id").is_some() {
+            let held = v["method"] == "terminal/wait_for_exit";
+            if let Reply::Result(r) = client.serve(&v) {
+                e.agent
+                    .send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": r}));
+            }
+            if held {
+                return;
+            }
+        }
+    }
+}
+
 #[test]
 fn reads_see_unsaved_buffers_and_edits_go_to_the_editor_with_a_diff() {
     let mut e = editor("fs", full_caps());
@@ -326,21 +343,7 @@ fn cancel_during_a_terminal_withdraws_the_wait_kills_releases_and_answers_cancel
         "session/prompt",
         json!({"sessionId": e.session, "prompt": [{"type": "text", "text": "forever"}]}),
     );
-    // Serve until the wait is held, then cancel.
-    loop {
-        let v = e.agent.recv();
-        if v.get("method").is_some() && v.get("id").is_some() {
-            let reply = client.serve(&v);
-            let held = v["method"] == "terminal/wait_for_exit";
-            if let Reply::Result(r) = reply {
-                e.agent
-                    .send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": r}));
-            }
-            if held {
-                break;
-            }
-        }
-    }
+    serve_until_wait_is_held(&mut e, &mut client);
     e.agent
         .notify("session/cancel", json!({"sessionId": e.session}));
     let mut saw_cancel_request = false;
@@ -423,19 +426,7 @@ fn terminals_are_released_when_the_session_closes_and_when_the_client_leaves() {
         "session/prompt",
         json!({"sessionId": e.session, "prompt": [{"type": "text", "text": "forever"}]}),
     );
-    loop {
-        let v = e.agent.recv();
-        if v.get("method").is_some() && v.get("id").is_some() {
-            let held = v["method"] == "terminal/wait_for_exit";
-            if let Reply::Result(r) = client.serve(&v) {
-                e.agent
-                    .send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": r}));
-            }
-            if held {
-                break;
-            }
-        }
-    }
+    serve_until_wait_is_held(&mut e, &mut client);
     let close = e
         .agent
         .request("session/close", json!({"sessionId": e.session}));
@@ -475,19 +466,7 @@ fn terminals_are_released_when_the_session_closes_and_when_the_client_leaves() {
         "session/prompt",
         json!({"sessionId": e.session, "prompt": [{"type": "text", "text": "forever"}]}),
     );
-    loop {
-        let v = e.agent.recv();
-        if v.get("method").is_some() && v.get("id").is_some() {
-            let held = v["method"] == "terminal/wait_for_exit";
-            if let Reply::Result(r) = client.serve(&v) {
-                e.agent
-                    .send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": r}));
-            }
-            if held {
-                break;
-            }
-        }
-    }
+    serve_until_wait_is_held(&mut e, &mut client);
     e.agent.close_stdin();
     let rest = e.agent.drain();
     assert!(

@@ -92,26 +92,17 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal()).map(signal_name);
     let ok = !cancelled && !timed_out && exit_code == Some(0);
-    ToolOutcome {
-        status: if cancelled {
-            "cancelled"
-        } else if ok {
-            "completed"
-        } else {
-            "failed"
-        },
-        truncated,
-        result: ToolResultContent::Terminal {
-            command: command.to_string(),
-            cwd: cwd.display().to_string(),
-            exit_code,
-            signal,
-            timed_out,
-            output: tail,
-            output_truncated: truncated,
-            terminal_id: None,
-        },
-    }
+    let result = ToolResultContent::Terminal {
+        command: command.to_string(),
+        cwd: cwd.display().to_string(),
+        exit_code,
+        signal,
+        timed_out,
+        output: tail,
+        output_truncated: truncated,
+        terminal_id: None,
+    };
+    outcome(cancelled, ok, truncated, result)
 }
 
 /// Output the editor keeps per terminal (it drops the beginning beyond this).
@@ -190,25 +181,32 @@ fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64)
         .and_then(|v| v.as_str())
         .map(String::from);
     let ok = waited.is_ok() && exit_code == Some(0);
+    let result = ToolResultContent::Terminal {
+        command: command.to_string(),
+        cwd,
+        exit_code,
+        signal,
+        timed_out,
+        output: text,
+        output_truncated: truncated,
+        terminal_id: Some(terminal_id),
+    };
+    outcome(cancelled, ok, truncated, result)
+}
+
+/// A command's outcome: `cancelled` wins, then exit code 0 is `completed`, all else `failed`.
+fn outcome(cancelled: bool, ok: bool, truncated: bool, result: ToolResultContent) -> ToolOutcome {
+    let status = if cancelled {
+        "cancelled"
+    } else if ok {
+        "completed"
+    } else {
+        "failed"
+    };
     ToolOutcome {
-        status: if cancelled {
-            "cancelled"
-        } else if ok {
-            "completed"
-        } else {
-            "failed"
-        },
+        status,
         truncated,
-        result: ToolResultContent::Terminal {
-            command: command.to_string(),
-            cwd,
-            exit_code,
-            signal,
-            timed_out,
-            output: text,
-            output_truncated: truncated,
-            terminal_id: Some(terminal_id),
-        },
+        result,
     }
 }
 
