@@ -12,6 +12,7 @@ USAGE:
     maka-acp [OPTIONS]          run the ACP agent on stdin/stdout (what editors spawn)
     maka-acp host [OPTIONS]     run the reference Runtime Host (HTTP on loopback)
     maka-acp demo               play a scripted conversation through the adapter and the host
+    maka-acp login              choose a model provider and save it (with its key) to the config file
 
 OPTIONS:
     --host-url URL      use this Runtime Host instead of starting the embedded one
@@ -29,7 +30,8 @@ HOST OPTIONS (maka-acp host):
     --log-level LEVEL   as above
     --ignore-stdin      keep running when stdin closes (the default is to shut down)
     The bearer token comes from MAKA_HOST_TOKEN (required). Model providers: MAKA_OPENAI_BASE_URL,
-    MAKA_OPENAI_API_KEY, MAKA_MODEL, or MAKA_SCRIPT=<file> for the scripted provider.
+    MAKA_OPENAI_API_KEY, MAKA_MODEL, or MAKA_SCRIPT=<file> for the scripted provider, or the
+    config file `maka-acp login` writes ($MAKA_CONFIG, else ~/.config/maka-acp/config.json).
 ";
 
 #[derive(Debug, PartialEq)]
@@ -40,6 +42,7 @@ pub enum Command {
     },
     Host(HostArgs),
     Demo,
+    Login,
     Help,
     Version,
 }
@@ -97,6 +100,15 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Comma
                     ));
                 }
                 return Ok(Command::Demo);
+            }
+            Value(v) if v == "login" && host.is_none() => {
+                if let Some(extra) = parser.next().map_err(|e| e.to_string())? {
+                    return Err(format!(
+                        "login takes no arguments, got {}",
+                        extra.unexpected()
+                    ));
+                }
+                return Ok(Command::Login);
             }
             Value(v) if v == "host" && host.is_none() => {
                 host = Some(HostArgs {
@@ -226,6 +238,7 @@ pub fn main() -> i32 {
         }
         Command::Host(args) => run_host(args),
         Command::Demo => run_demo(),
+        Command::Login => crate::login::main(),
     }
 }
 

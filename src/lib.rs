@@ -5,9 +5,11 @@
 
 pub mod acp;
 pub mod cli;
+pub mod config;
 #[cfg(feature = "host")]
 pub mod demo;
 #[cfg(feature = "host")]
 pub mod host;
 pub mod host_api;
 pub mod jsonrpc;
+pub mod login;

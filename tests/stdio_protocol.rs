@@ -127,11 +127,7 @@ fn unknown_and_unadvertised_methods_are_method_not_found() {
         "no/such/method",
         "_zed.dev/workspace/buffers",
         "_maka/unknown",
-        // Not advertised, so clients must not call them; we answer -32601.
-        "authenticate",
-        "logout",
-        "session/set_mode",
-        "session/set_config_option",
+        // Not advertised (unstable or v2 only), so clients must not call them; we answer -32601.
         "session/set_model",
         "session/fork",
     ] {

@@ -5,7 +5,9 @@
 //! behind them. A prompt's responder is handed to the session's reader thread, which answers
 //! after the turn's last update.
 
+use super::auth;
 use super::client_call;
+use super::config_options::{self, Catalog, SessionConfig};
 use super::errors::{self, from_client};
 use super::host_link::{Connected, HostLink};
 use super::initialize::{self, InitializeParams};
@@ -141,12 +143,16 @@ impl Agent {
         let Request { method, params, .. } = request;
         let work: fn(&Ctx, Value, Responder) = match method.as_str() {
             "initialize" => return responder.respond(self.initialize(&params)),
-            "session/new" => |c, p, r| r.respond(session_new(c, &p)),
+            "authenticate" => |c, p, r| r.respond(authenticate(c, &p)),
+            "logout" => |c, _, r| r.respond(logout(c)),
+            "session/new" => session_new,
             "session/load" => |c, p, r| session_open(c, &p, r, true),
             "session/resume" => |c, p, r| session_open(c, &p, r, false),
             "session/list" => |c, p, r| r.respond(session_list(c, &p)),
             "session/close" => |c, p, r| r.respond(session_close(c, &p)),
             "session/delete" => |c, p, r| r.respond(session_delete(c, &p)),
+            "session/set_config_option" => set_config_option,
+            "session/set_mode" => set_mode,
             "session/prompt" => {
                 // Registered here, in order with every other message, so a session/cancel
                 // that follows the prompt always finds it.
@@ -164,7 +170,7 @@ impl Agent {
                 return;
             }
             // Unknown methods, `_` extensions we do not implement, and methods whose
-            // capability we do not advertise (authenticate, logout, set_mode, …).
+            // capability we do not advertise.
             _ => return responder.respond(Err(ResponseError::method_not_found(&method))),
         };
         let ctx = self.ctx();
@@ -200,7 +206,8 @@ impl Agent {
         if let Some(info) = &params.client_info {
             log::info!("client {} {} connected", info.name, info.version);
         }
-        let result = initialize::result(&params);
+        let ready = auth::provider_ready(&self.link);
+        let result = initialize::result(&params, auth::methods(&params.capabilities, ready));
         self.client = Some(params);
         Ok(result)
     }
@@ -236,14 +243,27 @@ fn mcp_servers(p: &Params) -> Result<Vec<Value>, ResponseError> {
     Ok(p.optional_array("mcpServers")?.cloned().unwrap_or_default())
 }
 
-fn session_new(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
+fn session_new(ctx: &Ctx, params: Value, responder: Responder) {
+    match create_session(ctx, &params) {
+        Ok((result, session)) => {
+            responder.respond(Ok(result));
+            send_commands(ctx, &session);
+        }
+        Err(e) => responder.respond(Err(e)),
+    }
+}
+
+fn create_session(ctx: &Ctx, params: &Value) -> Result<(Value, Arc<AcpSession>), ResponseError> {
     let p = Params::of(params)?;
     let cwd = absolute(&p, "cwd")?;
     let dirs = directories(&p)?;
     let mcp = mcp_servers(&p)?;
+    if !auth::provider_ready(&ctx.shared.link) {
+        return Err(auth::required());
+    }
     let conn = ctx.host()?;
     let id = format!("sess_{}", random_hex(12));
-    ctx.op(
+    let record = ctx.op(
         &conn,
         "session.create",
         json!({
@@ -254,24 +274,78 @@ fn session_new(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
         }),
     )?;
     register_services(ctx, &conn, &id)?;
-    lock(&ctx.sessions).insert(
-        id.clone(),
-        AcpSession::new(&id, &cwd, ctx.display_terminal()),
+    let session = AcpSession::new(&id, &cwd, ctx.display_terminal());
+    let mut result = attach_config(ctx, &conn, &session, &record)?;
+    result["sessionId"] = json!(id);
+    lock(&ctx.sessions).insert(id, Arc::clone(&session));
+    Ok((result, session))
+}
+
+/// Reads the model catalog, records the session's configuration, and returns the
+/// `configOptions` + `modes` part of a new/load/resume result.
+fn attach_config(
+    ctx: &Ctx,
+    conn: &Connected,
+    session: &AcpSession,
+    record: &Value,
+) -> Result<Value, ResponseError> {
+    let models = ctx.op(conn, "models.list", json!({}))?;
+    session.lock().catalog = Catalog::from_models_list(&models);
+    let config = SessionConfig::from_session(record);
+    let modes = config
+        .as_ref()
+        .map(|c| config_options::modes(&c.configuration));
+    let options = session.record_config(config, ctx.shared.caps.boolean_config_options);
+    if options.is_null() {
+        log::warn!("session {}: the host sent no configuration", session.id);
+        return Ok(json!({}));
+    }
+    Ok(json!({"configOptions": options, "modes": modes}))
+}
+
+/// `available_commands_update` (after the new/load/resume response): the host's commands.
+fn send_commands(ctx: &Ctx, session: &AcpSession) {
+    let listed = ctx
+        .host()
+        .and_then(|conn| ctx.op(&conn, "skills.list", json!({"sessionId": session.id})));
+    let skills = match listed {
+        Ok(v) => v,
+        Err(e) => {
+            log::warn!("skills.list for {}: {}", session.id, e.message);
+            return;
+        }
+    };
+    let commands: Vec<Value> = skills["skills"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let mut c = json!({"name": s["name"].as_str()?, "description": s["description"].as_str().unwrap_or_default()});
+            if let Some(h) = s["inputHint"].as_str() {
+                c["input"] = json!({"hint": h});
+            }
+            Some(c)
+        })
+        .collect();
+    ctx.shared.update(
+        &session.id,
+        json!({"sessionUpdate": "available_commands_update", "availableCommands": commands}),
     );
-    Ok(json!({"sessionId": id}))
 }
 
 /// `session/load` (`replay`) and `session/resume`.
 fn session_open(ctx: &Ctx, params: &Value, responder: Responder, replay: bool) {
     match open_inner(ctx, params, &responder, replay) {
-        Ok((session, after)) => {
+        Ok((session, result, after)) => {
             let id = session.id.clone();
             // Loading again replaces this connection's previous view of the session.
             if let Some(old) = lock(&ctx.sessions).insert(id, Arc::clone(&session)) {
                 old.lock().closed = true;
             }
-            responder.respond(Ok(json!({})));
-            // Only after the response: live frames and dialogs of a turn already running.
+            responder.respond(Ok(result));
+            // Only after the response: the commands, then live frames and dialogs of a turn
+            // already running.
+            send_commands(ctx, &session);
             after(&session);
         }
         Err(e) => responder.respond(Err(e)),
@@ -285,7 +359,7 @@ fn open_inner(
     params: &Value,
     responder: &Responder,
     replay: bool,
-) -> Result<(Arc<AcpSession>, AfterResponse), ResponseError> {
+) -> Result<(Arc<AcpSession>, Value, AfterResponse), ResponseError> {
     let p = Params::of(params)?;
     let id = p.required_str("sessionId")?.to_string();
     let cwd = absolute(&p, "cwd")?;
@@ -322,6 +396,7 @@ fn open_inner(
     let open = ctx.op(&conn, "session.open", open_input)?;
     register_services(ctx, &conn, &id)?;
     let session = AcpSession::new(&id, &cwd, ctx.display_terminal());
+    let result = attach_config(ctx, &conn, &session, record)?;
     let active_turn = open["activeTurn"]["turnId"].as_str().map(String::from);
     session.set_position(
         open["seq"].as_u64().unwrap_or(0),
@@ -383,7 +458,7 @@ fn open_inner(
             interaction::spawn(Arc::clone(s), Arc::clone(&shared), c2.clone(), i);
         }
     });
-    Ok((session, after))
+    Ok((session, result, after))
 }
 
 /// What a running turn has produced but not yet made durable, from the `session.open` snapshot.
@@ -679,4 +754,180 @@ fn start_prompt(ctx: &Ctx, session: &Arc<AcpSession>, turn_id: &str, content: Va
         session.stop_turn(&ctx.shared, turn_id);
     }
     session.ensure_reader(&ctx.shared, &conn);
+}
+
+fn authenticate(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
+    let p = Params::of(params)?;
+    let method = p.required_str("methodId")?;
+    match method {
+        auth::ENV_METHOD => {}
+        auth::TERMINAL_METHOD => {
+            return Err(ResponseError::invalid_params(
+                "Invalid params: `login` is a terminal method; the client runs `maka-acp login` itself",
+            ))
+        }
+        other => {
+            return Err(ResponseError::invalid_params(format_args!(
+                "Invalid params: `methodId` {other:?} is not an authentication method of this agent"
+            )))
+        }
+    }
+    // The settings may have changed since the host started (a login in another terminal).
+    auth::reload_host(&ctx.shared.link);
+    if auth::provider_ready(&ctx.shared.link) {
+        Ok(json!({}))
+    } else {
+        Err(auth::required())
+    }
+}
+
+fn logout(ctx: &Ctx) -> Result<Value, ResponseError> {
+    match crate::config::remove_api_key() {
+        Ok(removed) => log::info!(
+            "logout: {}",
+            if removed {
+                "the stored key was removed"
+            } else {
+                "no stored key"
+            }
+        ),
+        Err(e) => {
+            return Err(ResponseError::internal(format_args!(
+                "cannot update the config file: {e}"
+            )))
+        }
+    }
+    auth::reload_host(&ctx.shared.link);
+    Ok(json!({}))
+}
+
+fn attached(ctx: &Ctx, p: &Params) -> Result<Arc<AcpSession>, ResponseError> {
+    let id = p.required_str("sessionId")?;
+    ctx.session(id).ok_or_else(|| errors::unknown_session(id))
+}
+
+/// What a configuration change did, for the response and the notifications after it.
+struct Changed {
+    options: Value,
+    old_mode: crate::host_api::wire::PermissionMode,
+    new_mode: crate::host_api::wire::PermissionMode,
+}
+
+/// Validates (`make_patch`, before any host call), writes under revision CAS with bounded
+/// retries, and records the result. The caller holds the session's config guard.
+fn change_config(
+    ctx: &Ctx,
+    session: &AcpSession,
+    make_patch: impl FnOnce(
+        &crate::host_api::wire::Configuration,
+        &Catalog,
+    ) -> Result<crate::host_api::wire::ConfigurationPatch, ResponseError>,
+) -> Result<Changed, ResponseError> {
+    let (known, catalog) = {
+        let st = session.lock();
+        (st.config.clone(), st.catalog.clone())
+    };
+    let known = known.ok_or_else(|| {
+        ResponseError::internal("the session's configuration is unknown; load the session again")
+    })?;
+    let patch = make_patch(&known.configuration, &catalog)?;
+    let patch = serde_json::to_value(&patch).map_err(ResponseError::internal)?;
+    let conn = ctx.host()?;
+    let id = &session.id;
+    let boolean = ctx.shared.caps.boolean_config_options;
+    let committed = config_options::with_cas_retry(
+        known.revision,
+        |revision| {
+            let r = ctx.op(
+                &conn,
+                "session.configuration.update",
+                json!({"sessionId": id, "expectedRevision": revision, "patch": patch}),
+            )?;
+            if r["kind"] == "committed" {
+                return Ok(config_options::CasStep::Committed(r["session"].clone()));
+            }
+            log::info!("session {id}: configuration revision conflict at {revision}; re-reading");
+            Ok(config_options::CasStep::Conflict)
+        },
+        || {
+            let got = ctx.op(&conn, "session.get", json!({"sessionId": id}))?;
+            let fresh = SessionConfig::from_session(&got["session"])
+                .ok_or_else(|| errors::unknown_session(id))?;
+            let revision = fresh.revision;
+            // Whatever the other writer changed shows in this change's response.
+            session.record_config(Some(fresh), boolean);
+            Ok(revision)
+        },
+        || {
+            ResponseError::new(
+                code::INTERNAL_ERROR,
+                format!(
+                    "Session {id}'s configuration kept changing ({} conflicting writes); try again",
+                    config_options::CAS_RETRIES + 1
+                ),
+            )
+            .with_data(json!({"makaCode": "revision_conflict", "retryable": true}))
+        },
+    )?;
+    let fresh = SessionConfig::from_session(&committed);
+    let new_mode = fresh
+        .as_ref()
+        .map(|c| c.configuration.permission_mode)
+        .unwrap_or(known.configuration.permission_mode);
+    let options = session.record_config(fresh, boolean);
+    Ok(Changed {
+        options,
+        old_mode: known.configuration.permission_mode,
+        new_mode,
+    })
+}
+
+fn set_config_option(ctx: &Ctx, params: Value, responder: Responder) {
+    let session = match Params::of(&params).and_then(|p| attached(ctx, &p)) {
+        Ok(s) => s,
+        Err(e) => return responder.respond(Err(e)),
+    };
+    let _guard = session.config_guard();
+    let boolean = ctx.shared.caps.boolean_config_options;
+    let changed = change_config(ctx, &session, |c, catalog| {
+        let p = Params::of(&params)?;
+        config_options::patch_for(&p, c, catalog, boolean)
+    });
+    match changed {
+        Ok(ch) => {
+            responder.respond(Ok(json!({"configOptions": ch.options})));
+            // Keep the legacy mode view in sync.
+            if ch.old_mode != ch.new_mode {
+                ctx.shared.update(
+                    &session.id,
+                    json!({"sessionUpdate": "current_mode_update", "currentModeId": config_options::mode_id(ch.new_mode)}),
+                );
+            }
+        }
+        Err(e) => responder.respond(Err(e)),
+    }
+}
+
+fn set_mode(ctx: &Ctx, params: Value, responder: Responder) {
+    let parsed = Params::of(&params).and_then(|p| {
+        let mode = p.required_str("modeId")?.to_string();
+        config_options::mode_patch(&mode)?;
+        Ok((attached(ctx, &p)?, mode))
+    });
+    let (session, mode) = match parsed {
+        Ok(x) => x,
+        Err(e) => return responder.respond(Err(e)),
+    };
+    let _guard = session.config_guard();
+    match change_config(ctx, &session, |_, _| config_options::mode_patch(&mode)) {
+        Ok(ch) => {
+            responder.respond(Ok(json!({})));
+            // Keep the config-option view in sync.
+            ctx.shared.update(
+                &session.id,
+                json!({"sessionUpdate": "config_option_update", "configOptions": ch.options}),
+            );
+        }
+        Err(e) => responder.respond(Err(e)),
+    }
 }

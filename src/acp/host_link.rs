@@ -52,6 +52,16 @@ impl HostLink {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether this adapter starts its own host (else it uses `--host-url`).
+    pub fn is_embedded(&self) -> bool {
+        self.config.host_url.is_none()
+    }
+
+    /// The host if one is connected now; never starts one.
+    pub fn current(&self) -> Option<Connected> {
+        self.lock().as_ref().map(|l| l.connected.clone())
+    }
+
     /// The current host, starting (or restarting) it if needed.
     pub fn get(&self) -> Result<Connected, ResponseError> {
         let mut live = self.lock();

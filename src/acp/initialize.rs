@@ -91,15 +91,17 @@ pub fn agent_capabilities() -> Value {
         "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
         "mcpCapabilities": {"http": true, "sse": false},
         "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}},
+        "auth": {"logout": {}},
         "_meta": {"maka": {"version": 1, "notifications": ["_maka/turn_state"]}}
     })
 }
 
-pub fn result(params: &InitializeParams) -> Value {
+/// `auth_methods`: see [`super::auth::methods`].
+pub fn result(params: &InitializeParams, auth_methods: Value) -> Value {
     json!({
         "protocolVersion": negotiate(params.offered_version),
         "agentCapabilities": agent_capabilities(),
-        "authMethods": [],
+        "authMethods": auth_methods,
         "agentInfo": {
             "name": "maka-acp",
             "title": "Maka",

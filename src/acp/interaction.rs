@@ -131,6 +131,7 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> Value {
             let kind = match review.as_str() {
                 "command" => "execute",
                 "edit" | "write" => "edit",
+                "plan" => "switch_mode",
                 _ => "other",
             };
             let mut tool_call = json!({"toolCallId": tool_call_id, "title": title, "kind": kind, "status": "pending"});
@@ -155,6 +156,14 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> Value {
                 "tool" => "MCP tools",
                 _ => "this kind of action",
             };
+            if review == "plan" {
+                // Plan mode: approving the plan is what lets the agent start changing things.
+                let options = [
+                    json!({"optionId": ALLOW_ONCE, "name": "Approve the plan and start", "kind": "allow_once"}),
+                    json!({"optionId": REJECT, "name": "Keep planning", "kind": "reject_once"}),
+                ];
+                return json!({"sessionId": session_id, "toolCall": tool_call, "options": options});
+            }
             let mut options =
                 vec![json!({"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"})];
             if *remember_for_turn_allowed {

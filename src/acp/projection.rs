@@ -366,13 +366,8 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             turn_id,
             entries: entries.clone(),
         }],
-        TranscriptBody::Summary { text } => vec![FrameBody::TextDelta {
-            turn_id,
-            message_id: format!("summary_{}", item.message_seq),
-            start_offset: 0,
-            text: format!("[Summary of the earlier conversation]\n{text}"),
-            complete: true,
-        }],
+        // The `/compact` reply that produced a summary already shows its text.
+        TranscriptBody::Summary { .. } => vec![],
         // Past dialogs and turn bookkeeping are not shown again.
         TranscriptBody::Interaction { .. } | TranscriptBody::TurnState { .. } => vec![],
     }

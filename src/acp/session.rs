@@ -8,6 +8,7 @@
 //! hold no stream.
 
 use super::client_call;
+use super::config_options::{self, Catalog, SessionConfig};
 use super::errors;
 use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
@@ -60,6 +61,13 @@ pub struct SessionState {
     /// Editor terminals created for this session and not yet released.
     pub live_terminals: HashSet<String>,
     pub closed: bool,
+    /// The session's configuration as last read or seen, and the model catalog it is shown
+    /// against (from `models.list` when the session was attached).
+    pub config: Option<SessionConfig>,
+    pub catalog: Catalog,
+    /// The last `configOptions` this client was given: a host-side change is announced only
+    /// when it differs (so the client's own change is never echoed back).
+    pub sent_options: Value,
 }
 
 pub struct AcpSession {
@@ -67,6 +75,10 @@ pub struct AcpSession {
     pub cwd: String,
     state: Mutex<SessionState>,
     prompt_done: Condvar,
+    /// Held by a configuration change from its host write until its response is queued, and
+    /// by the reader before it announces a host-side change: the reader then knows the
+    /// client's own change and does not echo it.
+    config_lock: Mutex<()>,
 }
 
 impl AcpSession {
@@ -86,13 +98,38 @@ impl AcpSession {
                 outstanding: HashMap::new(),
                 live_terminals: HashSet::new(),
                 closed: false,
+                config: None,
+                catalog: Catalog::default(),
+                sent_options: Value::Null,
             }),
             prompt_done: Condvar::new(),
+            config_lock: Mutex::new(()),
         })
     }
 
     pub fn lock(&self) -> MutexGuard<'_, SessionState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn config_guard(&self) -> MutexGuard<'_, ()> {
+        self.config_lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a configuration read from the host (newer revisions only) and returns the
+    /// options to show, remembering them as sent.
+    pub fn record_config(&self, config: Option<SessionConfig>, boolean_options: bool) -> Value {
+        let mut st = self.lock();
+        if let Some(c) = config {
+            if st.config.as_ref().is_none_or(|old| c.revision >= old.revision) {
+                st.config = Some(c);
+            }
+        }
+        let Some(c) = st.config.as_ref() else {
+            return Value::Null;
+        };
+        let options = config_options::options(&c.configuration, &st.catalog, boolean_options);
+        st.sent_options = options.clone();
+        options
     }
 
     /// Records the position a `session.open` snapshot gave.
@@ -416,6 +453,19 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
             client_call::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), call);
             return;
         }
+        FrameBody::ConfigurationChanged {
+            revision,
+            configuration,
+        } => {
+            drop(st);
+            config_changed(session, shared, *revision, configuration.clone());
+            return;
+        }
+        FrameBody::SessionUpdated { revision, .. } => {
+            if let Some(c) = st.config.as_mut() {
+                c.revision = c.revision.max(*revision);
+            }
+        }
         FrameBody::ClientCallCancelled { invocation_id } => {
             if let Some(req) = st.outstanding.remove(invocation_id) {
                 shared.calls.cancel(&req);
@@ -476,6 +526,50 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
     }
     for u in st.projector.frame(&body, now) {
         shared.update(&session.id, u);
+    }
+}
+
+/// A configuration change made on the host (the agent itself, another client): announced as
+/// `config_option_update` (and `current_mode_update` when the mode moved) unless this client
+/// already knows it.
+fn config_changed(
+    session: &Arc<AcpSession>,
+    shared: &Arc<Shared>,
+    revision: u64,
+    configuration: crate::host_api::wire::Configuration,
+) {
+    let _guard = session.config_guard();
+    let mut st = session.lock();
+    let Some(known) = st.config.as_ref() else {
+        return;
+    };
+    if revision <= known.revision {
+        return; // this client's own change, or one it has already re-read
+    }
+    let old_mode = known.configuration.permission_mode;
+    let new_mode = configuration.permission_mode;
+    st.config = Some(SessionConfig {
+        revision,
+        configuration,
+    });
+    let Some(c) = st.config.as_ref() else { return };
+    let options = config_options::options(
+        &c.configuration,
+        &st.catalog,
+        shared.caps.boolean_config_options,
+    );
+    if options != st.sent_options {
+        shared.update(
+            &session.id,
+            json!({"sessionUpdate": "config_option_update", "configOptions": options}),
+        );
+        st.sent_options = options;
+    }
+    if old_mode != new_mode {
+        shared.update(
+            &session.id,
+            json!({"sessionUpdate": "current_mode_update", "currentModeId": config_options::mode_id(new_mode)}),
+        );
     }
 }
 

@@ -2,6 +2,7 @@
 //! sessions, an agent loop with real tools, and model providers. See
 //! `docs/runtime-host-protocol.md`.
 
+pub mod commands;
 pub mod mcp;
 pub mod models;
 pub mod ops;
@@ -31,7 +32,8 @@ pub struct Host {
     pub token: String,
     pub port: AtomicU16,
     pub store: Store,
-    pub providers: Providers,
+    /// Re-read by `models.reload` (after `maka-acp login` or a logout).
+    providers: std::sync::RwLock<Arc<Providers>>,
     started: Instant,
     sessions: Mutex<HashMap<String, Arc<SessionCell>>>,
     catalog_revision: AtomicU64,
@@ -75,6 +77,18 @@ impl Host {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
+    }
+
+    /// The model providers as of now (a reload swaps them; running turns keep theirs).
+    pub fn providers(&self) -> Arc<Providers> {
+        Arc::clone(&self.providers.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Re-reads the provider settings (environment and config file).
+    pub fn reload_providers(&self) -> Arc<Providers> {
+        let fresh = Arc::new(Providers::from_env());
+        *self.providers.write().unwrap_or_else(|p| p.into_inner()) = Arc::clone(&fresh);
+        fresh
     }
 
     pub fn catalog_revision(&self) -> u64 {
@@ -251,7 +265,7 @@ pub fn bind(
         token,
         port: AtomicU16::new(port),
         store,
-        providers,
+        providers: std::sync::RwLock::new(Arc::new(providers)),
         started: Instant::now(),
         sessions: Mutex::new(sessions),
         catalog_revision: AtomicU64::new(1),

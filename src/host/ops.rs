@@ -16,7 +16,8 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
     match key {
         "host.hello" => hello(host, parse(input)?),
         "host.status" => Ok(host.status()),
-        "models.list" => Ok(host.providers.list()),
+        "models.list" => Ok(host.providers().list()),
+        "models.reload" => Ok(host.reload_providers().list()),
         "skills.list" => skills_list(host, parse(input)?),
         "session.create" => session_create(host, parse(input)?),
         "session.get" => session_get(host, parse(input)?),
@@ -132,7 +133,7 @@ fn skills_list(host: &Host, input: OptionalSessionRef) -> Result<Value, HostErro
     if let Some(id) = &input.session_id {
         host.cell(id)?;
     }
-    Ok(json!({"skills": []}))
+    Ok(super::commands::list())
 }
 
 // ---- sessions ---------------------------------------------------------------------------------
@@ -397,7 +398,7 @@ fn session_open(host: &Host, input: OpenInput) -> Result<Value, HostError> {
 }
 
 fn model_levels(host: &Host, target: &ModelTarget) -> Result<Vec<String>, HostError> {
-    match host.providers.resolve(target) {
+    match host.providers().resolve(target) {
         Ok((_, m)) => Ok(m.thinking_levels.clone()),
         // No provider at all: sessions still work; levels are simply unknown (none).
         Err(_) if matches!(target, ModelTarget::Default) => Ok(vec![]),
@@ -459,21 +460,48 @@ fn configuration_update(host: &Host, input: ConfigUpdateInput) -> Result<Value, 
     if let Some(conflict) = check_cas(&st.session, input.expected_revision)? {
         return Ok(conflict);
     }
+    commit_configuration(host, &cell, &mut st, &input.patch)?;
+    Ok(json!({"kind": "committed", "session": st.session}))
+}
+
+/// Applies a validated configuration patch: new revision, saved, `configuration_changed` emitted.
+/// Also used by the agent itself (slash commands, plan approval), without a CAS.
+pub fn commit_configuration(
+    host: &Host,
+    cell: &SessionCell,
+    st: &mut SessionState,
+    patch: &ConfigurationPatch,
+) -> Result<(), HostError> {
     let mut next = st.session.configuration.clone();
-    apply_patch(host, &mut next, &input.patch)?;
+    apply_patch(host, &mut next, patch)?;
     st.session.configuration = next.clone();
     st.session.revision += 1;
     save(host, &st.session)?;
     let revision = st.session.revision;
     cell.emit(
-        &mut st,
+        st,
         FrameBody::ConfigurationChanged {
             revision,
             configuration: next,
         },
     );
     host.bump_catalog();
-    Ok(json!({"kind": "committed", "session": st.session}))
+    Ok(())
+}
+
+/// Renames a session (the agent's `/title`), without a CAS.
+pub fn commit_name(
+    host: &Host,
+    cell: &SessionCell,
+    st: &mut SessionState,
+    name: &str,
+) -> Result<(), HostError> {
+    st.session.name = Some(name.chars().take(256).collect());
+    st.session.revision += 1;
+    save(host, &st.session)?;
+    emit_session_updated(cell, st);
+    host.bump_catalog();
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -793,8 +821,12 @@ fn admit(
         )
         .with_details(json!({"activeTurnId": a.turn_id, "runId": a.run_id})));
     }
-    host.providers
-        .resolve(&st.session.configuration.model_target)?;
+    let text = content.as_ref().map(|c| c.text.as_str()).unwrap_or_default();
+    if super::commands::needs_model(text) {
+        host.providers()
+            .resolve(&st.session.configuration.model_target)?;
+    }
+    let is_command = super::commands::parse(text).is_some();
     let run_id = random_id("r");
     let now = now_ms();
     let snapshot = TurnSnapshot {
@@ -853,7 +885,7 @@ fn admit(
     st.session.active_turn_id = Some(turn_id.into());
     st.session.last_used_at = now;
     let mut renamed = false;
-    if st.session.name.is_none() {
+    if st.session.name.is_none() && !is_command {
         if let Some(title) = content.as_ref().and_then(|c| title_from(&c.text)) {
             st.session.name = Some(title);
             st.session.revision += 1;

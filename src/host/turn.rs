@@ -8,7 +8,7 @@ use super::tools::{self, fs as tool_fs, ToolEnv, ToolOutcome};
 use super::{random_id, Host};
 use crate::host_api::wire::{
     now_ms, BoundaryPath, ContextUsage, FileDiff, FrameBody, Interaction, InteractionAnswer,
-    InteractionOutcome, InteractionRequest, Location, MessageContent, PermissionMode, PlanEntry,
+    InteractionOutcome, InteractionRequest, Location, MessageContent, PermissionMode, PlanEntry, CollaborationMode,
     Question, TokenUsage, ToolResultContent, TranscriptBody, TurnOutcome, TurnStatus,
 };
 use crossbeam_channel::{bounded, select};
@@ -115,7 +115,14 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         out_seq: 0,
         mcp_tools: vec![],
     };
-    let terminal = turn.agent_loop();
+    let command = super::commands::parse(&turn.spec.prompt_text)
+        .map(|(name, rest)| (name.to_string(), rest.to_string()));
+    let terminal = match command {
+        Some((name, rest)) => turn
+            .command(&name, &rest)
+            .unwrap_or_else(|| turn.agent_loop()),
+        None => turn.agent_loop(),
+    };
     turn.finish(terminal);
 }
 
@@ -152,16 +159,21 @@ impl Turn {
     }
 
     fn model_step(&mut self, step: usize) -> Result<StepResult, Terminal> {
-        let (configuration, messages) = {
+        let (configuration, mut messages) = {
             let st = self.cell.lock();
             (
                 st.session.configuration.clone(),
                 build_messages(&self.cwd, st.transcript_items()),
             )
         };
-        let (conn, model) = self
-            .host
-            .providers
+        if configuration.collaboration_mode == CollaborationMode::Plan {
+            if let Some(system) = messages.first_mut() {
+                let text = system["content"].as_str().unwrap_or_default();
+                system["content"] = json!(format!("{text} {PLAN_MODE_NOTE}"));
+            }
+        }
+        let providers = self.host.providers();
+        let (conn, model) = providers
             .resolve(&configuration.model_target)
             .map_err(|e| Terminal::failed("capability_unavailable", e.message))?;
         let context_window = model.context_window;
@@ -505,6 +517,14 @@ impl Turn {
                 "Refused: the session is in explore (read-only) mode, so {name} is not allowed. Ask the user to switch modes."
             ));
         }
+        if plan.review.is_some() {
+            let collaboration = self.cell.lock().session.configuration.collaboration_mode;
+            if collaboration == CollaborationMode::Plan {
+                if let Err(refused) = self.approve_plan(id, name, &plan.title) {
+                    return refused;
+                }
+            }
+        }
         // Paths outside the session's roots need an explicit approval, in every mode.
         let outside: Vec<BoundaryPath> = plan
             .touches
@@ -601,6 +621,267 @@ impl Turn {
                 outcome
             }
         }
+    }
+
+    /// Plan mode: the first write or command needs the user's approval of the latest plan;
+    /// approving it switches the session to `agent` (clients see the configuration change).
+    fn approve_plan(&mut self, id: &str, name: &str, title: &str) -> Result<(), ToolOutcome> {
+        let latest = self
+            .cell
+            .lock()
+            .transcript_items()
+            .iter()
+            .rev()
+            .find_map(|i| match &i.body {
+                TranscriptBody::Plan { entries } => Some(entries.clone()),
+                _ => None,
+            });
+        let Some(entries) = latest else {
+            return Err(ToolOutcome::failed(format!(
+                "Refused: plan mode is on, so {name} must wait. First propose a plan with update_plan; the user approves it before anything is written or run."
+            )));
+        };
+        let request = InteractionRequest::Permission {
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            title: format!("Approve the plan and start with: {title}"),
+            review: "plan".into(),
+            args: Some(json!({"plan": entries})),
+            locations: vec![],
+            diff: None,
+            remember_for_turn_allowed: false,
+        };
+        match self.interact(request) {
+            Some(InteractionAnswer::Permission { decision, .. }) if decision == "allow" => {
+                let patch = crate::host_api::wire::ConfigurationPatch {
+                    collaboration_mode: Some(CollaborationMode::Agent),
+                    ..Default::default()
+                };
+                self.configure(&patch).map_err(ToolOutcome::failed)
+            }
+            None if self.spec.cancel.is_cancelled() => Err(ToolOutcome {
+                status: "cancelled",
+                ..ToolOutcome::failed("The turn was stopped before this ran.".into())
+            }),
+            _ => Err(ToolOutcome::failed(
+                "The user did not approve the plan. Stay in plan mode: revise it with update_plan or ask what to change.".into(),
+            )),
+        }
+    }
+
+    /// Changes the session's configuration as the agent (no CAS: the agent owns its turn).
+    fn configure(&self, patch: &crate::host_api::wire::ConfigurationPatch) -> Result<(), String> {
+        let mut st = self.cell.lock();
+        super::ops::commit_configuration(&self.host, &self.cell, &mut st, patch)
+            .map_err(|e| e.message)
+    }
+
+    /// Answers with agent text, streamed and made durable like a model reply.
+    fn say(&self, text: String) {
+        let id = format!("m_{}_cmd", self.spec.run_id);
+        let mut acc = String::new();
+        self.delta(true, &id, &mut acc, text);
+        self.persist_assistant(&id, &acc, "");
+    }
+
+    /// Runs a slash command. `None`: the command set things up and the model takes the turn.
+    fn command(&mut self, name: &str, rest: &str) -> Option<Terminal> {
+        use crate::host_api::wire::ConfigurationPatch;
+        let configuration = self.cell.lock().session.configuration.clone();
+        let text = match name {
+            "help" => super::commands::help_text(),
+            "mode" if rest.is_empty() => format!(
+                "Mode: {}. Available: ask (asks before writes and commands), bypass (no questions), explore (read-only).",
+                mode_name(configuration.permission_mode)
+            ),
+            "mode" => match serde_json::from_value::<PermissionMode>(json!(rest)) {
+                Ok(m) => {
+                    let patch = ConfigurationPatch {
+                        permission_mode: Some(m),
+                        ..Default::default()
+                    };
+                    match self.configure(&patch) {
+                        Ok(()) => format!("Mode set to {}.", mode_name(m)),
+                        Err(e) => format!("Could not change the mode: {e}"),
+                    }
+                }
+                Err(_) => format!("Unknown mode {rest:?}. Use ask, bypass or explore."),
+            },
+            "model" => self.model_command(rest, &configuration.model_target),
+            "plan" if rest == "off" => {
+                let patch = ConfigurationPatch {
+                    collaboration_mode: Some(CollaborationMode::Agent),
+                    ..Default::default()
+                };
+                match self.configure(&patch) {
+                    Ok(()) => "Plan mode is off: the agent works directly.".into(),
+                    Err(e) => format!("Could not leave plan mode: {e}"),
+                }
+            }
+            "plan" => {
+                let patch = ConfigurationPatch {
+                    collaboration_mode: Some(CollaborationMode::Plan),
+                    ..Default::default()
+                };
+                if let Err(e) = self.configure(&patch) {
+                    self.say(format!("Could not enter plan mode: {e}"));
+                    return Some(Terminal::completed("end_turn"));
+                }
+                if !rest.is_empty() && rest != "on" {
+                    return None; // the model plans the task in plan mode
+                }
+                "Plan mode is on: the agent proposes a plan and waits for your approval before writing or running anything.".into()
+            }
+            "title" if rest.is_empty() => "Usage: /title <new title>".into(),
+            "title" => {
+                let mut st = self.cell.lock();
+                match super::ops::commit_name(&self.host, &self.cell, &mut st, rest) {
+                    Ok(()) => format!("Renamed to “{rest}”."),
+                    Err(e) => format!("Could not rename the session: {}", e.message),
+                }
+            }
+            "compact" => return Some(self.compact()),
+            _ => format!(
+                "Unknown command /{name}.\n\n{}",
+                super::commands::help_text()
+            ),
+        };
+        self.say(text);
+        Some(Terminal::completed("end_turn"))
+    }
+
+    fn model_command(&self, rest: &str, current: &crate::host_api::wire::ModelTarget) -> String {
+        use crate::host_api::wire::{ConfigurationPatch, ModelTarget};
+        let providers = self.host.providers();
+        let name_of = |t: &ModelTarget| match t {
+            ModelTarget::Default => "default".to_string(),
+            ModelTarget::Explicit {
+                connection_slug,
+                model,
+            } => format!("{connection_slug}/{model}"),
+        };
+        if rest.is_empty() {
+            let mut out = format!("Model: {}. Available:\n- default", name_of(current));
+            for c in &providers.connections {
+                for m in &c.models {
+                    out.push_str(&format!("\n- {}/{} ({})", c.slug, m.id, m.label));
+                }
+            }
+            return out;
+        }
+        let target = if rest == "default" {
+            Some(ModelTarget::Default)
+        } else {
+            providers.connections.iter().find_map(|c| {
+                c.models
+                    .iter()
+                    .find(|m| rest == format!("{}/{}", c.slug, m.id) || rest == m.id)
+                    .map(|m| ModelTarget::Explicit {
+                        connection_slug: c.slug.clone(),
+                        model: m.id.clone(),
+                    })
+            })
+        };
+        let Some(target) = target else {
+            return format!("There is no model {rest:?}. Send /model to see the list.");
+        };
+        let patch = ConfigurationPatch {
+            model_target: Some(target.clone()),
+            ..Default::default()
+        };
+        match self.configure(&patch) {
+            Ok(()) => format!("Model set to {}.", name_of(&target)),
+            Err(e) => format!("Could not change the model: {e}"),
+        }
+    }
+
+    /// `/compact`: the model summarises the conversation so far; the summary replaces it in the
+    /// context of later turns (the transcript keeps everything for replay).
+    fn compact(&mut self) -> Terminal {
+        let (configuration, mut messages) = {
+            let st = self.cell.lock();
+            (
+                st.session.configuration.clone(),
+                build_messages(&self.cwd, st.transcript_items()),
+            )
+        };
+        // The system prompt and this turn's own "/compact" do not count.
+        if messages.len() <= 3 {
+            self.say("Nothing to compact yet.".into());
+            return Terminal::completed("end_turn");
+        }
+        messages.pop();
+        let before = estimate_tokens(&messages);
+        let compacted = messages.len() - 1;
+        messages.push(json!({"role": "user", "content": COMPACT_REQUEST}));
+        let providers = self.host.providers();
+        let (conn, model) = match providers.resolve(&configuration.model_target) {
+            Ok(x) => x,
+            Err(e) => return Terminal::failed("capability_unavailable", e.message),
+        };
+        let window = model.context_window;
+        let request = ModelRequest {
+            model: model.id.clone(),
+            messages,
+            tools: vec![],
+            thinking_level: configuration.thinking_level.clone(),
+            turn_prompt: self.spec.prompt_text.clone(),
+            step: 0,
+        };
+        let rx = models::start_step(conn, request, self.spec.cancel.clone());
+        let mut summary = String::new();
+        loop {
+            let event = select! {
+                recv(rx) -> ev => ev.ok(),
+                recv(self.spec.cancel.receiver()) -> _ => return Terminal::cancelled(),
+            };
+            match event {
+                Some(ModelEvent::Text(t)) => summary.push_str(&t),
+                Some(ModelEvent::Usage { input, output }) => self.usage(input, output, window),
+                Some(ModelEvent::Finish(_)) => break,
+                Some(ModelEvent::Error { class, message }) => {
+                    return Terminal::failed(&class, message)
+                }
+                Some(_) => {}
+                None if self.spec.cancel.is_cancelled() => return Terminal::cancelled(),
+                None => {
+                    return Terminal::failed(
+                        "provider_error",
+                        "the model stream ended without finishing",
+                    )
+                }
+            }
+        }
+        let summary = summary.trim().to_string();
+        if summary.is_empty() {
+            self.say("The model returned an empty summary; nothing was compacted.".into());
+            return Terminal::completed("end_turn");
+        }
+        let after = {
+            let mut st = self.cell.lock();
+            self.append(
+                &mut st,
+                vec![TranscriptBody::Summary {
+                    text: summary.clone(),
+                }],
+            );
+            let after = estimate_tokens(&build_messages(&self.cwd, st.transcript_items()));
+            let body = FrameBody::Usage {
+                turn_id: Some(self.spec.turn_id.clone()),
+                delta: TokenUsage::default(),
+                totals: st.usage_totals.clone(),
+                context: Some(ContextUsage {
+                    used_tokens: after,
+                    window_tokens: window,
+                }),
+            };
+            self.cell.emit(&mut st, body);
+            after
+        };
+        self.say(format!(
+            "Compacted {compacted} earlier messages into a summary (context ≈{before} → ≈{after} tokens).\n\n{summary}"
+        ));
+        Terminal::completed("end_turn")
     }
 
     /// Calls an MCP tool on a helper thread, so a stop does not wait for the server.
@@ -1110,6 +1391,23 @@ pub fn result_for_model(status: &str, result: &ToolResultContent) -> String {
     } else {
         format!("[{status}] {body}")
     }
+}
+
+const PLAN_MODE_NOTE: &str = "Plan mode is on: investigate with read-only tools, then propose your plan with update_plan and stop. Writing files and running commands waits until the user approves the plan.";
+
+const COMPACT_REQUEST: &str = "Summarise the conversation so far for your own later use: the user's goals, decisions made, files and commands involved, and open tasks. Reply with the summary only.";
+
+fn mode_name(m: PermissionMode) -> &'static str {
+    match m {
+        PermissionMode::Ask => "ask",
+        PermissionMode::Bypass => "bypass",
+        PermissionMode::Explore => "explore",
+    }
+}
+
+/// A rough token count (4 bytes per token) for context figures when the provider gives none.
+fn estimate_tokens(messages: &[Value]) -> u64 {
+    messages.iter().map(|m| m.to_string().len() as u64).sum::<u64>() / 4
 }
 
 /// The model's context: a system prompt plus the transcript as chat messages. Tool calls that

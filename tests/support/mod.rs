@@ -367,9 +367,22 @@ impl AgentProcess {
         })
     }
 
+    /// `session/new`, then the `available_commands_update` that must follow its response.
     pub fn new_session(&mut self, cwd: &std::path::Path) -> String {
         let r = self.call_ok("session/new", json!({"cwd": cwd, "mcpServers": []}));
-        r["sessionId"].as_str().unwrap().to_string()
+        let id = r["sessionId"].as_str().unwrap().to_string();
+        self.expect_commands(&id);
+        id
+    }
+
+    /// The next message is the session's `available_commands_update`; returns its commands.
+    pub fn expect_commands(&mut self, session: &str) -> Vec<Value> {
+        let v = self.recv();
+        assert_eq!(v["method"], "session/update", "expected the commands, got {v}");
+        assert_eq!(v["params"]["sessionId"], session, "{v}");
+        let u = &v["params"]["update"];
+        assert_eq!(u["sessionUpdate"], "available_commands_update", "{v}");
+        u["availableCommands"].as_array().unwrap().clone()
     }
 
     /// Sends a request and serves the agent's requests with `on_request` until its response.

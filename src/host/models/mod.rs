@@ -9,7 +9,6 @@ use super::session::CancelToken;
 use crate::host_api::wire::{ErrorCode, HostError, ModelTarget};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde_json::{json, Value};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Clone, Debug)]
@@ -96,20 +95,18 @@ scripted provider.";
 impl Providers {
     /// Reads `MAKA_SCRIPT`, the OpenAI-compatible variables and the config file.
     pub fn from_env() -> Providers {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        Self::from_settings(&crate::config::ProviderSettings::load())
+    }
+
+    pub fn from_settings(settings: &crate::config::ProviderSettings) -> Providers {
         let mut connections = Vec::new();
         let mut problems = Vec::new();
-        if let Some(src) = var("MAKA_SCRIPT") {
-            match scripted::Script::load(&src) {
+        if let Some(src) = &settings.script {
+            match scripted::Script::load(src) {
                 Ok(script) => connections.push(Connection {
                     slug: "script".into(),
                     label: "Scripted (offline)".into(),
-                    models: vec![ModelInfo {
-                        id: "script".into(),
-                        label: "Scripted model".into(),
-                        thinking_levels: script.thinking_levels.clone(),
-                        context_window: 128_000,
-                    }],
+                    models: script.models(),
                     kind: ConnectionKind::Scripted(Arc::new(script)),
                 }),
                 Err(e) => {
@@ -118,57 +115,26 @@ impl Providers {
                 }
             }
         }
-        let file = config_file_values();
-        let base_url = var("MAKA_OPENAI_BASE_URL")
-            .or_else(|| var("OPENAI_BASE_URL"))
-            .or_else(|| {
-                file.get("baseUrl")
-                    .and_then(Value::as_str)
-                    .map(String::from)
-            });
-        let api_key = var("MAKA_OPENAI_API_KEY")
-            .or_else(|| var("OPENAI_API_KEY"))
-            .or_else(|| file.get("apiKey").and_then(Value::as_str).map(String::from));
-        let model = var("MAKA_MODEL")
-            .or_else(|| file.get("model").and_then(Value::as_str).map(String::from));
-        if base_url.is_some() || api_key.is_some() {
-            let base_url = base_url.unwrap_or_else(|| "https://api.openai.com/v1".into());
-            match model {
-                Some(model) => {
-                    let levels = var("MAKA_MODEL_THINKING_LEVELS")
-                        .map(|v| {
-                            v.split(',')
-                                .map(|s| s.trim().to_string())
-                                .filter(|s| !s.is_empty())
-                                .collect()
-                        })
-                        .or_else(|| {
-                            file.get("thinkingLevels")
-                                .and_then(Value::as_array)
-                                .map(|a| {
-                                    a.iter()
-                                        .filter_map(Value::as_str)
-                                        .map(String::from)
-                                        .collect()
-                                })
-                        })
-                        .unwrap_or_default();
-                    let context_window = var("MAKA_MODEL_CONTEXT_WINDOW")
-                        .and_then(|v| v.parse().ok())
-                        .or_else(|| file.get("contextWindow").and_then(Value::as_u64))
-                        .unwrap_or(128_000);
-                    connections.push(Connection {
-                        slug: "openai".into(),
-                        label: format!("OpenAI-compatible ({base_url})"),
-                        models: vec![ModelInfo {
-                            id: model.clone(),
-                            label: model,
-                            thinking_levels: levels,
-                            context_window,
-                        }],
-                        kind: ConnectionKind::OpenAi(openai::OpenAiConfig { base_url, api_key }),
-                    });
-                }
+        if settings.wants_openai() {
+            let base_url = settings
+                .base_url
+                .clone()
+                .unwrap_or_else(|| crate::config::OPENAI_BASE_URL.into());
+            match &settings.model {
+                Some(model) => connections.push(Connection {
+                    slug: "openai".into(),
+                    label: format!("OpenAI-compatible ({base_url})"),
+                    models: vec![ModelInfo {
+                        id: model.clone(),
+                        label: model.clone(),
+                        thinking_levels: settings.thinking_levels.clone(),
+                        context_window: settings.context_window.unwrap_or(128_000),
+                    }],
+                    kind: ConnectionKind::OpenAi(openai::OpenAiConfig {
+                        base_url,
+                        api_key: settings.api_key.clone(),
+                    }),
+                }),
                 None => problems.push(
                     "an OpenAI-compatible endpoint is configured but no model: set MAKA_MODEL"
                         .into(),
@@ -245,34 +211,6 @@ impl Providers {
                 Ok((c, m))
             }
         }
-    }
-}
-
-/// `$MAKA_CONFIG`, else `$XDG_CONFIG_HOME/maka-acp/config.json`, else `~/.config/maka-acp/config.json`.
-pub fn config_file_path() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("MAKA_CONFIG").filter(|v| !v.is_empty()) {
-        return Some(PathBuf::from(p));
-    }
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("maka-acp").join("config.json"))
-}
-
-fn config_file_values() -> serde_json::Map<String, Value> {
-    let Some(path) = config_file_path() else {
-        return Default::default();
-    };
-    match std::fs::read(&path) {
-        Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
-            Ok(Value::Object(m)) => m,
-            _ => {
-                log::error!("{}: not a JSON object; ignoring it", path.display());
-                Default::default()
-            }
-        },
-        Err(_) => Default::default(),
     }
 }
 

@@ -2,8 +2,10 @@
 //!
 //! A script is JSON: `{"rules": [{"when": "substring of the prompt", "responses": [R, R, …]}],
 //! "default": [R, …], "thinkingLevels": ["low", "high"]}`. A turn uses the first rule whose
-//! `when` occurs in its prompt (`"*"` matches all); its N-th model call plays response N. A
-//! response is a list of steps:
+//! `when` occurs in its prompt (`"*"` matches all); its N-th model call plays response N.
+//! `"models": [{"id": "fast", "label": "Fast", "thinkingLevels": ["low"]}, …]` offers several
+//! models (all play the same script); without it there is one model, `script`, with the
+//! top-level `thinkingLevels`. A response is a list of steps:
 //!
 //! | step | effect |
 //! |---|---|
@@ -28,6 +30,7 @@ pub struct Script {
     rules: Vec<(String, Vec<Vec<Value>>)>,
     default: Vec<Vec<Value>>,
     pub thinking_levels: Vec<String>,
+    models: Vec<super::ModelInfo>,
 }
 
 impl Script {
@@ -69,20 +72,56 @@ impl Script {
                 responses(r.get("responses").unwrap_or(&Value::Null))?,
             ));
         }
-        Ok(Script {
-            rules,
-            default: responses(v.get("default").unwrap_or(&Value::Null))?,
-            thinking_levels: v
-                .get("thinkingLevels")
-                .and_then(Value::as_array)
+        let strings = |v: Option<&Value>| -> Vec<String> {
+            v.and_then(Value::as_array)
                 .map(|a| {
                     a.iter()
                         .filter_map(Value::as_str)
                         .map(String::from)
                         .collect()
                 })
-                .unwrap_or_default(),
+                .unwrap_or_default()
+        };
+        let mut models = Vec::new();
+        for m in v
+            .get("models")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let id = m
+                .get("id")
+                .and_then(Value::as_str)
+                .ok_or("each model needs an `id` string")?;
+            models.push(super::ModelInfo {
+                id: id.to_string(),
+                label: m.get("label").and_then(Value::as_str).unwrap_or(id).into(),
+                thinking_levels: strings(m.get("thinkingLevels")),
+                context_window: m
+                    .get("contextWindow")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(128_000),
+            });
+        }
+        Ok(Script {
+            models,
+            rules,
+            default: responses(v.get("default").unwrap_or(&Value::Null))?,
+            thinking_levels: strings(v.get("thinkingLevels")),
         })
+    }
+
+    /// The models this script offers (see the module docs).
+    pub fn models(&self) -> Vec<super::ModelInfo> {
+        if !self.models.is_empty() {
+            return self.models.clone();
+        }
+        vec![super::ModelInfo {
+            id: "script".into(),
+            label: "Scripted model".into(),
+            thinking_levels: self.thinking_levels.clone(),
+            context_window: 128_000,
+        }]
     }
 
     fn response_for(&self, prompt: &str, step: usize) -> Option<&Vec<Value>> {

@@ -1,0 +1,493 @@
+//! Session configuration as ACP sees it: the `configOptions` set, the legacy `modes` state, and
+//! the reverse mapping from `session/set_config_option` / `session/set_mode` to one host
+//! configuration patch. Pure functions over plain data: the host's [`Configuration`] and its
+//! model catalog (`models.list`).
+//!
+//! The set, in order: `mode` (permission mode), `model`, `thought_level` (only when the
+//! selected model declares levels), and plan-first — a boolean `plan_first` for clients that
+//! accept boolean options, else a select `collaboration_mode` (`agent` / `plan`).
+
+use super::params::Params;
+use crate::host_api::wire::{
+    CollaborationMode, Configuration, ConfigurationPatch, ModelTarget, PermissionMode,
+};
+use crate::jsonrpc::ResponseError;
+use serde_json::{json, Value};
+
+/// The permission modes, as both config-option values and legacy session modes.
+const MODES: [(PermissionMode, &str, &str, &str); 3] = [
+    (
+        PermissionMode::Ask,
+        "ask",
+        "Ask",
+        "Reads freely; asks before editing files or running commands",
+    ),
+    (
+        PermissionMode::Bypass,
+        "bypass",
+        "Bypass",
+        "Edits files and runs commands without asking",
+    ),
+    (
+        PermissionMode::Explore,
+        "explore",
+        "Explore",
+        "Read-only: no edits, no commands",
+    ),
+];
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CatalogModel {
+    pub id: String,
+    pub label: String,
+    pub thinking_levels: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CatalogConnection {
+    pub slug: String,
+    pub label: String,
+    pub models: Vec<CatalogModel>,
+}
+
+/// The host's `models.list`, as far as the options need it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Catalog {
+    pub connections: Vec<CatalogConnection>,
+}
+
+impl Catalog {
+    pub fn from_models_list(v: &Value) -> Catalog {
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        };
+        let connections = v["connections"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| {
+                Some(CatalogConnection {
+                    slug: c["slug"].as_str()?.to_string(),
+                    label: c["label"].as_str().unwrap_or_default().to_string(),
+                    models: c["models"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|m| {
+                            let id = m["id"].as_str()?.to_string();
+                            Some(CatalogModel {
+                                label: m["label"].as_str().unwrap_or(&id).to_string(),
+                                thinking_levels: strings(&m["thinkingLevels"]),
+                                id,
+                            })
+                        })
+                        .collect(),
+                })
+            })
+            .collect();
+        Catalog { connections }
+    }
+
+    /// The model a target means: the first model of the first connection for `default`.
+    fn resolve(&self, target: &ModelTarget) -> Option<&CatalogModel> {
+        match target {
+            ModelTarget::Default => self.connections.first()?.models.first(),
+            ModelTarget::Explicit {
+                connection_slug,
+                model,
+            } => self
+                .connections
+                .iter()
+                .find(|c| &c.slug == connection_slug)?
+                .models
+                .iter()
+                .find(|m| &m.id == model),
+        }
+    }
+}
+
+/// A session's configuration and the revision it was read at (the CAS token).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionConfig {
+    pub revision: u64,
+    pub configuration: Configuration,
+}
+
+impl SessionConfig {
+    /// From a host session record (`session.create`, `session.get`).
+    pub fn from_session(record: &Value) -> Option<SessionConfig> {
+        Some(SessionConfig {
+            revision: record["revision"].as_u64()?,
+            configuration: serde_json::from_value(record["configuration"].clone()).ok()?,
+        })
+    }
+}
+
+fn model_value(target: &ModelTarget) -> String {
+    match target {
+        ModelTarget::Default => "default".into(),
+        ModelTarget::Explicit {
+            connection_slug,
+            model,
+        } => format!("{connection_slug}/{model}"),
+    }
+}
+
+pub fn mode_id(m: PermissionMode) -> &'static str {
+    MODES
+        .iter()
+        .find(|x| x.0 == m)
+        .map(|x| x.1)
+        .unwrap_or("ask")
+}
+
+/// The complete, ordered `configOptions` set.
+pub fn options(c: &Configuration, catalog: &Catalog, boolean_options: bool) -> Value {
+    let mut out = vec![json!({
+        "id": "mode",
+        "name": "Mode",
+        "description": "What the agent may do without asking",
+        "category": "mode",
+        "type": "select",
+        "currentValue": mode_id(c.permission_mode),
+        "options": MODES.iter().map(|(_, id, name, d)| json!({"value": id, "name": name, "description": d})).collect::<Vec<_>>(),
+    })];
+
+    let default_name = match catalog.resolve(&ModelTarget::Default) {
+        Some(m) => format!("Default ({})", m.label),
+        None => "Default".into(),
+    };
+    let mut groups = vec![json!({
+        "group": "default",
+        "name": "Default",
+        "options": [{"value": "default", "name": default_name, "description": "The host's default model"}],
+    })];
+    for conn in &catalog.connections {
+        groups.push(json!({
+            "group": conn.slug,
+            "name": if conn.label.is_empty() { &conn.slug } else { &conn.label },
+            "options": conn.models.iter().map(|m| json!({
+                "value": format!("{}/{}", conn.slug, m.id),
+                "name": m.label,
+            })).collect::<Vec<_>>(),
+        }));
+    }
+    out.push(json!({
+        "id": "model",
+        "name": "Model",
+        "category": "model",
+        "type": "select",
+        "currentValue": model_value(&c.model_target),
+        "options": groups,
+    }));
+
+    let levels = catalog
+        .resolve(&c.model_target)
+        .map(|m| m.thinking_levels.clone())
+        .unwrap_or_default();
+    if !levels.is_empty() {
+        let mut choices = vec![
+            json!({"value": "default", "name": "Default", "description": "The model's own default"}),
+        ];
+        choices.extend(levels.iter().map(|l| json!({"value": l, "name": l})));
+        out.push(json!({
+            "id": "thought_level",
+            "name": "Thinking",
+            "description": "How hard the model thinks before answering",
+            "category": "thought_level",
+            "type": "select",
+            "currentValue": c.thinking_level.as_deref().unwrap_or("default"),
+            "options": choices,
+        }));
+    }
+
+    let plan = c.collaboration_mode == CollaborationMode::Plan;
+    if boolean_options {
+        out.push(json!({
+            "id": "plan_first",
+            "name": "Plan first",
+            "description": "Propose a plan and wait for approval before writing or running anything",
+            "type": "boolean",
+            "currentValue": plan,
+        }));
+    } else {
+        out.push(json!({
+            "id": "collaboration_mode",
+            "name": "Plan first",
+            "description": "In plan, the agent proposes a plan and waits for approval before writing or running anything",
+            "type": "select",
+            "currentValue": if plan { "plan" } else { "agent" },
+            "options": [
+                {"value": "agent", "name": "Agent", "description": "Work directly"},
+                {"value": "plan", "name": "Plan first", "description": "Propose a plan, then wait for approval"},
+            ],
+        }));
+    }
+    Value::Array(out)
+}
+
+/// The legacy `modes` state (the permission modes).
+pub fn modes(c: &Configuration) -> Value {
+    json!({
+        "currentModeId": mode_id(c.permission_mode),
+        "availableModes": MODES.iter().map(|(_, id, name, d)| json!({"id": id, "name": name, "description": d})).collect::<Vec<_>>(),
+    })
+}
+
+fn invalid(msg: String) -> ResponseError {
+    ResponseError::invalid_params(msg)
+}
+
+fn offered(values: &[String]) -> String {
+    values
+        .iter()
+        .map(|v| format!("`{v}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `session/set_mode`'s `modeId` → patch.
+pub fn mode_patch(mode: &str) -> Result<ConfigurationPatch, ResponseError> {
+    let m = MODES.iter().find(|x| x.1 == mode).ok_or_else(|| {
+        invalid(format!(
+            "Invalid params: `modeId` {mode:?} is not a mode of this session; use `ask`, `bypass` or `explore`"
+        ))
+    })?;
+    Ok(ConfigurationPatch {
+        permission_mode: Some(m.0),
+        ..Default::default()
+    })
+}
+
+/// Validates `session/set_config_option` params against the options currently offered and
+/// returns the one-field patch. Everything here is checked before any host call.
+pub fn patch_for(
+    p: &Params,
+    c: &Configuration,
+    catalog: &Catalog,
+    boolean_options: bool,
+) -> Result<ConfigurationPatch, ResponseError> {
+    let id = p.required_str("configId")?;
+    let set = options(c, catalog, boolean_options);
+    let Some(option) = set.as_array().into_iter().flatten().find(|o| o["id"] == id) else {
+        let ids: Vec<String> = set
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o["id"].as_str().map(String::from))
+            .collect();
+        return Err(invalid(format!(
+            "Invalid params: `configId` {id:?} is not an option of this session; it offers {}",
+            offered(&ids)
+        )));
+    };
+    let value = p
+        .get("value")
+        .ok_or_else(|| invalid("Invalid params: `value` is required".into()))?;
+    let declared = p.optional_str("type")?;
+    if option["type"] == "boolean" {
+        let (Some(b), None | Some("boolean")) = (value.as_bool(), declared) else {
+            return Err(invalid(format!(
+                "Invalid params: `{id}` is a boolean option; send `\"type\": \"boolean\"` and a true/false `value`"
+            )));
+        };
+        return Ok(ConfigurationPatch {
+            collaboration_mode: Some(if b {
+                CollaborationMode::Plan
+            } else {
+                CollaborationMode::Agent
+            }),
+            ..Default::default()
+        });
+    }
+    let Some(v) = value.as_str().filter(|_| declared != Some("boolean")) else {
+        return Err(invalid(format!(
+            "Invalid params: `{id}` is a select option; `value` must be one of its value ids"
+        )));
+    };
+    // Every value the option offers, flattening groups.
+    let mut values = Vec::new();
+    for o in option["options"].as_array().into_iter().flatten() {
+        match o["options"].as_array() {
+            Some(grouped) => values.extend(
+                grouped
+                    .iter()
+                    .filter_map(|g| g["value"].as_str().map(String::from)),
+            ),
+            None => values.extend(o["value"].as_str().map(String::from)),
+        }
+    }
+    if !values.iter().any(|x| x == v) {
+        return Err(invalid(format!(
+            "Invalid params: {v:?} is not a value of `{id}`; it offers {}",
+            offered(&values)
+        )));
+    }
+    let mut patch = ConfigurationPatch::default();
+    match id {
+        "mode" => return mode_patch(v),
+        "model" => {
+            patch.model_target = Some(match v.split_once('/') {
+                Some((slug, model)) => ModelTarget::Explicit {
+                    connection_slug: slug.into(),
+                    model: model.into(),
+                },
+                None => ModelTarget::Default,
+            })
+        }
+        "thought_level" => {
+            patch.thinking_level = Some((v != "default").then(|| v.to_string()));
+        }
+        _ => {
+            patch.collaboration_mode = Some(if v == "plan" {
+                CollaborationMode::Plan
+            } else {
+                CollaborationMode::Agent
+            })
+        }
+    }
+    Ok(patch)
+}
+
+/// One attempt of a revision-CAS write.
+pub enum CasStep<T> {
+    Committed(T),
+    Conflict,
+}
+
+/// How many times a conflicting configuration write is re-read and retried.
+pub const CAS_RETRIES: usize = 3;
+
+/// Writes at `revision`; on a conflict re-reads the revision and retries, at most
+/// [`CAS_RETRIES`] times, then gives up with `gave_up()`.
+pub fn with_cas_retry<T, E>(
+    mut revision: u64,
+    mut write: impl FnMut(u64) -> Result<CasStep<T>, E>,
+    mut reread: impl FnMut() -> Result<u64, E>,
+    gave_up: impl FnOnce() -> E,
+) -> Result<T, E> {
+    for attempt in 0..=CAS_RETRIES {
+        if attempt > 0 {
+            revision = reread()?;
+        }
+        if let CasStep::Committed(t) = write(revision)? {
+            return Ok(t);
+        }
+    }
+    Err(gave_up())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cas_retries_three_times_then_gives_up() {
+        let mut writes = vec![];
+        let r: Result<(), &str> = with_cas_retry(
+            1,
+            |rev| {
+                writes.push(rev);
+                Ok(CasStep::Conflict)
+            },
+            || Ok(7),
+            || "gave up",
+        );
+        assert_eq!(r, Err("gave up"));
+        assert_eq!(writes, [1, 7, 7, 7], "one write and three retries");
+        let mut n = 0;
+        let r: Result<u64, &str> = with_cas_retry(
+            1,
+            |rev| {
+                n += 1;
+                Ok(if n < 3 { CasStep::Conflict } else { CasStep::Committed(rev) })
+            },
+            || Ok(5),
+            || "gave up",
+        );
+        assert_eq!(r, Ok(5));
+    }
+
+    use super::*;
+
+    fn catalog() -> Catalog {
+        Catalog::from_models_list(&json!({"connections": [{"slug": "script", "label": "Scripted", "models": [
+            {"id": "deep", "label": "Deep", "thinkingLevels": ["low", "high"]},
+            {"id": "fast", "label": "Fast", "thinkingLevels": []},
+        ]}]}))
+    }
+
+    fn ids(v: &Value) -> Vec<&str> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["id"].as_str().unwrap())
+            .collect()
+    }
+
+    fn set(c: &Configuration, params: Value, boolean: bool) -> Result<ConfigurationPatch, String> {
+        let p = Params::of(&params).unwrap();
+        patch_for(&p, c, &catalog(), boolean).map_err(|e| e.message)
+    }
+
+    #[test]
+    fn vocabulary_and_order_follow_the_model_and_the_client() {
+        let mut c = Configuration::default();
+        let o = options(&c, &catalog(), false);
+        assert_eq!(
+            ids(&o),
+            ["mode", "model", "thought_level", "collaboration_mode"]
+        );
+        assert_eq!(o[1]["options"][0]["options"][0]["name"], "Default (Deep)");
+        assert_eq!(o[1]["options"][1]["options"][1]["value"], "script/fast");
+        assert_eq!(o[2]["options"][2]["value"], "high");
+        c.model_target = ModelTarget::Explicit {
+            connection_slug: "script".into(),
+            model: "fast".into(),
+        };
+        let o = options(&c, &catalog(), true);
+        assert_eq!(ids(&o), ["mode", "model", "plan_first"], "fast has no levels");
+        assert_eq!(o[2]["currentValue"], false);
+    }
+
+    #[test]
+    fn validation_rejects_unknown_ids_wrong_types_and_values_not_offered() {
+        let c = Configuration::default();
+        let e = set(&c, json!({"configId": "speed", "value": "x"}), false).unwrap_err();
+        assert!(e.contains("`mode`, `model`"), "{e}");
+        let e = set(&c, json!({"configId": "mode", "value": true}), false).unwrap_err();
+        assert!(e.contains("select option"), "{e}");
+        let e = set(&c, json!({"configId": "mode", "value": "yolo"}), false).unwrap_err();
+        assert!(e.contains("`ask`, `bypass`, `explore`"), "{e}");
+        let e = set(
+            &c,
+            json!({"configId": "plan_first", "type": "boolean", "value": true}),
+            false,
+        )
+        .unwrap_err();
+        assert!(e.contains("not an option"), "boolean option hidden: {e}");
+        let e = set(&c, json!({"configId": "plan_first", "value": "yes"}), true).unwrap_err();
+        assert!(e.contains("boolean option"), "{e}");
+        let p = set(
+            &c,
+            json!({"configId": "plan_first", "type": "boolean", "value": true}),
+            true,
+        )
+        .unwrap();
+        assert_eq!(p.collaboration_mode, Some(CollaborationMode::Plan));
+        let p = set(&c, json!({"configId": "thought_level", "value": "default"}), false).unwrap();
+        assert_eq!(p.thinking_level, Some(None));
+        let p = set(&c, json!({"configId": "model", "value": "script/fast"}), false).unwrap();
+        assert_eq!(
+            p.model_target,
+            Some(ModelTarget::Explicit {
+                connection_slug: "script".into(),
+                model: "fast".into()
+            })
+        );
+        assert!(mode_patch("plan").is_err());
+    }
+}
