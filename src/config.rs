@@ -188,7 +188,10 @@ mod tests {
         assert_eq!(s.model.as_deref(), Some("m2"));
         assert!(s.is_configured());
         let s = ProviderSettings::resolve(env(&[("OPENAI_API_KEY", "k")]), &Map::new());
-        assert!(s.wants_openai() && !s.is_configured(), "a key without a model");
+        assert!(
+            s.wants_openai() && !s.is_configured(),
+            "a key without a model"
+        );
         let s = ProviderSettings::resolve(env(&[]), &Map::new());
         assert!(!s.is_configured());
         let s = ProviderSettings::resolve(env(&[("MAKA_SCRIPT", "{}")]), &Map::new());

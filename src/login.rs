@@ -134,7 +134,11 @@ pub fn run(
     };
     values.insert(
         "provider".into(),
-        json!(if openai { "openai" } else { "openai-compatible" }),
+        json!(if openai {
+            "openai"
+        } else {
+            "openai-compatible"
+        }),
     );
     values.insert("model".into(), json!(model));
     match base_url {
@@ -166,13 +170,17 @@ mod tests {
 
     #[test]
     fn re_asks_bad_answers_and_cancels_on_eof_without_writing() {
-        let dir = std::env::temp_dir().join(format!("maka-login-{}", crate::host_api::random_hex(6)));
+        let dir =
+            std::env::temp_dir().join(format!("maka-login-{}", crate::host_api::random_hex(6)));
         let path = dir.join("config.json");
         let mut out = Vec::new();
         let mut input: &[u8] = b"3\n2\nftp://x\nhttp://127.0.0.1:9/v1/\n\nllama3\n";
         let e = run(&mut input, &mut out, &path, &|_| {}).unwrap_err();
         assert!(e.contains("cancelled"), "{e}");
-        assert!(!path.exists(), "nothing is saved when the flow is cut short");
+        assert!(
+            !path.exists(),
+            "nothing is saved when the flow is cut short"
+        );
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("Please answer 1 or 2"), "{text}");
         assert!(text.contains("must start with http"), "{text}");

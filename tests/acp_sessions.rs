@@ -96,7 +96,11 @@ fn updates_never_precede_session_setup_nor_follow_the_prompt_response() {
         "resume replays nothing: {:?}",
         t.kinds()
     );
-    assert!(t.response["result"]["configOptions"].is_array(), "{}", t.response);
+    assert!(
+        t.response["result"]["configOptions"].is_array(),
+        "{}",
+        t.response
+    );
     s.agent.expect_commands(&id);
     s.agent.expect_silence(Duration::from_millis(200));
 }
@@ -343,7 +347,11 @@ fn load_replays_the_conversation_as_it_was_streamed() {
         json!({"sessionId": id, "cwd": s.ws.path(), "mcpServers": []}),
         no_requests,
     );
-    assert!(t.response["result"]["configOptions"].is_array(), "{}", t.response);
+    assert!(
+        t.response["result"]["configOptions"].is_array(),
+        "{}",
+        t.response
+    );
     let replay: Vec<&Value> = t.updates_for(&id);
     // Live: the user's prompt is the client's own, so add it to compare.
     let mut live: Vec<Value> =

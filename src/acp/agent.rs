@@ -724,7 +724,10 @@ fn start_prompt(ctx: &Ctx, session: &Arc<AcpSession>, turn_id: &str, content: Va
     if !session.positioned_for(&conn.epoch) {
         // First prompt on this host epoch (or after a host restart): take a snapshot barrier.
         match ctx.op(&conn, "session.open", json!({"sessionId": id})) {
-            Ok(open) => session.set_position(open["seq"].as_u64().unwrap_or(0), &conn.epoch, None),
+            Ok(open) => {
+                session.observe_snapshot(&ctx.shared, &open);
+                session.set_position(open["seq"].as_u64().unwrap_or(0), &conn.epoch, None)
+            }
             Err(e) => return fail(e),
         }
         // A new host epoch has forgotten what this client can do.
@@ -761,11 +764,9 @@ fn authenticate(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
     let method = p.required_str("methodId")?;
     match method {
         auth::ENV_METHOD => {}
-        auth::TERMINAL_METHOD => {
-            return Err(ResponseError::invalid_params(
-                "Invalid params: `login` is a terminal method; the client runs `maka-acp login` itself",
-            ))
-        }
+        auth::TERMINAL_METHOD => return Err(ResponseError::invalid_params(
+            "Invalid params: `login` is a terminal method; the client runs `maka-acp login` itself",
+        )),
         other => {
             return Err(ResponseError::invalid_params(format_args!(
                 "Invalid params: `methodId` {other:?} is not an authentication method of this agent"

@@ -23,7 +23,9 @@ pub fn provider_ready(link: &HostLink) -> bool {
     }
     match link.get() {
         Ok(conn) => match conn.client.op("models.list", &json!({})) {
-            Ok(list) => list["connections"].as_array().is_some_and(|c| !c.is_empty()),
+            Ok(list) => list["connections"]
+                .as_array()
+                .is_some_and(|c| !c.is_empty()),
             // Cannot tell: let session methods report the host's own errors.
             Err(_) => true,
         },

@@ -403,7 +403,11 @@ mod tests {
             1,
             |rev| {
                 n += 1;
-                Ok(if n < 3 { CasStep::Conflict } else { CasStep::Committed(rev) })
+                Ok(if n < 3 {
+                    CasStep::Conflict
+                } else {
+                    CasStep::Committed(rev)
+                })
             },
             || Ok(5),
             || "gave up",
@@ -414,10 +418,12 @@ mod tests {
     use super::*;
 
     fn catalog() -> Catalog {
-        Catalog::from_models_list(&json!({"connections": [{"slug": "script", "label": "Scripted", "models": [
-            {"id": "deep", "label": "Deep", "thinkingLevels": ["low", "high"]},
-            {"id": "fast", "label": "Fast", "thinkingLevels": []},
-        ]}]}))
+        Catalog::from_models_list(
+            &json!({"connections": [{"slug": "script", "label": "Scripted", "models": [
+                {"id": "deep", "label": "Deep", "thinkingLevels": ["low", "high"]},
+                {"id": "fast", "label": "Fast", "thinkingLevels": []},
+            ]}]}),
+        )
     }
 
     fn ids(v: &Value) -> Vec<&str> {
@@ -449,7 +455,11 @@ mod tests {
             model: "fast".into(),
         };
         let o = options(&c, &catalog(), true);
-        assert_eq!(ids(&o), ["mode", "model", "plan_first"], "fast has no levels");
+        assert_eq!(
+            ids(&o),
+            ["mode", "model", "plan_first"],
+            "fast has no levels"
+        );
         assert_eq!(o[2]["currentValue"], false);
     }
 
@@ -478,9 +488,19 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.collaboration_mode, Some(CollaborationMode::Plan));
-        let p = set(&c, json!({"configId": "thought_level", "value": "default"}), false).unwrap();
+        let p = set(
+            &c,
+            json!({"configId": "thought_level", "value": "default"}),
+            false,
+        )
+        .unwrap();
         assert_eq!(p.thinking_level, Some(None));
-        let p = set(&c, json!({"configId": "model", "value": "script/fast"}), false).unwrap();
+        let p = set(
+            &c,
+            json!({"configId": "model", "value": "script/fast"}),
+            false,
+        )
+        .unwrap();
         assert_eq!(
             p.model_target,
             Some(ModelTarget::Explicit {

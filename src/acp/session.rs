@@ -120,7 +120,11 @@ impl AcpSession {
     pub fn record_config(&self, config: Option<SessionConfig>, boolean_options: bool) -> Value {
         let mut st = self.lock();
         if let Some(c) = config {
-            if st.config.as_ref().is_none_or(|old| c.revision >= old.revision) {
+            if st
+                .config
+                .as_ref()
+                .is_none_or(|old| c.revision >= old.revision)
+            {
                 st.config = Some(c);
             }
         }
@@ -130,6 +134,14 @@ impl AcpSession {
         let options = config_options::options(&c.configuration, &st.catalog, boolean_options);
         st.sent_options = options.clone();
         options
+    }
+
+    /// A `session.open` snapshot may carry a configuration this client has not seen (changed
+    /// while nothing followed the stream): announce it like a live change.
+    pub fn observe_snapshot(self: &Arc<Self>, shared: &Arc<Shared>, open: &Value) {
+        if let Some(c) = SessionConfig::from_session(&open["session"]) {
+            config_changed(self, shared, c.revision, c.configuration);
+        }
     }
 
     /// Records the position a `session.open` snapshot gave.
@@ -390,6 +402,7 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
         Err(e) => return recover(session, shared, conn, &e),
     };
     let seq = open["seq"].as_u64().unwrap_or(0);
+    session.observe_snapshot(shared, &open);
     let active = open["activeTurn"]["turnId"].as_str().map(String::from);
     let waiting_turn = session.lock().prompt.as_ref().map(|p| p.turn_id.clone());
     session.set_position(seq, &conn.epoch, active.clone());
@@ -532,7 +545,7 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
 /// A configuration change made on the host (the agent itself, another client): announced as
 /// `config_option_update` (and `current_mode_update` when the mode moved) unless this client
 /// already knows it.
-fn config_changed(
+pub fn config_changed(
     session: &Arc<AcpSession>,
     shared: &Arc<Shared>,
     revision: u64,

@@ -821,7 +821,10 @@ fn admit(
         )
         .with_details(json!({"activeTurnId": a.turn_id, "runId": a.run_id})));
     }
-    let text = content.as_ref().map(|c| c.text.as_str()).unwrap_or_default();
+    let text = content
+        .as_ref()
+        .map(|c| c.text.as_str())
+        .unwrap_or_default();
     if super::commands::needs_model(text) {
         host.providers()
             .resolve(&st.session.configuration.model_target)?;

@@ -7,9 +7,10 @@ use super::session::{ActiveStream, CancelToken, InteractionSlot, SessionCell};
 use super::tools::{self, fs as tool_fs, ToolEnv, ToolOutcome};
 use super::{random_id, Host};
 use crate::host_api::wire::{
-    now_ms, BoundaryPath, ContextUsage, FileDiff, FrameBody, Interaction, InteractionAnswer,
-    InteractionOutcome, InteractionRequest, Location, MessageContent, PermissionMode, PlanEntry, CollaborationMode,
-    Question, TokenUsage, ToolResultContent, TranscriptBody, TurnOutcome, TurnStatus,
+    now_ms, BoundaryPath, CollaborationMode, ContextUsage, FileDiff, FrameBody, Interaction,
+    InteractionAnswer, InteractionOutcome, InteractionRequest, Location, MessageContent,
+    PermissionMode, PlanEntry, Question, TokenUsage, ToolResultContent, TranscriptBody,
+    TurnOutcome, TurnStatus,
 };
 use crossbeam_channel::{bounded, select};
 use serde_json::{json, Value};
@@ -520,7 +521,7 @@ impl Turn {
         if plan.review.is_some() {
             let collaboration = self.cell.lock().session.configuration.collaboration_mode;
             if collaboration == CollaborationMode::Plan {
-                if let Err(refused) = self.approve_plan(id, name, &plan.title) {
+                if let Some(refused) = self.approve_plan(id, name, &plan.title) {
                     return refused;
                 }
             }
@@ -625,7 +626,8 @@ impl Turn {
 
     /// Plan mode: the first write or command needs the user's approval of the latest plan;
     /// approving it switches the session to `agent` (clients see the configuration change).
-    fn approve_plan(&mut self, id: &str, name: &str, title: &str) -> Result<(), ToolOutcome> {
+    /// Returns the refusal, or `None` when the plan is approved.
+    fn approve_plan(&mut self, id: &str, name: &str, title: &str) -> Option<ToolOutcome> {
         let latest = self
             .cell
             .lock()
@@ -637,7 +639,7 @@ impl Turn {
                 _ => None,
             });
         let Some(entries) = latest else {
-            return Err(ToolOutcome::failed(format!(
+            return Some(ToolOutcome::failed(format!(
                 "Refused: plan mode is on, so {name} must wait. First propose a plan with update_plan; the user approves it before anything is written or run."
             )));
         };
@@ -657,13 +659,13 @@ impl Turn {
                     collaboration_mode: Some(CollaborationMode::Agent),
                     ..Default::default()
                 };
-                self.configure(&patch).map_err(ToolOutcome::failed)
+                self.configure(&patch).err().map(ToolOutcome::failed)
             }
-            None if self.spec.cancel.is_cancelled() => Err(ToolOutcome {
+            None if self.spec.cancel.is_cancelled() => Some(ToolOutcome {
                 status: "cancelled",
                 ..ToolOutcome::failed("The turn was stopped before this ran.".into())
             }),
-            _ => Err(ToolOutcome::failed(
+            _ => Some(ToolOutcome::failed(
                 "The user did not approve the plan. Stay in plan mode: revise it with update_plan or ask what to change.".into(),
             )),
         }
@@ -1407,7 +1409,11 @@ fn mode_name(m: PermissionMode) -> &'static str {
 
 /// A rough token count (4 bytes per token) for context figures when the provider gives none.
 fn estimate_tokens(messages: &[Value]) -> u64 {
-    messages.iter().map(|m| m.to_string().len() as u64).sum::<u64>() / 4
+    messages
+        .iter()
+        .map(|m| m.to_string().len() as u64)
+        .sum::<u64>()
+        / 4
 }
 
 /// The model's context: a system prompt plus the transcript as chat messages. Tool calls that

@@ -32,6 +32,19 @@ pub struct AgentProcess {
     next_id: i64,
 }
 
+/// Variables that configure a model provider; tests set them explicitly or not at all.
+pub const PROVIDER_VARIABLES: [&str; 9] = [
+    "MAKA_SCRIPT",
+    "MAKA_OPENAI_BASE_URL",
+    "OPENAI_BASE_URL",
+    "MAKA_OPENAI_API_KEY",
+    "OPENAI_API_KEY",
+    "MAKA_MODEL",
+    "MAKA_MODEL_THINKING_LEVELS",
+    "MAKA_MODEL_CONTEXT_WINDOW",
+    "MAKA_CONFIG",
+];
+
 pub struct Spawn {
     pub args: Vec<String>,
     pub env: Vec<(String, String)>,
@@ -59,6 +72,11 @@ impl AgentProcess {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // Hermetic: no provider from the developer's environment or config file.
+        for k in PROVIDER_VARIABLES {
+            cmd.env_remove(k);
+        }
+        cmd.env("MAKA_CONFIG", "/nonexistent/maka-acp-test-config.json");
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
@@ -378,7 +396,10 @@ impl AgentProcess {
     /// The next message is the session's `available_commands_update`; returns its commands.
     pub fn expect_commands(&mut self, session: &str) -> Vec<Value> {
         let v = self.recv();
-        assert_eq!(v["method"], "session/update", "expected the commands, got {v}");
+        assert_eq!(
+            v["method"], "session/update",
+            "expected the commands, got {v}"
+        );
         assert_eq!(v["params"]["sessionId"], session, "{v}");
         let u = &v["params"]["update"];
         assert_eq!(u["sessionUpdate"], "available_commands_update", "{v}");
