@@ -272,3 +272,62 @@ fn persistent_5xx_is_retried_then_reported() {
     assert!(last["failureMessage"].as_str().unwrap().contains("503"));
     assert_eq!(seen.lock().unwrap().len(), 5);
 }
+
+/// `/compact` through the real provider: the summary request carries the conversation and no
+/// tools, and the next turn's context starts from the summary instead of the old messages.
+#[test]
+fn compact_replaces_the_history_the_model_sees_with_its_summary() {
+    let ws = TempDir::new("oa-compact-ws");
+    let answer = |text: &str| {
+        sse(&[
+            json!({"choices": [{"delta": {"content": text}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 900, "completion_tokens": 12}}),
+        ])
+    };
+    let (port, seen) = fake_server(vec![
+        answer("Paris is the capital of France."),
+        answer("User asked about the capital of France (Paris)."),
+        answer("Lyon is second."),
+    ]);
+    let data = TempDir::new("oa-compact-data");
+    let host = host_for(port, &data);
+    host.create_session("s", ws.path(), "bypass");
+    for (turn, text) in [
+        ("t1", "what is the capital of France?"),
+        ("t2", "/compact"),
+        ("t3", "and the second city?"),
+    ] {
+        let after = host.head_seq("s");
+        host.start_turn("s", turn, text);
+        let frames = host.until_terminal("s", after);
+        assert_eq!(frames.last().unwrap()["outcome"], "completed", "{turn}");
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 3);
+    let summary_request = &seen[1].body;
+    assert!(
+        summary_request
+            .get("tools")
+            .is_none_or(|t| t.as_array().is_some_and(|a| a.is_empty())),
+        "{summary_request}"
+    );
+    let msgs = summary_request["messages"].as_array().unwrap();
+    assert!(msgs
+        .iter()
+        .any(|m| m["content"] == "what is the capital of France?"));
+    assert!(msgs.last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("Summarise the conversation"));
+    let next = seen[2].body["messages"].as_array().unwrap();
+    let all = serde_json::to_string(next).unwrap();
+    assert!(
+        !all.contains("what is the capital of France?"),
+        "old turns still sent: {all}"
+    );
+    assert_eq!(
+        next[1]["content"],
+        "Summary of the earlier conversation:\nUser asked about the capital of France (Paris)."
+    );
+    assert_eq!(next.last().unwrap()["content"], "and the second city?");
+}
