@@ -67,7 +67,8 @@ pub struct SessionState {
     pub catalog: Catalog,
     /// The last `configOptions` this client was given: a host-side change is announced only
     /// when it differs (so the client's own change is never echoed back).
-    pub sent_options: Value,
+    /// Kept serialized: a string is a fraction of a `Value` tree, per session.
+    pub sent_options: String,
 }
 
 pub struct AcpSession {
@@ -100,7 +101,7 @@ impl AcpSession {
                 closed: false,
                 config: None,
                 catalog: Catalog::default(),
-                sent_options: Value::Null,
+                sent_options: String::new(),
             }),
             prompt_done: Condvar::new(),
             config_lock: Mutex::new(()),
@@ -132,7 +133,7 @@ impl AcpSession {
             return Value::Null;
         };
         let options = config_options::options(&c.configuration, &st.catalog, boolean_options);
-        st.sent_options = options.clone();
+        st.sent_options = options.to_string();
         options
     }
 
@@ -571,12 +572,13 @@ pub fn config_changed(
         &st.catalog,
         shared.caps.boolean_config_options,
     );
-    if options != st.sent_options {
+    let serialized = options.to_string();
+    if serialized != st.sent_options {
         shared.update(
             &session.id,
             json!({"sessionUpdate": "config_option_update", "configOptions": options}),
         );
-        st.sent_options = options;
+        st.sent_options = serialized;
     }
     if old_mode != new_mode {
         shared.update(
