@@ -15,6 +15,7 @@ fn script() -> Value {
     json!({"rules": [
         {"when": "read it", "responses": [[{"tool": "read_file", "args": {"path": "a.txt"}}], [{"text": "read"}]]},
         {"when": "edit it", "responses": [[{"tool": "edit_file", "args": {"path": "a.txt", "old_text": "buffer", "new_text": "BUFFER"}}], [{"text": "edited"}]]},
+        {"when": "create it", "responses": [[{"tool": "write_file", "args": {"path": "new.txt", "content": "fresh\n"}}], [{"text": "created"}]]},
         {"when": "missing", "responses": [[{"tool": "read_file", "args": {"path": "nope.txt"}}], [{"text": "ok"}]]},
         {"when": "outside", "responses": [[{"tool": "read_file", "args": {"path": "/etc/hostname"}}], [{"text": "ok"}]]},
         {"when": "run it", "responses": [[{"tool": "run_command", "args": {"command": "make test"}}], [{"text": "ran"}]]},
@@ -207,6 +208,18 @@ fn reads_see_unsaved_buffers_and_edits_go_to_the_editor_with_a_diff() {
         done["content"][0],
         json!({"type": "diff", "path": path, "oldText": "unsaved buffer\n", "newText": "unsaved BUFFER\n"})
     );
+
+    // A new file: written through the editor, without first asking it to read a file that
+    // does not exist (clients show that failed read to the user as an error).
+    client.calls.clear();
+    let t = e.agent.prompt(&e.session, "create it", |r| client.serve(r));
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    assert_eq!(
+        client.calls,
+        ["session/request_permission", "fs/write_text_file"]
+    );
+    let created = e.ws.path().join("new.txt").display().to_string();
+    assert_eq!(client.buffers[&created], "fresh\n");
 }
 
 #[test]

@@ -135,7 +135,13 @@ pub fn write_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutco
         return failed("write_file needs `content` (a string)");
     };
     let shown = display(env.cwd(), path);
-    let old = read_for_edit(env, path).ok();
+    // A new file has no old text: do not ask the editor for it (clients show that failed
+    // read as an error to the user).
+    let old = if path.exists() {
+        read_for_edit(env, path).ok()
+    } else {
+        None
+    };
     if let Err(e) = store(env, path, content) {
         return failed(format!("cannot write {shown}: {e}"));
     }
