@@ -93,21 +93,11 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Comma
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Value(v) if v == "demo" && host.is_none() => {
-                if let Some(extra) = parser.next().map_err(|e| e.to_string())? {
-                    return Err(format!(
-                        "demo takes no arguments, got {}",
-                        extra.unexpected()
-                    ));
-                }
+                no_more_arguments(&mut parser, "demo")?;
                 return Ok(Command::Demo);
             }
             Value(v) if v == "login" && host.is_none() => {
-                if let Some(extra) = parser.next().map_err(|e| e.to_string())? {
-                    return Err(format!(
-                        "login takes no arguments, got {}",
-                        extra.unexpected()
-                    ));
-                }
+                no_more_arguments(&mut parser, "login")?;
                 return Ok(Command::Login);
             }
             Value(v) if v == "host" && host.is_none() => {
@@ -178,6 +168,17 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Comma
         },
         log_level,
     })
+}
+
+/// For subcommands that take no arguments.
+fn no_more_arguments(parser: &mut lexopt::Parser, command: &str) -> Result<(), String> {
+    match parser.next().map_err(|e| e.to_string())? {
+        Some(extra) => Err(format!(
+            "{command} takes no arguments, got {}",
+            extra.unexpected()
+        )),
+        None => Ok(()),
+    }
 }
 
 fn string_value(parser: &mut lexopt::Parser, flag: &str) -> Result<String, String> {

@@ -136,17 +136,7 @@ impl ProviderSettings {
                         .filter(|s| !s.is_empty())
                         .collect()
                 })
-                .or_else(|| {
-                    file.get("thinkingLevels")
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(Value::as_str)
-                                .map(String::from)
-                                .collect()
-                        })
-                })
-                .unwrap_or_default(),
+                .unwrap_or_else(|| crate::host_api::string_list(file.get("thinkingLevels"))),
             context_window: var("MAKA_MODEL_CONTEXT_WINDOW")
                 .and_then(|v| v.parse().ok())
                 .or_else(|| file.get("contextWindow").and_then(Value::as_u64)),

@@ -58,14 +58,6 @@ pub struct Catalog {
 
 impl Catalog {
     pub fn from_models_list(v: &Value) -> Catalog {
-        let strings = |v: &Value| -> Vec<String> {
-            v.as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        };
         let connections = v["connections"]
             .as_array()
             .into_iter()
@@ -82,7 +74,9 @@ impl Catalog {
                             let id = m["id"].as_str()?.to_string();
                             Some(CatalogModel {
                                 label: m["label"].as_str().unwrap_or(&id).to_string(),
-                                thinking_levels: strings(&m["thinkingLevels"]),
+                                thinking_levels: crate::host_api::string_list(
+                                    m.get("thinkingLevels"),
+                                ),
                                 id,
                             })
                         })

@@ -114,16 +114,7 @@ impl McpServer {
                     .get("command")
                     .and_then(Value::as_str)
                     .ok_or("a stdio server needs `command`")?;
-                let args: Vec<String> = spec
-                    .get("args")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(Value::as_str)
-                            .map(String::from)
-                            .collect()
-                    })
-                    .unwrap_or_default();
+                let args = crate::host_api::string_list(spec.get("args"));
                 let mut cmd = Command::new(command);
                 cmd.args(&args)
                     .current_dir(cwd)

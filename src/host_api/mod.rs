@@ -22,6 +22,16 @@ pub fn keep_tail(s: &mut String, max: usize) -> bool {
 
 /// Hex of `n` random bytes from the OS (`/dev/urandom`), falling back to std's per-process
 /// random hash keys.
+/// The strings of a JSON array (other items skipped); empty when `v` is not an array.
+pub fn string_list(v: Option<&serde_json::Value>) -> Vec<String> {
+    v.and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_str)
+        .map(String::from)
+        .collect()
+}
+
 pub fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n];
     let ok = std::fs::File::open("/dev/urandom")

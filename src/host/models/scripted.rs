@@ -72,16 +72,7 @@ impl Script {
                 responses(r.get("responses").unwrap_or(&Value::Null))?,
             ));
         }
-        let strings = |v: Option<&Value>| -> Vec<String> {
-            v.and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .filter_map(Value::as_str)
-                        .map(String::from)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let strings = crate::host_api::string_list;
         let mut models = Vec::new();
         for m in v
             .get("models")
