@@ -551,9 +551,39 @@ fn without_a_provider_editors_are_asked_to_authenticate() {
     assert_eq!(saved, json!({"provider": "openai", "model": "gpt-test"}));
     let (resp, _) = agent.call("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
     assert_eq!(error_of(&resp)["code"], -32000);
+    // A login in another terminal while the agent runs: the next session/new sees it.
+    std::fs::write(
+        &config,
+        json!({"provider": "openai", "model": "gpt-test", "apiKey": key}).to_string(),
+    )
+    .unwrap();
+    let r = agent.call_ok("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
+    agent.expect_commands(r["sessionId"].as_str().unwrap());
     agent.close_stdin();
     agent.wait_exit(Duration::from_secs(10));
     assert!(!agent.stderr().contains(key), "the key reached the logs");
+}
+
+/// A provider that is set but broken is no provider: the error says what is wrong with it.
+#[test]
+fn a_broken_provider_setting_is_reported_when_a_session_is_created() {
+    let data = TempDir::new("cfg-broken-data");
+    let ws = TempDir::new("cfg-broken-ws");
+    let mut agent = AgentProcess::spawn_with(Spawn {
+        args: vec![],
+        env: vec![
+            ("MAKA_DATA_DIR".into(), data.path().display().to_string()),
+            ("MAKA_SCRIPT".into(), "{not json".into()),
+        ],
+    });
+    agent.initialize();
+    let (resp, _) = agent.call("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
+    assert_eq!(error_of(&resp)["code"], -32000);
+    let msg = error_of(&resp)["message"].as_str().unwrap();
+    assert!(
+        msg.contains("Problem: MAKA_SCRIPT: not valid JSON"),
+        "{msg}"
+    );
 }
 
 /// `maka-acp login` in a pseudo-terminal (Python's pty module drives it like a person would).

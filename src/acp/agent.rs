@@ -206,7 +206,7 @@ impl Agent {
         if let Some(info) = &params.client_info {
             log::info!("client {} {} connected", info.name, info.version);
         }
-        let ready = auth::provider_ready(&self.link);
+        let ready = auth::provider_configured(&self.link);
         let result = initialize::result(&params, auth::methods(&params.capabilities, ready));
         self.client = Some(params);
         Ok(result)
@@ -258,10 +258,8 @@ fn create_session(ctx: &Ctx, params: &Value) -> Result<(Value, Arc<AcpSession>),
     let cwd = absolute(&p, "cwd")?;
     let dirs = directories(&p)?;
     let mcp = mcp_servers(&p)?;
-    if !auth::provider_ready(&ctx.shared.link) {
-        return Err(auth::required());
-    }
     let conn = ctx.host()?;
+    let models = auth::check_host(&ctx.shared.link, &conn)?;
     let id = format!("sess_{}", random_hex(12));
     let record = ctx.op(
         &conn,
@@ -275,22 +273,16 @@ fn create_session(ctx: &Ctx, params: &Value) -> Result<(Value, Arc<AcpSession>),
     )?;
     register_services(ctx, &conn, &id)?;
     let session = AcpSession::new(&id, &cwd, ctx.display_terminal());
-    let mut result = attach_config(ctx, &conn, &session, &record)?;
+    let mut result = attach_config(ctx, &session, &record, &models);
     result["sessionId"] = json!(id);
     lock(&ctx.sessions).insert(id, Arc::clone(&session));
     Ok((result, session))
 }
 
-/// Reads the model catalog, records the session's configuration, and returns the
+/// Records the model catalog (`models.list`) and the session's configuration, and returns the
 /// `configOptions` + `modes` part of a new/load/resume result.
-fn attach_config(
-    ctx: &Ctx,
-    conn: &Connected,
-    session: &AcpSession,
-    record: &Value,
-) -> Result<Value, ResponseError> {
-    let models = ctx.op(conn, "models.list", json!({}))?;
-    session.lock().catalog = Catalog::from_models_list(&models);
+fn attach_config(ctx: &Ctx, session: &AcpSession, record: &Value, models: &Value) -> Value {
+    session.lock().catalog = Catalog::from_models_list(models);
     let config = SessionConfig::from_session(record);
     let modes = config
         .as_ref()
@@ -298,9 +290,9 @@ fn attach_config(
     let options = session.record_config(config, ctx.shared.caps.boolean_config_options);
     if options.is_null() {
         log::warn!("session {}: the host sent no configuration", session.id);
-        return Ok(json!({}));
+        return json!({});
     }
-    Ok(json!({"configOptions": options, "modes": modes}))
+    json!({"configOptions": options, "modes": modes})
 }
 
 /// `available_commands_update` (after the new/load/resume response): the host's commands.
@@ -396,7 +388,8 @@ fn open_inner(
     let open = ctx.op(&conn, "session.open", open_input)?;
     register_services(ctx, &conn, &id)?;
     let session = AcpSession::new(&id, &cwd, ctx.display_terminal());
-    let result = attach_config(ctx, &conn, &session, record)?;
+    let models = ctx.op(&conn, "models.list", json!({}))?;
+    let result = attach_config(ctx, &session, record, &models);
     let active_turn = open["activeTurn"]["turnId"].as_str().map(String::from);
     session.set_position(
         open["seq"].as_u64().unwrap_or(0),
@@ -775,11 +768,8 @@ fn authenticate(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
     }
     // The settings may have changed since the host started (a login in another terminal).
     auth::reload_host(&ctx.shared.link);
-    if auth::provider_ready(&ctx.shared.link) {
-        Ok(json!({}))
-    } else {
-        Err(auth::required())
-    }
+    let conn = ctx.host()?;
+    auth::check_host(&ctx.shared.link, &conn).map(|_| json!({}))
 }
 
 fn logout(ctx: &Ctx) -> Result<Value, ResponseError> {

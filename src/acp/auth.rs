@@ -6,7 +6,7 @@
 //! `maka-acp login` and writes the config file. `logout` removes the stored key. Keys never
 //! pass through here: only whether a provider is configured.
 
-use super::host_link::HostLink;
+use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
 use crate::config::{ProviderSettings, PROVIDER_VARIABLES};
 use crate::jsonrpc::{code, ResponseError};
@@ -15,22 +15,43 @@ use serde_json::{json, Value};
 pub const ENV_METHOD: &str = "env";
 pub const TERMINAL_METHOD: &str = "login";
 
-/// Whether sessions can get a model: for the embedded host, the same settings it reads; for
-/// an external host, its `models.list` (which it owns).
-pub fn provider_ready(link: &HostLink) -> bool {
+/// For `initialize`, which never starts the embedded host: whether a provider is configured,
+/// judged from the settings the embedded host will read, or asked of an external host.
+pub fn provider_configured(link: &HostLink) -> bool {
     if link.is_embedded() {
         return ProviderSettings::load().is_configured();
     }
     match link.get() {
-        Ok(conn) => match conn.client.op("models.list", &json!({})) {
-            Ok(list) => list["connections"]
-                .as_array()
-                .is_some_and(|c| !c.is_empty()),
-            // Cannot tell: let session methods report the host's own errors.
-            Err(_) => true,
-        },
+        Ok(conn) => check_host(link, &conn).is_ok(),
+        // Cannot tell: let session methods report the host's own errors.
         Err(_) => true,
     }
+}
+
+/// The host's word on whether sessions can get a model (its `models.list`): `-32000` naming
+/// the ways to configure one, plus what the host found wrong with the settings it has. Settings
+/// written since the embedded host started (a `maka-acp login` elsewhere) are picked up.
+/// Returns the host's `models.list` (`Null` if the host could not be asked).
+pub fn check_host(link: &HostLink, conn: &Connected) -> Result<Value, ResponseError> {
+    let list = |op: &str| conn.client.op(op, &json!({})).ok();
+    let ready = |l: &Value| l["connections"].as_array().is_some_and(|c| !c.is_empty());
+    let Some(mut models) = list("models.list") else {
+        return Ok(Value::Null); // the host is unreachable: the session method will say so
+    };
+    if !ready(&models) && link.is_embedded() && ProviderSettings::load().is_configured() {
+        if let Some(fresh) = list("models.reload") {
+            models = fresh;
+        }
+    }
+    if ready(&models) {
+        return Ok(models);
+    }
+    let problems = crate::host_api::string_list(models.get("problems"));
+    let mut e = required();
+    if !problems.is_empty() {
+        e.message = format!("{} Problem: {}", e.message, problems.join("; "));
+    }
+    Err(e)
 }
 
 /// The `authMethods` for `initialize`: empty when a provider is ready.
@@ -68,7 +89,7 @@ pub fn required() -> ResponseError {
     .with_data(json!({"makaCode": "auth_required", "authMethods": [ENV_METHOD, TERMINAL_METHOD]}))
 }
 
-/// Makes a running embedded host re-read its providers (after a login or logout).
+/// Makes a running host re-read its providers (after a login or logout).
 pub fn reload_host(link: &HostLink) {
     if let Some(conn) = link.current() {
         if let Err(e) = conn.client.op("models.reload", &json!({})) {
