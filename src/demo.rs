@@ -377,6 +377,7 @@ fn play() -> Result<(), String> {
     let _ = std::fs::remove_dir_all(&workspace);
     let _ = std::fs::remove_dir_all(&data);
     say!("\nThat was ACP over stdio → maka-acp → Runtime Host → scripted model. Use a real model with");
-    say!("MAKA_OPENAI_BASE_URL / MAKA_MODEL / MAKA_OPENAI_API_KEY (see README.md).");
+    say!("MAKA_OPENAI_BASE_URL / MAKA_MODEL / MAKA_OPENAI_API_KEY, or save one with `maka-acp login`");
+    say!("(see README.md and docs/configuration.md).");
     Ok(())
 }
