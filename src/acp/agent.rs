@@ -258,6 +258,7 @@ fn create_session(ctx: &Ctx, params: &Value) -> Result<(Value, Arc<AcpSession>),
     let cwd = absolute(&p, "cwd")?;
     let dirs = directories(&p)?;
     let mcp = mcp_servers(&p)?;
+    auth::refuse_early(&ctx.shared.link)?;
     let conn = ctx.host()?;
     let models = auth::check_host(&ctx.shared.link, &conn)?;
     let id = format!("sess_{}", random_hex(12));

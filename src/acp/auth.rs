@@ -28,6 +28,15 @@ pub fn provider_configured(link: &HostLink) -> bool {
     }
 }
 
+/// Without any provider settings, an embedded host that is not running yet need not be started
+/// just to refuse the session: `-32000` at once.
+pub fn refuse_early(link: &HostLink) -> Result<(), ResponseError> {
+    if link.is_embedded() && link.current().is_none() && !ProviderSettings::load().is_configured() {
+        return Err(required());
+    }
+    Ok(())
+}
+
 /// The host's word on whether sessions can get a model (its `models.list`): `-32000` naming
 /// the ways to configure one, plus what the host found wrong with the settings it has. Settings
 /// written since the embedded host started (a `maka-acp login` elsewhere) are picked up.
