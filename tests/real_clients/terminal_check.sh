@@ -49,3 +49,25 @@ reply_line=$(grep -nF "Done: notes.txt written." "$screen" | head -1 | cut -d: -
 done_line=$(grep -nF "[done] end_turn" "$screen" | head -1 | cut -d: -f1)
 test "$reply_line" -lt "$done_line"
 echo "terminal check: typed a prompt, approved the permission, saw the streamed reply (screen: $screen)"
+
+# The terminal auth method's program, in the same terminal: `maka-acp login`.
+config="$work/login/config.json"
+tmux send-keys -t "$session" "clear; MAKA_CONFIG='$config' '$agent' login" Enter
+wait_for "Provider [1]:"
+tmux send-keys -t "$session" 2 Enter
+wait_for "Base URL ["
+tmux send-keys -t "$session" "http://127.0.0.1:9/v1" Enter
+wait_for "Model (as the endpoint names it):"
+tmux send-keys -t "$session" llama3 Enter
+wait_for "typing is hidden"
+tmux send-keys -t "$session" "sk-typed-under-tmux" Enter
+wait_for "Saved: model llama3"
+capture
+if grep -qF "sk-typed-under-tmux" "$screen"; then
+  echo "login check: the key was echoed" >&2
+  cat "$screen" >&2
+  exit 1
+fi
+grep -qF '"apiKey": "sk-typed-under-tmux"' "$config"
+test "$(stat -c %a "$config")" = 600
+echo "login check: maka-acp login under tmux saved the provider with mode 0600, key not echoed"
