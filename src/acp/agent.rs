@@ -767,8 +767,8 @@ fn authenticate(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
             )))
         }
     }
-    // The settings may have changed since the host started (a login in another terminal).
-    auth::reload_host(&ctx.shared.link);
+    // check_host re-reads the settings when they changed since the host started (a login in
+    // another terminal).
     let conn = ctx.host()?;
     auth::check_host(&ctx.shared.link, &conn).map(|_| json!({}))
 }

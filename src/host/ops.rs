@@ -496,7 +496,26 @@ pub fn commit_name(
     st: &mut SessionState,
     name: &str,
 ) -> Result<(), HostError> {
-    st.session.name = Some(name.chars().take(256).collect());
+    let patch = MetadataPatch {
+        name: Some(Some(name.to_string())),
+        labels: None,
+    };
+    commit_metadata(host, cell, st, patch)
+}
+
+/// Applies a metadata patch: new revision, saved, `session_updated` emitted.
+fn commit_metadata(
+    host: &Host,
+    cell: &SessionCell,
+    st: &mut SessionState,
+    patch: MetadataPatch,
+) -> Result<(), HostError> {
+    if let Some(name) = patch.name {
+        st.session.name = name.map(|n| n.chars().take(256).collect());
+    }
+    if let Some(labels) = patch.labels {
+        st.session.labels = labels;
+    }
     st.session.revision += 1;
     save(host, &st.session)?;
     emit_session_updated(cell, st);
@@ -533,16 +552,7 @@ fn metadata_update(host: &Host, input: MetadataUpdateInput) -> Result<Value, Hos
     if let Some(conflict) = check_cas(&st.session, input.expected_revision)? {
         return Ok(conflict);
     }
-    if let Some(name) = input.patch.name {
-        st.session.name = name.map(|n| n.chars().take(256).collect());
-    }
-    if let Some(labels) = input.patch.labels {
-        st.session.labels = labels;
-    }
-    st.session.revision += 1;
-    save(host, &st.session)?;
-    emit_session_updated(&cell, &mut st);
-    host.bump_catalog();
+    commit_metadata(host, &cell, &mut st, input.patch)?;
     Ok(json!({"kind": "committed", "session": st.session}))
 }
 
