@@ -838,6 +838,13 @@ fn archived_sessions_draining_hosts_and_stream_capacity_are_refused() {
     assert_eq!(status, 429);
     assert_eq!(lines[0]["error"]["code"], "capacity_exceeded");
     drop(streams);
+    // The host frees a slot when its stream thread notices the client left (at the latest when
+    // the 3 s window ends); wait for that, bounded, before opening more streams.
+    let t0 = Instant::now();
+    while host.events("s", 0, 10).0 == 429 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "slots never freed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 
     // While draining (a slow turn keeps the host alive), new work is refused.
     host.start_turn("s", "t_slow", "slow");
