@@ -150,7 +150,26 @@ fn a_turn_with_tools_streams_everything_and_settles_every_tool_call() {
             }
         }
     }
-    assert_eq!(status.len(), 3);
+    // The plan tool is shown as the plan only, never also as a tool call.
+    assert_eq!(
+        status.len(),
+        2,
+        "read + command, not the plan tool: {status:?}"
+    );
+    assert!(
+        !ups.iter().any(|u| u["title"] == "Update plan"),
+        "the plan tool is not a tool call card"
+    );
+    // Tools that run go pending → in_progress → their final status.
+    for id in status.keys() {
+        let seq: Vec<&str> = ups
+            .iter()
+            .filter(|u| u["toolCallId"] == id.as_str())
+            .filter_map(|u| u["status"].as_str())
+            .collect();
+        assert_eq!(seq.first(), Some(&"pending"), "{id}: {seq:?}");
+        assert!(seq.contains(&"in_progress"), "{id}: {seq:?}");
+    }
     let read = ups
         .iter()
         .find(|u| u["sessionUpdate"] == "tool_call" && u["kind"] == "read")
@@ -452,29 +471,27 @@ fn questions_use_elicitation_forms_or_fall_back_to_permission_options() {
         .clone();
     assert_eq!(result["content"][0]["content"]["text"], "(no answer)");
 
-    // A client without forms gets one permission dialog with the answers as options.
+    // A client without forms is never asked the question in a permission dialog: clients
+    // pick options by kind and auto-approvers answer them, which would answer for the person.
+    // Nothing is chosen; the tool call shows the question and the model is told to ask it.
     let mut plain = AgentProcess::scripted(&script(), data.path());
     plain.initialize();
     let id = plain.new_session(ws.path());
     let t = plain.prompt(&id, "ask me", |r| {
-        assert_eq!(r["method"], "session/request_permission");
-        assert_eq!(r["params"]["toolCall"]["title"], "Which DB?");
-        let names: Vec<&str> = r["params"]["options"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| o["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, vec!["sqlite", "pg", "Skip this question"]);
-        select("answer_0")
+        panic!("no dialog may stand in for a question: {r}")
     });
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
     let result = t
         .updates_for(&id)
         .into_iter()
         .find(|u| u["status"] == "completed")
         .unwrap()
         .clone();
-    assert_eq!(result["content"][0]["content"]["text"], "sqlite");
+    let text = result["content"][0]["content"]["text"].as_str().unwrap();
+    assert!(
+        text.contains("cannot show questions") && text.contains("Which DB? (sqlite / pg)"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -526,7 +543,15 @@ fn list_pages_through_250_sessions_with_cwd_filter() {
         } else {
             s.ws.path()
         };
-        ids.insert(s.agent.new_session(cwd));
+        let id = s.agent.new_session(cwd);
+        // A conversation (a slash command: no model call, and no title).
+        let t = s.agent.prompt(&id, "/help", |r| panic!("{r}"));
+        assert_eq!(t.response["result"]["stopReason"], "end_turn");
+        ids.insert(id);
+    }
+    // Sessions never prompted have nothing to resume: not listed.
+    for _ in 0..3 {
+        s.agent.new_session(s.ws.path());
     }
     let mut seen = vec![];
     let mut cursor: Option<String> = None;
@@ -541,6 +566,8 @@ fn list_pages_through_250_sessions_with_cwd_filter() {
         for info in r["sessions"].as_array().unwrap() {
             assert!(info["cwd"].as_str().unwrap().starts_with('/'));
             assert!(info["updatedAt"].as_str().unwrap().ends_with('Z'));
+            // Unknown titles are omitted, never null (CodeCompanion's picker crashes on null).
+            assert!(info.get("title").is_none_or(Value::is_string), "{info}");
             seen.push(info["sessionId"].as_str().unwrap().to_string());
         }
         match r["nextCursor"].as_str() {

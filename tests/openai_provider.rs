@@ -5,76 +5,9 @@
 #![cfg(feature = "host")]
 
 mod support;
-use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
+use serde_json::json;
+use support::fake_openai::{fake_server, http, sse};
 use support::host::{kinds, HostProcess, TempDir};
-
-struct Recorded {
-    auth: Option<String>,
-    body: Value,
-}
-
-/// Serves `responses` in order (one per request), then 500s. Each response is raw HTTP.
-fn fake_server(responses: Vec<String>) -> (u16, Arc<Mutex<Vec<Recorded>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let seen: Arc<Mutex<Vec<Recorded>>> = Arc::default();
-    let log = seen.clone();
-    std::thread::spawn(move || {
-        let mut queue = responses.into_iter();
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut reader = BufReader::new(stream.try_clone().unwrap());
-            let mut len = 0usize;
-            let mut auth = None;
-            let mut line = String::new();
-            loop {
-                line.clear();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                let lower = line.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                if lower.starts_with("authorization:") {
-                    auth = Some(line["authorization:".len()..].trim().to_string());
-                }
-            }
-            let mut body = vec![0u8; len];
-            let _ = reader.read_exact(&mut body);
-            log.lock().unwrap().push(Recorded {
-                auth,
-                body: serde_json::from_slice(&body).unwrap_or(Value::Null),
-            });
-            let response = queue.next().unwrap_or_else(|| {
-                http(500, "{\"error\":{\"message\":\"script exhausted\"}}", &[])
-            });
-            let _ = stream.write_all(response.as_bytes());
-            let _ = stream.flush();
-        }
-    });
-    (port, seen)
-}
-
-fn http(status: u16, body: &str, headers: &[(&str, &str)]) -> String {
-    let mut h = String::new();
-    for (k, v) in headers {
-        h.push_str(&format!("{k}: {v}\r\n"));
-    }
-    format!("HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n{h}\r\n{body}", body.len())
-}
-
-fn sse(chunks: &[Value]) -> String {
-    let mut body = String::new();
-    for c in chunks {
-        body.push_str(&format!("data: {c}\n\n"));
-    }
-    body.push_str("data: [DONE]\n\n");
-    format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n{body}")
-}
 
 fn host_for(port: u16, data: &TempDir) -> HostProcess {
     HostProcess::start_env(
@@ -151,10 +84,10 @@ fn streams_text_and_split_tool_calls_retries_429_and_feeds_results_back() {
         .collect();
     assert_eq!(text, "Let me read it.The secret is 42.");
     let start = frames.iter().find(|f| f["kind"] == "tool_start").unwrap();
-    assert_eq!(
-        (start["toolName"].as_str(), start["toolCallId"].as_str()),
-        (Some("read_file"), Some("call_A"))
-    );
+    // The provider's id stays internal: clients see an id the host minted.
+    assert_eq!(start["toolName"], "read_file");
+    let minted = start["toolCallId"].as_str().unwrap();
+    assert!(minted.starts_with("tc_") && minted != "call_A", "{minted}");
     assert_eq!(start["args"], json!({"path": "notes.txt"}));
     assert!(k.contains(&"usage".to_string()));
     let usage = frames.iter().rfind(|f| f["kind"] == "usage").unwrap();

@@ -96,6 +96,22 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The methods of [`Agent::handle_request`] other than `initialize`.
+const KNOWN_METHODS: [&str; 12] = [
+    "authenticate",
+    "logout",
+    "session/new",
+    "session/load",
+    "session/resume",
+    "session/list",
+    "session/close",
+    "session/delete",
+    "session/set_config_option",
+    "session/set_mode",
+    "session/prompt",
+    "session/cancel",
+];
+
 /// Serves one ACP connection until the client closes stdin.
 pub fn serve(conn: Connection, config: AdapterConfig) {
     let mut agent = Agent {
@@ -113,9 +129,25 @@ pub fn serve(conn: Connection, config: AdapterConfig) {
     }
     log::debug!("client closed the connection; shutting down");
     let ctx = agent.ctx();
-    for s in lock(&agent.sessions).values() {
-        s.lock().closed = true;
+    let sessions: Vec<Arc<AcpSession>> = lock(&agent.sessions).values().cloned().collect();
+    for s in &sessions {
+        let running = {
+            let mut st = s.lock();
+            st.closed = true;
+            st.prompt
+                .as_ref()
+                .filter(|p| p.started)
+                .map(|p| p.turn_id.clone())
+        };
+        // Editor terminals first: the client may still read stdout after closing stdin.
         client_call::release_all(s, &ctx.shared);
+        // Nobody can follow this turn any more; an external host would otherwise run it on.
+        if let (Some(turn), Some(conn)) = (running, agent.link.current()) {
+            let stop = json!({"sessionId": s.id, "turnId": turn});
+            if let Err(e) = conn.client.op("turn.stop", &stop) {
+                log::warn!("turn.stop for {}/{turn} at exit: {e}", s.id);
+            }
+        }
     }
     agent.link.shutdown();
     conn.finish();
@@ -141,6 +173,17 @@ impl Agent {
     /// Every ACP method, in one place.
     fn handle_request(&mut self, request: Request, responder: Responder) {
         let Request { method, params, .. } = request;
+        if self.client.is_none()
+            && method != "initialize"
+            && KNOWN_METHODS.contains(&method.as_str())
+        {
+            // Capabilities decide what every later method may do; without a successful
+            // `initialize` there are none to go by.
+            return responder.respond(Err(ResponseError::new(
+                code::INVALID_REQUEST,
+                format!("{method} needs a successful `initialize` first; send `initialize` and check its answer"),
+            )));
+        }
         let work: fn(&Ctx, Value, Responder) = match method.as_str() {
             "initialize" => return responder.respond(self.initialize(&params)),
             "authenticate" => |c, p, r| r.respond(authenticate(c, &p)),
@@ -525,9 +568,11 @@ fn session_list(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
     };
     let cursor = p.optional_str("cursor")?;
     let conn = ctx.host()?;
-    let mut input = json!({"cursor": cursor, "limit": 50});
+    // Sessions never prompted have nothing to resume: not listed (pickers would fill up with
+    // empty entries). They can still be loaded by id.
+    let mut input = json!({"cursor": cursor, "limit": 50, "filter": {"nonEmpty": true}});
     if let Some(c) = cwd {
-        input["filter"] = json!({"cwd": c});
+        input["filter"]["cwd"] = json!(c);
     }
     let page = ctx.op(&conn, "session.list", input).map_err(|mut e| {
         if e.code == code::INVALID_PARAMS && cursor.is_some() {
@@ -543,9 +588,12 @@ fn session_list(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
             let mut info = json!({
                 "sessionId": s["id"],
                 "cwd": s["workspace"]["path"],
-                "title": s["name"],
                 "updatedAt": super::projection::iso8601(s["lastUsedAt"].as_u64().unwrap_or(0)),
             });
+            // An unknown title is omitted, never null (CodeCompanion's picker crashes on null).
+            if let Some(title) = s["name"].as_str() {
+                info["title"] = json!(title);
+            }
             if s["additionalDirectories"]
                 .as_array()
                 .is_some_and(|a| !a.is_empty())
@@ -700,17 +748,7 @@ fn register_prompt(
 fn start_prompt(ctx: &Ctx, session: &Arc<AcpSession>, turn_id: &str, content: Value) {
     let id = session.id.clone();
     // The responder lives in the session; `fail` answers through it.
-    let fail = |e: ResponseError| {
-        let mut st = session.lock();
-        let cancelled = st.prompt.as_ref().is_some_and(|p| p.cancel_requested);
-        if let Some(pp) = st.prompt.take() {
-            pp.responder.respond(if cancelled {
-                Ok(json!({"stopReason": "cancelled"}))
-            } else {
-                Err(e)
-            });
-        }
-    };
+    let fail = |e: ResponseError| session.fail_prompt(e);
     let conn = match ctx.host() {
         Ok(c) => c,
         Err(e) => return fail(e),
@@ -758,12 +796,14 @@ fn authenticate(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {
     let method = p.required_str("methodId")?;
     match method {
         auth::ENV_METHOD => {}
-        auth::TERMINAL_METHOD => return Err(ResponseError::invalid_params(
-            "Invalid params: `login` is a terminal method; the client runs `maka-acp login` itself",
-        )),
+        auth::TERMINAL_METHOD => {
+            return Err(ResponseError::invalid_params(
+                "`login` is a terminal method; the client runs `maka-acp login` itself",
+            ))
+        }
         other => {
             return Err(ResponseError::invalid_params(format_args!(
-                "Invalid params: `methodId` {other:?} is not an authentication method of this agent"
+                "`methodId` {other:?} is not an authentication method of this agent"
             )))
         }
     }

@@ -9,6 +9,7 @@
 
 use super::host_link::Connected;
 use super::session::{AcpSession, Shared};
+use crate::jsonrpc::{code, ResponseError};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -78,7 +79,10 @@ fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, call: 
                     .insert(call.invocation_id.clone(), pending.id.clone());
                 pending
             };
-            let reply = pending.wait();
+            let reply = pending.wait().and_then(|r| {
+                check_reply(method, &r).map_err(|m| ResponseError::new(code::INTERNAL_ERROR, m))?;
+                Ok(r)
+            });
             session.lock().outstanding.remove(&call.invocation_id);
             match reply {
                 Ok(result) => {
@@ -100,6 +104,31 @@ fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, call: 
         json!({"sessionId": session.id, "invocationId": call.invocation_id, "outcome": outcome});
     if let Err(e) = conn.client.op("client.call.result", &input) {
         log::debug!("client.call.result {}: {e}", call.invocation_id);
+    }
+}
+
+/// A reply that is not a success in the shape the schema gives is a failure with the client's
+/// words: avante answers a failed write with an error *string* as the result, which must not
+/// count as "written".
+fn check_reply(method: &str, result: &Value) -> Result<(), String> {
+    let what = |v: &Value| match v {
+        Value::String(s) => format!("the editor answered {method} with: {s}"),
+        other => format!(
+            "the editor answered {method} with {} instead of a result object",
+            crate::jsonrpc::message::json_type(other)
+        ),
+    };
+    match method {
+        // `null` is tolerated (Toad answers writes with it).
+        "fs/write_text_file" | "terminal/kill" | "terminal/release"
+            if result.is_object() || result.is_null() =>
+        {
+            Ok(())
+        }
+        "fs/read_text_file" if result.get("content").is_some_and(Value::is_string) => Ok(()),
+        "terminal/create" if result.get("terminalId").is_some_and(Value::is_string) => Ok(()),
+        "terminal/output" | "terminal/wait_for_exit" if result.is_object() => Ok(()),
+        _ => Err(what(result)),
     }
 }
 
@@ -133,11 +162,15 @@ pub fn release_all(session: &Arc<AcpSession>, shared: &Arc<Shared>) {
     let ids: Vec<String> = session.lock().live_terminals.drain().collect();
     for id in ids {
         log::info!("releasing terminal {id} of session {}", session.id);
-        // Nobody waits for the answer; the call table drops it when it comes.
-        let _ = shared.calls.call(
-            "terminal/release",
-            json!({"sessionId": session.id, "terminalId": id}),
-        );
+        let params = json!({"sessionId": session.id, "terminalId": id});
+        if shared.calls.is_closed() {
+            // The client closed stdin (it may still read stdout): the call table no longer
+            // takes requests, but the release must still go out.
+            shared.calls.send_unawaited("terminal/release", params);
+        } else {
+            // Nobody waits for the answer; the call table drops it when it comes.
+            let _ = shared.calls.call("terminal/release", params);
+        }
     }
 }
 

@@ -156,21 +156,36 @@ pub fn options(c: &Configuration, catalog: &Catalog, boolean_options: bool) -> V
         Some(m) => format!("Default ({})", m.label),
         None => "Default".into(),
     };
-    let mut groups = vec![json!({
-        "group": "default",
-        "name": "Default",
-        "options": [{"value": "default", "name": default_name, "description": "The host's default model"}],
-    })];
-    for conn in &catalog.connections {
-        groups.push(json!({
-            "group": conn.slug,
-            "name": if conn.label.is_empty() { &conn.slug } else { &conn.label },
-            "options": conn.models.iter().map(|m| json!({
-                "value": format!("{}/{}", conn.slug, m.id),
-                "name": m.label,
-            })).collect::<Vec<_>>(),
-        }));
-    }
+    let default_option = json!({"value": "default", "name": default_name, "description": "The host's default model"});
+    let model_options = |conn: &CatalogConnection| -> Vec<Value> {
+        conn.models
+            .iter()
+            .map(|m| json!({"value": format!("{}/{}", conn.slug, m.id), "name": m.label}))
+            .collect()
+    };
+    // Grouped by provider only when there is more than one: some clients (avante) cannot
+    // pick from groups, and one group says nothing.
+    let groups = if catalog.connections.len() <= 1 {
+        let mut flat = vec![default_option];
+        if let Some(conn) = catalog.connections.first() {
+            flat.extend(model_options(conn));
+        }
+        flat
+    } else {
+        let mut groups = vec![json!({
+            "group": "default",
+            "name": "Default",
+            "options": [default_option],
+        })];
+        for conn in &catalog.connections {
+            groups.push(json!({
+                "group": conn.slug,
+                "name": if conn.label.is_empty() { &conn.slug } else { &conn.label },
+                "options": model_options(conn),
+            }));
+        }
+        groups
+    };
     out.push(json!({
         "id": "model",
         "name": "Model",
@@ -249,7 +264,7 @@ fn offered(values: &[String]) -> String {
 pub fn mode_patch(mode: &str) -> Result<ConfigurationPatch, ResponseError> {
     let m = MODES.iter().find(|x| x.1 == mode).ok_or_else(|| {
         invalid(format!(
-            "Invalid params: `modeId` {mode:?} is not a mode of this session; use `ask`, `bypass` or `explore`"
+            "`modeId` {mode:?} is not a mode of this session; use `ask`, `bypass` or `explore`"
         ))
     })?;
     Ok(ConfigurationPatch {
@@ -276,18 +291,18 @@ pub fn patch_for(
             .filter_map(|o| o["id"].as_str().map(String::from))
             .collect();
         return Err(invalid(format!(
-            "Invalid params: `configId` {id:?} is not an option of this session; it offers {}",
+            "`configId` {id:?} is not an option of this session; it offers {}",
             offered(&ids)
         )));
     };
     let value = p
         .get("value")
-        .ok_or_else(|| invalid("Invalid params: `value` is required".into()))?;
+        .ok_or_else(|| invalid("`value` is required".into()))?;
     let declared = p.optional_str("type")?;
     if option["type"] == "boolean" {
         let (Some(b), None | Some("boolean")) = (value.as_bool(), declared) else {
             return Err(invalid(format!(
-                "Invalid params: `{id}` is a boolean option; send `\"type\": \"boolean\"` and a true/false `value`"
+                "`{id}` is a boolean option; send `\"type\": \"boolean\"` and a true/false `value`"
             )));
         };
         return Ok(ConfigurationPatch {
@@ -301,7 +316,7 @@ pub fn patch_for(
     }
     let Some(v) = value.as_str().filter(|_| declared != Some("boolean")) else {
         return Err(invalid(format!(
-            "Invalid params: `{id}` is a select option; `value` must be one of its value ids"
+            "`{id}` is a select option; `value` must be one of its value ids"
         )));
     };
     // Every value the option offers, flattening groups.
@@ -318,7 +333,7 @@ pub fn patch_for(
     }
     if !values.iter().any(|x| x == v) {
         return Err(invalid(format!(
-            "Invalid params: {v:?} is not a value of `{id}`; it offers {}",
+            "{v:?} is not a value of `{id}`; it offers {}",
             offered(&values)
         )));
     }
@@ -441,8 +456,20 @@ mod tests {
             ids(&o),
             ["mode", "model", "thought_level", "collaboration_mode"]
         );
-        assert_eq!(o[1]["options"][0]["options"][0]["name"], "Default (Deep)");
-        assert_eq!(o[1]["options"][1]["options"][1]["value"], "script/fast");
+        assert_eq!(
+            o[1]["options"][0]["name"], "Default (Deep)",
+            "one provider: flat"
+        );
+        assert_eq!(o[1]["options"][2]["value"], "script/fast");
+        let mut two = catalog();
+        two.connections.push(CatalogConnection {
+            slug: "openai".into(),
+            label: "OpenAI".into(),
+            models: vec![],
+        });
+        let g = options(&c, &two, false);
+        assert_eq!(g[1]["options"][0]["options"][0]["name"], "Default (Deep)");
+        assert_eq!(g[1]["options"][1]["options"][1]["value"], "script/fast");
         assert_eq!(o[2]["options"][2]["value"], "high");
         c.model_target = ModelTarget::Explicit {
             connection_slug: "script".into(),

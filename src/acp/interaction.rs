@@ -3,8 +3,10 @@
 //!
 //! - `permission` and `sandbox_boundary` → `session/request_permission` with the tool call's
 //!   details and options whose labels say their scope;
-//! - `question` → `elicitation/create` (form) when the client supports it, else one
-//!   `session/request_permission` per question with one option per answer.
+//! - `question` → `elicitation/create` (form) when the client supports it. Without it the
+//!   question is never put in a permission dialog: clients pick options by kind and
+//!   auto-approvers answer them, which would answer for the person. The host is told the client
+//!   cannot show questions and the model asks in its reply instead.
 //!
 //! The answer goes to `interaction.answer`. A client answer of `cancelled` (or an error) after
 //! our own `session/cancel` sends nothing — the host closes the interaction when it stops the
@@ -167,7 +169,9 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> Value {
             let mut options =
                 vec![json!({"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"})];
             if *remember_for_turn_allowed {
-                options.push(json!({"optionId": ALLOW_TURN, "name": format!("Allow {verb} for the rest of this turn"), "kind": "allow_always"}));
+                // Not `allow_always`: the schema defines that as remembering the choice, and
+                // clients label it "Always". This lasts one turn; it is an allow, once.
+                options.push(json!({"optionId": ALLOW_TURN, "name": format!("Allow {verb} for the rest of this turn"), "kind": "allow_once"}));
             }
             options.push(json!({"optionId": REJECT, "name": "Reject", "kind": "reject_once"}));
             json!({"sessionId": session_id, "toolCall": tool_call, "options": options})
@@ -207,6 +211,7 @@ fn deny(request: &InteractionRequest) -> InteractionAnswer {
         },
         InteractionRequest::Question { questions, .. } => InteractionAnswer::Question {
             answers: vec![None; questions.len()],
+            unsupported: false,
         },
         InteractionRequest::Permission { .. } => InteractionAnswer::Permission {
             decision: "deny".into(),
@@ -278,6 +283,7 @@ fn ask_questions(
             Withdrawn => None,
             Refused => Some(InteractionAnswer::Question {
                 answers: vec![None; questions.len()],
+                unsupported: false,
             }),
             Answered(v) => {
                 let accepted = v.get("action").and_then(Value::as_str) == Some("accept");
@@ -295,47 +301,18 @@ fn ask_questions(
                     })
                     .map(|a| if accepted { a } else { None })
                     .collect();
-                Some(InteractionAnswer::Question { answers })
+                Some(InteractionAnswer::Question {
+                    answers,
+                    unsupported: false,
+                })
             }
         };
     }
-    // No form support: one permission dialog per question, one option per answer.
-    let mut answers = Vec::with_capacity(questions.len());
-    for q in questions {
-        let mut options: Vec<Value> = q
-            .options
-            .iter()
-            .enumerate()
-            .map(|(i, o)| json!({"optionId": format!("answer_{i}"), "name": o.label, "kind": "allow_once"}))
-            .collect();
-        options
-            .push(json!({"optionId": "skip", "name": "Skip this question", "kind": "reject_once"}));
-        let mut tool_call = json!({"toolCallId": tool_call_id, "title": q.question, "kind": "other", "status": "pending"});
-        let described: Vec<String> = q
-            .options
-            .iter()
-            .filter_map(|o| o.description.as_ref().map(|d| format!("{}: {d}", o.label)))
-            .collect();
-        if !described.is_empty() {
-            tool_call["content"] = json!([text_content(&described.join("\n"))]);
-        }
-        let params = json!({"sessionId": session.id, "toolCall": tool_call, "options": options});
-        match ask(session, shared, id, "session/request_permission", params) {
-            Withdrawn => return None,
-            Refused => answers.push(None),
-            Answered(v) => {
-                let picked = v
-                    .pointer("/outcome/optionId")
-                    .and_then(Value::as_str)
-                    .and_then(|o| o.strip_prefix("answer_"))
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .and_then(|n| q.options.get(n))
-                    .map(|o| o.label.clone());
-                answers.push(picked);
-            }
-        }
-    }
-    Some(InteractionAnswer::Question { answers })
+    // No form support: nothing is asked in a permission dialog (see the module docs).
+    Some(InteractionAnswer::Question {
+        answers: vec![None; questions.len()],
+        unsupported: true,
+    })
 }
 
 #[cfg(test)]

@@ -32,6 +32,8 @@ struct ToolState {
     last_sent: Option<Instant>,
     dirty: bool,
     terminal: bool,
+    /// Not shown as a tool call (`update_plan`: the plan is shown as the plan).
+    hidden: bool,
 }
 
 /// Per-session projection state: open tool calls and which turns this connection started.
@@ -103,13 +105,18 @@ impl Projector {
                 ..
             } => {
                 let display = self.display_terminal && activity_kind == "command";
+                let hidden = tool_name == PLAN_TOOL;
                 let state = ToolState {
                     command: (activity_kind == "command").then(|| title.clone()),
                     display,
+                    hidden,
                     ..ToolState::default()
                 };
                 if self.tools.insert(tool_call_id.clone(), state).is_none() {
                     self.order.push(tool_call_id.clone());
+                }
+                if hidden {
+                    return vec![];
                 }
                 let mut update = json!({
                     "sessionUpdate": "tool_call",
@@ -129,6 +136,30 @@ impl Projector {
                 }
                 vec![update]
             }
+            // The provider is being retried: said as a thought (ACP v1 has no status update),
+            // so the person does not stare at nothing. Live only; never replayed.
+            FrameBody::TurnStatus {
+                turn_id,
+                provider_retry: Some(r),
+                ..
+            } => {
+                let attempt = r["attempt"].as_u64().unwrap_or(1);
+                let secs = r["delayMs"].as_u64().unwrap_or(0).div_ceil(1000);
+                let why = r["reason"].as_str().unwrap_or("it failed");
+                vec![json!({
+                    "sessionUpdate": "agent_thought_chunk",
+                    "messageId": format!("retry_{turn_id}_{attempt}"),
+                    "content": {"type": "text", "text": format!("The model provider did not answer ({why}); retrying in {secs} s (attempt {} of 5).\n", attempt + 1)},
+                })]
+            }
+            FrameBody::ToolRunning { tool_call_id, .. } => match self.tools.get(tool_call_id) {
+                Some(t) if !t.terminal && !t.hidden => vec![json!({
+                    "sessionUpdate": "tool_call_update",
+                    "toolCallId": tool_call_id,
+                    "status": "in_progress",
+                })],
+                _ => vec![],
+            },
             FrameBody::ToolOutputDelta {
                 tool_call_id,
                 chunk,
@@ -137,7 +168,7 @@ impl Projector {
                 let Some(t) = self.tools.get_mut(tool_call_id) else {
                     return vec![];
                 };
-                if t.terminal || t.client_terminal.is_some() {
+                if t.terminal || t.hidden || t.client_terminal.is_some() {
                     return vec![];
                 }
                 if t.display {
@@ -184,6 +215,9 @@ impl Projector {
                     return vec![];
                 }
                 t.terminal = true;
+                if t.hidden {
+                    return vec![];
+                }
                 let mut update = json!({
                     "sessionUpdate": "tool_call_update",
                     "toolCallId": tool_call_id,
@@ -220,7 +254,8 @@ impl Projector {
                     update["locations"] = locs;
                 }
                 if *truncated {
-                    update["_meta"] = json!({"maka": {"truncated": true}});
+                    // Merged: a display terminal's `terminal_exit` is already in `_meta`.
+                    update["_meta"]["maka"]["truncated"] = json!(true);
                 }
                 vec![update]
             }
@@ -235,9 +270,12 @@ impl Projector {
             FrameBody::SessionUpdated {
                 name, last_used_at, ..
             } => {
-                vec![
-                    json!({"sessionUpdate": "session_info_update", "title": name, "updatedAt": iso8601(*last_used_at)}),
-                ]
+                // An unknown title is omitted, never sent as null.
+                let mut u = json!({"sessionUpdate": "session_info_update", "updatedAt": iso8601(*last_used_at)});
+                if let Some(n) = name {
+                    u["title"] = json!(n);
+                }
+                vec![u]
             }
             _ => vec![],
         }
@@ -248,7 +286,7 @@ impl Projector {
         let mut out = vec![];
         for id in std::mem::take(&mut self.order) {
             if let Some(t) = self.tools.remove(&id) {
-                if !t.terminal {
+                if !t.terminal && !t.hidden {
                     out.push(json!({
                         "sessionUpdate": "tool_call_update",
                         "toolCallId": id,
@@ -267,7 +305,7 @@ impl Projector {
         let mut out = vec![];
         for id in &self.order {
             if let Some(t) = self.tools.get_mut(id) {
-                if t.dirty && !t.terminal {
+                if t.dirty && !t.terminal && !t.hidden {
                     t.dirty = false;
                     let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
                     out.push(json!({"sessionUpdate": "tool_call_update", "toolCallId": id, "status": "in_progress", "content": [text_content(&text)]}));
@@ -282,6 +320,9 @@ impl Projector {
         self.own_turns.remove(turn_id);
     }
 }
+
+/// The plan tool: shown as the ACP `plan`, not as a tool call.
+const PLAN_TOOL: &str = "update_plan";
 
 fn user_message(turn_id: &str, text: &str) -> Vec<Value> {
     if text.is_empty() {
@@ -339,6 +380,7 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             activity_kind,
             args,
             locations,
+            ..
         } => vec![FrameBody::ToolStart {
             turn_id,
             tool_call_id: tool_call_id.clone(),
@@ -354,13 +396,31 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             status,
             result,
             truncated,
-        } => vec![FrameBody::ToolResult {
+            ran,
+        } => {
+            let mut out = vec![];
+            if *ran {
+                out.push(FrameBody::ToolRunning {
+                    turn_id: turn_id.clone(),
+                    tool_call_id: tool_call_id.clone(),
+                });
+            }
+            out.push(FrameBody::ToolResult {
+                turn_id,
+                tool_call_id: tool_call_id.clone(),
+                status: status.clone(),
+                result: result.clone(),
+                truncated: *truncated,
+                duration_ms: None,
+            });
+            out
+        }
+        TranscriptBody::Notice { message_id, text } => vec![FrameBody::TextDelta {
             turn_id,
-            tool_call_id: tool_call_id.clone(),
-            status: status.clone(),
-            result: result.clone(),
-            truncated: *truncated,
-            duration_ms: None,
+            message_id: message_id.clone(),
+            start_offset: 0,
+            text: text.clone(),
+            complete: true,
         }],
         TranscriptBody::Plan { entries } => vec![FrameBody::PlanUpdate {
             turn_id,

@@ -243,6 +243,19 @@ impl AcpSession {
             });
     }
 
+    /// The prompt could not start (no host, `turn.start` refused): answers it — `cancelled` if
+    /// the client cancelled meanwhile — and wakes whoever waits for it (`session/close`).
+    pub fn fail_prompt(&self, e: ResponseError) {
+        let mut st = self.lock();
+        let cancelled = st.prompt.as_ref().is_some_and(|p| p.cancel_requested);
+        let result = if cancelled {
+            Ok(json!({"stopReason": "cancelled"}))
+        } else {
+            Err(e)
+        };
+        self.finish_prompt(&mut st, result);
+    }
+
     /// Answers the pending prompt (if any) and wakes whoever waits for it.
     fn finish_prompt(&self, st: &mut SessionState, result: Result<Value, ResponseError>) {
         if let Some(p) = st.prompt.take() {
@@ -272,7 +285,7 @@ fn reader(session: Arc<AcpSession>, shared: Arc<Shared>, conn: Connected) {
                 st.epoch.clone().unwrap_or_else(|| conn.epoch.clone()),
             )
         };
-        let stream = conn.client.events(&session.id, after, &epoch, 25_000);
+        let stream = conn.client.events(&session.id, after, &epoch, 25_000, true);
         let mut stream = match stream {
             Ok(s) => s,
             Err(e) => {
@@ -502,6 +515,7 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
             reason,
             failure_class,
             failure_message,
+            failure_details,
             ..
         } => {
             for u in st.projector.pending_output() {
@@ -524,8 +538,11 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
                     turn_id,
                     *outcome,
                     reason,
-                    failure_class.as_deref(),
-                    failure_message.as_deref(),
+                    Failure {
+                        class: failure_class.as_deref(),
+                        message: failure_message.as_deref(),
+                        details: failure_details.as_ref(),
+                    },
                 );
                 session.finish_prompt(&mut st, result);
             } else {
@@ -588,14 +605,21 @@ pub fn config_changed(
     }
 }
 
+/// Why a turn failed, as the host said it.
+struct Failure<'a> {
+    class: Option<&'a str>,
+    /// One sentence for the person.
+    message: Option<&'a str>,
+    details: Option<&'a Value>,
+}
+
 /// The `session/prompt` result for a terminal frame.
 fn terminal_result(
     st: &SessionState,
     turn_id: &str,
     outcome: TurnOutcome,
     reason: &str,
-    failure_class: Option<&str>,
-    failure_message: Option<&str>,
+    failure: Failure,
 ) -> Result<Value, ResponseError> {
     if st.prompt.as_ref().is_some_and(|p| p.cancel_requested) {
         // ACP: after session/cancel the answer is `cancelled`, whatever happened meanwhile.
@@ -612,15 +636,38 @@ fn terminal_result(
         ),
         TurnOutcome::MaxTokens => Ok(json!({"stopReason": "max_tokens"})),
         TurnOutcome::Refused => Ok(json!({"stopReason": "refusal"})),
-        TurnOutcome::Failed => Err(turn_failed(turn_id, failure_class, failure_message)),
+        TurnOutcome::Failed => Err(turn_failed(turn_id, failure)),
     }
 }
 
-fn turn_failed(turn_id: &str, class: Option<&str>, message: Option<&str>) -> ResponseError {
-    let class = class.unwrap_or("runtime_error");
-    let message = message.unwrap_or("the turn failed");
-    ResponseError::new(code::INTERNAL_ERROR, format!("The turn failed ({class}): {message}"))
-        .with_data(json!({"makaCode": "turn_failed", "failureClass": class, "failureMessage": message, "turnId": turn_id}))
+/// The host's sentence is the message (it says what happened and what to do); the class and
+/// the details (an HTTP status, the provider's answer) go in `data`.
+fn turn_failed(turn_id: &str, f: Failure) -> ResponseError {
+    let class = f.class.unwrap_or("runtime_error");
+    let message = match f.message {
+        Some(m) if !m.trim().is_empty() => sentence(m),
+        _ => "The turn failed; the agent's log has the details.".to_string(),
+    };
+    let mut data = json!({"makaCode": "turn_failed", "failureClass": class, "turnId": turn_id});
+    if let Some(d) = f.details {
+        data["details"] = d.clone();
+    }
+    ResponseError::new(code::INTERNAL_ERROR, message).with_data(data)
+}
+
+/// Capitalised and ending with a full stop (older hosts send lower-case fragments).
+fn sentence(m: &str) -> String {
+    let m = m.trim();
+    let mut out: String = m
+        .chars()
+        .take(1)
+        .flat_map(char::to_uppercase)
+        .chain(m.chars().skip(1))
+        .collect();
+    if !out.ends_with(['.', '!', '?', '…']) {
+        out.push('.');
+    }
+    out
 }
 
 /// The prompt result from a `turn.query` snapshot (used after a resync).
@@ -643,7 +690,10 @@ fn outcome_result(
         turn_id,
         outcome,
         snapshot["reason"].as_str().unwrap_or("end_turn"),
-        snapshot["failureClass"].as_str(),
-        snapshot["failureMessage"].as_str(),
+        Failure {
+            class: snapshot["failureClass"].as_str(),
+            message: snapshot["failureMessage"].as_str(),
+            details: snapshot.get("failureDetails").filter(|d| !d.is_null()),
+        },
     )
 }

@@ -221,6 +221,7 @@ fn session_create(host: &Arc<Host>, input: CreateInput) -> Result<Value, HostErr
         status: SessionStatus::Idle,
         active_turn_id: None,
         mcp_servers: input.mcp_servers,
+        turn_count: 0,
     };
     host.store.save_session(&session).map_err(|e| {
         HostError::new(
@@ -254,6 +255,9 @@ struct ListFilter {
     cwd: Option<String>,
     #[serde(default)]
     include_archived: bool,
+    /// Only sessions with at least one turn (a conversation to resume).
+    #[serde(default)]
+    non_empty: bool,
 }
 
 #[derive(Deserialize)]
@@ -306,6 +310,7 @@ fn session_list(host: &Host, input: ListInput) -> Result<Value, HostError> {
         .values()
         .map(|c| c.lock().session.clone())
         .filter(|s| input.filter.include_archived || !s.is_archived)
+        .filter(|s| !input.filter.non_empty || s.turn_count > 0)
         .filter(|s| {
             input
                 .filter
@@ -851,6 +856,7 @@ fn admit(
         reason: None,
         failure_class: None,
         failure_message: None,
+        failure_details: None,
         started_at: now,
         ended_at: None,
     };
@@ -897,6 +903,7 @@ fn admit(
     st.session.status = SessionStatus::Running;
     st.session.active_turn_id = Some(turn_id.into());
     st.session.last_used_at = now;
+    st.session.turn_count += 1;
     let mut renamed = false;
     if st.session.name.is_none() && !is_command {
         if let Some(title) = content.as_ref().and_then(|c| title_from(&c.text)) {
@@ -941,14 +948,46 @@ fn admit(
     Ok(json!({"kind": "started", "turn": snapshot}))
 }
 
-/// A session title from the first prompt: its first line, at most 80 characters.
+/// A session title from the first prompt: the first line of its plain text (markup tags such
+/// as `<task>` that some clients wrap prompts in are removed), at most 80 characters.
 fn title_from(text: &str) -> Option<String> {
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let plain = strip_tags(text);
+    let line = plain
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .find(|l| !l.is_empty())?;
     let mut t: String = line.chars().take(80).collect();
     if line.chars().count() > 80 {
         t.push('…');
     }
     Some(t)
+}
+
+/// Removes `<tag …>`, `</tag>` and `<tag/>` (a name starting with a letter); other `<` stay.
+fn strip_tags(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('<') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let name = after.strip_prefix('/').unwrap_or(after);
+        let is_tag = name.starts_with(|c: char| c.is_ascii_alphabetic())
+            && after.find('>').is_some_and(|end| {
+                !after[..end].contains('<') && !after[..end].contains('\n') && end <= 200
+            });
+        match (is_tag, after.find('>')) {
+            (true, Some(end)) => {
+                out.push(' ');
+                rest = &after[end + 1..];
+            }
+            _ => {
+                out.push('<');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[derive(Deserialize)]
@@ -1245,5 +1284,11 @@ mod tests {
             title_from("\n  Fix the build\nplease"),
             Some("Fix the build".into())
         );
+        assert_eq!(
+            title_from("<user-request>\n<task id=\"1\">Fix the   parser</task>\n</user-request>"),
+            Some("Fix the parser".into())
+        );
+        assert_eq!(title_from("is a < b?"), Some("is a < b?".into()));
+        assert_eq!(title_from("<only></only>"), None);
     }
 }

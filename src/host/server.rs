@@ -263,6 +263,9 @@ fn stream(host: &Arc<Host>, request: Request, query: &str) {
             )
         }
     };
+    // A reader that follows one turn asks to end the window right after its terminal frame,
+    // so its slot is free at once (not after the next heartbeat finds the socket closed).
+    let until_terminal = query_param(query, "untilTerminal") == Some("1");
     let wait_ms = query_param(query, "waitMs")
         .and_then(|w| w.parse().ok())
         .unwrap_or(DEFAULT_WAIT_MS)
@@ -365,6 +368,10 @@ fn stream(host: &Arc<Host>, request: Request, query: &str) {
             }
         };
         buf.clear();
+        let (batch, end) = match batch.iter().position(|l| until_terminal && is_terminal(l)) {
+            Some(i) => (&batch[..=i], Some("turn_terminal")),
+            None => (&batch[..], end),
+        };
         if batch.is_empty() && end.is_none() {
             let hb = Frame {
                 seq: None,
@@ -375,7 +382,7 @@ fn stream(host: &Arc<Host>, request: Request, query: &str) {
             let _ = serde_json::to_writer(&mut buf, &hb);
             buf.push(b'\n');
         }
-        for line in &batch {
+        for line in batch {
             buf.extend_from_slice(line.as_bytes());
             buf.push(b'\n');
         }
@@ -403,6 +410,12 @@ fn stream(host: &Arc<Host>, request: Request, query: &str) {
         line.push(b'\n');
         let _ = out.write_all(&line).and_then(|_| out.flush());
     }
+}
+
+/// Whether a serialized frame is a `turn_terminal`. Inside string values quotes are escaped,
+/// so this exact key-value text can only be the frame's own `kind`.
+fn is_terminal(line: &str) -> bool {
+    line.contains("\"kind\":\"turn_terminal\"")
 }
 
 /// The `limits` object of `host.hello`.

@@ -326,6 +326,7 @@ impl SessionState {
                                     reason: None,
                                     failure_class: None,
                                     failure_message: None,
+                                    failure_details: None,
                                     started_at: item.ts,
                                     ended_at: None,
                                 },

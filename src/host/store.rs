@@ -61,7 +61,16 @@ impl Store {
                 .map_err(|e| e.to_string())
                 .and_then(|b| serde_json::from_slice::<Session>(&b).map_err(|e| e.to_string()))
             {
-                Ok(s) if s.id == name => out.push(s),
+                Ok(mut s) if s.id == name => {
+                    // Records from before `turnCount` existed: a non-empty transcript means
+                    // the session has a conversation.
+                    if s.turn_count == 0
+                        && fs::metadata(dir.join("transcript.jsonl")).is_ok_and(|m| m.len() > 0)
+                    {
+                        s.turn_count = 1;
+                    }
+                    out.push(s)
+                }
                 Ok(s) => log::error!(
                     "skipping {}: it describes session {:?}, not {name:?}",
                     path.display(),

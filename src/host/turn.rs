@@ -49,6 +49,7 @@ struct Terminal {
     reason: String,
     failure_class: Option<String>,
     failure_message: Option<String>,
+    failure_details: Option<Value>,
 }
 
 impl Terminal {
@@ -58,6 +59,7 @@ impl Terminal {
             reason: reason.into(),
             failure_class: None,
             failure_message: None,
+            failure_details: None,
         }
     }
     fn cancelled() -> Terminal {
@@ -66,17 +68,21 @@ impl Terminal {
             reason: "user_stop".into(),
             failure_class: None,
             failure_message: None,
+            failure_details: None,
         }
     }
     fn failed(class: &str, message: impl Into<String>) -> Terminal {
-        let mut message: String = message.into();
-        tool_fs::cut(&mut message, 256);
         Terminal {
             outcome: TurnOutcome::Failed,
             reason: "error".into(),
             failure_class: Some(class.into()),
-            failure_message: Some(message),
+            failure_message: Some(tool_fs::cut_words(&message.into(), 400)),
+            failure_details: None,
         }
+    }
+    fn with_details(mut self, details: Option<Value>) -> Terminal {
+        self.failure_details = details;
+        self
     }
 }
 
@@ -87,6 +93,8 @@ struct Turn {
     cwd: PathBuf,
     roots: Vec<PathBuf>,
     current_tool: Option<String>,
+    /// The current tool passed its gate and started (`tool_running` was emitted).
+    current_ran: bool,
     out_seq: u64,
     /// Tools of the session's MCP servers, as of the turn's start.
     mcp_tools: Vec<super::mcp::McpTool>,
@@ -113,6 +121,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         cwd,
         roots,
         current_tool: None,
+        current_ran: false,
         out_seq: 0,
         mcp_tools: vec![],
     };
@@ -135,15 +144,9 @@ impl Turn {
             let (tools, problems) = set.ready(super::mcp::start_timeout());
             self.mcp_tools = tools;
             if !problems.is_empty() {
-                let id = format!("m_{}_mcp", self.spec.run_id);
-                let mut acc = String::new();
-                self.delta(
-                    true,
-                    &id,
-                    &mut acc,
-                    format!("⚠ {}\n\n", problems.join("\n⚠ ")),
-                );
-                self.persist_assistant(&id, &acc, "");
+                // Told to the person, kept out of the model's context (a trailing assistant
+                // message after the prompt would make some servers continue it).
+                self.notice(format!("⚠ {}\n\n", problems.join("\n⚠ ")));
             }
         }
         for step in 0..self.spec.max_steps {
@@ -199,6 +202,7 @@ impl Turn {
         let text_id = format!("m_{}_{step}", self.spec.run_id);
         let thinking_id = format!("th_{}_{step}", self.spec.run_id);
         let (mut text, mut thinking) = (String::new(), String::new());
+        // (provider's id, name, arguments)
         let mut calls: Vec<(String, String, String)> = Vec::new();
         let finish = loop {
             let event = select! {
@@ -244,9 +248,13 @@ impl Turn {
                     self.cell.emit(&mut st, body);
                 }
                 ModelEvent::Finish(f) => break f,
-                ModelEvent::Error { class, message } => {
+                ModelEvent::Error {
+                    class,
+                    message,
+                    details,
+                } => {
                     self.persist_assistant(&text_id, &text, &thinking);
-                    return Err(Terminal::failed(&class, message));
+                    return Err(Terminal::failed(&class, message).with_details(details));
                 }
             }
         };
@@ -258,6 +266,7 @@ impl Turn {
                     reason: "max_tokens".into(),
                     failure_class: None,
                     failure_message: None,
+                    failure_details: None,
                 }))
             }
             Finish::Refusal => {
@@ -266,6 +275,7 @@ impl Turn {
                     reason: "refusal".into(),
                     failure_class: None,
                     failure_message: None,
+                    failure_details: None,
                 }))
             }
             Finish::Stop | Finish::ToolCalls if calls.is_empty() => {
@@ -273,11 +283,16 @@ impl Turn {
             }
             _ => {}
         }
-        for (id, name, arguments) in calls {
+        // Providers repeat their ids (`call_0` every step, or none at all): clients need ids
+        // unique within the session, so the host mints them and keeps the provider's id only
+        // for the model's own history.
+        let run = self.spec.run_id.trim_start_matches("r_").to_string();
+        for (n, (provider_id, name, arguments)) in calls.into_iter().enumerate() {
             if self.spec.cancel.is_cancelled() {
                 return Err(Terminal::cancelled());
             }
-            self.tool_call(&id, &name, &arguments);
+            let id = format!("tc_{run}_{step}_{n}");
+            self.tool_call(&id, &provider_id, &name, &arguments);
         }
         if self.spec.cancel.is_cancelled() {
             return Err(Terminal::cancelled());
@@ -406,7 +421,7 @@ impl Turn {
         }
     }
 
-    fn tool_call(&mut self, id: &str, name: &str, arguments: &str) {
+    fn tool_call(&mut self, id: &str, provider_id: &str, name: &str, arguments: &str) {
         let args: Value = match serde_json::from_str(arguments) {
             Ok(v @ Value::Object(_)) => v,
             Ok(_) | Err(_) if arguments.trim().is_empty() => json!({}),
@@ -431,8 +446,9 @@ impl Turn {
             Ok(p) => (p.title.clone(), p.activity_kind, p.locations.clone()),
             Err(_) => (name.to_string(), "tool", vec![]),
         };
-        self.start_tool(id, name, &title, kind, &args, &locations);
+        self.start_tool(id, provider_id, name, &title, kind, &args, &locations);
         self.current_tool = Some(id.to_string());
+        self.current_ran = false;
         let started = std::time::Instant::now();
         let outcome = match plan {
             Err(msg) => ToolOutcome::failed(msg),
@@ -443,12 +459,15 @@ impl Turn {
             Ok(plan) => self.gate_and_run(id, name, &args, plan),
         };
         self.current_tool = None;
-        self.finish_tool(id, outcome, started.elapsed().as_millis() as u64);
+        let ran = std::mem::take(&mut self.current_ran);
+        self.finish_tool(id, outcome, ran, started.elapsed().as_millis() as u64);
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn start_tool(
         &self,
         id: &str,
+        provider_id: &str,
         name: &str,
         title: &str,
         kind: &str,
@@ -478,11 +497,27 @@ impl Turn {
             activity_kind: kind.into(),
             args: args.clone(),
             locations: locations.to_vec(),
+            provider_call_id: (!provider_id.is_empty() && provider_id != id)
+                .then(|| provider_id.to_string()),
         };
         self.append(&mut st, vec![item]);
     }
 
-    fn finish_tool(&self, id: &str, outcome: ToolOutcome, duration_ms: u64) {
+    /// The current tool passed its gate: clients show it `in_progress` from here.
+    fn mark_running(&mut self) {
+        let Some(id) = self.current_tool.clone() else {
+            return;
+        };
+        self.current_ran = true;
+        let mut st = self.cell.lock();
+        let body = FrameBody::ToolRunning {
+            turn_id: self.spec.turn_id.clone(),
+            tool_call_id: id,
+        };
+        self.cell.emit(&mut st, body);
+    }
+
+    fn finish_tool(&self, id: &str, outcome: ToolOutcome, ran: bool, duration_ms: u64) {
         let mut st = self.cell.lock();
         if let Some(a) = st.active.as_mut() {
             a.tools.retain(|t| t["toolCallId"] != id);
@@ -501,6 +536,7 @@ impl Turn {
             status: outcome.status.into(),
             result: outcome.result,
             truncated: outcome.truncated,
+            ran,
         };
         self.append(&mut st, vec![item]);
     }
@@ -607,6 +643,7 @@ impl Turn {
                 }
             }
         }
+        self.mark_running();
         match name {
             "update_plan" => self.update_plan(args),
             "ask_user" => self.ask_user(id, args),
@@ -676,6 +713,33 @@ impl Turn {
         let mut st = self.cell.lock();
         super::ops::commit_configuration(&self.host, &self.cell, &mut st, patch)
             .map_err(|e| e.message)
+    }
+
+    /// Tells the person something that is not part of the model's conversation: streamed like
+    /// agent text, stored as a notice (replayed, never sent to the model).
+    fn notice(&self, text: String) {
+        let id = format!("n_{}", random_id("x").trim_start_matches("x_"));
+        let mut acc = String::new();
+        self.delta(true, &id, &mut acc, text);
+        let mut st = self.cell.lock();
+        let body = FrameBody::TextDelta {
+            turn_id: self.spec.turn_id.clone(),
+            message_id: id.clone(),
+            start_offset: acc.len() as u64,
+            text: String::new(),
+            complete: true,
+        };
+        self.cell.emit(&mut st, body);
+        if let Some(a) = st.active.as_mut() {
+            a.streams.retain(|s| s.message_id != id);
+        }
+        self.append(
+            &mut st,
+            vec![TranscriptBody::Notice {
+                message_id: id,
+                text: acc,
+            }],
+        );
     }
 
     /// Answers with agent text, streamed and made durable like a model reply.
@@ -841,9 +905,11 @@ impl Turn {
                 Some(ModelEvent::Text(t)) => summary.push_str(&t),
                 Some(ModelEvent::Usage { input, output }) => self.usage(input, output, window),
                 Some(ModelEvent::Finish(_)) => break,
-                Some(ModelEvent::Error { class, message }) => {
-                    return Terminal::failed(&class, message)
-                }
+                Some(ModelEvent::Error {
+                    class,
+                    message,
+                    details,
+                }) => return Terminal::failed(&class, message).with_details(details),
                 Some(_) => {}
                 None if self.spec.cancel.is_cancelled() => return Terminal::cancelled(),
                 None => {
@@ -942,9 +1008,11 @@ impl Turn {
     }
 
     /// What an edit or write would change, for the permission dialog.
-    fn preview(&self, name: &str, args: &Value) -> Option<FileDiff> {
+    /// The old side is read the way the tool will read it — through the editor when it offers
+    /// files, so the person approves a change to their unsaved buffer, not to the disk.
+    fn preview(&mut self, name: &str, args: &Value) -> Option<FileDiff> {
         let path = tool_fs::resolve(&self.cwd, args.get("path")?.as_str()?);
-        let old = std::fs::read_to_string(&path).ok();
+        let old = tool_fs::current_text(self, &path);
         let new = match name {
             "write_file" => args.get("content")?.as_str()?.to_string(),
             "edit_file" => {
@@ -1030,7 +1098,10 @@ impl Turn {
             questions: questions.clone(),
         };
         let answers = match self.interact(request) {
-            Some(InteractionAnswer::Question { answers }) => answers,
+            Some(InteractionAnswer::Question {
+                unsupported: true, ..
+            }) => return unshown_questions(&questions),
+            Some(InteractionAnswer::Question { answers, .. }) => answers,
             _ => vec![None; questions.len()],
         };
         let lines: Vec<String> = questions
@@ -1189,6 +1260,7 @@ impl Turn {
             rec.snapshot.reason = Some(t.reason.clone());
             rec.snapshot.failure_class = t.failure_class.clone();
             rec.snapshot.failure_message = t.failure_message.clone();
+            rec.snapshot.failure_details = t.failure_details.clone();
             rec.snapshot.ended_at = Some(now_ms());
         }
         st.active = None;
@@ -1208,6 +1280,7 @@ impl Turn {
             reason: t.reason,
             failure_class: t.failure_class,
             failure_message: t.failure_message,
+            failure_details: t.failure_details,
         };
         self.cell.emit(&mut st, body);
         drop(st);
@@ -1329,6 +1402,20 @@ impl ToolEnv for Turn {
     }
 }
 
+/// `ask_user` when the client cannot show questions: nothing is chosen for the person (no
+/// dialog an auto-approver could answer); the model asks in its reply instead, and the tool
+/// call shows the questions too.
+fn unshown_questions(questions: &[Question]) -> ToolOutcome {
+    let mut text = String::from(
+        "This editor cannot show questions, so none was answered. Ask them in your reply and wait for the user's next message:",
+    );
+    for q in questions {
+        let labels: Vec<&str> = q.options.iter().map(|o| o.label.as_str()).collect();
+        text.push_str(&format!("\n- {} ({})", q.question, labels.join(" / ")));
+    }
+    ToolOutcome::completed(text, false)
+}
+
 fn bounded_args(args: &Value) -> (Value, bool) {
     let s = args.to_string();
     if s.len() <= ARGS_INLINE_LIMIT {
@@ -1432,6 +1519,8 @@ pub fn build_messages(cwd: &Path, items: &[crate::host_api::wire::TranscriptItem
         .rposition(|i| matches!(i.body, TranscriptBody::Summary { .. }))
         .unwrap_or(0);
     let mut open_calls: Vec<String> = Vec::new();
+    // Host id → the id the model gave the call (the model sees only its own ids).
+    let mut provider_ids: std::collections::HashMap<&str, &str> = Default::default();
     let close_open = |msgs: &mut Vec<Value>, open: &mut Vec<String>| {
         for id in open.drain(..) {
             msgs.push(json!({"role": "tool", "tool_call_id": id, "content": "[no result: the turn was stopped]"}));
@@ -1456,9 +1545,12 @@ pub fn build_messages(cwd: &Path, items: &[crate::host_api::wire::TranscriptItem
                 tool_call_id,
                 tool_name,
                 args,
+                provider_call_id,
                 ..
             } => {
-                let call = json!({"id": tool_call_id, "type": "function", "function": {"name": tool_name, "arguments": args.to_string()}});
+                let model_id = provider_call_id.as_deref().unwrap_or(tool_call_id);
+                provider_ids.insert(tool_call_id, model_id);
+                let call = json!({"id": model_id, "type": "function", "function": {"name": tool_name, "arguments": args.to_string()}});
                 let attach = matches!(msgs.last(), Some(m) if m["role"] == "assistant");
                 if !attach {
                     msgs.push(json!({"role": "assistant", "content": Value::Null}));
@@ -1469,7 +1561,7 @@ pub fn build_messages(cwd: &Path, items: &[crate::host_api::wire::TranscriptItem
                         None => last["tool_calls"] = json!([call]),
                     }
                 }
-                open_calls.push(tool_call_id.clone());
+                open_calls.push(model_id.to_string());
             }
             TranscriptBody::ToolResult {
                 tool_call_id,
@@ -1477,8 +1569,14 @@ pub fn build_messages(cwd: &Path, items: &[crate::host_api::wire::TranscriptItem
                 result,
                 ..
             } => {
-                open_calls.retain(|id| id != tool_call_id);
-                msgs.push(json!({"role": "tool", "tool_call_id": tool_call_id, "content": result_for_model(status, result)}));
+                let model_id = provider_ids
+                    .get(tool_call_id.as_str())
+                    .copied()
+                    .unwrap_or(tool_call_id);
+                if let Some(i) = open_calls.iter().position(|id| id == model_id) {
+                    open_calls.remove(i);
+                }
+                msgs.push(json!({"role": "tool", "tool_call_id": model_id, "content": result_for_model(status, result)}));
             }
             _ => {}
         }

@@ -126,16 +126,23 @@ impl HostClient {
         }
     }
 
-    /// Opens one window of `sessionId`'s stream after `after`.
+    /// Opens one window of `sessionId`'s stream after `after`. `until_terminal`: the host ends
+    /// the window right after the next `turn_terminal` frame (a reader following one turn).
     pub fn events(
         &self,
         session_id: &str,
         after: u64,
         epoch: &str,
         wait_ms: u64,
+        until_terminal: bool,
     ) -> Result<EventStream, ClientError> {
+        let until = if until_terminal {
+            "&untilTerminal=1"
+        } else {
+            ""
+        };
         let url = format!(
-            "{}/v1/events?sessionId={session_id}&after={after}&epoch={epoch}&waitMs={wait_ms}",
+            "{}/v1/events?sessionId={session_id}&after={after}&epoch={epoch}&waitMs={wait_ms}{until}",
             self.base
         );
         let resp = self

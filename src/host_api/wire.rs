@@ -286,6 +286,9 @@ pub struct Session {
     pub active_turn_id: Option<String>,
     #[serde(default)]
     pub mcp_servers: Vec<Value>,
+    /// Turns admitted so far: a session with none has no conversation (not listed by ACP).
+    #[serde(default)]
+    pub turn_count: u64,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -355,6 +358,8 @@ pub struct TurnSnapshot {
     pub failure_class: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_details: Option<Value>,
     pub started_at: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ended_at: Option<u64>,
@@ -428,6 +433,10 @@ pub enum InteractionAnswer {
     },
     Question {
         answers: Vec<Option<String>>,
+        /// The client cannot show questions at all: nothing was chosen, the model must ask in
+        /// its reply instead.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unsupported: bool,
     },
     SandboxBoundary {
         decision: String,
@@ -606,6 +615,12 @@ pub enum FrameBody {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         locations: Vec<Location>,
     },
+    /// The tool passed its permission gate and is running now.
+    #[serde(rename_all = "camelCase")]
+    ToolRunning {
+        turn_id: String,
+        tool_call_id: String,
+    },
     #[serde(rename_all = "camelCase")]
     ToolOutputDelta {
         turn_id: String,
@@ -686,6 +701,10 @@ pub enum FrameBody {
         failure_class: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failure_message: Option<String>,
+        /// What went wrong in detail (an HTTP status, a provider's answer): for logs and
+        /// error `data`, not for the person's eyes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure_details: Option<Value>,
     },
     SessionRemoved {},
     #[serde(rename_all = "camelCase")]
@@ -734,6 +753,7 @@ pub enum TranscriptBody {
     },
     #[serde(rename_all = "camelCase")]
     ToolCall {
+        /// Minted by the host, unique within the session (what clients see).
         tool_call_id: String,
         tool_name: String,
         title: String,
@@ -741,6 +761,9 @@ pub enum TranscriptBody {
         args: Value,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         locations: Vec<Location>,
+        /// The id the model gave the call: only used to show the model its own history.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider_call_id: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
     ToolResult {
@@ -749,6 +772,16 @@ pub enum TranscriptBody {
         result: ToolResultContent,
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         truncated: bool,
+        /// The tool passed its gate and ran (live: a `tool_running` frame before the result).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ran: bool,
+    },
+    /// Something the person is told that is not part of the model's conversation (an MCP
+    /// server that did not start): replayed as agent text, never sent to the model.
+    #[serde(rename_all = "camelCase")]
+    Notice {
+        message_id: String,
+        text: String,
     },
     Interaction {
         interaction: Interaction,

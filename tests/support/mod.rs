@@ -4,6 +4,7 @@
 //! unknown properties) on arrival; a test fails at its next step if any line was invalid.
 #![allow(dead_code)]
 
+pub mod fake_openai;
 pub mod host;
 pub mod schema;
 

@@ -65,9 +65,12 @@ pub enum ModelEvent {
         reason: String,
     },
     Finish(Finish),
+    /// The call failed: `message` is one sentence for the person; `details` (status, body
+    /// excerpt, endpoint) go to the log and the error's `data`.
     Error {
         class: String,
         message: String,
+        details: Option<Value>,
     },
 }
 

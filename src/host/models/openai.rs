@@ -6,6 +6,7 @@
 
 use super::{send, Finish, ModelEvent, ModelRequest};
 use crate::host::session::CancelToken;
+use crate::host::tools::fs::{cut, cut_words};
 use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -47,6 +48,7 @@ pub fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Se
         .into();
 
     let mut attempt = 0;
+    let mut waited_ms = 0u64;
     loop {
         attempt += 1;
         if cancel.is_cancelled() {
@@ -57,11 +59,12 @@ pub fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Se
             request = request.header("Authorization", format!("Bearer {key}"));
         }
         let outcome = request.content_type("application/json").send(body.as_str());
-        let (retry_reason, retry_after) = match outcome {
+        // (why, the sentence if this is the last attempt, details, the wait the provider asks)
+        let (why, failure, details, retry_after) = match outcome {
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 if status == 200 {
-                    read_stream(resp.into_body().into_reader(), cancel, tx);
+                    read_stream(&cfg.base_url, resp.into_body().into_reader(), cancel, tx);
                     return;
                 }
                 let retry_after = resp
@@ -69,55 +72,69 @@ pub fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Se
                     .get("retry-after")
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.trim().parse::<u64>().ok());
+                let content_type = resp
+                    .headers()
+                    .get("content-type")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string();
                 let text = resp
                     .into_body()
                     .with_config()
                     .limit(64 * 1024)
                     .read_to_string()
                     .unwrap_or_default();
-                let detail = error_message(&text);
-                if status == 429 || status >= 500 {
-                    (format!("HTTP {status}: {detail}"), retry_after)
-                } else {
-                    let class = if status == 401 || status == 403 {
-                        "provider_auth"
-                    } else {
-                        "provider_error"
-                    };
-                    let _ = send(
-                        tx,
-                        ModelEvent::Error {
-                            class: class.into(),
-                            message: format!("the model endpoint answered HTTP {status}: {detail}"),
-                        },
-                    );
+                let f = HttpFailure::new(&cfg.base_url, &url, status, &content_type, &text);
+                log::warn!("model call attempt {attempt}: {}", f.details);
+                if status != 429 && status < 500 {
+                    let _ = send(tx, f.error());
                     return;
                 }
+                (f.short(), f.message.clone(), Some(f.details), retry_after)
             }
-            Err(e) => (format!("cannot reach {url}: {e}"), None),
+            Err(e) => (
+                format!("cannot connect ({e})"),
+                format!(
+                    "The model provider at {} cannot be reached ({e}); check that it is running and that MAKA_OPENAI_BASE_URL is right.",
+                    cfg.base_url
+                ),
+                Some(json!({"endpoint": url, "error": e.to_string()})),
+                None,
+            ),
         };
-        if attempt >= MAX_ATTEMPTS {
+        let delay_ms = retry_after
+            .map(|s| s.saturating_mul(1000))
+            .unwrap_or_else(|| 500u64 << (attempt - 1).min(4));
+        let over_budget = waited_ms + delay_ms > RETRY_BUDGET_MS;
+        if attempt >= MAX_ATTEMPTS || over_budget {
+            let tail = if over_budget && retry_after.is_some() {
+                format!(
+                    " (it asked to wait {} s; maka-acp waits at most {} s in all)",
+                    delay_ms / 1000,
+                    RETRY_BUDGET_MS / 1000
+                )
+            } else {
+                format!(" (gave up after {attempt} attempts)")
+            };
+            let message = format!("{}{tail}.", failure.trim_end_matches('.'));
             let _ = send(
                 tx,
                 ModelEvent::Error {
                     class: "provider_unavailable".into(),
-                    message: format!("gave up after {attempt} attempts; last: {retry_reason}"),
+                    message,
+                    details,
                 },
             );
             return;
         }
-        let delay_ms = retry_after
-            .map(|s| s.min(60) * 1000)
-            .unwrap_or_else(|| 500u64 << (attempt - 1).min(4));
-        log::warn!(
-            "model call attempt {attempt} failed ({retry_reason}); retrying in {delay_ms} ms"
-        );
+        waited_ms += delay_ms;
+        log::warn!("model call attempt {attempt} failed ({why}); retrying in {delay_ms} ms");
         if !send(
             tx,
             ModelEvent::Retry {
                 attempt,
                 delay_ms,
-                reason: retry_reason,
+                reason: why,
             },
         ) {
             return;
@@ -128,27 +145,91 @@ pub fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Se
     }
 }
 
-fn error_message(body: &str) -> String {
-    let from_json = serde_json::from_str::<Value>(body).ok().and_then(|v| {
-        v.pointer("/error/message")
-            .or_else(|| v.get("message"))
-            .or_else(|| v.get("error"))
-            .and_then(Value::as_str)
-            .map(String::from)
-    });
-    let mut msg = from_json.unwrap_or_else(|| body.trim().to_string());
-    if msg.len() > 300 {
-        let mut cut = 300;
-        while !msg.is_char_boundary(cut) {
-            cut -= 1;
+/// The longest a model step waits in all between retries (429 / 5xx / no connection).
+const RETRY_BUDGET_MS: u64 = 30_000;
+
+/// A non-200 answer, described for a person (one sentence) and for the log (details).
+struct HttpFailure {
+    status: u16,
+    message: String,
+    details: Value,
+}
+
+impl HttpFailure {
+    fn new(base: &str, url: &str, status: u16, content_type: &str, body: &str) -> HttpFailure {
+        let reason = reason_phrase(status);
+        // The provider's own words when it gave them as JSON; an HTML page never reaches the
+        // person (it is in the details and the log).
+        let said = provider_said(body)
+            .map(|m| format!(": \"{}\"", cut_words(&m, 200)))
+            .unwrap_or_default();
+        let advice = match status {
+            401 | 403 => "check the API key (MAKA_OPENAI_API_KEY, or run `maka-acp login`)",
+            404 => "check the base URL and the model name (MAKA_OPENAI_BASE_URL, MAKA_MODEL)",
+            429 => "it is rate-limiting; wait a moment and try again",
+            s if s >= 500 => "the provider failed; try again later",
+            _ => "it refused the request; the log has its full answer",
+        };
+        let mut excerpt = body.to_string();
+        cut(&mut excerpt, 2048);
+        HttpFailure {
+            status,
+            message: format!(
+                "The model provider at {base} answered HTTP {status} {reason}{said}; {advice}."
+            )
+            .replace("  ", " "),
+            details: json!({"httpStatus": status, "endpoint": url, "contentType": content_type, "body": excerpt}),
         }
-        msg.truncate(cut);
     }
-    if msg.is_empty() {
-        "(no details)".into()
-    } else {
-        msg
+
+    fn short(&self) -> String {
+        format!("HTTP {} {}", self.status, reason_phrase(self.status))
+            .trim_end()
+            .to_string()
     }
+
+    fn error(self) -> ModelEvent {
+        let class = if self.status == 401 || self.status == 403 {
+            "provider_auth"
+        } else {
+            "provider_error"
+        };
+        ModelEvent::Error {
+            class: class.into(),
+            message: self.message,
+            details: Some(self.details),
+        }
+    }
+}
+
+fn reason_phrase(status: u16) -> &'static str {
+    match status {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "",
+    }
+}
+
+/// The error message in a provider's JSON answer (`{"error": {"message": …}}` and variants).
+fn provider_said(body: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(body).ok()?;
+    let m = v
+        .pointer("/error/message")
+        .or_else(|| v.get("message"))
+        .or_else(|| v.get("error"))
+        .and_then(Value::as_str)?;
+    let line = m.lines().map(str::trim).find(|l| !l.is_empty())?;
+    Some(line.to_string())
 }
 
 #[derive(Default)]
@@ -159,11 +240,26 @@ struct PendingToolCall {
 }
 
 /// Parses the SSE stream (`data: {json}` lines, `data: [DONE]`).
-fn read_stream(body: impl Read, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
+///
+/// A stream that ends without `[DONE]` or a finish reason was cut off: the step fails naming
+/// that, rather than ending the turn with half an answer.
+fn read_stream(base: &str, body: impl Read, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
     let mut reader = BufReader::new(body.take(u64::MAX));
     let mut tools: BTreeMap<u64, PendingToolCall> = BTreeMap::new();
     let mut finish: Option<Finish> = None;
+    let mut done = false;
+    let (mut chunks, mut garbage) = (0u64, 0u64);
     let mut line = String::new();
+    let fail = |message: String, details: Value| {
+        let _ = send(
+            tx,
+            ModelEvent::Error {
+                class: "provider_error".into(),
+                message,
+                details: Some(details),
+            },
+        );
+    };
     loop {
         if cancel.is_cancelled() {
             return;
@@ -172,12 +268,9 @@ fn read_stream(body: impl Read, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
         let n = match (&mut reader).take(MAX_LINE as u64).read_line(&mut line) {
             Ok(n) => n,
             Err(e) => {
-                let _ = send(
-                    tx,
-                    ModelEvent::Error {
-                        class: "provider_error".into(),
-                        message: format!("the model stream broke: {e}"),
-                    },
+                fail(
+                    format!("The model provider at {base} broke off its answer ({e}); send the prompt again."),
+                    json!({"error": e.to_string(), "chunks": chunks}),
                 );
                 return;
             }
@@ -190,19 +283,24 @@ fn read_stream(body: impl Read, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
         };
         let data = data.trim();
         if data == "[DONE]" {
+            done = true;
             break;
         }
         let Ok(chunk) = serde_json::from_str::<Value>(data) else {
+            garbage += 1;
             log::warn!("ignoring an unparsable stream chunk from the model endpoint");
             continue;
         };
+        chunks += 1;
         if let Some(err) = chunk.get("error") {
-            let _ = send(
-                tx,
-                ModelEvent::Error {
-                    class: "provider_error".into(),
-                    message: error_message(&json!({"error": err}).to_string()),
-                },
+            let said = provider_said(&json!({"error": err}).to_string())
+                .unwrap_or_else(|| "no details".into());
+            fail(
+                format!(
+                    "The model provider at {base} reported an error mid-answer: \"{}\".",
+                    cut_words(&said, 200)
+                ),
+                json!({"error": err}),
             );
             return;
         }
@@ -267,6 +365,15 @@ fn read_stream(body: impl Read, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
             });
         }
     }
+    if !done && finish.is_none() {
+        let message = if chunks == 0 {
+            format!("The model provider at {base} did not answer with a model stream; check that MAKA_OPENAI_BASE_URL points at an OpenAI-compatible API.")
+        } else {
+            format!("The model provider at {base} stopped in the middle of its answer (no finish reason); send the prompt again.")
+        };
+        fail(message, json!({"chunks": chunks, "unparsable": garbage}));
+        return;
+    }
     let has_tools = !tools.is_empty();
     for (i, tc) in tools {
         let id = if tc.id.is_empty() {
@@ -310,7 +417,7 @@ mod tests {
             "data: [DONE]\n\n"
         );
         let (tx, rx) = unbounded();
-        read_stream(sse.as_bytes(), &CancelToken::default(), &tx);
+        read_stream("http://x/v1", sse.as_bytes(), &CancelToken::default(), &tx);
         let events: Vec<ModelEvent> = rx.try_iter().collect();
         assert_eq!(
             events,

@@ -188,6 +188,7 @@ impl Script {
                     ModelEvent::Error {
                         class: class.to_string(),
                         message: message.to_string(),
+                        details: None,
                     },
                 );
                 return;
@@ -206,6 +207,7 @@ impl Script {
                         message: format!(
                             "the script has a step this provider does not understand: {step}"
                         ),
+                        details: None,
                     },
                 );
                 return;

@@ -135,13 +135,7 @@ pub fn write_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutco
         return failed("write_file needs `content` (a string)");
     };
     let shown = display(env.cwd(), path);
-    // A new file has no old text: do not ask the editor for it (clients show that failed
-    // read as an error to the user).
-    let old = if path.exists() {
-        read_for_edit(env, path).ok()
-    } else {
-        None
-    };
+    let old = current_text(env, path);
     if let Err(e) = store(env, path, content) {
         return failed(format!("cannot write {shown}: {e}"));
     }
@@ -220,6 +214,17 @@ pub fn file_diff(cwd: &Path, path: &Path, old: Option<&str>, new: &str) -> FileD
     }
 }
 
+/// What a write to `path` replaces: the editor's buffer when it offers files, else the disk;
+/// `None` for a new file. A file that does not exist on disk is not asked of the editor
+/// (clients show that failed read as an error to the person).
+pub fn current_text(env: &mut dyn ToolEnv, path: &Path) -> Option<String> {
+    if path.exists() {
+        read_for_edit(env, path).ok()
+    } else {
+        None
+    }
+}
+
 fn read_for_edit(env: &mut dyn ToolEnv, path: &Path) -> Result<String, String> {
     match env.client_call(
         "fs.read_text_file",
@@ -246,18 +251,24 @@ fn read_for_edit(env: &mut dyn ToolEnv, path: &Path) -> Result<String, String> {
 }
 
 fn store(env: &mut dyn ToolEnv, path: &Path, content: &str) -> Result<(), String> {
+    // A new file in a missing folder: the folder is made here (the path is inside the roots
+    // when the editor is asked), so the editor's write does not fail on it.
+    if let Some(parent) = path.parent().filter(|p| !p.exists()) {
+        fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create the folder {}: {e}", parent.display()))?;
+    }
     match env.client_call(
         "fs.write_text_file",
         path,
         json!({"path": path.display().to_string(), "content": content}),
     ) {
-        Some(r) => r.map(|_| ()),
-        None => {
-            if let Some(parent) = path.parent() {
-                fs::create_dir_all(parent).map_err(|e| e.to_string())?;
-            }
-            fs::write(path, content).map_err(|e| e.to_string())
-        }
+        Some(Ok(v)) if v.is_object() || v.is_null() => Ok(()),
+        Some(Ok(other)) => Err(format!(
+            "the editor did not confirm the write (it answered {})",
+            crate::jsonrpc::message::json_type(&other)
+        )),
+        Some(Err(e)) => Err(e),
+        None => fs::write(path, content).map_err(|e| e.to_string()),
     }
 }
 
@@ -430,6 +441,21 @@ pub fn search_text(env: &mut dyn ToolEnv, root: &Path, args: &Value) -> ToolOutc
         t
     };
     ToolOutcome::completed(text, capped)
+}
+
+/// `s` cut to at most `max` bytes at a word boundary, with `…` when anything was cut: a
+/// message a person reads never ends mid-word.
+pub fn cut_words(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut t = s.to_string();
+    cut(&mut t, max.saturating_sub(3));
+    if let Some(i) = t.rfind(char::is_whitespace).filter(|&i| i > max / 2) {
+        t.truncate(i);
+    }
+    let trimmed = t.trim_end_matches(|c: char| c.is_whitespace() || c == ',' || c == ';');
+    format!("{trimmed}…")
 }
 
 /// Truncates to at most `max` bytes on a char boundary.
