@@ -141,11 +141,22 @@ pub fn serve(conn: Connection, config: AdapterConfig) {
         };
         // Editor terminals first: the client may still read stdout after closing stdin.
         client_call::release_all(s, &ctx.shared);
-        // Nobody can follow this turn any more; an external host would otherwise run it on.
-        if let (Some(turn), Some(conn)) = (running, agent.link.current()) {
-            let stop = json!({"sessionId": s.id, "turnId": turn});
-            if let Err(e) = conn.client.op("turn.stop", &stop) {
-                log::warn!("turn.stop for {}/{turn} at exit: {e}", s.id);
+        // An external host outlives us: it must stop waiting for this editor (its calls
+        // fail at once), stop the turn nobody can follow, and stop this client's MCP servers.
+        if let Some(conn) = agent.link.current() {
+            let id = json!(s.id);
+            let mut ops = vec![(
+                "client.capability.replace",
+                json!({"sessionId": id, "services": []}),
+            )];
+            if let Some(turn) = running {
+                ops.push(("turn.stop", json!({"sessionId": id, "turnId": turn})));
+            }
+            ops.push(("session.release", json!({"sessionId": id})));
+            for (op, input) in ops {
+                if let Err(e) = conn.client.op(op, &input) {
+                    log::warn!("{op} for {} at exit: {e}", s.id);
+                }
             }
         }
     }

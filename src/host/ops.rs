@@ -1223,6 +1223,12 @@ fn capability_replace(host: &Host, input: CapabilityInput) -> Result<Value, Host
     }
     let cell = host.cell(&input.session_id)?;
     let mut st = cell.lock();
+    if input.services.is_empty() {
+        // The client left: nobody will answer the calls still waiting for it.
+        for (_, tx) in st.client_calls.drain() {
+            let _ = tx.send(Err("the editor is no longer connected".into()));
+        }
+    }
     st.client_services = input.services.clone();
     Ok(json!({"services": input.services}))
 }
