@@ -131,7 +131,7 @@ fn bad_bodies_get_the_envelope_never_a_crash() {
         (s, v["error"]["code"].as_str()),
         (404, Some("operation_unavailable"))
     );
-    let big = vec![b' '; 17 * 1024 * 1024];
+    let big = vec![b' '; 33 * 1024 * 1024];
     let (s, v) = host.op_raw("host.status", big);
     assert_eq!(
         (s, v["error"]["code"].as_str()),

@@ -370,3 +370,18 @@ fn cli_help_version_and_usage_errors() {
         assert!(err.starts_with("maka-acp: "), "{err}");
     }
 }
+
+/// A UTF-8 byte-order mark before the first message (some Windows tools write one) was a
+/// parse error; it is tolerated there, and only there.
+#[test]
+fn a_byte_order_mark_before_the_first_message_is_tolerated() {
+    let mut agent = AgentProcess::spawn();
+    agent.expect_method(&json!(1), "initialize");
+    agent.expect_method(&json!(2), "initialize");
+    agent.send_raw(b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n");
+    let resp = agent.recv();
+    assert_eq!(resp["result"]["protocolVersion"], 1, "{resp}");
+    agent.send_raw(b"\xEF\xBB\xBF{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1}}\n");
+    let resp = agent.recv();
+    assert_eq!(error_of(&resp)["code"], -32700, "{resp}");
+}

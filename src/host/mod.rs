@@ -3,6 +3,7 @@
 //! `docs/runtime-host-protocol.md`.
 
 pub mod commands;
+pub mod http;
 pub mod mcp;
 pub mod models;
 pub mod ops;
@@ -31,6 +32,8 @@ pub struct Host {
     pub host_id: String,
     pub token: String,
     pub port: AtomicU16,
+    /// The loopback address bound (any of 127.0.0.0/8 or ::1): accepted in `Host` headers.
+    pub listen_ip: std::net::IpAddr,
     pub store: Store,
     /// Re-read by `models.reload` (after `maka-acp login` or a logout).
     providers: std::sync::RwLock<Arc<Providers>>,
@@ -42,7 +45,7 @@ pub struct Host {
     turns_changed: Condvar,
     streams: AtomicUsize,
     ops_inflight: AtomicUsize,
-    server: Mutex<Option<Arc<tiny_http::Server>>>,
+    server: Mutex<Option<Arc<http::Server>>>,
 }
 
 /// Held while a stream (or op) occupies one of the bounded slots.
@@ -226,7 +229,7 @@ pub struct HostOptions {
 /// A bound, ready host: serve it with [`serve`].
 pub struct Bound {
     pub host: Arc<Host>,
-    pub server: Arc<tiny_http::Server>,
+    pub server: Arc<http::Server>,
     pub port: u16,
 }
 
@@ -248,9 +251,9 @@ pub fn bind(
     let store = Store::open(data_dir, fsync)
         .map_err(|e| format!("cannot use data dir {}: {e}", data_dir.display()))?;
     let server = Arc::new(
-        tiny_http::Server::http(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?,
+        http::Server::bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?,
     );
-    let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
+    let port = server.port();
     let mut sessions = HashMap::new();
     for s in store.load_sessions() {
         sessions.insert(s.id.clone(), SessionCell::new(s));
@@ -264,6 +267,7 @@ pub fn bind(
         host_id: format!("h_{}", random_hex(6)),
         token,
         port: AtomicU16::new(port),
+        listen_ip: listen.ip(),
         store,
         providers: std::sync::RwLock::new(Arc::new(providers)),
         started: Instant::now(),

@@ -1,19 +1,20 @@
 //! Every host route in one place: `POST /v1/op/<key>`, `GET /v1/events`, `GET /v1/health`,
 //! `POST /v1/shutdown`. Auth (bearer token, constant-time), the `Origin` and `Host` checks, body
-//! limits and the NDJSON event stream (written to the socket directly and flushed per batch:
-//! tiny_http's own chunked encoder would hold small lines back).
+//! limits (checked against the declared length before anything is read) and the NDJSON event
+//! stream (written to the socket directly and flushed per batch). The HTTP plumbing is
+//! [`super::http`].
 
+use super::http::{Exchange, Request};
 use super::session::Since;
 use super::Host;
 use crate::host_api::wire::{now_ms, Envelope, ErrorCode, Frame, FrameBody, HostError};
 use serde_json::{json, Value};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tiny_http::{Header, Method, Request, Response};
 
-pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 pub const MAX_STREAMS: usize = 64;
 pub const MAX_INFLIGHT_OPS: usize = 128;
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
@@ -22,44 +23,30 @@ pub const MAX_WAIT_MS: u64 = 60_000;
 /// Frames written per lock acquisition while catching up.
 const BATCH: usize = 512;
 
-pub fn serve(host: Arc<Host>, server: Arc<tiny_http::Server>) {
-    for request in server.incoming_requests() {
-        let h = Arc::clone(&host);
-        let spawned = std::thread::Builder::new()
-            .name("host-request".into())
-            .spawn(move || handle(&h, request));
-        if let Err(e) = spawned {
-            log::error!("cannot start a request thread: {e}");
-        }
-    }
+pub fn serve(host: Arc<Host>, server: Arc<super::http::Server>) {
+    let h = Arc::clone(&host);
+    server.serve(Arc::new(move |request, ex: &mut Exchange| {
+        handle(&h, request, ex)
+    }));
 }
 
-fn header(name: &str, value: &str) -> Option<Header> {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
-}
-
-fn respond(host: &Host, request: Request, status: u16, envelope: &Envelope) {
+fn respond(host: &Host, ex: &mut Exchange, status: u16, envelope: &Envelope) {
     let body = serde_json::to_vec(envelope).unwrap_or_else(|_| b"{\"ok\":false}".to_vec());
-    let mut response = Response::from_data(body).with_status_code(status);
-    for h in [
-        header("Content-Type", "application/json; charset=utf-8"),
-        header("Maka-Host-Epoch", &host.epoch),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        response.add_header(h);
-    }
-    if let Err(e) = request.respond(response) {
-        log::debug!("client went away before the response: {e}");
-    }
+    ex.respond(
+        status,
+        &[
+            ("Content-Type", "application/json; charset=utf-8"),
+            ("Maka-Host-Epoch", &host.epoch),
+        ],
+        &body,
+    );
 }
 
-fn respond_error(host: &Host, request: Request, e: HostError) {
+fn respond_error(host: &Host, ex: &mut Exchange, e: HostError) {
     let status = e.code.http_status();
     respond(
         host,
-        request,
+        ex,
         status,
         &Envelope {
             ok: false,
@@ -69,12 +56,21 @@ fn respond_error(host: &Host, request: Request, e: HostError) {
     );
 }
 
+fn respond_ok(host: &Host, ex: &mut Exchange, result: Value) {
+    respond(
+        host,
+        ex,
+        200,
+        &Envelope {
+            ok: true,
+            result: Some(result),
+            error: None,
+        },
+    );
+}
+
 fn header_value<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
-    request
-        .headers()
-        .iter()
-        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
-        .map(|h| h.value.as_str())
+    request.header(name)
 }
 
 /// Same-length comparison that does not stop at the first difference.
@@ -92,17 +88,20 @@ fn authorize(host: &Host, request: &Request) -> Result<(), HostError> {
             "requests from browsers (with an Origin header) are refused",
         ));
     }
-    if let Some(addr) = request.remote_addr() {
-        if !addr.ip().is_loopback() {
-            return Err(deny("only loopback clients are served"));
-        }
+    if !request.remote.ip().is_loopback() {
+        return Err(deny("only loopback clients are served"));
     }
     if let Some(h) = header_value(request, "Host") {
         let port = host.port.load(Ordering::Relaxed);
+        let bound = match host.listen_ip {
+            std::net::IpAddr::V6(ip) => format!("[{ip}]:{port}"),
+            ip => format!("{ip}:{port}"),
+        };
         let ok = [
             format!("127.0.0.1:{port}"),
             format!("localhost:{port}"),
             format!("[::1]:{port}"),
+            bound,
         ]
         .iter()
         .any(|allowed| h.eq_ignore_ascii_case(allowed));
@@ -119,116 +118,103 @@ fn authorize(host: &Host, request: &Request) -> Result<(), HostError> {
     Ok(())
 }
 
-fn handle(host: &Arc<Host>, mut request: Request) {
+fn handle(host: &Arc<Host>, request: Request, ex: &mut Exchange) {
     if let Err(e) = authorize(host, &request) {
         log::warn!(
             "refused {} {}: {}",
-            request.method(),
-            request.url(),
+            request.method,
+            redact_query(&request.target),
             e.message
         );
-        return respond_error(host, request, e);
+        return respond_error(host, ex, e);
     }
-    let url = request.url().to_string();
-    let (path, query) = url.split_once('?').unwrap_or((&url, ""));
-    match (request.method().clone(), path) {
-        (Method::Post, p) if p.starts_with("/v1/op/") => {
-            let key = p["/v1/op/".len()..].to_string();
+    let (path, query) = request
+        .target
+        .split_once('?')
+        .unwrap_or((&request.target, ""));
+    match (request.method.as_str(), path) {
+        ("POST", p) if p.starts_with("/v1/op/") => {
+            let key = &p["/v1/op/".len()..];
             let _guard = match host.op_slot() {
                 Some(g) => g,
                 None => {
                     return respond_error(
                         host,
-                        request,
+                        ex,
                         HostError::new(ErrorCode::CapacityExceeded, "too many requests in flight"),
                     );
                 }
             };
-            let input = match read_body(&mut request) {
+            let input = match read_body(&request, ex) {
                 Ok(v) => v,
-                Err(e) => return respond_error(host, request, e),
+                Err(e) => return respond_error(host, ex, e),
             };
-            match super::ops::dispatch(host, &key, input) {
-                Ok(result) => respond(
-                    host,
-                    request,
-                    200,
-                    &Envelope {
-                        ok: true,
-                        result: Some(result),
-                        error: None,
-                    },
-                ),
+            match super::ops::dispatch(host, key, input) {
+                Ok(result) => respond_ok(host, ex, result),
                 Err(e) => {
                     if e.code == ErrorCode::InternalFailure {
                         log::error!("{key}: {e}");
                     }
-                    respond_error(host, request, e)
+                    respond_error(host, ex, e)
                 }
             }
         }
-        (Method::Get, "/v1/events") => stream(host, request, query),
-        (Method::Get, "/v1/health") => {
+        ("GET", "/v1/events") => stream(host, ex, query),
+        ("GET", "/v1/health") => {
             let result = json!({"state": if host.is_draining() { "draining" } else { "ready" }, "hostEpoch": host.epoch});
-            respond(
-                host,
-                request,
-                200,
-                &Envelope {
-                    ok: true,
-                    result: Some(result),
-                    error: None,
-                },
-            )
+            respond_ok(host, ex, result)
         }
-        (Method::Post, "/v1/shutdown") => {
-            let input = read_body(&mut request).unwrap_or(Value::Null);
+        ("POST", "/v1/shutdown") => {
+            let input = read_body(&request, ex).unwrap_or(Value::Null);
             let drain = input
                 .get("drainMs")
                 .and_then(Value::as_u64)
                 .unwrap_or(2000)
                 .min(60_000);
-            respond(
-                host,
-                request,
-                200,
-                &Envelope {
-                    ok: true,
-                    result: Some(json!({"accepted": true})),
-                    error: None,
-                },
-            );
+            respond_ok(host, ex, json!({"accepted": true}));
             host.begin_shutdown(Duration::from_millis(drain));
         }
         (m, p) => respond_error(
             host,
-            request,
+            ex,
             HostError::new(ErrorCode::OperationUnavailable, format!("no route {m} {p}")),
         ),
     }
 }
 
-fn read_body(request: &mut Request) -> Result<Value, HostError> {
-    if request.body_length().is_some_and(|n| n > MAX_BODY_BYTES) {
+/// A target as logged: query values that may be secrets are replaced.
+fn redact_query(target: &str) -> String {
+    let Some((path, query)) = target.split_once('?') else {
+        return target.to_string();
+    };
+    let redacted: Vec<String> = query
+        .split('&')
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if is_secret_name(k) => format!("{k}=[redacted]"),
+            _ => kv.to_string(),
+        })
+        .collect();
+    format!("{path}?{}", redacted.join("&"))
+}
+
+fn is_secret_name(k: &str) -> bool {
+    let k = k.to_ascii_lowercase();
+    ["token", "key", "secret", "auth", "password", "bearer"]
+        .iter()
+        .any(|s| k.contains(s))
+}
+
+/// The body as JSON. A declared length over the limit is refused before a byte is read.
+fn read_body(request: &Request, ex: &mut Exchange) -> Result<Value, HostError> {
+    if request.content_length > MAX_BODY_BYTES as u64 {
         return Err(HostError::new(
             ErrorCode::PayloadTooLarge,
             format!("the body exceeds {MAX_BODY_BYTES} bytes"),
         ));
     }
-    let mut bytes = Vec::new();
-    let read = request
-        .as_reader()
-        .take(MAX_BODY_BYTES as u64 + 1)
-        .read_to_end(&mut bytes);
-    if let Err(e) = read {
-        return Err(HostError::invalid(format!("cannot read the body: {e}")));
-    }
-    if bytes.len() > MAX_BODY_BYTES {
-        return Err(HostError::new(
-            ErrorCode::PayloadTooLarge,
-            format!("the body exceeds {MAX_BODY_BYTES} bytes"),
-        ));
-    }
+    let bytes = ex
+        .read_body()
+        .map_err(|e| HostError::invalid(format!("cannot read the body: {e}")))?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }
@@ -249,19 +235,13 @@ fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-fn stream(host: &Arc<Host>, request: Request, query: &str) {
+fn stream(host: &Arc<Host>, ex: &mut Exchange, query: &str) {
     let Some(session_id) = query_param(query, "sessionId") else {
-        return respond_error(host, request, HostError::invalid("`sessionId` is required"));
+        return respond_error(host, ex, HostError::invalid("`sessionId` is required"));
     };
     let after: u64 = match query_param(query, "after").map(str::parse).transpose() {
         Ok(a) => a.unwrap_or(0),
-        Err(_) => {
-            return respond_error(
-                host,
-                request,
-                HostError::invalid("`after` must be an integer"),
-            )
-        }
+        Err(_) => return respond_error(host, ex, HostError::invalid("`after` must be an integer")),
     };
     // A reader that follows one turn asks to end the window right after its terminal frame,
     // so its slot is free at once (not after the next heartbeat finds the socket closed).
@@ -276,11 +256,11 @@ fn stream(host: &Arc<Host>, request: Request, query: &str) {
             format!("host epoch changed (was {epoch}, now {})", host.epoch),
         )
         .with_details(json!({"reason": "epoch_changed", "hostEpoch": host.epoch}));
-        return respond_error(host, request, e);
+        return respond_error(host, ex, e);
     }
     let cell = match host.cell(session_id) {
         Ok(c) => c,
-        Err(e) => return respond_error(host, request, e),
+        Err(e) => return respond_error(host, ex, e),
     };
     {
         let st = cell.lock();
@@ -290,26 +270,26 @@ fn stream(host: &Arc<Host>, request: Request, query: &str) {
                 st.head_seq
             ));
             drop(st);
-            return respond_error(host, request, e);
+            return respond_error(host, ex, e);
         }
         if let Since::Evicted { oldest_seq } = st.frames_since(after, 1) {
             let e = HostError::new(ErrorCode::ResyncRequired, "the event ring no longer holds `after`; re-open the session")
                 .with_details(json!({"reason": "ring_evicted", "oldestSeq": oldest_seq, "headSeq": st.head_seq, "hostEpoch": host.epoch}));
             drop(st);
-            return respond_error(host, request, e);
+            return respond_error(host, ex, e);
         }
     }
     let Some(_slot) = host.stream_slot() else {
         return respond_error(
             host,
-            request,
+            ex,
             HostError::new(
                 ErrorCode::CapacityExceeded,
                 format!("more than {MAX_STREAMS} concurrent streams"),
             ),
         );
     };
-    let mut out = request.into_writer();
+    let out = ex.stream();
     let head = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\nCache-Control: no-store\r\nConnection: close\r\nMaka-Host-Epoch: {}\r\n\r\n",
         host.epoch

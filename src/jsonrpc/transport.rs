@@ -143,6 +143,7 @@ struct ReaderState {
 
 fn read_lines<R: BufRead>(input: R, state: ReaderState) {
     let mut reader = LineReader::new(input, MAX_LINE_BYTES);
+    let mut first = true;
     loop {
         match reader.next_line() {
             Ok(None) => break,
@@ -159,7 +160,14 @@ fn read_lines<R: BufRead>(input: R, state: ReaderState) {
                 ));
             }
             Ok(Some(Line::Complete(bytes))) => {
-                if !state.handle_line(&bytes) {
+                // A UTF-8 byte-order mark before the first message (some Windows tools write
+                // one) is not part of the JSON.
+                let line = match bytes.strip_prefix(b"\xEF\xBB\xBF") {
+                    Some(rest) if first => rest,
+                    _ => &bytes[..],
+                };
+                first = false;
+                if !state.handle_line(line) {
                     break;
                 }
             }

@@ -61,6 +61,11 @@ impl HostProcess {
     }
 
     pub fn start_env(data_dir: &Path, env: Vec<(String, String)>) -> HostProcess {
+        HostProcess::start_with(data_dir, env, &[])
+    }
+
+    /// `start_env` with extra command-line arguments (e.g. `--listen`).
+    pub fn start_with(data_dir: &Path, env: Vec<(String, String)>, args: &[&str]) -> HostProcess {
         let token = format!(
             "tok-{}-{}",
             std::process::id(),
@@ -72,6 +77,7 @@ impl HostProcess {
         let mut cmd = Command::new(super::BIN);
         cmd.args(["host", "--data-dir"])
             .arg(data_dir)
+            .args(args)
             .env("MAKA_HOST_TOKEN", &token)
             .env("RUST_LOG", "info")
             .env_remove("MAKA_SCRIPT")

@@ -177,6 +177,14 @@ impl AgentProcess {
         );
     }
 
+    /// Tells the schema check which method a raw request with `id` was (for `send_raw`).
+    pub fn expect_method(&self, id: &Value, method: &str) {
+        self.methods
+            .lock()
+            .unwrap()
+            .insert(id.to_string(), method.to_string());
+    }
+
     pub fn send_raw(&mut self, bytes: &[u8]) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(bytes).expect("write to agent");

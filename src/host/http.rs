@@ -1,0 +1,386 @@
+//! The host's HTTP/1.1 server, on `std::net`: accept, read one bounded request head, hand the
+//! request to the router, write the answer. It owns every byte it reads, so nothing a client
+//! declares can make it allocate: a body over the limit is refused from its `Content-Length`
+//! before a byte of it is read, and that connection is closed.
+//!
+//! Why not tiny_http: it allocates `vec![0; content_length]` to drain an unread body when a
+//! request is dropped, so `Content-Length: 99999999999999` aborted the host (out of memory)
+//! without a token. The protocol needs little (loopback, one client library, no TLS): this file
+//! is that little.
+//!
+//! One thread per connection, at most [`MAX_CONNECTIONS`]; keep-alive for operations, `close`
+//! for event streams; heads bounded in size and time; `Transfer-Encoding` is refused (clients
+//! send `Content-Length`).
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Request line plus headers.
+const MAX_HEAD_BYTES: usize = 16 * 1024;
+const MAX_HEADERS: usize = 64;
+/// Open connections served at once; more are answered 503 and closed.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a client may take to send a request head, and how long an idle keep-alive
+/// connection is kept.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// A client that does not read its answer for this long is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a server hands each request to (the routes).
+pub type Route = Arc<dyn Fn(Request, &mut Exchange) + Send + Sync>;
+
+pub struct Server {
+    listener: TcpListener,
+    addr: SocketAddr,
+    stopping: AtomicBool,
+    open: Arc<AtomicUsize>,
+}
+
+/// A parsed request head. The body, if any, is still on the connection.
+pub struct Request {
+    pub method: String,
+    /// The request target: path and query.
+    pub target: String,
+    pub headers: Vec<(String, String)>,
+    pub remote: SocketAddr,
+    /// The declared body length (0 when absent).
+    pub content_length: u64,
+    /// HTTP/1.0, or `Connection: close`: no second request on this connection.
+    pub close: bool,
+}
+
+impl Request {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One connection: the router reads the body and writes exactly one answer (or a stream).
+pub struct Exchange<'a> {
+    reader: &'a mut BufReader<TcpStream>,
+    body_left: u64,
+    /// Set when the answer leaves the connection unusable for another request.
+    pub close: bool,
+}
+
+impl Exchange<'_> {
+    /// Reads the whole body; the caller has checked its declared length against its limit.
+    pub fn read_body(&mut self) -> io::Result<Vec<u8>> {
+        let mut buf = Vec::with_capacity(self.body_left.min(1 << 20) as usize);
+        (&mut *self.reader)
+            .take(self.body_left)
+            .read_to_end(&mut buf)?;
+        if (buf.len() as u64) < self.body_left {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the body ended early",
+            ));
+        }
+        self.body_left = 0;
+        Ok(buf)
+    }
+
+    /// Writes a complete answer with a `Content-Length`.
+    pub fn respond(&mut self, status: u16, headers: &[(&str, &str)], body: &[u8]) {
+        if self.body_left > 0 {
+            // The body was not read (refused before it): the connection cannot be reused.
+            self.close = true;
+        }
+        let mut head = format!("HTTP/1.1 {status} {}\r\n", reason(status));
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        if self.close {
+            head.push_str("Connection: close\r\n");
+        }
+        head.push_str("\r\n");
+        let stream = self.reader.get_mut();
+        let written = stream
+            .write_all(head.as_bytes())
+            .and_then(|()| stream.write_all(body))
+            .and_then(|()| stream.flush());
+        if let Err(e) = written {
+            log::debug!("client went away before the answer: {e}");
+            self.close = true;
+        }
+    }
+
+    /// Takes the connection over for a streamed answer (the caller writes the head). The
+    /// connection is closed afterwards.
+    pub fn stream(&mut self) -> &mut TcpStream {
+        self.close = true;
+        self.reader.get_mut()
+    }
+}
+
+impl Server {
+    pub fn bind(addr: SocketAddr) -> io::Result<Server> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        Ok(Server {
+            listener,
+            addr,
+            stopping: AtomicBool::new(false),
+            open: Arc::default(),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Accepts connections until [`Server::unblock`], handing each request to `route`.
+    pub fn serve(&self, route: Route) {
+        for conn in self.listener.incoming() {
+            if self.stopping.load(Ordering::Acquire) {
+                break;
+            }
+            let stream = match conn {
+                Ok(s) => s,
+                Err(e) => {
+                    log::warn!("accept failed: {e}");
+                    continue;
+                }
+            };
+            let n = self.open.fetch_add(1, Ordering::AcqRel);
+            let guard = Open(Arc::clone(&self.open));
+            if n >= MAX_CONNECTIONS {
+                refuse_busy(stream);
+                drop(guard);
+                continue;
+            }
+            let route = Arc::clone(&route);
+            let spawned = std::thread::Builder::new()
+                .name("host-conn".into())
+                .spawn(move || {
+                    let _guard = guard;
+                    connection(stream, &*route);
+                });
+            if let Err(e) = spawned {
+                log::error!("cannot start a connection thread: {e}");
+            }
+        }
+    }
+
+    /// Stops [`Server::serve`] (wakes its `accept` with a connection of our own).
+    pub fn unblock(&self) {
+        self.stopping.store(true, Ordering::Release);
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+    }
+}
+
+struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn refuse_busy(mut stream: TcpStream) {
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let body = br#"{"ok":false,"error":{"code":"capacity_exceeded","message":"too many open connections","retryable":true}}"#;
+    let head = format!(
+        "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = stream
+        .write_all(head.as_bytes())
+        .and_then(|()| stream.write_all(body));
+}
+
+fn connection(stream: TcpStream, route: &(dyn Fn(Request, &mut Exchange) + Send + Sync)) {
+    let remote = match stream.peer_addr() {
+        Ok(a) => a,
+        Err(_) => return,
+    };
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+    let _ = stream.set_read_timeout(Some(HEAD_TIMEOUT));
+    let mut reader = BufReader::with_capacity(16 * 1024, stream);
+    loop {
+        let request = match read_head(&mut reader, remote) {
+            Ok(Some(r)) => r,
+            Ok(None) => return, // closed between requests, or idle too long
+            Err(HeadError::Bad(status, why)) => {
+                let mut ex = Exchange {
+                    reader: &mut reader,
+                    body_left: 0,
+                    close: true,
+                };
+                let body = format!(
+                    r#"{{"ok":false,"error":{{"code":"invalid_request","message":{}}}}}"#,
+                    serde_json::Value::String(why.into())
+                );
+                ex.respond(
+                    status,
+                    &[("Content-Type", "application/json")],
+                    body.as_bytes(),
+                );
+                return;
+            }
+        };
+        let mut ex = Exchange {
+            body_left: request.content_length,
+            close: request.close,
+            reader: &mut reader,
+        };
+        route(request, &mut ex);
+        if ex.body_left > 0 {
+            let left = ex.body_left;
+            linger(&mut reader, left);
+            return;
+        }
+        if ex.close {
+            return;
+        }
+    }
+}
+
+/// After an answer given before the body was read (a refusal), read and discard what the
+/// client is still sending — into a fixed buffer, at most [`LINGER_BYTES`] and [`LINGER_TIME`]
+/// — so closing does not reset the connection before the client has read the answer.
+fn linger(reader: &mut BufReader<TcpStream>, declared: u64) {
+    const LINGER_BYTES: u64 = 64 * 1024 * 1024;
+    const LINGER_TIME: Duration = Duration::from_secs(2);
+    let stream = reader.get_mut();
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+    let deadline = std::time::Instant::now() + LINGER_TIME;
+    let mut left = declared.min(LINGER_BYTES);
+    let mut buf = [0u8; 16 * 1024];
+    while left > 0 && std::time::Instant::now() < deadline {
+        match reader.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n as u64),
+        }
+    }
+}
+
+enum HeadError {
+    /// Answer with this status and close.
+    Bad(u16, &'static str),
+}
+
+/// Reads one request head (bounded). `None`: the client closed or went idle.
+fn read_head(
+    reader: &mut BufReader<TcpStream>,
+    remote: SocketAddr,
+) -> Result<Option<Request>, HeadError> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut total = 0usize;
+    loop {
+        let mut line = Vec::new();
+        let n = match (&mut *reader)
+            .take((MAX_HEAD_BYTES - total + 1) as u64)
+            .read_until(b'\n', &mut line)
+        {
+            Ok(n) => n,
+            Err(_) if lines.is_empty() && total == 0 => return Ok(None),
+            Err(_) => {
+                return Err(HeadError::Bad(
+                    408,
+                    "the request head did not arrive in time",
+                ))
+            }
+        };
+        if n == 0 {
+            if lines.is_empty() && total == 0 {
+                return Ok(None);
+            }
+            return Err(HeadError::Bad(400, "the request head ended early"));
+        }
+        total += n;
+        if total > MAX_HEAD_BYTES {
+            return Err(HeadError::Bad(431, "the request head is too large"));
+        }
+        if line.last() != Some(&b'\n') {
+            return Err(HeadError::Bad(400, "the request head ended early"));
+        }
+        while matches!(line.last(), Some(b'\n' | b'\r')) {
+            line.pop();
+        }
+        if line.is_empty() {
+            if lines.is_empty() {
+                continue; // tolerated: blank lines before a request
+            }
+            break;
+        }
+        let text = String::from_utf8(line)
+            .map_err(|_| HeadError::Bad(400, "the request head is not UTF-8"))?;
+        lines.push(text);
+        if lines.len() > MAX_HEADERS + 1 {
+            return Err(HeadError::Bad(431, "too many headers"));
+        }
+    }
+    let mut parts = lines[0].split(' ');
+    let (Some(method), Some(target), Some(version), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(HeadError::Bad(400, "malformed request line"));
+    };
+    let http10 = match version {
+        "HTTP/1.1" => false,
+        "HTTP/1.0" => true,
+        _ => return Err(HeadError::Bad(505, "only HTTP/1.1 is served")),
+    };
+    let mut headers = Vec::with_capacity(lines.len() - 1);
+    for l in &lines[1..] {
+        let Some((k, v)) = l.split_once(':') else {
+            return Err(HeadError::Bad(400, "malformed header line"));
+        };
+        headers.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    let mut request = Request {
+        method: method.to_string(),
+        target: target.to_string(),
+        headers,
+        remote,
+        content_length: 0,
+        close: http10,
+    };
+    if request.header("Transfer-Encoding").is_some() {
+        return Err(HeadError::Bad(411, "send the body with a Content-Length"));
+    }
+    if let Some(len) = request.header("Content-Length") {
+        request.content_length = len
+            .parse()
+            .map_err(|_| HeadError::Bad(400, "Content-Length is not a number"))?;
+    }
+    if let Some(c) = request.header("Connection") {
+        if c.eq_ignore_ascii_case("close") {
+            request.close = true;
+        } else if c.eq_ignore_ascii_case("keep-alive") {
+            request.close = false;
+        }
+    }
+    Ok(Some(request))
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        _ => "Status",
+    }
+}
