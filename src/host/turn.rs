@@ -1298,6 +1298,10 @@ impl ToolEnv for Turn {
         &self.cwd
     }
 
+    fn may_touch(&self, path: &Path) -> bool {
+        self.roots.iter().any(|r| path.starts_with(r)) || self.approved(path)
+    }
+
     fn cancel(&self) -> &CancelToken {
         &self.spec.cancel
     }

@@ -17,46 +17,115 @@ const FIND_LIMIT: usize = 500;
 const SEARCH_MATCH_LIMIT: usize = 200;
 const WALK_LIMIT: usize = 100_000;
 
-/// Absolute, `..`-free form of `p` (relative to `cwd`), with symlinks resolved as far as the
-/// path exists, so a link pointing outside the roots counts as outside.
+/// The path a tool would really touch for `p` (relative to `cwd`): absolute, `..`-free, with
+/// every symbolic link resolved — the last component too, and links whose target does not
+/// exist yet (a dangling `link -> /outside/file` is `/outside/file`, which is what a write
+/// would create). Bounded: after 40 links the rest is kept as written (opening it fails).
 pub fn resolve(cwd: &Path, p: &str) -> PathBuf {
     let joined = if Path::new(p).is_absolute() {
         PathBuf::from(p)
     } else {
         cwd.join(p)
     };
-    let mut clean = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                clean.pop();
+    let mut pending: std::collections::VecDeque<std::ffi::OsString> = joined
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_os_string()),
+            Component::ParentDir => Some("..".into()),
+            _ => None,
+        })
+        .collect();
+    let mut out = PathBuf::from("/");
+    let mut hops = 0;
+    while let Some(c) = pending.pop_front() {
+        if c == ".." {
+            out.pop();
+            continue;
+        }
+        let candidate = out.join(&c);
+        let link = fs::symlink_metadata(&candidate)
+            .ok()
+            .filter(|m| m.file_type().is_symlink())
+            .and_then(|_| fs::read_link(&candidate).ok());
+        match link {
+            Some(target) if hops < 40 => {
+                hops += 1;
+                if target.is_absolute() {
+                    out = PathBuf::from("/");
+                }
+                for t in target.components().rev() {
+                    match t {
+                        Component::Normal(n) => pending.push_front(n.to_os_string()),
+                        Component::ParentDir => pending.push_front("..".into()),
+                        _ => {}
+                    }
+                }
             }
-            Component::CurDir => {}
-            other => clean.push(other.as_os_str()),
+            _ => out = candidate,
         }
     }
-    // Canonicalize the longest existing prefix, then re-append the rest.
-    let mut existing = clean.clone();
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(canon) = fs::canonicalize(&existing) {
-            let mut out = canon;
-            for r in rest.iter().rev() {
-                out.push(r);
-            }
-            return out;
+    out
+}
+
+/// Opens `path` for a tool: never through a symbolic link in the last component (a link
+/// swapped in after the boundary check fails to open), and the file actually opened is checked
+/// against what the tool may touch (a folder swapped for a link is caught too). A write opens
+/// an existing file without truncating it first, and creates a new one exclusively, so a
+/// refused open changes nothing.
+pub fn open_checked(env: &dyn ToolEnv, path: &Path, write: bool) -> Result<fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = fs::OpenOptions::new();
+    options.custom_flags(libc::O_NOFOLLOW);
+    let mut created = false;
+    if write {
+        options.write(true);
+        if fs::symlink_metadata(path).is_err() {
+            options.create_new(true);
+            created = true;
         }
-        match (
-            existing.file_name().map(|s| s.to_os_string()),
-            existing.parent(),
-        ) {
-            (Some(name), Some(parent)) => {
-                rest.push(name);
-                existing = parent.to_path_buf();
-            }
-            _ => return clean,
-        }
+    } else {
+        options.read(true);
     }
+    let file = options.open(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => format!("{} is a symbolic link; it was not followed", path.display()),
+        _ => e.to_string(),
+    })?;
+    let real = opened_path(&file).unwrap_or_else(|| path.to_path_buf());
+    if !env.may_touch(&real) {
+        drop(file);
+        if created {
+            let _ = fs::remove_file(path);
+        }
+        return Err(format!(
+            "{} leads outside the session's folders (to {}); nothing was changed",
+            path.display(),
+            real.display()
+        ));
+    }
+    Ok(file)
+}
+
+/// The path the kernel opened (`/proc/self/fd/N`), when it can say.
+fn opened_path(file: &fs::File) -> Option<PathBuf> {
+    use std::os::unix::io::AsRawFd;
+    fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
+}
+
+/// Reads a whole file through [`open_checked`].
+fn read_checked(env: &dyn ToolEnv, path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let mut f = open_checked(env, path, false)?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    Ok(bytes)
+}
+
+/// Replaces a file's content through [`open_checked`].
+fn write_checked(env: &dyn ToolEnv, path: &Path, content: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut f = open_checked(env, path, true)?;
+    f.set_len(0).map_err(|e| e.to_string())?;
+    f.write_all(content.as_bytes()).map_err(|e| e.to_string())
 }
 
 /// How a path is shown: relative to the cwd when inside it.
@@ -101,7 +170,7 @@ pub fn read_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcom
                     m.len()
                 ))
             }
-            Ok(_) => match fs::read(path) {
+            Ok(_) => match read_checked(env, path) {
                 Ok(bytes) => (String::from_utf8_lossy(&bytes).into_owned(), false),
                 Err(e) => return failed(format!("cannot read {shown}: {e}")),
             },
@@ -245,7 +314,8 @@ fn read_for_edit(env: &mut dyn ToolEnv, path: &Path) -> Result<String, String> {
                     meta.len()
                 ));
             }
-            fs::read_to_string(path).map_err(|e| e.to_string())
+            let bytes = read_checked(env, path)?;
+            String::from_utf8(bytes).map_err(|_| "the file is not UTF-8 text".to_string())
         }
     }
 }
@@ -268,7 +338,7 @@ fn store(env: &mut dyn ToolEnv, path: &Path, content: &str) -> Result<(), String
             crate::jsonrpc::message::json_type(&other)
         )),
         Some(Err(e)) => Err(e),
-        None => fs::write(path, content).map_err(|e| e.to_string()),
+        None => write_checked(env, path, content),
     }
 }
 

@@ -17,6 +17,9 @@ pub const RESULT_TEXT_LIMIT: usize = 48 * 1024;
 /// What a tool needs from the running turn.
 pub trait ToolEnv {
     fn cwd(&self) -> &Path;
+    /// Whether a tool may touch `path` (a resolved path): inside the session's folders, or
+    /// approved through a `sandbox_boundary` interaction during this turn.
+    fn may_touch(&self, path: &Path) -> bool;
     fn cancel(&self) -> &CancelToken;
     /// Streams a chunk of command output (`tool_output_delta`).
     fn output(&mut self, stream: &str, chunk: &str);
