@@ -430,6 +430,8 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
         TranscriptBody::Summary { .. } => vec![],
         // Past dialogs and turn bookkeeping are not shown again.
         TranscriptBody::Interaction { .. } | TranscriptBody::TurnState { .. } => vec![],
+        // Written by a newer host: nothing this build knows how to show.
+        TranscriptBody::Unknown => vec![],
     }
 }
 

@@ -242,10 +242,17 @@ fn session_create(host: &Arc<Host>, input: CreateInput) -> Result<Value, HostErr
 }
 
 fn session_get(host: &Host, input: SessionRef) -> Result<Value, HostError> {
-    match host.cell(&input.session_id) {
-        Ok(cell) => Ok(json!({"session": to_value(&cell.lock().session)?})),
-        Err(_) => Ok(json!({"session": null})),
+    let Ok(cell) = host.cell(&input.session_id) else {
+        return Ok(json!({"session": null}));
+    };
+    // Loading the transcript is what finds (and moves aside) unreadable lines.
+    let session = to_value(&open_state(host, &cell)?.session)?;
+    let mut out = json!({"session": session});
+    let quarantined = host.store.quarantined(&cell.id);
+    if !quarantined.is_empty() {
+        out["transcriptQuarantine"] = json!(quarantined);
     }
+    Ok(out)
 }
 
 #[derive(Deserialize, Default)]

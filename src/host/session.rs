@@ -283,13 +283,16 @@ impl SessionState {
         if self.transcript.is_some() {
             return Ok(());
         }
-        let (items, file) = store.open_transcript(&self.session.id).map_err(|e| {
+        let opened = store.open_transcript(&self.session.id).map_err(|e| {
             HostError::new(
                 ErrorCode::PersistenceFailed,
                 format!("cannot open transcript: {e}"),
             )
         })?;
-        self.transcript = Some(Transcript { items, file });
+        self.transcript = Some(Transcript {
+            items: opened.items,
+            file: opened.file,
+        });
         self.recover()
     }
 

@@ -105,24 +105,30 @@ impl Store {
         }
     }
 
-    /// Reads a transcript, dropping (and truncating away) a torn last line, and opens it for
-    /// appending.
-    pub fn open_transcript(&self, id: &str) -> io::Result<(Vec<TranscriptItem>, TranscriptFile)> {
+    /// Reads a transcript and opens it for appending. A torn last line (a crash mid-append) is
+    /// dropped. Any other line that cannot be read (a flipped byte, a run of NULs) is moved
+    /// aside — to `transcript.quarantine.jsonl`, with its line number and byte offset — and
+    /// every readable item after it is kept: the transcript is rewritten atomically from its
+    /// good lines, byte for byte (items of kinds this build does not know stay as they were).
+    pub fn open_transcript(&self, id: &str) -> io::Result<OpenedTranscript> {
         let dir = self.session_dir(id);
         fs::create_dir_all(&dir)?;
         let path = dir.join("transcript.jsonl");
         let mut items = Vec::new();
-        let mut good_len: u64 = 0;
+        let mut good: Vec<u8> = Vec::new();
+        let mut problems = Vec::new();
         let mut torn = false;
         if let Ok(f) = File::open(&path) {
             let mut reader = BufReader::new(f);
             let mut line = Vec::new();
+            let (mut offset, mut number) = (0u64, 0u64);
             loop {
                 line.clear();
                 let n = reader.read_until(b'\n', &mut line)?;
                 if n == 0 {
                     break;
                 }
+                number += 1;
                 if line.last() != Some(&b'\n') {
                     log::warn!(
                         "{}: dropping a half-written last line ({n} bytes) left by a crash",
@@ -134,19 +140,39 @@ impl Store {
                 match serde_json::from_slice::<TranscriptItem>(&line[..n - 1]) {
                     Ok(item) => {
                         items.push(item);
-                        good_len += n as u64;
+                        good.extend_from_slice(&line);
                     }
                     Err(e) => {
                         log::error!(
-                            "{}: unreadable item after {} good ones ({e}); ignoring the rest",
-                            path.display(),
-                            items.len()
+                            "{}: line {number} (byte {offset}, {n} bytes) is unreadable ({e}); moved to transcript.quarantine.jsonl, the rest is kept",
+                            path.display()
                         );
-                        torn = true;
-                        break;
+                        problems.push(Quarantined {
+                            line: number,
+                            offset,
+                            bytes: n as u64 - 1,
+                            error: e.to_string(),
+                            raw: String::from_utf8_lossy(&line[..n - 1]).into_owned(),
+                        });
                     }
                 }
+                offset += n as u64;
             }
+        }
+        if !problems.is_empty() {
+            // Aside first (appended, durable), then the clean transcript replaces the old one.
+            let mut aside = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("transcript.quarantine.jsonl"))?;
+            for q in &problems {
+                let mut l = serde_json::to_vec(q).map_err(io::Error::other)?;
+                l.push(b'\n');
+                aside.write_all(&l)?;
+            }
+            aside.sync_all()?;
+            write_atomic(&dir, "transcript.jsonl", &good, true)?;
+            torn = false;
         }
         let file = OpenOptions::new()
             .create(true)
@@ -154,17 +180,53 @@ impl Store {
             .append(true)
             .open(&path)?;
         if torn {
-            file.set_len(good_len)?;
+            file.set_len(good.len() as u64)?;
             file.sync_all()?;
         }
-        Ok((
+        Ok(OpenedTranscript {
             items,
-            TranscriptFile {
+            file: TranscriptFile {
                 file,
                 fsync: self.fsync,
             },
-        ))
+            quarantined: problems,
+        })
     }
+
+    /// What earlier opens moved aside (`transcript.quarantine.jsonl`), for `session.get`.
+    pub fn quarantined(&self, id: &str) -> Vec<serde_json::Value> {
+        let path = self.session_dir(id).join("transcript.quarantine.jsonl");
+        let Ok(text) = fs::read_to_string(path) else {
+            return vec![];
+        };
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|mut v| {
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("raw"); // the bytes stay in the file; the report says where
+                }
+                v
+            })
+            .collect()
+    }
+}
+
+/// A transcript as read: its items, the file to append to, and what was moved aside.
+pub struct OpenedTranscript {
+    pub items: Vec<TranscriptItem>,
+    pub file: TranscriptFile,
+    pub quarantined: Vec<Quarantined>,
+}
+
+/// An unreadable transcript line, kept aside with where it was.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Quarantined {
+    pub line: u64,
+    pub offset: u64,
+    pub bytes: u64,
+    pub error: String,
+    pub raw: String,
 }
 
 impl TranscriptFile {
@@ -227,7 +289,8 @@ mod tests {
     fn torn_last_line_is_dropped_and_appends_continue() {
         let root = tmpdir("torn");
         let store = Store::open(&root, true).unwrap();
-        let (items, mut t) = store.open_transcript("s1").unwrap();
+        let o = store.open_transcript("s1").unwrap();
+        let (items, mut t) = (o.items, o.file);
         assert!(items.is_empty());
         t.append(&[item(1), item(2)]).unwrap();
         drop(t);
@@ -235,10 +298,11 @@ mod tests {
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         f.write_all(br#"{"messageSeq":3,"ts":0,"tu"#).unwrap();
         drop(f);
-        let (items, mut t) = store.open_transcript("s1").unwrap();
+        let o = store.open_transcript("s1").unwrap();
+        let (items, mut t) = (o.items, o.file);
         assert_eq!(items.len(), 2);
         t.append(&[item(3)]).unwrap();
-        let (items, _) = store.open_transcript("s1").unwrap();
+        let items = store.open_transcript("s1").unwrap().items;
         assert_eq!(
             items.iter().map(|i| i.message_seq).collect::<Vec<_>>(),
             vec![1, 2, 3]

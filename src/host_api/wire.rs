@@ -811,6 +811,10 @@ pub enum TranscriptBody {
     Summary {
         text: String,
     },
+    /// An item of a kind this build does not know (written by a newer host): kept in the file
+    /// as it is, skipped by replay and by the model's context.
+    #[serde(other)]
+    Unknown,
 }
 
 /// Milliseconds since the Unix epoch.

@@ -1,0 +1,97 @@
+//! What survives damage and sudden death: transcripts with unreadable lines in the middle, and
+//! hosts killed while they work. The real `maka-acp host` over HTTP.
+
+#![cfg(feature = "host")]
+
+mod support;
+use serde_json::{json, Value};
+use std::path::Path;
+use support::host::{HostProcess, TempDir};
+
+fn script() -> Value {
+    json!({"default": [[{"text": "Sure, done."}]]})
+}
+
+fn all_items(host: &HostProcess, session: &str) -> Vec<Value> {
+    let mut out = vec![];
+    let mut cursor = Value::Null;
+    loop {
+        let page = host.ok(
+            "session.transcript.page",
+            json!({"sessionId": session, "cursor": cursor, "limit": 256}),
+        );
+        out.extend(page["items"].as_array().unwrap().iter().cloned());
+        cursor = page["nextCursor"].clone();
+        if cursor.is_null() {
+            return out;
+        }
+    }
+}
+
+fn transcript_path(data: &Path, session: &str) -> std::path::PathBuf {
+    data.join("sessions").join(session).join("transcript.jsonl")
+}
+
+/// Issue 13 §5: a flipped byte, a line of NULs or an item type from a newer version in the
+/// middle of a 20-line transcript cut it to 7 lines for good. Now each unreadable line is moved
+/// aside with its position, reported, and every readable item after it survives.
+#[test]
+fn unreadable_lines_in_the_middle_are_quarantined_and_the_rest_survives() {
+    let data = TempDir::new("dur-q");
+    let ws = TempDir::new("dur-q-ws");
+    let mut host = HostProcess::start(data.path(), Some(&script()));
+    host.create_session("s", ws.path(), "bypass");
+    for i in 0..5 {
+        host.start_turn("s", &format!("t{i}"), &format!("prompt {i}"));
+        host.until_terminal("s", 0);
+    }
+    let before = all_items(&host, "s");
+    assert!(before.len() >= 15, "{}", before.len());
+    host.close_stdin();
+    host.wait_exit(std::time::Duration::from_secs(10)).unwrap();
+
+    let path = transcript_path(data.path(), "s");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<String> = text.lines().map(String::from).collect();
+    let n = lines.len();
+    // Line 5: a flipped byte that breaks the JSON.
+    lines[4] = lines[4].replacen('{', "}", 1);
+    // After line 9: a run of NULs as a line of its own.
+    lines.insert(9, "\0".repeat(64));
+    // At the end: an item of a kind a newer host wrote (with the next sequence number).
+    let next = before.last().unwrap()["messageSeq"].as_u64().unwrap() + 1;
+    lines.push(format!(
+        r#"{{"messageSeq":{next},"ts":1,"turnId":"t9","type":"hologram","beam":1}}"#
+    ));
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+
+    let host = HostProcess::start(data.path(), Some(&script()));
+    let got = host.ok("session.get", json!({"sessionId": "s"}));
+    let q = got["transcriptQuarantine"].as_array().expect("reported");
+    assert_eq!(q.len(), 2, "{got}");
+    assert_eq!(q[0]["line"], 5);
+    assert_eq!(q[1]["line"], 10);
+    assert!(q[0]["offset"].as_u64().unwrap() > 0);
+    let after = all_items(&host, "s");
+    // Every readable item survives: all but the damaged one, plus the newer one (kept).
+    assert_eq!(after.len(), n - 1 + 1, "{} of {n}", after.len());
+    let last_before = before.last().unwrap()["messageSeq"].clone();
+    assert!(after.iter().any(|i| i["messageSeq"] == last_before));
+    assert!(after.iter().any(|i| i["messageSeq"] == next), "kept");
+    assert!(
+        std::fs::read_to_string(&path)
+            .unwrap()
+            .contains(r#""type":"hologram","beam":1"#),
+        "kept byte for byte"
+    );
+    let aside =
+        std::fs::read_to_string(path.with_file_name("transcript.quarantine.jsonl")).unwrap();
+    assert_eq!(aside.lines().count(), 2);
+    // Appends go on after the repair.
+    host.start_turn("s", "t_after", "one more");
+    host.until_terminal("s", 0);
+    assert!(all_items(&host, "s").len() > after.len());
+    assert!(host
+        .stderr()
+        .contains("moved to transcript.quarantine.jsonl"));
+}
