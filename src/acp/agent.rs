@@ -17,7 +17,7 @@ use super::projection::replay_frames;
 use super::prompt;
 use super::session::{AcpSession, PendingPrompt, Shared};
 use crate::host_api::random_hex;
-use crate::host_api::wire::{FrameBody, Interaction, Location, TranscriptItem};
+use crate::host_api::wire::{Interaction, TranscriptItem};
 use crate::jsonrpc::{code, Connection, Incoming, Notification, Request, Responder, ResponseError};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -451,6 +451,10 @@ fn open_inner(
         &conn.epoch,
         active_turn.clone(),
     );
+    // Replayed (load) or not wanted (resume): a later catch-up starts after this point.
+    session.lock().through = open["transcript"]["throughMessageSeq"]
+        .as_u64()
+        .unwrap_or(0);
     let now = Instant::now();
     if replay {
         let through = open["transcript"]["throughMessageSeq"]
@@ -512,55 +516,7 @@ fn open_inner(
 /// What a running turn has produced but not yet made durable, from the `session.open` snapshot.
 fn seed_in_flight(ctx: &Ctx, session: &Arc<AcpSession>, open: &Value, now: Instant) {
     let mut st = session.lock();
-    let mut frames = vec![];
-    for s in open["activeStreams"].as_array().into_iter().flatten() {
-        let (turn_id, message_id, text) = (
-            s["turnId"].as_str().unwrap_or_default().to_string(),
-            s["messageId"].as_str().unwrap_or_default().to_string(),
-            s["text"].as_str().unwrap_or_default().to_string(),
-        );
-        frames.push(if s["kind"] == "thinking" {
-            FrameBody::ThinkingDelta {
-                turn_id,
-                message_id,
-                start_offset: 0,
-                text,
-                complete: false,
-            }
-        } else {
-            FrameBody::TextDelta {
-                turn_id,
-                message_id,
-                start_offset: 0,
-                text,
-                complete: false,
-            }
-        });
-    }
-    for t in open["activeTools"].as_array().into_iter().flatten() {
-        let id = t["toolCallId"].as_str().unwrap_or_default().to_string();
-        frames.push(FrameBody::ToolStart {
-            turn_id: String::new(),
-            tool_call_id: id.clone(),
-            tool_name: t["toolName"].as_str().unwrap_or_default().into(),
-            title: t["title"].as_str().unwrap_or_default().into(),
-            activity_kind: t["activityKind"].as_str().unwrap_or("tool").into(),
-            args: t["args"].clone(),
-            args_truncated: false,
-            locations: serde_json::from_value::<Vec<Location>>(t["locations"].clone())
-                .unwrap_or_default(),
-        });
-        if let Some(tail) = t["outputTail"].as_str().filter(|s| !s.is_empty()) {
-            frames.push(FrameBody::ToolOutputDelta {
-                turn_id: String::new(),
-                tool_call_id: id,
-                out_seq: 0,
-                stream: "stdout".into(),
-                chunk: tail.into(),
-            });
-        }
-    }
-    for f in frames {
+    for f in super::projection::snapshot_frames(open) {
         for u in st.projector.frame(&f, now) {
             ctx.shared.update(&session.id, u);
         }
@@ -769,7 +725,10 @@ fn start_prompt(ctx: &Ctx, session: &Arc<AcpSession>, turn_id: &str, content: Va
         match ctx.op(&conn, "session.open", json!({"sessionId": id})) {
             Ok(open) => {
                 session.observe_snapshot(&ctx.shared, &open);
-                session.set_position(open["seq"].as_u64().unwrap_or(0), &conn.epoch, None)
+                session.set_position(open["seq"].as_u64().unwrap_or(0), &conn.epoch, None);
+                let through = open["transcript"]["throughMessageSeq"].as_u64();
+                let mut st = session.lock();
+                st.through = st.through.max(through.unwrap_or(0));
             }
             Err(e) => return fail(e),
         }

@@ -28,6 +28,8 @@ pub struct Call {
     pub tool_call_id: Option<String>,
     pub service: String,
     pub input: Value,
+    /// The input is large and was not in the frame: fetch it with `client.call.input`.
+    pub input_ref: bool,
 }
 
 /// The ACP request for a host service, or why there is none.
@@ -61,7 +63,21 @@ fn request(
     Ok((method, params))
 }
 
-fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, call: Call) {
+fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, mut call: Call) {
+    if call.input_ref {
+        let fetched = conn.client.op(
+            "client.call.input",
+            &json!({"sessionId": session.id, "invocationId": call.invocation_id}),
+        );
+        match fetched {
+            Ok(v) => call.input = v["input"].clone(),
+            Err(e) => {
+                // Withdrawn meanwhile (the turn stopped), or the host is gone: nothing to do.
+                log::debug!("client.call.input {}: {e}", call.invocation_id);
+                return;
+            }
+        }
+    }
     let outcome = match request(&session.id, &call.service, &call.input) {
         Err(e) => json!({"ok": false, "error": {"message": e}}),
         // The client stopped reading requests' answers (stdin EOF): a release still goes out,

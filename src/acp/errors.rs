@@ -13,6 +13,11 @@ pub fn from_client(e: &ClientError) -> ResponseError {
             format!("The Runtime Host is unavailable: {msg}"),
         )
         .with_data(json!({"makaCode": "host_unavailable", "retryable": true})),
+        ClientError::Protocol(msg) => ResponseError::new(
+            code::INTERNAL_ERROR,
+            "The Runtime Host sent a reply this agent cannot read; the operation did not complete.",
+        )
+        .with_data(json!({"makaCode": "host_protocol_error", "retryable": false, "details": msg})),
         ClientError::Host(h) => {
             let c = match h.code {
                 ErrorCode::InvalidRequest | ErrorCode::PayloadTooLarge => code::INVALID_PARAMS,

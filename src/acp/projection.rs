@@ -37,8 +37,17 @@ struct ToolState {
 }
 
 /// Per-session projection state: open tool calls and which turns this connection started.
+///
+/// It also remembers what it has shown — text bytes per message, tool calls, echoed prompts —
+/// so that feeding it the same content again (a catch-up from the transcript after the live
+/// stream fell behind) shows only what is new.
 #[derive(Default)]
 pub struct Projector {
+    /// Bytes of text shown per `messageId` (agent text, thinking, notices).
+    shown: HashMap<String, u64>,
+    /// Tool calls shown (`tool_call` sent) and turns whose prompt was echoed, for this turn.
+    shown_tools: HashSet<String>,
+    echoed: HashSet<String>,
     tools: HashMap<String, ToolState>,
     /// Tool calls in start order, to settle the open ones when a turn ends.
     order: Vec<String>,
@@ -79,21 +88,31 @@ impl Projector {
                 turn_id,
                 content: Some(content),
                 ..
-            } if !self.own_turns.contains(turn_id) => user_message(turn_id, &content.text),
+            } if !self.own_turns.contains(turn_id) && self.echoed.insert(turn_id.clone()) => {
+                user_message(turn_id, &content.text)
+            }
             FrameBody::TextDelta {
-                message_id, text, ..
-            } if !text.is_empty() => {
-                vec![
-                    json!({"sessionUpdate": "agent_message_chunk", "messageId": message_id, "content": {"type": "text", "text": text}}),
-                ]
-            }
+                message_id,
+                start_offset,
+                text,
+                ..
+            } => match self.unseen(message_id, *start_offset, text) {
+                Some(t) => vec![
+                    json!({"sessionUpdate": "agent_message_chunk", "messageId": message_id, "content": {"type": "text", "text": t}}),
+                ],
+                None => vec![],
+            },
             FrameBody::ThinkingDelta {
-                message_id, text, ..
-            } if !text.is_empty() => {
-                vec![
-                    json!({"sessionUpdate": "agent_thought_chunk", "messageId": message_id, "content": {"type": "text", "text": text}}),
-                ]
-            }
+                message_id,
+                start_offset,
+                text,
+                ..
+            } => match self.unseen(message_id, *start_offset, text) {
+                Some(t) => vec![
+                    json!({"sessionUpdate": "agent_thought_chunk", "messageId": message_id, "content": {"type": "text", "text": t}}),
+                ],
+                None => vec![],
+            },
             FrameBody::ToolStart {
                 tool_call_id,
                 tool_name,
@@ -104,6 +123,9 @@ impl Projector {
                 locations,
                 ..
             } => {
+                if !self.shown_tools.insert(tool_call_id.clone()) {
+                    return vec![]; // shown already (a catch-up replays it)
+                }
                 let display = self.display_terminal && activity_kind == "command";
                 let hidden = tool_name == PLAN_TOOL;
                 let state = ToolState {
@@ -318,6 +340,25 @@ impl Projector {
     /// Call after a turn's terminal frame: the turn's tool state is no longer needed.
     pub fn turn_finished(&mut self, turn_id: &str) {
         self.own_turns.remove(turn_id);
+        self.shown.clear();
+        self.shown_tools.clear();
+        self.echoed.clear();
+    }
+
+    /// The part of a text delta not shown yet (§6.1 of the host protocol: `startOffset` is the
+    /// byte length already sent for that message), or `None`.
+    fn unseen<'t>(&mut self, message_id: &str, start: u64, text: &'t str) -> Option<&'t str> {
+        let shown = self.shown.entry(message_id.to_string()).or_insert(0);
+        let end = start + text.len() as u64;
+        if text.is_empty() || end <= *shown {
+            return None;
+        }
+        let mut skip = shown.saturating_sub(start) as usize;
+        while !text.is_char_boundary(skip) {
+            skip += 1;
+        }
+        *shown = end;
+        Some(&text[skip..]).filter(|t| !t.is_empty())
     }
 }
 
@@ -333,6 +374,60 @@ fn user_message(turn_id: &str, text: &str) -> Vec<Value> {
     ]
 }
 
+/// What a `session.open` snapshot says is in flight (streamed but not yet durable text, running
+/// tools with their output tail), as frames.
+pub fn snapshot_frames(open: &Value) -> Vec<FrameBody> {
+    let mut frames = vec![];
+    for s in open["activeStreams"].as_array().into_iter().flatten() {
+        let (turn_id, message_id, text) = (
+            s["turnId"].as_str().unwrap_or_default().to_string(),
+            s["messageId"].as_str().unwrap_or_default().to_string(),
+            s["text"].as_str().unwrap_or_default().to_string(),
+        );
+        frames.push(if s["kind"] == "thinking" {
+            FrameBody::ThinkingDelta {
+                turn_id,
+                message_id,
+                start_offset: 0,
+                text,
+                complete: false,
+            }
+        } else {
+            FrameBody::TextDelta {
+                turn_id,
+                message_id,
+                start_offset: 0,
+                text,
+                complete: false,
+            }
+        });
+    }
+    for t in open["activeTools"].as_array().into_iter().flatten() {
+        let id = t["toolCallId"].as_str().unwrap_or_default().to_string();
+        frames.push(FrameBody::ToolStart {
+            turn_id: String::new(),
+            tool_call_id: id.clone(),
+            tool_name: t["toolName"].as_str().unwrap_or_default().into(),
+            title: t["title"].as_str().unwrap_or_default().into(),
+            activity_kind: t["activityKind"].as_str().unwrap_or("tool").into(),
+            args: t["args"].clone(),
+            args_truncated: false,
+            locations: serde_json::from_value::<Vec<Location>>(t["locations"].clone())
+                .unwrap_or_default(),
+        });
+        if let Some(tail) = t["outputTail"].as_str().filter(|s| !s.is_empty()) {
+            frames.push(FrameBody::ToolOutputDelta {
+                turn_id: String::new(),
+                tool_call_id: id,
+                out_seq: 0,
+                stream: "stdout".into(),
+                chunk: tail.into(),
+            });
+        }
+    }
+    frames
+}
+
 /// The frames a durable transcript item was (or stands for) when live.
 pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
     let turn_id = item.turn_id.clone();
@@ -342,6 +437,7 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             run_id: String::new(),
             origin: "prompt".into(),
             content: Some(content.clone()),
+            content_truncated: false,
         }],
         TranscriptBody::Assistant {
             message_id,
@@ -692,6 +788,7 @@ mod tests {
                 text: "hello".into(),
                 attachments: vec![],
             }),
+            content_truncated: false,
         };
         p.mark_own_turn("mine");
         assert!(p.frame(&started("mine"), Instant::now()).is_empty());

@@ -15,7 +15,7 @@ use super::initialize::ClientCapabilities;
 use super::interaction;
 use super::projection::Projector;
 use crate::host_api::client::ClientError;
-use crate::host_api::wire::{ErrorCode, Frame, FrameBody, TurnOutcome};
+use crate::host_api::wire::{ErrorCode, Frame, FrameBody, Interaction, TurnOutcome};
 use crate::jsonrpc::{code, ClientCalls, Message, Outbox, RequestId, Responder, ResponseError};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -54,6 +54,9 @@ pub struct SessionState {
     epoch: Option<String>,
     /// The turn the host is running, as last observed on the stream.
     active_turn: Option<String>,
+    /// The last durable transcript item this connection has seen (live or replayed): a
+    /// catch-up after a gap starts after it.
+    pub through: u64,
     pub prompt: Option<PendingPrompt>,
     pub projector: Projector,
     /// Host interaction or invocation id → the ACP request in flight for it.
@@ -94,6 +97,7 @@ impl AcpSession {
                 last_seq: 0,
                 epoch: None,
                 active_turn: None,
+                through: 0,
                 prompt: None,
                 projector: Projector::new(display_terminal),
                 outstanding: HashMap::new(),
@@ -315,6 +319,18 @@ fn reader(session: Arc<AcpSession>, shared: Arc<Shared>, conn: Connected) {
                     break;
                 }
                 FrameBody::Heartbeat { .. } => continue,
+                FrameBody::FrameOmitted { omitted_kind, .. } => {
+                    // The host could not emit a frame (a bug there): catch up from the
+                    // durable state, then follow from the snapshot.
+                    log::warn!(
+                        "session {}: the host omitted a {omitted_kind} frame; catching up",
+                        session.id
+                    );
+                    if !reopen(&session, &shared, &conn) {
+                        return;
+                    }
+                    break;
+                }
                 _ => {}
             }
             let Some(seq) = frame.seq else { continue };
@@ -352,6 +368,22 @@ fn recover(
     e: &ClientError,
 ) -> bool {
     match e {
+        // A stream that broke or stalled (this side stopped reading while the client did not
+        // read stdout) is not a dead host: ask it. If it answers, catch up and go on.
+        ClientError::Transport(msg) if conn.client.is_alive() => {
+            log::info!(
+                "session {}: the event stream broke ({msg}) but the host answers; catching up",
+                session.id
+            );
+            reopen(session, shared, conn)
+        }
+        ClientError::Protocol(msg) => {
+            log::warn!(
+                "session {}: skipped an unreadable frame ({msg}); catching up from the transcript",
+                session.id
+            );
+            reopen(session, shared, conn)
+        }
         ClientError::Transport(msg) => {
             log::warn!("session {}: the Runtime Host went away ({msg})", session.id);
             shared.link.lost(&conn.epoch);
@@ -405,18 +437,29 @@ fn stop_reader(session: &Arc<AcpSession>, shared: &Shared, result: Result<Value,
     session.finish_prompt(&mut st, result);
 }
 
-/// After a 410 (or a sequence gap): take a fresh snapshot, and settle the prompt if its turn
-/// ended while we could not see it. Returns false when the reader must stop.
+/// After a 410, a sequence gap, an unreadable frame or a stream that broke: take a fresh
+/// snapshot, catch up on what the live stream no longer holds (the durable items since the
+/// last one seen, then what is in flight — nothing already shown is shown twice), and settle
+/// the prompt if its turn ended meanwhile. Returns false when the reader must stop.
 fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> bool {
     let open = match conn
         .client
         .op("session.open", &json!({"sessionId": session.id}))
     {
         Ok(o) => o,
+        Err(ClientError::Protocol(m)) => {
+            log::error!("session {}: unreadable snapshot ({m})", session.id);
+            let e = errors::from_client(&ClientError::Protocol(m));
+            stop_reader(session, shared, Err(e));
+            return false;
+        }
         Err(e) => return recover(session, shared, conn, &e),
     };
     let seq = open["seq"].as_u64().unwrap_or(0);
     session.observe_snapshot(shared, &open);
+    if let Err(e) = catch_up(session, shared, conn, &open) {
+        log::error!("session {}: catching up failed: {e}", session.id);
+    }
     let active = open["activeTurn"]["turnId"].as_str().map(String::from);
     let waiting_turn = session.lock().prompt.as_ref().map(|p| p.turn_id.clone());
     session.set_position(seq, &conn.epoch, active.clone());
@@ -441,6 +484,81 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
     true
 }
 
+/// Replays the durable items after the last one this connection saw, through the snapshot's
+/// `throughMessageSeq`, then the snapshot's in-flight text, tools, dialogs and editor calls.
+/// The projector drops what it has already shown (text by offset, tool calls by id).
+fn catch_up(
+    session: &Arc<AcpSession>,
+    shared: &Arc<Shared>,
+    conn: &Connected,
+    open: &Value,
+) -> Result<(), ClientError> {
+    let through = open["transcript"]["throughMessageSeq"]
+        .as_u64()
+        .unwrap_or(0);
+    let mut from = session.lock().through;
+    let now = Instant::now();
+    while from < through {
+        let page = conn.client.op(
+            "session.transcript.page",
+            &json!({"sessionId": session.id, "direction": "newer", "cursor": format!("n{from}"),
+                    "limit": 256, "throughMessageSeq": through}),
+        )?;
+        let items: Vec<crate::host_api::wire::TranscriptItem> =
+            serde_json::from_value(page["items"].clone())
+                .map_err(|e| ClientError::Protocol(format!("unreadable transcript page: {e}")))?;
+        let Some(last) = items.last().map(|i| i.message_seq) else {
+            break;
+        };
+        let mut st = session.lock();
+        for item in &items {
+            for frame in super::projection::replay_frames(item) {
+                for u in st.projector.frame(&frame, now) {
+                    shared.update(&session.id, u);
+                }
+            }
+        }
+        st.through = st.through.max(last);
+        drop(st);
+        from = last;
+        if page["nextCursor"].is_null() {
+            break;
+        }
+    }
+    let mut st = session.lock();
+    for frame in super::projection::snapshot_frames(open) {
+        for u in st.projector.frame(&frame, now) {
+            shared.update(&session.id, u);
+        }
+    }
+    drop(st);
+    // Dialogs and editor calls the stream no longer shows.
+    let pending: Vec<Interaction> =
+        serde_json::from_value(open["pendingInteractions"].clone()).unwrap_or_default();
+    for i in pending {
+        if !session.lock().outstanding.contains_key(&i.interaction_id) {
+            interaction::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), i);
+        }
+    }
+    for c in open["pendingClientCalls"].as_array().into_iter().flatten() {
+        let Some(id) = c["invocationId"].as_str() else {
+            continue;
+        };
+        if session.lock().outstanding.contains_key(id) {
+            continue;
+        }
+        let call = client_call::Call {
+            invocation_id: id.to_string(),
+            tool_call_id: c["toolCallId"].as_str().map(String::from),
+            service: c["service"].as_str().unwrap_or_default().to_string(),
+            input: Value::Null,
+            input_ref: true,
+        };
+        client_call::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), call);
+    }
+    Ok(())
+}
+
 fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, frame: Frame) {
     let Frame { seq, body, .. } = frame;
     let now = Instant::now();
@@ -452,6 +570,12 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
         FrameBody::TurnStarted { turn_id, .. } => {
             st.active_turn = Some(turn_id.clone());
         }
+        FrameBody::TranscriptAdvanced {
+            through_message_seq,
+        } => {
+            st.through = st.through.max(*through_message_seq);
+        }
+
         FrameBody::InteractionRequest { interaction: i }
             if !st.outstanding.contains_key(&i.interaction_id) =>
         {
@@ -469,6 +593,7 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
             tool_call_id,
             service,
             input,
+            input_ref,
         } => {
             drop(st);
             let call = client_call::Call {
@@ -476,6 +601,7 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
                 tool_call_id: tool_call_id.clone(),
                 service: service.clone(),
                 input: input.clone(),
+                input_ref: *input_ref,
             };
             client_call::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), call);
             return;

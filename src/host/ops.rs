@@ -37,6 +37,7 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
         "interaction.answer" => interaction_answer(host, parse(input)?),
         "client.capability.replace" => capability_replace(host, parse(input)?),
         "client.call.result" => client_call_result(host, parse(input)?),
+        "client.call.input" => client_call_input(host, parse(input)?),
         other => Err(HostError::new(
             ErrorCode::OperationUnavailable,
             format!("unknown operation {other:?}"),
@@ -396,6 +397,12 @@ fn session_open(host: &Host, input: OpenInput) -> Result<Value, HostError> {
         .filter(|s| s.answer_tx.is_some())
         .map(|s| &s.interaction)
         .collect();
+    // Inputs by reference (`client.call.input`): the snapshot stays small.
+    let calls: Vec<Value> = st
+        .client_calls
+        .iter()
+        .map(|(id, c)| json!({"invocationId": id, "toolCallId": c.tool_call_id, "service": c.service}))
+        .collect();
     Ok(json!({
         "hostEpoch": host.epoch,
         "seq": st.head_seq,
@@ -404,6 +411,7 @@ fn session_open(host: &Host, input: OpenInput) -> Result<Value, HostError> {
         "activeStreams": streams,
         "activeTools": tools,
         "pendingInteractions": pending,
+        "pendingClientCalls": calls,
         "usage": {"totals": st.usage_totals},
         "transcript": {"throughMessageSeq": st.through_message_seq()},
     }))
@@ -921,15 +929,22 @@ fn admit(
     }
     save(host, &st.session)?;
     host.turn_started();
-    cell.emit(
-        &mut st,
+    cell.emit(&mut st, {
+        let (shown, content_truncated) = match &content {
+            Some(c) => {
+                let (c, cut) = frame_content(c);
+                (Some(c), cut)
+            }
+            None => (None, false),
+        };
         FrameBody::TurnStarted {
             turn_id: turn_id.into(),
             run_id: run_id.clone(),
             origin: origin.into(),
-            content: content.clone(),
-        },
-    );
+            content: shown,
+            content_truncated,
+        }
+    });
     if renamed {
         emit_session_updated(cell, &mut st);
     }
@@ -953,6 +968,29 @@ fn admit(
         )));
     }
     Ok(json!({"kind": "started", "turn": snapshot}))
+}
+
+/// Prompt text shown in a `turn_started` frame; the transcript keeps the whole prompt.
+const FRAME_PROMPT_BYTES: usize = 64 * 1024;
+
+/// A prompt as frames carry it (bounded): text up to 64 KiB, attachments by name only.
+fn frame_content(c: &MessageContent) -> (MessageContent, bool) {
+    let mut text = c.text.clone();
+    let mut cut = text.len() > FRAME_PROMPT_BYTES;
+    super::tools::fs::cut(&mut text, FRAME_PROMPT_BYTES);
+    let attachments = c
+        .attachments
+        .iter()
+        .map(|a| {
+            cut |= a.text.is_some() || a.data_base64.is_some();
+            Attachment {
+                text: None,
+                data_base64: None,
+                ..a.clone()
+            }
+        })
+        .collect();
+    (MessageContent { text, attachments }, cut)
 }
 
 /// A session title from the first prompt: the first line of its plain text (markup tags such
@@ -1232,8 +1270,10 @@ fn capability_replace(host: &Host, input: CapabilityInput) -> Result<Value, Host
     let mut st = cell.lock();
     if input.services.is_empty() {
         // The client left: nobody will answer the calls still waiting for it.
-        for (_, tx) in st.client_calls.drain() {
-            let _ = tx.send(Err("the editor is no longer connected".into()));
+        for (_, call) in st.client_calls.drain() {
+            let _ = call
+                .tx
+                .send(Err("the editor is no longer connected".into()));
         }
     }
     st.client_services = input.services.clone();
@@ -1261,7 +1301,8 @@ fn client_call_result(host: &Host, input: CallResultInput) -> Result<Value, Host
     let cell = host.cell(&input.session_id)?;
     let mut st = cell.lock();
     // A late or duplicate result is ignored.
-    if let Some(tx) = st.client_calls.remove(&input.invocation_id) {
+    if let Some(call) = st.client_calls.remove(&input.invocation_id) {
+        let tx = call.tx;
         let r = if input.outcome.ok {
             Ok(input.outcome.result)
         } else {
@@ -1281,6 +1322,23 @@ fn client_call_result(host: &Host, input: CallResultInput) -> Result<Value, Host
         let _ = tx.send(r);
     }
     Ok(json!({}))
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CallRef {
+    session_id: String,
+    invocation_id: String,
+}
+
+/// The input of a pending client call (frames carry large inputs by reference).
+fn client_call_input(host: &Host, input: CallRef) -> Result<Value, HostError> {
+    let cell = host.cell(&input.session_id)?;
+    let st = cell.lock();
+    let call = st.client_calls.get(&input.invocation_id).ok_or_else(|| {
+        HostError::not_found(format!("pending client call {}", input.invocation_id))
+    })?;
+    Ok(json!({"service": call.service, "input": call.input}))
 }
 
 #[cfg(test)]

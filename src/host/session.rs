@@ -41,7 +41,7 @@ pub struct SessionState {
     pub interactions: HashMap<String, InteractionSlot>,
     /// Services the client registered with `client.capability.replace`.
     pub client_services: Vec<String>,
-    pub client_calls: HashMap<String, Sender<Result<Value, String>>>,
+    pub client_calls: HashMap<String, PendingClientCall>,
     pub usage_totals: TokenUsage,
     pub removed: bool,
     /// Live stream readers: reader id → the last `seq` it has written out.
@@ -52,6 +52,19 @@ pub struct SessionState {
     /// The MCP servers the client passed (running while the session is attached).
     pub mcp: Option<Arc<super::mcp::McpSet>>,
 }
+
+/// A call delegated to the client (`client_call` frame), waiting for `client.call.result`.
+pub struct PendingClientCall {
+    pub tx: Sender<Result<Value, String>>,
+    pub tool_call_id: Option<String>,
+    pub service: String,
+    /// Served by `client.call.input` (frames carry large inputs by reference).
+    pub input: Value,
+}
+
+/// The largest serialized frame the host emits; anything larger is replaced by a
+/// `frame_omitted` frame (and logged): a reader never meets a line it cannot read.
+pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
 
 pub struct TurnRecord {
     pub snapshot: TurnSnapshot,
@@ -179,7 +192,30 @@ impl SessionCell {
             body,
         };
         let line: Arc<str> = match serde_json::to_string(&frame) {
-            Ok(s) => s.into(),
+            Ok(s) if s.len() <= MAX_FRAME_BYTES => s.into(),
+            Ok(s) => {
+                // Every producer bounds its frames; this is the net under a bug.
+                let kind = serde_json::to_value(&frame.body)
+                    .ok()
+                    .and_then(|v| v["kind"].as_str().map(String::from))
+                    .unwrap_or_default();
+                log::error!(
+                    "session {}: a {kind} frame of {} bytes is over the {MAX_FRAME_BYTES}-byte frame limit; omitted",
+                    self.id,
+                    s.len()
+                );
+                let omitted = Frame {
+                    body: FrameBody::FrameOmitted {
+                        omitted_kind: kind,
+                        bytes: s.len() as u64,
+                    },
+                    ..frame
+                };
+                match serde_json::to_string(&omitted) {
+                    Ok(s) => s.into(),
+                    Err(_) => return seq,
+                }
+            }
             Err(e) => {
                 log::error!("cannot serialize a frame: {e}");
                 return seq;

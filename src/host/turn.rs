@@ -33,6 +33,10 @@ pub fn default_max_steps() -> usize {
 }
 /// Tool arguments carried inline in frames; longer ones are cut and flagged.
 const ARGS_INLINE_LIMIT: usize = 16 * 1024;
+/// Client-call inputs larger than this (serialized) travel by reference.
+const CALL_INPUT_INLINE: usize = 256 * 1024;
+/// Text deltas are cut into frames of at most this many bytes.
+const DELTA_FRAME_BYTES: usize = 64 * 1024;
 /// How long a delegated editor call may take before the tool fails.
 const CLIENT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -301,6 +305,19 @@ impl Turn {
     }
 
     fn delta(&self, is_text: bool, message_id: &str, acc: &mut String, t: String) {
+        // A provider may send one huge chunk: frames stay bounded.
+        if t.len() > DELTA_FRAME_BYTES {
+            let mut rest = t.as_str();
+            while !rest.is_empty() {
+                let mut end = rest.len().min(DELTA_FRAME_BYTES);
+                while !rest.is_char_boundary(end) {
+                    end -= 1;
+                }
+                self.delta(is_text, message_id, acc, rest[..end].to_string());
+                rest = &rest[end..];
+            }
+            return;
+        }
         let mut st = self.cell.make_room(self.cell.lock());
         let start_offset = acc.len() as u64;
         acc.push_str(&t);
@@ -612,7 +629,7 @@ impl Turn {
                     tool_name: name.into(),
                     title: plan.title.clone(),
                     review: review.into(),
-                    args: Some(args.clone()),
+                    args: Some(bounded_args(args).0),
                     locations: plan.locations.clone(),
                     diff,
                     remember_for_turn_allowed: true,
@@ -1233,8 +1250,8 @@ impl Turn {
         for id in pending {
             self.close_interaction(&mut st, &id, reason);
         }
-        for (_, tx) in st.client_calls.drain() {
-            let _ = tx.send(Err("the turn ended".into()));
+        for (_, call) in st.client_calls.drain() {
+            let _ = call.tx.send(Err("the turn ended".into()));
         }
         let status = match t.outcome {
             TurnOutcome::Completed => TurnStatus::Completed,
@@ -1376,12 +1393,24 @@ impl ToolEnv for Turn {
                     "the client did not register {service}"
                 )));
             }
-            st.client_calls.insert(invocation_id.clone(), tx);
+            // A large input (a big file to write) travels by reference: the frame stays small
+            // and the client fetches it with `client.call.input`.
+            let input_ref = input.to_string().len() > CALL_INPUT_INLINE;
+            st.client_calls.insert(
+                invocation_id.clone(),
+                super::session::PendingClientCall {
+                    tx,
+                    tool_call_id: self.current_tool.clone(),
+                    service: service.into(),
+                    input: input.clone(),
+                },
+            );
             let body = FrameBody::ClientCall {
                 invocation_id: invocation_id.clone(),
                 tool_call_id: self.current_tool.clone(),
                 service: service.into(),
-                input,
+                input: if input_ref { Value::Null } else { input },
+                input_ref,
             };
             self.cell.emit(&mut st, body);
         }

@@ -18,6 +18,9 @@ pub enum ClientError {
     Host(HostError),
     /// The host could not be reached or broke the connection.
     Transport(String),
+    /// The host answered, but this reply or frame could not be read (too large, not JSON, no
+    /// envelope). That one operation fails; it says nothing about the host's health.
+    Protocol(String),
 }
 
 impl std::fmt::Display for ClientError {
@@ -25,6 +28,7 @@ impl std::fmt::Display for ClientError {
         match self {
             ClientError::Host(e) => write!(f, "{e}"),
             ClientError::Transport(e) => write!(f, "Runtime Host unreachable: {e}"),
+            ClientError::Protocol(e) => write!(f, "unreadable Runtime Host reply: {e}"),
         }
     }
 }
@@ -33,7 +37,7 @@ impl ClientError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             ClientError::Host(e) => Some(e.code),
-            ClientError::Transport(_) => None,
+            ClientError::Transport(_) | ClientError::Protocol(_) => None,
         }
     }
 }
@@ -43,6 +47,8 @@ pub struct HostClient {
     token: String,
     ops: ureq::Agent,
     streams: ureq::Agent,
+    /// Short timeouts: is the host alive? (A broken stream is not a dead host.)
+    probe: ureq::Agent,
 }
 
 /// One window of the event stream. Iterate with [`EventStream::next_frame`].
@@ -56,19 +62,53 @@ impl EventStream {
     pub fn next_frame(&mut self) -> Result<Option<Frame>, ClientError> {
         loop {
             self.line.clear();
+            let mut bytes = Vec::new();
             let n = (&mut self.reader)
                 .take(MAX_FRAME_LINE)
-                .read_line(&mut self.line)
+                .read_until(b'\n', &mut bytes)
                 .map_err(|e| ClientError::Transport(format!("event stream broke: {e}")))?;
             if n == 0 {
                 return Ok(None);
             }
-            if self.line.trim().is_empty() {
+            if bytes.last() != Some(&b'\n') && n as u64 == MAX_FRAME_LINE {
+                // Over the limit: skip the rest of this line (never buffered) and say so; the
+                // stream itself is fine and reading goes on after it.
+                let skipped = skip_line(&mut self.reader)?;
+                return Err(ClientError::Protocol(format!(
+                    "a frame of {} bytes is over the {MAX_FRAME_LINE}-byte limit",
+                    n as u64 + skipped
+                )));
+            }
+            if bytes.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            return serde_json::from_str(&self.line).map(Some).map_err(|e| {
-                ClientError::Transport(format!("unreadable frame from the host: {e}"))
+            return serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                ClientError::Protocol(format!("unreadable frame from the host: {e}"))
             });
+        }
+    }
+}
+
+/// Consumes the rest of a line without keeping it; returns how many bytes it had.
+fn skip_line(reader: &mut dyn BufRead) -> Result<u64, ClientError> {
+    let mut skipped = 0u64;
+    loop {
+        let buf = reader
+            .fill_buf()
+            .map_err(|e| ClientError::Transport(format!("event stream broke: {e}")))?;
+        if buf.is_empty() {
+            return Ok(skipped);
+        }
+        match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => {
+                reader.consume(i + 1);
+                return Ok(skipped + i as u64 + 1);
+            }
+            None => {
+                let n = buf.len();
+                reader.consume(n);
+                skipped += n as u64;
+            }
         }
     }
 }
@@ -81,11 +121,23 @@ impl HostClient {
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .into();
+        // The host ends every window after waitMs (≤ 60 s); this bounds a stream that stopped.
+        // When it fires, the host is asked whether it lives before anything is concluded (this
+        // side may simply not have read: a client that stopped reading stdout).
+        let stream_timeout = std::env::var("MAKA_HOST_STREAM_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|ms| *ms >= 100)
+            .unwrap_or(90_000);
         let streams = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
-            // The host ends every window after waitMs (≤ 60 s); this bounds a dead stream.
-            .timeout_global(Some(Duration::from_secs(90)))
+            .timeout_global(Some(Duration::from_millis(stream_timeout)))
+            .build()
+            .into();
+        let probe = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(5)))
             .build()
             .into();
         HostClient {
@@ -93,6 +145,7 @@ impl HostClient {
             token: token.to_string(),
             ops,
             streams,
+            probe,
         }
     }
 
@@ -110,9 +163,14 @@ impl HostClient {
             .with_config()
             .limit(MAX_RESPONSE)
             .read_to_string()
-            .map_err(|e| ClientError::Transport(format!("reading the {key} response: {e}")))?;
+            .map_err(|e| match e {
+                ureq::Error::BodyExceedsLimit(_) => ClientError::Protocol(format!(
+                    "the {key} reply is over the {MAX_RESPONSE}-byte limit"
+                )),
+                e => ClientError::Transport(format!("reading the {key} response: {e}")),
+            })?;
         let env: Envelope = serde_json::from_str(&text).map_err(|_| {
-            ClientError::Transport(format!(
+            ClientError::Protocol(format!(
                 "the host answered {key} with HTTP {status} and no envelope"
             ))
         })?;
@@ -171,6 +229,16 @@ impl HostClient {
             )),
             line: String::new(),
         })
+    }
+
+    /// Whether the host answers at all (`GET /v1/health`, 5 s): tells a dead host from a stream
+    /// that broke or stalled because this side stopped reading.
+    pub fn is_alive(&self) -> bool {
+        self.probe
+            .get(&format!("{}/v1/health", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()
+            .is_ok_and(|r| r.status().as_u16() == 200)
     }
 
     pub fn hello(&self) -> Result<Value, ClientError> {

@@ -573,8 +573,12 @@ pub enum FrameBody {
         turn_id: String,
         run_id: String,
         origin: String,
+        /// The prompt as shown in frames: text up to 64 KiB, attachments by name only (the
+        /// whole prompt is in the transcript).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         content: Option<MessageContent>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        content_truncated: bool,
     },
     #[serde(rename_all = "camelCase")]
     TurnStatus {
@@ -685,7 +689,10 @@ pub enum FrameBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool_call_id: Option<String>,
         service: String,
+        /// `null` when `inputRef` (a large input: fetch it with `client.call.input`).
         input: Value,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        input_ref: bool,
     },
     #[serde(rename_all = "camelCase")]
     ClientCallCancelled {
@@ -707,6 +714,13 @@ pub enum FrameBody {
         failure_details: Option<Value>,
     },
     SessionRemoved {},
+    /// A frame over the size limit that the host could not emit (a bug in a producer): the
+    /// reader re-reads the durable state instead.
+    #[serde(rename_all = "camelCase")]
+    FrameOmitted {
+        omitted_kind: String,
+        bytes: u64,
+    },
     #[serde(rename_all = "camelCase")]
     Heartbeat {
         head_seq: u64,

@@ -13,6 +13,8 @@ const READ_LIMIT: usize = 256 * 1024;
 /// Largest file `edit_file` and `search_text` touch.
 const EDIT_LIMIT: u64 = 8 * 1024 * 1024;
 const LIST_LIMIT: usize = 1000;
+/// The longest unified diff kept in a result or a permission dialog.
+const DIFF_LIMIT: usize = 256 * 1024;
 const FIND_LIMIT: usize = 500;
 const SEARCH_MATCH_LIMIT: usize = 200;
 const WALK_LIMIT: usize = 100_000;
@@ -265,7 +267,19 @@ pub fn edit_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcom
 /// Builds the diff record. Whole-file texts are kept when small; big files keep only the
 /// unified diff's context (bounded frames).
 pub fn file_diff(cwd: &Path, path: &Path, old: Option<&str>, new: &str) -> FileDiff {
-    let unified = diff::unified(&display(cwd, path), old.unwrap_or(""), new);
+    let mut unified = diff::unified(&display(cwd, path), old.unwrap_or(""), new);
+    if unified.len() > DIFF_LIMIT {
+        // Frames stay bounded: the diff is cut at a line, and says so.
+        let total = unified.len();
+        cut(&mut unified, DIFF_LIMIT);
+        if let Some(i) = unified.rfind('\n') {
+            unified.truncate(i + 1);
+        }
+        unified.push_str(&format!(
+            "[diff truncated: {} more bytes]\n",
+            total - unified.len()
+        ));
+    }
     let small = old.map_or(0, str::len) + new.len() <= RESULT_TEXT_LIMIT;
     FileDiff {
         path: path.display().to_string(),
