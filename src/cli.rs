@@ -222,6 +222,10 @@ fn init_logging(level: Option<&str>) {
 
 /// Runs the program; returns the process exit code.
 pub fn main() -> i32 {
+    #[cfg(feature = "host")]
+    if std::env::args_os().nth(1).as_deref() == Some(crate::host::reaper::REAPER_ARG.as_ref()) {
+        return crate::host::reaper::run_reaper();
+    }
     let command = match parse(std::env::args_os().skip(1), Env::from_process()) {
         Ok(c) => c,
         Err(e) => {

@@ -95,3 +95,104 @@ fn unreadable_lines_in_the_middle_are_quarantined_and_the_rest_survives() {
         .stderr()
         .contains("moved to transcript.quarantine.jsonl"));
 }
+
+fn command_script(ws: &Path) -> Value {
+    let pidfile = ws.join("sleep.pid");
+    json!({"rules": [{"when": "long", "responses": [[{"tool": "run_command", "args": {
+        "command": format!("sleep 300 & echo $! > {}; wait", pidfile.display()),
+        "timeout_ms": 600000
+    }}]]}]})
+}
+
+fn wait_for_pid(ws: &Path) -> u32 {
+    let path = ws.join("sleep.pid");
+    for _ in 0..500 {
+        if let Some(pid) = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the command did not start");
+}
+
+fn gone_within(pid: u32, secs: u64) -> bool {
+    for _ in 0..secs * 100 {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok();
+        // Gone, or a zombie waiting for a parent that no longer matters.
+        if state.is_none_or(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        }) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let ppid: u32 = rest.split(' ').nth(1).unwrap().parse().unwrap();
+        if ppid == pid {
+            let cmd = std::fs::read_to_string(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            out.push((p, cmd.replace('\0', " ")));
+        }
+    }
+    out
+}
+
+/// Issue 13 §7: after SIGKILL of the host, `sh -c 'sleep 300'` kept running. The reaper kills
+/// every process group the host started when the host dies, however it dies.
+#[test]
+fn commands_die_with_a_host_killed_by_sigkill() {
+    let data = TempDir::new("dur-kill");
+    let ws = TempDir::new("dur-kill-ws");
+    let mut host = HostProcess::start(data.path(), Some(&command_script(ws.path())));
+    host.create_session("s", ws.path(), "bypass");
+    host.start_turn("s", "t", "long");
+    let pid = wait_for_pid(ws.path());
+    assert!(!gone_within(pid, 0), "the command runs");
+    host.kill9();
+    assert!(gone_within(pid, 10), "sleep {pid} outlived the host");
+}
+
+/// With the reaper killed as well (kill -9 of everything), the next host on the data dir
+/// reaps the groups its predecessor recorded.
+#[test]
+fn a_host_starting_on_a_data_dir_reaps_what_a_crashed_one_left() {
+    let data = TempDir::new("dur-reap");
+    let ws = TempDir::new("dur-reap-ws");
+    let mut host = HostProcess::start(data.path(), Some(&command_script(ws.path())));
+    host.create_session("s", ws.path(), "bypass");
+    host.start_turn("s", "t", "long");
+    let pid = wait_for_pid(ws.path());
+    let reaper = children_of(host.child.id())
+        .into_iter()
+        .find(|(_, cmd)| cmd.contains("__maka-reaper"))
+        .expect("a reaper runs beside the host");
+    // SAFETY-free: plain kill(1) of the reaper first, then the host.
+    std::process::Command::new("kill")
+        .args(["-KILL", &reaper.0.to_string()])
+        .status()
+        .unwrap();
+    host.kill9();
+    assert!(!gone_within(pid, 1), "nothing reaped it yet");
+    let host = HostProcess::start(data.path(), Some(&command_script(ws.path())));
+    assert!(
+        gone_within(pid, 10),
+        "sleep {pid} survived the next host's start"
+    );
+    assert!(host.stderr_contains("reaping process group"));
+}

@@ -131,6 +131,7 @@ impl McpServer {
                 let mut child = cmd
                     .spawn()
                     .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                super::reaper::track(child.id());
                 let stdin = child.stdin.take().ok_or("no stdin")?;
                 let stdout = child.stdout.take().ok_or("no stdout")?;
                 let stdin = Arc::new(Mutex::new(stdin));
@@ -376,6 +377,7 @@ impl McpServer {
             kill_group(t.child.id());
             let _ = t.child.kill();
             let _ = t.child.wait();
+            super::reaper::untrack(t.child.id());
         }
     }
 }

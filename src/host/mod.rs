@@ -7,6 +7,7 @@ pub mod http;
 pub mod mcp;
 pub mod models;
 pub mod ops;
+pub mod reaper;
 pub mod server;
 pub mod session;
 pub mod store;
@@ -250,6 +251,7 @@ pub fn bind(
         .unwrap_or(true);
     let store = Store::open(data_dir, fsync)
         .map_err(|e| format!("cannot use data dir {}: {e}", data_dir.display()))?;
+    reaper::start(data_dir);
     let server = Arc::new(
         http::Server::bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?,
     );

@@ -50,6 +50,7 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
         Err(e) => return ToolOutcome::failed(format!("cannot start `{command}`: {e}")),
     };
     let pgid = child.id();
+    super::super::reaper::track(pgid);
     let (tx, rx) = bounded::<Chunk>(64);
     let mut pipes = 0;
     if let Some(out) = child.stdout.take() {
@@ -89,6 +90,10 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
         let _ = child.kill();
     }
     let status = wait_bounded(&mut child);
+    // Background jobs of the command stay guarded until the host exits.
+    if !super::super::reaper::group_alive(pgid) {
+        super::super::reaper::untrack(pgid);
+    }
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal()).map(signal_name);
     let ok = !cancelled && !timed_out && exit_code == Some(0);
@@ -253,14 +258,7 @@ fn spawn_pipe_reader(
 
 /// SIGKILL to the whole process group (the shell and everything it started).
 pub fn kill_group(pgid: u32) {
-    let r = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if let Err(e) = r {
-        log::warn!("cannot kill process group {pgid}: {e}");
-    }
+    super::super::reaper::kill_group(pgid);
 }
 
 fn wait_bounded(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
