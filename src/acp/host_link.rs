@@ -8,15 +8,65 @@
 
 use super::agent::AdapterConfig;
 use crate::host_api::client::HostClient;
+#[cfg(feature = "host")]
 use crate::host_api::random_hex;
 use crate::jsonrpc::{code, ResponseError};
 use serde_json::json;
+#[cfg(feature = "host")]
 use std::io::BufRead;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
+#[cfg(feature = "host")]
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "host")]
+enum Spawned {
+    /// Another host holds the data dir (it exited with `EXIT_DATA_DIR_BUSY`).
+    Busy,
+    Failed(ResponseError),
+}
+
+/// The host serving `data_dir`, from its discovery file, with an attach connection held.
+#[cfg(feature = "host")]
+fn discover(data_dir: &std::path::Path) -> Option<Live> {
+    use std::io::{Read, Write};
+    let info = crate::host::owner::read_discovery(data_dir)?;
+    let port = info["port"].as_u64()?;
+    let token = info["token"].as_str()?;
+    let ip = info["listen"].as_str().unwrap_or("127.0.0.1");
+    let authority = if ip.contains(':') {
+        format!("[{ip}]:{port}")
+    } else {
+        format!("{ip}:{port}")
+    };
+    let client = Arc::new(HostClient::new(&format!("http://{authority}"), token));
+    let hello = client.hello().ok()?;
+    let epoch = hello["hostEpoch"].as_str()?.to_string();
+    let mut attach = std::net::TcpStream::connect(&authority).ok()?;
+    attach.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = format!(
+        "GET /v1/attach HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    );
+    attach.write_all(request.as_bytes()).ok()?;
+    let mut head = [0u8; 12];
+    attach.read_exact(&mut head).ok()?;
+    if &head[..] != b"HTTP/1.1 200" {
+        return None;
+    }
+    log::info!(
+        "using the Runtime Host that already serves {} (epoch {epoch})",
+        data_dir.display()
+    );
+    Some(Live {
+        connected: Connected { client, epoch },
+        child: None,
+        _attach: Some(attach),
+    })
+}
+
 /// How long the embedded host may take to print its ready line.
+#[cfg(feature = "host")]
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone)]
@@ -28,6 +78,9 @@ pub struct Connected {
 struct Live {
     connected: Connected,
     child: Option<Child>,
+    /// Held open while we use a host another adapter started (it lives while any adapter
+    /// holds one).
+    _attach: Option<std::net::TcpStream>,
 }
 
 pub struct HostLink {
@@ -96,17 +149,57 @@ impl HostLink {
         Ok(Live {
             connected: Connected { client, epoch },
             child: None,
+            _attach: None,
         })
     }
 
+    /// The data dir's host, or a new one: a host already serving the data dir (another editor
+    /// window started it) is used — one data dir, one host — and if two adapters start at
+    /// once, the one whose host lost the data dir's lock uses the winner's.
     fn start_embedded(&self) -> Result<Live, ResponseError> {
-        if !cfg!(feature = "host") {
-            return Err(unavailable(
-                "this build has no embedded Runtime Host (cargo feature `host`); start one and pass --host-url with MAKA_HOST_TOKEN",
-            ));
+        #[cfg(feature = "host")]
+        {
+            let data_dir = self
+                .config
+                .data_dir
+                .clone()
+                .unwrap_or_else(crate::host::default_data_dir);
+            if let Some(live) = discover(&data_dir) {
+                return Ok(live);
+            }
+            let deadline = Instant::now() + Duration::from_secs(8);
+            loop {
+                match self.spawn_embedded() {
+                    Err(Spawned::Busy) if Instant::now() < deadline => {
+                        if let Some(live) = discover(&data_dir) {
+                            return Ok(live);
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    Err(Spawned::Busy) => {
+                        return Err(unavailable(format!(
+                            "another Runtime Host holds {} but cannot be reached; stop it or use --data-dir",
+                            data_dir.display()
+                        )))
+                    }
+                    Err(Spawned::Failed(e)) => return Err(e),
+                    Ok(live) => return Ok(live),
+                }
+            }
         }
-        let exe = std::env::current_exe()
-            .map_err(|e| unavailable(format!("cannot find this program to start the host: {e}")))?;
+        #[cfg(not(feature = "host"))]
+        Err(unavailable(
+            "this build has no embedded Runtime Host (cargo feature `host`); start one and pass --host-url with MAKA_HOST_TOKEN",
+        ))
+    }
+
+    #[cfg(feature = "host")]
+    fn spawn_embedded(&self) -> Result<Live, Spawned> {
+        let exe = std::env::current_exe().map_err(|e| {
+            Spawned::Failed(unavailable(format!(
+                "cannot find this program to start the host: {e}"
+            )))
+        })?;
         let token = random_hex(32);
         let mut cmd = Command::new(exe);
         cmd.arg("host");
@@ -121,10 +214,16 @@ impl HostLink {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|e| unavailable(format!("cannot start the embedded Runtime Host: {e}")))?;
+            .map_err(|e| {
+                Spawned::Failed(unavailable(format!(
+                    "cannot start the embedded Runtime Host: {e}"
+                )))
+            })?;
         let Some(stdout) = child.stdout.take() else {
             let _ = child.kill();
-            return Err(unavailable("the embedded Runtime Host has no stdout"));
+            return Err(Spawned::Failed(unavailable(
+                "the embedded Runtime Host has no stdout",
+            )));
         };
         // Read the ready line on a helper thread so a silent child cannot hang us.
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -141,7 +240,10 @@ impl HostLink {
             Ok(Ok(line)) if !line.is_empty() => line,
             other => {
                 let _ = child.kill();
-                let _ = child.wait();
+                let status = child.wait().ok().and_then(|s| s.code());
+                if status == Some(crate::host::owner::EXIT_DATA_DIR_BUSY) {
+                    return Err(Spawned::Busy);
+                }
                 let why = match other {
                     Err(_) => format!(
                         "it printed no ready line within {} s",
@@ -149,9 +251,9 @@ impl HostLink {
                     ),
                     _ => "it exited before it was ready (see the log above)".to_string(),
                 };
-                return Err(unavailable(format!(
+                return Err(Spawned::Failed(unavailable(format!(
                     "the embedded Runtime Host did not start: {why}"
-                )));
+                ))));
             }
         };
         let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
@@ -159,10 +261,10 @@ impl HostLink {
         else {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(unavailable(format!(
+            return Err(Spawned::Failed(unavailable(format!(
                 "the embedded Runtime Host printed an unexpected ready line: {}",
                 line.trim()
-            )));
+            ))));
         };
         let client = Arc::new(HostClient::new(&format!("http://127.0.0.1:{port}"), &token));
         log::info!(
@@ -176,6 +278,7 @@ impl HostLink {
                 epoch: epoch.to_string(),
             },
             child: Some(child),
+            _attach: None,
         })
     }
 
@@ -201,8 +304,22 @@ impl HostLink {
             return;
         };
         let Some(mut child) = l.child.take() else {
-            return;
+            return; // an external host, or one another adapter started: dropping our attach
         };
+        // Other editor windows may use the host this adapter started: then it stays (it
+        // exits when the last of them leaves); closing its stdin tells it we left.
+        let others = l
+            .connected
+            .client
+            .op("host.status", &json!({}))
+            .ok()
+            .and_then(|s| s["attachedClients"].as_u64())
+            .unwrap_or(0);
+        if others > 0 {
+            log::info!("{others} other adapter(s) use the Runtime Host; leaving it running");
+            drop(child.stdin.take());
+            return;
+        }
         if let Err(e) = l.connected.client.shutdown(200) {
             log::debug!("shutdown request: {e}");
         }

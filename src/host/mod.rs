@@ -7,6 +7,7 @@ pub mod http;
 pub mod mcp;
 pub mod models;
 pub mod ops;
+pub mod owner;
 pub mod reaper;
 pub mod server;
 pub mod session;
@@ -47,6 +48,11 @@ pub struct Host {
     streams: AtomicUsize,
     ops_inflight: AtomicUsize,
     server: Mutex<Option<Arc<http::Server>>>,
+    /// Other adapters using this host (`GET /v1/attach`): it lives while any does.
+    pub attached: owner::Attached,
+    pub data_dir: PathBuf,
+    /// Held for the host's whole life: one data dir, one host.
+    _lock: owner::DataDirLock,
 }
 
 /// Held while a stream (or op) occupies one of the bounded slots.
@@ -141,6 +147,7 @@ impl Host {
             "hostEpoch": self.epoch,
             "activeTurns": self.active_turns(),
             "openSessions": self.sessions_lock().len(),
+            "attachedClients": self.attached.count(),
             "uptimeMs": self.started.elapsed().as_millis() as u64,
         })
     }
@@ -152,6 +159,9 @@ impl Host {
             return;
         }
         log::info!("shutting down (drain {} ms)", drain.as_millis());
+        // New adapters must not find a host that is going away.
+        owner::unpublish(&self.data_dir);
+        self.attached.release_all();
         let host = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("host-shutdown".into())
@@ -234,26 +244,53 @@ pub struct Bound {
     pub port: u16,
 }
 
-/// Opens the data dir, loads the sessions, reads the provider configuration and binds the
-/// listener. Errors are one-line messages for the user.
+/// Why a host could not start: one line for the person, and the exit status.
+#[derive(Debug)]
+pub struct BindError {
+    pub message: String,
+    /// 2: a usage error; [`owner::EXIT_DATA_DIR_BUSY`]: another host serves the data dir;
+    /// 1: anything else.
+    pub exit: i32,
+}
+
+impl BindError {
+    fn other(message: String) -> BindError {
+        BindError { message, exit: 1 }
+    }
+}
+
+/// Takes the data dir (its lock first: one host per data dir), reaps what a crashed
+/// predecessor left, loads the sessions, reads the provider configuration, binds the listener
+/// and publishes how to reach it. Errors are one-line messages for the user.
 pub fn bind(
     listen: SocketAddr,
     data_dir: &std::path::Path,
     token: String,
-) -> Result<Bound, String> {
+) -> Result<Bound, BindError> {
     if !listen.ip().is_loopback() {
-        return Err(format!(
-            "--listen must be a loopback address (127.0.0.1, ::1), got {listen}"
-        ));
+        return Err(BindError {
+            message: format!("--listen must be a loopback address (127.0.0.1, ::1), got {listen}"),
+            exit: 2,
+        });
     }
+    create_private_dir(data_dir).map_err(|e| {
+        BindError::other(format!("cannot use data dir {}: {e}", data_dir.display()))
+    })?;
+    let lock = owner::lock(data_dir).map_err(|message| BindError {
+        message,
+        exit: owner::EXIT_DATA_DIR_BUSY,
+    })?;
     let fsync = std::env::var("MAKA_HOST_FSYNC")
         .map(|v| v != "0")
         .unwrap_or(true);
-    let store = Store::open(data_dir, fsync)
-        .map_err(|e| format!("cannot use data dir {}: {e}", data_dir.display()))?;
+    let store = Store::open(data_dir, fsync).map_err(|e| {
+        BindError::other(format!("cannot use data dir {}: {e}", data_dir.display()))
+    })?;
+    // Only the data dir's owner may reap what was recorded there.
     reaper::start(data_dir);
     let server = Arc::new(
-        http::Server::bind(listen).map_err(|e| format!("cannot listen on {listen}: {e}"))?,
+        http::Server::bind(listen)
+            .map_err(|e| BindError::other(format!("cannot listen on {listen}: {e}")))?,
     );
     let port = server.port();
     let mut sessions = HashMap::new();
@@ -281,7 +318,21 @@ pub fn bind(
         streams: AtomicUsize::new(0),
         ops_inflight: AtomicUsize::new(0),
         server: Mutex::new(Some(Arc::clone(&server))),
+        attached: owner::Attached::default(),
+        data_dir: data_dir.to_path_buf(),
+        _lock: lock,
     });
+    let discovery = json!({
+        "pid": std::process::id(), "port": port, "listen": listen.ip().to_string(),
+        "token": host.token, "hostEpoch": host.epoch,
+        "protocol": crate::host_api::wire::PROTOCOL_VERSION,
+    });
+    if let Err(e) = owner::publish(data_dir, &discovery) {
+        log::warn!(
+            "cannot publish {}: {e}; other adapters will not find this host",
+            owner::DISCOVERY_FILE
+        );
+    }
     log::info!(
         "host {} listening on 127.0.0.1:{port}, data dir {}, {} session(s)",
         host.epoch,
@@ -309,8 +360,8 @@ pub fn run(opts: HostOptions) -> i32 {
     let bound = match bind(opts.listen, &opts.data_dir, token) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("maka-acp host: {e}");
-            return if e.starts_with("--listen") { 2 } else { 1 };
+            eprintln!("maka-acp host: {}", e.message);
+            return e.exit;
         }
     };
     let ready = json!({"kind": "ready", "port": bound.port, "hostEpoch": bound.host.epoch, "pid": std::process::id(), "protocol": crate::host_api::wire::PROTOCOL_VERSION});
@@ -328,10 +379,30 @@ pub fn run(opts: HostOptions) -> i32 {
                 let mut sink = [0u8; 1024];
                 let mut stdin = std::io::stdin();
                 while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-                log::info!("stdin closed");
+                let others = h.attached.count();
+                if others > 0 {
+                    log::info!("stdin closed; {others} other adapter(s) still use this host: serving until they leave");
+                    h.attached.wait_unused();
+                } else {
+                    log::info!("stdin closed");
+                }
                 h.begin_shutdown(Duration::from_secs(2));
             });
     }
+    let data_dir = bound.host.data_dir.clone();
     serve(bound);
+    owner::unpublish(&data_dir);
     0
+}
+
+/// Creates the data dir readable by its owner only (it holds sessions and the host's token).
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
 }

@@ -160,6 +160,19 @@ fn handle(host: &Arc<Host>, request: Request, ex: &mut Exchange) {
             }
         }
         ("GET", "/v1/events") => stream(host, ex, query),
+        ("GET", "/v1/attach") if !host.is_draining() => {
+            let s = ex.stream();
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\nMaka-Host-Epoch: {}\r\n\r\n",
+                host.epoch
+            );
+            if s.write_all(head.as_bytes())
+                .and_then(|()| s.flush())
+                .is_ok()
+            {
+                host.attached.hold(s);
+            }
+        }
         ("GET", "/v1/health") => {
             let result = json!({"state": if host.is_draining() { "draining" } else { "ready" }, "hostEpoch": host.epoch});
             respond_ok(host, ex, result)
