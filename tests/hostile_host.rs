@@ -224,3 +224,55 @@ fn any_loopback_listen_address_is_served() {
     assert_eq!(status_of(&out), 200, "{out}");
     assert!(out.contains("\"state\":\"ready\""), "{out}");
 }
+
+/// Issue 13 (should fix): when the event stream was refused (`capacity_exceeded`) the prompt
+/// failed but the host turn still ran its tools. The stream is now opened before the turn
+/// starts: a turn nobody can follow is never started.
+#[test]
+fn a_prompt_that_cannot_be_followed_is_never_started() {
+    let data = TempDir::new("hh-cap");
+    let ws = TempDir::new("hh-cap-ws");
+    let script = json!({"default": [[{"tool": "write_file", "args": {"path": "ran.txt", "content": "x"}}], [{"text": "ok"}]]});
+    let host = HostProcess::start(&data.0, Some(&script));
+    host.create_session("hold", ws.path(), "bypass");
+    // Another client holds every stream slot.
+    let held: Vec<TcpStream> = (0..64)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", host.port)).unwrap();
+            let req = format!(
+                "GET /v1/events?sessionId=hold&after=0&waitMs=60000 HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\n\r\n",
+                host.port, host.token
+            );
+            s.write_all(req.as_bytes()).unwrap();
+            let mut head = [0u8; 12];
+            s.read_exact(&mut head).unwrap();
+            assert_eq!(&head, b"HTTP/1.1 200");
+            s
+        })
+        .collect();
+    let mut agent = support::AgentProcess::spawn_with(support::Spawn {
+        args: vec!["--host-url".into(), host.url("")],
+        env: vec![("MAKA_HOST_TOKEN".into(), host.token.clone())],
+    });
+    agent.initialize();
+    let r = agent.call_ok("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
+    let id = r["sessionId"].as_str().unwrap().to_string();
+    agent.expect_commands(&id);
+    let mode = json!({"sessionId": id, "modeId": "bypass"});
+    agent.call_ok("session/set_mode", mode);
+    let _ = agent.recv();
+    let t = agent.prompt(&id, "go", |r| panic!("{r}"));
+    let err = support::error_of(&t.response);
+    assert_eq!(err["data"]["makaCode"], "capacity_exceeded", "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("not started"),
+        "{err}"
+    );
+    let s = host.ok("session.get", json!({"sessionId": id}));
+    assert_eq!(s["session"]["turnCount"], 0, "{s}");
+    assert!(
+        !ws.path().join("ran.txt").exists(),
+        "a tool of an unfollowed turn ran"
+    );
+    drop(held);
+}

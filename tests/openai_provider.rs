@@ -264,3 +264,61 @@ fn compact_replaces_the_history_the_model_sees_with_its_summary() {
     );
     assert_eq!(next.last().unwrap()["content"], "and the second city?");
 }
+
+/// Issue 13 (should fix): streams that end without a finish reason or `[DONE]`, garbage SSE,
+/// an HTML page with 200, a stream that goes silent (or sends only keep-alives), and a
+/// `Retry-After` of an hour each end the turn `failed`, naming the cause — never `end_turn`
+/// with cut text, never a wait without end.
+#[test]
+fn misbehaving_providers_fail_the_turn_naming_the_cause() {
+    use support::fake_openai::{sse_raw, sse_then_silence};
+    let ws = TempDir::new("oa-bad-ws");
+    let cut = "data: {\"choices\":[{\"delta\":{\"content\":\"Half an ans\"}}]}\n\n";
+    let (port, _) = fake_server(vec![
+        sse_raw(cut),
+        sse_raw("data: {not json\n\nevent: nonsense\n\n"),
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n<html><body>Welcome to nginx!</body></html>".to_string(),
+        sse_then_silence(": keep-alive\n\n"),
+        http(429, "{\"error\":{\"message\":\"quota\"}}", &[("Retry-After", "3600")]),
+    ]);
+    let data = TempDir::new("oa-bad-data");
+    let host = HostProcess::start_env(
+        data.path(),
+        vec![
+            (
+                "MAKA_OPENAI_BASE_URL".into(),
+                format!("http://127.0.0.1:{port}/v1"),
+            ),
+            ("MAKA_MODEL".into(), "fake-model".into()),
+            ("MAKA_PROVIDER_IDLE_TIMEOUT_MS".into(), "1500".into()),
+        ],
+    );
+    host.create_session("s", ws.path(), "bypass");
+    for (turn, class, needle) in [
+        (
+            "t1",
+            "provider_error",
+            "stopped in the middle of its answer",
+        ),
+        ("t2", "provider_error", "did not answer with a model stream"),
+        ("t3", "provider_error", "did not answer with a model stream"),
+        ("t4", "provider_timeout", "sent nothing for 1 s"),
+        ("t5", "provider_unavailable", "asked to wait 3600 s"),
+    ] {
+        let started = std::time::Instant::now();
+        let after = host.head_seq("s");
+        host.start_turn("s", turn, "hi");
+        let frames = host.until_terminal("s", after);
+        let end = frames.last().unwrap();
+        assert_eq!(end["outcome"], "failed", "{turn}: {end}");
+        assert_eq!(end["failureClass"], class, "{turn}: {end}");
+        let msg = end["failureMessage"].as_str().unwrap();
+        assert!(msg.contains(needle), "{turn}: {msg}");
+        assert!(!msg.contains('<'), "{turn}: {msg}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{turn} took {:?}",
+            started.elapsed()
+        );
+    }
+}

@@ -504,7 +504,7 @@ fn open_inner(
     let (shared, c2) = (Arc::clone(&ctx.shared), conn.clone());
     let after: AfterResponse = Box::new(move |s: &Arc<AcpSession>| {
         if active_turn.is_some() {
-            s.ensure_reader(&shared, &c2);
+            s.ensure_reader(&shared, &c2, None);
         }
         for i in pending {
             interaction::spawn(Arc::clone(s), Arc::clone(&shared), c2.clone(), i);
@@ -737,6 +737,11 @@ fn start_prompt(ctx: &Ctx, session: &Arc<AcpSession>, turn_id: &str, content: Va
             return fail(e);
         }
     }
+    // Followed before it runs: a turn nobody can follow is never started.
+    let stream = match session.open_stream(&conn) {
+        Ok(s) => s,
+        Err(e) => return fail(e),
+    };
     if let Err(e) = ctx.op(
         &conn,
         "turn.start",
@@ -758,7 +763,7 @@ fn start_prompt(ctx: &Ctx, session: &Arc<AcpSession>, turn_id: &str, content: Va
         // session/cancel arrived while turn.start was in flight.
         session.stop_turn(&ctx.shared, turn_id);
     }
-    session.ensure_reader(&ctx.shared, &conn);
+    session.ensure_reader(&ctx.shared, &conn, stream);
 }
 
 fn authenticate(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {

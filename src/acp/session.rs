@@ -14,7 +14,7 @@ use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
 use super::interaction;
 use super::projection::Projector;
-use crate::host_api::client::ClientError;
+use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::wire::{ErrorCode, Frame, FrameBody, Interaction, TurnOutcome};
 use crate::jsonrpc::{code, ClientCalls, Message, Outbox, RequestId, Responder, ResponseError};
 use serde_json::{json, Value};
@@ -162,8 +162,48 @@ impl AcpSession {
         self.lock().epoch.as_deref() == Some(epoch)
     }
 
-    /// Starts the reader unless one is running.
-    pub fn ensure_reader(self: &Arc<Self>, shared: &Arc<Shared>, conn: &Connected) {
+    /// The event stream a prompt will be followed on, opened before its turn starts: a turn
+    /// nobody can follow is never started. `None` when a reader already follows the session.
+    /// While the host's stream slots are full, retries for up to 5 s.
+    pub fn open_stream(&self, conn: &Connected) -> Result<Option<EventStream>, ResponseError> {
+        let (after, epoch) = {
+            let st = self.lock();
+            if st.reader_running {
+                return Ok(None);
+            }
+            (
+                st.last_seq,
+                st.epoch.clone().unwrap_or_else(|| conn.epoch.clone()),
+            )
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match conn.client.events(&self.id, after, &epoch, 25_000, true) {
+                Ok(s) => return Ok(Some(s)),
+                Err(ClientError::Host(h))
+                    if h.code == ErrorCode::CapacityExceeded && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(ClientError::Host(h)) if h.code == ErrorCode::CapacityExceeded => {
+                    return Err(ResponseError::new(
+                        code::INTERNAL_ERROR,
+                        "The Runtime Host is following too many sessions to follow this prompt; it was not started. Try again in a moment.",
+                    )
+                    .with_data(json!({"makaCode": "capacity_exceeded", "retryable": true})))
+                }
+                Err(e) => return Err(errors::from_client(&e)),
+            }
+        }
+    }
+
+    /// Starts the reader unless one is running; `first` is a stream already opened for it.
+    pub fn ensure_reader(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        conn: &Connected,
+        first: Option<EventStream>,
+    ) {
         {
             let mut st = self.lock();
             if st.reader_running {
@@ -174,7 +214,7 @@ impl AcpSession {
         let (s, sh, c) = (Arc::clone(self), Arc::clone(shared), conn.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("acp-session-{}", self.id))
-            .spawn(move || reader(s, sh, c));
+            .spawn(move || reader(s, sh, c, first));
         if let Err(e) = spawned {
             log::error!("cannot start the reader for {}: {e}", self.id);
             self.lock().reader_running = false;
@@ -271,7 +311,14 @@ impl AcpSession {
 
 /// The reader thread: follows the stream until the followed turn has ended and no prompt is
 /// waiting, reconnecting at every window end.
-fn reader(session: Arc<AcpSession>, shared: Arc<Shared>, conn: Connected) {
+fn reader(
+    session: Arc<AcpSession>,
+    shared: Arc<Shared>,
+    conn: Connected,
+    mut first: Option<EventStream>,
+) {
+    // Consecutive windows refused because the host's stream slots were full.
+    let mut refused = 0u32;
     loop {
         let (after, epoch) = {
             let mut st = session.lock();
@@ -289,9 +336,34 @@ fn reader(session: Arc<AcpSession>, shared: Arc<Shared>, conn: Connected) {
                 st.epoch.clone().unwrap_or_else(|| conn.epoch.clone()),
             )
         };
-        let stream = conn.client.events(&session.id, after, &epoch, 25_000, true);
+        let stream = match first.take() {
+            Some(s) => Ok(s),
+            None => conn.client.events(&session.id, after, &epoch, 25_000, true),
+        };
         let mut stream = match stream {
-            Ok(s) => s,
+            Ok(s) => {
+                refused = 0;
+                s
+            }
+            Err(ClientError::Host(h)) if h.code == ErrorCode::CapacityExceeded => {
+                refused += 1;
+                if refused > 100 {
+                    // 10 s without a slot: nobody can follow this turn, so it stops.
+                    let turn = session.lock().active_turn.clone();
+                    if let Some(t) = turn {
+                        session.stop_turn(&shared, &t);
+                    }
+                    let e = ResponseError::new(
+                        code::INTERNAL_ERROR,
+                        "The Runtime Host is following too many sessions to follow this turn; it was stopped. Try again in a moment.",
+                    )
+                    .with_data(json!({"makaCode": "capacity_exceeded", "retryable": true}));
+                    stop_reader(&session, &shared, Err(e));
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
             Err(e) => {
                 if !recover(&session, &shared, &conn, &e) {
                     return;

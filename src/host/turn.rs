@@ -208,12 +208,18 @@ impl Turn {
         let (mut text, mut thinking) = (String::new(), String::new());
         // (provider's id, name, arguments)
         let mut calls: Vec<(String, String, String)> = Vec::new();
+        let idle = models::idle_timeout();
         let finish = loop {
             let event = select! {
                 recv(rx) -> ev => ev.ok(),
                 recv(self.spec.cancel.receiver()) -> _ => {
                     self.persist_assistant(&text_id, &text, &thinking);
                     return Err(Terminal::cancelled());
+                }
+                default(idle) => {
+                    // Silent (or keep-alives only): the call is abandoned, the turn fails.
+                    self.persist_assistant(&text_id, &text, &thinking);
+                    return Err(Terminal::failed("provider_timeout", idle_message(idle)));
                 }
             };
             let Some(event) = event else {
@@ -251,6 +257,7 @@ impl Turn {
                     };
                     self.cell.emit(&mut st, body);
                 }
+                ModelEvent::Progress => {}
                 ModelEvent::Finish(f) => break f,
                 ModelEvent::Error {
                     class,
@@ -914,9 +921,11 @@ impl Turn {
         let rx = models::start_step(conn, request, self.spec.cancel.clone());
         let mut summary = String::new();
         loop {
+            let idle = models::idle_timeout();
             let event = select! {
                 recv(rx) -> ev => ev.ok(),
                 recv(self.spec.cancel.receiver()) -> _ => return Terminal::cancelled(),
+                default(idle) => return Terminal::failed("provider_timeout", idle_message(idle)),
             };
             match event {
                 Some(ModelEvent::Text(t)) => summary.push_str(&t),
@@ -1513,6 +1522,13 @@ pub fn result_for_model(status: &str, result: &ToolResultContent) -> String {
     } else {
         format!("[{status}] {body}")
     }
+}
+
+fn idle_message(idle: Duration) -> String {
+    format!(
+        "The model provider sent nothing for {} s, so the turn was stopped; try again, or raise MAKA_PROVIDER_IDLE_TIMEOUT_MS for a model that thinks silently.",
+        idle.as_secs()
+    )
 }
 
 const PLAN_MODE_NOTE: &str = "Plan mode is on: investigate with read-only tools, then propose your plan with update_plan and stop. Writing files and running commands waits until the user approves the plan.";

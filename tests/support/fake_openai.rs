@@ -19,6 +19,7 @@ pub fn fake_server(responses: Vec<String>) -> (u16, Arc<Mutex<Vec<Recorded>>>) {
     let log = seen.clone();
     std::thread::spawn(move || {
         let mut queue = responses.into_iter();
+        let mut held = Vec::new();
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
             let mut reader = BufReader::new(stream.try_clone().unwrap());
@@ -47,11 +48,35 @@ pub fn fake_server(responses: Vec<String>) -> (u16, Arc<Mutex<Vec<Recorded>>>) {
             let response = queue.next().unwrap_or_else(|| {
                 http(500, "{\"error\":{\"message\":\"script exhausted\"}}", &[])
             });
-            let _ = stream.write_all(response.as_bytes());
-            let _ = stream.flush();
+            // A response ending in STALL is written, and then the connection is held open
+            // with nothing more (a provider that went silent).
+            match response.strip_suffix(STALL) {
+                Some(head) => {
+                    let _ = stream.write_all(head.as_bytes());
+                    let _ = stream.flush();
+                    held.push(stream);
+                }
+                None => {
+                    let _ = stream.write_all(response.as_bytes());
+                    let _ = stream.flush();
+                }
+            }
         }
     });
     (port, seen)
+}
+
+/// Append to a response to keep its connection open afterwards, sending nothing more.
+pub const STALL: &str = "<<STALL>>";
+
+/// A streaming response head and these raw body bytes, the connection then held open.
+pub fn sse_then_silence(body: &str) -> String {
+    format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n{body}{STALL}")
+}
+
+/// A streaming response whose body is these raw bytes (no `[DONE]` added), then closed.
+pub fn sse_raw(body: &str) -> String {
+    format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n{body}")
 }
 
 pub fn http(status: u16, body: &str, headers: &[(&str, &str)]) -> String {

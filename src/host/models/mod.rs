@@ -64,6 +64,9 @@ pub enum ModelEvent {
         delay_ms: u64,
         reason: String,
     },
+    /// Data arrived that produced no other event yet (tool-call arguments streaming): the
+    /// provider is alive. At most about once a second.
+    Progress,
     Finish(Finish),
     /// The call failed: `message` is one sentence for the person; `details` (status, body
     /// excerpt, endpoint) go to the log and the error's `data`.
@@ -215,6 +218,19 @@ impl Providers {
             }
         }
     }
+}
+
+/// How long a model step may stay silent (no event at all — keep-alive comments do not count)
+/// before the turn fails: `MAKA_PROVIDER_IDLE_TIMEOUT_MS`, else 180 s.
+pub fn idle_timeout() -> std::time::Duration {
+    static T: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        let ms = std::env::var("MAKA_PROVIDER_IDLE_TIMEOUT_MS")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|ms| *ms >= 100);
+        std::time::Duration::from_millis(ms.unwrap_or(180_000))
+    })
 }
 
 /// Starts one model step on its own thread. Dropping the receiver abandons the call.

@@ -249,6 +249,7 @@ fn read_stream(base: &str, body: impl Read, cancel: &CancelToken, tx: &Sender<Mo
     let mut finish: Option<Finish> = None;
     let mut done = false;
     let (mut chunks, mut garbage) = (0u64, 0u64);
+    let mut last_progress = std::time::Instant::now();
     let mut line = String::new();
     let fail = |message: String, details: Value| {
         let _ = send(
@@ -292,6 +293,12 @@ fn read_stream(base: &str, body: impl Read, cancel: &CancelToken, tx: &Sender<Mo
             continue;
         };
         chunks += 1;
+        if last_progress.elapsed() >= Duration::from_secs(1) {
+            last_progress = std::time::Instant::now();
+            if !send(tx, ModelEvent::Progress) {
+                return;
+            }
+        }
         if let Some(err) = chunk.get("error") {
             let said = provider_said(&json!({"error": err}).to_string())
                 .unwrap_or_else(|| "no details".into());
