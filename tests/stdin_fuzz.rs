@@ -126,7 +126,8 @@ fn mutate(rng: &mut Rng, seed: &Value) -> Vec<u8> {
 }
 
 fn replace_random(rng: &mut Rng, v: &mut Value) {
-    let junk: Value = serde_json::from_str(*rng.pick(JUNK)).unwrap_or(Value::Null);
+    let text = *rng.pick(JUNK);
+    let junk: Value = serde_json::from_str(text).unwrap_or(Value::Null);
     match v {
         Value::Object(m) if !m.is_empty() && rng.below(3) != 0 => {
             let keys: Vec<String> = m.keys().cloned().collect();
