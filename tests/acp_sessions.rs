@@ -217,14 +217,7 @@ fn permission_allow_edits_and_shows_the_diff_reject_leaves_the_file() {
             .iter()
             .map(|o| o["name"].as_str().unwrap())
             .collect();
-        assert_eq!(
-            names,
-            vec![
-                "Allow once",
-                "Allow edits for the rest of this turn",
-                "Reject"
-            ]
-        );
+        assert_eq!(names, vec!["Allow once", "Reject"]);
         select("allow_once")
     });
     assert_eq!(t.response["result"]["stopReason"], "end_turn");

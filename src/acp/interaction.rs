@@ -22,7 +22,6 @@ use serde_json::{json, Value};
 use std::sync::Arc;
 
 const ALLOW_ONCE: &str = "allow_once";
-const ALLOW_TURN: &str = "allow_turn";
 const REJECT: &str = "reject";
 
 pub fn spawn(
@@ -151,13 +150,6 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> Value {
             if let Some(d) = diff {
                 tool_call["content"] = json!([diff_content(d)]);
             }
-            let verb = match review.as_str() {
-                "command" => "commands",
-                "edit" => "edits",
-                "write" => "file writes",
-                "tool" => "MCP tools",
-                _ => "this kind of action",
-            };
             if review == "plan" {
                 // Plan mode: approving the plan is what lets the agent start changing things.
                 let options = [
@@ -166,14 +158,16 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> Value {
                 ];
                 return json!({"sessionId": session_id, "toolCall": tool_call, "options": options});
             }
-            let mut options =
-                vec![json!({"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"})];
-            if *remember_for_turn_allowed {
-                // Not `allow_always`: the schema defines that as remembering the choice, and
-                // clients label it "Always". This lasts one turn; it is an allow, once.
-                options.push(json!({"optionId": ALLOW_TURN, "name": format!("Allow {verb} for the rest of this turn"), "kind": "allow_once"}));
-            }
-            options.push(json!({"optionId": REJECT, "name": "Reject", "kind": "reject_once"}));
+            // One option per kind: clients map options by kind (CodeCompanion keeps the last
+            // option of a kind for its "Accept", auto-approvers take the first), so a second
+            // allow — the host's "for the rest of this turn" — would be granted by a plain
+            // Accept. And it is not `allow_always` either, which means a remembered choice
+            // (clients label it "Always"). Bypass mode is the way to stop being asked.
+            let _ = remember_for_turn_allowed;
+            let options = [
+                json!({"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"}),
+                json!({"optionId": REJECT, "name": "Reject", "kind": "reject_once"}),
+            ];
             json!({"sessionId": session_id, "toolCall": tool_call, "options": options})
         }
         InteractionRequest::SandboxBoundary {
@@ -235,12 +229,6 @@ fn permission_answer(request: &InteractionRequest, reply: &Value) -> Interaction
             InteractionAnswer::Permission {
                 decision: "allow".into(),
                 remember_for_turn: false,
-            }
-        }
-        (InteractionRequest::Permission { .. }, Some(ALLOW_TURN)) => {
-            InteractionAnswer::Permission {
-                decision: "allow".into(),
-                remember_for_turn: true,
             }
         }
         _ => deny(request),
@@ -349,20 +337,13 @@ mod tests {
             .iter()
             .map(|o| o["name"].as_str().unwrap())
             .collect();
+        assert_eq!(names, vec!["Allow once", "Reject"], "one option per kind");
+        let allow = json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}});
         assert_eq!(
-            names,
-            vec![
-                "Allow once",
-                "Allow edits for the rest of this turn",
-                "Reject"
-            ]
-        );
-        let allow_turn = json!({"outcome": {"outcome": "selected", "optionId": "allow_turn"}});
-        assert_eq!(
-            permission_answer(&req, &allow_turn),
+            permission_answer(&req, &allow),
             InteractionAnswer::Permission {
                 decision: "allow".into(),
-                remember_for_turn: true
+                remember_for_turn: false
             }
         );
         assert_eq!(
