@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 use support::host::{HostProcess, TempDir};
+use support::rng::Rng;
 
 /// Sends raw bytes, returns what came back (up to EOF or 5 s).
 fn raw(port: u16, bytes: &[u8]) -> String {
@@ -183,27 +184,6 @@ fn secrets_in_query_strings_are_redacted_in_the_log() {
     assert_eq!(status_of(&raw(host.port, req.as_bytes())), 401);
     assert!(host.stderr_contains("refused GET /v1/health?token=[redacted]&x=1"));
     assert!(!host.stderr().contains("s3cr3t-value"));
-}
-
-/// xorshift64*: deterministic for a seed, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
 }
 
 /// `--listen 127.0.0.2:0` was accepted, and then every request was refused (its `Host` header

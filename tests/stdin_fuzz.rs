@@ -10,30 +10,8 @@ mod support;
 use serde_json::{json, Value};
 use std::time::Duration;
 use support::host::TempDir;
+use support::rng::Rng;
 use support::AgentProcess;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
 
 fn seeds(session: &str, cwd: &str) -> Vec<Value> {
     let prompt = |t: &str| json!({"sessionId": session, "prompt": [{"type": "text", "text": t}]});

@@ -6,6 +6,7 @@
 
 pub mod fake_openai;
 pub mod host;
+pub mod rng;
 pub mod schema;
 
 use serde_json::{json, Value};
