@@ -286,8 +286,6 @@ pub fn bind(
     let store = Store::open(data_dir, fsync).map_err(|e| {
         BindError::other(format!("cannot use data dir {}: {e}", data_dir.display()))
     })?;
-    // Only the data dir's owner may reap what was recorded there.
-    reaper::start(data_dir);
     let server = Arc::new(
         http::Server::bind(listen)
             .map_err(|e| BindError::other(format!("cannot listen on {listen}: {e}")))?,
@@ -364,6 +362,10 @@ pub fn run(opts: HostOptions) -> i32 {
             return e.exit;
         }
     };
+    // Here, not in `bind`: the reaper is this executable in another role, which only the
+    // `maka-acp` binary has (a program embedding the host, such as a benchmark, has not).
+    // After `bind`, because only the data dir's owner may reap what was recorded there.
+    reaper::start(&opts.data_dir);
     let ready = json!({"kind": "ready", "port": bound.port, "hostEpoch": bound.host.epoch, "pid": std::process::id(), "protocol": crate::host_api::wire::PROTOCOL_VERSION});
     {
         let mut out = std::io::stdout().lock();
