@@ -253,15 +253,20 @@ fn added_latency(frames: usize) -> (f64, f64, f64, f64) {
         got
     });
     std::thread::sleep(Duration::from_millis(200));
+    // Offsets as the protocol has them (§6.1): the bytes of the message sent so far.
+    let mut offset = 0u64;
     for i in 0..frames {
+        let text = format!("#{i}");
+        let start_offset = offset;
+        offset += text.len() as u64;
         let mut st = cell.lock();
         cell.emit(
             &mut st,
             FrameBody::TextDelta {
                 turn_id: "bench".into(),
                 message_id: "bench".into(),
-                start_offset: 0,
-                text: format!("#{i}"),
+                start_offset,
+                text,
                 complete: false,
             },
         );
