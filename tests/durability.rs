@@ -42,8 +42,9 @@ fn unreadable_lines_in_the_middle_are_quarantined_and_the_rest_survives() {
     let mut host = HostProcess::start(data.path(), Some(&script()));
     host.create_session("s", ws.path(), "bypass");
     for i in 0..5 {
+        let after = host.head_seq("s");
         host.start_turn("s", &format!("t{i}"), &format!("prompt {i}"));
-        host.until_terminal("s", 0);
+        host.until_terminal("s", after);
     }
     let before = all_items(&host, "s");
     assert!(before.len() >= 15, "{}", before.len());
@@ -88,8 +89,9 @@ fn unreadable_lines_in_the_middle_are_quarantined_and_the_rest_survives() {
         std::fs::read_to_string(path.with_file_name("transcript.quarantine.jsonl")).unwrap();
     assert_eq!(aside.lines().count(), 2);
     // Appends go on after the repair.
+    let head = host.head_seq("s");
     host.start_turn("s", "t_after", "one more");
-    host.until_terminal("s", 0);
+    host.until_terminal("s", head);
     assert!(all_items(&host, "s").len() > after.len());
     assert!(host
         .stderr()
