@@ -425,7 +425,7 @@ fn normalize(updates: &[Value]) -> Vec<Value> {
 }
 
 #[test]
-fn questions_use_elicitation_forms_or_fall_back_to_permission_options() {
+fn questions_use_elicitation_forms_and_never_a_permission_dialog() {
     // A client with elicitation forms.
     let data = TempDir::new("acp-ask-data");
     let ws = TempDir::new("acp-ask-ws");
