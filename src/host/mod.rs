@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use store::Store;
@@ -45,8 +45,8 @@ pub struct Host {
     draining: AtomicBool,
     active_turns: Mutex<usize>,
     turns_changed: Condvar,
-    streams: AtomicUsize,
-    ops_inflight: AtomicUsize,
+    streams: Gauge,
+    ops_inflight: Gauge,
     server: Mutex<Option<Arc<http::Server>>>,
     /// Other adapters using this host (`GET /v1/attach`): it lives while any does.
     pub attached: owner::Attached,
@@ -55,22 +55,50 @@ pub struct Host {
     _lock: owner::DataDirLock,
 }
 
+/// A bounded count of things in flight (event streams, operations) that shutdown can wait on.
+#[derive(Default)]
+struct Gauge {
+    n: Mutex<usize>,
+    drained: Condvar,
+}
+
 /// Held while a stream (or op) occupies one of the bounded slots.
-pub struct Slot<'a>(&'a AtomicUsize);
+pub struct Slot<'a>(&'a Gauge);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        let mut n = self.0.n.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            self.0.drained.notify_all();
+        }
     }
 }
 
-fn take_slot(counter: &AtomicUsize, max: usize) -> Option<Slot<'_>> {
-    let n = counter.fetch_add(1, Ordering::AcqRel);
-    if n >= max {
-        counter.fetch_sub(1, Ordering::AcqRel);
-        return None;
+impl Gauge {
+    fn take(&self, max: usize) -> Option<Slot<'_>> {
+        let mut n = self.n.lock().unwrap_or_else(|p| p.into_inner());
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(Slot(self))
     }
-    Some(Slot(counter))
+
+    /// Waits until nothing is in flight, or `deadline`.
+    fn wait_drained(&self, deadline: Instant) {
+        let mut n = self.n.lock().unwrap_or_else(|p| p.into_inner());
+        while *n > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            n = match self.drained.wait_timeout(n, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+    }
 }
 
 impl Host {
@@ -110,11 +138,11 @@ impl Host {
     }
 
     pub fn stream_slot(&self) -> Option<Slot<'_>> {
-        take_slot(&self.streams, server::MAX_STREAMS)
+        self.streams.take(server::MAX_STREAMS)
     }
 
     pub fn op_slot(&self) -> Option<Slot<'_>> {
-        take_slot(&self.ops_inflight, server::MAX_INFLIGHT_OPS)
+        self.ops_inflight.take(server::MAX_INFLIGHT_OPS)
     }
 
     pub fn turn_started(&self) {
@@ -182,8 +210,10 @@ impl Host {
                     host.wait_for_turns(Instant::now() + Duration::from_secs(5));
                 }
                 host.wake_all_streams();
-                // Give streams a moment to write their stream_end lines.
-                std::thread::sleep(Duration::from_millis(50));
+                // Every stream writes its stream_end line and ends (bounded: a reader that
+                // does not read is not waited for long).
+                host.streams
+                    .wait_drained(Instant::now() + Duration::from_secs(1));
                 if let Some(server) = host.server.lock().unwrap_or_else(|p| p.into_inner()).take() {
                     server.unblock();
                 }
@@ -313,8 +343,8 @@ pub fn bind(
         draining: AtomicBool::new(false),
         active_turns: Mutex::new(0),
         turns_changed: Condvar::new(),
-        streams: AtomicUsize::new(0),
-        ops_inflight: AtomicUsize::new(0),
+        streams: Gauge::default(),
+        ops_inflight: Gauge::default(),
         server: Mutex::new(Some(Arc::clone(&server))),
         attached: owner::Attached::default(),
         data_dir: data_dir.to_path_buf(),

@@ -20,8 +20,6 @@ pub fn keep_tail(s: &mut String, max: usize) -> bool {
     true
 }
 
-/// Hex of `n` random bytes from the OS (`/dev/urandom`), falling back to std's per-process
-/// random hash keys.
 /// The strings of a JSON array (other items skipped); empty when `v` is not an array.
 pub fn string_list(v: Option<&serde_json::Value>) -> Vec<String> {
     v.and_then(serde_json::Value::as_array)
@@ -32,6 +30,8 @@ pub fn string_list(v: Option<&serde_json::Value>) -> Vec<String> {
         .collect()
 }
 
+/// Hex of `n` random bytes from the OS (`/dev/urandom`), falling back to std's per-process
+/// random hash keys.
 pub fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n];
     let ok = std::fs::File::open("/dev/urandom")
