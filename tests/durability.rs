@@ -93,9 +93,7 @@ fn unreadable_lines_in_the_middle_are_quarantined_and_the_rest_survives() {
     host.start_turn("s", "t_after", "one more");
     host.until_terminal("s", head);
     assert!(all_items(&host, "s").len() > after.len());
-    assert!(host
-        .stderr()
-        .contains("moved to transcript.quarantine.jsonl"));
+    assert!(host.stderr_contains("moved to transcript.quarantine.jsonl"));
 }
 
 fn command_script(ws: &Path) -> Value {

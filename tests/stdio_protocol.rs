@@ -223,14 +223,16 @@ fn notifications_are_never_answered_and_unknown_responses_are_logged() {
         next["id"], id,
         "unexpected output before the response: {next}"
     );
-    let stderr = agent.stderr();
+    // stderr is collected on another thread: wait (bounded) for the lines.
     assert!(
-        stderr.contains("unknown request id 4242"),
-        "stderr: {stderr}"
+        agent.stderr_contains("unknown request id 4242"),
+        "stderr: {}",
+        agent.stderr()
     );
     assert!(
-        stderr.contains("unknown request id \"x9\""),
-        "stderr: {stderr}"
+        agent.stderr_contains("unknown request id \"x9\""),
+        "stderr: {}",
+        agent.stderr()
     );
 }
 
