@@ -13,11 +13,10 @@ use super::host_link::{Connected, HostLink};
 use super::initialize::{self, InitializeParams};
 use super::interaction;
 use super::params::Params;
-use super::projection::replay_frames;
 use super::prompt;
 use super::session::{AcpSession, PendingPrompt, Shared};
 use crate::host_api::random_hex;
-use crate::host_api::wire::{Interaction, TranscriptItem};
+use crate::host_api::wire::Interaction;
 use crate::jsonrpc::{code, Connection, Incoming, Notification, Request, Responder, ResponseError};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -59,12 +58,21 @@ impl Ctx {
 
     /// Calls a host operation; a transport failure forgets the host (the next call restarts it).
     fn op(&self, conn: &Connected, key: &str, input: Value) -> Result<Value, ResponseError> {
-        conn.client.op(key, &input).map_err(|e| {
-            if matches!(e, crate::host_api::client::ClientError::Transport(_)) {
-                self.shared.link.lost(&conn.epoch);
-            }
-            from_client(&e)
-        })
+        conn.client
+            .op(key, &input)
+            .map_err(|e| self.host_error(conn, &e))
+    }
+
+    /// A host client error as the client sees it; a transport failure forgets the host.
+    fn host_error(
+        &self,
+        conn: &Connected,
+        e: &crate::host_api::client::ClientError,
+    ) -> ResponseError {
+        if matches!(e, crate::host_api::client::ClientError::Transport(_)) {
+            self.shared.link.lost(&conn.epoch);
+        }
+        from_client(e)
     }
 
     fn session(&self, id: &str) -> Option<Arc<AcpSession>> {
@@ -455,37 +463,19 @@ fn open_inner(
     session.lock().through = open["transcript"]["throughMessageSeq"]
         .as_u64()
         .unwrap_or(0);
-    let now = Instant::now();
     if replay {
         let through = open["transcript"]["throughMessageSeq"]
             .as_u64()
             .unwrap_or(0);
-        let mut cursor = Value::Null;
-        loop {
-            // A `$/cancel_request` for this load has already been answered; stop working.
-            if responder.cancel_flag().is_cancelled() {
-                return Err(ResponseError::cancelled());
-            }
-            let page = ctx.op(&conn, "session.transcript.page", json!({
-                "sessionId": id, "direction": "newer", "cursor": cursor, "limit": 256, "throughMessageSeq": through,
-            }))?;
-            let items: Vec<TranscriptItem> = serde_json::from_value(page["items"].clone())
-                .map_err(|e| {
-                    ResponseError::internal(format_args!("unreadable transcript page: {e}"))
-                })?;
-            let mut st = session.lock();
-            for item in &items {
-                for frame in replay_frames(item) {
-                    for u in st.projector.frame(&frame, now) {
-                        ctx.shared.update(&id, u);
-                    }
-                }
-            }
-            drop(st);
-            cursor = page["nextCursor"].clone();
-            if cursor.is_null() {
-                break;
-            }
+        // A `$/cancel_request` for this load has already been answered; stop working.
+        let cancel = responder.cancel_flag();
+        let done = session
+            .replay_transcript(&ctx.shared, &conn.client, 0, through, &|| {
+                cancel.is_cancelled()
+            })
+            .map_err(|e| ctx.host_error(&conn, &e))?;
+        if !done {
+            return Err(ResponseError::cancelled());
         }
         // Tools of an interrupted past turn never got a result: show them settled.
         if active_turn.is_none() {
@@ -498,7 +488,7 @@ fn open_inner(
             }
         }
     }
-    seed_in_flight(ctx, &session, &open, now);
+    session.show_in_flight(&ctx.shared, &open);
     let pending: Vec<Interaction> =
         serde_json::from_value(open["pendingInteractions"].clone()).unwrap_or_default();
     let (shared, c2) = (Arc::clone(&ctx.shared), conn.clone());
@@ -511,16 +501,6 @@ fn open_inner(
         }
     });
     Ok((session, result, after))
-}
-
-/// What a running turn has produced but not yet made durable, from the `session.open` snapshot.
-fn seed_in_flight(ctx: &Ctx, session: &Arc<AcpSession>, open: &Value, now: Instant) {
-    let mut st = session.lock();
-    for f in super::projection::snapshot_frames(open) {
-        for u in st.projector.frame(&f, now) {
-            ctx.shared.update(&session.id, u);
-        }
-    }
 }
 
 fn session_list(ctx: &Ctx, params: &Value) -> Result<Value, ResponseError> {

@@ -348,7 +348,11 @@ impl Projector {
     /// The part of a text delta not shown yet (§6.1 of the host protocol: `startOffset` is the
     /// byte length already sent for that message), or `None`.
     fn unseen<'t>(&mut self, message_id: &str, start: u64, text: &'t str) -> Option<&'t str> {
-        let shown = self.shown.entry(message_id.to_string()).or_insert(0);
+        // Looked up before inserting: no allocation per delta on the streaming path.
+        if !self.shown.contains_key(message_id) {
+            self.shown.insert(message_id.to_string(), 0);
+        }
+        let shown = self.shown.get_mut(message_id)?;
         let end = start + text.len() as u64;
         if text.is_empty() || end <= *shown {
             return None;

@@ -14,8 +14,10 @@ use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
 use super::interaction;
 use super::projection::Projector;
-use crate::host_api::client::{ClientError, EventStream};
-use crate::host_api::wire::{ErrorCode, Frame, FrameBody, Interaction, TurnOutcome};
+use crate::host_api::client::{ClientError, EventStream, HostClient};
+use crate::host_api::wire::{
+    ErrorCode, Frame, FrameBody, Interaction, TranscriptItem, TurnOutcome,
+};
 use crate::jsonrpc::{code, ClientCalls, Message, Outbox, RequestId, Responder, ResponseError};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -186,11 +188,7 @@ impl AcpSession {
                     std::thread::sleep(Duration::from_millis(100));
                 }
                 Err(ClientError::Host(h)) if h.code == ErrorCode::CapacityExceeded => {
-                    return Err(ResponseError::new(
-                        code::INTERNAL_ERROR,
-                        "The Runtime Host is following too many sessions to follow this prompt; it was not started. Try again in a moment.",
-                    )
-                    .with_data(json!({"makaCode": "capacity_exceeded", "retryable": true})))
+                    return Err(capacity_exceeded("this prompt; it was not started"))
                 }
                 Err(e) => return Err(errors::from_client(&e)),
             }
@@ -287,22 +285,78 @@ impl AcpSession {
             });
     }
 
-    /// The prompt could not start (no host, `turn.start` refused): answers it — `cancelled` if
-    /// the client cancelled meanwhile — and wakes whoever waits for it (`session/close`).
-    pub fn fail_prompt(&self, e: ResponseError) {
-        let mut st = self.lock();
-        let cancelled = st.prompt.as_ref().is_some_and(|p| p.cancel_requested);
-        let result = if cancelled {
-            Ok(json!({"stopReason": "cancelled"}))
-        } else {
-            Err(e)
-        };
-        self.finish_prompt(&mut st, result);
+    /// Shows the durable items after `after`, through `through` — `session/load`'s replay and a
+    /// reader's catch-up are this one loop — and records how far it got. `stop` is asked before
+    /// each page; `Ok(false)` when it said stop.
+    pub fn replay_transcript(
+        &self,
+        shared: &Shared,
+        client: &HostClient,
+        after: u64,
+        through: u64,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<bool, ClientError> {
+        let now = Instant::now();
+        let mut from = after;
+        while from < through {
+            if stop() {
+                return Ok(false);
+            }
+            let page = client.op(
+                "session.transcript.page",
+                &json!({"sessionId": self.id, "direction": "newer", "cursor": format!("n{from}"),
+                        "limit": 256, "throughMessageSeq": through}),
+            )?;
+            let items: Vec<TranscriptItem> = serde_json::from_value(page["items"].clone())
+                .map_err(|e| ClientError::Protocol(format!("unreadable transcript page: {e}")))?;
+            let Some(last) = items.last().map(|i| i.message_seq) else {
+                break;
+            };
+            let mut st = self.lock();
+            for item in &items {
+                for frame in super::projection::replay_frames(item) {
+                    for u in st.projector.frame(&frame, now) {
+                        shared.update(&self.id, u);
+                    }
+                }
+            }
+            st.through = st.through.max(last);
+            drop(st);
+            from = last;
+            if page["nextCursor"].is_null() {
+                break;
+            }
+        }
+        Ok(true)
     }
 
-    /// Answers the pending prompt (if any) and wakes whoever waits for it.
+    /// Shows what a `session.open` snapshot says is in flight (streamed but not yet durable text,
+    /// running tools); what was shown already is not shown again.
+    pub fn show_in_flight(&self, shared: &Shared, open: &Value) {
+        let now = Instant::now();
+        let mut st = self.lock();
+        for frame in super::projection::snapshot_frames(open) {
+            for u in st.projector.frame(&frame, now) {
+                shared.update(&self.id, u);
+            }
+        }
+    }
+
+    /// The prompt could not start (no host, `turn.start` refused): answers it and wakes whoever
+    /// waits for it (`session/close`).
+    pub fn fail_prompt(&self, e: ResponseError) {
+        self.finish_prompt(&mut self.lock(), Err(e));
+    }
+
+    /// Answers the pending prompt (if any) and wakes whoever waits for it. After the client's
+    /// `session/cancel` the answer is `cancelled`, whatever happened meanwhile (ACP).
     fn finish_prompt(&self, st: &mut SessionState, result: Result<Value, ResponseError>) {
         if let Some(p) = st.prompt.take() {
+            let result = if p.cancel_requested {
+                Ok(json!({"stopReason": "cancelled"}))
+            } else {
+                result
+            };
             p.responder.respond(result);
         }
         self.prompt_done.notify_all();
@@ -353,11 +407,7 @@ fn reader(
                     if let Some(t) = turn {
                         session.stop_turn(&shared, &t);
                     }
-                    let e = ResponseError::new(
-                        code::INTERNAL_ERROR,
-                        "The Runtime Host is following too many sessions to follow this turn; it was stopped. Try again in a moment.",
-                    )
-                    .with_data(json!({"makaCode": "capacity_exceeded", "retryable": true}));
+                    let e = capacity_exceeded("this turn; it was stopped");
                     stop_reader(&session, &shared, Err(e));
                     return;
                 }
@@ -432,6 +482,15 @@ fn reader(
     }
 }
 
+/// The host's event-stream slots stayed full: `what` could not be followed.
+fn capacity_exceeded(what: &str) -> ResponseError {
+    ResponseError::new(
+        code::INTERNAL_ERROR,
+        format!("The Runtime Host is following too many sessions to follow {what}. Try again in a moment."),
+    )
+    .with_data(json!({"makaCode": "capacity_exceeded", "retryable": true}))
+}
+
 /// Handles a stream error. Returns false when the reader must stop.
 fn recover(
     session: &Arc<AcpSession>,
@@ -494,12 +553,6 @@ fn stop_reader(session: &Arc<AcpSession>, shared: &Shared, result: Result<Value,
     if st.prompt.is_none() {
         return;
     }
-    let cancelled = st.prompt.as_ref().is_some_and(|p| p.cancel_requested);
-    let result = if cancelled {
-        Ok(json!({"stopReason": "cancelled"}))
-    } else {
-        result
-    };
     for u in st
         .projector
         .close_open_tools("The turn ended before this tool finished.")
@@ -541,7 +594,7 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
             "turn.query",
             &json!({"sessionId": session.id, "turnId": turn}),
         ) {
-            Ok(snapshot) => outcome_result(session, &snapshot["status"], &snapshot, &turn),
+            Ok(snapshot) => outcome_result(&snapshot["status"], &snapshot, &turn),
             Err(e) => Err(errors::from_client(&e)),
         };
         let mut st = session.lock();
@@ -568,42 +621,9 @@ fn catch_up(
     let through = open["transcript"]["throughMessageSeq"]
         .as_u64()
         .unwrap_or(0);
-    let mut from = session.lock().through;
-    let now = Instant::now();
-    while from < through {
-        let page = conn.client.op(
-            "session.transcript.page",
-            &json!({"sessionId": session.id, "direction": "newer", "cursor": format!("n{from}"),
-                    "limit": 256, "throughMessageSeq": through}),
-        )?;
-        let items: Vec<crate::host_api::wire::TranscriptItem> =
-            serde_json::from_value(page["items"].clone())
-                .map_err(|e| ClientError::Protocol(format!("unreadable transcript page: {e}")))?;
-        let Some(last) = items.last().map(|i| i.message_seq) else {
-            break;
-        };
-        let mut st = session.lock();
-        for item in &items {
-            for frame in super::projection::replay_frames(item) {
-                for u in st.projector.frame(&frame, now) {
-                    shared.update(&session.id, u);
-                }
-            }
-        }
-        st.through = st.through.max(last);
-        drop(st);
-        from = last;
-        if page["nextCursor"].is_null() {
-            break;
-        }
-    }
-    let mut st = session.lock();
-    for frame in super::projection::snapshot_frames(open) {
-        for u in st.projector.frame(&frame, now) {
-            shared.update(&session.id, u);
-        }
-    }
-    drop(st);
+    let after = session.lock().through;
+    session.replay_transcript(shared, &conn.client, after, through, &|| false)?;
+    session.show_in_flight(shared, open);
     // Dialogs and editor calls the stream no longer shows.
     let pending: Vec<Interaction> =
         serde_json::from_value(open["pendingInteractions"].clone()).unwrap_or_default();
@@ -647,7 +667,6 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
         } => {
             st.through = st.through.max(*through_message_seq);
         }
-
         FrameBody::InteractionRequest { interaction: i }
             if !st.outstanding.contains_key(&i.interaction_id) =>
         {
@@ -732,7 +751,6 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
             let ours = st.prompt.as_ref().is_some_and(|p| &p.turn_id == turn_id);
             if ours {
                 let result = terminal_result(
-                    &st,
                     turn_id,
                     *outcome,
                     reason,
@@ -812,17 +830,13 @@ struct Failure<'a> {
 }
 
 /// The `session/prompt` result for a terminal frame.
+/// (A client that cancelled gets `cancelled` instead: [`AcpSession::finish_prompt`].)
 fn terminal_result(
-    st: &SessionState,
     turn_id: &str,
     outcome: TurnOutcome,
     reason: &str,
     failure: Failure,
 ) -> Result<Value, ResponseError> {
-    if st.prompt.as_ref().is_some_and(|p| p.cancel_requested) {
-        // ACP: after session/cancel the answer is `cancelled`, whatever happened meanwhile.
-        return Ok(json!({"stopReason": "cancelled"}));
-    }
     match outcome {
         TurnOutcome::Completed if reason == "step_limit" => {
             Ok(json!({"stopReason": "max_turn_requests"}))
@@ -869,12 +883,7 @@ fn sentence(m: &str) -> String {
 }
 
 /// The prompt result from a `turn.query` snapshot (used after a resync).
-fn outcome_result(
-    session: &AcpSession,
-    status: &Value,
-    snapshot: &Value,
-    turn_id: &str,
-) -> Result<Value, ResponseError> {
+fn outcome_result(status: &Value, snapshot: &Value, turn_id: &str) -> Result<Value, ResponseError> {
     let outcome = match status.as_str() {
         Some("completed") => TurnOutcome::Completed,
         Some("cancelled") => TurnOutcome::Cancelled,
@@ -882,9 +891,7 @@ fn outcome_result(
         Some("refused") => TurnOutcome::Refused,
         _ => TurnOutcome::Failed,
     };
-    let st = session.lock();
     terminal_result(
-        &st,
         turn_id,
         outcome,
         snapshot["reason"].as_str().unwrap_or("end_turn"),

@@ -364,11 +364,14 @@ fn read_head(
     Ok(Some(request))
 }
 
-fn reason(status: u16) -> &'static str {
+/// The reason phrase of a status (empty for one not listed); also used to describe the
+/// answers of model providers.
+pub fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
         401 => "Unauthorized",
+        403 => "Forbidden",
         404 => "Not Found",
         408 => "Request Timeout",
         409 => "Conflict",
@@ -379,8 +382,10 @@ fn reason(status: u16) -> &'static str {
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
+        502 => "Bad Gateway",
         503 => "Service Unavailable",
+        504 => "Gateway Timeout",
         505 => "HTTP Version Not Supported",
-        _ => "Status",
+        _ => "",
     }
 }

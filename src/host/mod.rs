@@ -43,8 +43,7 @@ pub struct Host {
     sessions: Mutex<HashMap<String, Arc<SessionCell>>>,
     catalog_revision: AtomicU64,
     draining: AtomicBool,
-    active_turns: Mutex<usize>,
-    turns_changed: Condvar,
+    active_turns: Gauge,
     streams: Gauge,
     ops_inflight: Gauge,
     server: Mutex<Option<Arc<http::Server>>>,
@@ -55,7 +54,7 @@ pub struct Host {
     _lock: owner::DataDirLock,
 }
 
-/// A bounded count of things in flight (event streams, operations) that shutdown can wait on.
+/// A count of things in flight (turns, event streams, operations) that shutdown can wait on.
 #[derive(Default)]
 struct Gauge {
     n: Mutex<usize>,
@@ -67,17 +66,22 @@ pub struct Slot<'a>(&'a Gauge);
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let mut n = self.0.n.lock().unwrap_or_else(|p| p.into_inner());
-        *n = n.saturating_sub(1);
-        if *n == 0 {
-            self.0.drained.notify_all();
-        }
+        self.0.release();
     }
 }
 
 impl Gauge {
+    fn lock(&self) -> MutexGuard<'_, usize> {
+        self.n.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn count(&self) -> usize {
+        *self.lock()
+    }
+
+    /// One more, unless `max` are in flight.
     fn take(&self, max: usize) -> Option<Slot<'_>> {
-        let mut n = self.n.lock().unwrap_or_else(|p| p.into_inner());
+        let mut n = self.lock();
         if *n >= max {
             return None;
         }
@@ -85,9 +89,20 @@ impl Gauge {
         Some(Slot(self))
     }
 
+    /// One more, without a slot (a turn runs on its own thread and ends there).
+    fn add(&self) {
+        *self.lock() += 1;
+    }
+
+    fn release(&self) {
+        let mut n = self.lock();
+        *n = n.saturating_sub(1);
+        self.drained.notify_all();
+    }
+
     /// Waits until nothing is in flight, or `deadline`.
     fn wait_drained(&self, deadline: Instant) {
-        let mut n = self.n.lock().unwrap_or_else(|p| p.into_inner());
+        let mut n = self.lock();
         while *n > 0 {
             let now = Instant::now();
             if now >= deadline {
@@ -146,21 +161,18 @@ impl Host {
     }
 
     pub fn turn_started(&self) {
-        *self.active_turns.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.active_turns.add();
     }
 
     pub fn turn_finished(&self) {
-        let mut n = self.active_turns.lock().unwrap_or_else(|p| p.into_inner());
-        *n = n.saturating_sub(1);
-        self.turns_changed.notify_all();
-        drop(n);
+        self.active_turns.release();
         if self.is_draining() {
             self.wake_all_streams();
         }
     }
 
     pub fn active_turns(&self) -> usize {
-        *self.active_turns.lock().unwrap_or_else(|p| p.into_inner())
+        self.active_turns.count()
     }
 
     fn wake_all_streams(&self) {
@@ -196,7 +208,7 @@ impl Host {
             .spawn(move || {
                 host.wake_all_streams();
                 let deadline = Instant::now() + drain;
-                host.wait_for_turns(deadline);
+                host.active_turns.wait_drained(deadline);
                 if host.active_turns() > 0 {
                     log::warn!(
                         "stopping {} turn(s) still running after the drain period",
@@ -207,7 +219,8 @@ impl Host {
                             a.cancel.cancel();
                         }
                     }
-                    host.wait_for_turns(Instant::now() + Duration::from_secs(5));
+                    host.active_turns
+                        .wait_drained(Instant::now() + Duration::from_secs(5));
                 }
                 host.wake_all_streams();
                 // Every stream writes its stream_end line and ends (bounded: a reader that
@@ -221,20 +234,6 @@ impl Host {
         if let Err(e) = spawned {
             log::error!("cannot start the shutdown thread: {e}");
             std::process::exit(0);
-        }
-    }
-
-    fn wait_for_turns(&self, deadline: Instant) {
-        let mut n = self.active_turns.lock().unwrap_or_else(|p| p.into_inner());
-        while *n > 0 {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            n = match self.turns_changed.wait_timeout(n, deadline - now) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
         }
     }
 }
@@ -341,8 +340,7 @@ pub fn bind(
         sessions: Mutex::new(sessions),
         catalog_revision: AtomicU64::new(1),
         draining: AtomicBool::new(false),
-        active_turns: Mutex::new(0),
-        turns_changed: Condvar::new(),
+        active_turns: Gauge::default(),
         streams: Gauge::default(),
         ops_inflight: Gauge::default(),
         server: Mutex::new(Some(Arc::clone(&server))),

@@ -246,12 +246,11 @@ fn session_get(host: &Host, input: SessionRef) -> Result<Value, HostError> {
     let Ok(cell) = host.cell(&input.session_id) else {
         return Ok(json!({"session": null}));
     };
-    // Loading the transcript is what finds (and moves aside) unreadable lines.
-    let session = to_value(&open_state(host, &cell)?.session)?;
-    let mut out = json!({"session": session});
-    let quarantined = host.store.quarantined(&cell.id);
-    if !quarantined.is_empty() {
-        out["transcriptQuarantine"] = json!(quarantined);
+    // Loading the transcript (once) is what finds and moves aside unreadable lines.
+    let st = open_state(host, &cell)?;
+    let mut out = json!({"session": to_value(&st.session)?});
+    if !st.quarantine.is_empty() {
+        out["transcriptQuarantine"] = json!(st.quarantine);
     }
     Ok(out)
 }
@@ -930,13 +929,10 @@ fn admit(
     save(host, &st.session)?;
     host.turn_started();
     cell.emit(&mut st, {
-        let (shown, content_truncated) = match &content {
-            Some(c) => {
-                let (c, cut) = frame_content(c);
-                (Some(c), cut)
-            }
-            None => (None, false),
-        };
+        let (shown, content_truncated) = content
+            .as_ref()
+            .map(frame_content)
+            .map_or((None, false), |(c, cut)| (Some(c), cut));
         FrameBody::TurnStarted {
             turn_id: turn_id.into(),
             run_id: run_id.clone(),

@@ -88,7 +88,7 @@ pub fn read_discovery(data_dir: &Path) -> Option<serde_json::Value> {
 #[derive(Default)]
 pub struct Attached {
     open: Mutex<Vec<(u64, TcpStream)>>,
-    next: Mutex<u64>,
+    next: std::sync::atomic::AtomicU64,
     changed: Condvar,
 }
 
@@ -100,11 +100,7 @@ impl Attached {
     /// Serves one attach connection: counted until the adapter closes it (exits, or is
     /// killed: the kernel closes its socket) or the host shuts down.
     pub fn hold(&self, stream: &mut TcpStream) {
-        let id = {
-            let mut n = self.next.lock().unwrap_or_else(|p| p.into_inner());
-            *n += 1;
-            *n
-        };
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if let Ok(clone) = stream.try_clone() {
             self.open
                 .lock()

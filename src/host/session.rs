@@ -43,6 +43,8 @@ pub struct SessionState {
     pub client_services: Vec<String>,
     pub client_calls: HashMap<String, PendingClientCall>,
     pub usage_totals: TokenUsage,
+    /// Transcript lines that could not be read and were moved aside (once loaded).
+    pub quarantine: Vec<Value>,
     pub removed: bool,
     /// Live stream readers: reader id → the last `seq` it has written out.
     readers: HashMap<u64, u64>,
@@ -167,6 +169,7 @@ impl SessionCell {
                 client_services: Vec::new(),
                 client_calls: HashMap::new(),
                 usage_totals: TokenUsage::default(),
+                quarantine: Vec::new(),
                 removed: false,
                 readers: HashMap::new(),
                 next_reader: 0,
@@ -329,6 +332,7 @@ impl SessionState {
             items: opened.items,
             file: opened.file,
         });
+        self.quarantine = store.quarantined(&self.session.id);
         self.recover()
     }
 

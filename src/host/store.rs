@@ -189,11 +189,11 @@ impl Store {
                 file,
                 fsync: self.fsync,
             },
-            quarantined: problems,
         })
     }
 
-    /// What earlier opens moved aside (`transcript.quarantine.jsonl`), for `session.get`.
+    /// What opens of this transcript moved aside (`transcript.quarantine.jsonl`), for
+    /// `session.get`.
     pub fn quarantined(&self, id: &str) -> Vec<serde_json::Value> {
         let path = self.session_dir(id).join("transcript.quarantine.jsonl");
         let Ok(text) = fs::read_to_string(path) else {
@@ -211,22 +211,21 @@ impl Store {
     }
 }
 
-/// A transcript as read: its items, the file to append to, and what was moved aside.
+/// A transcript as read: its items and the file to append to.
 pub struct OpenedTranscript {
     pub items: Vec<TranscriptItem>,
     pub file: TranscriptFile,
-    pub quarantined: Vec<Quarantined>,
 }
 
 /// An unreadable transcript line, kept aside with where it was.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Quarantined {
-    pub line: u64,
-    pub offset: u64,
-    pub bytes: u64,
-    pub error: String,
-    pub raw: String,
+struct Quarantined {
+    line: u64,
+    offset: u64,
+    bytes: u64,
+    error: String,
+    raw: String,
 }
 
 impl TranscriptFile {

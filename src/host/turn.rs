@@ -390,28 +390,9 @@ impl Turn {
             (false, format!("th_{}", &message_id[2..]), thinking),
             (true, message_id.to_string(), text),
         ] {
-            if acc.is_empty() {
-                continue;
+            if !acc.is_empty() {
+                self.close_stream(&mut st, is_text, id, acc.len());
             }
-            let (turn_id, start_offset) = (self.spec.turn_id.clone(), acc.len() as u64);
-            let body = if is_text {
-                FrameBody::TextDelta {
-                    turn_id,
-                    message_id: id,
-                    start_offset,
-                    text: String::new(),
-                    complete: true,
-                }
-            } else {
-                FrameBody::ThinkingDelta {
-                    turn_id,
-                    message_id: id,
-                    start_offset,
-                    text: String::new(),
-                    complete: true,
-                }
-            };
-            self.cell.emit(&mut st, body);
         }
         if let Some(a) = st.active.as_mut() {
             a.streams.clear();
@@ -425,6 +406,35 @@ impl Turn {
             thinking: (!thinking.is_empty()).then(|| thinking.to_string()),
         };
         self.append(&mut st, vec![body]);
+    }
+
+    /// The last frame of a streamed message: `complete`, no text, offset = its whole length.
+    fn close_stream(
+        &self,
+        st: &mut super::session::SessionState,
+        is_text: bool,
+        message_id: String,
+        len: usize,
+    ) {
+        let (turn_id, start_offset) = (self.spec.turn_id.clone(), len as u64);
+        let body = if is_text {
+            FrameBody::TextDelta {
+                turn_id,
+                message_id,
+                start_offset,
+                text: String::new(),
+                complete: true,
+            }
+        } else {
+            FrameBody::ThinkingDelta {
+                turn_id,
+                message_id,
+                start_offset,
+                text: String::new(),
+                complete: true,
+            }
+        };
+        self.cell.emit(st, body);
     }
 
     fn append(&self, st: &mut super::session::SessionState, bodies: Vec<TranscriptBody>) {
@@ -742,18 +752,11 @@ impl Turn {
     /// Tells the person something that is not part of the model's conversation: streamed like
     /// agent text, stored as a notice (replayed, never sent to the model).
     fn notice(&self, text: String) {
-        let id = format!("n_{}", random_id("x").trim_start_matches("x_"));
+        let id = random_id("n");
         let mut acc = String::new();
         self.delta(true, &id, &mut acc, text);
         let mut st = self.cell.lock();
-        let body = FrameBody::TextDelta {
-            turn_id: self.spec.turn_id.clone(),
-            message_id: id.clone(),
-            start_offset: acc.len() as u64,
-            text: String::new(),
-            complete: true,
-        };
-        self.cell.emit(&mut st, body);
+        self.close_stream(&mut st, true, id.clone(), acc.len());
         if let Some(a) = st.active.as_mut() {
             a.streams.retain(|s| s.message_id != id);
         }

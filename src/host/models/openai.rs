@@ -157,7 +157,7 @@ struct HttpFailure {
 
 impl HttpFailure {
     fn new(base: &str, url: &str, status: u16, content_type: &str, body: &str) -> HttpFailure {
-        let reason = reason_phrase(status);
+        let reason = crate::host::http::reason(status);
         // The provider's own words when it gave them as JSON; an HTML page never reaches the
         // person (it is in the details and the log).
         let said = provider_said(body)
@@ -183,9 +183,13 @@ impl HttpFailure {
     }
 
     fn short(&self) -> String {
-        format!("HTTP {} {}", self.status, reason_phrase(self.status))
-            .trim_end()
-            .to_string()
+        format!(
+            "HTTP {} {}",
+            self.status,
+            crate::host::http::reason(self.status)
+        )
+        .trim_end()
+        .to_string()
     }
 
     fn error(self) -> ModelEvent {
@@ -199,24 +203,6 @@ impl HttpFailure {
             message: self.message,
             details: Some(self.details),
         }
-    }
-}
-
-fn reason_phrase(status: u16) -> &'static str {
-    match status {
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        408 => "Request Timeout",
-        413 => "Payload Too Large",
-        422 => "Unprocessable Entity",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        _ => "",
     }
 }
 

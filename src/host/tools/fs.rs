@@ -29,14 +29,7 @@ pub fn resolve(cwd: &Path, p: &str) -> PathBuf {
     } else {
         cwd.join(p)
     };
-    let mut pending: std::collections::VecDeque<std::ffi::OsString> = joined
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n.to_os_string()),
-            Component::ParentDir => Some("..".into()),
-            _ => None,
-        })
-        .collect();
+    let mut pending: std::collections::VecDeque<std::ffi::OsString> = parts(&joined).collect();
     let mut out = PathBuf::from("/");
     let mut hops = 0;
     while let Some(c) = pending.pop_front() {
@@ -45,28 +38,30 @@ pub fn resolve(cwd: &Path, p: &str) -> PathBuf {
             continue;
         }
         let candidate = out.join(&c);
-        let link = fs::symlink_metadata(&candidate)
-            .ok()
-            .filter(|m| m.file_type().is_symlink())
-            .and_then(|_| fs::read_link(&candidate).ok());
-        match link {
-            Some(target) if hops < 40 => {
+        // read_link fails for anything that is not a link (a file, a folder, nothing).
+        match fs::read_link(&candidate) {
+            Ok(target) if hops < 40 => {
                 hops += 1;
                 if target.is_absolute() {
                     out = PathBuf::from("/");
                 }
-                for t in target.components().rev() {
-                    match t {
-                        Component::Normal(n) => pending.push_front(n.to_os_string()),
-                        Component::ParentDir => pending.push_front("..".into()),
-                        _ => {}
-                    }
+                for t in parts(&target).rev() {
+                    pending.push_front(t);
                 }
             }
             _ => out = candidate,
         }
     }
     out
+}
+
+/// The names and `..` of a path, in order (root and `.` dropped).
+fn parts(p: &Path) -> impl DoubleEndedIterator<Item = std::ffi::OsString> + '_ {
+    p.components().filter_map(|c| match c {
+        Component::Normal(n) => Some(n.to_os_string()),
+        Component::ParentDir => Some("..".into()),
+        _ => None,
+    })
 }
 
 /// Opens `path` for a tool: never through a symbolic link in the last component (a link
