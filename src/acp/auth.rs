@@ -6,10 +6,12 @@
 //! `maka-acp login` and writes the config file. `logout` removes the stored key. Keys never
 //! pass through here: only whether a provider is configured.
 
+use super::errors::MakaCode;
 use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
 use crate::config::{ProviderSettings, PROVIDER_VARIABLES};
-use crate::jsonrpc::{code, ResponseError};
+use crate::host_api::ops::{Empty, ModelCatalog, ModelsList, ModelsReload};
+use crate::jsonrpc::ResponseError;
 use serde_json::{json, Value};
 
 pub const ENV_METHOD: &str = "env";
@@ -40,25 +42,28 @@ pub fn refuse_early(link: &HostLink) -> Result<(), ResponseError> {
 /// The host's word on whether sessions can get a model (its `models.list`): `-32000` naming
 /// the ways to configure one, plus what the host found wrong with the settings it has. Settings
 /// written since the embedded host started (a `maka-acp login` elsewhere) are picked up.
-/// Returns the host's `models.list` (`Null` if the host could not be asked).
-pub fn check_host(link: &HostLink, conn: &Connected) -> Result<Value, ResponseError> {
-    let list = |op: &str| conn.client.op(op, &json!({})).ok();
-    let ready = |l: &Value| l["connections"].as_array().is_some_and(|c| !c.is_empty());
-    let Some(mut models) = list("models.list") else {
-        return Ok(Value::Null); // the host is unreachable: the session method will say so
+/// Returns the host's catalog (`None` if the host could not be asked).
+pub fn check_host(
+    link: &HostLink,
+    conn: &Connected,
+) -> Result<Option<ModelCatalog>, ResponseError> {
+    let Ok(mut models) = conn.client.call::<ModelsList>(&Empty {}) else {
+        return Ok(None); // the host is unreachable: the session method will say so
     };
-    if !ready(&models) && link.is_embedded() && ProviderSettings::load().is_configured() {
-        if let Some(fresh) = list("models.reload") {
+    if models.connections.is_empty()
+        && link.is_embedded()
+        && ProviderSettings::load().is_configured()
+    {
+        if let Ok(fresh) = conn.client.call::<ModelsReload>(&Empty {}) {
             models = fresh;
         }
     }
-    if ready(&models) {
-        return Ok(models);
+    if !models.connections.is_empty() {
+        return Ok(Some(models));
     }
-    let problems = crate::host_api::string_list(models.get("problems"));
     let mut e = required();
-    if !problems.is_empty() {
-        e.message = format!("{} Problem: {}", e.message, problems.join("; "));
+    if !models.problems.is_empty() {
+        e.message = format!("{} Problem: {}", e.message, models.problems.join("; "));
     }
     Err(e)
 }
@@ -89,19 +94,18 @@ pub fn methods(caps: &ClientCapabilities, ready: bool) -> Value {
 
 /// `-32000`, naming both ways to configure a provider.
 pub fn required() -> ResponseError {
-    ResponseError::new(
-        code::AUTH_REQUIRED,
+    MakaCode::AuthRequired.error_with(
         format!(
             "Authentication required: no model provider is configured. Set {PROVIDER_VARIABLES} in the agent's environment, or run `maka-acp login` in a terminal to save them to the config file."
         ),
+        json!({"authMethods": [ENV_METHOD, TERMINAL_METHOD]}),
     )
-    .with_data(json!({"makaCode": "auth_required", "authMethods": [ENV_METHOD, TERMINAL_METHOD]}))
 }
 
 /// Makes a running host re-read its providers (after a login or logout).
 pub fn reload_host(link: &HostLink) {
     if let Some(conn) = link.current() {
-        if let Err(e) = conn.client.op("models.reload", &json!({})) {
+        if let Err(e) = conn.client.call::<ModelsReload>(&Empty {}) {
             log::warn!("models.reload: {e}");
         }
     }

@@ -9,6 +9,9 @@
 
 use super::host_link::Connected;
 use super::session::{AcpSession, Shared};
+use crate::host_api::ops::{
+    CallOutcome, CallRef, CallResultInput, ClientCallInput, ClientCallResult, ClientService,
+};
 use crate::jsonrpc::{code, ResponseError};
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -65,12 +68,12 @@ fn request(
 
 fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, mut call: Call) {
     if call.input_ref {
-        let fetched = conn.client.op(
-            "client.call.input",
-            &json!({"sessionId": session.id, "invocationId": call.invocation_id}),
-        );
+        let fetched = conn.client.call::<ClientCallInput>(&CallRef {
+            session_id: session.id.clone(),
+            invocation_id: call.invocation_id.clone(),
+        });
         match fetched {
-            Ok(v) => call.input = v["input"].clone(),
+            Ok(v) => call.input = v.input,
             Err(e) => {
                 // Withdrawn meanwhile (the turn stopped), or the host is gone: nothing to do.
                 log::debug!("client.call.input {}: {e}", call.invocation_id);
@@ -78,47 +81,57 @@ fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, mut ca
             }
         }
     }
+    let failed = |message: String| CallOutcome {
+        ok: false,
+        result: Value::Null,
+        error: Some(json!({ "message": message })),
+    };
+    let done = |result: Value| CallOutcome {
+        ok: true,
+        result,
+        error: None,
+    };
     let outcome = match request(&session.id, &call.service, &call.input) {
-        Err(e) => json!({"ok": false, "error": {"message": e}}),
+        Err(e) => failed(e),
         // The client stopped reading requests' answers (stdin EOF): a release still goes out,
         // fire and forget, so no editor terminal is left behind.
         Ok(("terminal/release", params)) if shared.calls.is_closed() => {
             shared.calls.send_unawaited("terminal/release", params);
             forget_terminal(session, &call.input);
-            json!({"ok": true, "result": {}})
+            done(json!({}))
         }
         Ok((method, params)) => {
-            let pending = {
-                let mut st = session.lock();
-                let pending = shared.calls.call(method, params);
-                st.outstanding
-                    .insert(call.invocation_id.clone(), pending.id.clone());
-                pending
-            };
+            // Sent, then tracked: a cancel in between is seen by `track` and withdrawn here.
+            let pending = shared.calls.call(method, params);
+            if !session.track(&call.invocation_id, pending.id.clone()) {
+                shared.calls.cancel(&pending.id);
+            }
             let reply = pending.wait().and_then(|r| {
                 check_reply(method, &r).map_err(|m| ResponseError::new(code::INTERNAL_ERROR, m))?;
                 Ok(r)
             });
-            session.lock().outstanding.remove(&call.invocation_id);
+            session.untrack(&call.invocation_id);
             match reply {
                 Ok(result) => {
                     after_success(session, shared, &call, &result);
                     // `fs/write_text_file` may answer `null`; the host wants an object.
-                    let result = if result.is_null() { json!({}) } else { result };
-                    json!({"ok": true, "result": result})
+                    done(if result.is_null() { json!({}) } else { result })
                 }
                 Err(e) => {
                     if call.service == "terminal.release" {
                         forget_terminal(session, &call.input);
                     }
-                    json!({"ok": false, "error": {"message": e.message}})
+                    failed(e.message)
                 }
             }
         }
     };
-    let input =
-        json!({"sessionId": session.id, "invocationId": call.invocation_id, "outcome": outcome});
-    if let Err(e) = conn.client.op("client.call.result", &input) {
+    let input = CallResultInput {
+        session_id: session.id.clone(),
+        invocation_id: call.invocation_id.clone(),
+        outcome,
+    };
+    if let Err(e) = conn.client.call::<ClientCallResult>(&input) {
         log::debug!("client.call.result {}: {e}", call.invocation_id);
     }
 }
@@ -154,12 +167,12 @@ fn after_success(session: &Arc<AcpSession>, shared: &Arc<Shared>, call: &Call, r
             let Some(terminal_id) = result.get("terminalId").and_then(Value::as_str) else {
                 return;
             };
-            let mut st = session.lock();
-            st.live_terminals.insert(terminal_id.to_string());
+            session.add_terminal(terminal_id);
             // Embed the live terminal in the tool call so the editor shows it as it runs.
             if let Some(tool) = &call.tool_call_id {
-                let update = st.projector.attach_terminal(tool, terminal_id);
-                shared.update(&session.id, update);
+                session.emit(shared, |view| {
+                    (vec![view.attach_terminal(tool, terminal_id)], ())
+                });
             }
         }
         "terminal.release" => forget_terminal(session, &call.input),
@@ -169,13 +182,13 @@ fn after_success(session: &Arc<AcpSession>, shared: &Arc<Shared>, call: &Call, r
 
 fn forget_terminal(session: &Arc<AcpSession>, input: &Value) {
     if let Some(id) = input.get("terminalId").and_then(Value::as_str) {
-        session.lock().live_terminals.remove(id);
+        session.forget_terminal(id);
     }
 }
 
 /// Releases every terminal of `session` the host did not release (fire and forget).
 pub fn release_all(session: &Arc<AcpSession>, shared: &Arc<Shared>) {
-    let ids: Vec<String> = session.lock().live_terminals.drain().collect();
+    let ids = session.take_terminals();
     for id in ids {
         log::info!("releasing terminal {id} of session {}", session.id);
         let params = json!({"sessionId": session.id, "terminalId": id});
@@ -191,16 +204,16 @@ pub fn release_all(session: &Arc<AcpSession>, shared: &Arc<Shared>) {
 }
 
 /// The services this client can perform for the host, for `client.capability.replace`.
-pub fn services(caps: &super::initialize::ClientCapabilities) -> Vec<&'static str> {
+pub fn services(caps: &super::initialize::ClientCapabilities) -> Vec<ClientService> {
     let mut s = vec![];
     if caps.fs_read_text_file {
-        s.push("fs.read_text_file");
+        s.push(ClientService::ReadTextFile);
     }
     if caps.fs_write_text_file {
-        s.push("fs.write_text_file");
+        s.push(ClientService::WriteTextFile);
     }
     if caps.terminal {
-        s.push("terminal");
+        s.push(ClientService::Terminal);
     }
     s
 }

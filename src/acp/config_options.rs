@@ -8,11 +8,15 @@
 //! accept boolean options, else a select `collaboration_mode` (`agent` / `plan`).
 
 use super::params::Params;
+use super::types::{
+    ConfigOption, ConfigOptionKind, SelectGroup, SelectOption, SelectOptions, SessionMode,
+    SessionModeState,
+};
+use crate::host_api::ops::ModelCatalog;
 use crate::host_api::wire::{
-    CollaborationMode, Configuration, ConfigurationPatch, ModelTarget, PermissionMode,
+    CollaborationMode, Configuration, ConfigurationPatch, ModelTarget, PermissionMode, Session,
 };
 use crate::jsonrpc::ResponseError;
-use serde_json::{json, Value};
 
 /// The permission modes, as both config-option values and legacy session modes.
 const MODES: [(PermissionMode, &str, &str, &str); 3] = [
@@ -57,31 +61,22 @@ pub struct Catalog {
 }
 
 impl Catalog {
-    pub fn from_models_list(v: &Value) -> Catalog {
-        let connections = v["connections"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|c| {
-                Some(CatalogConnection {
-                    slug: c["slug"].as_str()?.to_string(),
-                    label: c["label"].as_str().unwrap_or_default().to_string(),
-                    models: c["models"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|m| {
-                            let id = m["id"].as_str()?.to_string();
-                            Some(CatalogModel {
-                                label: m["label"].as_str().unwrap_or(&id).to_string(),
-                                thinking_levels: crate::host_api::string_list(
-                                    m.get("thinkingLevels"),
-                                ),
-                                id,
-                            })
-                        })
-                        .collect(),
-                })
+    pub fn from_models_list(list: &ModelCatalog) -> Catalog {
+        let connections = list
+            .connections
+            .iter()
+            .map(|c| CatalogConnection {
+                slug: c.slug.clone(),
+                label: c.label.clone(),
+                models: c
+                    .models
+                    .iter()
+                    .map(|m| CatalogModel {
+                        id: m.id.clone(),
+                        label: if m.label.is_empty() { &m.id } else { &m.label }.clone(),
+                        thinking_levels: m.thinking_levels.clone(),
+                    })
+                    .collect(),
             })
             .collect();
         Catalog { connections }
@@ -113,12 +108,12 @@ pub struct SessionConfig {
 }
 
 impl SessionConfig {
-    /// From a host session record (`session.create`, `session.get`).
-    pub fn from_session(record: &Value) -> Option<SessionConfig> {
-        Some(SessionConfig {
-            revision: record["revision"].as_u64()?,
-            configuration: serde_json::from_value(record["configuration"].clone()).ok()?,
-        })
+    /// From a host session record (`session.create`, `session.get`, `session.open`).
+    pub fn from_session(record: &Session) -> SessionConfig {
+        SessionConfig {
+            revision: record.revision,
+            configuration: record.configuration.clone(),
+        }
     }
 }
 
@@ -140,112 +135,155 @@ pub fn mode_id(m: PermissionMode) -> &'static str {
         .unwrap_or("ask")
 }
 
+fn choice(value: &str, name: &str, description: Option<&str>) -> SelectOption {
+    SelectOption {
+        value: value.into(),
+        name: name.into(),
+        description: description.map(String::from),
+    }
+}
+
+fn select(
+    id: &str,
+    name: &str,
+    description: Option<&str>,
+    current: &str,
+    options: SelectOptions,
+) -> ConfigOption {
+    ConfigOption {
+        id: id.into(),
+        name: name.into(),
+        description: description.map(String::from),
+        // The ids that are also ACP's reserved categories are used as the category.
+        category: matches!(id, "mode" | "model" | "thought_level").then(|| id.into()),
+        kind: ConfigOptionKind::Select {
+            current_value: current.into(),
+            options,
+        },
+    }
+}
+
 /// The complete, ordered `configOptions` set.
-pub fn options(c: &Configuration, catalog: &Catalog, boolean_options: bool) -> Value {
-    let mut out = vec![json!({
-        "id": "mode",
-        "name": "Mode",
-        "description": "What the agent may do without asking",
-        "category": "mode",
-        "type": "select",
-        "currentValue": mode_id(c.permission_mode),
-        "options": MODES.iter().map(|(_, id, name, d)| json!({"value": id, "name": name, "description": d})).collect::<Vec<_>>(),
-    })];
+pub fn options(c: &Configuration, catalog: &Catalog, boolean_options: bool) -> Vec<ConfigOption> {
+    let modes = MODES
+        .iter()
+        .map(|(_, id, name, d)| choice(id, name, Some(d)))
+        .collect();
+    let mut out = vec![select(
+        "mode",
+        "Mode",
+        Some("What the agent may do without asking"),
+        mode_id(c.permission_mode),
+        SelectOptions::Flat(modes),
+    )];
 
     let default_name = match catalog.resolve(&ModelTarget::Default) {
         Some(m) => format!("Default ({})", m.label),
         None => "Default".into(),
     };
-    let default_option = json!({"value": "default", "name": default_name, "description": "The host's default model"});
-    let model_options = |conn: &CatalogConnection| -> Vec<Value> {
+    let default_option = choice("default", &default_name, Some("The host's default model"));
+    let model_options = |conn: &CatalogConnection| -> Vec<SelectOption> {
         conn.models
             .iter()
-            .map(|m| json!({"value": format!("{}/{}", conn.slug, m.id), "name": m.label}))
+            .map(|m| choice(&format!("{}/{}", conn.slug, m.id), &m.label, None))
             .collect()
     };
     // Grouped by provider only when there is more than one: some clients (avante) cannot
     // pick from groups, and one group says nothing.
-    let groups = if catalog.connections.len() <= 1 {
+    let models = if catalog.connections.len() <= 1 {
         let mut flat = vec![default_option];
         if let Some(conn) = catalog.connections.first() {
             flat.extend(model_options(conn));
         }
-        flat
+        SelectOptions::Flat(flat)
     } else {
-        let mut groups = vec![json!({
-            "group": "default",
-            "name": "Default",
-            "options": [default_option],
-        })];
+        let mut groups = vec![SelectGroup {
+            group: "default".into(),
+            name: "Default".into(),
+            options: vec![default_option],
+        }];
         for conn in &catalog.connections {
-            groups.push(json!({
-                "group": conn.slug,
-                "name": if conn.label.is_empty() { &conn.slug } else { &conn.label },
-                "options": model_options(conn),
-            }));
+            groups.push(SelectGroup {
+                group: conn.slug.clone(),
+                name: if conn.label.is_empty() {
+                    &conn.slug
+                } else {
+                    &conn.label
+                }
+                .clone(),
+                options: model_options(conn),
+            });
         }
-        groups
+        SelectOptions::Grouped(groups)
     };
-    out.push(json!({
-        "id": "model",
-        "name": "Model",
-        "category": "model",
-        "type": "select",
-        "currentValue": model_value(&c.model_target),
-        "options": groups,
-    }));
+    out.push(select(
+        "model",
+        "Model",
+        None,
+        &model_value(&c.model_target),
+        models,
+    ));
 
     let levels = catalog
         .resolve(&c.model_target)
-        .map(|m| m.thinking_levels.clone())
+        .map(|m| m.thinking_levels.as_slice())
         .unwrap_or_default();
     if !levels.is_empty() {
-        let mut choices = vec![
-            json!({"value": "default", "name": "Default", "description": "The model's own default"}),
-        ];
-        choices.extend(levels.iter().map(|l| json!({"value": l, "name": l})));
-        out.push(json!({
-            "id": "thought_level",
-            "name": "Thinking",
-            "description": "How hard the model thinks before answering",
-            "category": "thought_level",
-            "type": "select",
-            "currentValue": c.thinking_level.as_deref().unwrap_or("default"),
-            "options": choices,
-        }));
+        let mut choices = vec![choice(
+            "default",
+            "Default",
+            Some("The model's own default"),
+        )];
+        choices.extend(levels.iter().map(|l| choice(l, l, None)));
+        out.push(select(
+            "thought_level",
+            "Thinking",
+            Some("How hard the model thinks before answering"),
+            c.thinking_level.as_deref().unwrap_or("default"),
+            SelectOptions::Flat(choices),
+        ));
     }
-
     let plan = c.collaboration_mode == CollaborationMode::Plan;
     if boolean_options {
-        out.push(json!({
-            "id": "plan_first",
-            "name": "Plan first",
-            "description": "Propose a plan and wait for approval before writing or running anything",
-            "type": "boolean",
-            "currentValue": plan,
-        }));
+        out.push(ConfigOption {
+            id: "plan_first".into(),
+            name: "Plan first".into(),
+            description: Some(
+                "Propose a plan and wait for approval before writing or running anything".into(),
+            ),
+            category: None,
+            kind: ConfigOptionKind::Boolean {
+                current_value: plan,
+            },
+        });
     } else {
-        out.push(json!({
-            "id": "collaboration_mode",
-            "name": "Plan first",
-            "description": "In plan, the agent proposes a plan and waits for approval before writing or running anything",
-            "type": "select",
-            "currentValue": if plan { "plan" } else { "agent" },
-            "options": [
-                {"value": "agent", "name": "Agent", "description": "Work directly"},
-                {"value": "plan", "name": "Plan first", "description": "Propose a plan, then wait for approval"},
-            ],
-        }));
+        out.push(select(
+            "collaboration_mode",
+            "Plan first",
+            Some("In plan, the agent proposes a plan and waits for approval before writing or running anything"),
+            if plan { "plan" } else { "agent" },
+            SelectOptions::Flat(vec![
+                choice("agent", "Agent", Some("Work directly")),
+                choice("plan", "Plan first", Some("Propose a plan, then wait for approval")),
+            ]),
+        ));
     }
-    Value::Array(out)
+    out
 }
 
 /// The legacy `modes` state (the permission modes).
-pub fn modes(c: &Configuration) -> Value {
-    json!({
-        "currentModeId": mode_id(c.permission_mode),
-        "availableModes": MODES.iter().map(|(_, id, name, d)| json!({"id": id, "name": name, "description": d})).collect::<Vec<_>>(),
-    })
+pub fn modes(c: &Configuration) -> SessionModeState {
+    SessionModeState {
+        current_mode_id: mode_id(c.permission_mode).into(),
+        available_modes: MODES
+            .iter()
+            .map(|(_, id, name, d)| SessionMode {
+                id: (*id).into(),
+                name: (*name).into(),
+                description: Some((*d).into()),
+            })
+            .collect(),
+    }
 }
 
 fn invalid(msg: String) -> ResponseError {
@@ -283,13 +321,8 @@ pub fn patch_for(
 ) -> Result<ConfigurationPatch, ResponseError> {
     let id = p.required_str("configId")?;
     let set = options(c, catalog, boolean_options);
-    let Some(option) = set.as_array().into_iter().flatten().find(|o| o["id"] == id) else {
-        let ids: Vec<String> = set
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|o| o["id"].as_str().map(String::from))
-            .collect();
+    let Some(option) = set.iter().find(|o| o.id == id) else {
+        let ids: Vec<String> = set.iter().map(|o| o.id.clone()).collect();
         return Err(invalid(format!(
             "`configId` {id:?} is not an option of this session; it offers {}",
             offered(&ids)
@@ -299,7 +332,11 @@ pub fn patch_for(
         .get("value")
         .ok_or_else(|| invalid("`value` is required".into()))?;
     let declared = p.optional_str("type")?;
-    if option["type"] == "boolean" {
+    let values = match &option.kind {
+        ConfigOptionKind::Select { options, .. } => options.values(),
+        ConfigOptionKind::Boolean { .. } => vec![],
+    };
+    if matches!(option.kind, ConfigOptionKind::Boolean { .. }) {
         let (Some(b), None | Some("boolean")) = (value.as_bool(), declared) else {
             return Err(invalid(format!(
                 "`{id}` is a boolean option; send `\"type\": \"boolean\"` and a true/false `value`"
@@ -319,19 +356,8 @@ pub fn patch_for(
             "`{id}` is a select option; `value` must be one of its value ids"
         )));
     };
-    // Every value the option offers, flattening groups.
-    let mut values = Vec::new();
-    for o in option["options"].as_array().into_iter().flatten() {
-        match o["options"].as_array() {
-            Some(grouped) => values.extend(
-                grouped
-                    .iter()
-                    .filter_map(|g| g["value"].as_str().map(String::from)),
-            ),
-            None => values.extend(o["value"].as_str().map(String::from)),
-        }
-    }
-    if !values.iter().any(|x| x == v) {
+    if !values.contains(&v) {
+        let values: Vec<String> = values.into_iter().map(String::from).collect();
         return Err(invalid(format!(
             "{v:?} is not a value of `{id}`; it offers {}",
             offered(&values)
@@ -425,14 +451,23 @@ mod tests {
     }
 
     use super::*;
+    use serde_json::{json, Value};
 
     fn catalog() -> Catalog {
         Catalog::from_models_list(
-            &json!({"connections": [{"slug": "script", "label": "Scripted", "models": [
-                {"id": "deep", "label": "Deep", "thinkingLevels": ["low", "high"]},
-                {"id": "fast", "label": "Fast", "thinkingLevels": []},
-            ]}]}),
+            &serde_json::from_value(
+                json!({"connections": [{"slug": "script", "label": "Scripted", "models": [
+                    {"id": "deep", "label": "Deep", "thinkingLevels": ["low", "high"]},
+                    {"id": "fast", "label": "Fast", "thinkingLevels": []},
+                ]}]}),
+            )
+            .unwrap(),
         )
+    }
+
+    /// The options as the client reads them.
+    fn options(c: &Configuration, catalog: &Catalog, boolean: bool) -> Value {
+        crate::acp::types::to_json(&super::options(c, catalog, boolean))
     }
 
     fn ids(v: &Value) -> Vec<&str> {

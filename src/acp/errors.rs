@@ -1,23 +1,92 @@
-//! Runtime Host errors → JSON-RPC errors. Every mapped error carries
-//! `data: {makaCode, retryable, details?}` so clients can switch on the host's code.
+//! Every error this agent answers with, in one place. Each carries `data.makaCode` (a
+//! [`MakaCode`]) and `retryable`, so clients can switch on the code; the message is one
+//! sentence a person can act on, details go in `data`.
 
 use crate::host_api::client::ClientError;
 use crate::host_api::wire::ErrorCode;
 use crate::jsonrpc::{code, ResponseError};
-use serde_json::json;
+use serde_json::{json, Value};
 
+/// The agent's own error codes (`data.makaCode`). Host errors pass the host's code through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MakaCode {
+    /// The Runtime Host cannot be reached (or stopped).
+    HostUnavailable,
+    /// The host answered something this agent cannot read.
+    HostProtocolError,
+    NotFound,
+    /// The session already runs a prompt.
+    SessionBusy,
+    /// The host's event-stream slots are full.
+    CapacityExceeded,
+    /// A configuration write kept conflicting.
+    RevisionConflict,
+    /// A write kept racing another writer.
+    OperationConflict,
+    TurnFailed,
+    AuthRequired,
+}
+
+impl MakaCode {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            MakaCode::HostUnavailable => "host_unavailable",
+            MakaCode::HostProtocolError => "host_protocol_error",
+            MakaCode::NotFound => "not_found",
+            MakaCode::SessionBusy => "session_busy",
+            MakaCode::CapacityExceeded => "capacity_exceeded",
+            MakaCode::RevisionConflict => "revision_conflict",
+            MakaCode::OperationConflict => "operation_conflict",
+            MakaCode::TurnFailed => "turn_failed",
+            MakaCode::AuthRequired => "auth_required",
+        }
+    }
+
+    /// Whether trying the same request again later can succeed.
+    pub const fn retryable(self) -> bool {
+        matches!(
+            self,
+            MakaCode::HostUnavailable
+                | MakaCode::SessionBusy
+                | MakaCode::CapacityExceeded
+                | MakaCode::RevisionConflict
+                | MakaCode::OperationConflict
+        )
+    }
+
+    const fn rpc_code(self) -> i32 {
+        match self {
+            MakaCode::NotFound => code::RESOURCE_NOT_FOUND,
+            MakaCode::AuthRequired => code::AUTH_REQUIRED,
+            _ => code::INTERNAL_ERROR,
+        }
+    }
+
+    /// The JSON-RPC error: `message` for the person, `data: {makaCode, retryable}`.
+    pub fn error(self, message: impl Into<String>) -> ResponseError {
+        self.error_with(message, json!({}))
+    }
+
+    /// Like [`MakaCode::error`], with more fields merged into `data`.
+    pub fn error_with(self, message: impl Into<String>, extra: Value) -> ResponseError {
+        let mut data = json!({"makaCode": self.as_str(), "retryable": self.retryable()});
+        if let (Some(d), Value::Object(extra)) = (data.as_object_mut(), extra) {
+            d.extend(extra);
+        }
+        ResponseError::new(self.rpc_code(), message).with_data(data)
+    }
+}
+
+/// A host client error as the client sees it.
 pub fn from_client(e: &ClientError) -> ResponseError {
     match e {
-        ClientError::Transport(msg) => ResponseError::new(
-            code::INTERNAL_ERROR,
-            format!("The Runtime Host is unavailable: {msg}"),
-        )
-        .with_data(json!({"makaCode": "host_unavailable", "retryable": true})),
-        ClientError::Protocol(msg) => ResponseError::new(
-            code::INTERNAL_ERROR,
+        ClientError::Transport(msg) => {
+            MakaCode::HostUnavailable.error(format!("The Runtime Host is unavailable: {msg}"))
+        }
+        ClientError::Protocol(msg) => MakaCode::HostProtocolError.error_with(
             "The Runtime Host sent a reply this agent cannot read; the operation did not complete.",
-        )
-        .with_data(json!({"makaCode": "host_protocol_error", "retryable": false, "details": msg})),
+            json!({"details": msg}),
+        ),
         ClientError::Host(h) => {
             let c = match h.code {
                 ErrorCode::InvalidRequest | ErrorCode::PayloadTooLarge => code::INVALID_PARAMS,
@@ -35,6 +104,21 @@ pub fn from_client(e: &ClientError) -> ResponseError {
 }
 
 pub fn unknown_session(id: &str) -> ResponseError {
-    ResponseError::new(code::RESOURCE_NOT_FOUND, format!("Unknown session {id:?}: create it with session/new or open it with session/load or session/resume"))
-        .with_data(json!({"makaCode": "not_found", "sessionId": id}))
+    MakaCode::NotFound.error_with(
+        format!("Unknown session {id:?}: create it with session/new or open it with session/load or session/resume"),
+        json!({"sessionId": id}),
+    )
+}
+
+pub fn session_busy(id: &str) -> ResponseError {
+    MakaCode::SessionBusy.error(format!(
+        "Session {id} is already running a prompt; wait for it or send session/cancel"
+    ))
+}
+
+/// The host's event-stream slots stayed full: `what` could not be followed.
+pub fn capacity_exceeded(what: &str) -> ResponseError {
+    MakaCode::CapacityExceeded.error(format!(
+        "The Runtime Host is following too many sessions to follow {what}. Try again in a moment."
+    ))
 }

@@ -42,7 +42,7 @@ fn discover(data_dir: &std::path::Path) -> Option<Live> {
     };
     let client = Arc::new(HostClient::new(&format!("http://{authority}"), token));
     let hello = client.hello().ok()?;
-    let epoch = hello["hostEpoch"].as_str()?.to_string();
+    let epoch = hello.host_epoch;
     let mut attach = std::net::TcpStream::connect(&authority).ok()?;
     attach.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     let request = format!(
@@ -144,7 +144,7 @@ impl HostLink {
         let hello = client
             .hello()
             .map_err(|e| unavailable(format!("cannot reach the Runtime Host at {url}: {e}")))?;
-        let epoch = hello["hostEpoch"].as_str().unwrap_or_default().to_string();
+        let epoch = hello.host_epoch;
         log::info!("connected to Runtime Host {url} (epoch {epoch})");
         Ok(Live {
             connected: Connected { client, epoch },
@@ -311,9 +311,8 @@ impl HostLink {
         let others = l
             .connected
             .client
-            .op("host.status", &json!({}))
-            .ok()
-            .and_then(|s| s["attachedClients"].as_u64())
+            .call::<crate::host_api::ops::HostStatus>(&crate::host_api::ops::Empty {})
+            .map(|s| s.attached_clients)
             .unwrap_or(0);
         if others > 0 {
             log::info!("{others} other adapter(s) use the Runtime Host; leaving it running");

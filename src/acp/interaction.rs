@@ -14,8 +14,13 @@
 //! that cannot be shown is answered "deny" / "no answer" at once.
 
 use super::host_link::Connected;
-use super::projection::{diff_content, text_content};
+use super::projection::diff;
 use super::session::{AcpSession, Shared};
+use super::types::{
+    to_json, PermissionOption, PermissionOptionKind, RequestPermission, ToolCallContent,
+    ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
+};
+use crate::host_api::ops::{AnswerInput, InteractionAnswerOp};
 use crate::host_api::wire::{Interaction, InteractionAnswer, InteractionRequest, Question};
 use crate::jsonrpc::CallResult;
 use serde_json::{json, Value};
@@ -48,7 +53,7 @@ fn run(
     let id = interaction.interaction_id.clone();
     let answer = match &interaction.request {
         InteractionRequest::Permission { .. } | InteractionRequest::SandboxBoundary { .. } => {
-            let params = permission_params(&session.id, &interaction.request);
+            let params = to_json(&permission_params(&session.id, &interaction.request));
             match ask(session, shared, &id, "session/request_permission", params) {
                 Answered(v) => Some(permission_answer(&interaction.request, &v)),
                 Withdrawn => None,
@@ -61,8 +66,12 @@ fn run(
         } => ask_questions(session, shared, &id, tool_call_id, questions),
     };
     let Some(answer) = answer else { return };
-    let input = json!({"sessionId": session.id, "interactionId": id, "answer": answer});
-    if let Err(e) = conn.client.op("interaction.answer", &input) {
+    let input = AnswerInput {
+        session_id: session.id.clone(),
+        interaction_id: id.clone(),
+        answer,
+    };
+    if let Err(e) = conn.client.call::<InteractionAnswerOp>(&input) {
         // Already resolved (closed by a stop, answered elsewhere) is expected, not an error.
         log::debug!("interaction.answer {id}: {e}");
     }
@@ -86,21 +95,19 @@ fn ask(
     method: &str,
     params: Value,
 ) -> Reply {
-    let call = {
-        let mut st = session.lock();
-        if st.closed {
-            return Withdrawn;
-        }
-        let call = shared.calls.call(method, params);
-        st.outstanding.insert(id.to_string(), call.id.clone());
-        call
-    };
+    if session.is_closed() {
+        return Withdrawn;
+    }
+    // Sent first, then tracked (no lock is held across the send); a cancel that came in
+    // between is seen by `track`, and the request is withdrawn here.
+    let call = shared.calls.call(method, params);
+    if !session.track(id, call.id.clone()) {
+        shared.calls.cancel(&call.id);
+    }
     let reply: CallResult = call.wait();
-    let mut st = session.lock();
     // Still registered → nobody withdrew it.
-    let withdrawn = st.outstanding.remove(id).is_none();
-    let cancelling = st.prompt.as_ref().is_some_and(|p| p.cancel_requested) || st.closed;
-    drop(st);
+    let withdrawn = !session.untrack(id);
+    let cancelling = session.is_cancelling();
     match reply {
         Ok(v)
             if v.pointer("/outcome/outcome") == Some(&json!("cancelled"))
@@ -117,58 +124,71 @@ fn ask(
     }
 }
 
-fn permission_params(session_id: &str, request: &InteractionRequest) -> Value {
-    match request {
+fn option(id: &str, name: &str, kind: PermissionOptionKind) -> PermissionOption {
+    PermissionOption {
+        option_id: id.into(),
+        name: name.into(),
+        kind,
+    }
+}
+
+fn absolute_locations<'a>(paths: impl Iterator<Item = &'a str>) -> Option<Vec<ToolCallLocation>> {
+    let locs: Vec<ToolCallLocation> = paths
+        .filter(|p| p.starts_with('/'))
+        .map(|p| ToolCallLocation {
+            path: p.into(),
+            line: None,
+        })
+        .collect();
+    (!locs.is_empty()).then_some(locs)
+}
+
+/// The dialog for a permission or a sandbox boundary (`question`s never get one).
+fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestPermission {
+    use PermissionOptionKind::{AllowOnce, RejectOnce};
+    let (tool_call, options) = match request {
         InteractionRequest::Permission {
             tool_call_id,
             title,
             review,
             args,
             locations,
-            diff,
-            remember_for_turn_allowed,
+            diff: d,
             ..
         } => {
             let kind = match review.as_str() {
-                "command" => "execute",
-                "edit" | "write" => "edit",
-                "plan" => "switch_mode",
-                _ => "other",
+                "command" => ToolKind::Execute,
+                "edit" | "write" => ToolKind::Edit,
+                "plan" => ToolKind::SwitchMode,
+                _ => ToolKind::Other,
             };
-            let mut tool_call = json!({"toolCallId": tool_call_id, "title": title, "kind": kind, "status": "pending"});
-            if let Some(a) = args {
-                tool_call["rawInput"] = a.clone();
-            }
-            let locs: Vec<Value> = locations
-                .iter()
-                .filter(|l| l.path.starts_with('/'))
-                .map(|l| json!({"path": l.path}))
-                .collect();
-            if !locs.is_empty() {
-                tool_call["locations"] = json!(locs);
-            }
-            if let Some(d) = diff {
-                tool_call["content"] = json!([diff_content(d)]);
-            }
-            if review == "plan" {
+            let tool_call = ToolCallUpdate {
+                title: Some(title.clone()),
+                kind: Some(kind),
+                raw_input: args.clone(),
+                locations: absolute_locations(locations.iter().map(|l| l.path.as_str())),
+                content: d.as_ref().map(|d| vec![diff(d)]),
+                ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending)
+            };
+            let options = if review == "plan" {
                 // Plan mode: approving the plan is what lets the agent start changing things.
-                let options = [
-                    json!({"optionId": ALLOW_ONCE, "name": "Approve the plan and start", "kind": "allow_once"}),
-                    json!({"optionId": REJECT, "name": "Keep planning", "kind": "reject_once"}),
-                ];
-                return json!({"sessionId": session_id, "toolCall": tool_call, "options": options});
-            }
-            // One option per kind: clients map options by kind (CodeCompanion keeps the last
-            // option of a kind for its "Accept", auto-approvers take the first), so a second
-            // allow — the host's "for the rest of this turn" — would be granted by a plain
-            // Accept. And it is not `allow_always` either, which means a remembered choice
-            // (clients label it "Always"). Bypass mode is the way to stop being asked.
-            let _ = remember_for_turn_allowed;
-            let options = [
-                json!({"optionId": ALLOW_ONCE, "name": "Allow once", "kind": "allow_once"}),
-                json!({"optionId": REJECT, "name": "Reject", "kind": "reject_once"}),
-            ];
-            json!({"sessionId": session_id, "toolCall": tool_call, "options": options})
+                vec![
+                    option(ALLOW_ONCE, "Approve the plan and start", AllowOnce),
+                    option(REJECT, "Keep planning", RejectOnce),
+                ]
+            } else {
+                // One option per kind: clients map options by kind (CodeCompanion keeps the
+                // last option of a kind for its "Accept", auto-approvers take the first), so a
+                // second allow — the host's "for the rest of this turn" — would be granted by
+                // a plain Accept. And it is not `allow_always` either, which means a remembered
+                // choice (clients label it "Always"). Bypass mode is the way to stop being
+                // asked.
+                vec![
+                    option(ALLOW_ONCE, "Allow once", AllowOnce),
+                    option(REJECT, "Reject", RejectOnce),
+                ]
+            };
+            (tool_call, options)
         }
         InteractionRequest::SandboxBoundary {
             tool_call_id,
@@ -179,22 +199,32 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> Value {
                 .iter()
                 .map(|p| format!("{} ({})", p.path, p.access))
                 .collect();
-            json!({
-                "sessionId": session_id,
-                "toolCall": {
-                    "toolCallId": tool_call_id,
-                    "title": format!("Allow access outside the project: {}", listed.join(", ")),
-                    "status": "pending",
-                    "content": [text_content(justification)],
-                    "locations": paths.iter().filter(|p| p.path.starts_with('/')).map(|p| json!({"path": p.path})).collect::<Vec<_>>(),
-                },
-                "options": [
-                    {"optionId": ALLOW_ONCE, "name": "Allow access for this turn", "kind": "allow_once"},
-                    {"optionId": REJECT, "name": "Deny", "kind": "reject_once"},
-                ]
-            })
+            let tool_call = ToolCallUpdate {
+                title: Some(format!(
+                    "Allow access outside the project: {}",
+                    listed.join(", ")
+                )),
+                content: Some(vec![ToolCallContent::text(justification)]),
+                locations: Some(
+                    absolute_locations(paths.iter().map(|p| p.path.as_str())).unwrap_or_default(),
+                ),
+                ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending)
+            };
+            let options = vec![
+                option(ALLOW_ONCE, "Allow access for this turn", AllowOnce),
+                option(REJECT, "Deny", RejectOnce),
+            ];
+            (tool_call, options)
         }
-        InteractionRequest::Question { .. } => Value::Null,
+        InteractionRequest::Question { tool_call_id, .. } => (
+            ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending),
+            vec![],
+        ),
+    };
+    RequestPermission {
+        session_id: session_id.into(),
+        tool_call,
+        options,
     }
 }
 
@@ -328,7 +358,7 @@ mod tests {
             }),
             remember_for_turn_allowed: true,
         };
-        let p = permission_params("s", &req);
+        let p = to_json(&permission_params("s", &req));
         assert_eq!(p["toolCall"]["title"], "Edit src/lib.rs");
         assert_eq!(p["toolCall"]["content"][0]["type"], "diff");
         let names: Vec<&str> = p["options"]
@@ -361,7 +391,7 @@ mod tests {
             }],
             justification: "why".into(),
         };
-        assert!(permission_params("s", &b)["toolCall"]["title"]
+        assert!(to_json(&permission_params("s", &b))["toolCall"]["title"]
             .as_str()
             .unwrap()
             .contains("/etc/hosts (read)"));

@@ -11,6 +11,13 @@ pub mod interaction;
 pub mod params;
 pub mod projection;
 pub mod prompt;
+mod reader;
+pub mod requests;
 pub mod session;
+mod sessions;
+mod settings;
+mod turns;
+pub mod types;
+mod workers;
 
 pub use agent::{serve, AdapterConfig};

@@ -2,8 +2,6 @@
 //! The turn runs them ([`super::turn`]); each answers as agent text, so every client shows the
 //! result the same way and replay shows it again.
 
-use serde_json::{json, Value};
-
 pub struct SlashCommand {
     pub name: &'static str,
     pub description: &'static str,
@@ -54,14 +52,17 @@ pub const COMMANDS: &[SlashCommand] = &[
 ];
 
 /// `skills.list`.
-pub fn list() -> Value {
-    json!({"skills": COMMANDS.iter().map(|c| {
-        let mut v = json!({"name": c.name, "description": c.description});
-        if let Some(h) = c.hint {
-            v["inputHint"] = json!(h);
-        }
-        v
-    }).collect::<Vec<_>>()})
+pub fn list() -> crate::host_api::ops::SkillList {
+    crate::host_api::ops::SkillList {
+        skills: COMMANDS
+            .iter()
+            .map(|c| crate::host_api::ops::Skill {
+                name: c.name.into(),
+                description: c.description.into(),
+                input_hint: c.hint.map(String::from),
+            })
+            .collect(),
+    }
 }
 
 /// A prompt that starts with `/word`: the word and the rest (trimmed). `None` for ordinary

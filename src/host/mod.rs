@@ -181,15 +181,20 @@ impl Host {
         }
     }
 
-    pub fn status(&self) -> Value {
-        json!({
-            "state": if self.is_draining() { "draining" } else { "ready" },
-            "hostEpoch": self.epoch,
-            "activeTurns": self.active_turns(),
-            "openSessions": self.sessions_lock().len(),
-            "attachedClients": self.attached.count(),
-            "uptimeMs": self.started.elapsed().as_millis() as u64,
-        })
+    pub fn status(&self) -> crate::host_api::ops::HostState {
+        crate::host_api::ops::HostState {
+            state: if self.is_draining() {
+                "draining"
+            } else {
+                "ready"
+            }
+            .into(),
+            host_epoch: self.epoch.clone(),
+            active_turns: self.active_turns() as u64,
+            open_sessions: self.sessions_lock().len() as u64,
+            attached_clients: self.attached.count() as u64,
+            uptime_ms: self.started.elapsed().as_millis() as u64,
+        }
     }
 
     /// Stops admitting work, lets running turns finish until `drain`, stops the rest, ends the

@@ -86,7 +86,7 @@ pub struct ActiveTurn {
     pub cancel: CancelToken,
     /// Text streamed so far but not yet in the transcript, for `session.open`.
     pub streams: Vec<ActiveStream>,
-    pub tools: Vec<Value>,
+    pub tools: Vec<crate::host_api::ops::ActiveTool>,
     /// Review kinds the user allowed "for this turn".
     pub remembered: HashSet<String>,
     /// Paths approved through `sandbox_boundary` during this turn.

@@ -511,7 +511,15 @@ impl Turn {
         let (inline, truncated) = bounded_args(args);
         let mut st = self.cell.lock();
         if let Some(a) = st.active.as_mut() {
-            a.tools.push(json!({"toolCallId": id, "toolName": name, "title": title, "activityKind": kind, "args": inline, "locations": locations, "outputTail": ""}));
+            a.tools.push(crate::host_api::ops::ActiveTool {
+                tool_call_id: id.into(),
+                tool_name: name.into(),
+                title: title.into(),
+                activity_kind: kind.into(),
+                args: inline.clone(),
+                locations: locations.to_vec(),
+                output_tail: String::new(),
+            });
         }
         let body = FrameBody::ToolStart {
             turn_id: self.spec.turn_id.clone(),
@@ -554,7 +562,7 @@ impl Turn {
     fn finish_tool(&self, id: &str, outcome: ToolOutcome, ran: bool, duration_ms: u64) {
         let mut st = self.cell.lock();
         if let Some(a) = st.active.as_mut() {
-            a.tools.retain(|t| t["toolCallId"] != id);
+            a.tools.retain(|t| t.tool_call_id != id);
         }
         let body = FrameBody::ToolResult {
             turn_id: self.spec.turn_id.clone(),
@@ -1341,15 +1349,13 @@ impl ToolEnv for Turn {
         };
         self.out_seq += 1;
         let mut st = self.cell.make_room(self.cell.lock());
-        if let Some(t) = st.active.as_mut().and_then(|a| {
-            a.tools
-                .iter_mut()
-                .find(|t| t["toolCallId"] == tool_call_id.as_str())
-        }) {
-            let mut tail = t["outputTail"].as_str().unwrap_or_default().to_string();
-            tail.push_str(chunk);
-            crate::host_api::keep_tail(&mut tail, tools::RESULT_TEXT_LIMIT);
-            t["outputTail"] = Value::String(tail);
+        if let Some(t) = st
+            .active
+            .as_mut()
+            .and_then(|a| a.tools.iter_mut().find(|t| t.tool_call_id == tool_call_id))
+        {
+            t.output_tail.push_str(chunk);
+            crate::host_api::keep_tail(&mut t.output_tail, tools::RESULT_TEXT_LIMIT);
         }
         let body = FrameBody::ToolOutputDelta {
             turn_id: self.spec.turn_id.clone(),

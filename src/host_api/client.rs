@@ -2,8 +2,10 @@
 //! for one window of a session's event stream. One error type separates what the host said
 //! (`Host`) from not reaching it at all (`Transport`, i.e. the host is gone).
 
+use super::ops::{HelloInput, HelloOutput, HostHello, Operation, ProtocolRange};
 use super::wire::{Envelope, ErrorCode, Frame, HostError};
-use serde_json::{json, Value};
+use serde::Deserialize;
+use serde_json::json;
 use std::io::{BufRead, BufReader, Read};
 use std::time::Duration;
 
@@ -40,6 +42,20 @@ impl ClientError {
             ClientError::Transport(_) | ClientError::Protocol(_) => None,
         }
     }
+}
+
+/// The response envelope with the operation's own output type.
+#[derive(Deserialize)]
+struct Reply<T> {
+    ok: bool,
+    #[serde(default = "none")]
+    result: Option<T>,
+    #[serde(default)]
+    error: Option<HostError>,
+}
+
+fn none<T>() -> Option<T> {
+    None
 }
 
 pub struct HostClient {
@@ -149,13 +165,51 @@ impl HostClient {
         }
     }
 
-    pub fn op(&self, key: &str, input: &Value) -> Result<Value, ClientError> {
+    /// Runs the operation `O`: its input encoded, its output decoded. An output that does not
+    /// match `O::Output` is a `Protocol` error (that one call fails; the host is fine).
+    pub fn call<O: Operation>(&self, input: &O::Input) -> Result<O::Output, ClientError> {
+        let body = serde_json::to_string(input)
+            .map_err(|e| ClientError::Protocol(format!("cannot encode {}: {e}", O::KEY)))?;
+        let (status, text) = self.post(O::KEY, body)?;
+        match serde_json::from_str::<Reply<O::Output>>(&text) {
+            Ok(Reply {
+                ok: true,
+                result: Some(out),
+                ..
+            }) => Ok(out),
+            // `{"ok":true}` for an output with no fields.
+            Ok(Reply { ok: true, .. }) => serde_json::from_str("{}").map_err(|_| {
+                ClientError::Protocol(format!("the host answered {} without a result", O::KEY))
+            }),
+            Ok(Reply { error: Some(e), .. }) => Err(ClientError::Host(e)),
+            Ok(Reply { .. }) => Err(ClientError::Host(HostError::internal(format!(
+                "{} failed with HTTP {status}",
+                O::KEY
+            )))),
+            Err(e) => match serde_json::from_str::<Envelope>(&text) {
+                Ok(Envelope {
+                    error: Some(err), ..
+                }) => Err(ClientError::Host(err)),
+                Ok(_) => Err(ClientError::Protocol(format!(
+                    "the {} reply does not match the protocol: {e}",
+                    O::KEY
+                ))),
+                Err(_) => Err(ClientError::Protocol(format!(
+                    "the host answered {} with HTTP {status} and no envelope",
+                    O::KEY
+                ))),
+            },
+        }
+    }
+
+    /// POSTs one operation; the status and the body (bounded).
+    fn post(&self, key: &str, body: String) -> Result<(u16, String), ClientError> {
         let resp = self
             .ops
             .post(&format!("{}/v1/op/{key}", self.base))
             .header("Authorization", format!("Bearer {}", self.token))
             .content_type("application/json")
-            .send(input.to_string().as_str())
+            .send(body.as_str())
             .map_err(|e| ClientError::Transport(e.to_string()))?;
         let status = resp.status().as_u16();
         let text = resp
@@ -169,19 +223,7 @@ impl HostClient {
                 )),
                 e => ClientError::Transport(format!("reading the {key} response: {e}")),
             })?;
-        let env: Envelope = serde_json::from_str(&text).map_err(|_| {
-            ClientError::Protocol(format!(
-                "the host answered {key} with HTTP {status} and no envelope"
-            ))
-        })?;
-        match (env.ok, env.result, env.error) {
-            (true, Some(result), _) => Ok(result),
-            (true, None, _) => Ok(Value::Null),
-            (false, _, Some(e)) => Err(ClientError::Host(e)),
-            (false, _, None) => Err(ClientError::Host(HostError::internal(format!(
-                "{key} failed with HTTP {status}"
-            )))),
-        }
+        Ok((status, text))
     }
 
     /// Opens one window of `sessionId`'s stream after `after`. `until_terminal`: the host ends
@@ -241,11 +283,12 @@ impl HostClient {
             .is_ok_and(|r| r.status().as_u16() == 200)
     }
 
-    pub fn hello(&self) -> Result<Value, ClientError> {
-        self.op(
-            "host.hello",
-            &json!({"client": {"name": "maka-acp", "version": env!("CARGO_PKG_VERSION")}, "protocol": {"min": 1, "max": 1}, "features": ["client_calls"]}),
-        )
+    pub fn hello(&self) -> Result<HelloOutput, ClientError> {
+        self.call::<HostHello>(&HelloInput {
+            client: Some(json!({"name": "maka-acp", "version": env!("CARGO_PKG_VERSION")})),
+            protocol: Some(ProtocolRange { min: 1, max: 1 }),
+            features: vec!["client_calls".into()],
+        })
     }
 
     /// Asks the host to drain and exit.

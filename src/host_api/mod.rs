@@ -2,6 +2,7 @@
 //! adapter's client.
 
 pub mod client;
+pub mod ops;
 pub mod wire;
 
 use std::io::Read;

@@ -88,7 +88,10 @@ impl ClientCalls {
     /// Asks the client to drop request `id` (`$/cancel_request`). The entry stays in the table:
     /// the client still answers (usually `-32800`), and that answer is still delivered.
     pub fn cancel(&self, id: &RequestId) {
-        if lock(&self.pending).contains_key(id) {
+        // Looked up, then sent without the table's lock: the stdin reader routes responses
+        // through this table and must never wait for stdout.
+        let pending = lock(&self.pending).contains_key(id);
+        if pending {
             self.outbox.send(&Message::notification(
                 "$/cancel_request",
                 json!({ "requestId": id.to_value() }),

@@ -35,6 +35,29 @@ impl Outbox {
     pub fn send(&self, message: &Message) -> bool {
         self.tx.send(Outgoing::Line(message.to_line())).is_ok()
     }
+
+    /// A notification whose params are a typed value, serialized straight to its line (no
+    /// intermediate `Value` tree on the streaming path).
+    pub fn notify<P: serde::Serialize>(&self, method: &str, params: &P) -> bool {
+        #[derive(serde::Serialize)]
+        struct Notification<'a, P> {
+            jsonrpc: &'static str,
+            method: &'a str,
+            params: &'a P,
+        }
+        let line = serde_json::to_string(&Notification {
+            jsonrpc: "2.0",
+            method,
+            params,
+        });
+        match line {
+            Ok(line) => self.tx.send(Outgoing::Line(line)).is_ok(),
+            Err(e) => {
+                log::error!("cannot serialize a {method} notification: {e}");
+                false
+            }
+        }
+    }
 }
 
 /// What the dispatcher receives: requests (with the responder that must answer them) and

@@ -6,9 +6,10 @@ pub mod openai;
 pub mod scripted;
 
 use super::session::CancelToken;
+use crate::host_api::ops::{DefaultTarget, ModelCatalog, ModelConnection, ModelEntry};
 use crate::host_api::wire::{ErrorCode, HostError, ModelTarget};
 use crossbeam_channel::{bounded, Receiver, Sender};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 
 #[derive(Clone, Debug)]
@@ -158,25 +159,33 @@ impl Providers {
     }
 
     /// `models.list`.
-    pub fn list(&self) -> Value {
-        let default = self.connections.first().map(
-            |c| json!({"connectionSlug": c.slug, "model": c.models.first().map(|m| m.id.clone())}),
-        );
-        json!({
-            "defaultTarget": default,
-            "connections": self.connections.iter().map(|c| json!({
-                "slug": c.slug,
-                "label": c.label,
-                "ready": true,
-                "models": c.models.iter().map(|m| json!({
-                    "id": m.id,
-                    "label": m.label,
-                    "thinkingLevels": m.thinking_levels,
-                    "contextWindow": m.context_window,
-                })).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-            "problems": self.problems,
-        })
+    pub fn list(&self) -> ModelCatalog {
+        ModelCatalog {
+            default_target: self.connections.first().map(|c| DefaultTarget {
+                connection_slug: c.slug.clone(),
+                model: c.models.first().map(|m| m.id.clone()),
+            }),
+            connections: self
+                .connections
+                .iter()
+                .map(|c| ModelConnection {
+                    slug: c.slug.clone(),
+                    label: c.label.clone(),
+                    ready: true,
+                    models: c
+                        .models
+                        .iter()
+                        .map(|m| ModelEntry {
+                            id: m.id.clone(),
+                            label: m.label.clone(),
+                            thinking_levels: m.thinking_levels.clone(),
+                            context_window: Some(m.context_window),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            problems: self.problems.clone(),
+        }
     }
 
     pub fn resolve(&self, target: &ModelTarget) -> Result<(&Connection, &ModelInfo), HostError> {

@@ -1,0 +1,384 @@
+//! Host frame → ACP `session/update`: the one place this mapping lives ([`Projector::frame`]).
+//!
+//! Live streaming and `session/load` replay both go through [`Projector::frame`]; replay first
+//! turns each durable transcript item into the frame it was live ([`replay_frames`]), so a
+//! replayed turn shows what was streamed (modulo chunk boundaries). Pure: no I/O, no clocks
+//! (the caller passes `now` for output throttling).
+
+mod content;
+mod replay;
+#[cfg(test)]
+mod tests;
+
+pub use content::{diff, iso8601, tool_kind};
+pub use replay::{replay_frames, snapshot_frames};
+
+use crate::acp::types::{
+    Chunk, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
+};
+use crate::host_api::wire::{FrameBody, ToolResultContent};
+use content::{fenced_output, locations, plan, result_content, result_locations, terminal_verdict};
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Command output kept for the live view (ACP tool content replaces the whole list, so the
+/// accumulated tail is re-sent each time).
+pub const OUTPUT_TAIL_BYTES: usize = 64 * 1024;
+/// Live output updates per tool call are sent at most this often.
+pub const OUTPUT_THROTTLE: Duration = Duration::from_millis(100);
+
+#[derive(Default)]
+struct ToolState {
+    /// The editor terminal the command runs in (`terminal/create`), when it does.
+    client_terminal: Option<String>,
+    /// Shown through the `_meta.terminal_*` display convention.
+    display: bool,
+    /// Some output went out through `_meta.terminal_output`.
+    streamed: bool,
+    command: Option<String>,
+    output: String,
+    truncated: bool,
+    last_sent: Option<Instant>,
+    dirty: bool,
+    terminal: bool,
+    /// Not shown as a tool call (`update_plan`: the plan is shown as the plan).
+    hidden: bool,
+}
+
+/// Per-session projection state: open tool calls and which turns this connection started.
+///
+/// It also remembers what it has shown — text bytes per message, tool calls, echoed prompts —
+/// so that feeding it the same content again (a catch-up from the transcript after the live
+/// stream fell behind) shows only what is new.
+#[derive(Default)]
+pub struct Projector {
+    /// Bytes of text shown per `messageId` (agent text, thinking, notices).
+    shown: HashMap<String, u64>,
+    /// Tool calls shown (`tool_call` sent) and turns whose prompt was echoed, for this turn.
+    shown_tools: HashSet<String>,
+    echoed: HashSet<String>,
+    tools: HashMap<String, ToolState>,
+    /// Tool calls in start order, to settle the open ones when a turn ends.
+    order: Vec<String>,
+    /// Turns started by this connection's prompts: their user message is not echoed back.
+    own_turns: HashSet<String>,
+    /// Command output goes through Zed's display-only `_meta.terminal_*` convention.
+    display_terminal: bool,
+}
+
+impl Projector {
+    pub fn new(display_terminal: bool) -> Projector {
+        Projector {
+            display_terminal,
+            ..Projector::default()
+        }
+    }
+
+    /// The command of `tool_call_id` runs in the editor's terminal `terminal_id`: embed it.
+    pub fn attach_terminal(&mut self, tool_call_id: &str, terminal_id: &str) -> SessionUpdate {
+        let t = self.tools.entry(tool_call_id.to_string()).or_default();
+        t.client_terminal = Some(terminal_id.to_string());
+        SessionUpdate::ToolCallUpdate(
+            ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
+                .with_content(vec![ToolCallContent::terminal(terminal_id)]),
+        )
+    }
+
+    pub fn mark_own_turn(&mut self, turn_id: &str) {
+        self.own_turns.insert(turn_id.to_string());
+    }
+
+    /// The updates (each the value of `params.update`) a frame becomes.
+    pub fn frame(&mut self, body: &FrameBody, now: Instant) -> Vec<SessionUpdate> {
+        match body {
+            FrameBody::TurnStarted {
+                turn_id,
+                content: Some(content),
+                ..
+            } if !self.own_turns.contains(turn_id) && self.echoed.insert(turn_id.clone()) => {
+                user_message(turn_id, &content.text)
+            }
+            FrameBody::TextDelta {
+                message_id,
+                start_offset,
+                text,
+                ..
+            } => match self.unseen(message_id, *start_offset, text) {
+                Some(t) => vec![SessionUpdate::AgentMessageChunk(Chunk::text(message_id, t))],
+                None => vec![],
+            },
+            FrameBody::ThinkingDelta {
+                message_id,
+                start_offset,
+                text,
+                ..
+            } => match self.unseen(message_id, *start_offset, text) {
+                Some(t) => vec![SessionUpdate::AgentThoughtChunk(Chunk::text(message_id, t))],
+                None => vec![],
+            },
+            FrameBody::ToolStart {
+                tool_call_id,
+                tool_name,
+                title,
+                activity_kind,
+                args,
+                args_truncated,
+                locations: tool_locations,
+                ..
+            } => {
+                if !self.shown_tools.insert(tool_call_id.clone()) {
+                    return vec![]; // shown already (a catch-up replays it)
+                }
+                let display = self.display_terminal && activity_kind == "command";
+                let hidden = tool_name == PLAN_TOOL;
+                let state = ToolState {
+                    command: (activity_kind == "command").then(|| title.clone()),
+                    display,
+                    hidden,
+                    ..ToolState::default()
+                };
+                if self.tools.insert(tool_call_id.clone(), state).is_none() {
+                    self.order.push(tool_call_id.clone());
+                }
+                if hidden {
+                    return vec![];
+                }
+                let mut meta = None;
+                if *args_truncated {
+                    meta = Some(json!({"maka": {"argsTruncated": true}}));
+                }
+                let mut content = vec![];
+                if display {
+                    content.push(ToolCallContent::terminal(tool_call_id));
+                    meta.get_or_insert_with(|| json!({}))["terminal_info"] =
+                        json!({"terminal_id": tool_call_id});
+                }
+                vec![SessionUpdate::ToolCall(ToolCall {
+                    tool_call_id: tool_call_id.clone(),
+                    title: title.clone(),
+                    kind: tool_kind(activity_kind, tool_name),
+                    status: ToolCallStatus::Pending,
+                    raw_input: args.clone(),
+                    locations: locations(tool_locations),
+                    content,
+                    meta,
+                })]
+            }
+            // The provider is being retried: said as a thought (ACP v1 has no status update),
+            // so the person does not stare at nothing. Live only; never replayed.
+            FrameBody::TurnStatus {
+                turn_id,
+                provider_retry: Some(r),
+                ..
+            } => {
+                let attempt = r["attempt"].as_u64().unwrap_or(1);
+                let secs = r["delayMs"].as_u64().unwrap_or(0).div_ceil(1000);
+                let why = r["reason"].as_str().unwrap_or("it failed");
+                vec![SessionUpdate::AgentThoughtChunk(Chunk::text(
+                    format!("retry_{turn_id}_{attempt}"),
+                    format!("The model provider did not answer ({why}); retrying in {secs} s (attempt {} of 5).\n", attempt + 1),
+                ))]
+            }
+            FrameBody::ToolRunning { tool_call_id, .. } => match self.tools.get(tool_call_id) {
+                Some(t) if !t.terminal && !t.hidden => vec![SessionUpdate::ToolCallUpdate(
+                    ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress),
+                )],
+                _ => vec![],
+            },
+            FrameBody::ToolOutputDelta {
+                tool_call_id,
+                chunk,
+                ..
+            } => {
+                let Some(t) = self.tools.get_mut(tool_call_id) else {
+                    return vec![];
+                };
+                if t.terminal || t.hidden || t.client_terminal.is_some() {
+                    return vec![];
+                }
+                if t.display {
+                    t.streamed = true;
+                    return vec![SessionUpdate::ToolCallUpdate(ToolCallUpdate {
+                        meta: Some(
+                            json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}}),
+                        ),
+                        ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
+                    })];
+                }
+                t.output.push_str(chunk);
+                t.truncated |= crate::host_api::keep_tail(&mut t.output, OUTPUT_TAIL_BYTES);
+                t.dirty = true;
+                if t.last_sent
+                    .is_some_and(|at| now.duration_since(at) < OUTPUT_THROTTLE)
+                {
+                    return vec![];
+                }
+                t.last_sent = Some(now);
+                t.dirty = false;
+                let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
+                vec![SessionUpdate::ToolCallUpdate(
+                    ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
+                        .with_content(vec![ToolCallContent::text(text)]),
+                )]
+            }
+            FrameBody::ToolResult {
+                tool_call_id,
+                status,
+                result,
+                truncated,
+                ..
+            } => {
+                let acp_status = if status == "completed" {
+                    ToolCallStatus::Completed
+                } else {
+                    ToolCallStatus::Failed
+                };
+                let t = self.tools.entry(tool_call_id.clone()).or_default();
+                if t.terminal {
+                    return vec![];
+                }
+                t.terminal = true;
+                if t.hidden {
+                    return vec![];
+                }
+                let mut update = ToolCallUpdate {
+                    content: Some(result_content(result, status)),
+                    raw_output: Some(serde_json::to_value(result).unwrap_or(Value::Null)),
+                    ..ToolCallUpdate::new(tool_call_id, acp_status)
+                };
+                if let ToolResultContent::Terminal {
+                    output,
+                    exit_code,
+                    signal,
+                    timed_out,
+                    ..
+                } = result
+                {
+                    if let Some(tid) = &t.client_terminal {
+                        // The editor keeps showing its terminal after release.
+                        let verdict =
+                            terminal_verdict(status, *exit_code, signal.as_deref(), *timed_out);
+                        update.content = Some(vec![
+                            ToolCallContent::terminal(tid),
+                            ToolCallContent::text(verdict),
+                        ]);
+                    } else if t.display {
+                        update.content = Some(vec![ToolCallContent::terminal(tool_call_id)]);
+                        let mut meta = json!({"terminal_exit": {"terminal_id": tool_call_id, "exit_code": exit_code, "signal": signal}});
+                        if !t.streamed {
+                            // Replay (or output that never streamed): show it all at once.
+                            meta["terminal_output"] =
+                                json!({"terminal_id": tool_call_id, "data": output});
+                        }
+                        update.meta = Some(meta);
+                    }
+                }
+                update.locations = result_locations(result);
+                if *truncated {
+                    // Merged: a display terminal's `terminal_exit` is already in `_meta`.
+                    update.meta.get_or_insert_with(|| json!({}))["maka"]["truncated"] = json!(true);
+                }
+                vec![SessionUpdate::ToolCallUpdate(update)]
+            }
+            FrameBody::PlanUpdate { entries, .. } => vec![SessionUpdate::Plan {
+                entries: plan(entries),
+            }],
+            FrameBody::Usage {
+                context: Some(c), ..
+            } => {
+                vec![SessionUpdate::UsageUpdate {
+                    used: c.used_tokens,
+                    size: c.window_tokens,
+                }]
+            }
+            FrameBody::SessionUpdated {
+                name, last_used_at, ..
+            } => {
+                vec![SessionUpdate::SessionInfoUpdate {
+                    title: name.clone(),
+                    updated_at: iso8601(*last_used_at),
+                }]
+            }
+            _ => vec![],
+        }
+    }
+
+    /// Settles every tool call still open (a turn ended without their result): `failed`.
+    pub fn close_open_tools(&mut self, why: &str) -> Vec<SessionUpdate> {
+        let mut out = vec![];
+        for id in std::mem::take(&mut self.order) {
+            if let Some(t) = self.tools.remove(&id) {
+                if !t.terminal && !t.hidden {
+                    out.push(SessionUpdate::ToolCallUpdate(
+                        ToolCallUpdate::new(id, ToolCallStatus::Failed)
+                            .with_content(vec![ToolCallContent::text(why)]),
+                    ));
+                }
+            }
+        }
+        self.tools.clear();
+        out
+    }
+
+    /// Throttled output that never went out: flushed before the result or the turn's end.
+    pub fn pending_output(&mut self) -> Vec<SessionUpdate> {
+        let mut out = vec![];
+        for id in &self.order {
+            if let Some(t) = self.tools.get_mut(id) {
+                if t.dirty && !t.terminal && !t.hidden {
+                    t.dirty = false;
+                    let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
+                    out.push(SessionUpdate::ToolCallUpdate(
+                        ToolCallUpdate::new(id, ToolCallStatus::InProgress)
+                            .with_content(vec![ToolCallContent::text(text)]),
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    /// Call after a turn's terminal frame (once its open tools are settled with
+    /// [`Projector::close_open_tools`], which drops their state): forgets the turn and what
+    /// was shown of it, so the next turn's text and tool ids start afresh.
+    pub fn turn_finished(&mut self, turn_id: &str) {
+        self.own_turns.remove(turn_id);
+        self.shown.clear();
+        self.shown_tools.clear();
+        self.echoed.clear();
+    }
+
+    /// The part of a text delta not shown yet (§6.1 of the host protocol: `startOffset` is the
+    /// byte length already sent for that message), or `None`.
+    fn unseen<'t>(&mut self, message_id: &str, start: u64, text: &'t str) -> Option<&'t str> {
+        // Looked up before inserting: no allocation per delta on the streaming path.
+        if !self.shown.contains_key(message_id) {
+            self.shown.insert(message_id.to_string(), 0);
+        }
+        let shown = self.shown.get_mut(message_id)?;
+        let end = start + text.len() as u64;
+        if text.is_empty() || end <= *shown {
+            return None;
+        }
+        let mut skip = shown.saturating_sub(start) as usize;
+        while !text.is_char_boundary(skip) {
+            skip += 1;
+        }
+        *shown = end;
+        Some(&text[skip..]).filter(|t| !t.is_empty())
+    }
+}
+
+/// The plan tool: shown as the ACP `plan`, not as a tool call.
+const PLAN_TOOL: &str = "update_plan";
+
+fn user_message(turn_id: &str, text: &str) -> Vec<SessionUpdate> {
+    if text.is_empty() {
+        return vec![];
+    }
+    vec![SessionUpdate::UserMessageChunk(Chunk::text(
+        format!("u_{turn_id}"),
+        text,
+    ))]
+}

@@ -1,0 +1,157 @@
+//! Frames from what is stored: a durable transcript item as the frames it was live, and a
+//! `session.open` snapshot's in-flight state as frames. Both then go through the one
+//! projection ([`super::Projector::frame`]), so a replayed turn shows what was streamed.
+
+use crate::host_api::ops::OpenSnapshot;
+use crate::host_api::wire::{FrameBody, TranscriptBody, TranscriptItem};
+
+/// What a `session.open` snapshot says is in flight (streamed but not yet durable text, running
+/// tools with their output tail), as frames.
+pub fn snapshot_frames(open: &OpenSnapshot) -> Vec<FrameBody> {
+    let mut frames = vec![];
+    for s in &open.active_streams {
+        let (turn_id, message_id, text) = (s.turn_id.clone(), s.message_id.clone(), s.text.clone());
+        frames.push(if s.kind == "thinking" {
+            FrameBody::ThinkingDelta {
+                turn_id,
+                message_id,
+                start_offset: 0,
+                text,
+                complete: false,
+            }
+        } else {
+            FrameBody::TextDelta {
+                turn_id,
+                message_id,
+                start_offset: 0,
+                text,
+                complete: false,
+            }
+        });
+    }
+    for t in &open.active_tools {
+        frames.push(FrameBody::ToolStart {
+            turn_id: String::new(),
+            tool_call_id: t.tool_call_id.clone(),
+            tool_name: t.tool_name.clone(),
+            title: t.title.clone(),
+            activity_kind: t.activity_kind.clone(),
+            args: t.args.clone(),
+            args_truncated: false,
+            locations: t.locations.clone(),
+        });
+        if !t.output_tail.is_empty() {
+            frames.push(FrameBody::ToolOutputDelta {
+                turn_id: String::new(),
+                tool_call_id: t.tool_call_id.clone(),
+                out_seq: 0,
+                stream: "stdout".into(),
+                chunk: t.output_tail.clone(),
+            });
+        }
+    }
+    frames
+}
+
+/// The frames a durable transcript item was (or stands for) when live.
+pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
+    let turn_id = item.turn_id.clone();
+    match &item.body {
+        TranscriptBody::User { content, .. } => vec![FrameBody::TurnStarted {
+            turn_id,
+            run_id: String::new(),
+            origin: "prompt".into(),
+            content: Some(content.clone()),
+            content_truncated: false,
+        }],
+        TranscriptBody::Assistant {
+            message_id,
+            text,
+            thinking,
+        } => {
+            let mut out = vec![];
+            if let Some(t) = thinking {
+                let thinking_id = message_id
+                    .strip_prefix("m_")
+                    .map(|rest| format!("th_{rest}"))
+                    .unwrap_or_else(|| format!("{message_id}_th"));
+                out.push(FrameBody::ThinkingDelta {
+                    turn_id: turn_id.clone(),
+                    message_id: thinking_id,
+                    start_offset: 0,
+                    text: t.clone(),
+                    complete: true,
+                });
+            }
+            if let Some(t) = text {
+                out.push(FrameBody::TextDelta {
+                    turn_id,
+                    message_id: message_id.clone(),
+                    start_offset: 0,
+                    text: t.clone(),
+                    complete: true,
+                });
+            }
+            out
+        }
+        TranscriptBody::ToolCall {
+            tool_call_id,
+            tool_name,
+            title,
+            activity_kind,
+            args,
+            locations,
+            ..
+        } => vec![FrameBody::ToolStart {
+            turn_id,
+            tool_call_id: tool_call_id.clone(),
+            tool_name: tool_name.clone(),
+            title: title.clone(),
+            activity_kind: activity_kind.clone(),
+            args: args.clone(),
+            args_truncated: false,
+            locations: locations.clone(),
+        }],
+        TranscriptBody::ToolResult {
+            tool_call_id,
+            status,
+            result,
+            truncated,
+            ran,
+        } => {
+            let mut out = vec![];
+            if *ran {
+                out.push(FrameBody::ToolRunning {
+                    turn_id: turn_id.clone(),
+                    tool_call_id: tool_call_id.clone(),
+                });
+            }
+            out.push(FrameBody::ToolResult {
+                turn_id,
+                tool_call_id: tool_call_id.clone(),
+                status: status.clone(),
+                result: result.clone(),
+                truncated: *truncated,
+                duration_ms: None,
+            });
+            out
+        }
+        TranscriptBody::Notice { message_id, text } => vec![FrameBody::TextDelta {
+            turn_id,
+            message_id: message_id.clone(),
+            start_offset: 0,
+            text: text.clone(),
+            complete: true,
+        }],
+        TranscriptBody::Plan { entries } => vec![FrameBody::PlanUpdate {
+            turn_id,
+            entries: entries.clone(),
+        }],
+        // The `/compact` reply that produced a summary already shows its text.
+        TranscriptBody::Summary { .. } => vec![],
+        // Past dialogs and turn bookkeeping are not shown again.
+        TranscriptBody::Interaction { .. } | TranscriptBody::TurnState { .. } => vec![],
+        // Written by a newer host: nothing this build knows how to show.
+        TranscriptBody::Unknown => vec![],
+    }
+}

@@ -1,0 +1,300 @@
+//! The projection's unit tests compare the JSON each update serializes to: what the client reads.
+
+use super::*;
+use crate::host_api::wire::{
+    ContextUsage, FileDiff, Location, MessageContent, PlanEntry, TokenUsage, TranscriptBody,
+    TranscriptItem,
+};
+use std::time::Duration;
+
+/// What a frame shows, as the client reads it.
+fn shown(p: &mut Projector, body: &FrameBody, now: Instant) -> Vec<Value> {
+    p.frame(body, now)
+        .iter()
+        .map(crate::acp::types::to_json)
+        .collect()
+}
+
+fn json_all(updates: Vec<SessionUpdate>) -> Vec<Value> {
+    updates.iter().map(crate::acp::types::to_json).collect()
+}
+
+fn start(id: &str, kind: &str, name: &str, title: &str) -> FrameBody {
+    FrameBody::ToolStart {
+        turn_id: "t".into(),
+        tool_call_id: id.into(),
+        tool_name: name.into(),
+        title: title.into(),
+        activity_kind: kind.into(),
+        args: json!({"command": title}),
+        args_truncated: false,
+        locations: vec![
+            Location {
+                path: "/w/a.rs".into(),
+                line: Some(3),
+            },
+            Location {
+                path: "relative".into(),
+                line: None,
+            },
+        ],
+    }
+}
+
+#[test]
+fn text_and_thinking_deltas_keep_message_ids_and_skip_empty_completions() {
+    let mut p = Projector::default();
+    let now = Instant::now();
+    let u = shown(
+        &mut p,
+        &FrameBody::TextDelta {
+            turn_id: "t".into(),
+            message_id: "m_1".into(),
+            start_offset: 0,
+            text: "Hi".into(),
+            complete: false,
+        },
+        now,
+    );
+    assert_eq!(
+        u,
+        vec![
+            json!({"sessionUpdate": "agent_message_chunk", "messageId": "m_1", "content": {"type": "text", "text": "Hi"}})
+        ]
+    );
+    let u = shown(
+        &mut p,
+        &FrameBody::ThinkingDelta {
+            turn_id: "t".into(),
+            message_id: "th_1".into(),
+            start_offset: 0,
+            text: "hm".into(),
+            complete: false,
+        },
+        now,
+    );
+    assert_eq!(u[0]["sessionUpdate"], "agent_thought_chunk");
+    assert!(shown(
+        &mut p,
+        &FrameBody::TextDelta {
+            turn_id: "t".into(),
+            message_id: "m_1".into(),
+            start_offset: 2,
+            text: "".into(),
+            complete: true
+        },
+        now
+    )
+    .is_empty());
+}
+
+#[test]
+fn user_messages_are_echoed_only_for_turns_started_elsewhere() {
+    let mut p = Projector::default();
+    let started = |turn: &str| FrameBody::TurnStarted {
+        turn_id: turn.into(),
+        run_id: "r".into(),
+        origin: "prompt".into(),
+        content: Some(MessageContent {
+            text: "hello".into(),
+            attachments: vec![],
+        }),
+        content_truncated: false,
+    };
+    p.mark_own_turn("mine");
+    assert!(shown(&mut p, &started("mine"), Instant::now()).is_empty());
+    let u = shown(&mut p, &started("theirs"), Instant::now());
+    assert_eq!(
+        u[0],
+        json!({"sessionUpdate": "user_message_chunk", "messageId": "u_theirs", "content": {"type": "text", "text": "hello"}})
+    );
+}
+
+#[test]
+fn a_command_streams_throttled_output_then_its_result() {
+    let mut p = Projector::default();
+    let t0 = Instant::now();
+    let u = shown(
+        &mut p,
+        &start("c1", "command", "run_command", "cargo test"),
+        t0,
+    );
+    assert_eq!(u[0]["kind"], "execute");
+    assert_eq!(u[0]["title"], "cargo test");
+    assert_eq!(
+        u[0]["locations"],
+        json!([{"path": "/w/a.rs", "line": 3}]),
+        "relative paths are dropped"
+    );
+    let out = |chunk: &str| FrameBody::ToolOutputDelta {
+        turn_id: "t".into(),
+        tool_call_id: "c1".into(),
+        out_seq: 1,
+        stream: "stdout".into(),
+        chunk: chunk.into(),
+    };
+    let first = shown(&mut p, &out("line 1\n"), t0);
+    assert_eq!(first[0]["status"], "in_progress");
+    assert!(first[0]["content"][0]["content"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("$ cargo test\nline 1\n"));
+    assert!(
+        shown(&mut p, &out("line 2\n"), t0 + Duration::from_millis(10)).is_empty(),
+        "throttled"
+    );
+    let flushed = json_all(p.pending_output());
+    assert!(
+        flushed[0]["content"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("line 1\nline 2\n"),
+        "accumulated tail"
+    );
+    let result = FrameBody::ToolResult {
+        turn_id: "t".into(),
+        tool_call_id: "c1".into(),
+        status: "failed".into(),
+        result: ToolResultContent::Terminal {
+            command: "cargo test".into(),
+            cwd: "/w".into(),
+            exit_code: Some(101),
+            signal: None,
+            timed_out: false,
+            output: "line 1\nline 2\n".into(),
+            output_truncated: false,
+            terminal_id: None,
+        },
+        truncated: false,
+        duration_ms: Some(5),
+    };
+    let u = shown(&mut p, &result, t0);
+    assert_eq!(u[0]["status"], "failed");
+    assert!(u[0]["content"][0]["content"]["text"]
+        .as_str()
+        .unwrap()
+        .ends_with("```\nExit code 101"));
+    assert_eq!(u[0]["rawOutput"]["exitCode"], 101);
+    assert!(
+        shown(&mut p, &out("late"), t0 + Duration::from_secs(1)).is_empty(),
+        "nothing after the terminal status"
+    );
+    assert!(p.close_open_tools("x").is_empty());
+}
+
+#[test]
+fn edits_become_diffs_and_open_tools_are_failed_at_turn_end() {
+    let mut p = Projector::default();
+    let now = Instant::now();
+    shown(&mut p, &start("e1", "edit", "edit_file", "Edit a.rs"), now);
+    let d = FileDiff {
+        path: "/w/a.rs".into(),
+        old_text: Some("a\n".into()),
+        new_text: "b\n".into(),
+        unified_diff: "@@".into(),
+    };
+    let u = shown(
+        &mut p,
+        &FrameBody::ToolResult {
+            turn_id: "t".into(),
+            tool_call_id: "e1".into(),
+            status: "completed".into(),
+            result: ToolResultContent::FileEdit { diff: d },
+            truncated: false,
+            duration_ms: None,
+        },
+        now,
+    );
+    assert_eq!(
+        u[0]["content"],
+        json!([{"type": "diff", "path": "/w/a.rs", "oldText": "a\n", "newText": "b\n"}])
+    );
+    assert_eq!(u[0]["locations"], json!([{"path": "/w/a.rs"}]));
+    shown(&mut p, &start("r1", "read", "read_file", "Read b.rs"), now);
+    let closed = json_all(p.close_open_tools("The turn ended before this tool finished."));
+    assert_eq!(closed.len(), 1);
+    assert_eq!(
+        (
+            closed[0]["toolCallId"].as_str(),
+            closed[0]["status"].as_str()
+        ),
+        (Some("r1"), Some("failed"))
+    );
+}
+
+#[test]
+fn plans_usage_and_titles() {
+    let mut p = Projector::default();
+    let now = Instant::now();
+    let u = shown(
+        &mut p,
+        &FrameBody::PlanUpdate {
+            turn_id: "t".into(),
+            entries: vec![PlanEntry {
+                content: "A".into(),
+                status: "in_progress".into(),
+                priority: "high".into(),
+            }],
+        },
+        now,
+    );
+    assert_eq!(
+        u[0],
+        json!({"sessionUpdate": "plan", "entries": [{"content": "A", "priority": "high", "status": "in_progress"}]})
+    );
+    let u = shown(
+        &mut p,
+        &FrameBody::Usage {
+            turn_id: None,
+            delta: TokenUsage::default(),
+            totals: TokenUsage::default(),
+            context: Some(ContextUsage {
+                used_tokens: 10,
+                window_tokens: 100,
+            }),
+        },
+        now,
+    );
+    assert_eq!(
+        u[0],
+        json!({"sessionUpdate": "usage_update", "used": 10, "size": 100})
+    );
+    let u = shown(
+        &mut p,
+        &FrameBody::SessionUpdated {
+            revision: 2,
+            name: Some("Fix".into()),
+            last_used_at: 1_796_007_345_172,
+            is_archived: false,
+        },
+        now,
+    );
+    assert_eq!(u[0]["updatedAt"], "2026-11-30T02:55:45.172Z");
+    assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+    assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000Z");
+}
+
+#[test]
+fn replay_of_an_item_equals_its_live_projection() {
+    let item = TranscriptItem {
+        message_seq: 4,
+        ts: 0,
+        turn_id: "t".into(),
+        body: TranscriptBody::Assistant {
+            message_id: "m_r_0".into(),
+            text: Some("Hello there".into()),
+            thinking: Some("hm".into()),
+        },
+    };
+    let mut p = Projector::default();
+    let now = Instant::now();
+    let replayed: Vec<Value> = replay_frames(&item)
+        .iter()
+        .flat_map(|f| shown(&mut p, f, now))
+        .collect();
+    assert_eq!(replayed[0]["messageId"], "th_r_0");
+    assert_eq!(
+        replayed[1],
+        json!({"sessionUpdate": "agent_message_chunk", "messageId": "m_r_0", "content": {"type": "text", "text": "Hello there"}})
+    );
+}

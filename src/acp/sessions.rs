@@ -1,0 +1,326 @@
+//! The session methods: `session/new`, `session/load`, `session/resume`, `session/list`,
+//! `session/close` and `session/delete`. Each runs on a worker thread.
+
+use super::agent::Ctx;
+use super::auth;
+use super::client_call;
+use super::config_options::{self, Catalog, SessionConfig};
+use super::errors::{self, MakaCode};
+use super::interaction;
+use super::projection::iso8601;
+use super::requests::{ListSessions, NewSession, OpenSession};
+use super::session::AcpSession;
+use super::types::{
+    to_json, AvailableCommand, CommandInput, Empty, ListSessionsResponse, SessionInfo,
+    SessionSetup, SessionUpdate,
+};
+use crate::host_api::ops::{self, ModelCatalog, OpenSnapshot, RemoveOutcome, SessionRef};
+use crate::host_api::random_hex;
+use crate::host_api::wire::{Session, Workspace};
+use crate::jsonrpc::{code, lock, Responder, ResponseError};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub fn new(ctx: &Ctx, params: NewSession, responder: Responder) {
+    match create(ctx, params) {
+        Ok((result, session)) => {
+            responder.respond(Ok(to_json(&result)));
+            send_commands(ctx, &session);
+        }
+        Err(e) => responder.respond(Err(e)),
+    }
+}
+
+fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), ResponseError> {
+    auth::refuse_early(&ctx.shared.link)?;
+    let conn = ctx.host()?;
+    let models = auth::check_host(&ctx.shared.link, &conn)?;
+    let id = format!("sess_{}", random_hex(12));
+    let record = ctx.call::<ops::SessionCreate>(
+        &conn,
+        &ops::CreateInput {
+            session_id: id.clone(),
+            workspace: Workspace::HostPath {
+                path: p.cwd.clone(),
+            },
+            additional_directories: p.additional_directories,
+            name: None,
+            labels: vec![],
+            configuration: None,
+            mcp_servers: p.mcp_servers,
+        },
+    )?;
+    ctx.register_services(&conn, &id)?;
+    let session = AcpSession::new(&id, &p.cwd, ctx.display_terminal());
+    let mut result = attach_config(ctx, &session, &record, models.as_ref());
+    result.session_id = Some(id.clone());
+    lock(&ctx.sessions).insert(id, Arc::clone(&session));
+    Ok((result, session))
+}
+
+/// Records the model catalog and the session's configuration, and returns the
+/// `configOptions` + `modes` part of a new/load/resume result.
+fn attach_config(
+    ctx: &Ctx,
+    session: &AcpSession,
+    record: &Session,
+    models: Option<&ModelCatalog>,
+) -> SessionSetup {
+    if let Some(m) = models {
+        session.set_catalog(Catalog::from_models_list(m));
+    }
+    let config = SessionConfig::from_session(record);
+    let mode = config.configuration.permission_mode;
+    let modes = config_options::modes(&config.configuration);
+    let options = session.record_config(Some(config), ctx.shared.caps.boolean_config_options);
+    session.told_mode(mode);
+    SessionSetup {
+        session_id: None,
+        config_options: options,
+        modes: Some(modes),
+    }
+}
+
+/// `available_commands_update` (after the new/load/resume response): the host's commands.
+fn send_commands(ctx: &Ctx, session: &AcpSession) {
+    let input = ops::OptionalSessionRef {
+        session_id: Some(session.id.clone()),
+    };
+    let listed = ctx
+        .host()
+        .and_then(|conn| ctx.call::<ops::SkillsList>(&conn, &input));
+    let skills = match listed {
+        Ok(v) => v,
+        Err(e) => {
+            log::warn!("skills.list for {}: {}", session.id, e.message);
+            return;
+        }
+    };
+    let commands = skills
+        .skills
+        .into_iter()
+        .map(|s| AvailableCommand {
+            name: s.name,
+            description: s.description,
+            input: s.input_hint.map(|hint| CommandInput { hint }),
+        })
+        .collect();
+    session.emit(&ctx.shared, |_| {
+        let update = SessionUpdate::AvailableCommandsUpdate {
+            available_commands: commands,
+        };
+        (vec![update], ())
+    });
+}
+
+/// `session/load` (`replay`) and `session/resume`.
+pub fn open(ctx: &Ctx, params: OpenSession, replay: bool, responder: Responder) {
+    match attach(ctx, params, &responder, replay) {
+        Ok((session, result, snapshot, conn)) => {
+            // Loading again replaces this connection's previous view of the session.
+            let old = lock(&ctx.sessions).insert(session.id.clone(), Arc::clone(&session));
+            if let Some(old) = old {
+                old.close();
+            }
+            responder.respond(Ok(to_json(&result)));
+            // Only after the response: the commands, then live frames and dialogs of a turn
+            // already running.
+            send_commands(ctx, &session);
+            if snapshot.active_turn.is_some() {
+                session.ensure_reader(&ctx.shared, &conn, None);
+            }
+            for i in snapshot.pending_interactions.iter().cloned() {
+                interaction::spawn(
+                    Arc::clone(&session),
+                    Arc::clone(&ctx.shared),
+                    conn.clone(),
+                    i,
+                );
+            }
+        }
+        Err(e) => responder.respond(Err(e)),
+    }
+}
+
+type Attached = (
+    Arc<AcpSession>,
+    SessionSetup,
+    OpenSnapshot,
+    super::host_link::Connected,
+);
+
+fn attach(
+    ctx: &Ctx,
+    p: OpenSession,
+    responder: &Responder,
+    replay: bool,
+) -> Result<Attached, ResponseError> {
+    let id = p.session_id;
+    if ctx.session(&id).is_some_and(|s| s.has_prompt()) {
+        return Err(MakaCode::SessionBusy.error(format!(
+            "Session {id} has a prompt running; cancel it before loading the session again"
+        )));
+    }
+    let conn = ctx.host()?;
+    let input = SessionRef {
+        session_id: id.clone(),
+    };
+    let record = ctx
+        .call::<ops::SessionGet>(&conn, &input)?
+        .session
+        .ok_or_else(|| errors::unknown_session(&id))?;
+    let path = record.workspace.path();
+    if path != p.cwd {
+        return Err(ResponseError::invalid_params(format_args!(
+            "`cwd` ({}) is not this session's working directory ({path})",
+            p.cwd
+        )));
+    }
+    let open_input = ops::OpenInput {
+        session_id: id.clone(),
+        mcp_servers: p.mcp_servers,
+    };
+    let open = ctx.call::<ops::SessionOpen>(&conn, &open_input)?;
+    ctx.register_services(&conn, &id)?;
+    let session = AcpSession::new(&id, &p.cwd, ctx.display_terminal());
+    let models = ctx.call::<ops::ModelsList>(&conn, &ops::Empty {})?;
+    let result = attach_config(ctx, &session, &record, Some(&models));
+    let active_turn = open.active_turn.as_ref().map(|t| t.turn_id.clone());
+    session.set_position(open.seq, &conn.epoch, active_turn.clone());
+    // Replayed (load) or not wanted (resume): a later catch-up starts after this point.
+    let through = open.transcript.through_message_seq;
+    session.saw_through(through);
+    if replay {
+        // A `$/cancel_request` for this load has already been answered; stop working.
+        let cancel = responder.cancel_flag();
+        let done = session
+            .replay_transcript(&ctx.shared, &conn.client, 0, through, &|| {
+                cancel.is_cancelled()
+            })
+            .map_err(|e| ctx.host_error(&conn, &e))?;
+        if !done {
+            return Err(ResponseError::cancelled());
+        }
+        // Tools of an interrupted past turn never got a result: show them settled.
+        if active_turn.is_none() {
+            session.settle_tools(
+                &ctx.shared,
+                "This tool did not finish (the turn was interrupted).",
+            );
+        }
+    }
+    session.show_in_flight(&ctx.shared, &open);
+    Ok((session, result, open, conn))
+}
+
+pub fn list(ctx: &Ctx, p: ListSessions) -> Result<Value, ResponseError> {
+    let conn = ctx.host()?;
+    // Sessions never prompted have nothing to resume: not listed (pickers would fill up with
+    // empty entries). They can still be loaded by id.
+    let input = ops::ListInput {
+        cursor: p.cursor.clone(),
+        limit: Some(50),
+        filter: ops::ListFilter {
+            cwd: p.cwd,
+            include_archived: false,
+            non_empty: true,
+        },
+    };
+    let page = ctx
+        .call::<ops::SessionList>(&conn, &input)
+        .map_err(|mut e| {
+            if e.code == code::INVALID_PARAMS && p.cursor.is_some() {
+                e.message = "Invalid params: `cursor` is not a cursor this agent issued".into();
+            }
+            e
+        })?;
+    let sessions = page
+        .sessions
+        .into_iter()
+        .map(|s| SessionInfo {
+            cwd: s.workspace.path().to_string(),
+            session_id: s.id,
+            // An unknown title is omitted, never null (CodeCompanion's picker crashes on null).
+            title: s.name,
+            updated_at: iso8601(s.last_used_at),
+            additional_directories: s.additional_directories,
+        })
+        .collect();
+    Ok(to_json(&ListSessionsResponse {
+        sessions,
+        next_cursor: page.next_cursor,
+    }))
+}
+
+/// Cancels like `session/cancel`, waits (bounded) for the prompt to be answered, then drops
+/// the session from this connection. Durable state is untouched.
+fn detach(ctx: &Ctx, session: &Arc<AcpSession>) {
+    session.cancel(&ctx.shared);
+    session.wait_prompt_done(Duration::from_secs(10));
+    client_call::release_all(session, &ctx.shared);
+    session.close_and_withdraw(&ctx.shared);
+    lock(&ctx.sessions).remove(&session.id);
+    // The host stops what it ran for this client (MCP servers); durable state stays.
+    if let Ok(conn) = ctx.host() {
+        let input = SessionRef {
+            session_id: session.id.clone(),
+        };
+        if let Err(e) = conn.client.call::<ops::SessionRelease>(&input) {
+            log::debug!("session.release {}: {e}", session.id);
+        }
+    }
+}
+
+pub fn close(ctx: &Ctx, id: &str) -> Result<Value, ResponseError> {
+    let session = ctx.session(id).ok_or_else(|| errors::unknown_session(id))?;
+    detach(ctx, &session);
+    Ok(to_json(&Empty {}))
+}
+
+pub fn delete(ctx: &Ctx, id: &str) -> Result<Value, ResponseError> {
+    if let Some(session) = ctx.session(id) {
+        detach(ctx, &session);
+    }
+    let conn = ctx.host()?;
+    let get = SessionRef {
+        session_id: id.into(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for _ in 0..3 {
+        // Unknown or already deleted: success, silently.
+        let Some(record) = ctx.call::<ops::SessionGet>(&conn, &get)?.session else {
+            return Ok(to_json(&Empty {}));
+        };
+        if let Some(turn_id) = record.active_turn_id {
+            // Another client's turn (ours was cancelled by detach): stop it, then retry.
+            let stop = ops::TurnRef {
+                session_id: id.into(),
+                turn_id,
+                run_id: None,
+            };
+            ctx.call::<ops::TurnStop>(&conn, &stop)?;
+            while Instant::now() < deadline {
+                let s = ctx.call::<ops::SessionGet>(&conn, &get)?;
+                if s.session.is_none_or(|s| s.active_turn_id.is_none()) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            continue;
+        }
+        let remove = ops::RemoveInput {
+            session_id: id.into(),
+            expected_revision: record.revision,
+        };
+        match ctx.call::<ops::SessionRemove>(&conn, &remove) {
+            Ok(RemoveOutcome::Removed) => return Ok(to_json(&Empty {})),
+            Ok(RemoveOutcome::RevisionConflict { .. }) => continue, // re-read and retry
+            Err(e) if e.code == code::RESOURCE_NOT_FOUND => return Ok(to_json(&Empty {})),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(MakaCode::OperationConflict.error(format!(
+        "Session {id} kept changing while being deleted; try again"
+    )))
+}

@@ -1,0 +1,172 @@
+//! The methods that change settings: `session/set_config_option`, `session/set_mode`,
+//! `authenticate` and `logout`. Each runs on a worker thread.
+
+use super::agent::Ctx;
+use super::auth;
+use super::config_options::{self, CasStep, Catalog, SessionConfig};
+use super::errors::{self, MakaCode};
+use super::params::Params;
+use super::session::AcpSession;
+use super::types::{to_json, ConfigOption, ConfigOptionsResponse, Empty, SessionUpdate};
+use crate::host_api::ops::{self, CasOutcome, ConfigUpdateInput, SessionRef};
+use crate::host_api::wire::{Configuration, ConfigurationPatch, PermissionMode};
+use crate::jsonrpc::{Responder, ResponseError};
+use serde_json::Value;
+use std::sync::Arc;
+
+fn attached(ctx: &Ctx, id: &str) -> Result<Arc<AcpSession>, ResponseError> {
+    ctx.session(id).ok_or_else(|| errors::unknown_session(id))
+}
+
+/// What a configuration change did, for the response and the notifications after it.
+struct Changed {
+    options: Vec<ConfigOption>,
+    new_mode: PermissionMode,
+}
+
+/// Validates (`make_patch`, before any host call), writes under revision CAS with bounded
+/// retries, and records the result. Changes the host announces meanwhile wait until the
+/// caller calls [`AcpSession::end_config_write`] after its response.
+fn change_config(
+    ctx: &Ctx,
+    session: &AcpSession,
+    make_patch: impl FnOnce(&Configuration, &Catalog) -> Result<ConfigurationPatch, ResponseError>,
+) -> Result<Changed, ResponseError> {
+    let (known, catalog) = session.config();
+    let known = known.ok_or_else(|| {
+        ResponseError::internal("the session's configuration is unknown; load the session again")
+    })?;
+    let patch = make_patch(&known.configuration, &catalog)?;
+    let conn = ctx.host()?;
+    let id = &session.id;
+    let boolean = ctx.shared.caps.boolean_config_options;
+    let committed = config_options::with_cas_retry(
+        known.revision,
+        |revision| {
+            let input = ConfigUpdateInput {
+                session_id: id.clone(),
+                expected_revision: revision,
+                patch: patch.clone(),
+            };
+            match ctx.call::<ops::ConfigurationUpdate>(&conn, &input)? {
+                CasOutcome::Committed { session } => Ok(CasStep::Committed(*session)),
+                CasOutcome::RevisionConflict { .. } => {
+                    log::info!(
+                        "session {id}: configuration revision conflict at {revision}; re-reading"
+                    );
+                    Ok(CasStep::Conflict)
+                }
+            }
+        },
+        || {
+            let get = SessionRef {
+                session_id: id.clone(),
+            };
+            let fresh = ctx
+                .call::<ops::SessionGet>(&conn, &get)?
+                .session
+                .ok_or_else(|| errors::unknown_session(id))?;
+            // Whatever the other writer changed shows in this change's response.
+            session.record_config(Some(SessionConfig::from_session(&fresh)), boolean);
+            Ok(fresh.revision)
+        },
+        || {
+            MakaCode::RevisionConflict.error(format!(
+                "Session {id}'s configuration kept changing ({} conflicting writes); try again",
+                config_options::CAS_RETRIES + 1
+            ))
+        },
+    )?;
+    let fresh = SessionConfig::from_session(&committed);
+    let new_mode = fresh.configuration.permission_mode;
+    let options = session
+        .record_config(Some(fresh), boolean)
+        .unwrap_or_default();
+    Ok(Changed { options, new_mode })
+}
+
+pub fn set_config_option(ctx: &Ctx, session_id: &str, params: &Value, responder: Responder) {
+    let session = match attached(ctx, session_id) {
+        Ok(s) => s,
+        Err(e) => return responder.respond(Err(e)),
+    };
+    let boolean = ctx.shared.caps.boolean_config_options;
+    session.begin_config_write();
+    let changed = change_config(ctx, &session, |c, catalog| {
+        let p = Params::of(params)?;
+        config_options::patch_for(&p, c, catalog, boolean)
+    });
+    match changed {
+        Ok(ch) => responder.respond(Ok(to_json(&ConfigOptionsResponse {
+            config_options: ch.options,
+        }))),
+        Err(e) => responder.respond(Err(e)),
+    }
+    // Then the legacy mode view, when the change moved the mode, and anything another
+    // writer changed meanwhile.
+    session.end_config_write(&ctx.shared, None);
+}
+
+pub fn set_mode(ctx: &Ctx, session_id: &str, mode: &str, responder: Responder) {
+    let session = match attached(ctx, session_id) {
+        Ok(s) => s,
+        Err(e) => return responder.respond(Err(e)),
+    };
+    session.begin_config_write();
+    match change_config(ctx, &session, |_, _| config_options::mode_patch(mode)) {
+        Ok(ch) => {
+            responder.respond(Ok(to_json(&Empty {})));
+            // The client set this mode itself; the option view follows.
+            session.emit(&ctx.shared, |_| {
+                let update = SessionUpdate::ConfigOptionUpdate {
+                    config_options: ch.options,
+                };
+                (vec![update], ())
+            });
+            session.end_config_write(&ctx.shared, Some(ch.new_mode));
+            return;
+        }
+        Err(e) => responder.respond(Err(e)),
+    }
+    session.end_config_write(&ctx.shared, None);
+}
+
+pub fn authenticate(ctx: &Ctx, method: &str) -> Result<Value, ResponseError> {
+    match method {
+        auth::ENV_METHOD => {}
+        auth::TERMINAL_METHOD => {
+            return Err(ResponseError::invalid_params(
+                "`login` is a terminal method; the client runs `maka-acp login` itself",
+            ))
+        }
+        other => {
+            return Err(ResponseError::invalid_params(format_args!(
+                "`methodId` {other:?} is not an authentication method of this agent"
+            )))
+        }
+    }
+    // check_host re-reads the settings when they changed since the host started (a login in
+    // another terminal).
+    let conn = ctx.host()?;
+    auth::check_host(&ctx.shared.link, &conn).map(|_| to_json(&Empty {}))
+}
+
+pub fn logout(ctx: &Ctx) -> Result<Value, ResponseError> {
+    match crate::config::remove_api_key() {
+        Ok(removed) => log::info!(
+            "logout: {}",
+            if removed {
+                "the stored key was removed"
+            } else {
+                "no stored key"
+            }
+        ),
+        Err(e) => {
+            return Err(ResponseError::internal(format_args!(
+                "cannot update the config file: {e}"
+            )))
+        }
+    }
+    auth::reload_host(&ctx.shared.link);
+    Ok(to_json(&Empty {}))
+}

@@ -1,0 +1,403 @@
+//! The ACP v1 types this agent writes, as plain serde structs (the field names are the
+//! schema's, `../shared/acp/schema-v1/schema.json`). Only what this agent sends is here; the
+//! integration tests validate every line against the official schema as a cross-check.
+//!
+//! `_meta` stays free-form `Value`: it is ACP's extension point, and what goes in it is an
+//! agreement with particular clients (Zed's `terminal_*`, this agent's `maka`).
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// The value of `params.update` in a `session/update` notification.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "sessionUpdate", rename_all = "snake_case")]
+pub enum SessionUpdate {
+    UserMessageChunk(Chunk),
+    AgentMessageChunk(Chunk),
+    AgentThoughtChunk(Chunk),
+    ToolCall(ToolCall),
+    ToolCallUpdate(ToolCallUpdate),
+    Plan {
+        entries: Vec<PlanEntry>,
+    },
+    #[serde(rename_all = "camelCase")]
+    AvailableCommandsUpdate {
+        available_commands: Vec<AvailableCommand>,
+    },
+    #[serde(rename_all = "camelCase")]
+    CurrentModeUpdate {
+        current_mode_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ConfigOptionUpdate {
+        config_options: Vec<ConfigOption>,
+    },
+    #[serde(rename_all = "camelCase")]
+    SessionInfoUpdate {
+        /// Omitted when unknown (never null: some pickers crash on null titles).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        title: Option<String>,
+        updated_at: String,
+    },
+    UsageUpdate {
+        used: u64,
+        size: u64,
+    },
+}
+
+/// One piece of a message (`user_message_chunk`, `agent_message_chunk`, `agent_thought_chunk`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Chunk {
+    pub message_id: String,
+    pub content: ContentBlock,
+}
+
+impl Chunk {
+    pub fn text(message_id: impl Into<String>, text: impl Into<String>) -> Chunk {
+        Chunk {
+            message_id: message_id.into(),
+            content: ContentBlock::Text { text: text.into() },
+        }
+    }
+}
+
+/// The content blocks this agent writes (it reads more: `prompt.rs`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    Text { text: String },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    Read,
+    Edit,
+    Search,
+    Execute,
+    Think,
+    Fetch,
+    SwitchMode,
+    Other,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolCallStatus {
+    Pending,
+    InProgress,
+    Completed,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCall {
+    pub tool_call_id: String,
+    pub title: String,
+    pub kind: ToolKind,
+    pub status: ToolCallStatus,
+    pub raw_input: Value,
+    pub locations: Vec<ToolCallLocation>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<ToolCallContent>,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+/// Only what changed; absent fields keep their value on the client.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallUpdate {
+    pub tool_call_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ToolKind>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<ToolCallStatus>,
+    /// Replaces the whole list on the client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<ToolCallContent>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub locations: Option<Vec<ToolCallLocation>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_input: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw_output: Option<Value>,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+impl ToolCallUpdate {
+    pub fn new(tool_call_id: impl Into<String>, status: ToolCallStatus) -> ToolCallUpdate {
+        ToolCallUpdate {
+            tool_call_id: tool_call_id.into(),
+            status: Some(status),
+            ..ToolCallUpdate::default()
+        }
+    }
+
+    pub fn with_content(mut self, content: Vec<ToolCallContent>) -> ToolCallUpdate {
+        self.content = Some(content);
+        self
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolCallContent {
+    Content {
+        content: ContentBlock,
+    },
+    #[serde(rename_all = "camelCase")]
+    Diff {
+        path: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        old_text: Option<String>,
+        new_text: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Terminal {
+        terminal_id: String,
+    },
+}
+
+impl ToolCallContent {
+    pub fn text(text: impl Into<String>) -> ToolCallContent {
+        ToolCallContent::Content {
+            content: ContentBlock::Text { text: text.into() },
+        }
+    }
+
+    pub fn terminal(id: impl Into<String>) -> ToolCallContent {
+        ToolCallContent::Terminal {
+            terminal_id: id.into(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ToolCallLocation {
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanPriority {
+    High,
+    Medium,
+    Low,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanStatus {
+    Pending,
+    InProgress,
+    Completed,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlanEntry {
+    pub content: String,
+    pub priority: PlanPriority,
+    pub status: PlanStatus,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AvailableCommand {
+    pub name: String,
+    pub description: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<CommandInput>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CommandInput {
+    pub hint: String,
+}
+
+/// A session configuration option (`select` or `boolean`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigOption {
+    pub id: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    #[serde(flatten)]
+    pub kind: ConfigOptionKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ConfigOptionKind {
+    #[serde(rename_all = "camelCase")]
+    Select {
+        current_value: String,
+        options: SelectOptions,
+    },
+    #[serde(rename_all = "camelCase")]
+    Boolean { current_value: bool },
+}
+
+/// A select's values: flat, or grouped (by provider, when there is more than one).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum SelectOptions {
+    Flat(Vec<SelectOption>),
+    Grouped(Vec<SelectGroup>),
+}
+
+impl SelectOptions {
+    /// Every value id, groups flattened.
+    pub fn values(&self) -> Vec<&str> {
+        match self {
+            SelectOptions::Flat(o) => o.iter().map(|o| o.value.as_str()).collect(),
+            SelectOptions::Grouped(g) => g
+                .iter()
+                .flat_map(|g| g.options.iter().map(|o| o.value.as_str()))
+                .collect(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SelectGroup {
+    pub group: String,
+    pub name: String,
+    pub options: Vec<SelectOption>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SelectOption {
+    pub value: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// The legacy mode view (`modes` in new/load/resume results).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionModeState {
+    pub current_mode_id: String,
+    pub available_modes: Vec<SessionMode>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SessionMode {
+    pub id: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// Why a prompt turn ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    EndTurn,
+    MaxTokens,
+    MaxTurnRequests,
+    Refusal,
+    Cancelled,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptResponse {
+    pub stop_reason: StopReason,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+impl PromptResponse {
+    pub fn new(stop_reason: StopReason) -> PromptResponse {
+        PromptResponse {
+            stop_reason,
+            meta: None,
+        }
+    }
+}
+
+/// The result of `session/new`, `session/load` and `session/resume`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionSetup {
+    /// Only in `session/new`'s result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub config_options: Option<Vec<ConfigOption>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub modes: Option<SessionModeState>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub cwd: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    pub updated_at: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub additional_directories: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListSessionsResponse {
+    pub sessions: Vec<SessionInfo>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigOptionsResponse {
+    pub config_options: Vec<ConfigOption>,
+}
+
+/// `session/request_permission` params.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestPermission {
+    pub session_id: String,
+    pub tool_call: ToolCallUpdate,
+    pub options: Vec<PermissionOption>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionOption {
+    pub option_id: String,
+    pub name: String,
+    pub kind: PermissionOptionKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionOptionKind {
+    AllowOnce,
+    AllowAlways,
+    RejectOnce,
+    RejectAlways,
+}
+
+/// `{}`: the result of methods that return nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Empty {}
+
+/// A value as the JSON it serializes to (every type here serializes infallibly; `Null` is
+/// never reached in practice but keeps this total).
+pub fn to_json<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}

@@ -1,0 +1,393 @@
+//! Turn operations: start (admission), stop, query, and resume after a crash.
+
+use super::sessions::{emit_session_updated, save};
+use super::{check_id, open_state};
+use crate::host::session::{ActiveTurn, CancelToken, SessionCell, SessionState, TurnRecord};
+use crate::host::turn::{self, TurnSpec};
+use crate::host::{random_id, Host};
+use crate::host_api::ops::*;
+use crate::host_api::wire::*;
+use serde_json::json;
+use std::sync::Arc;
+
+pub(super) fn start(host: &Arc<Host>, input: TurnStartInput) -> Result<StartOutcome, HostError> {
+    check_id("turnId", &input.turn_id)?;
+    let fingerprint = serde_json::to_string(&input.content).unwrap_or_default();
+    let cell = host.cell(&input.session_id)?;
+    let max_steps = input
+        .max_steps
+        .unwrap_or_else(turn::default_max_steps)
+        .clamp(1, 500);
+    admit(
+        host,
+        &cell,
+        &input.turn_id,
+        "prompt",
+        Some(input.content),
+        fingerprint,
+        max_steps,
+        None,
+    )
+}
+
+/// Admits a turn (prompt or resume) and starts its thread.
+#[allow(clippy::too_many_arguments)]
+fn admit(
+    host: &Arc<Host>,
+    cell: &Arc<SessionCell>,
+    turn_id: &str,
+    origin: &str,
+    content: Option<MessageContent>,
+    fingerprint: String,
+    max_steps: usize,
+    resumed_from: Option<String>,
+) -> Result<StartOutcome, HostError> {
+    let mut st = open_state(host, cell)?;
+    if let Some(rec) = st.turns.get(turn_id) {
+        return if rec.fingerprint == fingerprint {
+            Ok(StartOutcome::Started {
+                turn: rec.snapshot.clone(),
+            })
+        } else {
+            Err(HostError::new(
+                ErrorCode::OperationConflict,
+                format!("turn {turn_id} already exists with different content"),
+            ))
+        };
+    }
+    if host.is_draining() {
+        return Err(HostError::new(
+            ErrorCode::HostDraining,
+            "the host is shutting down",
+        ));
+    }
+    if st.session.is_archived {
+        return Err(HostError::new(
+            ErrorCode::SessionArchived,
+            "the session is archived; make it active first",
+        ));
+    }
+    if let Some(a) = &st.active {
+        return Err(HostError::new(
+            ErrorCode::SessionBusy,
+            format!("session {} already has an active turn", cell.id),
+        )
+        .with_details(json!({"activeTurnId": a.turn_id, "runId": a.run_id})));
+    }
+    let text = content
+        .as_ref()
+        .map(|c| c.text.as_str())
+        .unwrap_or_default();
+    if crate::host::commands::needs_model(text) {
+        host.providers()
+            .resolve(&st.session.configuration.model_target)?;
+    }
+    let is_command = crate::host::commands::parse(text).is_some();
+    let run_id = random_id("r");
+    let now = now_ms();
+    let snapshot = TurnSnapshot {
+        session_id: cell.id.clone(),
+        turn_id: turn_id.into(),
+        run_id: run_id.clone(),
+        origin: origin.into(),
+        status: TurnStatus::Running,
+        reason: None,
+        failure_class: None,
+        failure_message: None,
+        failure_details: None,
+        started_at: now,
+        ended_at: None,
+    };
+    let mut items = Vec::new();
+    if let Some(c) = &content {
+        items.push((
+            turn_id.to_string(),
+            TranscriptBody::User {
+                message_id: format!("u_{turn_id}"),
+                content: c.clone(),
+            },
+        ));
+    }
+    items.push((
+        turn_id.to_string(),
+        TranscriptBody::TurnState {
+            run_id: run_id.clone(),
+            status: TurnStatus::Running,
+            origin: Some(origin.into()),
+            reason: None,
+            failure_class: None,
+            failure_message: None,
+            resumed_from_run_id: resumed_from,
+        },
+    ));
+    st.append_transcript(items)?;
+    let cancel = CancelToken::default();
+    st.active = Some(ActiveTurn {
+        turn_id: turn_id.into(),
+        run_id: run_id.clone(),
+        cancel: cancel.clone(),
+        streams: vec![],
+        tools: vec![],
+        remembered: Default::default(),
+        approved_paths: vec![],
+    });
+    st.turns.insert(
+        turn_id.into(),
+        TurnRecord {
+            snapshot: snapshot.clone(),
+            fingerprint,
+        },
+    );
+    st.session.status = SessionStatus::Running;
+    st.session.active_turn_id = Some(turn_id.into());
+    st.session.last_used_at = now;
+    st.session.turn_count += 1;
+    let mut renamed = false;
+    if st.session.name.is_none() && !is_command {
+        if let Some(title) = content.as_ref().and_then(|c| title_from(&c.text)) {
+            st.session.name = Some(title);
+            st.session.revision += 1;
+            renamed = true;
+        }
+    }
+    save(host, &st.session)?;
+    host.turn_started();
+    cell.emit(&mut st, {
+        let (shown, content_truncated) = content
+            .as_ref()
+            .map(frame_content)
+            .map_or((None, false), |(c, cut)| (Some(c), cut));
+        FrameBody::TurnStarted {
+            turn_id: turn_id.into(),
+            run_id: run_id.clone(),
+            origin: origin.into(),
+            content: shown,
+            content_truncated,
+        }
+    });
+    if renamed {
+        emit_session_updated(cell, &mut st);
+    }
+    let prompt_text = content.map(|c| c.text).unwrap_or_default();
+    drop(st);
+    host.bump_catalog();
+    let spec = TurnSpec {
+        turn_id: turn_id.into(),
+        run_id,
+        prompt_text,
+        max_steps,
+        cancel,
+    };
+    let (h, c) = (Arc::clone(host), Arc::clone(cell));
+    if let Err(e) = std::thread::Builder::new()
+        .name(format!("turn-{turn_id}"))
+        .spawn(move || turn::run(h, c, spec))
+    {
+        return Err(HostError::internal(format!(
+            "cannot start the turn thread: {e}"
+        )));
+    }
+    Ok(StartOutcome::Started { turn: snapshot })
+}
+
+/// Prompt text shown in a `turn_started` frame; the transcript keeps the whole prompt.
+const FRAME_PROMPT_BYTES: usize = 64 * 1024;
+
+/// A prompt as frames carry it (bounded): text up to 64 KiB, attachments by name only.
+fn frame_content(c: &MessageContent) -> (MessageContent, bool) {
+    let mut text = c.text.clone();
+    let mut cut = text.len() > FRAME_PROMPT_BYTES;
+    crate::host::tools::fs::cut(&mut text, FRAME_PROMPT_BYTES);
+    let attachments = c
+        .attachments
+        .iter()
+        .map(|a| {
+            cut |= a.text.is_some() || a.data_base64.is_some();
+            Attachment {
+                text: None,
+                data_base64: None,
+                ..a.clone()
+            }
+        })
+        .collect();
+    (MessageContent { text, attachments }, cut)
+}
+
+/// A session title from the first prompt: the first line of its plain text (markup tags such
+/// as `<task>` that some clients wrap prompts in are removed), at most 80 characters.
+fn title_from(text: &str) -> Option<String> {
+    let plain = strip_tags(text);
+    let line = plain
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .find(|l| !l.is_empty())?;
+    let mut t: String = line.chars().take(80).collect();
+    if line.chars().count() > 80 {
+        t.push('…');
+    }
+    Some(t)
+}
+
+/// Removes `<tag …>`, `</tag>` and `<tag/>` (a name starting with a letter); other `<` stay.
+fn strip_tags(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find('<') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        let name = after.strip_prefix('/').unwrap_or(after);
+        let is_tag = name.starts_with(|c: char| c.is_ascii_alphabetic())
+            && after.find('>').is_some_and(|end| {
+                !after[..end].contains('<') && !after[..end].contains('\n') && end <= 200
+            });
+        match (is_tag, after.find('>')) {
+            (true, Some(end)) => {
+                out.push(' ');
+                rest = &after[end + 1..];
+            }
+            _ => {
+                out.push('<');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+pub(super) fn stop(host: &Host, input: TurnRef) -> Result<TurnSnapshot, HostError> {
+    let cell = host.cell(&input.session_id)?;
+    let st = cell.lock();
+    let rec = st
+        .turns
+        .get(&input.turn_id)
+        .ok_or_else(|| HostError::not_found(format!("turn {}", input.turn_id)))?;
+    if let Some(a) = st.active.as_ref().filter(|a| a.turn_id == input.turn_id) {
+        if let Some(run) = &input.run_id {
+            if run != &a.run_id {
+                return Err(HostError::new(
+                    ErrorCode::OperationConflict,
+                    format!("run {run} is not the current run of turn {}", input.turn_id),
+                ));
+            }
+        }
+        a.cancel.cancel();
+    }
+    Ok(rec.snapshot.clone())
+}
+
+pub(super) fn query(host: &Host, input: TurnRef) -> Result<TurnSnapshot, HostError> {
+    let cell = host.cell(&input.session_id)?;
+    let st = open_state(host, &cell)?;
+    let rec = st
+        .turns
+        .get(&input.turn_id)
+        .ok_or_else(|| HostError::not_found(format!("turn {}", input.turn_id)))?;
+    Ok(rec.snapshot.clone())
+}
+
+/// The most recent run interrupted by a crash that has no continuation yet:
+/// `(run_id, turn_id, high_water)`.
+fn resume_candidate(st: &SessionState) -> Result<(String, String, u64), &'static str> {
+    let items = st.transcript_items();
+    let mut candidate: Option<(String, String)> = None;
+    for item in items {
+        if let TranscriptBody::TurnState {
+            run_id,
+            status,
+            failure_class,
+            resumed_from_run_id,
+            ..
+        } = &item.body
+        {
+            if let Some(src) = resumed_from_run_id {
+                if candidate.as_ref().is_some_and(|(r, _)| r == src) {
+                    candidate = None;
+                }
+            } else if *status == TurnStatus::Failed && failure_class.as_deref() == Some("crash") {
+                candidate = Some((run_id.clone(), item.turn_id.clone()));
+            } else if *status == TurnStatus::Running {
+                // A later run started: an older interruption is no longer the latest state.
+                candidate = None;
+            }
+        }
+    }
+    let (run, turn) = candidate.ok_or("resume_candidate_missing")?;
+    if st.active.is_some() {
+        return Err("session_busy");
+    }
+    Ok((run, turn, st.through_message_seq()))
+}
+
+pub(super) fn resume_query(host: &Host, input: SessionRef) -> Result<ResumeDisposition, HostError> {
+    let cell = host.cell(&input.session_id)?;
+    let st = open_state(host, &cell)?;
+    Ok(match resume_candidate(&st) {
+        Ok((run, turn, hw)) => ResumeDisposition::Ready {
+            source_run_id: run,
+            source_turn_id: turn,
+            source_high_water: hw,
+        },
+        Err(reason) => ResumeDisposition::Parked {
+            reason: reason.into(),
+        },
+    })
+}
+
+pub(super) fn resume_start(
+    host: &Arc<Host>,
+    input: ResumeStartInput,
+) -> Result<StartOutcome, HostError> {
+    check_id("turnId", &input.turn_id)?;
+    let cell = host.cell(&input.session_id)?;
+    {
+        let st = open_state(host, &cell)?;
+        if let Some(rec) = st.turns.get(&input.turn_id) {
+            return Ok(StartOutcome::Started {
+                turn: rec.snapshot.clone(),
+            });
+        }
+        match resume_candidate(&st) {
+            Ok((run, _, hw)) if run == input.source_run_id && hw == input.source_high_water => {}
+            Ok(_) => return Ok(parked("safety_check_failed")),
+            Err("resume_candidate_missing") => return Ok(parked("continuation_already_exists")),
+            Err(reason) => return Ok(parked(reason)),
+        }
+    }
+    let fingerprint = format!("resume:{}", input.source_run_id);
+    admit(
+        host,
+        &cell,
+        &input.turn_id,
+        "resume",
+        None,
+        fingerprint,
+        turn::default_max_steps(),
+        Some(input.source_run_id),
+    )
+}
+
+fn parked(reason: &str) -> StartOutcome {
+    StartOutcome::Parked {
+        reason: reason.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn titles_come_from_the_prompt_text_without_markup() {
+        assert_eq!(
+            title_from("\n  Fix the build\nplease"),
+            Some("Fix the build".into())
+        );
+        assert_eq!(
+            title_from("<user-request>\n<task id=\"1\">Fix the   parser</task>\n</user-request>"),
+            Some("Fix the parser".into())
+        );
+        assert_eq!(title_from("is a < b?"), Some("is a < b?".into()));
+        assert_eq!(title_from("<only></only>"), None);
+    }
+}

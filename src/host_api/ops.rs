@@ -1,0 +1,602 @@
+//! Every Runtime Host operation, one definition each: its key, its input and its output.
+//!
+//! The reference host decodes `Input` and encodes `Output` (`host::ops::dispatch`); the
+//! adapter encodes `Input` and decodes `Output` (`HostClient::call::<Op>`). A field renamed
+//! here is renamed on both sides, and the compiler finds every reader. Expected races
+//! (revision conflicts, parked resumes) are outputs, not errors. `docs/runtime-host-protocol.md`
+//! §5 is the prose for each.
+
+use super::wire::{
+    ConfigurationPatch, Interaction, InteractionAnswer, MessageContent, Session, TranscriptItem,
+    TurnSnapshot, Workspace,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One host operation: `POST /v1/op/{KEY}` with `Input`, answered with `Output`.
+pub trait Operation {
+    const KEY: &'static str;
+    type Input: Serialize + DeserializeOwned;
+    type Output: Serialize + DeserializeOwned;
+}
+
+macro_rules! operations {
+    ($( $(#[$doc:meta])* $name:ident = $key:literal, $input:ty => $output:ty; )*) => {
+        $(
+            $(#[$doc])*
+            pub enum $name {}
+            impl Operation for $name {
+                const KEY: &'static str = $key;
+                type Input = $input;
+                type Output = $output;
+            }
+        )*
+        /// Every operation key, in the order of the table above.
+        pub const KEYS: &[&str] = &[$($key),*];
+    };
+}
+
+operations! {
+    /// Protocol negotiation; the adapter's first call.
+    HostHello = "host.hello", HelloInput => HelloOutput;
+    /// Load and state, for `maka-acp status` and the adapter's idle check.
+    HostStatus = "host.status", Empty => HostState;
+    ModelsList = "models.list", Empty => ModelCatalog;
+    /// Re-reads the provider settings (after a sign-in) and lists again.
+    ModelsReload = "models.reload", Empty => ModelCatalog;
+    SkillsList = "skills.list", OptionalSessionRef => SkillList;
+    SessionCreate = "session.create", CreateInput => Session;
+    SessionGet = "session.get", SessionRef => SessionLookup;
+    SessionList = "session.list", ListInput => SessionPage;
+    /// Attach: the snapshot a stream is followed from.
+    SessionOpen = "session.open", OpenInput => OpenSnapshot;
+    ConfigurationUpdate = "session.configuration.update", ConfigUpdateInput => CasOutcome;
+    MetadataUpdate = "session.metadata.update", MetadataUpdateInput => CasOutcome;
+    LifecycleSet = "session.lifecycle.set", LifecycleInput => Session;
+    SessionRemove = "session.remove", RemoveInput => RemoveOutcome;
+    /// The client detached: stop what runs for it (MCP servers). Durable state stays.
+    SessionRelease = "session.release", SessionRef => Empty;
+    TranscriptPage = "session.transcript.page", PageInput => Page;
+    TurnStart = "turn.start", TurnStartInput => StartOutcome;
+    TurnStop = "turn.stop", TurnRef => TurnSnapshot;
+    TurnQuery = "turn.query", TurnRef => TurnSnapshot;
+    ResumeQuery = "turn.resume.query", SessionRef => ResumeDisposition;
+    ResumeStart = "turn.resume.start", ResumeStartInput => StartOutcome;
+    InteractionAnswerOp = "interaction.answer", AnswerInput => Interaction;
+    CapabilityReplace = "client.capability.replace", CapabilityInput => Services;
+    ClientCallResult = "client.call.result", CallResultInput => Empty;
+    /// The input of a pending client call (frames carry large inputs by reference).
+    ClientCallInput = "client.call.input", CallRef => CallInput;
+}
+
+/// `{}` — an operation that takes or returns nothing. Reads any object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Empty {}
+
+// ---- host -------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct HelloInput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<ProtocolRange>,
+    #[serde(default)]
+    pub features: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct ProtocolRange {
+    pub min: u32,
+    pub max: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HelloOutput {
+    pub host_epoch: String,
+    pub protocol: u32,
+    pub host_id: String,
+    /// `ready` or `draining`.
+    pub state: String,
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Free-form: the host's limits, for people reading them.
+    #[serde(default)]
+    pub limits: Value,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostState {
+    pub state: String,
+    pub host_epoch: String,
+    pub active_turns: u64,
+    pub open_sessions: u64,
+    pub attached_clients: u64,
+    pub uptime_ms: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelCatalog {
+    /// The model a session without an explicit choice uses: the first model of the first
+    /// connection.
+    #[serde(default)]
+    pub default_target: Option<DefaultTarget>,
+    #[serde(default)]
+    pub connections: Vec<ModelConnection>,
+    /// Why a configured provider could not be used (one sentence each).
+    #[serde(default)]
+    pub problems: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DefaultTarget {
+    pub connection_slug: String,
+    pub model: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelConnection {
+    pub slug: String,
+    #[serde(default)]
+    pub label: String,
+    #[serde(default = "yes")]
+    pub ready: bool,
+    #[serde(default)]
+    pub models: Vec<ModelEntry>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelEntry {
+    pub id: String,
+    #[serde(default)]
+    pub label: String,
+    #[serde(default)]
+    pub thinking_levels: Vec<String>,
+    #[serde(default)]
+    pub context_window: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct SkillList {
+    pub skills: Vec<Skill>,
+}
+
+/// A slash command the host runs (ACP `available_commands`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Skill {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_hint: Option<String>,
+}
+
+// ---- sessions ---------------------------------------------------------------------------------
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionRef {
+    pub session_id: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OptionalSessionRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateInput {
+    pub session_id: String,
+    pub workspace: Workspace,
+    #[serde(default)]
+    pub additional_directories: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configuration: Option<ConfigurationPatch>,
+    /// ACP `McpServer` objects, as the client sent them.
+    #[serde(default)]
+    pub mcp_servers: Vec<Value>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionLookup {
+    /// `null` for an unknown (or removed) session: not an error.
+    pub session: Option<Session>,
+    /// Transcript lines that could not be read and were moved aside.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub transcript_quarantine: Vec<Value>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListFilter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub include_archived: bool,
+    /// Only sessions with at least one turn (a conversation to resume).
+    #[serde(default)]
+    pub non_empty: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ListInput {
+    #[serde(default)]
+    pub cursor: Option<String>,
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub filter: ListFilter,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename = "page", rename_all = "camelCase")]
+pub struct SessionPage {
+    /// Changes whenever any session is created, changed or removed.
+    pub revision: u64,
+    pub sessions: Vec<Session>,
+    pub next_cursor: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenInput {
+    pub session_id: String,
+    /// MCP servers to (re)connect for this attachment; absent = keep what runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_servers: Option<Vec<Value>>,
+}
+
+/// What a client needs to follow a session from `seq`: the durable position and everything in
+/// flight that the transcript does not have yet.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OpenSnapshot {
+    pub host_epoch: String,
+    pub seq: u64,
+    pub session: Session,
+    pub active_turn: Option<TurnSnapshot>,
+    #[serde(default)]
+    pub active_streams: Vec<ActiveStreamView>,
+    #[serde(default)]
+    pub active_tools: Vec<ActiveTool>,
+    #[serde(default)]
+    pub pending_interactions: Vec<Interaction>,
+    #[serde(default)]
+    pub pending_client_calls: Vec<PendingClientCall>,
+    #[serde(default)]
+    pub usage: Value,
+    pub transcript: TranscriptPosition,
+}
+
+/// Text streamed in the running turn that is not durable yet.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveStreamView {
+    /// `text` or `thinking`.
+    pub kind: String,
+    pub turn_id: String,
+    pub message_id: String,
+    pub text: String,
+}
+
+/// A tool call of the running turn without a result yet.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ActiveTool {
+    pub tool_call_id: String,
+    pub tool_name: String,
+    pub title: String,
+    pub activity_kind: String,
+    #[serde(default)]
+    pub args: Value,
+    #[serde(default)]
+    pub locations: Vec<super::wire::Location>,
+    /// The last 64 KiB of its output so far.
+    #[serde(default)]
+    pub output_tail: String,
+}
+
+/// A call into the editor waiting for an answer; its input is read with `client.call.input`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingClientCall {
+    pub invocation_id: String,
+    pub tool_call_id: Option<String>,
+    pub service: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptPosition {
+    pub through_message_seq: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigUpdateInput {
+    pub session_id: String,
+    pub expected_revision: u64,
+    pub patch: ConfigurationPatch,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataPatch {
+    /// Absent: unchanged; `null`: cleared.
+    #[serde(
+        default,
+        deserialize_with = "some_or_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub name: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Vec<String>>,
+}
+
+fn some_or_null<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MetadataUpdateInput {
+    pub session_id: String,
+    pub expected_revision: u64,
+    pub patch: MetadataPatch,
+}
+
+/// The result of a revision-checked update.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CasOutcome {
+    Committed { session: Box<Session> },
+    RevisionConflict { expected: u64, actual: u64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lifecycle {
+    Active,
+    Archived,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LifecycleInput {
+    pub session_id: String,
+    pub state: Lifecycle,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoveInput {
+    pub session_id: String,
+    pub expected_revision: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RemoveOutcome {
+    Removed,
+    RevisionConflict { expected: u64, actual: u64 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    Newer,
+    Older,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PageInput {
+    pub session_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<Direction>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through_message_seq: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename = "page", rename_all = "camelCase")]
+pub struct Page {
+    pub through_message_seq: u64,
+    pub items: Vec<TranscriptItem>,
+    pub next_cursor: Option<String>,
+}
+
+// ---- turns ------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnStartInput {
+    pub session_id: String,
+    pub turn_id: String,
+    pub content: MessageContent,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<usize>,
+}
+
+// One per turn start: the size difference costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StartOutcome {
+    Started {
+        turn: TurnSnapshot,
+    },
+    /// A resume that must not run (`reason` says why).
+    Parked {
+        reason: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnRef {
+    pub session_id: String,
+    pub turn_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "disposition", rename_all = "snake_case")]
+pub enum ResumeDisposition {
+    #[serde(rename_all = "camelCase")]
+    Ready {
+        source_run_id: String,
+        source_turn_id: String,
+        source_high_water: u64,
+    },
+    Parked {
+        reason: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResumeStartInput {
+    pub session_id: String,
+    pub turn_id: String,
+    pub source_run_id: String,
+    pub source_high_water: u64,
+}
+
+// ---- interactions and client calls ------------------------------------------------------------
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AnswerInput {
+    pub session_id: String,
+    pub interaction_id: String,
+    pub answer: InteractionAnswer,
+}
+
+/// What a host may delegate to the attached client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ClientService {
+    #[serde(rename = "fs.read_text_file")]
+    ReadTextFile,
+    #[serde(rename = "fs.write_text_file")]
+    WriteTextFile,
+    #[serde(rename = "terminal")]
+    Terminal,
+}
+
+impl ClientService {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ClientService::ReadTextFile => "fs.read_text_file",
+            ClientService::WriteTextFile => "fs.write_text_file",
+            ClientService::Terminal => "terminal",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CapabilityInput {
+    pub session_id: String,
+    pub services: Vec<ClientService>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Services {
+    pub services: Vec<ClientService>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallResultInput {
+    pub session_id: String,
+    pub invocation_id: String,
+    pub outcome: CallOutcome,
+}
+
+/// The client's answer: `ok` with its result, or its error (a JSON-RPC error object, or the
+/// message some clients send as a bare string).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CallOutcome {
+    pub ok: bool,
+    #[serde(default)]
+    pub result: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CallRef {
+    pub session_id: String,
+    pub invocation_id: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CallInput {
+    pub service: String,
+    pub input: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_unique_and_outcomes_keep_their_wire_shape() {
+        let mut keys = KEYS.to_vec();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), KEYS.len());
+        let conflict = serde_json::to_value(CasOutcome::RevisionConflict {
+            expected: 3,
+            actual: 4,
+        })
+        .unwrap();
+        assert_eq!(
+            conflict,
+            serde_json::json!({"kind": "revision_conflict", "expected": 3, "actual": 4})
+        );
+        let ready: ResumeDisposition = serde_json::from_value(serde_json::json!(
+            {"disposition": "ready", "sourceRunId": "r", "sourceTurnId": "t", "sourceHighWater": 9}
+        ))
+        .unwrap();
+        assert!(matches!(
+            ready,
+            ResumeDisposition::Ready {
+                source_high_water: 9,
+                ..
+            }
+        ));
+    }
+}
