@@ -1,0 +1,525 @@
+//! Tool calls: announced, gated (the permission mode, plan mode, the session's roots, the
+//! user's answers — the decision itself is `gate::decide`), run, and settled.
+
+use super::dialogs::unshown_questions;
+use super::gate;
+use super::*;
+
+impl Turn {
+    pub(super) fn tool_call(&mut self, id: &str, provider_id: &str, name: &str, arguments: &str) {
+        let args: Value = match serde_json::from_str(arguments) {
+            Ok(v @ Value::Object(_)) => v,
+            Ok(_) | Err(_) if arguments.trim().is_empty() => json!({}),
+            Ok(other) => json!({ "_raw": other }),
+            Err(e) => json!({ "_unparsable": arguments, "_error": e.to_string() }),
+        };
+        let plan = match tools::plan(name, &args, &self.cwd) {
+            Err(e) => match self.mcp_tools.iter().find(|t| t.exposed == name) {
+                // MCP tools are gated like built-in tools that act: explore refuses, ask asks.
+                Some(t) => Ok(tools::ToolPlan {
+                    title: format!("{}: {}", t.server, t.name),
+                    activity_kind: "tool",
+                    locations: vec![],
+                    review: Some("tool"),
+                    touches: vec![],
+                }),
+                None => Err(e),
+            },
+            ok => ok,
+        };
+        let (title, kind, locations) = match &plan {
+            Ok(p) => (p.title.clone(), p.activity_kind, p.locations.clone()),
+            Err(_) => (name.to_string(), "tool", vec![]),
+        };
+        self.start_tool(id, provider_id, name, &title, kind, &args, &locations);
+        self.current_tool = Some(id.to_string());
+        self.current_ran = false;
+        let started = std::time::Instant::now();
+        let outcome = match plan {
+            Err(msg) => ToolOutcome::failed(msg),
+            Ok(_) if args.get("_unparsable").is_some() => ToolOutcome::failed(format!(
+                "the arguments are not valid JSON: {}",
+                args["_error"]
+            )),
+            Ok(plan) => self.gate_and_run(id, name, &args, plan),
+        };
+        self.current_tool = None;
+        let ran = std::mem::take(&mut self.current_ran);
+        self.finish_tool(id, outcome, ran, started.elapsed().as_millis() as u64);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn start_tool(
+        &self,
+        id: &str,
+        provider_id: &str,
+        name: &str,
+        title: &str,
+        kind: &str,
+        args: &Value,
+        locations: &[Location],
+    ) {
+        let (inline, truncated) = bounded_args(args);
+        let mut st = self.cell.lock();
+        if let Some(a) = st.active.as_mut() {
+            a.tools.push(crate::host_api::ops::ActiveTool {
+                tool_call_id: id.into(),
+                tool_name: name.into(),
+                title: title.into(),
+                activity_kind: kind.into(),
+                args: inline.clone(),
+                locations: locations.to_vec(),
+                output_tail: String::new(),
+            });
+        }
+        let body = FrameBody::ToolStart {
+            turn_id: self.spec.turn_id.clone(),
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            title: title.into(),
+            activity_kind: kind.into(),
+            args: inline.clone(),
+            args_truncated: truncated,
+            locations: locations.to_vec(),
+        };
+        self.cell.emit(&mut st, body);
+        let item = TranscriptBody::ToolCall {
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            title: title.into(),
+            activity_kind: kind.into(),
+            args: args.clone(),
+            locations: locations.to_vec(),
+            provider_call_id: (!provider_id.is_empty() && provider_id != id)
+                .then(|| provider_id.to_string()),
+        };
+        self.append(&mut st, vec![item]);
+    }
+
+    /// The current tool passed its gate: clients show it `in_progress` from here.
+    pub(super) fn mark_running(&mut self) {
+        let Some(id) = self.current_tool.clone() else {
+            return;
+        };
+        self.current_ran = true;
+        let mut st = self.cell.lock();
+        let body = FrameBody::ToolRunning {
+            turn_id: self.spec.turn_id.clone(),
+            tool_call_id: id,
+        };
+        self.cell.emit(&mut st, body);
+    }
+
+    pub(super) fn finish_tool(&self, id: &str, outcome: ToolOutcome, ran: bool, duration_ms: u64) {
+        let mut st = self.cell.lock();
+        if let Some(a) = st.active.as_mut() {
+            a.tools.retain(|t| t.tool_call_id != id);
+        }
+        let body = FrameBody::ToolResult {
+            turn_id: self.spec.turn_id.clone(),
+            tool_call_id: id.into(),
+            status: outcome.status.into(),
+            result: outcome.result.clone(),
+            truncated: outcome.truncated,
+            duration_ms: Some(duration_ms),
+        };
+        self.cell.emit(&mut st, body);
+        let item = TranscriptBody::ToolResult {
+            tool_call_id: id.into(),
+            status: outcome.status.into(),
+            result: outcome.result,
+            truncated: outcome.truncated,
+            ran,
+        };
+        self.append(&mut st, vec![item]);
+    }
+
+    /// Runs a tool once the gate ([`gate::decide`]) lets it: every question it lists is asked
+    /// in order, and the first that is not answered "allow" fails the tool.
+    pub(super) fn gate_and_run(
+        &mut self,
+        id: &str,
+        name: &str,
+        args: &Value,
+        plan: tools::ToolPlan,
+    ) -> ToolOutcome {
+        let (mode, collaboration, has_plan, approved, remembered) = {
+            let st = self.cell.lock();
+            let c = &st.session.configuration;
+            let active = st.active.as_ref();
+            (
+                c.permission_mode,
+                c.collaboration_mode,
+                self.latest_plan(&st).is_some(),
+                active.map(|a| a.approved_paths.clone()).unwrap_or_default(),
+                plan.review
+                    .is_some_and(|r| active.is_some_and(|a| a.remembered.contains(r))),
+            )
+        };
+        let facts = gate::Facts {
+            mode,
+            collaboration,
+            review: plan.review,
+            has_plan,
+            touches: &plan.touches,
+            roots: &self.roots,
+            approved: &approved,
+            remembered,
+        };
+        let checks = match gate::decide(name, &facts) {
+            gate::Gate::Refuse(why) => return ToolOutcome::failed(why),
+            gate::Gate::Ask(checks) => checks,
+        };
+        for check in checks {
+            let refused = match check {
+                gate::Check::ApprovePlan => self.approve_plan(id, name, &plan.title),
+                gate::Check::Boundary(outside) => self.ask_boundary(id, &plan.title, outside),
+                gate::Check::Permission(review) => {
+                    self.ask_permission(id, name, args, &plan, review)
+                }
+            };
+            if let Some(refused) = refused {
+                return refused;
+            }
+        }
+        self.mark_running();
+        match name {
+            "update_plan" => self.update_plan(args),
+            "ask_user" => self.ask_user(id, args),
+            _ if self.mcp_tools.iter().any(|t| t.exposed == name) => self.call_mcp(name, args),
+            _ => {
+                let outcome = tools::execute(self, name, args);
+                if self.spec.cancel.is_cancelled() && outcome.status != "completed" {
+                    return ToolOutcome {
+                        status: "cancelled",
+                        ..outcome
+                    };
+                }
+                outcome
+            }
+        }
+    }
+
+    /// The outcome of a dialog nobody answered: the turn was stopped, or no answer came.
+    fn unanswered(&self, otherwise: &str) -> ToolOutcome {
+        if self.spec.cancel.is_cancelled() {
+            ToolOutcome {
+                status: "cancelled",
+                ..ToolOutcome::failed("The turn was stopped before this ran.".into())
+            }
+        } else {
+            ToolOutcome::failed(otherwise.into())
+        }
+    }
+
+    /// Asks for access outside the session's folders; remembered for the turn when allowed.
+    fn ask_boundary(
+        &mut self,
+        id: &str,
+        title: &str,
+        outside: Vec<BoundaryPath>,
+    ) -> Option<ToolOutcome> {
+        let listed: Vec<String> = outside.iter().map(|b| b.path.clone()).collect();
+        let request = InteractionRequest::SandboxBoundary {
+            tool_call_id: id.into(),
+            justification: format!(
+                "{title} needs access outside the session's folders: {}",
+                listed.join(", ")
+            ),
+            paths: outside,
+        };
+        match self.interact(request) {
+            Some(InteractionAnswer::SandboxBoundary { decision }) if decision == "allow" => {
+                if let Some(a) = self.cell.lock().active.as_mut() {
+                    a.approved_paths.extend(listed);
+                }
+                None
+            }
+            _ => Some(ToolOutcome::failed(format!(
+                "Access outside the session's folders was denied: {}",
+                listed.join(", ")
+            ))),
+        }
+    }
+
+    /// Ask mode: asks for this action (with the diff it would make).
+    fn ask_permission(
+        &mut self,
+        id: &str,
+        name: &str,
+        args: &Value,
+        plan: &tools::ToolPlan,
+        review: &'static str,
+    ) -> Option<ToolOutcome> {
+        let diff = self.preview(name, args);
+        let request = InteractionRequest::Permission {
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            title: plan.title.clone(),
+            review: review.into(),
+            args: Some(bounded_args(args).0),
+            locations: plan.locations.clone(),
+            diff,
+            remember_for_turn_allowed: true,
+        };
+        match self.interact(request) {
+            Some(InteractionAnswer::Permission {
+                decision,
+                remember_for_turn,
+            }) if decision == "allow" => {
+                if remember_for_turn {
+                    if let Some(a) = self.cell.lock().active.as_mut() {
+                        a.remembered.insert(review.to_string());
+                    }
+                }
+                None
+            }
+            Some(_) => Some(ToolOutcome::failed("The user denied this action.".into())),
+            None => Some(self.unanswered("No permission was given for this action.")),
+        }
+    }
+
+    /// The latest plan proposed in the session.
+    fn latest_plan(&self, st: &crate::host::session::SessionState) -> Option<Vec<PlanEntry>> {
+        st.transcript_items()
+            .iter()
+            .rev()
+            .find_map(|i| match &i.body {
+                TranscriptBody::Plan { entries } => Some(entries.clone()),
+                _ => None,
+            })
+    }
+
+    /// Plan mode: the first write or command needs the user's approval of the latest plan;
+    /// approving it switches the session to `agent` (clients see the configuration change).
+    /// Returns the refusal, or `None` when the plan is approved.
+    pub(super) fn approve_plan(
+        &mut self,
+        id: &str,
+        name: &str,
+        title: &str,
+    ) -> Option<ToolOutcome> {
+        let entries = {
+            let st = self.cell.lock();
+            self.latest_plan(&st)
+        }
+        .unwrap_or_default();
+        let request = InteractionRequest::Permission {
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            title: format!("Approve the plan and start with: {title}"),
+            review: "plan".into(),
+            args: Some(json!({"plan": entries})),
+            locations: vec![],
+            diff: None,
+            remember_for_turn_allowed: false,
+        };
+        match self.interact(request) {
+            Some(InteractionAnswer::Permission { decision, .. }) if decision == "allow" => {
+                let patch = crate::host_api::wire::ConfigurationPatch {
+                    collaboration_mode: Some(CollaborationMode::Agent),
+                    ..Default::default()
+                };
+                self.configure(&patch).err().map(ToolOutcome::failed)
+            }
+            None if self.spec.cancel.is_cancelled() => Some(self.unanswered("")),
+            _ => Some(ToolOutcome::failed(
+                "The user did not approve the plan. Stay in plan mode: revise it with update_plan or ask what to change.".into(),
+            )),
+        }
+    }
+
+    /// Calls an MCP tool on a helper thread, so a stop does not wait for the server.
+    pub(super) fn call_mcp(&self, exposed: &str, args: &Value) -> ToolOutcome {
+        let Some(tool) = self
+            .mcp_tools
+            .iter()
+            .find(|t| t.exposed == exposed)
+            .cloned()
+        else {
+            return ToolOutcome::failed(format!("there is no MCP tool named {exposed:?}"));
+        };
+        let server = self
+            .cell
+            .lock()
+            .mcp
+            .clone()
+            .and_then(|set| set.server(&tool.server));
+        let Some(server) = server else {
+            return ToolOutcome::failed(format!(
+                "MCP server `{}` is no longer running",
+                tool.server
+            ));
+        };
+        let (tx, rx) = bounded(1);
+        let (name, args) = (tool.name.clone(), args.clone());
+        let spawned = std::thread::Builder::new()
+            .name(format!("mcp-call-{name}"))
+            .spawn(move || {
+                let r = match server.lock() {
+                    Ok(mut s) => s.call_tool(&name, args),
+                    Err(_) => Err("the server is unusable".to_string()),
+                };
+                let _ = tx.send(r);
+            });
+        if let Err(e) = spawned {
+            return ToolOutcome::failed(format!("cannot call the MCP tool: {e}"));
+        }
+        select! {
+            recv(rx) -> r => match r {
+                Ok(Ok((text, false))) => ToolOutcome::completed(text, false),
+                Ok(Ok((text, true))) => ToolOutcome::failed(text),
+                Ok(Err(e)) => ToolOutcome::failed(format!("MCP server `{}`: {e}", tool.server)),
+                Err(_) => ToolOutcome::failed(format!("MCP server `{}` dropped the call", tool.server)),
+            },
+            recv(self.spec.cancel.receiver()) -> _ => ToolOutcome { status: "cancelled", ..ToolOutcome::failed("The turn was stopped while the MCP tool ran.".into()) },
+        }
+    }
+
+    pub(super) fn approved(&self, p: &Path) -> bool {
+        self.cell
+            .lock()
+            .active
+            .as_ref()
+            .is_some_and(|a| a.approved_paths.iter().any(|ok| p.starts_with(ok)))
+    }
+
+    /// What an edit or write would change, for the permission dialog.
+    /// The old side is read the way the tool will read it — through the editor when it offers
+    /// files, so the person approves a change to their unsaved buffer, not to the disk.
+    pub(super) fn preview(&mut self, name: &str, args: &Value) -> Option<FileDiff> {
+        let path = tool_fs::resolve(&self.cwd, args.get("path")?.as_str()?);
+        let old = tool_fs::current_text(self, &path);
+        let new = match name {
+            "write_file" => args.get("content")?.as_str()?.to_string(),
+            "edit_file" => {
+                let (o, n) = (
+                    args.get("old_text")?.as_str()?,
+                    args.get("new_text")?.as_str()?,
+                );
+                let current = old.as_deref()?;
+                if o.is_empty() || !current.contains(o) {
+                    return None;
+                }
+                if args
+                    .get("replace_all")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false)
+                {
+                    current.replace(o, n)
+                } else {
+                    current.replacen(o, n, 1)
+                }
+            }
+            _ => return None,
+        };
+        Some(tool_fs::file_diff(&self.cwd, &path, old.as_deref(), &new))
+    }
+
+    pub(super) fn update_plan(&self, args: &Value) -> ToolOutcome {
+        let entries: Vec<PlanEntry> = args
+            .get("entries")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| {
+                let content = e.get("content").and_then(Value::as_str)?.to_string();
+                let status = match e.get("status").and_then(Value::as_str) {
+                    Some(s @ ("pending" | "in_progress" | "completed")) => s.to_string(),
+                    _ => "pending".into(),
+                };
+                let priority = match e.get("priority").and_then(Value::as_str) {
+                    Some(p @ ("high" | "medium" | "low")) => p.to_string(),
+                    _ => "medium".into(),
+                };
+                Some(PlanEntry {
+                    content,
+                    status,
+                    priority,
+                })
+            })
+            .collect();
+        if entries.is_empty() {
+            return ToolOutcome::failed("update_plan needs `entries`: [{content, status}]".into());
+        }
+        let mut st = self.cell.lock();
+        let body = FrameBody::PlanUpdate {
+            turn_id: self.spec.turn_id.clone(),
+            entries: entries.clone(),
+        };
+        self.cell.emit(&mut st, body);
+        self.append(
+            &mut st,
+            vec![TranscriptBody::Plan {
+                entries: entries.clone(),
+            }],
+        );
+        ToolOutcome::completed(format!("Plan updated ({} steps).", entries.len()), false)
+    }
+
+    pub(super) fn ask_user(&mut self, id: &str, args: &Value) -> ToolOutcome {
+        let questions: Vec<Question> =
+            match args.get("questions").cloned().map(serde_json::from_value) {
+                Some(Ok(q)) => q,
+                _ => {
+                    return ToolOutcome::failed(
+                        "ask_user needs `questions`: [{question, options: [{label}]}]".into(),
+                    )
+                }
+            };
+        if questions.is_empty() || questions.len() > 3 {
+            return ToolOutcome::failed("ask_user takes one to three questions".into());
+        }
+        let request = InteractionRequest::Question {
+            tool_call_id: id.into(),
+            questions: questions.clone(),
+        };
+        let answers = match self.interact(request) {
+            Some(InteractionAnswer::Question {
+                unsupported: true, ..
+            }) => return unshown_questions(&questions),
+            Some(InteractionAnswer::Question { answers, .. }) => answers,
+            _ => vec![None; questions.len()],
+        };
+        let lines: Vec<String> = questions
+            .iter()
+            .enumerate()
+            .map(|(i, q)| match answers.get(i).cloned().flatten() {
+                Some(a) => format!("{} → {a}", q.question),
+                None => format!("{} → (no answer)", q.question),
+            })
+            .collect();
+        ToolOutcome {
+            status: "completed",
+            truncated: false,
+            result: ToolResultContent::Json {
+                value: json!({"answers": answers, "summary": lines.join("\n")}),
+            },
+        }
+    }
+}
+
+pub(super) fn bounded_args(args: &Value) -> (Value, bool) {
+    let s = args.to_string();
+    if s.len() <= ARGS_INLINE_LIMIT {
+        return (args.clone(), false);
+    }
+    // Keep the shape where possible: cut long strings.
+    let cut = match args {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| match v {
+                    Value::String(s) if s.len() > 4096 => {
+                        let mut t = s.clone();
+                        tool_fs::cut(&mut t, 4096);
+                        t.push_str("…[truncated]");
+                        (k.clone(), Value::String(t))
+                    }
+                    other => (k.clone(), other.clone()),
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    (cut, true)
+}

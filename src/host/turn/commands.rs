@@ -1,0 +1,263 @@
+//! Slash commands the host runs itself (`/mode`, `/model`, `/title`, `/compact`, …), and the
+//! agent's own configuration changes and notices.
+
+use super::history::estimate_tokens;
+use super::*;
+
+impl Turn {
+    /// Changes the session's configuration as the agent (no CAS: the agent owns its turn).
+    pub(super) fn configure(
+        &self,
+        patch: &crate::host_api::wire::ConfigurationPatch,
+    ) -> Result<(), String> {
+        let mut st = self.cell.lock();
+        crate::host::ops::commit_configuration(&self.host, &self.cell, &mut st, patch)
+            .map_err(|e| e.message)
+    }
+
+    /// Tells the person something that is not part of the model's conversation: streamed like
+    /// agent text, stored as a notice (replayed, never sent to the model).
+    pub(super) fn notice(&self, text: String) {
+        let id = random_id("n");
+        let mut acc = String::new();
+        self.delta(true, &id, &mut acc, text);
+        let mut st = self.cell.lock();
+        self.close_stream(&mut st, true, id.clone(), acc.len());
+        if let Some(a) = st.active.as_mut() {
+            a.streams.retain(|s| s.message_id != id);
+        }
+        self.append(
+            &mut st,
+            vec![TranscriptBody::Notice {
+                message_id: id,
+                text: acc,
+            }],
+        );
+    }
+
+    /// Answers with agent text, streamed and made durable like a model reply.
+    pub(super) fn say(&self, text: String) {
+        let id = format!("m_{}_cmd", self.spec.run_id);
+        let mut acc = String::new();
+        self.delta(true, &id, &mut acc, text);
+        self.persist_assistant(&id, &acc, "");
+    }
+
+    /// Runs a slash command. `None`: the command set things up and the model takes the turn.
+    pub(super) fn command(&mut self, name: &str, rest: &str) -> Option<Terminal> {
+        use crate::host_api::wire::ConfigurationPatch;
+        let configuration = self.cell.lock().session.configuration.clone();
+        let text = match name {
+            "help" => crate::host::commands::help_text(),
+            "mode" if rest.is_empty() => format!(
+                "Mode: {}. Available: ask (asks before writes and commands), bypass (no questions), explore (read-only).",
+                mode_name(configuration.permission_mode)
+            ),
+            "mode" => match serde_json::from_value::<PermissionMode>(json!(rest)) {
+                Ok(m) => {
+                    let patch = ConfigurationPatch {
+                        permission_mode: Some(m),
+                        ..Default::default()
+                    };
+                    match self.configure(&patch) {
+                        Ok(()) => format!("Mode set to {}.", mode_name(m)),
+                        Err(e) => format!("Could not change the mode: {e}"),
+                    }
+                }
+                Err(_) => format!("Unknown mode {rest:?}. Use ask, bypass or explore."),
+            },
+            "model" => self.model_command(rest, &configuration.model_target),
+            "plan" if rest == "off" => {
+                let patch = ConfigurationPatch {
+                    collaboration_mode: Some(CollaborationMode::Agent),
+                    ..Default::default()
+                };
+                match self.configure(&patch) {
+                    Ok(()) => "Plan mode is off: the agent works directly.".into(),
+                    Err(e) => format!("Could not leave plan mode: {e}"),
+                }
+            }
+            "plan" => {
+                let patch = ConfigurationPatch {
+                    collaboration_mode: Some(CollaborationMode::Plan),
+                    ..Default::default()
+                };
+                if let Err(e) = self.configure(&patch) {
+                    self.say(format!("Could not enter plan mode: {e}"));
+                    return Some(Terminal::completed("end_turn"));
+                }
+                if !rest.is_empty() && rest != "on" {
+                    return None; // the model plans the task in plan mode
+                }
+                "Plan mode is on: the agent proposes a plan and waits for your approval before writing or running anything.".into()
+            }
+            "title" if rest.is_empty() => "Usage: /title <new title>".into(),
+            "title" => {
+                let mut st = self.cell.lock();
+                match crate::host::ops::commit_name(&self.host, &self.cell, &mut st, rest) {
+                    Ok(()) => format!("Renamed to “{rest}”."),
+                    Err(e) => format!("Could not rename the session: {}", e.message),
+                }
+            }
+            "compact" => return Some(self.compact()),
+            _ => format!(
+                "Unknown command /{name}.\n\n{}",
+                crate::host::commands::help_text()
+            ),
+        };
+        self.say(text);
+        Some(Terminal::completed("end_turn"))
+    }
+
+    pub(super) fn model_command(
+        &self,
+        rest: &str,
+        current: &crate::host_api::wire::ModelTarget,
+    ) -> String {
+        use crate::host_api::wire::{ConfigurationPatch, ModelTarget};
+        let providers = self.host.providers();
+        let name_of = |t: &ModelTarget| match t {
+            ModelTarget::Default => "default".to_string(),
+            ModelTarget::Explicit {
+                connection_slug,
+                model,
+            } => format!("{connection_slug}/{model}"),
+        };
+        if rest.is_empty() {
+            let mut out = format!("Model: {}. Available:\n- default", name_of(current));
+            for c in &providers.connections {
+                for m in &c.models {
+                    out.push_str(&format!("\n- {}/{} ({})", c.slug, m.id, m.label));
+                }
+            }
+            return out;
+        }
+        let target = if rest == "default" {
+            Some(ModelTarget::Default)
+        } else {
+            providers.connections.iter().find_map(|c| {
+                c.models
+                    .iter()
+                    .find(|m| rest == format!("{}/{}", c.slug, m.id) || rest == m.id)
+                    .map(|m| ModelTarget::Explicit {
+                        connection_slug: c.slug.clone(),
+                        model: m.id.clone(),
+                    })
+            })
+        };
+        let Some(target) = target else {
+            return format!("There is no model {rest:?}. Send /model to see the list.");
+        };
+        let patch = ConfigurationPatch {
+            model_target: Some(target.clone()),
+            ..Default::default()
+        };
+        match self.configure(&patch) {
+            Ok(()) => format!("Model set to {}.", name_of(&target)),
+            Err(e) => format!("Could not change the model: {e}"),
+        }
+    }
+
+    /// `/compact`: the model summarises the conversation so far; the summary replaces it in the
+    /// context of later turns (the transcript keeps everything for replay).
+    pub(super) fn compact(&mut self) -> Terminal {
+        let (configuration, mut messages) = {
+            let st = self.cell.lock();
+            (
+                st.session.configuration.clone(),
+                build_messages(&self.cwd, st.transcript_items()),
+            )
+        };
+        // The system prompt and this turn's own "/compact" do not count.
+        if messages.len() <= 3 {
+            self.say("Nothing to compact yet.".into());
+            return Terminal::completed("end_turn");
+        }
+        messages.pop();
+        let before = estimate_tokens(&messages);
+        let compacted = messages.len() - 1;
+        messages.push(json!({"role": "user", "content": COMPACT_REQUEST}));
+        let providers = self.host.providers();
+        let (conn, model) = match providers.resolve(&configuration.model_target) {
+            Ok(x) => x,
+            Err(e) => return Terminal::failed("capability_unavailable", e.message),
+        };
+        let window = model.context_window;
+        let request = ModelRequest {
+            model: model.id.clone(),
+            messages,
+            tools: vec![],
+            thinking_level: configuration.thinking_level.clone(),
+            turn_prompt: self.spec.prompt_text.clone(),
+            step: 0,
+        };
+        let rx = models::start_step(conn, request, self.spec.cancel.clone());
+        let mut summary = String::new();
+        loop {
+            let idle = models::idle_timeout();
+            let event = select! {
+                recv(rx) -> ev => ev.ok(),
+                recv(self.spec.cancel.receiver()) -> _ => return Terminal::cancelled(),
+                default(idle) => return Terminal::failed("provider_timeout", idle_message(idle)),
+            };
+            match event {
+                Some(ModelEvent::Text(t)) => summary.push_str(&t),
+                Some(ModelEvent::Usage { input, output }) => self.usage(input, output, window),
+                Some(ModelEvent::Finish(_)) => break,
+                Some(ModelEvent::Error {
+                    class,
+                    message,
+                    details,
+                }) => return Terminal::failed(&class, message).with_details(details),
+                Some(_) => {}
+                None if self.spec.cancel.is_cancelled() => return Terminal::cancelled(),
+                None => {
+                    return Terminal::failed(
+                        "provider_error",
+                        "the model stream ended without finishing",
+                    )
+                }
+            }
+        }
+        let summary = summary.trim().to_string();
+        if summary.is_empty() {
+            self.say("The model returned an empty summary; nothing was compacted.".into());
+            return Terminal::completed("end_turn");
+        }
+        let after = {
+            let mut st = self.cell.lock();
+            self.append(
+                &mut st,
+                vec![TranscriptBody::Summary {
+                    text: summary.clone(),
+                }],
+            );
+            let after = estimate_tokens(&build_messages(&self.cwd, st.transcript_items()));
+            let body = FrameBody::Usage {
+                turn_id: Some(self.spec.turn_id.clone()),
+                delta: TokenUsage::default(),
+                totals: st.usage_totals.clone(),
+                context: Some(ContextUsage {
+                    used_tokens: after,
+                    window_tokens: window,
+                }),
+            };
+            self.cell.emit(&mut st, body);
+            after
+        };
+        self.say(format!(
+            "Compacted {compacted} earlier messages into a summary (context ≈{before} → ≈{after} tokens).\n\n{summary}"
+        ));
+        Terminal::completed("end_turn")
+    }
+}
+
+const COMPACT_REQUEST: &str = "Summarise the conversation so far for your own later use: the user's goals, decisions made, files and commands involved, and open tasks. Reply with the summary only.";
+
+fn mode_name(m: PermissionMode) -> &'static str {
+    match m {
+        PermissionMode::Ask => "ask",
+        PermissionMode::Bypass => "bypass",
+        PermissionMode::Explore => "explore",
+    }
+}

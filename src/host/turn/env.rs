@@ -1,0 +1,127 @@
+//! What tools see of the turn ([`ToolEnv`]): its folders, its cancel token, command output,
+//! and calls into the editor (files through its buffers, commands in its terminals).
+
+use super::*;
+
+impl ToolEnv for Turn {
+    fn cwd(&self) -> &Path {
+        &self.cwd
+    }
+
+    fn may_touch(&self, path: &Path) -> bool {
+        self.roots.iter().any(|r| path.starts_with(r)) || self.approved(path)
+    }
+
+    fn cancel(&self) -> &CancelToken {
+        &self.spec.cancel
+    }
+
+    fn output(&mut self, stream: &str, chunk: &str) {
+        let Some(tool_call_id) = self.current_tool.clone() else {
+            return;
+        };
+        self.out_seq += 1;
+        let mut st = self.cell.make_room(self.cell.lock());
+        if let Some(t) = st
+            .active
+            .as_mut()
+            .and_then(|a| a.tools.iter_mut().find(|t| t.tool_call_id == tool_call_id))
+        {
+            t.output_tail.push_str(chunk);
+            crate::host_api::keep_tail(&mut t.output_tail, tools::RESULT_TEXT_LIMIT);
+        }
+        let body = FrameBody::ToolOutputDelta {
+            turn_id: self.spec.turn_id.clone(),
+            tool_call_id,
+            out_seq: self.out_seq,
+            stream: stream.into(),
+            chunk: chunk.into(),
+        };
+        self.cell.emit(&mut st, body);
+    }
+
+    fn client_call(
+        &mut self,
+        service: &str,
+        path: &Path,
+        input: Value,
+    ) -> Option<Result<Value, String>> {
+        if !self.roots.iter().any(|r| path.starts_with(r)) || !self.has_client_service(service) {
+            return None;
+        }
+        Some(
+            self.call_client(service, input, CLIENT_CALL_TIMEOUT, false)
+                .map_err(|e| e.to_string()),
+        )
+    }
+
+    fn has_client_service(&self, service: &str) -> bool {
+        self.cell
+            .lock()
+            .client_services
+            .iter()
+            .any(|s| s == service)
+    }
+
+    fn call_client(
+        &mut self,
+        service: &str,
+        input: Value,
+        timeout: Duration,
+        cleanup: bool,
+    ) -> Result<Value, tools::CallError> {
+        use tools::CallError;
+        let (tx, rx) = bounded(1);
+        let invocation_id = random_id("c");
+        {
+            let mut st = self.cell.lock();
+            let registered = st
+                .client_services
+                .iter()
+                .any(|s| s == service || service.starts_with(&format!("{s}.")));
+            if !registered {
+                return Err(CallError::Client(format!(
+                    "the client did not register {service}"
+                )));
+            }
+            // A large input (a big file to write) travels by reference: the frame stays small
+            // and the client fetches it with `client.call.input`.
+            let input_ref = input.to_string().len() > CALL_INPUT_INLINE;
+            st.client_calls.insert(
+                invocation_id.clone(),
+                crate::host::session::PendingClientCall {
+                    tx,
+                    tool_call_id: self.current_tool.clone(),
+                    service: service.into(),
+                    input: input.clone(),
+                },
+            );
+            let body = FrameBody::ClientCall {
+                invocation_id: invocation_id.clone(),
+                tool_call_id: self.current_tool.clone(),
+                service: service.into(),
+                input: if input_ref { Value::Null } else { input },
+                input_ref,
+            };
+            self.cell.emit(&mut st, body);
+        }
+        // A cleanup call ignores the stop: `never` never fires.
+        let never = crossbeam_channel::never();
+        let cancel = if cleanup {
+            &never
+        } else {
+            self.spec.cancel.receiver()
+        };
+        let result = select! {
+            recv(rx) -> r => r.unwrap_or_else(|_| Err("the call was dropped".into())).map_err(CallError::Client),
+            recv(cancel) -> _ => Err(CallError::Cancelled),
+            default(timeout) => Err(CallError::Timeout),
+        };
+        let mut st = self.cell.lock();
+        if st.client_calls.remove(&invocation_id).is_some() {
+            self.cell
+                .emit(&mut st, FrameBody::ClientCallCancelled { invocation_id });
+        }
+        result
+    }
+}

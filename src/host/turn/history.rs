@@ -1,0 +1,149 @@
+//! The model's view of the session: the transcript as chat messages, and what it is told a
+//! tool returned.
+
+use super::*;
+
+/// What the model is told a tool returned.
+pub fn result_for_model(status: &str, result: &ToolResultContent) -> String {
+    let body = match result {
+        ToolResultContent::Text { text } => text.clone(),
+        ToolResultContent::FileEdit { diff } => {
+            format!("Edited {}.\n{}", diff.path, diff.unified_diff)
+        }
+        ToolResultContent::FileWrite { path, bytes, .. } => {
+            format!("Wrote {bytes} bytes to {path}.")
+        }
+        ToolResultContent::Terminal {
+            output,
+            exit_code,
+            timed_out,
+            output_truncated,
+            ..
+        } => {
+            let mut s = String::new();
+            if *output_truncated {
+                s.push_str("[output truncated; showing the tail]\n");
+            }
+            s.push_str(output);
+            if *timed_out {
+                s.push_str("\n[timed out: the command was killed]");
+            } else if let Some(c) = exit_code {
+                s.push_str(&format!("\n[exit code {c}]"));
+            }
+            s
+        }
+        ToolResultContent::Json { value } => match value.get("summary").and_then(Value::as_str) {
+            Some(summary) => summary.to_string(),
+            None => value.to_string(),
+        },
+    };
+    if status == "completed" {
+        body
+    } else {
+        format!("[{status}] {body}")
+    }
+}
+
+/// A rough token count (4 bytes per token) for context figures when the provider gives none.
+pub(super) fn estimate_tokens(messages: &[Value]) -> u64 {
+    messages
+        .iter()
+        .map(|m| m.to_string().len() as u64)
+        .sum::<u64>()
+        / 4
+}
+
+/// The model's context: a system prompt plus the transcript as chat messages. Tool calls that
+/// never got a result (a stopped turn) get a placeholder result so the history stays valid.
+pub fn build_messages(cwd: &Path, items: &[crate::host_api::wire::TranscriptItem]) -> Vec<Value> {
+    let mut msgs = vec![json!({
+        "role": "system",
+        "content": format!(
+            "You are Maka, a careful coding agent. You work in {} and use the tools to read, search, edit and run things there. \
+             Keep the user informed briefly; use update_plan for multi-step work; ask_user when a decision is theirs.",
+            cwd.display()
+        )
+    })];
+    let start = items
+        .iter()
+        .rposition(|i| matches!(i.body, TranscriptBody::Summary { .. }))
+        .unwrap_or(0);
+    let mut open_calls: Vec<String> = Vec::new();
+    // Host id → the id the model gave the call (the model sees only its own ids).
+    let mut provider_ids: std::collections::HashMap<&str, &str> = Default::default();
+    let close_open = |msgs: &mut Vec<Value>, open: &mut Vec<String>| {
+        for id in open.drain(..) {
+            msgs.push(json!({"role": "tool", "tool_call_id": id, "content": "[no result: the turn was stopped]"}));
+        }
+    };
+    for item in &items[start..] {
+        match &item.body {
+            TranscriptBody::Summary { text } => {
+                msgs.push(json!({"role": "user", "content": format!("Summary of the earlier conversation:\n{text}")}));
+            }
+            TranscriptBody::User { content, .. } => {
+                close_open(&mut msgs, &mut open_calls);
+                msgs.push(json!({"role": "user", "content": user_text(content)}));
+            }
+            TranscriptBody::Assistant { text, .. } => {
+                close_open(&mut msgs, &mut open_calls);
+                msgs.push(
+                    json!({"role": "assistant", "content": text.clone().unwrap_or_default()}),
+                );
+            }
+            TranscriptBody::ToolCall {
+                tool_call_id,
+                tool_name,
+                args,
+                provider_call_id,
+                ..
+            } => {
+                let model_id = provider_call_id.as_deref().unwrap_or(tool_call_id);
+                provider_ids.insert(tool_call_id, model_id);
+                let call = json!({"id": model_id, "type": "function", "function": {"name": tool_name, "arguments": args.to_string()}});
+                let attach = matches!(msgs.last(), Some(m) if m["role"] == "assistant");
+                if !attach {
+                    msgs.push(json!({"role": "assistant", "content": Value::Null}));
+                }
+                if let Some(last) = msgs.last_mut() {
+                    match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
+                        Some(list) => list.push(call),
+                        None => last["tool_calls"] = json!([call]),
+                    }
+                }
+                open_calls.push(model_id.to_string());
+            }
+            TranscriptBody::ToolResult {
+                tool_call_id,
+                status,
+                result,
+                ..
+            } => {
+                let model_id = provider_ids
+                    .get(tool_call_id.as_str())
+                    .copied()
+                    .unwrap_or(tool_call_id);
+                if let Some(i) = open_calls.iter().position(|id| id == model_id) {
+                    open_calls.remove(i);
+                }
+                msgs.push(json!({"role": "tool", "tool_call_id": model_id, "content": result_for_model(status, result)}));
+            }
+            _ => {}
+        }
+    }
+    close_open(&mut msgs, &mut open_calls);
+    msgs
+}
+
+pub(super) fn user_text(content: &MessageContent) -> String {
+    let mut text = content.text.clone();
+    for a in &content.attachments {
+        match (&a.text, &a.uri) {
+            (Some(t), uri) => {
+                text.push_str(&format!("\n\n[{}]\n{t}", uri.as_deref().unwrap_or(&a.name)))
+            }
+            (None, _) => text.push_str(&format!("\n\n[attached {} {}]", a.kind, a.name)),
+        }
+    }
+    text
+}

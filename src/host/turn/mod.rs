@@ -1,0 +1,425 @@
+//! One thread per active turn: model steps, tool calls (gated by the permission mode, the
+//! session's roots and the user's answers), and finally one `turn_terminal` frame — always the
+//! last frame of its run, after every delta, tool and usage frame it caused.
+
+mod calls;
+mod commands;
+mod dialogs;
+mod env;
+mod gate;
+mod history;
+mod stream;
+
+pub use history::{build_messages, result_for_model};
+
+use super::models::{self, Finish, ModelEvent, ModelRequest};
+use super::session::{ActiveStream, CancelToken, InteractionSlot, SessionCell};
+use super::tools::{self, fs as tool_fs, ToolEnv, ToolOutcome};
+use super::{random_id, Host};
+use crate::host_api::wire::{
+    now_ms, BoundaryPath, CollaborationMode, ContextUsage, FileDiff, FrameBody, Interaction,
+    InteractionAnswer, InteractionOutcome, InteractionRequest, Location, MessageContent,
+    PermissionMode, PlanEntry, Question, TokenUsage, ToolResultContent, TranscriptBody,
+    TurnOutcome, TurnStatus,
+};
+use crossbeam_channel::{bounded, select};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub const DEFAULT_MAX_STEPS: usize = 50;
+
+/// Model steps per turn when `turn.start` does not say: `MAKA_MAX_STEPS`, else 50.
+pub fn default_max_steps() -> usize {
+    static STEPS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *STEPS.get_or_init(|| {
+        std::env::var("MAKA_MAX_STEPS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|n| (1..=500).contains(n))
+            .unwrap_or(DEFAULT_MAX_STEPS)
+    })
+}
+/// Tool arguments carried inline in frames; longer ones are cut and flagged.
+const ARGS_INLINE_LIMIT: usize = 16 * 1024;
+/// Client-call inputs larger than this (serialized) travel by reference.
+const CALL_INPUT_INLINE: usize = 256 * 1024;
+/// Text deltas are cut into frames of at most this many bytes.
+const DELTA_FRAME_BYTES: usize = 64 * 1024;
+/// How long a delegated editor call may take before the tool fails.
+const CLIENT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+pub struct TurnSpec {
+    pub turn_id: String,
+    pub run_id: String,
+    pub prompt_text: String,
+    pub max_steps: usize,
+    pub cancel: CancelToken,
+}
+
+struct Terminal {
+    outcome: TurnOutcome,
+    reason: String,
+    failure_class: Option<String>,
+    failure_message: Option<String>,
+    failure_details: Option<Value>,
+}
+
+impl Terminal {
+    fn completed(reason: &str) -> Terminal {
+        Terminal {
+            outcome: TurnOutcome::Completed,
+            reason: reason.into(),
+            failure_class: None,
+            failure_message: None,
+            failure_details: None,
+        }
+    }
+    fn cancelled() -> Terminal {
+        Terminal {
+            outcome: TurnOutcome::Cancelled,
+            reason: "user_stop".into(),
+            failure_class: None,
+            failure_message: None,
+            failure_details: None,
+        }
+    }
+    fn failed(class: &str, message: impl Into<String>) -> Terminal {
+        Terminal {
+            outcome: TurnOutcome::Failed,
+            reason: "error".into(),
+            failure_class: Some(class.into()),
+            failure_message: Some(tool_fs::cut_words(&message.into(), 400)),
+            failure_details: None,
+        }
+    }
+    fn with_details(mut self, details: Option<Value>) -> Terminal {
+        self.failure_details = details;
+        self
+    }
+}
+
+struct Turn {
+    host: Arc<Host>,
+    cell: Arc<SessionCell>,
+    spec: TurnSpec,
+    cwd: PathBuf,
+    roots: Vec<PathBuf>,
+    current_tool: Option<String>,
+    /// The current tool passed its gate and started (`tool_running` was emitted).
+    current_ran: bool,
+    out_seq: u64,
+    /// Tools of the session's MCP servers, as of the turn's start.
+    mcp_tools: Vec<super::mcp::McpTool>,
+}
+
+/// Runs an admitted turn to its terminal frame (on the caller's thread).
+pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
+    let (cwd, roots) = {
+        let st = cell.lock();
+        let cwd = tool_fs::resolve(Path::new("/"), st.session.workspace.path());
+        let mut roots = vec![cwd.clone()];
+        roots.extend(
+            st.session
+                .additional_directories
+                .iter()
+                .map(|d| tool_fs::resolve(Path::new("/"), d)),
+        );
+        (cwd, roots)
+    };
+    let mut turn = Turn {
+        host,
+        cell,
+        spec,
+        cwd,
+        roots,
+        current_tool: None,
+        current_ran: false,
+        out_seq: 0,
+        mcp_tools: vec![],
+    };
+    let command = super::commands::parse(&turn.spec.prompt_text)
+        .map(|(name, rest)| (name.to_string(), rest.to_string()));
+    let terminal = match command {
+        Some((name, rest)) => turn
+            .command(&name, &rest)
+            .unwrap_or_else(|| turn.agent_loop()),
+        None => turn.agent_loop(),
+    };
+    turn.finish(terminal);
+}
+
+impl Turn {
+    pub(super) fn agent_loop(&mut self) -> Terminal {
+        // The session's MCP servers: wait (bounded) for them, and say which are missing.
+        let mcp = self.cell.lock().mcp.clone();
+        if let Some(set) = mcp {
+            let (tools, problems) = set.ready(super::mcp::start_timeout());
+            self.mcp_tools = tools;
+            if !problems.is_empty() {
+                // Told to the person, kept out of the model's context (a trailing assistant
+                // message after the prompt would make some servers continue it).
+                self.notice(format!("⚠ {}\n\n", problems.join("\n⚠ ")));
+            }
+        }
+        for step in 0..self.spec.max_steps {
+            if self.spec.cancel.is_cancelled() {
+                return Terminal::cancelled();
+            }
+            match self.model_step(step) {
+                Ok(StepResult::Done(t)) => return t,
+                Ok(StepResult::Continue) => {}
+                Err(t) => return t,
+            }
+        }
+        Terminal::completed("step_limit")
+    }
+
+    pub(super) fn model_step(&mut self, step: usize) -> Result<StepResult, Terminal> {
+        let (configuration, mut messages) = {
+            let st = self.cell.lock();
+            (
+                st.session.configuration.clone(),
+                build_messages(&self.cwd, st.transcript_items()),
+            )
+        };
+        if configuration.collaboration_mode == CollaborationMode::Plan {
+            if let Some(system) = messages.first_mut() {
+                let text = system["content"].as_str().unwrap_or_default();
+                system["content"] = json!(format!("{text} {PLAN_MODE_NOTE}"));
+            }
+        }
+        let providers = self.host.providers();
+        let (conn, model) = providers
+            .resolve(&configuration.model_target)
+            .map_err(|e| Terminal::failed("capability_unavailable", e.message))?;
+        let context_window = model.context_window;
+        let request = ModelRequest {
+            model: model.id.clone(),
+            messages,
+            tools: tools::specs()
+                .into_iter()
+                .chain(self.mcp_tools.iter().map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.exposed,
+                        "description": format!("[MCP server {}] {}", t.server, t.description),
+                        "parameters": t.input_schema,
+                    }})
+                }))
+                .collect(),
+            thinking_level: configuration.thinking_level.clone(),
+            turn_prompt: self.spec.prompt_text.clone(),
+            step,
+        };
+        let rx = models::start_step(conn, request, self.spec.cancel.clone());
+        let text_id = format!("m_{}_{step}", self.spec.run_id);
+        let thinking_id = format!("th_{}_{step}", self.spec.run_id);
+        let (mut text, mut thinking) = (String::new(), String::new());
+        // (provider's id, name, arguments)
+        let mut calls: Vec<(String, String, String)> = Vec::new();
+        let idle = models::idle_timeout();
+        let finish = loop {
+            let event = select! {
+                recv(rx) -> ev => ev.ok(),
+                recv(self.spec.cancel.receiver()) -> _ => {
+                    self.persist_assistant(&text_id, &text, &thinking);
+                    return Err(Terminal::cancelled());
+                }
+                default(idle) => {
+                    // Silent (or keep-alives only): the call is abandoned, the turn fails.
+                    self.persist_assistant(&text_id, &text, &thinking);
+                    return Err(Terminal::failed("provider_timeout", idle_message(idle)));
+                }
+            };
+            let Some(event) = event else {
+                self.persist_assistant(&text_id, &text, &thinking);
+                if self.spec.cancel.is_cancelled() {
+                    return Err(Terminal::cancelled());
+                }
+                return Err(Terminal::failed(
+                    "provider_error",
+                    "the model stream ended without finishing",
+                ));
+            };
+            match event {
+                ModelEvent::Text(t) => self.delta(true, &text_id, &mut text, t),
+                ModelEvent::Thinking(t) => self.delta(false, &thinking_id, &mut thinking, t),
+                ModelEvent::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => calls.push((id, name, arguments)),
+                ModelEvent::Usage { input, output } => self.usage(input, output, context_window),
+                ModelEvent::Retry {
+                    attempt,
+                    delay_ms,
+                    reason,
+                } => {
+                    let mut st = self.cell.lock();
+                    let body = FrameBody::TurnStatus {
+                        turn_id: self.spec.turn_id.clone(),
+                        run_id: self.spec.run_id.clone(),
+                        status: TurnStatus::Running,
+                        provider_retry: Some(
+                            json!({"attempt": attempt, "delayMs": delay_ms, "reason": reason}),
+                        ),
+                    };
+                    self.cell.emit(&mut st, body);
+                }
+                ModelEvent::Progress => {}
+                ModelEvent::Finish(f) => break f,
+                ModelEvent::Error {
+                    class,
+                    message,
+                    details,
+                } => {
+                    self.persist_assistant(&text_id, &text, &thinking);
+                    return Err(Terminal::failed(&class, message).with_details(details));
+                }
+            }
+        };
+        self.persist_assistant(&text_id, &text, &thinking);
+        match finish {
+            Finish::Length => {
+                return Ok(StepResult::Done(Terminal {
+                    outcome: TurnOutcome::MaxTokens,
+                    reason: "max_tokens".into(),
+                    failure_class: None,
+                    failure_message: None,
+                    failure_details: None,
+                }))
+            }
+            Finish::Refusal => {
+                return Ok(StepResult::Done(Terminal {
+                    outcome: TurnOutcome::Refused,
+                    reason: "refusal".into(),
+                    failure_class: None,
+                    failure_message: None,
+                    failure_details: None,
+                }))
+            }
+            Finish::Stop | Finish::ToolCalls if calls.is_empty() => {
+                return Ok(StepResult::Done(Terminal::completed("end_turn")))
+            }
+            _ => {}
+        }
+        // Providers repeat their ids (`call_0` every step, or none at all): clients need ids
+        // unique within the session, so the host mints them and keeps the provider's id only
+        // for the model's own history.
+        let run = self.spec.run_id.trim_start_matches("r_").to_string();
+        for (n, (provider_id, name, arguments)) in calls.into_iter().enumerate() {
+            if self.spec.cancel.is_cancelled() {
+                return Err(Terminal::cancelled());
+            }
+            let id = format!("tc_{run}_{step}_{n}");
+            self.tool_call(&id, &provider_id, &name, &arguments);
+        }
+        if self.spec.cancel.is_cancelled() {
+            return Err(Terminal::cancelled());
+        }
+        Ok(StepResult::Continue)
+    }
+
+    pub(super) fn set_status(&self, st: &mut super::session::SessionState, status: TurnStatus) {
+        if let Some(rec) = st.turns.get_mut(&self.spec.turn_id) {
+            rec.snapshot.status = status;
+        }
+        st.session.status = if status == TurnStatus::WaitingForUser {
+            crate::host_api::wire::SessionStatus::WaitingForUser
+        } else {
+            crate::host_api::wire::SessionStatus::Running
+        };
+        let body = FrameBody::TurnStatus {
+            turn_id: self.spec.turn_id.clone(),
+            run_id: self.spec.run_id.clone(),
+            status,
+            provider_retry: None,
+        };
+        self.cell.emit(st, body);
+    }
+
+    pub(super) fn finish(&self, t: Terminal) {
+        let mut st = self.cell.lock();
+        let reason = if t.outcome == TurnOutcome::Cancelled {
+            "turn_stopped"
+        } else {
+            "turn_terminal"
+        };
+        let pending: Vec<String> = st
+            .interactions
+            .iter()
+            .filter(|(_, s)| s.answer_tx.is_some() && s.interaction.turn_id == self.spec.turn_id)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in pending {
+            self.close_interaction(&mut st, &id, reason);
+        }
+        for (_, call) in st.client_calls.drain() {
+            let _ = call.tx.send(Err("the turn ended".into()));
+        }
+        let status = match t.outcome {
+            TurnOutcome::Completed => TurnStatus::Completed,
+            TurnOutcome::Cancelled => TurnStatus::Cancelled,
+            TurnOutcome::Failed => TurnStatus::Failed,
+            TurnOutcome::MaxTokens => TurnStatus::MaxTokens,
+            TurnOutcome::Refused => TurnStatus::Refused,
+        };
+        self.append(
+            &mut st,
+            vec![TranscriptBody::TurnState {
+                run_id: self.spec.run_id.clone(),
+                status,
+                origin: None,
+                reason: Some(t.reason.clone()),
+                failure_class: t.failure_class.clone(),
+                failure_message: t.failure_message.clone(),
+                resumed_from_run_id: None,
+            }],
+        );
+        if let Some(rec) = st.turns.get_mut(&self.spec.turn_id) {
+            rec.snapshot.status = status;
+            rec.snapshot.reason = Some(t.reason.clone());
+            rec.snapshot.failure_class = t.failure_class.clone();
+            rec.snapshot.failure_message = t.failure_message.clone();
+            rec.snapshot.failure_details = t.failure_details.clone();
+            rec.snapshot.ended_at = Some(now_ms());
+        }
+        st.active = None;
+        st.session.status = crate::host_api::wire::SessionStatus::Idle;
+        st.session.active_turn_id = None;
+        st.session.last_used_at = now_ms();
+        if let Err(e) = self.host.store.save_session(&st.session) {
+            log::error!(
+                "session {}: cannot save the session record: {e}",
+                self.cell.id
+            );
+        }
+        let body = FrameBody::TurnTerminal {
+            turn_id: self.spec.turn_id.clone(),
+            run_id: self.spec.run_id.clone(),
+            outcome: t.outcome,
+            reason: t.reason,
+            failure_class: t.failure_class,
+            failure_message: t.failure_message,
+            failure_details: t.failure_details,
+        };
+        self.cell.emit(&mut st, body);
+        drop(st);
+        self.host.turn_finished();
+    }
+}
+
+enum StepResult {
+    Continue,
+    Done(Terminal),
+}
+
+fn idle_message(idle: Duration) -> String {
+    format!(
+        "The model provider sent nothing for {} s, so the turn was stopped; try again, or raise MAKA_PROVIDER_IDLE_TIMEOUT_MS for a model that thinks silently.",
+        idle.as_secs()
+    )
+}
+
+const PLAN_MODE_NOTE: &str = "Plan mode is on: investigate with read-only tools, then propose your plan with update_plan and stop. Writing files and running commands waits until the user approves the plan.";
