@@ -1,11 +1,15 @@
 //! Model providers: which connections exist (from the environment and the config file), and
 //! one streaming call per model step. A call runs on its own thread and reports through a
 //! bounded channel, so the turn can drop it the moment the turn is stopped.
+//!
+//! Adding a provider is one new file: a type that implements [`Provider`] and a `connect`
+//! function that reads its settings, listed in [`PROVIDERS`].
 
 pub mod openai;
 pub mod scripted;
 
 use super::session::CancelToken;
+use crate::config::ProviderSettings;
 use crate::host_api::ops::{DefaultTarget, ModelCatalog, ModelConnection, ModelEntry};
 use crate::host_api::wire::{ErrorCode, HostError, ModelTarget};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -20,15 +24,23 @@ pub struct ModelInfo {
     pub context_window: u64,
 }
 
-pub enum ConnectionKind {
-    OpenAi(openai::OpenAiConfig),
-    Scripted(Arc<scripted::Script>),
+/// A model provider: streams one model step as [`ModelEvent`]s into `tx` (on a thread of its
+/// own), stopping when `cancel` fires or `tx`'s receiver is gone. Ends with `Finish` or `Error`.
+pub trait Provider: Send + Sync {
+    fn stream(&self, req: &ModelRequest, cancel: &CancelToken, tx: &Sender<ModelEvent>);
 }
+
+/// What a provider's `connect` makes of the settings: nothing (not configured), a connection,
+/// or the one-sentence problem that keeps it from being used.
+pub type Connect = fn(&ProviderSettings) -> Option<Result<Connection, String>>;
+
+/// Every provider, in the order their connections are offered (the first is the default).
+pub const PROVIDERS: &[Connect] = &[scripted::connect, openai::connect];
 
 pub struct Connection {
     pub slug: String,
     pub label: String,
-    pub kind: ConnectionKind,
+    pub provider: Arc<dyn Provider>,
     pub models: Vec<ModelInfo>,
 }
 
@@ -105,47 +117,17 @@ impl Providers {
         Self::from_settings(&crate::config::ProviderSettings::load())
     }
 
-    pub fn from_settings(settings: &crate::config::ProviderSettings) -> Providers {
+    pub fn from_settings(settings: &ProviderSettings) -> Providers {
         let mut connections = Vec::new();
         let mut problems = Vec::new();
-        if let Some(src) = &settings.script {
-            match scripted::Script::load(src) {
-                Ok(script) => connections.push(Connection {
-                    slug: "script".into(),
-                    label: "Scripted (offline)".into(),
-                    models: script.models(),
-                    kind: ConnectionKind::Scripted(Arc::new(script)),
-                }),
-                Err(e) => {
-                    log::error!("MAKA_SCRIPT: {e}");
-                    problems.push(format!("MAKA_SCRIPT: {e}"));
+        for connect in PROVIDERS {
+            match connect(settings) {
+                Some(Ok(c)) => connections.push(c),
+                Some(Err(problem)) => {
+                    log::error!("{problem}");
+                    problems.push(problem);
                 }
-            }
-        }
-        if settings.wants_openai() {
-            let base_url = settings
-                .base_url
-                .clone()
-                .unwrap_or_else(|| crate::config::OPENAI_BASE_URL.into());
-            match &settings.model {
-                Some(model) => connections.push(Connection {
-                    slug: "openai".into(),
-                    label: format!("OpenAI-compatible ({base_url})"),
-                    models: vec![ModelInfo {
-                        id: model.clone(),
-                        label: model.clone(),
-                        thinking_levels: settings.thinking_levels.clone(),
-                        context_window: settings.context_window.unwrap_or(128_000),
-                    }],
-                    kind: ConnectionKind::OpenAi(openai::OpenAiConfig {
-                        base_url,
-                        api_key: settings.api_key.clone(),
-                    }),
-                }),
-                None => problems.push(
-                    "an OpenAI-compatible endpoint is configured but no model: set MAKA_MODEL"
-                        .into(),
-                ),
+                None => {}
             }
         }
         Providers {
@@ -249,20 +231,10 @@ pub fn start_step(
     cancel: CancelToken,
 ) -> Receiver<ModelEvent> {
     let (tx, rx) = bounded(1024);
-    let spawned = match &conn.kind {
-        ConnectionKind::Scripted(script) => {
-            let script = Arc::clone(script);
-            std::thread::Builder::new()
-                .name("model-scripted".into())
-                .spawn(move || script.run(&req, &cancel, &tx))
-        }
-        ConnectionKind::OpenAi(cfg) => {
-            let cfg = cfg.clone();
-            std::thread::Builder::new()
-                .name("model-openai".into())
-                .spawn(move || openai::run(&cfg, &req, &cancel, &tx))
-        }
-    };
+    let provider = Arc::clone(&conn.provider);
+    let spawned = std::thread::Builder::new()
+        .name(format!("model-{}", conn.slug))
+        .spawn(move || provider.stream(&req, &cancel, &tx));
     if let Err(e) = spawned {
         log::error!("cannot start a model thread: {e}");
     }

@@ -24,7 +24,45 @@ const MAX_ATTEMPTS: u32 = 5;
 /// Longest SSE line accepted from a provider.
 const MAX_LINE: usize = 4 * 1024 * 1024;
 
-pub fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
+/// The OpenAI-compatible connection (`openai`), when an endpoint or key is configured.
+pub fn connect(
+    settings: &crate::config::ProviderSettings,
+) -> Option<Result<super::Connection, String>> {
+    if !settings.wants_openai() {
+        return None;
+    }
+    let base_url = settings
+        .base_url
+        .clone()
+        .unwrap_or_else(|| crate::config::OPENAI_BASE_URL.into());
+    let Some(model) = &settings.model else {
+        return Some(Err(
+            "an OpenAI-compatible endpoint is configured but no model: set MAKA_MODEL".into(),
+        ));
+    };
+    Some(Ok(super::Connection {
+        slug: "openai".into(),
+        label: format!("OpenAI-compatible ({base_url})"),
+        models: vec![super::ModelInfo {
+            id: model.clone(),
+            label: model.clone(),
+            thinking_levels: settings.thinking_levels.clone(),
+            context_window: settings.context_window.unwrap_or(128_000),
+        }],
+        provider: std::sync::Arc::new(OpenAiConfig {
+            base_url,
+            api_key: settings.api_key.clone(),
+        }),
+    }))
+}
+
+impl super::Provider for OpenAiConfig {
+    fn stream(&self, req: &ModelRequest, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
+        run(self, req, cancel, tx)
+    }
+}
+
+fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
     let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
     let mut body = json!({
         "model": req.model,

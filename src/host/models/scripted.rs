@@ -26,6 +26,28 @@ use crossbeam_channel::Sender;
 use serde_json::Value;
 use std::time::Duration;
 
+/// `MAKA_SCRIPT`: the scripted connection (`script`).
+pub fn connect(
+    settings: &crate::config::ProviderSettings,
+) -> Option<Result<super::Connection, String>> {
+    let src = settings.script.as_ref()?;
+    Some(match Script::load(src) {
+        Ok(script) => Ok(super::Connection {
+            slug: "script".into(),
+            label: "Scripted (offline)".into(),
+            models: script.models(),
+            provider: std::sync::Arc::new(script),
+        }),
+        Err(e) => Err(format!("MAKA_SCRIPT: {e}")),
+    })
+}
+
+impl super::Provider for Script {
+    fn stream(&self, req: &ModelRequest, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
+        self.play(req, cancel, tx)
+    }
+}
+
 pub struct Script {
     rules: Vec<(String, Vec<Vec<Value>>)>,
     default: Vec<Vec<Value>>,
@@ -125,7 +147,7 @@ impl Script {
         list.get(step)
     }
 
-    pub fn run(&self, req: &ModelRequest, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
+    fn play(&self, req: &ModelRequest, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
         let Some(steps) = self.response_for(&req.turn_prompt, req.step) else {
             let _ = send(tx, ModelEvent::Text("Done.".into()))
                 && send(tx, ModelEvent::Finish(Finish::Stop));

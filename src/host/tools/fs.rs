@@ -1,23 +1,23 @@
-//! File tools: read, write, edit (exact replace with a diff), list, find (glob), search (text).
-//! Reads and writes go through the editor (`fs.*` client calls) when the client offers that
-//! and the path is inside the session's roots; otherwise the disk is used directly.
+//! What the file tools share: path resolution (every link followed), opening without following
+//! links, reading and writing through the editor when it offers that (and the path is inside
+//! the session's roots) or the disk otherwise, diffs, directory walks, and cutting text.
 
-use super::{diff, glob, text_arg, ToolEnv, ToolOutcome, RESULT_TEXT_LIMIT};
-use crate::host_api::wire::{FileDiff, ToolResultContent};
+use super::{diff, ToolEnv, ToolOutcome, RESULT_TEXT_LIMIT};
+use crate::host_api::wire::FileDiff;
 use serde_json::{json, Value};
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
 /// Largest file `read_file` returns whole; beyond it the model is told to use offset/limit.
-const READ_LIMIT: usize = 256 * 1024;
+pub(super) const READ_LIMIT: usize = 256 * 1024;
 /// Largest file `edit_file` and `search_text` touch.
-const EDIT_LIMIT: u64 = 8 * 1024 * 1024;
-const LIST_LIMIT: usize = 1000;
+pub(super) const EDIT_LIMIT: u64 = 8 * 1024 * 1024;
+pub(super) const LIST_LIMIT: usize = 1000;
 /// The longest unified diff kept in a result or a permission dialog.
-const DIFF_LIMIT: usize = 256 * 1024;
-const FIND_LIMIT: usize = 500;
-const SEARCH_MATCH_LIMIT: usize = 200;
-const WALK_LIMIT: usize = 100_000;
+pub(super) const DIFF_LIMIT: usize = 256 * 1024;
+pub(super) const FIND_LIMIT: usize = 500;
+pub(super) const SEARCH_MATCH_LIMIT: usize = 200;
+pub(super) const WALK_LIMIT: usize = 100_000;
 
 /// The path a tool would really touch for `p` (relative to `cwd`): absolute, `..`-free, with
 /// every symbolic link resolved — the last component too, and links whose target does not
@@ -56,7 +56,7 @@ pub fn resolve(cwd: &Path, p: &str) -> PathBuf {
 }
 
 /// The names and `..` of a path, in order (root and `.` dropped).
-fn parts(p: &Path) -> impl DoubleEndedIterator<Item = std::ffi::OsString> + '_ {
+pub(super) fn parts(p: &Path) -> impl DoubleEndedIterator<Item = std::ffi::OsString> + '_ {
     p.components().filter_map(|c| match c {
         Component::Normal(n) => Some(n.to_os_string()),
         Component::ParentDir => Some("..".into()),
@@ -103,13 +103,13 @@ pub fn open_checked(env: &dyn ToolEnv, path: &Path, write: bool) -> Result<fs::F
 }
 
 /// The path the kernel opened (`/proc/self/fd/N`), when it can say.
-fn opened_path(file: &fs::File) -> Option<PathBuf> {
+pub(super) fn opened_path(file: &fs::File) -> Option<PathBuf> {
     use std::os::unix::io::AsRawFd;
     fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
 /// Reads a whole file through [`open_checked`].
-fn read_checked(env: &dyn ToolEnv, path: &Path) -> Result<Vec<u8>, String> {
+pub(super) fn read_checked(env: &dyn ToolEnv, path: &Path) -> Result<Vec<u8>, String> {
     use std::io::Read;
     let mut f = open_checked(env, path, false)?;
     let mut bytes = Vec::new();
@@ -118,7 +118,7 @@ fn read_checked(env: &dyn ToolEnv, path: &Path) -> Result<Vec<u8>, String> {
 }
 
 /// Replaces a file's content through [`open_checked`].
-fn write_checked(env: &dyn ToolEnv, path: &Path, content: &str) -> Result<(), String> {
+pub(super) fn write_checked(env: &dyn ToolEnv, path: &Path, content: &str) -> Result<(), String> {
     use std::io::Write;
     let mut f = open_checked(env, path, true)?;
     f.set_len(0).map_err(|e| e.to_string())?;
@@ -134,129 +134,8 @@ pub fn display(cwd: &Path, p: &Path) -> String {
     }
 }
 
-fn failed(text: impl Into<String>) -> ToolOutcome {
+pub(super) fn failed(text: impl Into<String>) -> ToolOutcome {
     ToolOutcome::failed(text.into())
-}
-
-pub fn read_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
-    let offset = args
-        .get("offset")
-        .and_then(Value::as_u64)
-        .filter(|n| *n > 0);
-    let limit = args.get("limit").and_then(Value::as_u64).filter(|n| *n > 0);
-    let shown = display(env.cwd(), path);
-    let delegated = env.client_call(
-        "fs.read_text_file",
-        path,
-        json!({"path": path.display().to_string(), "line": offset, "limit": limit}),
-    );
-    let (text, already_sliced) = match delegated {
-        Some(Ok(v)) => match v.get("content").and_then(Value::as_str) {
-            Some(c) => (c.to_string(), true),
-            None => return failed(format!("the editor returned no content for {shown}")),
-        },
-        Some(Err(e)) => return failed(format!("the editor could not read {shown}: {e}")),
-        None => match fs::metadata(path) {
-            Err(e) => return failed(format!("cannot read {shown}: {e}")),
-            Ok(m) if m.is_dir() => {
-                return failed(format!("{shown} is a directory; use list_directory"))
-            }
-            Ok(m) if m.len() > EDIT_LIMIT && offset.is_none() && limit.is_none() => {
-                return failed(format!(
-                    "{shown} is {} bytes; read it in parts with offset and limit (lines)",
-                    m.len()
-                ))
-            }
-            Ok(_) => match read_checked(env, path) {
-                Ok(bytes) => (String::from_utf8_lossy(&bytes).into_owned(), false),
-                Err(e) => return failed(format!("cannot read {shown}: {e}")),
-            },
-        },
-    };
-    let mut text = if already_sliced || (offset.is_none() && limit.is_none()) {
-        text
-    } else {
-        let start = offset.unwrap_or(1) as usize - 1;
-        let lines = text.split_inclusive('\n').skip(start);
-        match limit {
-            Some(n) => lines.take(n as usize).collect(),
-            None => lines.collect(),
-        }
-    };
-    let mut truncated = false;
-    if text.len() > READ_LIMIT {
-        cut(&mut text, READ_LIMIT);
-        text.push_str("\n[truncated: use offset and limit to read the rest]");
-        truncated = true;
-    }
-    ToolOutcome {
-        status: "completed",
-        result: ToolResultContent::Text { text },
-        truncated,
-    }
-}
-
-pub fn write_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
-    let Some(content) = text_arg(args, "content") else {
-        return failed("write_file needs `content` (a string)");
-    };
-    let shown = display(env.cwd(), path);
-    let old = current_text(env, path);
-    if let Err(e) = store(env, path, content) {
-        return failed(format!("cannot write {shown}: {e}"));
-    }
-    let d = file_diff(env.cwd(), path, old.as_deref(), content);
-    ToolOutcome {
-        status: "completed",
-        truncated: false,
-        result: ToolResultContent::FileWrite {
-            path: path.display().to_string(),
-            bytes: content.len() as u64,
-            diff: Some(d),
-        },
-    }
-}
-
-pub fn edit_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
-    let (Some(old_text), Some(new_text)) = (text_arg(args, "old_text"), text_arg(args, "new_text"))
-    else {
-        return failed("edit_file needs `old_text` and `new_text` (strings)");
-    };
-    let replace_all = args
-        .get("replace_all")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let shown = display(env.cwd(), path);
-    if old_text.is_empty() {
-        return failed("`old_text` is empty; use write_file to create a file");
-    }
-    let current = match read_for_edit(env, path) {
-        Ok(c) => c,
-        Err(e) => return failed(format!("cannot read {shown}: {e}")),
-    };
-    let count = current.matches(old_text).count();
-    let updated = match (count, replace_all) {
-        (0, _) => {
-            return failed(format!(
-                "`old_text` does not occur in {shown}; read the file and copy the text exactly"
-            ))
-        }
-        (1, _) | (_, true) => current.replace(old_text, new_text),
-        (n, false) => {
-            return failed(format!(
-                "`old_text` occurs {n} times in {shown}; include more context or set replace_all"
-            ))
-        }
-    };
-    if let Err(e) = store(env, path, &updated) {
-        return failed(format!("cannot write {shown}: {e}"));
-    }
-    let d = file_diff(env.cwd(), path, Some(&current), &updated);
-    ToolOutcome {
-        status: "completed",
-        truncated: false,
-        result: ToolResultContent::FileEdit { diff: d },
-    }
 }
 
 /// Builds the diff record. Whole-file texts are kept when small; big files keep only the
@@ -303,7 +182,7 @@ pub fn current_text(env: &mut dyn ToolEnv, path: &Path) -> Option<String> {
     }
 }
 
-fn read_for_edit(env: &mut dyn ToolEnv, path: &Path) -> Result<String, String> {
+pub(super) fn read_for_edit(env: &mut dyn ToolEnv, path: &Path) -> Result<String, String> {
     match env.client_call(
         "fs.read_text_file",
         path,
@@ -329,7 +208,7 @@ fn read_for_edit(env: &mut dyn ToolEnv, path: &Path) -> Result<String, String> {
     }
 }
 
-fn store(env: &mut dyn ToolEnv, path: &Path, content: &str) -> Result<(), String> {
+pub(super) fn store(env: &mut dyn ToolEnv, path: &Path, content: &str) -> Result<(), String> {
     // A new file in a missing folder: the folder is made here (the path is inside the roots
     // when the editor is asked), so the editor's write does not fail on it.
     if let Some(parent) = path.parent().filter(|p| !p.exists()) {
@@ -351,40 +230,8 @@ fn store(env: &mut dyn ToolEnv, path: &Path, content: &str) -> Result<(), String
     }
 }
 
-pub fn list_directory(env: &mut dyn ToolEnv, path: &Path) -> ToolOutcome {
-    let shown = display(env.cwd(), path);
-    let entries = match fs::read_dir(path) {
-        Ok(e) => e,
-        Err(e) => return failed(format!("cannot list {shown}: {e}")),
-    };
-    let mut names: Vec<String> = entries
-        .flatten()
-        .map(|e| {
-            let mut n = e.file_name().to_string_lossy().into_owned();
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                n.push('/');
-            }
-            n
-        })
-        .collect();
-    names.sort();
-    let total = names.len();
-    names.truncate(LIST_LIMIT);
-    let mut text = names.join("\n");
-    if total > LIST_LIMIT {
-        text.push_str(&format!(
-            "\n[{} more entries not shown]",
-            total - LIST_LIMIT
-        ));
-    }
-    if total == 0 {
-        text = format!("{shown} is empty");
-    }
-    ToolOutcome::completed(text, total > LIST_LIMIT)
-}
-
 /// Directories never worth walking.
-fn skip_dir(name: &str) -> bool {
+pub(super) fn skip_dir(name: &str) -> bool {
     matches!(
         name,
         ".git" | "target" | "node_modules" | ".hg" | ".svn" | "__pycache__" | ".venv"
@@ -392,7 +239,7 @@ fn skip_dir(name: &str) -> bool {
 }
 
 /// Files under `root` (relative paths, sorted), bounded by `WALK_LIMIT`.
-fn walk(root: &Path, cancel: &dyn Fn() -> bool) -> (Vec<String>, bool) {
+pub(super) fn walk(root: &Path, cancel: &dyn Fn() -> bool) -> (Vec<String>, bool) {
     let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
     let mut capped = false;
@@ -423,103 +270,6 @@ fn walk(root: &Path, cancel: &dyn Fn() -> bool) -> (Vec<String>, bool) {
     }
     out.sort();
     (out, capped)
-}
-
-pub fn find_files(env: &mut dyn ToolEnv, root: &Path, args: &Value) -> ToolOutcome {
-    let Some(pattern) = text_arg(args, "pattern") else {
-        return failed("find_files needs `pattern` (a glob such as **/*.rs)");
-    };
-    let cancel = env.cancel().clone();
-    let (files, capped) = walk(root, &|| cancel.is_cancelled());
-    let hits: Vec<&String> = files.iter().filter(|f| glob::matches(pattern, f)).collect();
-    let total = hits.len();
-    let mut text = hits
-        .iter()
-        .take(FIND_LIMIT)
-        .map(|s| s.as_str())
-        .collect::<Vec<_>>()
-        .join("\n");
-    if total == 0 {
-        text = format!("no files match {pattern}");
-    } else if total > FIND_LIMIT {
-        text.push_str(&format!(
-            "\n[{} more matches not shown]",
-            total - FIND_LIMIT
-        ));
-    }
-    if capped {
-        text.push_str(&format!("\n[stopped after {WALK_LIMIT} files]"));
-    }
-    ToolOutcome::completed(text, total > FIND_LIMIT || capped)
-}
-
-pub fn search_text(env: &mut dyn ToolEnv, root: &Path, args: &Value) -> ToolOutcome {
-    let Some(query) = text_arg(args, "query").filter(|q| !q.is_empty()) else {
-        return failed("search_text needs `query` (literal text)");
-    };
-    let case_sensitive = args
-        .get("case_sensitive")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
-    let needle = if case_sensitive {
-        query.to_string()
-    } else {
-        query.to_lowercase()
-    };
-    let cancel = env.cancel().clone();
-    let (files, _) = if root.is_file() {
-        (vec![String::new()], false)
-    } else {
-        walk(root, &|| cancel.is_cancelled())
-    };
-    let mut hits = Vec::new();
-    'files: for rel in &files {
-        let path = if rel.is_empty() {
-            root.to_path_buf()
-        } else {
-            root.join(rel)
-        };
-        if cancel.is_cancelled() {
-            break;
-        }
-        if fs::metadata(&path)
-            .map(|m| m.len() > EDIT_LIMIT)
-            .unwrap_or(true)
-        {
-            continue;
-        }
-        let Ok(bytes) = fs::read(&path) else { continue };
-        if bytes.iter().take(8000).any(|&b| b == 0) {
-            continue; // binary
-        }
-        let text = String::from_utf8_lossy(&bytes);
-        for (n, line) in text.lines().enumerate() {
-            let found = if case_sensitive {
-                line.contains(&needle)
-            } else {
-                line.to_lowercase().contains(&needle)
-            };
-            if found {
-                let mut l = line.trim().to_string();
-                cut(&mut l, 200);
-                hits.push(format!("{}:{}: {l}", display(env.cwd(), &path), n + 1));
-                if hits.len() >= SEARCH_MATCH_LIMIT {
-                    break 'files;
-                }
-            }
-        }
-    }
-    let capped = hits.len() >= SEARCH_MATCH_LIMIT;
-    let text = if hits.is_empty() {
-        format!("no matches for {query:?}")
-    } else {
-        let mut t = hits.join("\n");
-        if capped {
-            t.push_str(&format!("\n[stopped at {SEARCH_MATCH_LIMIT} matches]"));
-        }
-        t
-    };
-    ToolOutcome::completed(text, capped)
 }
 
 /// `s` cut to at most `max` bytes at a word boundary, with `…` when anything was cut: a

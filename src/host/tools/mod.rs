@@ -1,10 +1,14 @@
 //! The reference host's tools: what the model sees (specs), how each call is shown and gated
-//! (title, kind, locations, permission review, paths touched), and how it runs.
+//! (title, kind, locations, permission review, paths touched), and how it runs — one [`Tool`]
+//! per tool, all listed in [`TOOLS`].
 
 pub mod diff;
+mod files;
 pub mod fs;
 pub mod glob;
+mod search;
 pub mod shell;
+mod turn_tools;
 
 use super::session::CancelToken;
 use crate::host_api::wire::{Location, ToolResultContent};
@@ -97,6 +101,34 @@ pub struct ToolPlan {
     pub touches: Vec<(PathBuf, &'static str)>,
 }
 
+/// A tool: how the model sees it, how a call is shown and gated, and how it runs. Adding a
+/// tool is one new file with a type that implements this, listed in [`TOOLS`].
+pub trait Tool: Sync {
+    fn name(&self) -> &'static str;
+    /// The description and JSON-Schema parameters of its OpenAI function spec.
+    fn spec(&self) -> (&'static str, Value);
+    /// How a call is shown and gated, decided before it runs; `Err` is told to the model.
+    fn plan(&self, args: &Value, cwd: &Path) -> Result<ToolPlan, String>;
+    fn run(&self, env: &mut dyn ToolEnv, args: &Value) -> ToolOutcome;
+}
+
+/// Every built-in tool, in the order the model sees them.
+pub const TOOLS: &[&dyn Tool] = &[
+    &files::ReadFile,
+    &files::WriteFile,
+    &files::EditFile,
+    &search::ListDirectory,
+    &search::FindFiles,
+    &search::SearchText,
+    &shell::RunCommand,
+    &turn_tools::UpdatePlan,
+    &turn_tools::AskUser,
+];
+
+pub fn find(name: &str) -> Option<&'static dyn Tool> {
+    TOOLS.iter().copied().find(|t| t.name() == name)
+}
+
 pub fn text_arg<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
     args.get(key).and_then(Value::as_str)
 }
@@ -106,180 +138,27 @@ fn path_arg(args: &Value) -> &str {
 }
 
 pub fn plan(name: &str, args: &Value, cwd: &Path) -> Result<ToolPlan, String> {
-    let p = |args: &Value| fs::resolve(cwd, path_arg(args));
-    let shown = |path: &Path| fs::display(cwd, path);
-    let loc = |path: &Path| {
-        vec![Location {
-            path: path.display().to_string(),
-            line: None,
-        }]
-    };
-    Ok(match name {
-        "read_file" => {
-            if text_arg(args, "path").is_none() {
-                return Err("read_file needs `path`".into());
-            }
-            let path = p(args);
-            let line = args.get("offset").and_then(Value::as_u64).map(|n| n as u32);
-            ToolPlan {
-                title: format!("Read {}", shown(&path)),
-                activity_kind: "read",
-                locations: vec![Location {
-                    path: path.display().to_string(),
-                    line,
-                }],
-                review: None,
-                touches: vec![(path, "read")],
-            }
-        }
-        "write_file" | "edit_file" => {
-            if text_arg(args, "path").is_none() {
-                return Err(format!("{name} needs `path`"));
-            }
-            let path = p(args);
-            let verb = if name == "write_file" {
-                "Write"
-            } else {
-                "Edit"
-            };
-            ToolPlan {
-                title: format!("{verb} {}", shown(&path)),
-                activity_kind: "edit",
-                locations: loc(&path),
-                review: Some(if name == "write_file" {
-                    "write"
-                } else {
-                    "edit"
-                }),
-                touches: vec![(path, "write")],
-            }
-        }
-        "list_directory" => {
-            let path = p(args);
-            ToolPlan {
-                title: format!("List {}", shown(&path)),
-                activity_kind: "read",
-                locations: loc(&path),
-                review: None,
-                touches: vec![(path, "read")],
-            }
-        }
-        "find_files" => {
-            let path = p(args);
-            let pattern = text_arg(args, "pattern").unwrap_or("*");
-            ToolPlan {
-                title: format!("Find {pattern}"),
-                activity_kind: "search",
-                locations: loc(&path),
-                review: None,
-                touches: vec![(path, "read")],
-            }
-        }
-        "search_text" => {
-            let path = p(args);
-            let q = text_arg(args, "query").unwrap_or("");
-            ToolPlan {
-                title: format!("Search {q:?}"),
-                activity_kind: "search",
-                locations: loc(&path),
-                review: None,
-                touches: vec![(path, "read")],
-            }
-        }
-        "run_command" => {
-            let Some(command) = text_arg(args, "command").filter(|c| !c.trim().is_empty()) else {
-                return Err("run_command needs `command`".into());
-            };
-            ToolPlan {
-                title: command.to_string(),
-                activity_kind: "command",
-                locations: vec![],
-                review: Some("command"),
-                touches: vec![],
-            }
-        }
-        "update_plan" => ToolPlan {
-            title: "Update plan".into(),
-            activity_kind: "tool",
-            locations: vec![],
-            review: None,
-            touches: vec![],
-        },
-        "ask_user" => {
-            let q = args
-                .pointer("/questions/0/question")
-                .and_then(Value::as_str)
-                .unwrap_or("a question");
-            ToolPlan {
-                title: format!("Ask: {q}"),
-                activity_kind: "tool",
-                locations: vec![],
-                review: None,
-                touches: vec![],
-            }
-        }
-        other => return Err(format!("there is no tool named {other:?}")),
-    })
+    match find(name) {
+        Some(tool) => tool.plan(args, cwd),
+        None => Err(format!("there is no tool named {name:?}")),
+    }
 }
 
-/// Runs a file or shell tool (`update_plan` and `ask_user` are handled by the turn itself).
+/// Runs a built-in tool (`update_plan` and `ask_user` are handled by the turn itself).
 pub fn execute(env: &mut dyn ToolEnv, name: &str, args: &Value) -> ToolOutcome {
-    let cwd = env.cwd().to_path_buf();
-    let path = fs::resolve(&cwd, path_arg(args));
-    match name {
-        "read_file" => fs::read_file(env, &path, args),
-        "write_file" => fs::write_file(env, &path, args),
-        "edit_file" => fs::edit_file(env, &path, args),
-        "list_directory" => fs::list_directory(env, &path),
-        "find_files" => fs::find_files(env, &path, args),
-        "search_text" => fs::search_text(env, &path, args),
-        "run_command" => {
-            let command = text_arg(args, "command").unwrap_or_default();
-            let timeout = args
-                .get("timeout_ms")
-                .and_then(Value::as_u64)
-                .unwrap_or(shell::DEFAULT_TIMEOUT_MS)
-                .clamp(1, shell::MAX_TIMEOUT_MS);
-            shell::run_command(env, command, timeout)
-        }
-        other => ToolOutcome::failed(format!("there is no tool named {other:?}")),
+    match find(name) {
+        Some(tool) => tool.run(env, args),
+        None => ToolOutcome::failed(format!("there is no tool named {name:?}")),
     }
 }
 
 /// OpenAI function specs for every tool.
 pub fn specs() -> Vec<Value> {
-    let f = |name: &str, description: &str, parameters: Value| json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}});
-    vec![
-        f("read_file", "Read a text file. Paths are relative to the working directory unless absolute.",
-          json!({"type": "object", "properties": {
-              "path": {"type": "string"},
-              "offset": {"type": "integer", "description": "first line to read (1-based)"},
-              "limit": {"type": "integer", "description": "number of lines"}},
-              "required": ["path"]})),
-        f("write_file", "Create or overwrite a text file with the given content.",
-          json!({"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}}, "required": ["path", "content"]})),
-        f("edit_file", "Replace an exact piece of text in a file. `old_text` must occur exactly once unless replace_all is true.",
-          json!({"type": "object", "properties": {
-              "path": {"type": "string"}, "old_text": {"type": "string"}, "new_text": {"type": "string"},
-              "replace_all": {"type": "boolean"}}, "required": ["path", "old_text", "new_text"]})),
-        f("list_directory", "List the entries of a directory (directories end with /).",
-          json!({"type": "object", "properties": {"path": {"type": "string"}}})),
-        f("find_files", "Find files by glob pattern (e.g. **/*.rs; a pattern without / matches file names at any depth).",
-          json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}}, "required": ["pattern"]})),
-        f("search_text", "Search files for literal text; returns path:line: text.",
-          json!({"type": "object", "properties": {"query": {"type": "string"}, "path": {"type": "string"}, "case_sensitive": {"type": "boolean"}}, "required": ["query"]})),
-        f("run_command", "Run a shell command (sh -c) in the working directory. Output is streamed; the command is killed after timeout_ms (default 120000).",
-          json!({"type": "object", "properties": {"command": {"type": "string"}, "timeout_ms": {"type": "integer"}}, "required": ["command"]})),
-        f("update_plan", "Show the user your plan as a list of steps with their status. Send the complete list each time.",
-          json!({"type": "object", "properties": {"entries": {"type": "array", "items": {"type": "object", "properties": {
-              "content": {"type": "string"},
-              "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]},
-              "priority": {"type": "string", "enum": ["high", "medium", "low"]}}, "required": ["content", "status"]}}},
-              "required": ["entries"]})),
-        f("ask_user", "Ask the user one to three questions, each with two or three options. Returns the chosen labels (null = skipped).",
-          json!({"type": "object", "properties": {"questions": {"type": "array", "items": {"type": "object", "properties": {
-              "question": {"type": "string"},
-              "options": {"type": "array", "items": {"type": "object", "properties": {"label": {"type": "string"}, "description": {"type": "string"}}, "required": ["label"]}}},
-              "required": ["question", "options"]}}}, "required": ["questions"]})),
-    ]
+    TOOLS
+        .iter()
+        .map(|t| {
+            let (description, parameters) = t.spec();
+            json!({"type": "function", "function": {"name": t.name(), "description": description, "parameters": parameters}})
+        })
+        .collect()
 }

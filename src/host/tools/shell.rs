@@ -29,6 +29,50 @@ enum Chunk {
     Closed,
 }
 
+/// `run_command`: a shell command, in the editor's terminal when it offers one.
+pub struct RunCommand;
+
+impl super::Tool for RunCommand {
+    fn name(&self) -> &'static str {
+        "run_command"
+    }
+
+    fn spec(&self) -> (&'static str, serde_json::Value) {
+        (
+            "Run a shell command (sh -c) in the working directory. Output is streamed; the command is killed after timeout_ms (default 120000).",
+            serde_json::json!({"type": "object", "properties": {"command": {"type": "string"}, "timeout_ms": {"type": "integer"}}, "required": ["command"]}),
+        )
+    }
+
+    fn plan(
+        &self,
+        args: &serde_json::Value,
+        _: &std::path::Path,
+    ) -> Result<super::ToolPlan, String> {
+        let Some(command) = super::text_arg(args, "command").filter(|c| !c.trim().is_empty())
+        else {
+            return Err("run_command needs `command`".into());
+        };
+        Ok(super::ToolPlan {
+            title: command.to_string(),
+            activity_kind: "command",
+            locations: vec![],
+            review: Some("command"),
+            touches: vec![],
+        })
+    }
+
+    fn run(&self, env: &mut dyn ToolEnv, args: &serde_json::Value) -> ToolOutcome {
+        let command = super::text_arg(args, "command").unwrap_or_default();
+        let timeout = args
+            .get("timeout_ms")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(DEFAULT_TIMEOUT_MS)
+            .clamp(1, MAX_TIMEOUT_MS);
+        run_command(env, command, timeout)
+    }
+}
+
 pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> ToolOutcome {
     if env.has_client_service("terminal") {
         return run_in_editor_terminal(env, command, timeout_ms);

@@ -1,0 +1,79 @@
+//! Tools the turn runs itself, because they talk to the user rather than the machine:
+//! `update_plan` (shown as the ACP plan) and `ask_user` (a question dialog). Here: how the model
+//! sees them and how a call is shown; the running is in `host/turn/calls.rs`.
+
+use super::{Tool, ToolEnv, ToolOutcome, ToolPlan};
+use serde_json::{json, Value};
+use std::path::Path;
+
+fn plan(title: String) -> ToolPlan {
+    ToolPlan {
+        title,
+        activity_kind: "tool",
+        locations: vec![],
+        review: None,
+        touches: vec![],
+    }
+}
+
+/// Never called: the turn runs these tools before the registry would.
+fn run_in_turn(name: &str) -> ToolOutcome {
+    ToolOutcome::failed(format!("{name} is run by the turn itself"))
+}
+
+pub struct UpdatePlan;
+
+impl Tool for UpdatePlan {
+    fn name(&self) -> &'static str {
+        "update_plan"
+    }
+
+    fn spec(&self) -> (&'static str, Value) {
+        (
+            "Show the user your plan as a list of steps with their status. Send the complete list each time.",
+            json!({"type": "object", "properties": {"entries": {"type": "array", "items": {"type": "object", "properties": {
+                "content": {"type": "string"},
+                "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]},
+                "priority": {"type": "string", "enum": ["high", "medium", "low"]}}, "required": ["content", "status"]}}},
+                "required": ["entries"]}),
+        )
+    }
+
+    fn plan(&self, _: &Value, _: &Path) -> Result<ToolPlan, String> {
+        Ok(plan("Update plan".into()))
+    }
+
+    fn run(&self, _: &mut dyn ToolEnv, _: &Value) -> ToolOutcome {
+        run_in_turn(self.name())
+    }
+}
+
+pub struct AskUser;
+
+impl Tool for AskUser {
+    fn name(&self) -> &'static str {
+        "ask_user"
+    }
+
+    fn spec(&self) -> (&'static str, Value) {
+        (
+            "Ask the user one to three questions, each with two or three options. Returns the chosen labels (null = skipped).",
+            json!({"type": "object", "properties": {"questions": {"type": "array", "items": {"type": "object", "properties": {
+                "question": {"type": "string"},
+                "options": {"type": "array", "items": {"type": "object", "properties": {"label": {"type": "string"}, "description": {"type": "string"}}, "required": ["label"]}}},
+                "required": ["question", "options"]}}}, "required": ["questions"]}),
+        )
+    }
+
+    fn plan(&self, args: &Value, _: &Path) -> Result<ToolPlan, String> {
+        let q = args
+            .pointer("/questions/0/question")
+            .and_then(Value::as_str)
+            .unwrap_or("a question");
+        Ok(plan(format!("Ask: {q}")))
+    }
+
+    fn run(&self, _: &mut dyn ToolEnv, _: &Value) -> ToolOutcome {
+        run_in_turn(self.name())
+    }
+}
