@@ -201,7 +201,13 @@ fn added_latency(frames: usize) -> (f64, f64, f64, f64) {
     let data = tempdir("lat-data");
     let ws = tempdir("lat-ws");
     std::env::set_var("MAKA_SCRIPT", script().to_string());
-    let bound = host::bind("127.0.0.1:0".parse().unwrap(), &data, TOKEN.into()).unwrap();
+    let bound = host::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        &data,
+        TOKEN.into(),
+        maka_acp::settings::Tunables::default(),
+    )
+    .unwrap();
     let (h, port) = (bound.host.clone(), bound.port);
     std::thread::spawn(move || host::serve(bound));
     let mut a = Adapter::spawn(

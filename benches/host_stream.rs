@@ -165,7 +165,13 @@ fn throughput(sessions: usize, deltas: u64) -> f64 {
 fn latency(frames: usize) -> (f64, f64, f64) {
     let data = tempdir("lat");
     let ws = tempdir("latws");
-    let bound = host::bind("127.0.0.1:0".parse().unwrap(), &data, TOKEN.into()).unwrap();
+    let bound = host::bind(
+        "127.0.0.1:0".parse().unwrap(),
+        &data,
+        TOKEN.into(),
+        maka_acp::settings::Tunables::default(),
+    )
+    .unwrap();
     let (h, port) = (bound.host.clone(), bound.port);
     std::thread::spawn(move || host::serve(bound));
     host::ops::dispatch(

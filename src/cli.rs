@@ -53,21 +53,32 @@ pub struct HostArgs {
     pub data_dir: Option<PathBuf>,
     pub log_level: Option<String>,
     pub watch_stdin: bool,
+    pub tunables: crate::settings::Tunables,
 }
 
 impl PartialEq for AdapterConfig {
     fn eq(&self, other: &Self) -> bool {
-        (&self.host_url, &self.host_token, &self.data_dir)
-            == (&other.host_url, &other.host_token, &other.data_dir)
+        (
+            &self.host_url,
+            &self.host_token,
+            &self.data_dir,
+            &self.tunables,
+        ) == (
+            &other.host_url,
+            &other.host_token,
+            &other.data_dir,
+            &other.tunables,
+        )
     }
 }
 
-/// The environment the CLI reads, passed in so parsing is testable.
+/// The environment the CLI reads — once, here — passed in so parsing is testable.
 #[derive(Default)]
 pub struct Env {
     pub host_url: Option<String>,
     pub host_token: Option<String>,
     pub data_dir: Option<String>,
+    pub tunables: crate::settings::Tunables,
 }
 
 impl Env {
@@ -77,6 +88,7 @@ impl Env {
             host_url: var("MAKA_HOST_URL"),
             host_token: var("MAKA_HOST_TOKEN"),
             data_dir: var("MAKA_DATA_DIR"),
+            tunables: crate::settings::Tunables::from_env(),
         }
     }
 }
@@ -92,21 +104,31 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Comma
     let mut host: Option<HostArgs> = None;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
-            Value(v) if v == "demo" && host.is_none() => {
+            Value(v) if cfg!(feature = "host") && v == "demo" && host.is_none() => {
                 no_more_arguments(&mut parser, "demo")?;
                 return Ok(Command::Demo);
             }
-            Value(v) if v == "login" && host.is_none() => {
+            Value(v) if cfg!(feature = "host") && v == "login" && host.is_none() => {
                 no_more_arguments(&mut parser, "login")?;
                 return Ok(Command::Login);
             }
-            Value(v) if v == "host" && host.is_none() => {
+            Value(v) if cfg!(feature = "host") && v == "host" && host.is_none() => {
                 host = Some(HostArgs {
                     listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
                     data_dir: None,
                     log_level: None,
                     watch_stdin: true,
+                    tunables: env.tunables.clone(),
                 });
+            }
+            Value(v)
+                if !cfg!(feature = "host")
+                    && ["demo", "login", "host"].contains(&&*v.to_string_lossy()) =>
+            {
+                return Err(format!(
+                    "`{}` needs the embedded Runtime Host, which this build leaves out (cargo feature `host`)",
+                    v.to_string_lossy()
+                ));
             }
             Long("listen") if host.is_some() => {
                 let v = string_value(&mut parser, "--listen")?;
@@ -159,12 +181,16 @@ pub fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Comma
                 "a Runtime Host URL ({url}) needs its bearer token in MAKA_HOST_TOKEN"
             ));
         }
+    } else if !cfg!(feature = "host") {
+        return Err("this build has no embedded Runtime Host (cargo feature `host`): give --host-url (or MAKA_HOST_URL) and MAKA_HOST_TOKEN".into());
     }
     Ok(Command::Agent {
         config: AdapterConfig {
             host_url,
             host_token: env.host_token,
             data_dir,
+            log_level: log_level.clone(),
+            tunables: env.tunables,
         },
         log_level,
     })
@@ -208,12 +234,9 @@ fn validate_host_url(url: &str) -> Result<(), String> {
 fn init_logging(level: Option<&str>) {
     let mut builder = env_logger::Builder::new();
     builder.target(env_logger::Target::Stderr);
+    // The embedded host gets `--log-level` from the adapter; RUST_LOG it inherits.
     match (level, std::env::var("RUST_LOG").ok()) {
-        (Some(level), _) => {
-            // Children (the embedded host) inherit the same level. No threads exist yet.
-            std::env::set_var("RUST_LOG", level);
-            builder.parse_filters(level)
-        }
+        (Some(level), _) => builder.parse_filters(level),
         (None, Some(filters)) if !filters.is_empty() => builder.parse_filters(&filters),
         _ => builder.parse_filters("warn"),
     };
@@ -243,7 +266,7 @@ pub fn main() -> i32 {
         }
         Command::Host(args) => run_host(args),
         Command::Demo => run_demo(),
-        Command::Login => crate::login::main(),
+        Command::Login => run_login(),
     }
 }
 
@@ -252,7 +275,10 @@ fn run_host(args: HostArgs) -> i32 {
     init_logging(args.log_level.as_deref());
     crate::host::run(crate::host::HostOptions {
         listen: args.listen,
-        data_dir: args.data_dir.unwrap_or_else(crate::host::default_data_dir),
+        data_dir: args
+            .data_dir
+            .unwrap_or_else(crate::settings::default_data_dir),
+        tunables: args.tunables,
         watch_stdin: args.watch_stdin,
     })
 }
@@ -260,6 +286,18 @@ fn run_host(args: HostArgs) -> i32 {
 #[cfg(feature = "host")]
 fn run_demo() -> i32 {
     crate::demo::run()
+}
+
+#[cfg(feature = "host")]
+fn run_login() -> i32 {
+    crate::login::main()
+}
+
+// Without the host these commands are refused while parsing (a usage error); these are never
+// reached.
+#[cfg(not(feature = "host"))]
+fn run_login() -> i32 {
+    2
 }
 
 #[cfg(not(feature = "host"))]
@@ -296,6 +334,7 @@ mod tests {
             host_url: Some("http://127.0.0.1:1".into()),
             host_token: Some("t".into()),
             data_dir: Some("/env".into()),
+            tunables: Default::default(),
         };
         let cmd = parse(args(&["--data-dir", "/cli", "--log-level", "DEBUG"]), env).unwrap();
         let Command::Agent { config, log_level } = cmd else {

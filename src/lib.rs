@@ -5,6 +5,7 @@
 
 pub mod acp;
 pub mod cli;
+#[cfg(feature = "host")]
 pub mod config;
 #[cfg(feature = "host")]
 pub mod demo;
@@ -12,4 +13,6 @@ pub mod demo;
 pub mod host;
 pub mod host_api;
 pub mod jsonrpc;
+#[cfg(feature = "host")]
 pub mod login;
+pub mod settings;

@@ -30,6 +30,9 @@ pub struct AdapterConfig {
     pub host_url: Option<String>,
     pub host_token: Option<String>,
     pub data_dir: Option<PathBuf>,
+    /// `--log-level`, passed on to the embedded host.
+    pub log_level: Option<String>,
+    pub tunables: crate::settings::Tunables,
 }
 
 pub type Sessions = Arc<Mutex<HashMap<String, Arc<AcpSession>>>>;
@@ -233,7 +236,8 @@ impl Agent {
             log::info!("client {} {} connected", info.name, info.version);
         }
         let ready = auth::provider_configured(&self.link);
-        let result = initialize::result(&params, auth::methods(&params.capabilities, ready));
+        let methods = auth::methods(&params.capabilities, ready, self.link.is_embedded());
+        let result = initialize::result(&params, methods);
         self.client = Some(params);
         Ok(result)
     }

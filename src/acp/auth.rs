@@ -1,14 +1,17 @@
 //! Authentication, ACP-style: when no model provider is configured, `initialize` offers ways to
 //! configure one and `session/new` answers `-32000` until one works.
 //!
-//! Two methods: `env` (set the variables, then `authenticate` re-checks) and, for clients that
-//! can open a terminal (`clientCapabilities.auth.terminal`), `login`, which runs
-//! `maka-acp login` and writes the config file. `logout` removes the stored key. Keys never
-//! pass through here: only whether a provider is configured.
+//! With the embedded host, two methods: `env` (set the variables, then `authenticate`
+//! re-checks) and, for clients that can open a terminal (`clientCapabilities.auth.terminal`),
+//! `login`, which runs `maka-acp login` and writes the config file; `logout` removes the stored
+//! key. An external host (and the adapter-only build, which has no embedded host, no login flow
+//! and no provider settings) is configured where it runs: no method is offered, and the error
+//! says so. Keys never pass through here: only whether a provider is configured.
 
 use super::errors::MakaCode;
 use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
+#[cfg(feature = "host")]
 use crate::config::{ProviderSettings, PROVIDER_VARIABLES};
 use crate::host_api::ops::{Empty, ModelCatalog, ModelsList, ModelsReload};
 use crate::jsonrpc::ResponseError;
@@ -17,11 +20,22 @@ use serde_json::{json, Value};
 pub const ENV_METHOD: &str = "env";
 pub const TERMINAL_METHOD: &str = "login";
 
+/// Whether this agent's own settings configure a provider (the embedded host reads them).
+#[cfg(feature = "host")]
+fn locally_configured() -> bool {
+    ProviderSettings::load().is_configured()
+}
+
+#[cfg(not(feature = "host"))]
+fn locally_configured() -> bool {
+    false
+}
+
 /// For `initialize`, which never starts the embedded host: whether a provider is configured,
 /// judged from the settings the embedded host will read, or asked of an external host.
 pub fn provider_configured(link: &HostLink) -> bool {
     if link.is_embedded() {
-        return ProviderSettings::load().is_configured();
+        return locally_configured();
     }
     match link.get() {
         Ok(conn) => check_host(link, &conn).is_ok(),
@@ -33,8 +47,8 @@ pub fn provider_configured(link: &HostLink) -> bool {
 /// Without any provider settings, an embedded host that is not running yet need not be started
 /// just to refuse the session: `-32000` at once.
 pub fn refuse_early(link: &HostLink) -> Result<(), ResponseError> {
-    if link.is_embedded() && link.current().is_none() && !ProviderSettings::load().is_configured() {
-        return Err(required());
+    if link.is_embedded() && link.current().is_none() && !locally_configured() {
+        return Err(required(true));
     }
     Ok(())
 }
@@ -50,10 +64,7 @@ pub fn check_host(
     let Ok(mut models) = conn.client.call::<ModelsList>(&Empty {}) else {
         return Ok(None); // the host is unreachable: the session method will say so
     };
-    if models.connections.is_empty()
-        && link.is_embedded()
-        && ProviderSettings::load().is_configured()
-    {
+    if models.connections.is_empty() && link.is_embedded() && locally_configured() {
         if let Ok(fresh) = conn.client.call::<ModelsReload>(&Empty {}) {
             models = fresh;
         }
@@ -61,18 +72,24 @@ pub fn check_host(
     if !models.connections.is_empty() {
         return Ok(Some(models));
     }
-    let mut e = required();
+    let mut e = required(link.is_embedded());
     if !models.problems.is_empty() {
         e.message = format!("{} Problem: {}", e.message, models.problems.join("; "));
     }
     Err(e)
 }
 
-/// The `authMethods` for `initialize`: empty when a provider is ready.
-pub fn methods(caps: &ClientCapabilities, ready: bool) -> Value {
-    if ready {
+/// The `authMethods` for `initialize`: empty when a provider is ready, and for a host this
+/// agent does not configure.
+pub fn methods(caps: &ClientCapabilities, ready: bool, embedded: bool) -> Value {
+    if ready || !embedded {
         return json!([]);
     }
+    local_methods(caps)
+}
+
+#[cfg(feature = "host")]
+fn local_methods(caps: &ClientCapabilities) -> Value {
     let mut methods = vec![json!({
         "id": ENV_METHOD,
         "name": "Environment variables",
@@ -92,13 +109,27 @@ pub fn methods(caps: &ClientCapabilities, ready: bool) -> Value {
     Value::Array(methods)
 }
 
-/// `-32000`, naming both ways to configure a provider.
-pub fn required() -> ResponseError {
+#[cfg(not(feature = "host"))]
+fn local_methods(_: &ClientCapabilities) -> Value {
+    json!([])
+}
+
+/// `-32000`: for the embedded host, naming both ways to configure a provider; for another
+/// host, saying it is configured where it runs.
+pub fn required(embedded: bool) -> ResponseError {
+    #[cfg(feature = "host")]
+    if embedded {
+        return MakaCode::AuthRequired.error_with(
+            format!(
+                "Authentication required: no model provider is configured. Set {PROVIDER_VARIABLES} in the agent's environment, or run `maka-acp login` in a terminal to save them to the config file."
+            ),
+            json!({"authMethods": [ENV_METHOD, TERMINAL_METHOD]}),
+        );
+    }
+    let _ = embedded;
     MakaCode::AuthRequired.error_with(
-        format!(
-            "Authentication required: no model provider is configured. Set {PROVIDER_VARIABLES} in the agent's environment, or run `maka-acp login` in a terminal to save them to the config file."
-        ),
-        json!({"authMethods": [ENV_METHOD, TERMINAL_METHOD]}),
+        "Authentication required: the Runtime Host has no model provider configured. Configure one where the host runs (its environment or config file), then try again.",
+        json!({"authMethods": []}),
     )
 }
 

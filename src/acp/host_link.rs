@@ -29,18 +29,20 @@ enum Spawned {
 
 /// The host serving `data_dir`, from its discovery file, with an attach connection held.
 #[cfg(feature = "host")]
-fn discover(data_dir: &std::path::Path) -> Option<Live> {
+fn discover(data_dir: &std::path::Path, stream_timeout: Duration) -> Option<Live> {
     use std::io::{Read, Write};
     let info = crate::host::owner::read_discovery(data_dir)?;
-    let port = info["port"].as_u64()?;
-    let token = info["token"].as_str()?;
-    let ip = info["listen"].as_str().unwrap_or("127.0.0.1");
+    let (port, token, ip) = (info.port, info.token.as_str(), info.listen.as_str());
     let authority = if ip.contains(':') {
         format!("[{ip}]:{port}")
     } else {
         format!("{ip}:{port}")
     };
-    let client = Arc::new(HostClient::new(&format!("http://{authority}"), token));
+    let client = Arc::new(HostClient::new(
+        &format!("http://{authority}"),
+        token,
+        stream_timeout,
+    ));
     let hello = client.hello().ok()?;
     let epoch = hello.host_epoch;
     let mut attach = std::net::TcpStream::connect(&authority).ok()?;
@@ -140,7 +142,11 @@ impl HostLink {
 
     fn connect_external(&self, url: &str) -> Result<Live, ResponseError> {
         let token = self.config.host_token.clone().unwrap_or_default();
-        let client = Arc::new(HostClient::new(url, &token));
+        let client = Arc::new(HostClient::new(
+            url,
+            &token,
+            self.config.tunables.host_stream_timeout,
+        ));
         let hello = client
             .hello()
             .map_err(|e| unavailable(format!("cannot reach the Runtime Host at {url}: {e}")))?;
@@ -163,15 +169,15 @@ impl HostLink {
                 .config
                 .data_dir
                 .clone()
-                .unwrap_or_else(crate::host::default_data_dir);
-            if let Some(live) = discover(&data_dir) {
+                .unwrap_or_else(crate::settings::default_data_dir);
+            if let Some(live) = discover(&data_dir, self.config.tunables.host_stream_timeout) {
                 return Ok(live);
             }
             let deadline = Instant::now() + Duration::from_secs(8);
             loop {
                 match self.spawn_embedded() {
                     Err(Spawned::Busy) if Instant::now() < deadline => {
-                        if let Some(live) = discover(&data_dir) {
+                        if let Some(live) = discover(&data_dir, self.config.tunables.host_stream_timeout) {
                             return Ok(live);
                         }
                         std::thread::sleep(Duration::from_millis(100));
@@ -205,6 +211,10 @@ impl HostLink {
         cmd.arg("host");
         if let Some(dir) = &self.config.data_dir {
             cmd.arg("--data-dir").arg(dir);
+        }
+        // The same log level as this process (children also inherit RUST_LOG itself).
+        if let Some(level) = &self.config.log_level {
+            cmd.arg("--log-level").arg(level);
         }
         let started_at = Instant::now();
         let mut child = cmd
@@ -266,7 +276,11 @@ impl HostLink {
                 line.trim()
             ))));
         };
-        let client = Arc::new(HostClient::new(&format!("http://127.0.0.1:{port}"), &token));
+        let client = Arc::new(HostClient::new(
+            &format!("http://127.0.0.1:{port}"),
+            &token,
+            self.config.tunables.host_stream_timeout,
+        ));
         log::info!(
             "started the embedded Runtime Host (pid {}, port {port}, epoch {epoch}) in {} ms",
             child.id(),

@@ -86,14 +86,18 @@ pub fn negotiate(_offered: u16) -> u16 {
 }
 
 pub fn agent_capabilities() -> Value {
-    json!({
+    let mut caps = json!({
         "loadSession": true,
         "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
         "mcpCapabilities": {"http": true, "sse": false},
         "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}},
-        "auth": {"logout": {}},
         "_meta": {"maka": {"version": 1, "notifications": ["_maka/turn_state"]}}
-    })
+    });
+    // `logout` removes the key `maka-acp login` stored: only a build with the login flow has it.
+    if cfg!(feature = "host") {
+        caps["auth"] = json!({"logout": {}});
+    }
+    caps
 }
 
 /// `auth_methods`: see [`super::auth::methods`].

@@ -91,7 +91,7 @@ impl Request {
                     method_id: p.required_str("methodId")?.into(),
                 })
             }),
-            "logout" => read(|_| Ok(Request::Logout)),
+            "logout" if cfg!(feature = "host") => read(|_| Ok(Request::Logout)),
             "session/new" => read(|p| {
                 Ok(Request::NewSession(NewSession {
                     cwd: absolute(p, "cwd")?,

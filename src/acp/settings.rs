@@ -151,6 +151,7 @@ pub fn authenticate(ctx: &Ctx, method: &str) -> Result<Value, ResponseError> {
     auth::check_host(&ctx.shared.link, &conn).map(|_| to_json(&Empty {}))
 }
 
+#[cfg(feature = "host")]
 pub fn logout(ctx: &Ctx) -> Result<Value, ResponseError> {
     match crate::config::remove_api_key() {
         Ok(removed) => log::info!(
@@ -169,4 +170,10 @@ pub fn logout(ctx: &Ctx) -> Result<Value, ResponseError> {
     }
     auth::reload_host(&ctx.shared.link);
     Ok(to_json(&Empty {}))
+}
+
+/// The adapter-only build has no login flow: `logout` is neither advertised nor read.
+#[cfg(not(feature = "host"))]
+pub fn logout(_: &Ctx) -> Result<Value, ResponseError> {
+    Err(ResponseError::method_not_found("logout"))
 }

@@ -11,6 +11,7 @@ pub mod owner;
 pub mod reaper;
 pub mod server;
 pub mod session;
+mod sse;
 pub mod store;
 pub mod tools;
 pub mod turn;
@@ -50,6 +51,8 @@ pub struct Host {
     /// Other adapters using this host (`GET /v1/attach`): it lives while any does.
     pub attached: owner::Attached,
     pub data_dir: PathBuf,
+    /// Read once at start; see `crate::settings`.
+    pub tunables: crate::settings::Tunables,
     /// Held for the host's whole life: one data dir, one host.
     _lock: owner::DataDirLock,
 }
@@ -252,23 +255,11 @@ pub fn random_id(prefix: &str) -> String {
     format!("{prefix}_{}", random_hex(8))
 }
 
-/// The data dir: `--data-dir`, `$MAKA_DATA_DIR`, `$XDG_DATA_HOME/maka-acp`, `~/.local/share/maka-acp`.
-pub fn default_data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("MAKA_DATA_DIR").filter(|v| !v.is_empty()) {
-        return PathBuf::from(d);
-    }
-    let base = std::env::var_os("XDG_DATA_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("maka-acp")
-}
-
 pub struct HostOptions {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub watch_stdin: bool,
+    pub tunables: crate::settings::Tunables,
 }
 
 /// A bound, ready host: serve it with [`serve`].
@@ -300,6 +291,7 @@ pub fn bind(
     listen: SocketAddr,
     data_dir: &std::path::Path,
     token: String,
+    tunables: crate::settings::Tunables,
 ) -> Result<Bound, BindError> {
     if !listen.ip().is_loopback() {
         return Err(BindError {
@@ -314,10 +306,7 @@ pub fn bind(
         message,
         exit: owner::EXIT_DATA_DIR_BUSY,
     })?;
-    let fsync = std::env::var("MAKA_HOST_FSYNC")
-        .map(|v| v != "0")
-        .unwrap_or(true);
-    let store = Store::open(data_dir, fsync).map_err(|e| {
+    let store = Store::open(data_dir, tunables.fsync).map_err(|e| {
         BindError::other(format!("cannot use data dir {}: {e}", data_dir.display()))
     })?;
     let server = Arc::new(
@@ -351,13 +340,17 @@ pub fn bind(
         server: Mutex::new(Some(Arc::clone(&server))),
         attached: owner::Attached::default(),
         data_dir: data_dir.to_path_buf(),
+        tunables,
         _lock: lock,
     });
-    let discovery = json!({
-        "pid": std::process::id(), "port": port, "listen": listen.ip().to_string(),
-        "token": host.token, "hostEpoch": host.epoch,
-        "protocol": crate::host_api::wire::PROTOCOL_VERSION,
-    });
+    let discovery = crate::host_api::ops::Discovery {
+        pid: std::process::id(),
+        port,
+        listen: listen.ip().to_string(),
+        token: host.token.clone(),
+        host_epoch: host.epoch.clone(),
+        protocol: crate::host_api::wire::PROTOCOL_VERSION,
+    };
     if let Err(e) = owner::publish(data_dir, &discovery) {
         log::warn!(
             "cannot publish {}: {e}; other adapters will not find this host",
@@ -388,7 +381,7 @@ pub fn run(opts: HostOptions) -> i32 {
             return 2;
         }
     };
-    let bound = match bind(opts.listen, &opts.data_dir, token) {
+    let bound = match bind(opts.listen, &opts.data_dir, token, opts.tunables) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("maka-acp host: {}", e.message);

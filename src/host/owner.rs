@@ -3,6 +3,7 @@
 //! token). An adapter that would start a host on that data dir connects to this one instead
 //! and holds an attach connection (`GET /v1/attach`); the host lives while any adapter uses it.
 
+use crate::host_api::ops::Discovery;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::net::TcpStream;
@@ -45,7 +46,7 @@ pub fn lock(data_dir: &Path) -> Result<DataDirLock, String> {
         }
         if Instant::now() >= deadline {
             let pid = read_discovery(data_dir)
-                .and_then(|v| v["pid"].as_u64())
+                .map(|d| d.pid)
                 .map(|p| format!(" (pid {p})"))
                 .unwrap_or_default();
             return Err(format!(
@@ -58,7 +59,7 @@ pub fn lock(data_dir: &Path) -> Result<DataDirLock, String> {
 }
 
 /// Publishes how to reach this host (written atomically, mode 0600).
-pub fn publish(data_dir: &Path, info: &serde_json::Value) -> std::io::Result<()> {
+pub fn publish(data_dir: &Path, info: &Discovery) -> std::io::Result<()> {
     let tmp = data_dir.join(format!(".{DISCOVERY_FILE}.tmp"));
     let _ = std::fs::remove_file(&tmp);
     {
@@ -67,7 +68,7 @@ pub fn publish(data_dir: &Path, info: &serde_json::Value) -> std::io::Result<()>
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        std::io::Write::write_all(&mut f, info.to_string().as_bytes())?;
+        serde_json::to_writer(&mut f, info)?;
         f.sync_all()?;
     }
     std::fs::rename(&tmp, data_dir.join(DISCOVERY_FILE))
@@ -79,7 +80,7 @@ pub fn unpublish(data_dir: &Path) {
 }
 
 /// What a running host published, if anything.
-pub fn read_discovery(data_dir: &Path) -> Option<serde_json::Value> {
+pub fn read_discovery(data_dir: &Path) -> Option<Discovery> {
     let bytes = std::fs::read(data_dir.join(DISCOVERY_FILE)).ok()?;
     serde_json::from_slice(&bytes).ok()
 }

@@ -130,25 +130,20 @@ fn skip_line(reader: &mut dyn BufRead) -> Result<u64, ClientError> {
 }
 
 impl HostClient {
-    pub fn new(base_url: &str, token: &str) -> HostClient {
+    /// `stream_timeout`: how long one event-stream window may stay silent (the host ends
+    /// every window within 60 s; when this fires, the host is asked whether it lives before
+    /// anything is concluded — this side may simply not have read).
+    pub fn new(base_url: &str, token: &str, stream_timeout: Duration) -> HostClient {
         let ops = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .into();
-        // The host ends every window after waitMs (≤ 60 s); this bounds a stream that stopped.
-        // When it fires, the host is asked whether it lives before anything is concluded (this
-        // side may simply not have read: a client that stopped reading stdout).
-        let stream_timeout = std::env::var("MAKA_HOST_STREAM_TIMEOUT_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|ms| *ms >= 100)
-            .unwrap_or(90_000);
         let streams = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
-            .timeout_global(Some(Duration::from_millis(stream_timeout)))
+            .timeout_global(Some(stream_timeout))
             .build()
             .into();
         let probe = ureq::Agent::config_builder()

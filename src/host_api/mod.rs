@@ -5,8 +5,6 @@ pub mod client;
 pub mod ops;
 pub mod wire;
 
-use std::io::Read;
-
 /// Keeps only the last `max` bytes of `s` (cut on a character boundary). Returns whether
 /// anything was dropped. Command output everywhere keeps its tail this way.
 pub fn keep_tail(s: &mut String, max: usize) -> bool {
@@ -31,27 +29,14 @@ pub fn string_list(v: Option<&serde_json::Value>) -> Vec<String> {
         .collect()
 }
 
-/// Hex of `n` random bytes from the OS (`/dev/urandom`), falling back to std's per-process
-/// random hash keys.
+/// Hex of `n` random bytes from the operating system's generator. If the OS has none to give
+/// (never on the platforms this builds for), the process stops: ids and tokens must not be
+/// guessable.
 pub fn random_hex(n: usize) -> String {
     let mut bytes = vec![0u8; n];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    if !ok {
-        use std::hash::{BuildHasher, Hasher};
-        for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_usize(i);
-            h.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0),
-            );
-            let v = h.finish().to_le_bytes();
-            chunk.copy_from_slice(&v[..chunk.len()]);
-        }
+    if let Err(e) = getrandom::getrandom(&mut bytes) {
+        log::error!("the operating system has no random numbers to give ({e}); stopping");
+        std::process::exit(1);
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

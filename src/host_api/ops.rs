@@ -70,6 +70,20 @@ operations! {
     ClientCallInput = "client.call.input", CallRef => CallInput;
 }
 
+/// What a running host publishes in its data dir (`host.json`, mode 0600) so that other
+/// adapters for the same data dir use it instead of starting a second host.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Discovery {
+    pub pid: u32,
+    pub port: u16,
+    /// The loopback address it listens on.
+    pub listen: String,
+    pub token: String,
+    pub host_epoch: String,
+    pub protocol: u32,
+}
+
 /// `{}` — an operation that takes or returns nothing. Reads any object.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Empty {}

@@ -99,6 +99,11 @@ impl ClientCalls {
         }
     }
 
+    /// Stops waiting for request `id` (its caller gave up): a late answer is dropped.
+    pub fn forget(&self, id: &RequestId) {
+        lock(&self.pending).remove(id);
+    }
+
     /// The client is gone: every waiter gets an error, later calls fail at once.
     pub fn close_all(&self) {
         self.closed.store(true, Ordering::Release);

@@ -211,19 +211,6 @@ impl Providers {
     }
 }
 
-/// How long a model step may stay silent (no event at all — keep-alive comments do not count)
-/// before the turn fails: `MAKA_PROVIDER_IDLE_TIMEOUT_MS`, else 180 s.
-pub fn idle_timeout() -> std::time::Duration {
-    static T: std::sync::OnceLock<std::time::Duration> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        let ms = std::env::var("MAKA_PROVIDER_IDLE_TIMEOUT_MS")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|ms| *ms >= 100);
-        std::time::Duration::from_millis(ms.unwrap_or(180_000))
-    })
-}
-
 /// Starts one model step on its own thread. Dropping the receiver abandons the call.
 pub fn start_step(
     conn: &Connection,

@@ -6,11 +6,12 @@
 
 use super::{send, Finish, ModelEvent, ModelRequest};
 use crate::host::session::CancelToken;
+use crate::host::sse::{SseItem, SseReader};
 use crate::host::tools::fs::{cut, cut_words};
 use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::time::Duration;
 
 #[derive(Clone)]
@@ -268,13 +269,12 @@ struct PendingToolCall {
 /// A stream that ends without `[DONE]` or a finish reason was cut off: the step fails naming
 /// that, rather than ending the turn with half an answer.
 fn read_stream(base: &str, body: impl Read, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
-    let mut reader = BufReader::new(body.take(u64::MAX));
+    let mut reader = SseReader::new(body, MAX_LINE);
     let mut tools: BTreeMap<u64, PendingToolCall> = BTreeMap::new();
     let mut finish: Option<Finish> = None;
     let mut done = false;
     let (mut chunks, mut garbage) = (0u64, 0u64);
     let mut last_progress = std::time::Instant::now();
-    let mut line = String::new();
     let fail = |message: String, details: Value| {
         let _ = send(
             tx,
@@ -289,9 +289,14 @@ fn read_stream(base: &str, body: impl Read, cancel: &CancelToken, tx: &Sender<Mo
         if cancel.is_cancelled() {
             return;
         }
-        line.clear();
-        let n = match (&mut reader).take(MAX_LINE as u64).read_line(&mut line) {
-            Ok(n) => n,
+        let data = match reader.next() {
+            Ok(Some(SseItem::Data(d))) => d,
+            Ok(Some(SseItem::Oversized(n))) => {
+                garbage += 1;
+                log::warn!("skipping a stream line of {n} bytes from the model endpoint (limit {MAX_LINE})");
+                continue;
+            }
+            Ok(None) => break,
             Err(e) => {
                 fail(
                     format!("The model provider at {base} broke off its answer ({e}); send the prompt again."),
@@ -299,12 +304,6 @@ fn read_stream(base: &str, body: impl Read, cancel: &CancelToken, tx: &Sender<Mo
                 );
                 return;
             }
-        };
-        if n == 0 {
-            break;
-        }
-        let Some(data) = line.trim_end().strip_prefix("data:") else {
-            continue;
         };
         let data = data.trim();
         if data == "[DONE]" {

@@ -82,6 +82,7 @@ pub(super) fn create(host: &Arc<Host>, input: CreateInput) -> Result<Session, Ho
         st.mcp = Some(crate::host::mcp::McpSet::start(
             &session.mcp_servers,
             session.workspace.path(),
+            host.tunables.mcp_start_timeout,
         ));
     }
     drop(st);
@@ -208,6 +209,7 @@ pub(super) fn open(host: &Host, input: OpenInput) -> Result<OpenSnapshot, HostEr
             st.mcp = Some(crate::host::mcp::McpSet::start(
                 &specs,
                 st.session.workspace.path(),
+                host.tunables.mcp_start_timeout,
             ));
         }
     }

@@ -16,7 +16,7 @@ pub(super) fn start(host: &Arc<Host>, input: TurnStartInput) -> Result<StartOutc
     let cell = host.cell(&input.session_id)?;
     let max_steps = input
         .max_steps
-        .unwrap_or_else(turn::default_max_steps)
+        .unwrap_or(host.tunables.max_steps)
         .clamp(1, 500);
     admit(
         host,
@@ -362,7 +362,7 @@ pub(super) fn resume_start(
         "resume",
         None,
         fingerprint,
-        turn::default_max_steps(),
+        host.tunables.max_steps,
         Some(input.source_run_id),
     )
 }

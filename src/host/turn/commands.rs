@@ -194,7 +194,7 @@ impl Turn {
         let rx = models::start_step(conn, request, self.spec.cancel.clone());
         let mut summary = String::new();
         loop {
-            let idle = models::idle_timeout();
+            let idle = self.host.tunables.provider_idle_timeout;
             let event = select! {
                 recv(rx) -> ev => ev.ok(),
                 recv(self.spec.cancel.receiver()) -> _ => return Terminal::cancelled(),

@@ -28,19 +28,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub const DEFAULT_MAX_STEPS: usize = 50;
-
-/// Model steps per turn when `turn.start` does not say: `MAKA_MAX_STEPS`, else 50.
-pub fn default_max_steps() -> usize {
-    static STEPS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *STEPS.get_or_init(|| {
-        std::env::var("MAKA_MAX_STEPS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|n| (1..=500).contains(n))
-            .unwrap_or(DEFAULT_MAX_STEPS)
-    })
-}
 /// Tool arguments carried inline in frames; longer ones are cut and flagged.
 const ARGS_INLINE_LIMIT: usize = 16 * 1024;
 /// Client-call inputs larger than this (serialized) travel by reference.
@@ -155,7 +142,7 @@ impl Turn {
         // The session's MCP servers: wait (bounded) for them, and say which are missing.
         let mcp = self.cell.lock().mcp.clone();
         if let Some(set) = mcp {
-            let (tools, problems) = set.ready(super::mcp::start_timeout());
+            let (tools, problems) = set.ready(self.host.tunables.mcp_start_timeout);
             self.mcp_tools = tools;
             if !problems.is_empty() {
                 // Told to the person, kept out of the model's context (a trailing assistant
@@ -218,7 +205,7 @@ impl Turn {
         let (mut text, mut thinking) = (String::new(), String::new());
         // (provider's id, name, arguments)
         let mut calls: Vec<(String, String, String)> = Vec::new();
-        let idle = models::idle_timeout();
+        let idle = self.host.tunables.provider_idle_timeout;
         let finish = loop {
             let event = select! {
                 recv(rx) -> ev => ev.ok(),

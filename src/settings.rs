@@ -1,0 +1,109 @@
+//! The tunables this program reads from its environment, read once at start
+//! ([`Tunables::from_env`], called by `cli`) and passed down to whoever needs them. Nothing else
+//! reads these variables. (The provider settings — endpoint, model, key — are `config.rs`'s:
+//! they are re-read on purpose when a sign-in elsewhere changes the config file.)
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tunables {
+    /// Adapter: how long one event-stream window may stay silent before the host is asked
+    /// whether it lives (`MAKA_HOST_STREAM_TIMEOUT_MS`, ≥ 100; 90 s). The host ends every
+    /// window within 60 s, so this only fires on a stalled stream.
+    pub host_stream_timeout: Duration,
+    /// Host: model steps per turn (`MAKA_MAX_STEPS`, 1–500; 50).
+    pub max_steps: usize,
+    /// Host: how long a model step may send nothing at all before the turn fails
+    /// (`MAKA_PROVIDER_IDLE_TIMEOUT_MS`, ≥ 100; 180 s).
+    pub provider_idle_timeout: Duration,
+    /// Host: how long starting one MCP server may take, and how long a turn waits for a
+    /// session's servers (`MAKA_MCP_START_TIMEOUT_MS`, 100–600000; 30 s).
+    pub mcp_start_timeout: Duration,
+    /// Host: fsync transcript appends and session records (`MAKA_HOST_FSYNC`, `0` = off; on).
+    pub fsync: bool,
+}
+
+impl Default for Tunables {
+    fn default() -> Tunables {
+        Tunables {
+            host_stream_timeout: Duration::from_secs(90),
+            max_steps: 50,
+            provider_idle_timeout: Duration::from_secs(180),
+            mcp_start_timeout: Duration::from_secs(30),
+            fsync: true,
+        }
+    }
+}
+
+impl Tunables {
+    pub fn from_env() -> Tunables {
+        Tunables::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// From a lookup (the environment, or a test's map). Values out of range keep the default.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Tunables {
+        let d = Tunables::default();
+        let number = |k: &str| var(k).and_then(|v| v.trim().parse::<u64>().ok());
+        let millis = |k: &str, ok: std::ops::RangeInclusive<u64>, default: Duration| {
+            number(k)
+                .filter(|ms| ok.contains(ms))
+                .map_or(default, Duration::from_millis)
+        };
+        Tunables {
+            host_stream_timeout: millis(
+                "MAKA_HOST_STREAM_TIMEOUT_MS",
+                100..=u64::MAX,
+                d.host_stream_timeout,
+            ),
+            max_steps: number("MAKA_MAX_STEPS")
+                .filter(|n| (1..=500).contains(n))
+                .map_or(d.max_steps, |n| n as usize),
+            provider_idle_timeout: millis(
+                "MAKA_PROVIDER_IDLE_TIMEOUT_MS",
+                100..=u64::MAX,
+                d.provider_idle_timeout,
+            ),
+            mcp_start_timeout: millis(
+                "MAKA_MCP_START_TIMEOUT_MS",
+                100..=600_000,
+                d.mcp_start_timeout,
+            ),
+            fsync: var("MAKA_HOST_FSYNC").is_none_or(|v| v != "0"),
+        }
+    }
+}
+
+/// The data dir when none is given: `$MAKA_DATA_DIR`, `$XDG_DATA_HOME/maka-acp`,
+/// `~/.local/share/maka-acp`.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("MAKA_DATA_DIR").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("maka-acp")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_values_keep_the_defaults() {
+        let t = Tunables::from_vars(|k| match k {
+            "MAKA_MAX_STEPS" => Some("0".into()),
+            "MAKA_MCP_START_TIMEOUT_MS" => Some("700000".into()),
+            "MAKA_PROVIDER_IDLE_TIMEOUT_MS" => Some(" 2500 ".into()),
+            "MAKA_HOST_FSYNC" => Some("0".into()),
+            _ => None,
+        });
+        assert_eq!(t.max_steps, 50);
+        assert_eq!(t.mcp_start_timeout, Duration::from_secs(30));
+        assert_eq!(t.provider_idle_timeout, Duration::from_millis(2500));
+        assert!(!t.fsync);
+    }
+}
