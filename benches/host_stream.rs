@@ -108,7 +108,11 @@ fn read_until_terminal(port: u16, session: &str, mut after: u64) -> (u64, Instan
             let f: Frame = serde_json::from_str(&line).unwrap();
             match f.body {
                 FrameBody::StreamEnd { reason, .. } => {
-                    assert_ne!(reason, "resync_required", "the reader fell behind the ring");
+                    assert_ne!(
+                        reason,
+                        maka_acp::host_api::wire::StreamEndReason::ResyncRequired,
+                        "the reader fell behind the ring"
+                    );
                     break;
                 }
                 FrameBody::TurnTerminal { .. } => return (frames + 1, Instant::now()),

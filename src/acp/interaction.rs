@@ -21,7 +21,9 @@ use super::types::{
     ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
 };
 use crate::host_api::ops::{AnswerInput, InteractionAnswerOp};
-use crate::host_api::wire::{Interaction, InteractionAnswer, InteractionRequest, Question};
+use crate::host_api::wire::{
+    Decision, Interaction, InteractionAnswer, InteractionRequest, Question, Review,
+};
 use crate::jsonrpc::CallResult;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -156,11 +158,11 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestP
             diff: d,
             ..
         } => {
-            let kind = match review.as_str() {
-                "command" => ToolKind::Execute,
-                "edit" | "write" => ToolKind::Edit,
-                "plan" => ToolKind::SwitchMode,
-                _ => ToolKind::Other,
+            let kind = match review {
+                Review::Command => ToolKind::Execute,
+                Review::Edit | Review::Write => ToolKind::Edit,
+                Review::Plan => ToolKind::SwitchMode,
+                Review::Tool => ToolKind::Other,
             };
             let tool_call = ToolCallUpdate {
                 title: Some(title.clone()),
@@ -170,7 +172,7 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestP
                 content: d.as_ref().map(|d| vec![diff(d)]),
                 ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending)
             };
-            let options = if review == "plan" {
+            let options = if *review == Review::Plan {
                 // Plan mode: approving the plan is what lets the agent start changing things.
                 vec![
                     option(ALLOW_ONCE, "Approve the plan and start", AllowOnce),
@@ -231,14 +233,14 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestP
 fn deny(request: &InteractionRequest) -> InteractionAnswer {
     match request {
         InteractionRequest::SandboxBoundary { .. } => InteractionAnswer::SandboxBoundary {
-            decision: "deny".into(),
+            decision: Decision::Deny,
         },
         InteractionRequest::Question { questions, .. } => InteractionAnswer::Question {
             answers: vec![None; questions.len()],
             unsupported: false,
         },
         InteractionRequest::Permission { .. } => InteractionAnswer::Permission {
-            decision: "deny".into(),
+            decision: Decision::Deny,
             remember_for_turn: false,
         },
     }
@@ -252,12 +254,12 @@ fn permission_answer(request: &InteractionRequest, reply: &Value) -> Interaction
     match (request, selected) {
         (InteractionRequest::SandboxBoundary { .. }, Some(ALLOW_ONCE)) => {
             InteractionAnswer::SandboxBoundary {
-                decision: "allow".into(),
+                decision: Decision::Allow,
             }
         }
         (InteractionRequest::Permission { .. }, Some(ALLOW_ONCE)) => {
             InteractionAnswer::Permission {
-                decision: "allow".into(),
+                decision: Decision::Allow,
                 remember_for_turn: false,
             }
         }
@@ -344,7 +346,7 @@ mod tests {
             tool_call_id: "c1".into(),
             tool_name: "edit_file".into(),
             title: "Edit src/lib.rs".into(),
-            review: "edit".into(),
+            review: Review::Edit,
             args: Some(json!({"path": "src/lib.rs"})),
             locations: vec![Location {
                 path: "/w/src/lib.rs".into(),
@@ -372,14 +374,14 @@ mod tests {
         assert_eq!(
             permission_answer(&req, &allow),
             InteractionAnswer::Permission {
-                decision: "allow".into(),
+                decision: Decision::Allow,
                 remember_for_turn: false
             }
         );
         assert_eq!(
             permission_answer(&req, &json!({"outcome": {"outcome": "cancelled"}})),
             InteractionAnswer::Permission {
-                decision: "deny".into(),
+                decision: Decision::Deny,
                 remember_for_turn: false
             }
         );

@@ -16,7 +16,10 @@ use super::session::{AcpSession, ReaderStep, Shared};
 use super::types::{PromptResponse, StopReason};
 use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot, TurnRef};
-use crate::host_api::wire::{ErrorCode, Frame, FrameBody, TurnOutcome, TurnSnapshot, TurnStatus};
+use crate::host_api::wire::{
+    ErrorCode, FailureClass, Frame, FrameBody, StreamEndReason, TurnOutcome, TurnSnapshot,
+    TurnStatus,
+};
 use crate::jsonrpc::ResponseError;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -90,7 +93,7 @@ pub fn run(
             };
             match &frame.body {
                 FrameBody::StreamEnd { reason, .. } => {
-                    if reason == "session_removed" {
+                    if *reason == StreamEndReason::SessionRemoved {
                         stop(&session, &shared, Err(errors::unknown_session(&session.id)));
                         return;
                     }
@@ -343,7 +346,7 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
             });
             if session.turn_ended(&turn_id) {
                 let failure = Failure {
-                    class: failure_class.as_deref(),
+                    class: failure_class,
                     message: failure_message.as_deref(),
                     details: failure_details.as_ref(),
                 };
@@ -361,7 +364,7 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
 
 /// Why a turn failed, as the host said it.
 struct Failure<'a> {
-    class: Option<&'a str>,
+    class: Option<FailureClass>,
     /// One sentence for the person.
     message: Option<&'a str>,
     details: Option<&'a Value>,
@@ -393,7 +396,7 @@ fn terminal_result(
 /// The host's sentence is the message (it says what happened and what to do); the class and
 /// the details (an HTTP status, the provider's answer) go in `data`.
 fn turn_failed(turn_id: &str, f: Failure) -> ResponseError {
-    let class = f.class.unwrap_or("runtime_error");
+    let class = f.class.unwrap_or(FailureClass::RuntimeError);
     let message = match f.message {
         Some(m) if !m.trim().is_empty() => sentence(m),
         _ => "The turn failed; the agent's log has the details.".to_string(),
@@ -434,7 +437,7 @@ fn snapshot_result(snapshot: &TurnSnapshot) -> Result<PromptResponse, ResponseEr
         outcome,
         snapshot.reason.as_deref().unwrap_or("end_turn"),
         Failure {
-            class: snapshot.failure_class.as_deref(),
+            class: snapshot.failure_class,
             message: snapshot.failure_message.as_deref(),
             details: snapshot.failure_details.as_ref().filter(|d| !d.is_null()),
         },

@@ -7,6 +7,7 @@
 use super::http::{Exchange, Request};
 use super::session::Since;
 use super::Host;
+use crate::host_api::wire::StreamEndReason;
 use crate::host_api::wire::{now_ms, Envelope, ErrorCode, Frame, FrameBody, HostError};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -335,21 +336,23 @@ fn stream(host: &Arc<Host>, ex: &mut Exchange, query: &str) {
             cell.reader_at(&mut st, reader_id, cursor);
             loop {
                 if st.removed {
-                    break (Vec::new(), Some("session_removed"));
+                    break (Vec::new(), Some(StreamEndReason::SessionRemoved));
                 }
                 if st.head_seq > cursor {
                     match st.frames_since(cursor, BATCH) {
                         Since::Frames(f) => break (f, None),
                         // The reader fell behind the ring: end, and let it re-open.
-                        Since::Evicted { .. } => break (Vec::new(), Some("resync_required")),
+                        Since::Evicted { .. } => {
+                            break (Vec::new(), Some(StreamEndReason::ResyncRequired))
+                        }
                     }
                 }
                 if host.is_draining() && host.active_turns() == 0 {
-                    break (Vec::new(), Some("host_draining"));
+                    break (Vec::new(), Some(StreamEndReason::HostDraining));
                 }
                 let now = Instant::now();
                 if now >= deadline {
-                    break (Vec::new(), Some("window_elapsed"));
+                    break (Vec::new(), Some(StreamEndReason::WindowElapsed));
                 }
                 let heartbeat_due = last_write + HEARTBEAT;
                 if now >= heartbeat_due {
@@ -360,7 +363,7 @@ fn stream(host: &Arc<Host>, ex: &mut Exchange, query: &str) {
         };
         buf.clear();
         let (batch, end) = match batch.iter().position(|l| until_terminal && is_terminal(l)) {
-            Some(i) => (&batch[..=i], Some("turn_terminal")),
+            Some(i) => (&batch[..=i], Some(StreamEndReason::TurnTerminal)),
             None => (&batch[..], end),
         };
         if batch.is_empty() && end.is_none() {
@@ -393,7 +396,7 @@ fn stream(host: &Arc<Host>, ex: &mut Exchange, query: &str) {
         session_id: None,
         ts: now_ms(),
         body: FrameBody::StreamEnd {
-            reason: end_reason.into(),
+            reason: end_reason,
             last_seq: cursor,
         },
     };

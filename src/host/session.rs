@@ -6,8 +6,8 @@
 
 use super::store::{Store, TranscriptFile};
 use crate::host_api::wire::{
-    now_ms, ErrorCode, Frame, FrameBody, HostError, Interaction, InteractionOutcome, Session,
-    TokenUsage, TranscriptBody, TranscriptItem, TurnSnapshot, TurnStatus,
+    now_ms, ErrorCode, FailureClass, Frame, FrameBody, HostError, Interaction, InteractionOutcome,
+    Session, TokenUsage, TranscriptBody, TranscriptItem, TurnSnapshot, TurnStatus,
 };
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde_json::Value;
@@ -88,7 +88,7 @@ pub struct ActiveTurn {
     pub streams: Vec<ActiveStream>,
     pub tools: Vec<crate::host_api::ops::ActiveTool>,
     /// Review kinds the user allowed "for this turn".
-    pub remembered: HashSet<String>,
+    pub remembered: HashSet<crate::host_api::wire::Review>,
     /// Paths approved through `sandbox_boundary` during this turn.
     pub approved_paths: Vec<String>,
 }
@@ -378,7 +378,7 @@ impl SessionState {
                     rec.snapshot.status = *status;
                     rec.snapshot.run_id = run_id.clone();
                     rec.snapshot.reason = reason.clone();
-                    rec.snapshot.failure_class = failure_class.clone();
+                    rec.snapshot.failure_class = *failure_class;
                     rec.snapshot.failure_message = failure_message.clone();
                     if matches!(status, TurnStatus::Running | TurnStatus::WaitingForUser) {
                         running.push((item.turn_id.clone(), run_id.clone()));
@@ -429,7 +429,7 @@ impl SessionState {
             if let Some(rec) = self.turns.get_mut(&turn_id) {
                 rec.snapshot.status = TurnStatus::Failed;
                 rec.snapshot.reason = Some("error".into());
-                rec.snapshot.failure_class = Some("crash".into());
+                rec.snapshot.failure_class = Some(FailureClass::Crash);
                 rec.snapshot.failure_message =
                     Some("the host stopped while this turn was running".into());
                 rec.snapshot.ended_at = Some(now_ms());
@@ -441,7 +441,7 @@ impl SessionState {
                     status: TurnStatus::Failed,
                     origin: None,
                     reason: Some("error".into()),
-                    failure_class: Some("crash".into()),
+                    failure_class: Some(FailureClass::Crash),
                     failure_message: Some("the host stopped while this turn was running".into()),
                     resumed_from_run_id: None,
                 },

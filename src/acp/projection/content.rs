@@ -3,7 +3,7 @@
 use crate::acp::types::{
     PlanEntry, PlanPriority, PlanStatus, ToolCallContent, ToolCallLocation, ToolKind,
 };
-use crate::host_api::wire::{self, FileDiff, Location, ToolResultContent};
+use crate::host_api::wire::{self, FileDiff, Location, ToolResultContent, ToolStatus};
 use serde_json::Value;
 
 /// Host activity kind → ACP `ToolKind`.
@@ -68,14 +68,14 @@ pub fn fenced_output(
 
 /// How a command ended, in words ("Exit code 1", "Killed by SIGTERM", …).
 pub fn terminal_verdict(
-    status: &str,
+    status: ToolStatus,
     exit_code: Option<i32>,
     signal: Option<&str>,
     timed_out: bool,
 ) -> String {
     if timed_out {
         "Timed out: the command was killed.".to_string()
-    } else if status == "cancelled" {
+    } else if status == ToolStatus::Cancelled {
         "Cancelled: the command was killed.".to_string()
     } else {
         match (exit_code, signal) {
@@ -87,7 +87,7 @@ pub fn terminal_verdict(
 }
 
 /// What a tool's result shows.
-pub fn result_content(result: &ToolResultContent, status: &str) -> Vec<ToolCallContent> {
+pub fn result_content(result: &ToolResultContent, status: ToolStatus) -> Vec<ToolCallContent> {
     match result {
         ToolResultContent::Text { text } => vec![ToolCallContent::text(text)],
         ToolResultContent::FileEdit { diff: d } => vec![diff(d)],

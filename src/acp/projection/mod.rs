@@ -16,7 +16,7 @@ pub use replay::{replay_frames, snapshot_frames};
 use crate::acp::types::{
     Chunk, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
 };
-use crate::host_api::wire::{FrameBody, ToolResultContent};
+use crate::host_api::wire::{FrameBody, ToolResultContent, ToolStatus};
 use content::{fenced_output, locations, plan, result_content, result_locations, terminal_verdict};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -229,7 +229,7 @@ impl Projector {
                 truncated,
                 ..
             } => {
-                let acp_status = if status == "completed" {
+                let acp_status = if *status == ToolStatus::Completed {
                     ToolCallStatus::Completed
                 } else {
                     ToolCallStatus::Failed
@@ -243,7 +243,7 @@ impl Projector {
                     return vec![];
                 }
                 let mut update = ToolCallUpdate {
-                    content: Some(result_content(result, status)),
+                    content: Some(result_content(result, *status)),
                     raw_output: Some(serde_json::to_value(result).unwrap_or(Value::Null)),
                     ..ToolCallUpdate::new(tool_call_id, acp_status)
                 };
@@ -258,7 +258,7 @@ impl Projector {
                     if let Some(tid) = &t.client_terminal {
                         // The editor keeps showing its terminal after release.
                         let verdict =
-                            terminal_verdict(status, *exit_code, signal.as_deref(), *timed_out);
+                            terminal_verdict(*status, *exit_code, signal.as_deref(), *timed_out);
                         update.content = Some(vec![
                             ToolCallContent::terminal(tid),
                             ToolCallContent::text(verdict),

@@ -129,7 +129,7 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             out.push(FrameBody::ToolResult {
                 turn_id,
                 tool_call_id: tool_call_id.clone(),
-                status: status.clone(),
+                status: *status,
                 result: result.clone(),
                 truncated: *truncated,
                 duration_ms: None,

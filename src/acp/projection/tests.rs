@@ -154,7 +154,7 @@ fn a_command_streams_throttled_output_then_its_result() {
     let result = FrameBody::ToolResult {
         turn_id: "t".into(),
         tool_call_id: "c1".into(),
-        status: "failed".into(),
+        status: crate::host_api::wire::ToolStatus::Failed,
         result: ToolResultContent::Terminal {
             command: "cargo test".into(),
             cwd: "/w".into(),
@@ -198,7 +198,7 @@ fn edits_become_diffs_and_open_tools_are_failed_at_turn_end() {
         &FrameBody::ToolResult {
             turn_id: "t".into(),
             tool_call_id: "e1".into(),
-            status: "completed".into(),
+            status: crate::host_api::wire::ToolStatus::Completed,
             result: ToolResultContent::FileEdit { diff: d },
             truncated: false,
             duration_ms: None,

@@ -11,7 +11,7 @@ pub mod scripted;
 use super::session::CancelToken;
 use crate::config::ProviderSettings;
 use crate::host_api::ops::{DefaultTarget, ModelCatalog, ModelConnection, ModelEntry};
-use crate::host_api::wire::{ErrorCode, HostError, ModelTarget};
+use crate::host_api::wire::{ErrorCode, FailureClass, HostError, ModelTarget};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde_json::Value;
 use std::sync::Arc;
@@ -84,7 +84,7 @@ pub enum ModelEvent {
     /// The call failed: `message` is one sentence for the person; `details` (status, body
     /// excerpt, endpoint) go to the log and the error's `data`.
     Error {
-        class: String,
+        class: FailureClass,
         message: String,
         details: Option<Value>,
     },

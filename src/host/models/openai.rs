@@ -8,6 +8,7 @@ use super::{send, Finish, ModelEvent, ModelRequest};
 use crate::host::session::CancelToken;
 use crate::host::sse::{SseItem, SseReader};
 use crate::host::tools::fs::{cut, cut_words};
+use crate::host_api::wire::FailureClass;
 use crossbeam_channel::Sender;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -159,7 +160,7 @@ fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Sender
             let _ = send(
                 tx,
                 ModelEvent::Error {
-                    class: "provider_unavailable".into(),
+                    class: FailureClass::ProviderUnavailable,
                     message,
                     details,
                 },
@@ -233,12 +234,12 @@ impl HttpFailure {
 
     fn error(self) -> ModelEvent {
         let class = if self.status == 401 || self.status == 403 {
-            "provider_auth"
+            FailureClass::ProviderAuth
         } else {
-            "provider_error"
+            FailureClass::ProviderError
         };
         ModelEvent::Error {
-            class: class.into(),
+            class,
             message: self.message,
             details: Some(self.details),
         }
@@ -279,7 +280,7 @@ fn read_stream(base: &str, body: impl Read, cancel: &CancelToken, tx: &Sender<Mo
         let _ = send(
             tx,
             ModelEvent::Error {
-                class: "provider_error".into(),
+                class: FailureClass::ProviderError,
                 message,
                 details: Some(details),
             },

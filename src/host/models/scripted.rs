@@ -22,6 +22,7 @@
 
 use super::{send, Finish, ModelEvent, ModelRequest};
 use crate::host::session::CancelToken;
+use crate::host_api::wire::FailureClass;
 use crossbeam_channel::Sender;
 use serde_json::Value;
 use std::time::Duration;
@@ -208,7 +209,9 @@ impl Script {
                 let _ = send(
                     tx,
                     ModelEvent::Error {
-                        class: class.to_string(),
+                        // An unknown class reads as `other`.
+                        class: serde_json::from_value(Value::String(class.into()))
+                            .unwrap_or(FailureClass::Other),
                         message: message.to_string(),
                         details: None,
                     },
@@ -225,7 +228,7 @@ impl Script {
                 let _ = send(
                     tx,
                     ModelEvent::Error {
-                        class: "provider_error".into(),
+                        class: FailureClass::ProviderError,
                         message: format!(
                             "the script has a step this provider does not understand: {step}"
                         ),

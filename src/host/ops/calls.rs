@@ -45,17 +45,6 @@ pub(super) fn interaction_answer(
             "the answer kind does not match the interaction",
         ));
     }
-    match &input.answer {
-        InteractionAnswer::Permission { decision, .. }
-        | InteractionAnswer::SandboxBoundary { decision }
-            if decision != "allow" && decision != "deny" =>
-        {
-            return Err(HostError::invalid(
-                "`decision` must be \"allow\" or \"deny\"",
-            ));
-        }
-        _ => {}
-    }
     let outcome = InteractionOutcome::Answer {
         answer: input.answer,
     };

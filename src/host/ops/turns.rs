@@ -304,7 +304,7 @@ fn resume_candidate(st: &SessionState) -> Result<(String, String, u64), &'static
                 if candidate.as_ref().is_some_and(|(r, _)| r == src) {
                     candidate = None;
                 }
-            } else if *status == TurnStatus::Failed && failure_class.as_deref() == Some("crash") {
+            } else if *status == TurnStatus::Failed && *failure_class == Some(FailureClass::Crash) {
                 candidate = Some((run_id.clone(), item.turn_id.clone()));
             } else if *status == TurnStatus::Running {
                 // A later run started: an older interruption is no longer the latest state.

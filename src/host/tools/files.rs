@@ -3,7 +3,7 @@
 
 use super::fs::*;
 use super::{path_arg, text_arg, Tool, ToolEnv, ToolOutcome, ToolPlan};
-use crate::host_api::wire::{Location, ToolResultContent};
+use crate::host_api::wire::{Location, Review, ToolResultContent, ToolStatus};
 use serde_json::{json, Value};
 use std::fs;
 use std::path::Path;
@@ -61,9 +61,9 @@ fn write_plan(name: &str, args: &Value, cwd: &Path) -> Result<ToolPlan, String> 
     }
     let path = resolve(cwd, path_arg(args));
     let (verb, review) = if name == "write_file" {
-        ("Write", "write")
+        ("Write", Review::Write)
     } else {
-        ("Edit", "edit")
+        ("Edit", Review::Edit)
     };
     Ok(ToolPlan {
         title: format!("{verb} {}", display(cwd, &path)),
@@ -176,7 +176,7 @@ fn read_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
         truncated = true;
     }
     ToolOutcome {
-        status: "completed",
+        status: ToolStatus::Completed,
         result: ToolResultContent::Text { text },
         truncated,
     }
@@ -193,7 +193,7 @@ fn write_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
     }
     let d = file_diff(env.cwd(), path, old.as_deref(), content);
     ToolOutcome {
-        status: "completed",
+        status: ToolStatus::Completed,
         truncated: false,
         result: ToolResultContent::FileWrite {
             path: path.display().to_string(),
@@ -239,7 +239,7 @@ fn edit_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
     }
     let d = file_diff(env.cwd(), path, Some(&current), &updated);
     ToolOutcome {
-        status: "completed",
+        status: ToolStatus::Completed,
         truncated: false,
         result: ToolResultContent::FileEdit { diff: d },
     }

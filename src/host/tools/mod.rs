@@ -11,7 +11,7 @@ pub mod shell;
 mod turn_tools;
 
 use super::session::CancelToken;
-use crate::host_api::wire::{Location, ToolResultContent};
+use crate::host_api::wire::{Location, Review, ToolResultContent, ToolStatus};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -67,8 +67,7 @@ impl std::fmt::Display for CallError {
 }
 
 pub struct ToolOutcome {
-    /// `completed`, `failed` or `cancelled`.
-    pub status: &'static str,
+    pub status: ToolStatus,
     pub result: ToolResultContent,
     pub truncated: bool,
 }
@@ -76,14 +75,14 @@ pub struct ToolOutcome {
 impl ToolOutcome {
     pub fn completed(text: String, truncated: bool) -> ToolOutcome {
         ToolOutcome {
-            status: "completed",
+            status: ToolStatus::Completed,
             result: ToolResultContent::Text { text },
             truncated,
         }
     }
     pub fn failed(text: String) -> ToolOutcome {
         ToolOutcome {
-            status: "failed",
+            status: ToolStatus::Failed,
             result: ToolResultContent::Text { text },
             truncated: false,
         }
@@ -96,7 +95,7 @@ pub struct ToolPlan {
     pub activity_kind: &'static str,
     pub locations: Vec<Location>,
     /// The permission review kind in `ask` mode; `None` for read-only tools.
-    pub review: Option<&'static str>,
+    pub review: Option<Review>,
     /// Paths the call reads or writes, resolved: checked against the session's roots.
     pub touches: Vec<(PathBuf, &'static str)>,
 }

@@ -5,6 +5,7 @@
 use super::{CallError, ToolEnv, ToolOutcome, RESULT_TEXT_LIMIT};
 use crate::host_api::keep_tail;
 use crate::host_api::wire::ToolResultContent;
+use crate::host_api::wire::ToolStatus;
 use crossbeam_channel::{bounded, select};
 use serde_json::{json, Value};
 use std::io::Read;
@@ -57,7 +58,7 @@ impl super::Tool for RunCommand {
             title: command.to_string(),
             activity_kind: "command",
             locations: vec![],
-            review: Some("command"),
+            review: Some(crate::host_api::wire::Review::Command),
             touches: vec![],
         })
     }
@@ -246,11 +247,11 @@ fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64)
 /// A command's outcome: `cancelled` wins, then exit code 0 is `completed`, all else `failed`.
 fn outcome(cancelled: bool, ok: bool, truncated: bool, result: ToolResultContent) -> ToolOutcome {
     let status = if cancelled {
-        "cancelled"
+        ToolStatus::Cancelled
     } else if ok {
-        "completed"
+        ToolStatus::Completed
     } else {
-        "failed"
+        ToolStatus::Failed
     };
     ToolOutcome {
         status,

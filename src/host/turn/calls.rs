@@ -4,6 +4,7 @@
 use super::dialogs::unshown_questions;
 use super::gate;
 use super::*;
+use crate::host_api::wire::{Decision, Review, ToolStatus};
 
 impl Turn {
     pub(super) fn tool_call(&mut self, id: &str, provider_id: &str, name: &str, arguments: &str) {
@@ -20,7 +21,7 @@ impl Turn {
                     title: format!("{}: {}", t.server, t.name),
                     activity_kind: "tool",
                     locations: vec![],
-                    review: Some("tool"),
+                    review: Some(Review::Tool),
                     touches: vec![],
                 }),
                 None => Err(e),
@@ -118,7 +119,7 @@ impl Turn {
         let body = FrameBody::ToolResult {
             turn_id: self.spec.turn_id.clone(),
             tool_call_id: id.into(),
-            status: outcome.status.into(),
+            status: outcome.status,
             result: outcome.result.clone(),
             truncated: outcome.truncated,
             duration_ms: Some(duration_ms),
@@ -126,7 +127,7 @@ impl Turn {
         self.cell.emit(&mut st, body);
         let item = TranscriptBody::ToolResult {
             tool_call_id: id.into(),
-            status: outcome.status.into(),
+            status: outcome.status,
             result: outcome.result,
             truncated: outcome.truncated,
             ran,
@@ -153,7 +154,7 @@ impl Turn {
                 self.latest_plan(&st).is_some(),
                 active.map(|a| a.approved_paths.clone()).unwrap_or_default(),
                 plan.review
-                    .is_some_and(|r| active.is_some_and(|a| a.remembered.contains(r))),
+                    .is_some_and(|r| active.is_some_and(|a| a.remembered.contains(&r))),
             )
         };
         let facts = gate::Facts {
@@ -189,9 +190,9 @@ impl Turn {
             _ if self.mcp_tools.iter().any(|t| t.exposed == name) => self.call_mcp(name, args),
             _ => {
                 let outcome = tools::execute(self, name, args);
-                if self.spec.cancel.is_cancelled() && outcome.status != "completed" {
+                if self.spec.cancel.is_cancelled() && outcome.status != ToolStatus::Completed {
                     return ToolOutcome {
-                        status: "cancelled",
+                        status: ToolStatus::Cancelled,
                         ..outcome
                     };
                 }
@@ -204,7 +205,7 @@ impl Turn {
     fn unanswered(&self, otherwise: &str) -> ToolOutcome {
         if self.spec.cancel.is_cancelled() {
             ToolOutcome {
-                status: "cancelled",
+                status: ToolStatus::Cancelled,
                 ..ToolOutcome::failed("The turn was stopped before this ran.".into())
             }
         } else {
@@ -229,7 +230,9 @@ impl Turn {
             paths: outside,
         };
         match self.interact(request) {
-            Some(InteractionAnswer::SandboxBoundary { decision }) if decision == "allow" => {
+            Some(InteractionAnswer::SandboxBoundary {
+                decision: Decision::Allow,
+            }) => {
                 if let Some(a) = self.cell.lock().active.as_mut() {
                     a.approved_paths.extend(listed);
                 }
@@ -249,14 +252,14 @@ impl Turn {
         name: &str,
         args: &Value,
         plan: &tools::ToolPlan,
-        review: &'static str,
+        review: Review,
     ) -> Option<ToolOutcome> {
         let diff = self.preview(name, args);
         let request = InteractionRequest::Permission {
             tool_call_id: id.into(),
             tool_name: name.into(),
             title: plan.title.clone(),
-            review: review.into(),
+            review,
             args: Some(bounded_args(args).0),
             locations: plan.locations.clone(),
             diff,
@@ -264,12 +267,12 @@ impl Turn {
         };
         match self.interact(request) {
             Some(InteractionAnswer::Permission {
-                decision,
+                decision: Decision::Allow,
                 remember_for_turn,
-            }) if decision == "allow" => {
+            }) => {
                 if remember_for_turn {
                     if let Some(a) = self.cell.lock().active.as_mut() {
-                        a.remembered.insert(review.to_string());
+                        a.remembered.insert(review);
                     }
                 }
                 None
@@ -308,14 +311,17 @@ impl Turn {
             tool_call_id: id.into(),
             tool_name: name.into(),
             title: format!("Approve the plan and start with: {title}"),
-            review: "plan".into(),
+            review: Review::Plan,
             args: Some(json!({"plan": entries})),
             locations: vec![],
             diff: None,
             remember_for_turn_allowed: false,
         };
         match self.interact(request) {
-            Some(InteractionAnswer::Permission { decision, .. }) if decision == "allow" => {
+            Some(InteractionAnswer::Permission {
+                decision: Decision::Allow,
+                ..
+            }) => {
                 let patch = crate::host_api::wire::ConfigurationPatch {
                     collaboration_mode: Some(CollaborationMode::Agent),
                     ..Default::default()
@@ -372,7 +378,7 @@ impl Turn {
                 Ok(Err(e)) => ToolOutcome::failed(format!("MCP server `{}`: {e}", tool.server)),
                 Err(_) => ToolOutcome::failed(format!("MCP server `{}` dropped the call", tool.server)),
             },
-            recv(self.spec.cancel.receiver()) -> _ => ToolOutcome { status: "cancelled", ..ToolOutcome::failed("The turn was stopped while the MCP tool ran.".into()) },
+            recv(self.spec.cancel.receiver()) -> _ => ToolOutcome { status: ToolStatus::Cancelled, ..ToolOutcome::failed("The turn was stopped while the MCP tool ran.".into()) },
         }
     }
 
@@ -490,7 +496,7 @@ impl Turn {
             })
             .collect();
         ToolOutcome {
-            status: "completed",
+            status: ToolStatus::Completed,
             truncated: false,
             result: ToolResultContent::Json {
                 value: json!({"answers": answers, "summary": lines.join("\n")}),

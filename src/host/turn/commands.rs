@@ -180,7 +180,7 @@ impl Turn {
         let providers = self.host.providers();
         let (conn, model) = match providers.resolve(&configuration.model_target) {
             Ok(x) => x,
-            Err(e) => return Terminal::failed("capability_unavailable", e.message),
+            Err(e) => return Terminal::failed(FailureClass::CapabilityUnavailable, e.message),
         };
         let window = model.context_window;
         let request = ModelRequest {
@@ -198,7 +198,7 @@ impl Turn {
             let event = select! {
                 recv(rx) -> ev => ev.ok(),
                 recv(self.spec.cancel.receiver()) -> _ => return Terminal::cancelled(),
-                default(idle) => return Terminal::failed("provider_timeout", idle_message(idle)),
+                default(idle) => return Terminal::failed(FailureClass::ProviderTimeout, idle_message(idle)),
             };
             match event {
                 Some(ModelEvent::Text(t)) => summary.push_str(&t),
@@ -208,12 +208,12 @@ impl Turn {
                     class,
                     message,
                     details,
-                }) => return Terminal::failed(&class, message).with_details(details),
+                }) => return Terminal::failed(class, message).with_details(details),
                 Some(_) => {}
                 None if self.spec.cancel.is_cancelled() => return Terminal::cancelled(),
                 None => {
                     return Terminal::failed(
-                        "provider_error",
+                        FailureClass::ProviderError,
                         "the model stream ended without finishing",
                     )
                 }

@@ -3,15 +3,15 @@
 //! tool runs. No I/O here: the turn asks the questions [`decide`] lists, in order, and runs the
 //! tool only if every answer allows it (`calls.rs`).
 
-use crate::host_api::wire::{BoundaryPath, CollaborationMode, PermissionMode};
+use crate::host_api::wire::{BoundaryPath, CollaborationMode, PermissionMode, Review};
 use std::path::{Path, PathBuf};
 
 /// What the gate knows about one tool call and its session.
 pub struct Facts<'a> {
     pub mode: PermissionMode,
     pub collaboration: CollaborationMode,
-    /// The tool's review kind (`edit`, `write`, `command`, …); `None` for tools that only read.
-    pub review: Option<&'static str>,
+    /// The tool's review kind; `None` for tools that only read.
+    pub review: Option<Review>,
     /// A plan was proposed in this session (plan mode approves the latest one).
     pub has_plan: bool,
     /// Paths the tool will touch, with their access (`read`, `write`).
@@ -32,7 +32,7 @@ pub enum Check {
     /// Access outside the session's folders.
     Boundary(Vec<BoundaryPath>),
     /// Ask mode: this kind of action.
-    Permission(&'static str),
+    Permission(Review),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -104,7 +104,7 @@ mod tests {
         type Row<'a> = (
             PermissionMode,
             CollaborationMode,
-            Option<&'static str>,
+            Option<Review>,
             bool,
             &'a [(PathBuf, &'static str)],
             &'a [String],
@@ -132,30 +132,38 @@ mod tests {
         }
         // Explore refuses anything with a review, even with a plan.
         assert!(refused(
-            &gate((Explore, Plan, Some("edit"), true, &inside, &[], false)),
+            &gate((Explore, Plan, Some(Review::Edit), true, &inside, &[], false)),
             "explore"
         ));
         // Ask asks; a kind allowed for the turn is not asked again; bypass never asks.
         assert_eq!(
-            gate((Ask, Agent, Some("edit"), false, &inside, &[], false)),
-            Gate::Ask(vec![Check::Permission("edit")])
+            gate((Ask, Agent, Some(Review::Edit), false, &inside, &[], false)),
+            Gate::Ask(vec![Check::Permission(Review::Edit)])
         );
         assert_eq!(
-            gate((Ask, Agent, Some("edit"), false, &inside, &[], true)),
+            gate((Ask, Agent, Some(Review::Edit), false, &inside, &[], true)),
             Gate::Ask(vec![])
         );
         assert_eq!(
-            gate((Bypass, Agent, Some("command"), false, &inside, &[], false)),
+            gate((
+                Bypass,
+                Agent,
+                Some(Review::Command),
+                false,
+                &inside,
+                &[],
+                false
+            )),
             Gate::Ask(vec![])
         );
         // Plan mode: no plan → refused; a plan → approve it first, then the usual questions.
         assert!(refused(
-            &gate((Bypass, Plan, Some("edit"), false, &inside, &[], false)),
+            &gate((Bypass, Plan, Some(Review::Edit), false, &inside, &[], false)),
             "propose a plan"
         ));
         assert_eq!(
-            gate((Ask, Plan, Some("edit"), true, &inside, &[], false)),
-            Gate::Ask(vec![Check::ApprovePlan, Check::Permission("edit")])
+            gate((Ask, Plan, Some(Review::Edit), true, &inside, &[], false)),
+            Gate::Ask(vec![Check::ApprovePlan, Check::Permission(Review::Edit)])
         );
         assert_eq!(
             gate((Ask, Plan, None, false, &inside, &[], false)),
@@ -175,11 +183,11 @@ mod tests {
             );
         }
         assert_eq!(
-            gate((Ask, Plan, Some("edit"), true, &outside, &[], false)),
+            gate((Ask, Plan, Some(Review::Edit), true, &outside, &[], false)),
             Gate::Ask(vec![
                 Check::ApprovePlan,
                 boundary(),
-                Check::Permission("edit")
+                Check::Permission(Review::Edit)
             ]),
             "the order: plan, boundary, permission"
         );

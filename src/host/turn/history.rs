@@ -2,9 +2,10 @@
 //! tool returned.
 
 use super::*;
+use crate::host_api::wire::ToolStatus;
 
 /// What the model is told a tool returned.
-pub fn result_for_model(status: &str, result: &ToolResultContent) -> String {
+pub fn result_for_model(status: ToolStatus, result: &ToolResultContent) -> String {
     let body = match result {
         ToolResultContent::Text { text } => text.clone(),
         ToolResultContent::FileEdit { diff } => {
@@ -37,10 +38,10 @@ pub fn result_for_model(status: &str, result: &ToolResultContent) -> String {
             None => value.to_string(),
         },
     };
-    if status == "completed" {
+    if status == ToolStatus::Completed {
         body
     } else {
-        format!("[{status}] {body}")
+        format!("[{}] {body}", status.as_str())
     }
 }
 
@@ -126,7 +127,7 @@ pub fn build_messages(cwd: &Path, items: &[crate::host_api::wire::TranscriptItem
                 if let Some(i) = open_calls.iter().position(|id| id == model_id) {
                     open_calls.remove(i);
                 }
-                msgs.push(json!({"role": "tool", "tool_call_id": model_id, "content": result_for_model(status, result)}));
+                msgs.push(json!({"role": "tool", "tool_call_id": model_id, "content": result_for_model(*status, result)}));
             }
             _ => {}
         }

@@ -17,10 +17,10 @@ use super::session::{ActiveStream, CancelToken, InteractionSlot, SessionCell};
 use super::tools::{self, fs as tool_fs, ToolEnv, ToolOutcome};
 use super::{random_id, Host};
 use crate::host_api::wire::{
-    now_ms, BoundaryPath, CollaborationMode, ContextUsage, FileDiff, FrameBody, Interaction,
-    InteractionAnswer, InteractionOutcome, InteractionRequest, Location, MessageContent,
-    PermissionMode, PlanEntry, Question, TokenUsage, ToolResultContent, TranscriptBody,
-    TurnOutcome, TurnStatus,
+    now_ms, BoundaryPath, CollaborationMode, ContextUsage, FailureClass, FileDiff, FrameBody,
+    Interaction, InteractionAnswer, InteractionOutcome, InteractionRequest, Location,
+    MessageContent, PermissionMode, PlanEntry, Question, TokenUsage, ToolResultContent,
+    TranscriptBody, TurnOutcome, TurnStatus,
 };
 use crossbeam_channel::{bounded, select};
 use serde_json::{json, Value};
@@ -48,7 +48,7 @@ pub struct TurnSpec {
 struct Terminal {
     outcome: TurnOutcome,
     reason: String,
-    failure_class: Option<String>,
+    failure_class: Option<FailureClass>,
     failure_message: Option<String>,
     failure_details: Option<Value>,
 }
@@ -72,11 +72,11 @@ impl Terminal {
             failure_details: None,
         }
     }
-    fn failed(class: &str, message: impl Into<String>) -> Terminal {
+    fn failed(class: FailureClass, message: impl Into<String>) -> Terminal {
         Terminal {
             outcome: TurnOutcome::Failed,
             reason: "error".into(),
-            failure_class: Some(class.into()),
+            failure_class: Some(class),
             failure_message: Some(tool_fs::cut_words(&message.into(), 400)),
             failure_details: None,
         }
@@ -180,7 +180,7 @@ impl Turn {
         let providers = self.host.providers();
         let (conn, model) = providers
             .resolve(&configuration.model_target)
-            .map_err(|e| Terminal::failed("capability_unavailable", e.message))?;
+            .map_err(|e| Terminal::failed(FailureClass::CapabilityUnavailable, e.message))?;
         let context_window = model.context_window;
         let request = ModelRequest {
             model: model.id.clone(),
@@ -216,7 +216,7 @@ impl Turn {
                 default(idle) => {
                     // Silent (or keep-alives only): the call is abandoned, the turn fails.
                     self.persist_assistant(&text_id, &text, &thinking);
-                    return Err(Terminal::failed("provider_timeout", idle_message(idle)));
+                    return Err(Terminal::failed(FailureClass::ProviderTimeout, idle_message(idle)));
                 }
             };
             let Some(event) = event else {
@@ -225,7 +225,7 @@ impl Turn {
                     return Err(Terminal::cancelled());
                 }
                 return Err(Terminal::failed(
-                    "provider_error",
+                    FailureClass::ProviderError,
                     "the model stream ended without finishing",
                 ));
             };
@@ -262,7 +262,7 @@ impl Turn {
                     details,
                 } => {
                     self.persist_assistant(&text_id, &text, &thinking);
-                    return Err(Terminal::failed(&class, message).with_details(details));
+                    return Err(Terminal::failed(class, message).with_details(details));
                 }
             }
         };
@@ -359,7 +359,7 @@ impl Turn {
                 status,
                 origin: None,
                 reason: Some(t.reason.clone()),
-                failure_class: t.failure_class.clone(),
+                failure_class: t.failure_class,
                 failure_message: t.failure_message.clone(),
                 resumed_from_run_id: None,
             }],
@@ -367,7 +367,7 @@ impl Turn {
         if let Some(rec) = st.turns.get_mut(&self.spec.turn_id) {
             rec.snapshot.status = status;
             rec.snapshot.reason = Some(t.reason.clone());
-            rec.snapshot.failure_class = t.failure_class.clone();
+            rec.snapshot.failure_class = t.failure_class;
             rec.snapshot.failure_message = t.failure_message.clone();
             rec.snapshot.failure_details = t.failure_details.clone();
             rec.snapshot.ended_at = Some(now_ms());

@@ -1,0 +1,188 @@
+//! The event stream: one [`Frame`] per line.
+
+use super::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// One line of `GET /v1/events`. Data frames carry `seq`; `heartbeat` and `stream_end` do not.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Frame {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub ts: u64,
+    #[serde(flatten)]
+    pub body: FrameBody,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FrameBody {
+    #[serde(rename_all = "camelCase")]
+    TurnStarted {
+        turn_id: String,
+        run_id: String,
+        origin: String,
+        /// The prompt as shown in frames: text up to 64 KiB, attachments by name only (the
+        /// whole prompt is in the transcript).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<MessageContent>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        content_truncated: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    TurnStatus {
+        turn_id: String,
+        run_id: String,
+        status: TurnStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider_retry: Option<Value>,
+    },
+    #[serde(rename_all = "camelCase")]
+    TextDelta {
+        turn_id: String,
+        message_id: String,
+        start_offset: u64,
+        text: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        complete: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    ThinkingDelta {
+        turn_id: String,
+        message_id: String,
+        start_offset: u64,
+        text: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        complete: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolStart {
+        turn_id: String,
+        tool_call_id: String,
+        tool_name: String,
+        title: String,
+        activity_kind: String,
+        args: Value,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        args_truncated: bool,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        locations: Vec<Location>,
+    },
+    /// The tool passed its permission gate and is running now.
+    #[serde(rename_all = "camelCase")]
+    ToolRunning {
+        turn_id: String,
+        tool_call_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolOutputDelta {
+        turn_id: String,
+        tool_call_id: String,
+        out_seq: u64,
+        stream: String,
+        chunk: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolResult {
+        turn_id: String,
+        tool_call_id: String,
+        status: ToolStatus,
+        result: ToolResultContent,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        truncated: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        duration_ms: Option<u64>,
+    },
+    InteractionRequest {
+        interaction: Interaction,
+    },
+    #[serde(rename_all = "camelCase")]
+    InteractionClosed {
+        interaction_id: String,
+        status: String,
+        outcome: InteractionOutcome,
+    },
+    #[serde(rename_all = "camelCase")]
+    PlanUpdate {
+        turn_id: String,
+        entries: Vec<PlanEntry>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Usage {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn_id: Option<String>,
+        delta: TokenUsage,
+        totals: TokenUsage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context: Option<ContextUsage>,
+    },
+    ConfigurationChanged {
+        revision: u64,
+        configuration: Configuration,
+    },
+    #[serde(rename_all = "camelCase")]
+    SessionUpdated {
+        revision: u64,
+        name: Option<String>,
+        last_used_at: u64,
+        is_archived: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    TranscriptAdvanced {
+        through_message_seq: u64,
+    },
+    #[serde(rename_all = "camelCase")]
+    ClientCall {
+        invocation_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_call_id: Option<String>,
+        service: String,
+        /// `null` when `inputRef` (a large input: fetch it with `client.call.input`).
+        input: Value,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        input_ref: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    ClientCallCancelled {
+        invocation_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    TurnTerminal {
+        turn_id: String,
+        run_id: String,
+        outcome: TurnOutcome,
+        reason: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure_class: Option<FailureClass>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure_message: Option<String>,
+        /// What went wrong in detail (an HTTP status, a provider's answer): for logs and
+        /// error `data`, not for the person's eyes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure_details: Option<Value>,
+    },
+    SessionRemoved {},
+    /// A frame over the size limit that the host could not emit (a bug in a producer): the
+    /// reader re-reads the durable state instead.
+    #[serde(rename_all = "camelCase")]
+    FrameOmitted {
+        omitted_kind: String,
+        bytes: u64,
+    },
+    #[serde(rename_all = "camelCase")]
+    Heartbeat {
+        head_seq: u64,
+    },
+    #[serde(rename_all = "camelCase")]
+    StreamEnd {
+        reason: StreamEndReason,
+        last_seq: u64,
+    },
+    /// A kind this build does not know (a newer host): skipped by readers.
+    #[serde(other)]
+    Unknown,
+}

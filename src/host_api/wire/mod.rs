@@ -1,0 +1,359 @@
+//! Runtime Host protocol v1 wire types, shared by the reference host and the adapter's client.
+//! `docs/runtime-host-protocol.md` is the normative description; field names here are the
+//! JSON names (camelCase), unions are tagged with `kind`.
+
+mod frames;
+mod tools;
+mod transcript;
+mod turns;
+
+pub use frames::*;
+pub use tools::*;
+pub use transcript::*;
+pub use turns::*;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Every error a host operation can return. `docs/runtime-host-protocol.md` lists which
+/// operation returns which.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    InvalidRequest,
+    Unauthorized,
+    NotFound,
+    OperationUnavailable,
+    PayloadTooLarge,
+    SessionArchived,
+    SessionBusy,
+    OperationConflict,
+    AlreadyResolved,
+    IncompatibleProtocol,
+    ResyncRequired,
+    CapabilityUnavailable,
+    CapacityExceeded,
+    PersistenceFailed,
+    InternalFailure,
+    HostNotReady,
+    HostDraining,
+    /// Anything a newer host sends that this build does not know.
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorCode {
+    pub fn http_status(self) -> u16 {
+        use ErrorCode::*;
+        match self {
+            InvalidRequest => 400,
+            Unauthorized => 401,
+            NotFound | OperationUnavailable => 404,
+            PayloadTooLarge => 413,
+            SessionArchived | SessionBusy | OperationConflict | AlreadyResolved
+            | IncompatibleProtocol => 409,
+            ResyncRequired => 410,
+            CapabilityUnavailable => 422,
+            CapacityExceeded => 429,
+            PersistenceFailed | InternalFailure | Unknown => 500,
+            HostNotReady | HostDraining => 503,
+        }
+    }
+
+    pub fn retryable(self) -> bool {
+        use ErrorCode::*;
+        matches!(
+            self,
+            SessionBusy | ResyncRequired | CapacityExceeded | HostNotReady
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            InvalidRequest => "invalid_request",
+            Unauthorized => "unauthorized",
+            NotFound => "not_found",
+            OperationUnavailable => "operation_unavailable",
+            PayloadTooLarge => "payload_too_large",
+            SessionArchived => "session_archived",
+            SessionBusy => "session_busy",
+            OperationConflict => "operation_conflict",
+            AlreadyResolved => "already_resolved",
+            IncompatibleProtocol => "incompatible_protocol",
+            ResyncRequired => "resync_required",
+            CapabilityUnavailable => "capability_unavailable",
+            CapacityExceeded => "capacity_exceeded",
+            PersistenceFailed => "persistence_failed",
+            InternalFailure => "internal_failure",
+            HostNotReady => "host_not_ready",
+            HostDraining => "host_draining",
+            Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HostError {
+    pub code: ErrorCode,
+    pub message: String,
+    #[serde(default)]
+    pub retryable: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+impl HostError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> HostError {
+        let mut message = message.into();
+        if message.len() > 1024 {
+            let mut cut = 1024;
+            while !message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            message.truncate(cut);
+        }
+        HostError {
+            code,
+            message,
+            retryable: code.retryable(),
+            details: None,
+        }
+    }
+
+    pub fn with_details(mut self, details: Value) -> HostError {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn invalid(message: impl Into<String>) -> HostError {
+        HostError::new(ErrorCode::InvalidRequest, message)
+    }
+
+    pub fn not_found(what: impl std::fmt::Display) -> HostError {
+        HostError::new(ErrorCode::NotFound, format!("{what} not found"))
+    }
+
+    pub fn internal(message: impl Into<String>) -> HostError {
+        HostError::new(ErrorCode::InternalFailure, message)
+    }
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.as_str(), self.message)
+    }
+}
+
+/// The response envelope: `{"ok":true,"result":…}` or `{"ok":false,"error":…}`.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Envelope {
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<HostError>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelTarget {
+    Default,
+    Explicit {
+        #[serde(rename = "connectionSlug")]
+        connection_slug: String,
+        model: String,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionMode {
+    /// Read-only tools only; writes and commands are refused.
+    Explore,
+    /// Writes and commands need a `permission` interaction.
+    Ask,
+    /// No prompts (paths outside the roots still need a `sandbox_boundary` approval).
+    Bypass,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CollaborationMode {
+    Agent,
+    Plan,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Configuration {
+    pub model_target: ModelTarget,
+    /// `null` = the model's default.
+    pub thinking_level: Option<String>,
+    pub permission_mode: PermissionMode,
+    pub collaboration_mode: CollaborationMode,
+}
+
+impl Default for Configuration {
+    fn default() -> Self {
+        Configuration {
+            model_target: ModelTarget::Default,
+            thinking_level: None,
+            permission_mode: PermissionMode::Ask,
+            collaboration_mode: CollaborationMode::Agent,
+        }
+    }
+}
+
+/// A patch of [`Configuration`]: absent fields are unchanged.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigurationPatch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_target: Option<ModelTarget>,
+    /// `Some(None)` sets the level back to the model default.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "double_option"
+    )]
+    pub thinking_level: Option<Option<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission_mode: Option<PermissionMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collaboration_mode: Option<CollaborationMode>,
+}
+
+mod double_option {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<Option<String>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(inner) => inner.serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Option<String>>, D::Error> {
+        Option::<String>::deserialize(d).map(Some)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Workspace {
+    HostPath { path: String },
+}
+
+impl Workspace {
+    pub fn path(&self) -> &str {
+        match self {
+            Workspace::HostPath { path } => path,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpServerConfig {
+    pub name: String,
+    #[serde(flatten)]
+    pub transport: Value,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionStatus {
+    Idle,
+    Running,
+    WaitingForUser,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    pub id: String,
+    /// CAS token for metadata, configuration and lifecycle; starts at 1.
+    pub revision: u64,
+    pub workspace: Workspace,
+    #[serde(default)]
+    pub additional_directories: Vec<String>,
+    pub name: Option<String>,
+    #[serde(default)]
+    pub labels: Vec<String>,
+    pub is_archived: bool,
+    pub created_at: u64,
+    pub last_used_at: u64,
+    pub configuration: Configuration,
+    pub status: SessionStatus,
+    pub active_turn_id: Option<String>,
+    #[serde(default)]
+    pub mcp_servers: Vec<Value>,
+    /// Turns admitted so far: a session with none has no conversation (not listed by ACP).
+    #[serde(default)]
+    pub turn_count: u64,
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// IDs are `^[A-Za-z0-9_-]{1,128}$`.
+pub fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn frames_round_trip_and_unknown_kinds_are_tolerated() {
+        let f = Frame {
+            seq: Some(3),
+            session_id: Some("s".into()),
+            ts: 1,
+            body: FrameBody::TextDelta {
+                turn_id: "t".into(),
+                message_id: "m".into(),
+                start_offset: 0,
+                text: "hi".into(),
+                complete: false,
+            },
+        };
+        let line = serde_json::to_string(&f).unwrap();
+        assert_eq!(
+            line,
+            r#"{"seq":3,"sessionId":"s","ts":1,"kind":"text_delta","turnId":"t","messageId":"m","startOffset":0,"text":"hi"}"#
+        );
+        assert_eq!(serde_json::from_str::<Frame>(&line).unwrap(), f);
+        let future: Frame =
+            serde_json::from_value(json!({"seq": 4, "ts": 0, "kind": "hologram", "x": 1})).unwrap();
+        assert_eq!(future.body, FrameBody::Unknown);
+    }
+
+    #[test]
+    fn configuration_patch_distinguishes_null_from_absent() {
+        let p: ConfigurationPatch = serde_json::from_value(json!({"thinkingLevel": null})).unwrap();
+        assert_eq!(p.thinking_level, Some(None));
+        let p: ConfigurationPatch = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(p.thinking_level, None);
+        assert!(serde_json::from_value::<ConfigurationPatch>(json!({"bogus": 1})).is_err());
+    }
+}

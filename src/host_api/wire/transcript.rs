@@ -1,0 +1,98 @@
+//! The durable transcript: one [`TranscriptItem`] per line of `transcript.jsonl`.
+
+use super::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TranscriptItem {
+    pub message_seq: u64,
+    pub ts: u64,
+    pub turn_id: String,
+    #[serde(flatten)]
+    pub body: TranscriptBody,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[allow(clippy::large_enum_variant)] // plain data, written and read once per item
+pub enum TranscriptBody {
+    #[serde(rename_all = "camelCase")]
+    User {
+        message_id: String,
+        content: MessageContent,
+    },
+    #[serde(rename_all = "camelCase")]
+    Assistant {
+        message_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        thinking: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolCall {
+        /// Minted by the host, unique within the session (what clients see).
+        tool_call_id: String,
+        tool_name: String,
+        title: String,
+        activity_kind: String,
+        args: Value,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        locations: Vec<Location>,
+        /// The id the model gave the call: only used to show the model its own history.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        provider_call_id: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    ToolResult {
+        tool_call_id: String,
+        status: ToolStatus,
+        result: ToolResultContent,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        truncated: bool,
+        /// The tool passed its gate and ran (live: a `tool_running` frame before the result).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        ran: bool,
+    },
+    /// Something the person is told that is not part of the model's conversation (an MCP
+    /// server that did not start): replayed as agent text, never sent to the model.
+    #[serde(rename_all = "camelCase")]
+    Notice {
+        message_id: String,
+        text: String,
+    },
+    Interaction {
+        interaction: Interaction,
+    },
+    #[serde(rename_all = "camelCase")]
+    Plan {
+        entries: Vec<PlanEntry>,
+    },
+    /// Turn lifecycle: `running` when admitted, then one terminal record.
+    #[serde(rename_all = "camelCase")]
+    TurnState {
+        run_id: String,
+        status: TurnStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure_class: Option<FailureClass>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure_message: Option<String>,
+        /// For a resumed run: the interrupted run it continues.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        resumed_from_run_id: Option<String>,
+    },
+    /// A summary replacing older context (`/compact`).
+    Summary {
+        text: String,
+    },
+    /// An item of a kind this build does not know (written by a newer host): kept in the file
+    /// as it is, skipped by replay and by the model's context.
+    #[serde(other)]
+    Unknown,
+}

@@ -1,0 +1,257 @@
+//! Messages, turns, interactions (permissions, questions, sandbox boundaries).
+
+use super::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MessageContent {
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+}
+
+/// Inline prompt attachment (bounded by the request body limit).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    /// `image`, `text` or `blob`.
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uri: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// Text content for `text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Base64 data for `image` and `blob`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_base64: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnOutcome {
+    Completed,
+    Cancelled,
+    Failed,
+    MaxTokens,
+    Refused,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnStatus {
+    Running,
+    WaitingForUser,
+    Completed,
+    Cancelled,
+    Failed,
+    MaxTokens,
+    Refused,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSnapshot {
+    pub session_id: String,
+    pub turn_id: String,
+    pub run_id: String,
+    /// `prompt` or `resume`.
+    pub origin: String,
+    pub status: TurnStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<FailureClass>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_details: Option<Value>,
+    pub started_at: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_at: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QuestionOption {
+    pub label: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Question {
+    pub question: String,
+    #[serde(default)]
+    pub options: Vec<QuestionOption>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum InteractionRequest {
+    #[serde(rename_all = "camelCase")]
+    Permission {
+        tool_call_id: String,
+        tool_name: String,
+        title: String,
+        review: Review,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        args: Option<Value>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        locations: Vec<Location>,
+        /// A preview of the change for edits and writes.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        diff: Option<FileDiff>,
+        remember_for_turn_allowed: bool,
+    },
+    #[serde(rename_all = "camelCase")]
+    Question {
+        tool_call_id: String,
+        questions: Vec<Question>,
+    },
+    #[serde(rename_all = "camelCase")]
+    SandboxBoundary {
+        tool_call_id: String,
+        paths: Vec<BoundaryPath>,
+        justification: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BoundaryPath {
+    pub path: String,
+    /// `read` or `write`.
+    pub access: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum InteractionAnswer {
+    #[serde(rename_all = "camelCase")]
+    Permission {
+        decision: Decision,
+        #[serde(default)]
+        remember_for_turn: bool,
+    },
+    Question {
+        answers: Vec<Option<String>>,
+        /// The client cannot show questions at all: nothing was chosen, the model must ask in
+        /// its reply instead.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unsupported: bool,
+    },
+    SandboxBoundary {
+        decision: Decision,
+    },
+}
+
+/// What a permission is asked for: the kind of action (ask mode asks once per kind; the user
+/// may allow a kind for the rest of the turn).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Review {
+    Command,
+    Edit,
+    Write,
+    /// An MCP server's tool.
+    Tool,
+    /// Plan mode: approving the plan.
+    Plan,
+}
+
+/// Why a turn failed, as a class clients can switch on (the message says it in words).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureClass {
+    /// The provider answered with an error, or a stream that broke or made no sense.
+    ProviderError,
+    /// The provider refused the credentials (HTTP 401/403).
+    ProviderAuth,
+    /// The provider sent nothing for the idle timeout.
+    ProviderTimeout,
+    /// The provider could not be reached, or asked to wait too long.
+    ProviderUnavailable,
+    /// No provider (or model) is configured for the session.
+    CapabilityUnavailable,
+    /// The host stopped while the turn ran.
+    Crash,
+    /// Anything else.
+    RuntimeError,
+    /// A class this build does not know (a newer host).
+    #[serde(other)]
+    Other,
+}
+
+/// How a tool call ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    Completed,
+    Failed,
+    /// The turn was stopped while it waited or ran.
+    Cancelled,
+}
+
+impl ToolStatus {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ToolStatus::Completed => "completed",
+            ToolStatus::Failed => "failed",
+            ToolStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Why an event-stream window ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamEndReason {
+    /// `waitMs` passed: open the next window.
+    WindowElapsed,
+    /// `untilTerminal`: the followed turn ended.
+    TurnTerminal,
+    /// The reader fell behind the ring: re-open from a snapshot.
+    ResyncRequired,
+    /// The host is shutting down.
+    HostDraining,
+    /// The session was removed: nothing more will come.
+    SessionRemoved,
+    /// A reason this build does not know (a newer host): treated like `window_elapsed`.
+    #[serde(other)]
+    Other,
+}
+
+/// The user's answer to a permission or a boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Allow,
+    Deny,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum InteractionOutcome {
+    /// The answer that resolved it.
+    Answer { answer: InteractionAnswer },
+    /// Closed without an answer: `turn_stopped`, `turn_terminal` or `host_restarted`.
+    Closure { reason: String },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Interaction {
+    pub interaction_id: String,
+    pub session_id: String,
+    pub turn_id: String,
+    /// `pending`, `answered` or `closed`.
+    pub status: String,
+    pub request: InteractionRequest,
+    pub outcome: Option<InteractionOutcome>,
+}
