@@ -35,7 +35,7 @@ HOST OPTIONS (maka-acp host):
 ";
 
 #[derive(Debug, PartialEq)]
-pub enum Command {
+pub(crate) enum Command {
     Agent {
         config: AdapterConfig,
         log_level: Option<String>,
@@ -48,7 +48,7 @@ pub enum Command {
 }
 
 #[derive(Debug, PartialEq)]
-pub struct HostArgs {
+pub(crate) struct HostArgs {
     pub listen: std::net::SocketAddr,
     pub data_dir: Option<PathBuf>,
     pub log_level: Option<String>,
@@ -74,7 +74,7 @@ impl PartialEq for AdapterConfig {
 
 /// The environment the CLI reads — once, here — passed in so parsing is testable.
 #[derive(Default)]
-pub struct Env {
+pub(crate) struct Env {
     pub host_url: Option<String>,
     pub host_token: Option<String>,
     pub data_dir: Option<String>,
@@ -95,7 +95,7 @@ impl Env {
 
 const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
 
-pub fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Command, String> {
+pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Command, String> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
     let mut host_url = env.host_url;

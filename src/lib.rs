@@ -6,13 +6,13 @@
 pub mod acp;
 pub mod cli;
 #[cfg(feature = "host")]
-pub mod config;
+pub(crate) mod config;
 #[cfg(feature = "host")]
-pub mod demo;
+pub(crate) mod demo;
 #[cfg(feature = "host")]
 pub mod host;
 pub mod host_api;
 pub mod jsonrpc;
 #[cfg(feature = "host")]
-pub mod login;
+pub(crate) mod login;
 pub mod settings;

@@ -134,6 +134,7 @@ pub fn required(embedded: bool) -> ResponseError {
 }
 
 /// Makes a running host re-read its providers (after a login or logout).
+#[cfg(feature = "host")]
 pub fn reload_host(link: &HostLink) {
     if let Some(conn) = link.current() {
         if let Err(e) = conn.client.call::<ModelsReload>(&Empty {}) {

@@ -7,17 +7,17 @@
 //! stops answering is forgotten ([`HostLink::lost`]) and the next call starts a new one.
 
 use super::agent::AdapterConfig;
-use crate::host_api::client::HostClient;
+use crate::host_api::client::{HostApi, HostClient};
 #[cfg(feature = "host")]
 use crate::host_api::random_hex;
-use crate::jsonrpc::{code, ResponseError};
+use crate::jsonrpc::{code, lock, ResponseError};
 use serde_json::json;
 #[cfg(feature = "host")]
 use std::io::BufRead;
 use std::process::Child;
 #[cfg(feature = "host")]
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 #[cfg(feature = "host")]
@@ -38,7 +38,7 @@ fn discover(data_dir: &std::path::Path, stream_timeout: Duration) -> Option<Live
     } else {
         format!("{ip}:{port}")
     };
-    let client = Arc::new(HostClient::new(
+    let client: Arc<dyn HostApi> = Arc::new(HostClient::new(
         &format!("http://{authority}"),
         token,
         stream_timeout,
@@ -73,7 +73,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Clone)]
 pub struct Connected {
-    pub client: Arc<HostClient>,
+    pub client: Arc<dyn HostApi>,
     pub epoch: String,
 }
 
@@ -88,6 +88,10 @@ struct Live {
 pub struct HostLink {
     config: AdapterConfig,
     live: Mutex<Option<Live>>,
+    /// One thread starts (or connects to) the host at a time, without holding `live` across
+    /// the process start and the HTTP calls; the others wait here.
+    starting: Mutex<bool>,
+    started: Condvar,
 }
 
 fn unavailable(msg: impl Into<String>) -> ResponseError {
@@ -100,7 +104,27 @@ impl HostLink {
         HostLink {
             config,
             live: Mutex::new(None),
+            starting: Mutex::new(false),
+            started: Condvar::new(),
         }
+    }
+
+    /// A link already connected to `client` (in-process tests with a fake host).
+    #[cfg(test)]
+    pub fn connected(client: Arc<dyn HostApi>, epoch: &str) -> HostLink {
+        let link = HostLink::new(AdapterConfig {
+            host_url: Some("http://fake".into()),
+            ..AdapterConfig::default()
+        });
+        *link.lock() = Some(Live {
+            connected: Connected {
+                client,
+                epoch: epoch.into(),
+            },
+            child: None,
+            _attach: None,
+        });
+        link
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Live>> {
@@ -119,30 +143,54 @@ impl HostLink {
 
     /// The current host, starting (or restarting) it if needed.
     pub fn get(&self) -> Result<Connected, ResponseError> {
-        let mut live = self.lock();
-        if let Some(l) = live.as_mut() {
-            let exited = l
-                .child
-                .as_mut()
-                .is_some_and(|c| !matches!(c.try_wait(), Ok(None)));
-            if !exited {
-                return Ok(l.connected.clone());
+        let mut starting = lock(&self.starting);
+        loop {
+            if let Some(c) = self.running() {
+                return Ok(c);
             }
-            log::warn!("the embedded Runtime Host exited; starting a new one");
-            *live = None;
+            if !*starting {
+                break;
+            }
+            starting = self
+                .started
+                .wait(starting)
+                .unwrap_or_else(|p| p.into_inner());
         }
-        let started = match &self.config.host_url {
-            Some(url) => self.connect_external(url)?,
-            None => self.start_embedded()?,
+        *starting = true;
+        drop(starting);
+        let result = match &self.config.host_url {
+            Some(url) => self.connect_external(url),
+            None => self.start_embedded(),
         };
-        let connected = started.connected.clone();
-        *live = Some(started);
-        Ok(connected)
+        let outcome = result.map(|started| {
+            let connected = started.connected.clone();
+            *self.lock() = Some(started);
+            connected
+        });
+        *lock(&self.starting) = false;
+        self.started.notify_all();
+        outcome
+    }
+
+    /// The connected host, unless it is an embedded one that has exited (then forgotten).
+    fn running(&self) -> Option<Connected> {
+        let mut live = self.lock();
+        let l = live.as_mut()?;
+        let exited = l
+            .child
+            .as_mut()
+            .is_some_and(|c| !matches!(c.try_wait(), Ok(None)));
+        if !exited {
+            return Some(l.connected.clone());
+        }
+        log::warn!("the embedded Runtime Host exited; starting a new one");
+        *live = None;
+        None
     }
 
     fn connect_external(&self, url: &str) -> Result<Live, ResponseError> {
         let token = self.config.host_token.clone().unwrap_or_default();
-        let client = Arc::new(HostClient::new(
+        let client: Arc<dyn HostApi> = Arc::new(HostClient::new(
             url,
             &token,
             self.config.tunables.host_stream_timeout,
@@ -276,7 +324,7 @@ impl HostLink {
                 line.trim()
             ))));
         };
-        let client = Arc::new(HostClient::new(
+        let client: Arc<dyn HostApi> = Arc::new(HostClient::new(
             &format!("http://127.0.0.1:{port}"),
             &token,
             self.config.tunables.host_stream_timeout,

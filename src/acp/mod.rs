@@ -1,23 +1,26 @@
 //! The ACP v1 agent: the dispatch table and everything a method needs.
 
-pub mod agent;
-pub mod auth;
-pub mod client_call;
-pub mod config_options;
-pub mod errors;
-pub mod host_link;
-pub mod initialize;
-pub mod interaction;
-pub mod params;
-pub mod projection;
-pub mod prompt;
+pub(crate) mod agent;
+pub(crate) mod auth;
+pub(crate) mod client_call;
+pub(crate) mod config_options;
+pub(crate) mod errors;
+pub(crate) mod host_link;
+pub(crate) mod initialize;
+pub(crate) mod interaction;
+pub(crate) mod params;
+pub(crate) mod projection;
+pub(crate) mod prompt;
 mod reader;
-pub mod requests;
-pub mod session;
+pub(crate) mod requests;
+pub(crate) mod session;
 mod sessions;
 mod settings;
 mod turns;
-pub mod types;
+pub(crate) mod types;
 mod workers;
+
+#[cfg(test)]
+mod tests;
 
 pub use agent::{serve, AdapterConfig};

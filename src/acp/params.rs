@@ -88,16 +88,6 @@ impl<'a> Params<'a> {
             .ok_or_else(|| self.wrong_type(field, "an integer from 0 to 65535", v))
     }
 
-    pub fn optional_u64(&self, field: &str) -> ParamResult<Option<u64>> {
-        match self.get(field) {
-            None => Ok(None),
-            Some(v) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| self.wrong_type(field, "a non-negative integer", v)),
-        }
-    }
-
     /// A nested object; `path` must outlive it, so callers pass the dotted path in.
     pub fn optional_object(&self, field: &str, path: &'a str) -> ParamResult<Option<Params<'a>>> {
         match self.get(field) {

@@ -247,7 +247,7 @@ fn catch_up(
     open: &OpenSnapshot,
 ) -> Result<(), ClientError> {
     let through = open.transcript.through_message_seq;
-    session.replay_transcript(shared, &conn.client, session.through(), through, &|| false)?;
+    session.replay_transcript(shared, &*conn.client, session.through(), through, &|| false)?;
     session.show_in_flight(shared, open);
     start_pending(session, shared, conn, open);
     Ok(())

@@ -19,7 +19,7 @@ use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
 use super::projection::{self, Projector};
 use super::types::{ConfigOption, PromptResponse, SessionUpdate, StopReason};
-use crate::host_api::client::{ClientError, EventStream, HostClient};
+use crate::host_api::client::{ClientError, EventStream, HostApi};
 use crate::host_api::ops::{self, OpenSnapshot};
 use crate::host_api::wire::{Configuration, ErrorCode, FrameBody, PermissionMode};
 use crate::jsonrpc::{lock, ClientCalls, Outbox, RequestId, Responder, ResponseError};
@@ -91,7 +91,6 @@ struct SessionState {
 
 pub struct AcpSession {
     pub id: String,
-    pub cwd: String,
     state: Mutex<SessionState>,
     view: Mutex<Projector>,
     prompt_done: Condvar,
@@ -110,10 +109,9 @@ pub enum ReaderStep {
 impl AcpSession {
     /// `display_terminal`: the client shows command output through Zed's `_meta.terminal_*`
     /// convention (it set `_meta.terminal_output` and has no real terminals).
-    pub fn new(id: &str, cwd: &str, display_terminal: bool) -> Arc<AcpSession> {
+    pub fn new(id: &str, display_terminal: bool) -> Arc<AcpSession> {
         Arc::new(AcpSession {
             id: id.to_string(),
-            cwd: cwd.to_string(),
             state: Mutex::new(SessionState::default()),
             view: Mutex::new(Projector::new(display_terminal)),
             prompt_done: Condvar::new(),
@@ -544,7 +542,7 @@ impl AcpSession {
     pub fn replay_transcript(
         &self,
         shared: &Shared,
-        client: &HostClient,
+        client: &dyn HostApi,
         after: u64,
         through: u64,
         stop: &dyn Fn() -> bool,

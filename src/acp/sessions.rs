@@ -52,7 +52,7 @@ fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), R
         },
     )?;
     ctx.register_services(&conn, &id)?;
-    let session = AcpSession::new(&id, &p.cwd, ctx.display_terminal());
+    let session = AcpSession::new(&id, ctx.display_terminal());
     let mut result = attach_config(ctx, &session, &record, models.as_ref());
     result.session_id = Some(id.clone());
     lock(&ctx.sessions).insert(id, Arc::clone(&session));
@@ -183,7 +183,7 @@ fn attach(
     };
     let open = ctx.call::<ops::SessionOpen>(&conn, &open_input)?;
     ctx.register_services(&conn, &id)?;
-    let session = AcpSession::new(&id, &p.cwd, ctx.display_terminal());
+    let session = AcpSession::new(&id, ctx.display_terminal());
     let models = ctx.call::<ops::ModelsList>(&conn, &ops::Empty {})?;
     let result = attach_config(ctx, &session, &record, Some(&models));
     let active_turn = open.active_turn.as_ref().map(|t| t.turn_id.clone());
@@ -195,7 +195,7 @@ fn attach(
         // A `$/cancel_request` for this load has already been answered; stop working.
         let cancel = responder.cancel_flag();
         let done = session
-            .replay_transcript(&ctx.shared, &conn.client, 0, through, &|| {
+            .replay_transcript(&ctx.shared, &*conn.client, 0, through, &|| {
                 cancel.is_cancelled()
             })
             .map_err(|e| ctx.host_error(&conn, &e))?;

@@ -386,10 +386,10 @@ pub struct PermissionOption {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionOptionKind {
+    // `allow_always` / `reject_always` mean a remembered choice, which this agent does not
+    // offer (see `interaction.rs`).
     AllowOnce,
-    AllowAlways,
     RejectOnce,
-    RejectAlways,
 }
 
 /// `{}`: the result of methods that return nothing.

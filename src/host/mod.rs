@@ -2,19 +2,19 @@
 //! sessions, an agent loop with real tools, and model providers. See
 //! `docs/runtime-host-protocol.md`.
 
-pub mod commands;
-pub mod http;
-pub mod mcp;
-pub mod models;
+pub(crate) mod commands;
+pub(crate) mod http;
+pub(crate) mod mcp;
+pub(crate) mod models;
 pub mod ops;
-pub mod owner;
-pub mod reaper;
-pub mod server;
-pub mod session;
+pub(crate) mod owner;
+pub(crate) mod reaper;
+pub(crate) mod server;
+pub(crate) mod session;
 mod sse;
-pub mod store;
-pub mod tools;
-pub mod turn;
+pub(crate) mod store;
+pub(crate) mod tools;
+pub(crate) mod turn;
 
 pub use crate::host_api::random_hex;
 use crate::host_api::wire::HostError;
@@ -124,6 +124,11 @@ impl Host {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Every session's cell, taken out of the global lock (lock the cells after this returns).
+    pub fn cells(&self) -> Vec<Arc<SessionCell>> {
+        self.sessions_lock().values().cloned().collect()
+    }
+
     pub fn cell(&self, id: &str) -> Result<Arc<SessionCell>, HostError> {
         self.sessions_lock()
             .get(id)
@@ -179,7 +184,7 @@ impl Host {
     }
 
     fn wake_all_streams(&self) {
-        for cell in self.sessions_lock().values() {
+        for cell in self.cells() {
             cell.wake();
         }
     }
@@ -222,7 +227,7 @@ impl Host {
                         "stopping {} turn(s) still running after the drain period",
                         host.active_turns()
                     );
-                    for cell in host.sessions_lock().values() {
+                    for cell in host.cells() {
                         if let Some(a) = &cell.lock().active {
                             a.cancel.cancel();
                         }

@@ -74,6 +74,14 @@ pub struct EventStream {
 }
 
 impl EventStream {
+    /// A stream over any reader of frame lines (a fake host's, in tests).
+    pub fn from_reader(reader: Box<dyn BufRead + Send>) -> EventStream {
+        EventStream {
+            reader,
+            line: String::new(),
+        }
+    }
+
     /// The next line (data frame, heartbeat or stream_end), or None at EOF.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, ClientError> {
         loop {
@@ -160,45 +168,8 @@ impl HostClient {
         }
     }
 
-    /// Runs the operation `O`: its input encoded, its output decoded. An output that does not
-    /// match `O::Output` is a `Protocol` error (that one call fails; the host is fine).
-    pub fn call<O: Operation>(&self, input: &O::Input) -> Result<O::Output, ClientError> {
-        let body = serde_json::to_string(input)
-            .map_err(|e| ClientError::Protocol(format!("cannot encode {}: {e}", O::KEY)))?;
-        let (status, text) = self.post(O::KEY, body)?;
-        match serde_json::from_str::<Reply<O::Output>>(&text) {
-            Ok(Reply {
-                ok: true,
-                result: Some(out),
-                ..
-            }) => Ok(out),
-            // `{"ok":true}` for an output with no fields.
-            Ok(Reply { ok: true, .. }) => serde_json::from_str("{}").map_err(|_| {
-                ClientError::Protocol(format!("the host answered {} without a result", O::KEY))
-            }),
-            Ok(Reply { error: Some(e), .. }) => Err(ClientError::Host(e)),
-            Ok(Reply { .. }) => Err(ClientError::Host(HostError::internal(format!(
-                "{} failed with HTTP {status}",
-                O::KEY
-            )))),
-            Err(e) => match serde_json::from_str::<Envelope>(&text) {
-                Ok(Envelope {
-                    error: Some(err), ..
-                }) => Err(ClientError::Host(err)),
-                Ok(_) => Err(ClientError::Protocol(format!(
-                    "the {} reply does not match the protocol: {e}",
-                    O::KEY
-                ))),
-                Err(_) => Err(ClientError::Protocol(format!(
-                    "the host answered {} with HTTP {status} and no envelope",
-                    O::KEY
-                ))),
-            },
-        }
-    }
-
     /// POSTs one operation; the status and the body (bounded).
-    fn post(&self, key: &str, body: String) -> Result<(u16, String), ClientError> {
+    fn post_op(&self, key: &str, body: String) -> Result<(u16, String), ClientError> {
         let resp = self
             .ops
             .post(&format!("{}/v1/op/{key}", self.base))
@@ -223,7 +194,7 @@ impl HostClient {
 
     /// Opens one window of `sessionId`'s stream after `after`. `until_terminal`: the host ends
     /// the window right after the next `turn_terminal` frame (a reader following one turn).
-    pub fn events(
+    fn open_events(
         &self,
         session_id: &str,
         after: u64,
@@ -270,12 +241,84 @@ impl HostClient {
 
     /// Whether the host answers at all (`GET /v1/health`, 5 s): tells a dead host from a stream
     /// that broke or stalled because this side stopped reading.
-    pub fn is_alive(&self) -> bool {
+    fn probe(&self) -> bool {
         self.probe
             .get(&format!("{}/v1/health", self.base))
             .header("Authorization", format!("Bearer {}", self.token))
             .call()
             .is_ok_and(|r| r.status().as_u16() == 200)
+    }
+
+    /// Asks the host to drain and exit.
+    fn post_shutdown(&self, drain_ms: u64) -> Result<(), ClientError> {
+        self.ops
+            .post(&format!("{}/v1/shutdown", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .send(json!({"drainMs": drain_ms}).to_string().as_str())
+            .map(|_| ())
+            .map_err(|e| ClientError::Transport(e.to_string()))
+    }
+}
+
+/// The Runtime Host as the adapter uses it: [`HostClient`] (HTTP) in the program, a scripted
+/// fake in in-process tests (`host_api::fake`). Operations are typed on top of it
+/// ([`HostApi::call`](trait.HostApi.html#method.call) on `dyn HostApi`).
+pub trait HostApi: Send + Sync {
+    /// POSTs operation `key` with its JSON input; the HTTP status and the reply body.
+    fn post(&self, key: &str, body: String) -> Result<(u16, String), ClientError>;
+    /// Opens one window of `session_id`'s stream after `after`. `until_terminal`: the window
+    /// ends right after the next `turn_terminal` frame (a reader following one turn).
+    fn events(
+        &self,
+        session_id: &str,
+        after: u64,
+        epoch: &str,
+        wait_ms: u64,
+        until_terminal: bool,
+    ) -> Result<EventStream, ClientError>;
+    /// Whether the host answers at all: tells a dead host from a stream that broke or stalled
+    /// because this side stopped reading.
+    fn is_alive(&self) -> bool;
+    /// Asks the host to drain and exit.
+    fn shutdown(&self, drain_ms: u64) -> Result<(), ClientError>;
+}
+
+impl dyn HostApi + '_ {
+    /// Runs the operation `O`: its input encoded, its output decoded. An output that does not
+    /// match `O::Output` is a `Protocol` error (that one call fails; the host is fine).
+    pub fn call<O: Operation>(&self, input: &O::Input) -> Result<O::Output, ClientError> {
+        let body = serde_json::to_string(input)
+            .map_err(|e| ClientError::Protocol(format!("cannot encode {}: {e}", O::KEY)))?;
+        let (status, text) = self.post(O::KEY, body)?;
+        match serde_json::from_str::<Reply<O::Output>>(&text) {
+            Ok(Reply {
+                ok: true,
+                result: Some(out),
+                ..
+            }) => Ok(out),
+            // `{"ok":true}` for an output with no fields.
+            Ok(Reply { ok: true, .. }) => serde_json::from_str("{}").map_err(|_| {
+                ClientError::Protocol(format!("the host answered {} without a result", O::KEY))
+            }),
+            Ok(Reply { error: Some(e), .. }) => Err(ClientError::Host(e)),
+            Ok(Reply { .. }) => Err(ClientError::Host(HostError::internal(format!(
+                "{} failed with HTTP {status}",
+                O::KEY
+            )))),
+            Err(e) => match serde_json::from_str::<Envelope>(&text) {
+                Ok(Envelope {
+                    error: Some(err), ..
+                }) => Err(ClientError::Host(err)),
+                Ok(_) => Err(ClientError::Protocol(format!(
+                    "the {} reply does not match the protocol: {e}",
+                    O::KEY
+                ))),
+                Err(_) => Err(ClientError::Protocol(format!(
+                    "the host answered {} with HTTP {status} and no envelope",
+                    O::KEY
+                ))),
+            },
+        }
     }
 
     pub fn hello(&self) -> Result<HelloOutput, ClientError> {
@@ -285,14 +328,29 @@ impl HostClient {
             features: vec!["client_calls".into()],
         })
     }
+}
 
-    /// Asks the host to drain and exit.
-    pub fn shutdown(&self, drain_ms: u64) -> Result<(), ClientError> {
-        self.ops
-            .post(&format!("{}/v1/shutdown", self.base))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .send(json!({"drainMs": drain_ms}).to_string().as_str())
-            .map(|_| ())
-            .map_err(|e| ClientError::Transport(e.to_string()))
+impl HostApi for HostClient {
+    fn post(&self, key: &str, body: String) -> Result<(u16, String), ClientError> {
+        self.post_op(key, body)
+    }
+
+    fn events(
+        &self,
+        session_id: &str,
+        after: u64,
+        epoch: &str,
+        wait_ms: u64,
+        until_terminal: bool,
+    ) -> Result<EventStream, ClientError> {
+        self.open_events(session_id, after, epoch, wait_ms, until_terminal)
+    }
+
+    fn is_alive(&self) -> bool {
+        self.probe()
+    }
+
+    fn shutdown(&self, drain_ms: u64) -> Result<(), ClientError> {
+        self.post_shutdown(drain_ms)
     }
 }

@@ -2,6 +2,8 @@
 //! adapter's client.
 
 pub mod client;
+#[cfg(test)]
+pub mod fake;
 pub mod ops;
 pub mod wire;
 

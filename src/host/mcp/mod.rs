@@ -9,7 +9,7 @@
 
 mod server;
 
-pub use server::{McpServer, McpTool, CALL_TIMEOUT};
+pub use server::{McpServer, McpTool};
 
 use serde_json::Value;
 use std::sync::{Arc, Condvar, Mutex};

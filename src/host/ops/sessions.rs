@@ -156,9 +156,11 @@ pub(super) fn list(host: &Host, input: ListInput) -> Result<SessionPage, HostErr
                 .ok_or_else(|| HostError::invalid("`cursor` is not a cursor this host issued"))?,
         ),
     };
-    let mut rows: Vec<Session> = host
-        .sessions_lock()
-        .values()
+    // The cells are read after the global lock is released: a cell's lock may be held across
+    // an fsync, and nothing else should wait for that.
+    let cells = host.cells();
+    let mut rows: Vec<Session> = cells
+        .iter()
         .map(|c| c.lock().session.clone())
         .filter(|s| input.filter.include_archived || !s.is_archived)
         .filter(|s| !input.filter.non_empty || s.turn_count > 0)

@@ -10,7 +10,7 @@ mod gate;
 mod history;
 mod stream;
 
-pub use history::{build_messages, result_for_model};
+pub use history::build_messages;
 
 use super::models::{self, Finish, ModelEvent, ModelRequest};
 use super::session::{ActiveStream, CancelToken, InteractionSlot, SessionCell};

@@ -1,0 +1,223 @@
+//! In-process tests of the adapter's logic against a scripted host ([`FakeHost`]): no process,
+//! no socket, no timeout to wait out. What only real processes can show (pipes, restarts,
+//! schema validation of every line) stays in `tests/`.
+
+use super::agent::Ctx;
+use super::host_link::HostLink;
+use super::session::{AcpSession, Shared};
+use crate::host_api::client::HostApi;
+use crate::host_api::fake::FakeHost;
+use crate::host_api::ops;
+use crate::host_api::wire::{
+    Configuration, Frame, FrameBody, MessageContent, Session, SessionStatus, TurnOutcome,
+    TurnSnapshot, TurnStatus, Workspace,
+};
+use crate::jsonrpc::incoming::IncomingRequests;
+use crate::jsonrpc::transport::{test_outbox, TestLines};
+use crate::jsonrpc::{ClientCalls, RequestId};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn frame(seq: u64, body: FrameBody) -> Frame {
+    Frame {
+        seq: Some(seq),
+        session_id: Some("s".into()),
+        ts: 0,
+        body,
+    }
+}
+
+fn text(seq: u64, offset: u64, t: &str) -> Frame {
+    frame(
+        seq,
+        FrameBody::TextDelta {
+            turn_id: "t1".into(),
+            message_id: "m1".into(),
+            start_offset: offset,
+            text: t.into(),
+            complete: false,
+        },
+    )
+}
+
+fn record(revision: u64) -> Session {
+    Session {
+        id: "s".into(),
+        revision,
+        workspace: Workspace::HostPath { path: "/w".into() },
+        additional_directories: vec![],
+        name: None,
+        labels: vec![],
+        is_archived: false,
+        created_at: 0,
+        last_used_at: 0,
+        configuration: Configuration::default(),
+        status: SessionStatus::Running,
+        active_turn_id: Some("t1".into()),
+        mcp_servers: vec![],
+        turn_count: 1,
+    }
+}
+
+fn shared(host: Arc<FakeHost>) -> (Arc<Shared>, TestLines) {
+    let (outbox, lines) = test_outbox();
+    let client: Arc<dyn HostApi> = host;
+    let shared = Arc::new(Shared {
+        calls: Arc::new(ClientCalls::new(outbox.clone())),
+        outbox,
+        link: Arc::new(HostLink::connected(client, "e1")),
+        caps: Default::default(),
+    });
+    (shared, lines)
+}
+
+/// Lines written until `done` says stop (bounded: 5 s).
+fn lines_until(lines: &TestLines, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut out = vec![];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        for l in lines.try_iter() {
+            let v: Value = serde_json::from_str(&l).unwrap();
+            let stop = done(&v);
+            out.push(v);
+            if stop {
+                return out;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    panic!("gave up waiting; got {out:?}");
+}
+
+#[test]
+fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_response_comes_last() {
+    let host = Arc::new(FakeHost::new(|key, _| match key {
+        "session.open" => Ok(crate::acp::types::to_json(&ops::OpenSnapshot {
+            host_epoch: "e1".into(),
+            seq: 4,
+            session: record(2),
+            active_turn: Some(TurnSnapshot {
+                session_id: "s".into(),
+                turn_id: "t1".into(),
+                run_id: "r".into(),
+                origin: "prompt".into(),
+                status: TurnStatus::Running,
+                reason: None,
+                failure_class: None,
+                failure_message: None,
+                failure_details: None,
+                started_at: 0,
+                ended_at: None,
+            }),
+            // Frames 3 and 4 were lost; the snapshot has the text they carried.
+            active_streams: vec![ops::ActiveStreamView {
+                kind: "text".into(),
+                turn_id: "t1".into(),
+                message_id: "m1".into(),
+                text: "Hello".into(),
+            }],
+            active_tools: vec![],
+            pending_interactions: vec![],
+            pending_client_calls: vec![],
+            usage: json!({}),
+            transcript: ops::TranscriptPosition {
+                through_message_seq: 0,
+            },
+        })),
+        other => panic!("unexpected operation {other}"),
+    }));
+    host.window(vec![
+        frame(
+            1,
+            FrameBody::TurnStarted {
+                turn_id: "t1".into(),
+                run_id: "r".into(),
+                origin: "prompt".into(),
+                content: Some(MessageContent {
+                    text: "hi".into(),
+                    attachments: vec![],
+                }),
+                content_truncated: false,
+            },
+        ),
+        text(2, 0, "Hel"),
+        text(5, 5, " world"),
+    ]);
+    host.window(vec![
+        text(5, 5, " world"),
+        frame(
+            6,
+            FrameBody::TurnTerminal {
+                turn_id: "t1".into(),
+                run_id: "r".into(),
+                outcome: TurnOutcome::Completed,
+                reason: "end_turn".into(),
+                failure_class: None,
+                failure_message: None,
+                failure_details: None,
+            },
+        ),
+    ]);
+    let (shared, lines) = shared(Arc::clone(&host));
+    let session = AcpSession::new("s", false);
+    session.set_position(0, "e1", None);
+    let requests = IncomingRequests::new(shared.outbox.clone());
+    let responder = requests
+        .begin(RequestId::Int(7), "session/prompt")
+        .ok()
+        .unwrap();
+    assert!(session.begin_prompt("t1", responder).is_ok());
+    let conn = shared.link.current().unwrap();
+    session.ensure_reader(&shared, &conn, None);
+
+    let out = lines_until(&lines, |v| v["id"] == 7);
+    let shown: Vec<&str> = out
+        .iter()
+        .filter_map(|v| v["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(shown, ["Hel", "lo", " world"], "{out:?}");
+    assert!(
+        out.iter()
+            .all(|v| v["params"]["update"]["sessionUpdate"] != "user_message_chunk"),
+        "this connection's own prompt is not echoed"
+    );
+    let last = out.last().unwrap();
+    assert_eq!(last["result"]["stopReason"], "end_turn", "{last}");
+    assert_eq!(host.called(), ["session.open"]);
+}
+
+#[test]
+fn delete_gives_up_after_three_conflicting_writes_with_a_retryable_error() {
+    let host = Arc::new(FakeHost::new(|key, _| match key {
+        "session.get" => Ok(json!({"session": {
+            "id": "s", "revision": 3, "workspace": {"kind": "host_path", "path": "/w"},
+            "name": null, "isArchived": false, "createdAt": 0, "lastUsedAt": 0,
+            "configuration": Configuration::default(), "status": "idle", "activeTurnId": null,
+        }})),
+        "session.remove" => Ok(json!({"kind": "revision_conflict", "expected": 3, "actual": 4})),
+        other => panic!("unexpected operation {other}"),
+    }));
+    let (shared, _lines) = shared(Arc::clone(&host));
+    let ctx = Ctx {
+        shared,
+        sessions: Arc::default(),
+    };
+    let e = super::sessions::delete(&ctx, "s").unwrap_err();
+    let data = e.data.unwrap_or_default();
+    assert_eq!(
+        (data["makaCode"].as_str(), data["retryable"].as_bool()),
+        (Some("operation_conflict"), Some(true))
+    );
+    assert_eq!(
+        host.called(),
+        [
+            "session.get",
+            "session.remove",
+            "session.get",
+            "session.remove",
+            "session.get",
+            "session.remove"
+        ]
+    );
+}
