@@ -239,7 +239,7 @@ impl Agent {
         let methods = auth::methods(&params.capabilities, ready, self.link.is_embedded());
         let result = initialize::result(&params, methods);
         self.client = Some(params);
-        Ok(result)
+        Ok(super::types::to_json(&result))
     }
 
     /// The client left. Editor terminals are released first (the client may still read stdout

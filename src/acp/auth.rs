@@ -11,11 +11,12 @@
 use super::errors::MakaCode;
 use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
+use super::types::AuthMethod;
 #[cfg(feature = "host")]
 use crate::config::{ProviderSettings, PROVIDER_VARIABLES};
 use crate::host_api::ops::{Empty, ModelCatalog, ModelsList, ModelsReload};
 use crate::jsonrpc::ResponseError;
-use serde_json::{json, Value};
+use serde_json::json;
 
 pub const ENV_METHOD: &str = "env";
 pub const TERMINAL_METHOD: &str = "login";
@@ -81,37 +82,39 @@ pub fn check_host(
 
 /// The `authMethods` for `initialize`: empty when a provider is ready, and for a host this
 /// agent does not configure.
-pub fn methods(caps: &ClientCapabilities, ready: bool, embedded: bool) -> Value {
+pub fn methods(caps: &ClientCapabilities, ready: bool, embedded: bool) -> Vec<AuthMethod> {
     if ready || !embedded {
-        return json!([]);
+        return vec![];
     }
     local_methods(caps)
 }
 
 #[cfg(feature = "host")]
-fn local_methods(caps: &ClientCapabilities) -> Value {
-    let mut methods = vec![json!({
-        "id": ENV_METHOD,
-        "name": "Environment variables",
-        "description": format!(
+fn local_methods(caps: &ClientCapabilities) -> Vec<AuthMethod> {
+    let mut methods = vec![AuthMethod {
+        id: ENV_METHOD.into(),
+        name: "Environment variables".into(),
+        description: format!(
             "Set {PROVIDER_VARIABLES} (any OpenAI-compatible endpoint; the key only if it needs one) in the agent's environment, or MAKA_SCRIPT for the offline scripted provider, then restart the agent"
         ),
-    })];
+        kind: None,
+        args: None,
+    }];
     if caps.auth_terminal {
-        methods.push(json!({
-            "id": TERMINAL_METHOD,
-            "name": "Log in",
-            "description": "Run `maka-acp login` in a terminal: choose a provider, base URL, model and key; they are saved to the config file",
-            "type": "terminal",
-            "args": ["login"],
-        }));
+        methods.push(AuthMethod {
+            id: TERMINAL_METHOD.into(),
+            name: "Log in".into(),
+            description: "Run `maka-acp login` in a terminal: choose a provider, base URL, model and key; they are saved to the config file".into(),
+            kind: Some("terminal".into()),
+            args: Some(vec!["login".into()]),
+        });
     }
-    Value::Array(methods)
+    methods
 }
 
 #[cfg(not(feature = "host"))]
-fn local_methods(_: &ClientCapabilities) -> Value {
-    json!([])
+fn local_methods(_: &ClientCapabilities) -> Vec<AuthMethod> {
+    vec![]
 }
 
 /// `-32000`: for the embedded host, naming both ways to configure a provider; for another

@@ -314,9 +314,7 @@ impl HostLink {
                 ))));
             }
         };
-        let ready: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
-        let (Some(port), Some(epoch)) = (ready["port"].as_u64(), ready["hostEpoch"].as_str())
-        else {
+        let Ok(ready) = serde_json::from_str::<crate::host_api::ops::Ready>(&line) else {
             let _ = child.kill();
             let _ = child.wait();
             return Err(Spawned::Failed(unavailable(format!(
@@ -324,6 +322,7 @@ impl HostLink {
                 line.trim()
             ))));
         };
+        let (port, epoch) = (ready.port, ready.host_epoch);
         let client: Arc<dyn HostApi> = Arc::new(HostClient::new(
             &format!("http://127.0.0.1:{port}"),
             &token,
@@ -335,10 +334,7 @@ impl HostLink {
             started_at.elapsed().as_millis()
         );
         Ok(Live {
-            connected: Connected {
-                client,
-                epoch: epoch.to_string(),
-            },
+            connected: Connected { client, epoch },
             child: Some(child),
             _attach: None,
         })

@@ -4,6 +4,10 @@
 //! the same change that implements it.
 
 use super::params::{ParamResult, Params};
+use super::types::{
+    AgentCapabilities, AuthCapabilities, AuthMethod, Empty, Implementation, InitializeResponse,
+    McpCapabilities, PromptCapabilities, SessionCapabilities,
+};
 use serde_json::{json, Value};
 
 /// The only ACP version this agent speaks.
@@ -85,33 +89,44 @@ pub fn negotiate(_offered: u16) -> u16 {
     PROTOCOL_VERSION
 }
 
-pub fn agent_capabilities() -> Value {
-    let mut caps = json!({
-        "loadSession": true,
-        "promptCapabilities": {"image": true, "audio": false, "embeddedContext": true},
-        "mcpCapabilities": {"http": true, "sse": false},
-        "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "delete": {}, "additionalDirectories": {}},
-        "_meta": {"maka": {"version": 1, "notifications": ["_maka/turn_state"]}}
-    });
-    // `logout` removes the key `maka-acp login` stored: only a build with the login flow has it.
-    if cfg!(feature = "host") {
-        caps["auth"] = json!({"logout": {}});
+pub fn agent_capabilities() -> AgentCapabilities {
+    AgentCapabilities {
+        load_session: true,
+        prompt_capabilities: PromptCapabilities {
+            image: true,
+            audio: false,
+            embedded_context: true,
+        },
+        mcp_capabilities: McpCapabilities {
+            http: true,
+            sse: false,
+        },
+        session_capabilities: SessionCapabilities {
+            list: Empty {},
+            resume: Empty {},
+            close: Empty {},
+            delete: Empty {},
+            additional_directories: Empty {},
+        },
+        // `logout` removes the key `maka-acp login` stored: only a build with the login flow
+        // has it.
+        auth: cfg!(feature = "host").then_some(AuthCapabilities { logout: Empty {} }),
+        meta: json!({"maka": {"version": 1, "notifications": ["_maka/turn_state"]}}),
     }
-    caps
 }
 
 /// `auth_methods`: see [`super::auth::methods`].
-pub fn result(params: &InitializeParams, auth_methods: Value) -> Value {
-    json!({
-        "protocolVersion": negotiate(params.offered_version),
-        "agentCapabilities": agent_capabilities(),
-        "authMethods": auth_methods,
-        "agentInfo": {
-            "name": "maka-acp",
-            "title": "Maka",
-            "version": env!("CARGO_PKG_VERSION")
-        }
-    })
+pub fn result(params: &InitializeParams, auth_methods: Vec<AuthMethod>) -> InitializeResponse {
+    InitializeResponse {
+        protocol_version: negotiate(params.offered_version),
+        agent_capabilities: agent_capabilities(),
+        auth_methods,
+        agent_info: Implementation {
+            name: "maka-acp".into(),
+            title: "Maka".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        },
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use super::errors::{self, MakaCode};
 use super::host_link::Connected;
 use super::interaction;
 use super::session::{AcpSession, ReaderStep, Shared};
-use super::types::{PromptResponse, StopReason};
+use super::types::{PromptResponse, StopReason, TurnStateNotification};
 use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot, TurnRef};
 use crate::host_api::wire::{
@@ -354,7 +354,12 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
             } else {
                 shared.outbox.notify(
                     "_maka/turn_state",
-                    &json!({"sessionId": session.id, "turnId": turn_id, "outcome": outcome, "reason": reason}),
+                    &TurnStateNotification {
+                        session_id: session.id.clone(),
+                        turn_id,
+                        outcome,
+                        reason,
+                    },
                 );
             }
         }

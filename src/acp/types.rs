@@ -392,6 +392,89 @@ pub enum PermissionOptionKind {
     RejectOnce,
 }
 
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializeResponse {
+    pub protocol_version: u16,
+    pub agent_capabilities: AgentCapabilities,
+    pub auth_methods: Vec<AuthMethod>,
+    pub agent_info: Implementation,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentCapabilities {
+    pub load_session: bool,
+    pub prompt_capabilities: PromptCapabilities,
+    pub mcp_capabilities: McpCapabilities,
+    pub session_capabilities: SessionCapabilities,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<AuthCapabilities>,
+    /// This agent's extensions (free-form by ACP's rules).
+    #[serde(rename = "_meta")]
+    pub meta: Value,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptCapabilities {
+    pub image: bool,
+    pub audio: bool,
+    pub embedded_context: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct McpCapabilities {
+    pub http: bool,
+    pub sse: bool,
+}
+
+/// Each present capability is an empty object (`{}`): supported.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCapabilities {
+    pub list: Empty,
+    pub resume: Empty,
+    pub close: Empty,
+    pub delete: Empty,
+    pub additional_directories: Empty,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AuthCapabilities {
+    pub logout: Empty,
+}
+
+/// An authentication method: plain (`env`) or run in a terminal (`login`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AuthMethod {
+    pub id: String,
+    pub name: String,
+    pub description: String,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Implementation {
+    pub name: String,
+    pub title: String,
+    pub version: String,
+}
+
+/// `_maka/turn_state`: a turn this connection did not start ended (another client's, or one
+/// followed after a load).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnStateNotification {
+    pub session_id: String,
+    pub turn_id: String,
+    pub outcome: crate::host_api::wire::TurnOutcome,
+    pub reason: String,
+}
+
 /// `{}`: the result of methods that return nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Empty {}

@@ -19,7 +19,7 @@ pub(crate) mod turn;
 pub use crate::host_api::random_hex;
 use crate::host_api::wire::HostError;
 use models::Providers;
-use serde_json::{json, Value};
+use serde_json::Value;
 use session::SessionCell;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -397,7 +397,13 @@ pub fn run(opts: HostOptions) -> i32 {
     // `maka-acp` binary has (a program embedding the host, such as a benchmark, has not).
     // After `bind`, because only the data dir's owner may reap what was recorded there.
     reaper::start(&opts.data_dir);
-    let ready = json!({"kind": "ready", "port": bound.port, "hostEpoch": bound.host.epoch, "pid": std::process::id(), "protocol": crate::host_api::wire::PROTOCOL_VERSION});
+    let ready = crate::host_api::ops::Ready {
+        port: bound.port,
+        host_epoch: bound.host.epoch.clone(),
+        pid: std::process::id(),
+        protocol: crate::host_api::wire::PROTOCOL_VERSION,
+    };
+    let ready = serde_json::to_string(&ready).unwrap_or_default();
     {
         let mut out = std::io::stdout().lock();
         if writeln!(out, "{ready}").and_then(|_| out.flush()).is_err() {

@@ -84,6 +84,16 @@ pub struct Discovery {
     pub protocol: u32,
 }
 
+/// The line an embedded host prints on stdout once it serves (`maka-acp host`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename = "ready", rename_all = "camelCase")]
+pub struct Ready {
+    pub port: u16,
+    pub host_epoch: String,
+    pub pid: u32,
+    pub protocol: u32,
+}
+
 /// `{}` — an operation that takes or returns nothing. Reads any object.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Empty {}
