@@ -116,7 +116,7 @@ pub fn serve(conn: Connection, config: AdapterConfig) {
         link: Arc::new(HostLink::new(config)),
         client: None,
         sessions: Arc::default(),
-        workers: Workers::start(),
+        workers: Workers::new(),
     };
     while let Ok(incoming) = conn.inbox.recv() {
         match incoming {

@@ -10,8 +10,7 @@ use super::agent::AdapterConfig;
 use crate::host_api::client::{HostApi, HostClient};
 #[cfg(feature = "host")]
 use crate::host_api::random_hex;
-use crate::jsonrpc::{code, lock, ResponseError};
-use serde_json::json;
+use crate::jsonrpc::{lock, ResponseError};
 #[cfg(feature = "host")]
 use std::io::BufRead;
 use std::process::Child;
@@ -95,8 +94,7 @@ pub struct HostLink {
 }
 
 fn unavailable(msg: impl Into<String>) -> ResponseError {
-    ResponseError::new(code::INTERNAL_ERROR, msg.into())
-        .with_data(json!({"makaCode": "host_unavailable", "retryable": true}))
+    super::errors::MakaCode::HostUnavailable.error(msg)
 }
 
 impl HostLink {

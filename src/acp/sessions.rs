@@ -14,10 +14,11 @@ use super::types::{
     to_json, AvailableCommand, CommandInput, Empty, ListSessionsResponse, SessionInfo,
     SessionSetup, SessionUpdate,
 };
+use crate::host_api::client::ClientError;
 use crate::host_api::ops::{self, ModelCatalog, OpenSnapshot, RemoveOutcome, SessionRef};
 use crate::host_api::random_hex;
-use crate::host_api::wire::{Session, Workspace};
-use crate::jsonrpc::{code, lock, Responder, ResponseError};
+use crate::host_api::wire::{ErrorCode, Session, Workspace};
+use crate::jsonrpc::{lock, Responder, ResponseError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -227,14 +228,16 @@ pub fn list(ctx: &Ctx, p: ListSessions) -> Result<Value, ResponseError> {
             non_empty: true,
         },
     };
-    let page = ctx
-        .call::<ops::SessionList>(&conn, &input)
-        .map_err(|mut e| {
-            if e.code == code::INVALID_PARAMS && p.cursor.is_some() {
-                e.message = "Invalid params: `cursor` is not a cursor this agent issued".into();
-            }
-            e
-        })?;
+    let page = match conn.client.call::<ops::SessionList>(&input) {
+        Ok(page) => page,
+        // The only input the client chose is the cursor.
+        Err(ClientError::Host(h)) if h.code == ErrorCode::InvalidRequest && p.cursor.is_some() => {
+            return Err(ResponseError::invalid_params(
+                "`cursor` is not a cursor this agent issued",
+            ))
+        }
+        Err(e) => return Err(ctx.host_error(&conn, &e)),
+    };
     let sessions = page
         .sessions
         .into_iter()
@@ -313,11 +316,14 @@ pub fn delete(ctx: &Ctx, id: &str) -> Result<Value, ResponseError> {
             session_id: id.into(),
             expected_revision: record.revision,
         };
-        match ctx.call::<ops::SessionRemove>(&conn, &remove) {
+        match conn.client.call::<ops::SessionRemove>(&remove) {
             Ok(RemoveOutcome::Removed) => return Ok(to_json(&Empty {})),
             Ok(RemoveOutcome::RevisionConflict { .. }) => continue, // re-read and retry
-            Err(e) if e.code == code::RESOURCE_NOT_FOUND => return Ok(to_json(&Empty {})),
-            Err(e) => return Err(e),
+            // Removed by someone else meanwhile: what was asked for.
+            Err(ClientError::Host(h)) if h.code == ErrorCode::NotFound => {
+                return Ok(to_json(&Empty {}))
+            }
+            Err(e) => return Err(ctx.host_error(&conn, &e)),
         }
     }
     Err(MakaCode::OperationConflict.error(format!(

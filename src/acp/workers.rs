@@ -1,14 +1,18 @@
-//! A small, fixed pool of worker threads for the methods that talk to the Runtime Host, so a
-//! burst of requests costs a bounded number of threads. The queue is bounded too: when it is
-//! full, the dispatcher waits, which slows the stdin reader down to the speed of the work
-//! instead of buffering without end. Client responses never wait on it (the stdin reader routes
-//! them itself), so a worker waiting for the client cannot be starved by its own queue.
+//! A small, bounded pool of worker threads for the methods that talk to the Runtime Host, so a
+//! burst of requests costs a bounded number of threads. Workers start when work arrives and
+//! none is idle, up to [`WORKERS`] (an agent that is only initialized starts none: startup stays
+//! a few spawns shorter). The queue is bounded too: when it is full, the dispatcher waits,
+//! which slows the stdin reader down to the speed of the work instead of buffering without
+//! end. Client responses never wait on it (the stdin reader routes them itself), so a worker
+//! waiting for the client cannot be starved by its own queue.
 
-use crossbeam_channel::{bounded, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
-/// Workers: enough for a few sessions loading and prompting at once; the host serializes per
-/// session anyway.
+/// Workers at most: enough for a few sessions loading and prompting at once; the host
+/// serializes per session anyway.
 pub const WORKERS: usize = 8;
 const QUEUE: usize = 256;
 
@@ -16,36 +20,57 @@ type Job = Box<dyn FnOnce() + Send>;
 
 pub struct Workers {
     tx: Sender<Job>,
+    rx: Receiver<Job>,
+    started: usize,
+    /// Workers waiting for a job.
+    idle: Arc<AtomicUsize>,
 }
 
 impl Workers {
-    pub fn start() -> Workers {
+    pub fn new() -> Workers {
         let (tx, rx) = bounded::<Job>(QUEUE);
-        for i in 0..WORKERS {
-            let rx = rx.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("acp-worker-{i}"))
-                .spawn(move || {
-                    while let Ok(job) = rx.recv() {
-                        // A bug in one request must not shrink the pool; the job's responder,
-                        // dropped in the unwind, answers -32603.
-                        if catch_unwind(AssertUnwindSafe(job)).is_err() {
-                            log::error!("a request handler panicked; the worker goes on");
-                        }
-                    }
-                });
-            if let Err(e) = spawned {
-                log::error!("cannot start worker {i}: {e}");
-            }
+        Workers {
+            tx,
+            rx,
+            started: 0,
+            idle: Arc::default(),
         }
-        Workers { tx }
     }
 
-    /// Queues `job`; waits while the queue is full.
-    pub fn run(&self, job: impl FnOnce() + Send + 'static) {
+    /// Queues `job`, starting a worker if none is idle and fewer than [`WORKERS`] run; waits
+    /// while the queue is full.
+    pub fn run(&mut self, job: impl FnOnce() + Send + 'static) {
+        // Fewer idle workers than jobs waiting (this one included): one more, up to the cap.
+        if self.idle.load(Ordering::Acquire) <= self.tx.len() && self.started < WORKERS {
+            self.start_one();
+        }
+        if self.started == 0 {
+            // Not even one worker could start: do the work here rather than never.
+            return job();
+        }
         if self.tx.send(Box::new(job)).is_err() {
-            // No worker could start: the job (and its responder, which answers -32603) drops.
-            log::error!("no worker thread is running; the request fails");
+            log::error!("the worker queue is closed; the request fails");
+        }
+    }
+
+    fn start_one(&mut self) {
+        let (rx, idle, n) = (self.rx.clone(), Arc::clone(&self.idle), self.started);
+        let spawned = std::thread::Builder::new()
+            .name(format!("acp-worker-{n}"))
+            .spawn(move || loop {
+                idle.fetch_add(1, Ordering::AcqRel);
+                let job = rx.recv();
+                idle.fetch_sub(1, Ordering::AcqRel);
+                let Ok(job) = job else { return };
+                // A bug in one request must not shrink the pool; the job's responder,
+                // dropped in the unwind, answers -32603.
+                if catch_unwind(AssertUnwindSafe(job)).is_err() {
+                    log::error!("a request handler panicked; the worker goes on");
+                }
+            });
+        match spawned {
+            Ok(_) => self.started += 1,
+            Err(e) => log::error!("cannot start worker {n}: {e}"),
         }
     }
 }

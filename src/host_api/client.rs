@@ -224,7 +224,7 @@ impl HostClient {
                 .limit(1 << 20)
                 .read_to_string()
                 .unwrap_or_default();
-            let env: Option<Envelope> = serde_json::from_str(&text).ok();
+            let env: Option<Envelope> = serde_json::from_slice(text.as_bytes()).ok();
             let err = env
                 .and_then(|e| e.error)
                 .unwrap_or_else(|| HostError::internal("the event stream was refused"));
@@ -290,14 +290,14 @@ impl dyn HostApi + '_ {
         let body = serde_json::to_string(input)
             .map_err(|e| ClientError::Protocol(format!("cannot encode {}: {e}", O::KEY)))?;
         let (status, text) = self.post(O::KEY, body)?;
-        match serde_json::from_str::<Reply<O::Output>>(&text) {
+        match serde_json::from_slice::<Reply<O::Output>>(text.as_bytes()) {
             Ok(Reply {
                 ok: true,
                 result: Some(out),
                 ..
             }) => Ok(out),
             // `{"ok":true}` for an output with no fields.
-            Ok(Reply { ok: true, .. }) => serde_json::from_str("{}").map_err(|_| {
+            Ok(Reply { ok: true, .. }) => serde_json::from_slice(b"{}").map_err(|_| {
                 ClientError::Protocol(format!("the host answered {} without a result", O::KEY))
             }),
             Ok(Reply { error: Some(e), .. }) => Err(ClientError::Host(e)),
@@ -305,7 +305,7 @@ impl dyn HostApi + '_ {
                 "{} failed with HTTP {status}",
                 O::KEY
             )))),
-            Err(e) => match serde_json::from_str::<Envelope>(&text) {
+            Err(e) => match serde_json::from_slice::<Envelope>(text.as_bytes()) {
                 Ok(Envelope {
                     error: Some(err), ..
                 }) => Err(ClientError::Host(err)),
