@@ -156,18 +156,24 @@ impl HostLink {
         }
         *starting = true;
         drop(starting);
+        // Whatever happens below (even a panic), the waiters are released.
+        struct Done<'a>(&'a HostLink);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                *lock(&self.0.starting) = false;
+                self.0.started.notify_all();
+            }
+        }
+        let _done = Done(self);
         let result = match &self.config.host_url {
             Some(url) => self.connect_external(url),
             None => self.start_embedded(),
         };
-        let outcome = result.map(|started| {
+        result.map(|started| {
             let connected = started.connected.clone();
             *self.lock() = Some(started);
             connected
-        });
-        *lock(&self.starting) = false;
-        self.started.notify_all();
-        outcome
+        })
     }
 
     /// The connected host, unless it is an embedded one that has exited (then forgotten).
