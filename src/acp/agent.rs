@@ -210,6 +210,9 @@ impl Agent {
             } => self
                 .workers
                 .run(move || settings::set_mode(&ctx, &session_id, &mode_id, responder)),
+            Request::Maka(r) => self
+                .workers
+                .run(move || responder.respond(super::maka::serve(&ctx, r))),
         }
     }
 

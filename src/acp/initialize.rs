@@ -111,7 +111,11 @@ pub fn agent_capabilities() -> AgentCapabilities {
         // `logout` removes the key `maka-acp login` stored: only a build with the login flow
         // has it.
         auth: cfg!(feature = "host").then_some(AuthCapabilities { logout: Empty {} }),
-        meta: json!({"maka": {"version": 1, "notifications": ["_maka/turn_state"]}}),
+        meta: json!({"maka": {
+            "version": 1,
+            "methods": super::maka::METHODS,
+            "notifications": ["_maka/turn_state"],
+        }}),
     }
 }
 

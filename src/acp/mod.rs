@@ -8,6 +8,7 @@ pub(crate) mod errors;
 pub(crate) mod host_link;
 pub(crate) mod initialize;
 pub(crate) mod interaction;
+mod maka;
 pub(crate) mod params;
 pub(crate) mod projection;
 pub(crate) mod prompt;

@@ -40,6 +40,8 @@ pub enum Request {
         mode_id: String,
     },
     Prompt(Prompt),
+    /// A `_maka/` extension method (`acp/maka.rs`).
+    Maka(super::maka::MakaRequest),
 }
 
 pub struct NewSession {
@@ -151,6 +153,10 @@ impl Request {
                     blocks: p.required_array("prompt")?.clone(),
                 }))
             }),
+            m if m.starts_with("_maka/") => match super::maka::MakaRequest::parse(m, params) {
+                Some(r) => r.map(Request::Maka).map_err(Unreadable::InvalidParams),
+                None => Err(Unreadable::UnknownMethod),
+            },
             _ => Err(Unreadable::UnknownMethod),
         }
     }

@@ -220,6 +220,12 @@ impl AcpSession {
             } else {
                 result
             };
+            // Every answer names its turn (`_meta.maka.turnId`).
+            let result = result.map(|mut r| {
+                let meta = r.meta.get_or_insert_with(|| serde_json::json!({}));
+                meta["maka"]["turnId"] = serde_json::json!(p.turn_id);
+                r
+            });
             p.responder
                 .respond(result.map(|r| super::types::to_json(&r)));
         }

@@ -51,6 +51,9 @@ pub enum SessionUpdate {
 pub struct Chunk {
     pub message_id: String,
     pub content: ContentBlock,
+    /// `{"maka": {"turnId"}}` on a user message: the turn it started.
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
 }
 
 impl Chunk {
@@ -58,6 +61,7 @@ impl Chunk {
         Chunk {
             message_id: message_id.into(),
             content: ContentBlock::Text { text: text.into() },
+            meta: None,
         }
     }
 }

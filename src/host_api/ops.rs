@@ -68,6 +68,8 @@ operations! {
     ClientCallResult = "client.call.result", CallResultInput => Empty;
     /// The input of a pending client call (frames carry large inputs by reference).
     ClientCallInput = "client.call.input", CallRef => CallInput;
+    /// The session's turns, oldest first, from its transcript.
+    SessionTurns = "session.turns", SessionRef => TurnList;
 }
 
 /// What a running host publishes in its data dir (`host.json`, mode 0600) so that other
@@ -82,6 +84,31 @@ pub struct Discovery {
     pub token: String,
     pub host_epoch: String,
     pub protocol: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TurnList {
+    pub turns: Vec<TurnSummary>,
+}
+
+/// One turn as a history lists it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSummary {
+    pub turn_id: String,
+    /// When its first transcript item was written (ms since the epoch).
+    pub started_at: u64,
+    /// The first line of its prompt (plain text, at most 80 characters); absent for a resumed
+    /// run, which has no prompt of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// `prompt` or `resume`.
+    pub origin: String,
+    pub status: super::wire::TurnStatus,
+    /// Files the agent's tools wrote or edited in this turn (absolute paths, first change
+    /// first).
+    #[serde(default)]
+    pub files_changed: Vec<String>,
 }
 
 /// The line an embedded host prints on stdout once it serves (`maka-acp host`).

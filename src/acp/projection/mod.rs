@@ -377,8 +377,8 @@ fn user_message(turn_id: &str, text: &str) -> Vec<SessionUpdate> {
     if text.is_empty() {
         return vec![];
     }
-    vec![SessionUpdate::UserMessageChunk(Chunk::text(
-        format!("u_{turn_id}"),
-        text,
-    ))]
+    vec![SessionUpdate::UserMessageChunk(Chunk {
+        meta: Some(json!({"maka": {"turnId": turn_id}})),
+        ..Chunk::text(format!("u_{turn_id}"), text)
+    })]
 }

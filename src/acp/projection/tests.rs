@@ -106,7 +106,7 @@ fn user_messages_are_echoed_only_for_turns_started_elsewhere() {
     let u = shown(&mut p, &started("theirs"), Instant::now());
     assert_eq!(
         u[0],
-        json!({"sessionUpdate": "user_message_chunk", "messageId": "u_theirs", "content": {"type": "text", "text": "hello"}})
+        json!({"sessionUpdate": "user_message_chunk", "messageId": "u_theirs", "content": {"type": "text", "text": "hello"}, "_meta": {"maka": {"turnId": "theirs"}}})
     );
 }
 

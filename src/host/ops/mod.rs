@@ -49,6 +49,7 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
         op::CapabilityReplace => |i| calls::capability_replace(host, i),
         op::ClientCallResult => |i| calls::client_call_result(host, i),
         op::ClientCallInput => |i| calls::client_call_input(host, i),
+        op::SessionTurns => |i| turns::list(host, i),
     }
     Err(HostError::new(
         ErrorCode::OperationUnavailable,

@@ -367,6 +367,56 @@ pub(super) fn resume_start(
     )
 }
 
+/// `session.turns`: every turn in transcript order, with its latest status and the files its
+/// tools changed.
+pub(super) fn list(host: &Host, input: SessionRef) -> Result<TurnList, HostError> {
+    let cell = host.cell(&input.session_id)?;
+    let st = open_state(host, &cell)?;
+    let mut turns: Vec<TurnSummary> = Vec::new();
+    let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for item in st.transcript_items() {
+        let i = *index.entry(item.turn_id.clone()).or_insert_with(|| {
+            turns.push(TurnSummary {
+                turn_id: item.turn_id.clone(),
+                started_at: item.ts,
+                title: None,
+                origin: "prompt".into(),
+                status: TurnStatus::Running,
+                files_changed: vec![],
+            });
+            turns.len() - 1
+        });
+        let t = &mut turns[i];
+        match &item.body {
+            TranscriptBody::User { content, .. } => {
+                t.title = t.title.take().or_else(|| title_from(&content.text));
+            }
+            TranscriptBody::TurnState { status, origin, .. } => {
+                t.status = *status;
+                if let Some(o) = origin {
+                    t.origin = o.clone();
+                }
+            }
+            TranscriptBody::ToolResult {
+                status: ToolStatus::Completed,
+                result,
+                ..
+            } => {
+                let path = match result {
+                    ToolResultContent::FileEdit { diff } => Some(&diff.path),
+                    ToolResultContent::FileWrite { path, .. } => Some(path),
+                    _ => None,
+                };
+                if let Some(p) = path.filter(|p| !t.files_changed.contains(p)) {
+                    t.files_changed.push(p.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(TurnList { turns })
+}
+
 fn parked(reason: &str) -> StartOutcome {
     StartOutcome::Parked {
         reason: reason.into(),
