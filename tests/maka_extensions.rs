@@ -92,3 +92,102 @@ fn turns_have_ids_clients_see_and_the_history_lists_them() {
     let (resp, _) = agent.call("_maka/session/nothing", json!({}));
     assert_eq!(error_of(&resp)["code"], -32601);
 }
+
+fn adapter_for(host: &support::host::HostProcess) -> AgentProcess {
+    let mut agent = AgentProcess::spawn_with(support::Spawn {
+        args: vec!["--host-url".into(), host.url("")],
+        env: vec![
+            ("RUST_LOG".into(), "info".into()),
+            ("MAKA_HOST_TOKEN".into(), host.token.clone()),
+        ],
+    });
+    agent.initialize();
+    agent
+}
+
+#[test]
+fn a_turn_interrupted_by_a_host_crash_is_offered_after_load_and_resumed_once() {
+    let data = TempDir::new("maka-resume-data");
+    let ws = TempDir::new("maka-resume-ws");
+    let script = json!({
+        "rules": [{"when": "slow", "responses": [[{"text": "Starting slowly"}, {"delayMs": 30000}, {"text": "never"}]]}],
+        "default": [[{"text": "Picked up where it stopped."}]]
+    });
+    let env = vec![("MAKA_SCRIPT".to_string(), script.to_string())];
+    let mut host = support::host::HostProcess::start_env(data.path(), env.clone());
+    let mut first = adapter_for(&host);
+    let session = first.new_session(ws.path());
+    let prompt = first.request(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "slow work"}]}),
+    );
+    // The turn runs (its first words arrived); then the host dies under it.
+    loop {
+        let v = first.recv();
+        if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    host.kill9();
+    let (resp, _) = first.response_to(&prompt);
+    assert_eq!(
+        error_of(&resp)["data"]["makaCode"],
+        "host_unavailable",
+        "{resp}"
+    );
+
+    let host = support::host::HostProcess::start_env(data.path(), env);
+    let mut agent = adapter_for(&host);
+    agent.call_ok(
+        "session/load",
+        json!({"sessionId": session, "cwd": ws.path(), "mcpServers": []}),
+    );
+    agent.expect_commands(&session);
+    let offer = agent.recv();
+    assert_eq!(offer["method"], "_maka/turn_state", "{offer}");
+    assert_eq!(
+        (
+            offer["params"]["state"].as_str(),
+            offer["params"]["disposition"].as_str()
+        ),
+        (Some("interrupted"), Some("ready"))
+    );
+    let said = agent.recv();
+    assert_eq!(
+        said["params"]["update"]["sessionUpdate"],
+        "agent_message_chunk"
+    );
+    assert!(said["params"]["update"]["content"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("interrupted"));
+
+    let resumed = agent.drive("_maka/turn/resume", json!({"sessionId": session}), |r| {
+        panic!("unexpected {r}")
+    });
+    assert_eq!(
+        resumed.response["result"]["stopReason"], "end_turn",
+        "{}",
+        resumed.response
+    );
+    assert!(resumed.text().contains("Picked up where it stopped."));
+    let resumed_id = resumed.response["result"]["_meta"]["maka"]["turnId"].clone();
+
+    // Never twice: the run was continued, so there is nothing left to resume.
+    let (again, _) = agent.call("_maka/turn/resume", json!({"sessionId": session}));
+    assert_eq!(
+        error_of(&again)["data"]["makaCode"],
+        "resume_parked",
+        "{again}"
+    );
+
+    let turns = agent.call_ok("_maka/session/turns", json!({"sessionId": session}));
+    let turns = turns["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2, "{turns:?}");
+    assert_eq!(turns[0]["status"], "failed");
+    assert_eq!(
+        (turns[1]["origin"].as_str(), turns[1]["status"].as_str()),
+        (Some("resume"), Some("completed"))
+    );
+    assert_eq!(turns[1]["turnId"], resumed_id);
+}

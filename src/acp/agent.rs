@@ -210,6 +210,12 @@ impl Agent {
             } => self
                 .workers
                 .run(move || settings::set_mode(&ctx, &session_id, &mode_id, responder)),
+            Request::Maka(super::maka::MakaRequest::TurnResume { session_id }) => {
+                // Like a prompt: registered here, in order, then started on a worker.
+                if let Some(started) = turns::register_resume(&ctx, &session_id, responder) {
+                    self.workers.run(move || turns::start(&ctx, started));
+                }
+            }
             Request::Maka(r) => self
                 .workers
                 .run(move || responder.respond(super::maka::serve(&ctx, r))),

@@ -25,6 +25,8 @@ pub enum MakaCode {
     OperationConflict,
     TurnFailed,
     AuthRequired,
+    /// `_maka/turn/resume` found no interrupted run it may continue (`data.reason`).
+    ResumeParked,
 }
 
 impl MakaCode {
@@ -39,6 +41,7 @@ impl MakaCode {
             MakaCode::OperationConflict => "operation_conflict",
             MakaCode::TurnFailed => "turn_failed",
             MakaCode::AuthRequired => "auth_required",
+            MakaCode::ResumeParked => "resume_parked",
         }
     }
 

@@ -10,11 +10,13 @@ use crate::jsonrpc::ResponseError;
 use serde_json::Value;
 
 /// Every `_maka/` method this agent serves.
-pub const METHODS: &[&str] = &["_maka/session/turns"];
+pub const METHODS: &[&str] = &["_maka/session/turns", "_maka/turn/resume"];
 
 pub enum MakaRequest {
     /// The session's turns: id, start, first line of the prompt, status, files changed.
     SessionTurns { session_id: String },
+    /// Continue the turn a host crash interrupted; answered like `session/prompt`.
+    TurnResume { session_id: String },
 }
 
 impl MakaRequest {
@@ -26,6 +28,11 @@ impl MakaRequest {
         match method {
             "_maka/session/turns" => read(|p| {
                 Ok(MakaRequest::SessionTurns {
+                    session_id: p.required_str("sessionId")?.into(),
+                })
+            }),
+            "_maka/turn/resume" => read(|p| {
+                Ok(MakaRequest::TurnResume {
                     session_id: p.required_str("sessionId")?.into(),
                 })
             }),
@@ -42,5 +49,9 @@ pub fn serve(ctx: &Ctx, request: MakaRequest) -> Result<Value, ResponseError> {
             let list = ctx.call::<ops::SessionTurns>(&conn, &SessionRef { session_id })?;
             Ok(super::types::to_json(&list))
         }
+        // Registered and started by the dispatcher like a prompt (`Agent::handle`).
+        MakaRequest::TurnResume { .. } => Err(ResponseError::internal(
+            "_maka/turn/resume is started like a prompt, not served here",
+        )),
     }
 }

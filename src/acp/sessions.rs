@@ -11,8 +11,8 @@ use super::projection::iso8601;
 use super::requests::{ListSessions, NewSession, OpenSession};
 use super::session::AcpSession;
 use super::types::{
-    to_json, AvailableCommand, CommandInput, Empty, ListSessionsResponse, SessionInfo,
-    SessionSetup, SessionUpdate,
+    to_json, AvailableCommand, Chunk, CommandInput, Empty, InterruptedTurnNotification,
+    ListSessionsResponse, SessionInfo, SessionSetup, SessionUpdate,
 };
 use crate::host_api::client::ClientError;
 use crate::host_api::ops::{self, ModelCatalog, OpenSnapshot, RemoveOutcome, SessionRef};
@@ -130,6 +130,8 @@ pub fn open(ctx: &Ctx, params: OpenSession, replay: bool, responder: Responder) 
             send_commands(ctx, &session);
             if snapshot.active_turn.is_some() {
                 session.ensure_reader(&ctx.shared, &conn, None);
+            } else {
+                offer_resume(ctx, &session, &conn);
             }
             for i in snapshot.pending_interactions.iter().cloned() {
                 interaction::spawn(
@@ -142,6 +144,36 @@ pub fn open(ctx: &Ctx, params: OpenSession, replay: bool, responder: Responder) 
         }
         Err(e) => responder.respond(Err(e)),
     }
+}
+
+/// After a load or resume of a session whose last run a host crash interrupted: tells the
+/// client (`_maka/turn_state`, for programs) and the person (an agent message) that the turn
+/// can be continued with `_maka/turn/resume`.
+fn offer_resume(ctx: &Ctx, session: &AcpSession, conn: &super::host_link::Connected) {
+    let query = SessionRef {
+        session_id: session.id.clone(),
+    };
+    let Ok(ops::ResumeDisposition::Ready { source_turn_id, .. }) =
+        conn.client.call::<ops::ResumeQuery>(&query)
+    else {
+        return; // nothing interrupted (or the host cannot say): nothing to offer
+    };
+    ctx.shared.outbox.notify(
+        "_maka/turn_state",
+        &InterruptedTurnNotification {
+            session_id: session.id.clone(),
+            turn_id: source_turn_id.clone(),
+            state: "interrupted",
+            disposition: "ready",
+        },
+    );
+    let text = "The last turn was interrupted when the agent's runtime stopped, before it finished. \
+                It can be continued where it stopped (your client's \"resume\", `_maka/turn/resume`), \
+                or you can send a new prompt.\n";
+    session.emit(&ctx.shared, |_| {
+        let chunk = Chunk::text(format!("m_interrupted_{source_turn_id}"), text);
+        (vec![SessionUpdate::AgentMessageChunk(chunk)], ())
+    });
 }
 
 type Attached = (

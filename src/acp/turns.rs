@@ -4,20 +4,44 @@
 
 use super::agent::Ctx;
 use super::errors;
+use super::errors::MakaCode;
+use super::host_link::Connected;
 use super::prompt;
 use super::requests::Prompt;
 use super::session::AcpSession;
-use crate::host_api::ops::{self, OpenInput, TurnStartInput};
+use crate::host_api::ops::{self, OpenInput, ResumeDisposition, StartOutcome, TurnStartInput};
 use crate::host_api::random_hex;
 use crate::host_api::wire::MessageContent;
 use crate::jsonrpc::Responder;
+use crate::jsonrpc::ResponseError;
 use std::sync::Arc;
 
 /// A registered prompt, ready to start.
 pub struct Registered {
     session: Arc<AcpSession>,
     turn_id: String,
-    content: MessageContent,
+    /// A prompt's content; `None` continues the run a host crash interrupted
+    /// (`_maka/turn/resume`).
+    content: Option<MessageContent>,
+}
+
+/// `_maka/turn/resume`: registered like a prompt (a `session/cancel` finds it), answered like
+/// one when the resumed run ends.
+pub fn register_resume(ctx: &Ctx, session_id: &str, responder: Responder) -> Option<Registered> {
+    let Some(session) = ctx.session(session_id) else {
+        responder.respond(Err(errors::unknown_session(session_id)));
+        return None;
+    };
+    let turn_id = format!("t_{}", random_hex(8));
+    if let Err(responder) = session.begin_prompt(&turn_id, responder) {
+        responder.respond(Err(errors::session_busy(session_id)));
+        return None;
+    }
+    Some(Registered {
+        session,
+        turn_id,
+        content: None,
+    })
 }
 
 /// Validates a prompt and makes it the session's pending prompt. Answers the request itself
@@ -42,7 +66,7 @@ pub fn register(ctx: &Ctx, p: Prompt, responder: Responder) -> Option<Registered
     Some(Registered {
         session,
         turn_id,
-        content,
+        content: Some(content),
     })
 }
 
@@ -83,13 +107,19 @@ pub fn start(ctx: &Ctx, r: Registered) {
         Ok(s) => s,
         Err(e) => return session.fail_prompt(e),
     };
-    let input = TurnStartInput {
-        session_id: id,
-        turn_id: turn_id.clone(),
-        content,
-        max_steps: None,
+    let started = match content {
+        Some(content) => {
+            let input = TurnStartInput {
+                session_id: id,
+                turn_id: turn_id.clone(),
+                content,
+                max_steps: None,
+            };
+            ctx.call::<ops::TurnStart>(&conn, &input).map(|_| ())
+        }
+        None => resume(ctx, &conn, &id, &turn_id),
     };
-    if let Err(e) = ctx.call::<ops::TurnStart>(&conn, &input) {
+    if let Err(e) = started {
         return session.fail_prompt(e);
     }
     if session.prompt_started() {
@@ -97,4 +127,42 @@ pub fn start(ctx: &Ctx, r: Registered) {
         session.stop_turn(&ctx.shared, &turn_id);
     }
     session.ensure_reader(&ctx.shared, &conn, stream);
+}
+
+/// Continues the interrupted run as turn `turn_id`: the host checks it is still the latest
+/// interrupted run (`turn.resume.query`, then `turn.resume.start` with its high-water mark), so
+/// a turn is never run twice. A run that must not be resumed is an error naming why.
+fn resume(
+    ctx: &Ctx,
+    conn: &Connected,
+    session_id: &str,
+    turn_id: &str,
+) -> Result<(), ResponseError> {
+    let query = ops::SessionRef {
+        session_id: session_id.into(),
+    };
+    let parked = |reason: String| {
+        MakaCode::ResumeParked.error_with(
+            format!("There is no interrupted turn to resume in session {session_id} ({reason})."),
+            serde_json::json!({"reason": reason}),
+        )
+    };
+    let (source_run_id, source_high_water) = match ctx.call::<ops::ResumeQuery>(conn, &query)? {
+        ResumeDisposition::Ready {
+            source_run_id,
+            source_high_water,
+            ..
+        } => (source_run_id, source_high_water),
+        ResumeDisposition::Parked { reason } => return Err(parked(reason)),
+    };
+    let input = ops::ResumeStartInput {
+        session_id: session_id.into(),
+        turn_id: turn_id.into(),
+        source_run_id,
+        source_high_water,
+    };
+    match ctx.call::<ops::ResumeStart>(conn, &input)? {
+        StartOutcome::Started { .. } => Ok(()),
+        StartOutcome::Parked { reason } => Err(parked(reason)),
+    }
 }

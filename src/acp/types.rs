@@ -479,6 +479,18 @@ pub struct TurnStateNotification {
     pub reason: String,
 }
 
+/// `_maka/turn_state` for a turn a host crash interrupted, sent after a `session/load` or
+/// `session/resume` response: `disposition` `ready` means `_maka/turn/resume` can continue it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InterruptedTurnNotification {
+    pub session_id: String,
+    pub turn_id: String,
+    /// Always `interrupted`.
+    pub state: &'static str,
+    pub disposition: &'static str,
+}
+
 /// `{}`: the result of methods that return nothing.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Empty {}
