@@ -210,7 +210,7 @@ impl Agent {
             } => self
                 .workers
                 .run(move || settings::set_mode(&ctx, &session_id, &mode_id, responder)),
-            Request::Maka(super::maka::MakaRequest::TurnResume { session_id }) => {
+            Request::ResumeTurn { session_id } => {
                 // Like a prompt: registered here, in order, then started on a worker.
                 if let Some(started) = turns::register_resume(&ctx, &session_id, responder) {
                     self.workers.run(move || turns::start(&ctx, started));

@@ -1,7 +1,8 @@
-//! The `_maka/` extension methods: every one in [`MakaRequest`], read and answered here under
-//! one convention (`docs/maka-extensions.md`): params read like ACP's (`-32602` naming the
-//! field), an unknown session is `-32002`, a host error keeps its code in `data.makaCode`, and
-//! every method is listed in `agentCapabilities._meta.maka.methods` ([`METHODS`]).
+//! The `_maka/` extension methods, read here under one convention (`docs/maka-extensions.md`):
+//! params read like ACP's (`-32602` naming the field), an unknown session is `-32002`, a host
+//! error keeps its code in `data.makaCode`, and every method is listed in
+//! `agentCapabilities._meta.maka.methods` ([`METHODS`]). Queries are answered here
+//! ([`serve`]); `_maka/turn/resume` runs like a prompt (`turns.rs`).
 
 use super::agent::Ctx;
 use super::params::Params;
@@ -12,11 +13,10 @@ use serde_json::Value;
 /// Every `_maka/` method this agent serves.
 pub const METHODS: &[&str] = &["_maka/session/turns", "_maka/turn/resume"];
 
+/// The `_maka/` queries [`serve`] answers (`_maka/turn/resume` is `Request::ResumeTurn`).
 pub enum MakaRequest {
     /// The session's turns: id, start, first line of the prompt, status, files changed.
     SessionTurns { session_id: String },
-    /// Continue the turn a host crash interrupted; answered like `session/prompt`.
-    TurnResume { session_id: String },
 }
 
 impl MakaRequest {
@@ -28,11 +28,6 @@ impl MakaRequest {
         match method {
             "_maka/session/turns" => read(|p| {
                 Ok(MakaRequest::SessionTurns {
-                    session_id: p.required_str("sessionId")?.into(),
-                })
-            }),
-            "_maka/turn/resume" => read(|p| {
-                Ok(MakaRequest::TurnResume {
                     session_id: p.required_str("sessionId")?.into(),
                 })
             }),
@@ -49,9 +44,5 @@ pub fn serve(ctx: &Ctx, request: MakaRequest) -> Result<Value, ResponseError> {
             let list = ctx.call::<ops::SessionTurns>(&conn, &SessionRef { session_id })?;
             Ok(super::types::to_json(&list))
         }
-        // Registered and started by the dispatcher like a prompt (`Agent::handle`).
-        MakaRequest::TurnResume { .. } => Err(ResponseError::internal(
-            "_maka/turn/resume is started like a prompt, not served here",
-        )),
     }
 }

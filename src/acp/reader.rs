@@ -254,7 +254,7 @@ fn catch_up(
 }
 
 /// Dialogs and editor calls a snapshot says are waiting, unless already shown.
-pub fn start_pending(
+pub(super) fn start_pending(
     session: &Arc<AcpSession>,
     shared: &Arc<Shared>,
     conn: &Connected,

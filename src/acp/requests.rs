@@ -40,7 +40,12 @@ pub enum Request {
         mode_id: String,
     },
     Prompt(Prompt),
-    /// A `_maka/` extension method (`acp/maka.rs`).
+    /// `_maka/turn/resume`: continues an interrupted run, registered and answered like a
+    /// prompt.
+    ResumeTurn {
+        session_id: String,
+    },
+    /// A `_maka/` query (`acp/maka.rs`).
     Maka(super::maka::MakaRequest),
 }
 
@@ -152,6 +157,11 @@ impl Request {
                     session_id: p.required_str("sessionId")?.into(),
                     blocks: p.required_array("prompt")?.clone(),
                 }))
+            }),
+            "_maka/turn/resume" => read(|p| {
+                Ok(Request::ResumeTurn {
+                    session_id: p.required_str("sessionId")?.into(),
+                })
             }),
             m if m.starts_with("_maka/") => match super::maka::MakaRequest::parse(m, params) {
                 Some(r) => r.map(Request::Maka).map_err(Unreadable::InvalidParams),

@@ -144,12 +144,12 @@ impl AcpSession {
     pub fn show(&self, shared: &Shared, frames: &[FrameBody]) {
         let now = Instant::now();
         self.emit(shared, |view| {
-            let own = self.state().prompt.as_ref().map(|p| p.turn_id.clone());
             let mut out = vec![];
             for frame in frames {
-                if let (FrameBody::TurnStarted { turn_id, .. }, Some(own)) = (frame, &own) {
-                    if turn_id == own {
-                        view.mark_own_turn(own);
+                if let FrameBody::TurnStarted { turn_id, .. } = frame {
+                    // Looked up only here: the streaming path takes no state lock for it.
+                    if self.prompt_turn().as_ref() == Some(turn_id) {
+                        view.mark_own_turn(turn_id);
                     }
                 }
                 out.extend(view.frame(frame, now));

@@ -6,7 +6,6 @@ use super::auth;
 use super::client_call;
 use super::config_options::{self, Catalog, SessionConfig};
 use super::errors::{self, MakaCode};
-use super::interaction;
 use super::projection::iso8601;
 use super::requests::{ListSessions, NewSession, OpenSession};
 use super::session::AcpSession;
@@ -133,14 +132,8 @@ pub fn open(ctx: &Ctx, params: OpenSession, replay: bool, responder: Responder) 
             } else {
                 offer_resume(ctx, &session, &conn);
             }
-            for i in snapshot.pending_interactions.iter().cloned() {
-                interaction::spawn(
-                    Arc::clone(&session),
-                    Arc::clone(&ctx.shared),
-                    conn.clone(),
-                    i,
-                );
-            }
+            // Dialogs and editor calls still waiting (the same start as a reader's catch-up).
+            super::reader::start_pending(&session, &ctx.shared, &conn, &snapshot);
         }
         Err(e) => responder.respond(Err(e)),
     }

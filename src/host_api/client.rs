@@ -4,13 +4,14 @@
 
 use super::ops::{HelloInput, HelloOutput, HostHello, Operation, ProtocolRange};
 use super::wire::{Envelope, ErrorCode, Frame, HostError};
+use crate::jsonrpc::line_reader::{Line, LineReader};
 use serde::Deserialize;
 use serde_json::json;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::time::Duration;
 
 /// Longest event-stream line accepted (frames are bounded far below this).
-const MAX_FRAME_LINE: u64 = 4 * 1024 * 1024;
+const MAX_FRAME_LINE: usize = 4 * 1024 * 1024;
 /// Largest operation response read (a transcript page is at most ~1 MiB plus one item).
 const MAX_RESPONSE: u64 = 32 * 1024 * 1024;
 
@@ -69,70 +70,32 @@ pub struct HostClient {
 
 /// One window of the event stream. Iterate with [`EventStream::next_frame`].
 pub struct EventStream {
-    reader: Box<dyn BufRead + Send>,
-    line: String,
+    lines: LineReader<Box<dyn BufRead + Send>>,
 }
 
 impl EventStream {
     /// A stream over any reader of frame lines (a fake host's, in tests).
     pub fn from_reader(reader: Box<dyn BufRead + Send>) -> EventStream {
         EventStream {
-            reader,
-            line: String::new(),
+            lines: LineReader::new(reader, MAX_FRAME_LINE),
         }
     }
 
-    /// The next line (data frame, heartbeat or stream_end), or None at EOF.
+    /// The next line (data frame, heartbeat or stream_end), or None at EOF. A line over the
+    /// limit is skipped (never buffered) and reported; reading goes on after it.
     pub fn next_frame(&mut self) -> Result<Option<Frame>, ClientError> {
-        loop {
-            self.line.clear();
-            let mut bytes = Vec::new();
-            let n = (&mut self.reader)
-                .take(MAX_FRAME_LINE)
-                .read_until(b'\n', &mut bytes)
-                .map_err(|e| ClientError::Transport(format!("event stream broke: {e}")))?;
-            if n == 0 {
-                return Ok(None);
-            }
-            if bytes.last() != Some(&b'\n') && n as u64 == MAX_FRAME_LINE {
-                // Over the limit: skip the rest of this line (never buffered) and say so; the
-                // stream itself is fine and reading goes on after it.
-                let skipped = skip_line(&mut self.reader)?;
-                return Err(ClientError::Protocol(format!(
-                    "a frame of {} bytes is over the {MAX_FRAME_LINE}-byte limit",
-                    n as u64 + skipped
-                )));
-            }
-            if bytes.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            return serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                ClientError::Protocol(format!("unreadable frame from the host: {e}"))
-            });
-        }
-    }
-}
-
-/// Consumes the rest of a line without keeping it; returns how many bytes it had.
-fn skip_line(reader: &mut dyn BufRead) -> Result<u64, ClientError> {
-    let mut skipped = 0u64;
-    loop {
-        let buf = reader
-            .fill_buf()
+        let line = self
+            .lines
+            .next_line()
             .map_err(|e| ClientError::Transport(format!("event stream broke: {e}")))?;
-        if buf.is_empty() {
-            return Ok(skipped);
-        }
-        match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                reader.consume(i + 1);
-                return Ok(skipped + i as u64 + 1);
-            }
-            None => {
-                let n = buf.len();
-                reader.consume(n);
-                skipped += n as u64;
-            }
+        match line {
+            None => Ok(None),
+            Some(Line::TooLong { len }) => Err(ClientError::Protocol(format!(
+                "a frame of {len} bytes is over the {MAX_FRAME_LINE}-byte limit"
+            ))),
+            Some(Line::Complete(bytes)) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| ClientError::Protocol(format!("unreadable frame from the host: {e}"))),
         }
     }
 }
@@ -166,97 +129,6 @@ impl HostClient {
             streams,
             probe,
         }
-    }
-
-    /// POSTs one operation; the status and the body (bounded).
-    fn post_op(&self, key: &str, body: String) -> Result<(u16, String), ClientError> {
-        let resp = self
-            .ops
-            .post(&format!("{}/v1/op/{key}", self.base))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .content_type("application/json")
-            .send(body.as_str())
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
-        let status = resp.status().as_u16();
-        let text = resp
-            .into_body()
-            .with_config()
-            .limit(MAX_RESPONSE)
-            .read_to_string()
-            .map_err(|e| match e {
-                ureq::Error::BodyExceedsLimit(_) => ClientError::Protocol(format!(
-                    "the {key} reply is over the {MAX_RESPONSE}-byte limit"
-                )),
-                e => ClientError::Transport(format!("reading the {key} response: {e}")),
-            })?;
-        Ok((status, text))
-    }
-
-    /// Opens one window of `sessionId`'s stream after `after`. `until_terminal`: the host ends
-    /// the window right after the next `turn_terminal` frame (a reader following one turn).
-    fn open_events(
-        &self,
-        session_id: &str,
-        after: u64,
-        epoch: &str,
-        wait_ms: u64,
-        until_terminal: bool,
-    ) -> Result<EventStream, ClientError> {
-        let until = if until_terminal {
-            "&untilTerminal=1"
-        } else {
-            ""
-        };
-        let url = format!(
-            "{}/v1/events?sessionId={session_id}&after={after}&epoch={epoch}&waitMs={wait_ms}{until}",
-            self.base
-        );
-        let resp = self
-            .streams
-            .get(&url)
-            .header("Authorization", format!("Bearer {}", self.token))
-            .call()
-            .map_err(|e| ClientError::Transport(e.to_string()))?;
-        if resp.status().as_u16() != 200 {
-            let text = resp
-                .into_body()
-                .with_config()
-                .limit(1 << 20)
-                .read_to_string()
-                .unwrap_or_default();
-            let env: Option<Envelope> = serde_json::from_slice(text.as_bytes()).ok();
-            let err = env
-                .and_then(|e| e.error)
-                .unwrap_or_else(|| HostError::internal("the event stream was refused"));
-            return Err(ClientError::Host(err));
-        }
-        Ok(EventStream {
-            reader: Box::new(BufReader::with_capacity(
-                64 * 1024,
-                resp.into_body().into_reader(),
-            )),
-            line: String::new(),
-        })
-    }
-
-    /// Whether the host answers at all (`GET /v1/health`, 5 s): tells a dead host from a stream
-    /// that broke or stalled because this side stopped reading.
-    fn probe(&self) -> bool {
-        self.probe
-            .get(&format!("{}/v1/health", self.base))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .call()
-            .is_ok_and(|r| r.status().as_u16() == 200)
-    }
-
-    /// Asks the host to drain and exit.
-    fn post_shutdown(&self, drain_ms: u64) -> Result<(), ClientError> {
-        self.ops
-            .post(&format!("{}/v1/shutdown", self.base))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .send(json!({"drainMs": drain_ms}).to_string().as_str())
-            .map(|_| ())
-            .map_err(|e| ClientError::Transport(e.to_string()))
     }
 }
 
@@ -332,7 +204,26 @@ impl dyn HostApi + '_ {
 
 impl HostApi for HostClient {
     fn post(&self, key: &str, body: String) -> Result<(u16, String), ClientError> {
-        self.post_op(key, body)
+        let resp = self
+            .ops
+            .post(&format!("{}/v1/op/{key}", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .content_type("application/json")
+            .send(body.as_str())
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        let status = resp.status().as_u16();
+        let text = resp
+            .into_body()
+            .with_config()
+            .limit(MAX_RESPONSE)
+            .read_to_string()
+            .map_err(|e| match e {
+                ureq::Error::BodyExceedsLimit(_) => ClientError::Protocol(format!(
+                    "the {key} reply is over the {MAX_RESPONSE}-byte limit"
+                )),
+                e => ClientError::Transport(format!("reading the {key} response: {e}")),
+            })?;
+        Ok((status, text))
     }
 
     fn events(
@@ -343,14 +234,53 @@ impl HostApi for HostClient {
         wait_ms: u64,
         until_terminal: bool,
     ) -> Result<EventStream, ClientError> {
-        self.open_events(session_id, after, epoch, wait_ms, until_terminal)
+        let until = if until_terminal {
+            "&untilTerminal=1"
+        } else {
+            ""
+        };
+        let url = format!(
+            "{}/v1/events?sessionId={session_id}&after={after}&epoch={epoch}&waitMs={wait_ms}{until}",
+            self.base
+        );
+        let resp = self
+            .streams
+            .get(&url)
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        if resp.status().as_u16() != 200 {
+            let text = resp
+                .into_body()
+                .with_config()
+                .limit(1 << 20)
+                .read_to_string()
+                .unwrap_or_default();
+            let env: Option<Envelope> = serde_json::from_slice(text.as_bytes()).ok();
+            let err = env
+                .and_then(|e| e.error)
+                .unwrap_or_else(|| HostError::internal("the event stream was refused"));
+            return Err(ClientError::Host(err));
+        }
+        Ok(EventStream::from_reader(Box::new(
+            BufReader::with_capacity(64 * 1024, resp.into_body().into_reader()),
+        )))
     }
 
     fn is_alive(&self) -> bool {
-        self.probe()
+        self.probe
+            .get(&format!("{}/v1/health", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()
+            .is_ok_and(|r| r.status().as_u16() == 200)
     }
 
     fn shutdown(&self, drain_ms: u64) -> Result<(), ClientError> {
-        self.post_shutdown(drain_ms)
+        self.ops
+            .post(&format!("{}/v1/shutdown", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .send(json!({"drainMs": drain_ms}).to_string().as_str())
+            .map(|_| ())
+            .map_err(|e| ClientError::Transport(e.to_string()))
     }
 }

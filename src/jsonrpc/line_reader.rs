@@ -39,7 +39,9 @@ impl<R: BufRead> LineReader<R> {
         }
     }
 
-    fn read_one(&mut self) -> io::Result<Option<Line>> {
+    /// The next line, blank ones included (event streams end an event with a blank line), or
+    /// `None` at end of input.
+    pub fn read_one(&mut self) -> io::Result<Option<Line>> {
         let mut buf = Vec::new();
         let mut seen = 0usize;
         let mut too_long = false;
