@@ -57,6 +57,7 @@ fn record(revision: u64) -> Session {
         active_turn_id: Some("t1".into()),
         mcp_servers: vec![],
         turn_count: 1,
+        lineage: None,
     }
 }
 

@@ -44,6 +44,18 @@ pub const COMMANDS: &[SlashCommand] = &[
         needs_model: true,
     },
     SlashCommand {
+        name: "fork",
+        description: "Copy this conversation into a new session, to try another approach there",
+        hint: None,
+        needs_model: false,
+    },
+    SlashCommand {
+        name: "rewind",
+        description: "Undo the last turns (default 1): out of the conversation, and the files they changed put back",
+        hint: Some("number of turns"),
+        needs_model: false,
+    },
+    SlashCommand {
         name: "help",
         description: "List the commands",
         hint: None,

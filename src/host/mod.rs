@@ -2,6 +2,7 @@
 //! sessions, an agent loop with real tools, and model providers. See
 //! `docs/runtime-host-protocol.md`.
 
+pub(crate) mod changes;
 pub(crate) mod commands;
 pub(crate) mod http;
 pub(crate) mod mcp;

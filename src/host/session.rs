@@ -7,7 +7,7 @@
 use super::store::{Store, TranscriptFile};
 use crate::host_api::wire::{
     now_ms, ErrorCode, FailureClass, Frame, FrameBody, HostError, Interaction, InteractionOutcome,
-    Session, TokenUsage, TranscriptBody, TranscriptItem, TurnSnapshot, TurnStatus,
+    MessageContent, Session, TokenUsage, TranscriptBody, TranscriptItem, TurnSnapshot, TurnStatus,
 };
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde_json::Value;
@@ -91,6 +91,8 @@ pub struct ActiveTurn {
     pub remembered: HashSet<crate::host_api::wire::Review>,
     /// Paths approved through `sandbox_boundary` during this turn.
     pub approved_paths: Vec<String>,
+    /// Messages added while it runs (`turn.message.submit`), taken in at its next model step.
+    pub steering: Vec<(String, MessageContent)>,
 }
 
 #[derive(Clone)]
@@ -100,9 +102,31 @@ pub struct ActiveStream {
     pub text: String,
 }
 
+/// The live conversation: the file's items minus the turns a rewind abandoned (those stay in
+/// the file, before the `rewind` marker that abandoned them).
 struct Transcript {
     items: Vec<TranscriptItem>,
     file: TranscriptFile,
+    /// The file's last `messageSeq` (abandoned items included): appends continue from it.
+    last_seq: u64,
+}
+
+/// Drops the items of turns that a `rewind` item abandoned.
+fn live_items(mut items: Vec<TranscriptItem>) -> Vec<TranscriptItem> {
+    let abandoned: HashSet<String> = items
+        .iter()
+        .filter_map(|i| match &i.body {
+            TranscriptBody::Rewind {
+                abandoned_turn_ids, ..
+            } => Some(abandoned_turn_ids.iter().cloned()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    if !abandoned.is_empty() {
+        items.retain(|i| !abandoned.contains(&i.turn_id));
+    }
+    items
 }
 
 struct Ring {
@@ -328,9 +352,11 @@ impl SessionState {
                 format!("cannot open transcript: {e}"),
             )
         })?;
+        let last_seq = opened.items.last().map(|i| i.message_seq).unwrap_or(0);
         self.transcript = Some(Transcript {
-            items: opened.items,
+            items: live_items(opened.items),
             file: opened.file,
+            last_seq,
         });
         self.quarantine = store.quarantined(&self.session.id);
         self.recover()
@@ -458,10 +484,27 @@ impl SessionState {
     }
 
     pub fn through_message_seq(&self) -> u64 {
-        self.transcript_items()
-            .last()
-            .map(|i| i.message_seq)
-            .unwrap_or(0)
+        self.transcript.as_ref().map(|t| t.last_seq).unwrap_or(0)
+    }
+
+    /// Abandons `turn_ids` (durably: a `rewind` item first): they leave the live conversation
+    /// and the turn table. Returns the marker's `messageSeq`.
+    pub fn abandon_turns(
+        &mut self,
+        revision_id: &str,
+        turn_ids: Vec<String>,
+    ) -> Result<u64, HostError> {
+        let marker = TranscriptBody::Rewind {
+            revision_id: revision_id.into(),
+            abandoned_turn_ids: turn_ids.clone(),
+        };
+        let seq = self.append_transcript(vec![(String::new(), marker)])?;
+        let gone: HashSet<String> = turn_ids.into_iter().collect();
+        if let Some(t) = self.transcript.as_mut() {
+            t.items.retain(|i| !gone.contains(&i.turn_id));
+        }
+        self.turns.retain(|id, _| !gone.contains(id));
+        Ok(seq)
     }
 
     /// Appends durable items; returns the last `messageSeq`. The caller emits
@@ -473,7 +516,7 @@ impl SessionState {
         let Some(t) = self.transcript.as_mut() else {
             return Err(HostError::internal("transcript not loaded"));
         };
-        let mut seq = t.items.last().map(|i| i.message_seq).unwrap_or(0);
+        let mut seq = t.last_seq;
         let ts = now_ms();
         let items: Vec<TranscriptItem> = bodies
             .into_iter()
@@ -494,6 +537,7 @@ impl SessionState {
             )
         })?;
         t.items.extend(items);
+        t.last_seq = seq;
         Ok(seq)
     }
 

@@ -36,8 +36,24 @@ impl Store {
         &self.root
     }
 
-    fn session_dir(&self, id: &str) -> PathBuf {
+    pub fn session_dir(&self, id: &str) -> PathBuf {
         self.root.join("sessions").join(id)
+    }
+
+    pub fn fsync(&self) -> bool {
+        self.fsync
+    }
+
+    /// Writes a whole transcript for a new session (a branch's copy), atomically.
+    pub fn write_transcript(&self, id: &str, items: &[TranscriptItem]) -> io::Result<()> {
+        let dir = self.session_dir(id);
+        fs::create_dir_all(&dir)?;
+        let mut buf = Vec::new();
+        for item in items {
+            serde_json::to_writer(&mut buf, item).map_err(io::Error::other)?;
+            buf.push(b'\n');
+        }
+        write_atomic(&dir, "transcript.jsonl", &buf, self.fsync)
     }
 
     /// Every readable session record. Unreadable ones are logged and skipped.

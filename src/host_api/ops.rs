@@ -70,6 +70,139 @@ operations! {
     ClientCallInput = "client.call.input", CallRef => CallInput;
     /// The session's turns, oldest first, from its transcript.
     SessionTurns = "session.turns", SessionRef => TurnList;
+    /// A new session with the source's conversation through a turn (the whole of it by default).
+    BranchCreate = "session.branch.create", BranchInput => BranchOutcome;
+    /// A named point to rewind to, at the end of the conversation.
+    RevisionCreate = "session.revision.create", RevisionCreateInput => Revision;
+    /// The points a session can rewind to: every turn's start and the named ones.
+    RevisionsList = "session.revisions", SessionRef => RevisionList;
+    /// Rewinds to a revision: later turns leave the conversation, their file changes are undone.
+    RevisionAbandon = "session.revision.abandon", AbandonInput => AbandonOutcome;
+    /// Adds a message to the running turn (steering).
+    MessageSubmit = "turn.message.submit", SubmitInput => SubmitOutcome;
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BranchInput {
+    pub source_session_id: String,
+    pub target_session_id: String,
+    /// The last turn to copy; absent: every finished turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub through_turn_id: Option<String>,
+    /// The source's `revision` the caller saw; a rewind or any other change since is a
+    /// `source_revision_conflict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_source_revision: Option<u64>,
+    /// Defaults to the source's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<Workspace>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub additional_directories: Option<Vec<String>>,
+    #[serde(default)]
+    pub mcp_servers: Vec<Value>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BranchOutcome {
+    Committed { session: Box<Session> },
+    SourceRevisionConflict { expected: u64, actual: u64 },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionCreateInput {
+    pub session_id: String,
+    pub label: String,
+}
+
+/// A point in a session's conversation to rewind to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Revision {
+    pub revision_id: String,
+    /// `turn_start` (made by the host as each turn starts) or `named`.
+    pub kind: String,
+    /// The turn's prompt (first line) or the name given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    pub created_at: u64,
+    /// For `turn_start`: the turn that starts here (abandoning the revision undoes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<String>,
+    /// Turns after this point (the ones abandoning it would undo).
+    pub turns_after: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevisionList {
+    /// Oldest first.
+    pub revisions: Vec<Revision>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AbandonInput {
+    pub session_id: String,
+    pub revision_id: String,
+    /// Undo the file changes of the abandoned turns (default true).
+    #[serde(default = "yes")]
+    pub restore_files: bool,
+    /// Restore files changed outside the agent since, too (default false: reported and left).
+    #[serde(default)]
+    pub force: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AbandonOutcome {
+    /// Oldest first; empty when nothing came after the revision.
+    pub abandoned_turn_ids: Vec<String>,
+    /// Files put back as they were before those turns (absolute paths).
+    pub restored: Vec<FileRestore>,
+    /// Files left alone, and why.
+    pub conflicts: Vec<FileConflict>,
+    pub session: Box<Session>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileRestore {
+    pub path: String,
+    /// `written` (the earlier content), `deleted` (the turns created it).
+    pub action: String,
+    /// Through the editor (`fs/write_text_file`) rather than the disk.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub via_editor: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileConflict {
+    pub path: String,
+    /// `changed_since` (edited outside the agent after its last change), `cannot_restore`
+    /// (the earlier content was not kept: too large or unreadable), `failed` (the write failed).
+    pub reason: String,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubmitInput {
+    pub session_id: String,
+    /// Idempotency: the same id again is the same message.
+    pub message_id: String,
+    pub content: MessageContent,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubmitOutcome {
+    /// Always `steering`: queued for the running turn's next model step.
+    pub disposition: String,
+    pub turn_id: String,
 }
 
 /// What a running host publishes in its data dir (`host.json`, mode 0600) so that other

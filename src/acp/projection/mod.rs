@@ -99,6 +99,14 @@ impl Projector {
             } if !self.own_turns.contains(turn_id) && self.echoed.insert(turn_id.clone()) => {
                 user_message(turn_id, &content.text)
             }
+            // A steered message: shown once, where the turn took it in.
+            FrameBody::UserMessage {
+                turn_id,
+                message_id,
+                content,
+            } if self.echoed.insert(message_id.clone()) => {
+                user_chunk(turn_id, message_id, &content.text)
+            }
             FrameBody::TextDelta {
                 message_id,
                 start_offset,
@@ -374,11 +382,15 @@ impl Projector {
 const PLAN_TOOL: &str = "update_plan";
 
 fn user_message(turn_id: &str, text: &str) -> Vec<SessionUpdate> {
+    user_chunk(turn_id, &format!("u_{turn_id}"), text)
+}
+
+fn user_chunk(turn_id: &str, message_id: &str, text: &str) -> Vec<SessionUpdate> {
     if text.is_empty() {
         return vec![];
     }
     vec![SessionUpdate::UserMessageChunk(Chunk {
         meta: Some(json!({"maka": {"turnId": turn_id}})),
-        ..Chunk::text(format!("u_{turn_id}"), text)
+        ..Chunk::text(message_id, text)
     })]
 }

@@ -57,6 +57,15 @@ pub fn snapshot_frames(open: &OpenSnapshot) -> Vec<FrameBody> {
 pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
     let turn_id = item.turn_id.clone();
     match &item.body {
+        TranscriptBody::User {
+            message_id,
+            content,
+            steered: true,
+        } => vec![FrameBody::UserMessage {
+            turn_id,
+            message_id: message_id.clone(),
+            content: content.clone(),
+        }],
         TranscriptBody::User { content, .. } => vec![FrameBody::TurnStarted {
             turn_id,
             run_id: String::new(),
@@ -151,6 +160,8 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
         TranscriptBody::Summary { .. } => vec![],
         // Past dialogs and turn bookkeeping are not shown again.
         TranscriptBody::Interaction { .. } | TranscriptBody::TurnState { .. } => vec![],
+        // Rewind points and markers are history bookkeeping (`_maka/session/revisions`).
+        TranscriptBody::Revision { .. } | TranscriptBody::Rewind { .. } => vec![],
         // Written by a newer host: nothing this build knows how to show.
         TranscriptBody::Unknown => vec![],
     }

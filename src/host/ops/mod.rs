@@ -4,6 +4,7 @@
 //! outputs, not errors. The handlers live by subject: `sessions`, `turns`, `calls`.
 
 mod calls;
+pub(crate) mod history;
 mod sessions;
 mod turns;
 
@@ -50,6 +51,11 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
         op::ClientCallResult => |i| calls::client_call_result(host, i),
         op::ClientCallInput => |i| calls::client_call_input(host, i),
         op::SessionTurns => |i| turns::list(host, i),
+        op::BranchCreate => |i| history::branch(host, i),
+        op::RevisionCreate => |i| history::revision_create(host, i),
+        op::RevisionsList => |i| history::revisions(host, i),
+        op::RevisionAbandon => |i| history::abandon(host, i),
+        op::MessageSubmit => |i| turns::submit(host, i),
     }
     Err(HostError::new(
         ErrorCode::OperationUnavailable,

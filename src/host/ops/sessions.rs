@@ -57,6 +57,7 @@ pub(super) fn create(host: &Arc<Host>, input: CreateInput) -> Result<Session, Ho
         active_turn_id: None,
         mcp_servers: input.mcp_servers,
         turn_count: 0,
+        lineage: None,
     };
     let cell = SessionCell::new(session.clone());
     // Admitted under the global lock with the new cell locked: a racing create of the same id

@@ -105,6 +105,7 @@ fn admit(
             TranscriptBody::User {
                 message_id: format!("u_{turn_id}"),
                 content: c.clone(),
+                steered: false,
             },
         ));
     }
@@ -130,6 +131,7 @@ fn admit(
         tools: vec![],
         remembered: Default::default(),
         approved_paths: vec![],
+        steering: vec![],
     });
     st.turns.insert(
         turn_id.into(),
@@ -215,7 +217,7 @@ fn frame_content(c: &MessageContent) -> (MessageContent, bool) {
 
 /// A session title from the first prompt: the first line of its plain text (markup tags such
 /// as `<task>` that some clients wrap prompts in are removed), at most 80 characters.
-fn title_from(text: &str) -> Option<String> {
+pub(super) fn title_from(text: &str) -> Option<String> {
     let plain = strip_tags(text);
     let line = plain
         .lines()
@@ -374,7 +376,8 @@ pub(super) fn list(host: &Host, input: SessionRef) -> Result<TurnList, HostError
     let st = open_state(host, &cell)?;
     let mut turns: Vec<TurnSummary> = Vec::new();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for item in st.transcript_items() {
+    // History markers (revisions, rewinds) belong to no turn.
+    for item in st.transcript_items().iter().filter(|i| !i.turn_id.is_empty()) {
         let i = *index.entry(item.turn_id.clone()).or_insert_with(|| {
             turns.push(TurnSummary {
                 turn_id: item.turn_id.clone(),
@@ -415,6 +418,41 @@ pub(super) fn list(host: &Host, input: SessionRef) -> Result<TurnList, HostError
         }
     }
     Ok(TurnList { turns })
+}
+
+/// Steering: a message for the running turn, taken in at its next model step.
+pub(super) fn submit(host: &Host, input: SubmitInput) -> Result<SubmitOutcome, HostError> {
+    check_id("messageId", &input.message_id)?;
+    if input.content.text.trim().is_empty() && input.content.attachments.is_empty() {
+        return Err(HostError::invalid("the message is empty"));
+    }
+    let cell = host.cell(&input.session_id)?;
+    let mut st = open_state(host, &cell)?;
+    let already = st.transcript_items().iter().any(|i| {
+        matches!(&i.body, TranscriptBody::User { message_id, .. } if *message_id == input.message_id)
+    });
+    let Some(active) = st.active.as_mut() else {
+        return Err(HostError::new(
+            ErrorCode::OperationConflict,
+            "no turn is running in this session; send the message as a new prompt",
+        )
+        .with_details(json!({"reason": "no_active_turn"})));
+    };
+    // A retry of a message already queued or taken in: the same answer, not a second copy.
+    let queued = active.steering.iter().any(|(id, _)| *id == input.message_id);
+    if !already && !queued {
+        if active.steering.len() >= 16 {
+            return Err(HostError::new(
+                ErrorCode::CapacityExceeded,
+                "16 messages are already waiting for this turn's next step",
+            ));
+        }
+        active.steering.push((input.message_id, input.content));
+    }
+    Ok(SubmitOutcome {
+        disposition: "steering".into(),
+        turn_id: active.turn_id.clone(),
+    })
 }
 
 fn parked(reason: &str) -> StartOutcome {

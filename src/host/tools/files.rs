@@ -188,7 +188,7 @@ fn write_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
     };
     let shown = display(env.cwd(), path);
     let old = current_text(env, path);
-    if let Err(e) = store(env, path, content) {
+    if let Err(e) = store(env, path, old.as_deref(), content) {
         return failed(format!("cannot write {shown}: {e}"));
     }
     let d = file_diff(env.cwd(), path, old.as_deref(), content);
@@ -234,7 +234,7 @@ fn edit_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
             ))
         }
     };
-    if let Err(e) = store(env, path, &updated) {
+    if let Err(e) = store(env, path, Some(&current), &updated) {
         return failed(format!("cannot write {shown}: {e}"));
     }
     let d = file_diff(env.cwd(), path, Some(&current), &updated);

@@ -208,26 +208,42 @@ pub(super) fn read_for_edit(env: &mut dyn ToolEnv, path: &Path) -> Result<String
     }
 }
 
-pub(super) fn store(env: &mut dyn ToolEnv, path: &Path, content: &str) -> Result<(), String> {
+/// Writes `content` to `path` (through the editor when it offers files) and records the change
+/// for undo: `old` is what the tool saw there (`None`: nothing, or unreadable).
+pub(super) fn store(
+    env: &mut dyn ToolEnv,
+    path: &Path,
+    old: Option<&str>,
+    content: &str,
+) -> Result<(), String> {
+    let existed = path.exists();
     // A new file in a missing folder: the folder is made here (the path is inside the roots
     // when the editor is asked), so the editor's write does not fail on it.
     if let Some(parent) = path.parent().filter(|p| !p.exists()) {
         fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create the folder {}: {e}", parent.display()))?;
     }
-    match env.client_call(
+    let via_editor = match env.client_call(
         "fs.write_text_file",
         path,
         json!({"path": path.display().to_string(), "content": content}),
     ) {
-        Some(Ok(v)) if v.is_object() || v.is_null() => Ok(()),
-        Some(Ok(other)) => Err(format!(
-            "the editor did not confirm the write (it answered {})",
-            crate::jsonrpc::message::json_type(&other)
-        )),
-        Some(Err(e)) => Err(e),
-        None => write_checked(env, path, content),
-    }
+        Some(Ok(v)) if v.is_object() || v.is_null() => true,
+        Some(Ok(other)) => {
+            return Err(format!(
+                "the editor did not confirm the write (it answered {})",
+                crate::jsonrpc::message::json_type(&other)
+            ))
+        }
+        Some(Err(e)) => return Err(e),
+        None => {
+            write_checked(env, path, content)?;
+            false
+        }
+    };
+    let before = crate::host::changes::Before::of(existed, old);
+    env.file_changed(path, before, content, via_editor);
+    Ok(())
 }
 
 /// Directories never worth walking.

@@ -46,6 +46,15 @@ pub trait ToolEnv {
         timeout: std::time::Duration,
         cleanup: bool,
     ) -> Result<Value, CallError>;
+    /// A file tool wrote `path` (recorded per turn so a rewind can undo it).
+    fn file_changed(
+        &mut self,
+        _path: &Path,
+        _before: crate::host::changes::Before,
+        _after: &str,
+        _via_editor: bool,
+    ) {
+    }
 }
 
 #[derive(Debug)]

@@ -100,6 +100,8 @@ impl Turn {
                 }
             }
             "compact" => return Some(self.compact()),
+            "fork" => self.fork_command(),
+            "rewind" => self.rewind_command(rest),
             _ => format!(
                 "Unknown command /{name}.\n\n{}",
                 crate::host::commands::help_text()
@@ -107,6 +109,71 @@ impl Turn {
         };
         self.say(text);
         Some(Terminal::completed("end_turn"))
+    }
+
+    /// `/fork`: a branch with every finished turn (this one is not copied).
+    fn fork_command(&self) -> String {
+        use crate::host_api::ops::{BranchInput, BranchOutcome};
+        let input = BranchInput {
+            source_session_id: self.cell.id.clone(),
+            target_session_id: format!("sess_{}", crate::host::random_hex(12)),
+            through_turn_id: None,
+            expected_source_revision: None,
+            workspace: None,
+            additional_directories: None,
+            mcp_servers: self.cell.lock().session.mcp_servers.clone(),
+        };
+        match crate::host::ops::history::branch(&self.host, input) {
+            Ok(BranchOutcome::Committed { session }) => format!(
+                "Forked this conversation ({} turn(s)) into a new session, {}. Open it from your session list to continue there; this session is unchanged.",
+                session.turn_count, session.id
+            ),
+            Ok(BranchOutcome::SourceRevisionConflict { .. }) => {
+                "The conversation changed while forking; try /fork again.".into()
+            }
+            Err(e) => format!("Could not fork: {}", e.message),
+        }
+    }
+
+    /// `/rewind [n]`: undoes the last n turns before this one, files included.
+    fn rewind_command(&self, rest: &str) -> String {
+        use crate::host::ops::history::{rewind, Target};
+        let n = match rest {
+            "" => 1,
+            r => match r.parse::<usize>() {
+                Ok(n) if n >= 1 => n,
+                _ => return format!("Usage: /rewind [number of turns] (got {r:?})"),
+            },
+        };
+        let outcome = rewind(
+            &self.host,
+            &self.cell,
+            Target::LastTurns(n),
+            true,
+            false,
+            Some(&self.spec.turn_id),
+            self.spec.cancel.receiver(),
+        );
+        match outcome {
+            Ok(o) if o.abandoned_turn_ids.is_empty() => "There is no earlier turn to undo.".into(),
+            Ok(o) => {
+                let mut text = format!(
+                    "Rewound {} turn(s): they are out of the conversation (kept on disk, marked abandoned).",
+                    o.abandoned_turn_ids.len()
+                );
+                let shown = |p: &str| tool_fs::display(&self.cwd, Path::new(p));
+                for r in &o.restored {
+                    let verb = if r.action == "deleted" { "Deleted" } else { "Restored" };
+                    text.push_str(&format!("\n- {verb} {}", shown(&r.path)));
+                }
+                for c in &o.conflicts {
+                    text.push_str(&format!("\n- Left {}: {}", shown(&c.path), c.message));
+                }
+                text.push_str("\nReload the session to see the conversation as it is now.");
+                text
+            }
+            Err(e) => format!("Could not rewind: {}", e.message),
+        }
     }
 
     pub(super) fn model_command(

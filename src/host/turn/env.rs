@@ -2,6 +2,7 @@
 //! and calls into the editor (files through its buffers, commands in its terminals).
 
 use super::*;
+use crate::host::changes::{Before, FileChange, Fingerprint};
 
 impl ToolEnv for Turn {
     fn cwd(&self) -> &Path {
@@ -70,41 +71,6 @@ impl ToolEnv for Turn {
         timeout: Duration,
         cleanup: bool,
     ) -> Result<Value, tools::CallError> {
-        use tools::CallError;
-        let (tx, rx) = bounded(1);
-        let invocation_id = random_id("c");
-        {
-            let mut st = self.cell.lock();
-            let registered = st
-                .client_services
-                .iter()
-                .any(|s| s == service || service.starts_with(&format!("{s}.")));
-            if !registered {
-                return Err(CallError::Client(format!(
-                    "the client did not register {service}"
-                )));
-            }
-            // A large input (a big file to write) travels by reference: the frame stays small
-            // and the client fetches it with `client.call.input`.
-            let input_ref = input.to_string().len() > CALL_INPUT_INLINE;
-            st.client_calls.insert(
-                invocation_id.clone(),
-                crate::host::session::PendingClientCall {
-                    tx,
-                    tool_call_id: self.current_tool.clone(),
-                    service: service.into(),
-                    input: input.clone(),
-                },
-            );
-            let body = FrameBody::ClientCall {
-                invocation_id: invocation_id.clone(),
-                tool_call_id: self.current_tool.clone(),
-                service: service.into(),
-                input: if input_ref { Value::Null } else { input },
-                input_ref,
-            };
-            self.cell.emit(&mut st, body);
-        }
         // A cleanup call ignores the stop: `never` never fires.
         let never = crossbeam_channel::never();
         let cancel = if cleanup {
@@ -112,16 +78,90 @@ impl ToolEnv for Turn {
         } else {
             self.spec.cancel.receiver()
         };
-        let result = select! {
-            recv(rx) -> r => r.unwrap_or_else(|_| Err("the call was dropped".into())).map_err(CallError::Client),
-            recv(cancel) -> _ => Err(CallError::Cancelled),
-            default(timeout) => Err(CallError::Timeout),
-        };
-        let mut st = self.cell.lock();
-        if st.client_calls.remove(&invocation_id).is_some() {
-            self.cell
-                .emit(&mut st, FrameBody::ClientCallCancelled { invocation_id });
-        }
-        result
+        call_client(
+            &self.cell,
+            service,
+            input,
+            self.current_tool.clone(),
+            timeout,
+            cancel,
+        )
     }
+
+    fn file_changed(&mut self, path: &Path, before: Before, after: &str, via_editor: bool) {
+        let change = FileChange {
+            turn_id: self.spec.turn_id.clone(),
+            path: path.display().to_string(),
+            before,
+            after: Fingerprint::of(after.as_bytes()),
+            via_editor,
+        };
+        let dir = self.host.store.session_dir(&self.cell.id);
+        if let Err(e) = crate::host::changes::append(&dir, &change, self.host.store.fsync()) {
+            // The write happened; only its undo is lost. Said in the log, not failed.
+            log::error!(
+                "session {}: cannot record the change to {} for undo: {e}",
+                self.cell.id,
+                path.display()
+            );
+        }
+    }
+}
+
+/// One call delegated to the client (`client_call` frame), waiting for its result at most
+/// `timeout` or until `cancel` fires. Also used outside turns (a rewind restoring a file
+/// through the editor).
+pub fn call_client(
+    cell: &SessionCell,
+    service: &str,
+    input: Value,
+    tool_call_id: Option<String>,
+    timeout: Duration,
+    cancel: &crossbeam_channel::Receiver<()>,
+) -> Result<Value, tools::CallError> {
+    use tools::CallError;
+    let (tx, rx) = bounded(1);
+    let invocation_id = random_id("c");
+    {
+        let mut st = cell.lock();
+        let registered = st
+            .client_services
+            .iter()
+            .any(|s| s == service || service.starts_with(&format!("{s}.")));
+        if !registered {
+            return Err(CallError::Client(format!(
+                "the client did not register {service}"
+            )));
+        }
+        // A large input (a big file to write) travels by reference: the frame stays small
+        // and the client fetches it with `client.call.input`.
+        let input_ref = input.to_string().len() > CALL_INPUT_INLINE;
+        st.client_calls.insert(
+            invocation_id.clone(),
+            crate::host::session::PendingClientCall {
+                tx,
+                tool_call_id: tool_call_id.clone(),
+                service: service.into(),
+                input: input.clone(),
+            },
+        );
+        let body = FrameBody::ClientCall {
+            invocation_id: invocation_id.clone(),
+            tool_call_id,
+            service: service.into(),
+            input: if input_ref { Value::Null } else { input },
+            input_ref,
+        };
+        cell.emit(&mut st, body);
+    }
+    let result = select! {
+        recv(rx) -> r => r.unwrap_or_else(|_| Err("the call was dropped".into())).map_err(CallError::Client),
+        recv(cancel) -> _ => Err(CallError::Cancelled),
+        default(timeout) => Err(CallError::Timeout),
+    };
+    let mut st = cell.lock();
+    if st.client_calls.remove(&invocation_id).is_some() {
+        cell.emit(&mut st, FrameBody::ClientCallCancelled { invocation_id });
+    }
+    result
 }

@@ -10,6 +10,7 @@ mod gate;
 mod history;
 mod stream;
 
+pub use env::call_client;
 pub use history::build_messages;
 
 use super::models::{self, Finish, ModelEvent, ModelRequest};
@@ -155,6 +156,10 @@ impl Turn {
                 return Terminal::cancelled();
             }
             match self.model_step(step) {
+                // A message added during the last step: the model answers it before the turn
+                // ends.
+                Ok(StepResult::Done(t))
+                    if t.outcome == TurnOutcome::Completed && self.has_steering() => {}
                 Ok(StepResult::Done(t)) => return t,
                 Ok(StepResult::Continue) => {}
                 Err(t) => return t,
@@ -165,7 +170,8 @@ impl Turn {
 
     pub(super) fn model_step(&mut self, step: usize) -> Result<StepResult, Terminal> {
         let (configuration, mut messages) = {
-            let st = self.cell.lock();
+            let mut st = self.cell.lock();
+            self.take_in_steering(&mut st);
             (
                 st.session.configuration.clone(),
                 build_messages(&self.cwd, st.transcript_items()),
@@ -326,8 +332,46 @@ impl Turn {
         self.cell.emit(st, body);
     }
 
+    /// Messages added to this turn since its last step (`turn.message.submit`): into the
+    /// transcript (and so the model's context) here, shown to clients as they are taken in.
+    fn take_in_steering(&self, st: &mut crate::host::session::SessionState) {
+        let queued = match st.active.as_mut() {
+            Some(a) if !a.steering.is_empty() => std::mem::take(&mut a.steering),
+            _ => return,
+        };
+        for (message_id, content) in queued {
+            self.cell.emit(
+                st,
+                FrameBody::UserMessage {
+                    turn_id: self.spec.turn_id.clone(),
+                    message_id: message_id.clone(),
+                    content: content.clone(),
+                },
+            );
+            self.append(
+                st,
+                vec![TranscriptBody::User {
+                    message_id,
+                    content,
+                    steered: true,
+                }],
+            );
+        }
+    }
+
+    fn has_steering(&self) -> bool {
+        self.cell
+            .lock()
+            .active
+            .as_ref()
+            .is_some_and(|a| !a.steering.is_empty())
+    }
+
     pub(super) fn finish(&self, t: Terminal) {
         let mut st = self.cell.lock();
+        // Added too late for a step (or the turn was stopped): kept in the conversation, where
+        // the next turn's model sees it. Never dropped.
+        self.take_in_steering(&mut st);
         let reason = if t.outcome == TurnOutcome::Cancelled {
             "turn_stopped"
         } else {

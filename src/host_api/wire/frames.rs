@@ -33,6 +33,13 @@ pub enum FrameBody {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         content_truncated: bool,
     },
+    /// A message added to the running turn (`turn.message.submit`), as it was taken in.
+    #[serde(rename_all = "camelCase")]
+    UserMessage {
+        turn_id: String,
+        message_id: String,
+        content: MessageContent,
+    },
     #[serde(rename_all = "camelCase")]
     TurnStatus {
         turn_id: String,

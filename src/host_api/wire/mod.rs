@@ -299,6 +299,19 @@ pub struct Session {
     /// Turns admitted so far: a session with none has no conversation (not listed by ACP).
     #[serde(default)]
     pub turn_count: u64,
+    /// Where a branch came from (`session.branch.create`); absent for an original session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<Lineage>,
+}
+
+/// A branch's source: the session and the last turn it copied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lineage {
+    pub parent_session_id: String,
+    /// `None` when the source had no finished turn to copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch_of_turn_id: Option<String>,
 }
 
 /// Milliseconds since the Unix epoch.

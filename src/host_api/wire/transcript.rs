@@ -22,6 +22,9 @@ pub enum TranscriptBody {
     User {
         message_id: String,
         content: MessageContent,
+        /// Added to a running turn (`turn.message.submit`), not the prompt that started it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        steered: bool,
     },
     #[serde(rename_all = "camelCase")]
     Assistant {
@@ -90,6 +93,20 @@ pub enum TranscriptBody {
     /// A summary replacing older context (`/compact`).
     Summary {
         text: String,
+    },
+    /// A named point to rewind to (`session.revision.create`); its `messageSeq` is where it
+    /// stands. Every turn's start is also a revision (`rev_<turnId>`) without an item.
+    #[serde(rename_all = "camelCase")]
+    Revision {
+        revision_id: String,
+        label: String,
+    },
+    /// A rewind (`session.revision.abandon`): these turns left the model's context and the
+    /// replay. Their items stay in the file, before this marker.
+    #[serde(rename_all = "camelCase")]
+    Rewind {
+        revision_id: String,
+        abandoned_turn_ids: Vec<String>,
     },
     /// An item of a kind this build does not know (written by a newer host): kept in the file
     /// as it is, skipped by replay and by the model's context.
