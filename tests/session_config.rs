@@ -385,7 +385,10 @@ fn slash_commands_are_listed_after_the_response_and_run_by_the_host() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["plan", "mode", "model", "title", "compact", "help"]);
+    assert_eq!(
+        names,
+        ["plan", "mode", "model", "title", "compact", "fork", "rewind", "help"]
+    );
     assert!(commands
         .iter()
         .all(|c| !c["description"].as_str().unwrap().is_empty()));
@@ -426,7 +429,7 @@ fn slash_commands_are_listed_after_the_response_and_run_by_the_host() {
     );
     assert!(resp["result"]["configOptions"].is_array());
     assert!(before.is_empty(), "{before:?}");
-    assert_eq!(other.expect_commands(&id).len(), 6);
+    assert_eq!(other.expect_commands(&id).len(), 8);
 }
 
 #[test]

@@ -127,9 +127,9 @@ fn unknown_and_unadvertised_methods_are_method_not_found() {
         "no/such/method",
         "_zed.dev/workspace/buffers",
         "_maka/unknown",
-        // Not advertised (unstable or v2 only), so clients must not call them; we answer -32601.
+        // Not advertised (unstable or v2 only), so clients must not call it; we answer -32601.
+        // (`session/fork` is unstable too, but advertised and served.)
         "session/set_model",
-        "session/fork",
     ] {
         let (resp, _) = agent.call(method, json!({}));
         assert_eq!(error_of(&resp)["code"], -32601, "{method}: {resp}");

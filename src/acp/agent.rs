@@ -189,6 +189,7 @@ impl Agent {
                 .workers
                 .run(move || responder.respond(settings::logout(&ctx))),
             Request::NewSession(p) => self.workers.run(move || sessions::new(&ctx, p, responder)),
+            Request::ForkSession(p) => self.workers.run(move || sessions::fork(&ctx, p, responder)),
             Request::OpenSession { open, replay } => self
                 .workers
                 .run(move || sessions::open(&ctx, open, replay, responder)),

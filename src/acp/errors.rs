@@ -27,6 +27,8 @@ pub enum MakaCode {
     AuthRequired,
     /// `_maka/turn/resume` found no interrupted run it may continue (`data.reason`).
     ResumeParked,
+    /// `_maka/turn/steer` with no turn running.
+    NoRunningTurn,
 }
 
 impl MakaCode {
@@ -42,6 +44,7 @@ impl MakaCode {
             MakaCode::TurnFailed => "turn_failed",
             MakaCode::AuthRequired => "auth_required",
             MakaCode::ResumeParked => "resume_parked",
+            MakaCode::NoRunningTurn => "no_running_turn",
         }
     }
 
@@ -59,7 +62,7 @@ impl MakaCode {
 
     const fn rpc_code(self) -> i32 {
         match self {
-            MakaCode::NotFound => code::RESOURCE_NOT_FOUND,
+            MakaCode::NotFound | MakaCode::NoRunningTurn => code::RESOURCE_NOT_FOUND,
             MakaCode::AuthRequired => code::AUTH_REQUIRED,
             _ => code::INTERNAL_ERROR,
         }

@@ -103,6 +103,7 @@ pub fn agent_capabilities() -> AgentCapabilities {
         },
         session_capabilities: SessionCapabilities {
             list: Empty {},
+            fork: Empty {},
             resume: Empty {},
             close: Empty {},
             delete: Empty {},

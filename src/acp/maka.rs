@@ -5,18 +5,51 @@
 //! ([`serve`]); `_maka/turn/resume` runs like a prompt (`turns.rs`).
 
 use super::agent::Ctx;
+use super::errors::MakaCode;
 use super::params::Params;
+use super::types::to_json;
+use crate::host_api::client::ClientError;
 use crate::host_api::ops::{self, SessionRef};
+use crate::host_api::random_hex;
 use crate::jsonrpc::ResponseError;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Every `_maka/` method this agent serves.
-pub const METHODS: &[&str] = &["_maka/session/turns", "_maka/turn/resume"];
+pub const METHODS: &[&str] = &[
+    "_maka/session/turns",
+    "_maka/session/branch",
+    "_maka/session/revisions",
+    "_maka/session/revision/create",
+    "_maka/session/revision/abandon",
+    "_maka/turn/resume",
+    "_maka/turn/steer",
+];
 
 /// The `_maka/` queries [`serve`] answers (`_maka/turn/resume` is `Request::ResumeTurn`).
 pub enum MakaRequest {
     /// The session's turns: id, start, first line of the prompt, status, files changed.
     SessionTurns { session_id: String },
+    /// A new session with the conversation through a turn (all finished turns by default).
+    Branch {
+        session_id: String,
+        through_turn_id: Option<String>,
+    },
+    /// The points the session can rewind to.
+    Revisions { session_id: String },
+    /// A named point at the end of the conversation.
+    RevisionCreate { session_id: String, label: String },
+    /// Rewinds to a revision: later turns leave the conversation, their file changes undone.
+    RevisionAbandon {
+        session_id: String,
+        revision_id: String,
+        restore_files: bool,
+        force: bool,
+    },
+    /// A message for the running turn.
+    Steer {
+        session_id: String,
+        prompt: Vec<Value>,
+    },
 }
 
 impl MakaRequest {
@@ -31,6 +64,37 @@ impl MakaRequest {
                     session_id: p.required_str("sessionId")?.into(),
                 })
             }),
+            "_maka/session/branch" => read(|p| {
+                Ok(MakaRequest::Branch {
+                    session_id: p.required_str("sessionId")?.into(),
+                    through_turn_id: p.optional_str("throughTurnId")?.map(String::from),
+                })
+            }),
+            "_maka/session/revisions" => read(|p| {
+                Ok(MakaRequest::Revisions {
+                    session_id: p.required_str("sessionId")?.into(),
+                })
+            }),
+            "_maka/session/revision/create" => read(|p| {
+                Ok(MakaRequest::RevisionCreate {
+                    session_id: p.required_str("sessionId")?.into(),
+                    label: p.required_str("label")?.into(),
+                })
+            }),
+            "_maka/session/revision/abandon" => read(|p| {
+                Ok(MakaRequest::RevisionAbandon {
+                    session_id: p.required_str("sessionId")?.into(),
+                    revision_id: p.required_str("revisionId")?.into(),
+                    restore_files: p.optional_bool("restoreFiles")?.unwrap_or(true),
+                    force: p.optional_bool("force")?.unwrap_or(false),
+                })
+            }),
+            "_maka/turn/steer" => read(|p| {
+                Ok(MakaRequest::Steer {
+                    session_id: p.required_str("sessionId")?.into(),
+                    prompt: p.required_array("prompt")?.clone(),
+                })
+            }),
             _ => None,
         }
     }
@@ -38,11 +102,95 @@ impl MakaRequest {
 
 /// Runs a `_maka/` method (on a worker).
 pub fn serve(ctx: &Ctx, request: MakaRequest) -> Result<Value, ResponseError> {
+    let conn = ctx.host()?;
     match request {
         MakaRequest::SessionTurns { session_id } => {
-            let conn = ctx.host()?;
             let list = ctx.call::<ops::SessionTurns>(&conn, &SessionRef { session_id })?;
-            Ok(super::types::to_json(&list))
+            Ok(to_json(&list))
+        }
+        MakaRequest::Branch {
+            session_id,
+            through_turn_id,
+        } => {
+            let input = ops::BranchInput {
+                source_session_id: session_id,
+                target_session_id: format!("sess_{}", random_hex(12)),
+                through_turn_id,
+                expected_source_revision: None,
+                workspace: None,
+                additional_directories: None,
+                mcp_servers: vec![],
+            };
+            match ctx.call::<ops::BranchCreate>(&conn, &input)? {
+                ops::BranchOutcome::Committed { session } => Ok(json!({
+                    "sessionId": session.id,
+                    "cwd": session.workspace.path(),
+                    "turnCount": session.turn_count,
+                    "source": {
+                        "sessionId": input.source_session_id,
+                        "throughTurnId": session.lineage.and_then(|l| l.branch_of_turn_id),
+                    },
+                })),
+                ops::BranchOutcome::SourceRevisionConflict { .. } => {
+                    Err(MakaCode::OperationConflict
+                        .error("The session changed while it was being branched; branch it again"))
+                }
+            }
+        }
+        MakaRequest::Revisions { session_id } => {
+            let list = ctx.call::<ops::RevisionsList>(&conn, &SessionRef { session_id })?;
+            Ok(to_json(&list))
+        }
+        MakaRequest::RevisionCreate { session_id, label } => {
+            let input = ops::RevisionCreateInput { session_id, label };
+            let revision = ctx.call::<ops::RevisionCreate>(&conn, &input)?;
+            Ok(to_json(&revision))
+        }
+        MakaRequest::RevisionAbandon {
+            session_id,
+            revision_id,
+            restore_files,
+            force,
+        } => {
+            let session = ctx.session(&session_id);
+            let input = ops::AbandonInput {
+                session_id,
+                revision_id,
+                restore_files,
+                force,
+            };
+            let call = || ctx.call::<ops::RevisionAbandon>(&conn, &input);
+            // Files the editor wrote are restored through it: its calls must get through.
+            let o = match session {
+                Some(s) => s.with_editor_calls(&ctx.shared, &conn, call)?,
+                None => call()?,
+            };
+            Ok(json!({
+                "abandonedTurnIds": o.abandoned_turn_ids,
+                "restored": o.restored,
+                "conflicts": o.conflicts,
+            }))
+        }
+        MakaRequest::Steer { session_id, prompt } => {
+            let content = super::prompt::to_message(&prompt)?;
+            let input = ops::SubmitInput {
+                session_id,
+                message_id: format!("s_{}", random_hex(8)),
+                content,
+            };
+            match conn.client.call::<ops::MessageSubmit>(&input) {
+                Ok(o) => Ok(json!({"turnId": o.turn_id, "messageId": input.message_id})),
+                Err(ClientError::Host(h))
+                    if h.details.as_ref().and_then(|d| d.get("reason"))
+                        == Some(&json!("no_active_turn")) =>
+                {
+                    Err(MakaCode::NoRunningTurn.error_with(
+                        "No turn is running in this session; send the message with session/prompt instead",
+                        json!({"sessionId": input.session_id}),
+                    ))
+                }
+                Err(e) => Err(ctx.host_error(&conn, &e)),
+            }
         }
     }
 }

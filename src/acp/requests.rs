@@ -17,6 +17,8 @@ pub enum Request {
     },
     Logout,
     NewSession(NewSession),
+    /// `session/fork` (ACP unstable).
+    ForkSession(ForkSession),
     /// `session/load` (`replay`: true) and `session/resume`.
     OpenSession {
         open: OpenSession,
@@ -53,6 +55,13 @@ pub struct NewSession {
     pub cwd: String,
     pub additional_directories: Vec<String>,
     /// ACP `McpServer` objects, passed to the host as they are.
+    pub mcp_servers: Vec<Value>,
+}
+
+pub struct ForkSession {
+    pub session_id: String,
+    pub cwd: String,
+    pub additional_directories: Vec<String>,
     pub mcp_servers: Vec<Value>,
 }
 
@@ -105,6 +114,14 @@ impl Request {
                     additional_directories: directories(p)?,
                     // Required by the schema; tolerated when absent (some clients omit an
                     // empty list).
+                    mcp_servers: p.optional_array("mcpServers")?.cloned().unwrap_or_default(),
+                }))
+            }),
+            "session/fork" => read(|p| {
+                Ok(Request::ForkSession(ForkSession {
+                    session_id: p.required_str("sessionId")?.into(),
+                    cwd: absolute(p, "cwd")?,
+                    additional_directories: directories(p)?,
                     mcp_servers: p.optional_array("mcpServers")?.cloned().unwrap_or_default(),
                 }))
             }),

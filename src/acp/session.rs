@@ -87,6 +87,9 @@ struct SessionState {
     /// Configuration writes of this client in flight: a change seen meanwhile is announced by
     /// the writer after its response (it may be the writer's own).
     config_writers: usize,
+    /// Host operations in flight that may call the editor (a rewind restoring files through
+    /// it): the reader follows the stream meanwhile, to forward those calls.
+    editor_ops: usize,
 }
 
 pub struct AcpSession {
@@ -469,7 +472,7 @@ impl AcpSession {
         if st.closed && st.prompt.is_some() {
             return ReaderStep::AnswerCancelled;
         }
-        if st.closed || (st.prompt.is_none() && st.active_turn.is_none()) {
+        if st.closed || (st.prompt.is_none() && st.active_turn.is_none() && st.editor_ops == 0) {
             st.reader_running = false;
             return ReaderStep::Stop;
         }
@@ -486,7 +489,22 @@ impl AcpSession {
     /// Whether nothing is left to follow (the followed turn is over, no prompt waits).
     pub fn idle(&self) -> bool {
         let st = self.state();
-        st.prompt.is_none() && st.active_turn.is_none()
+        st.prompt.is_none() && st.active_turn.is_none() && st.editor_ops == 0
+    }
+
+    /// Runs `op` (a host call that may call the editor) with the stream followed meanwhile,
+    /// so the editor calls it makes reach the client.
+    pub fn with_editor_calls<T>(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        conn: &Connected,
+        op: impl FnOnce() -> T,
+    ) -> T {
+        self.state().editor_ops += 1;
+        self.ensure_reader(shared, conn, None);
+        let out = op();
+        self.state().editor_ops -= 1;
+        out
     }
 
     /// The event stream a prompt will be followed on, opened before its turn starts: a turn

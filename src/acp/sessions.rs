@@ -7,7 +7,7 @@ use super::client_call;
 use super::config_options::{self, Catalog, SessionConfig};
 use super::errors::{self, MakaCode};
 use super::projection::iso8601;
-use super::requests::{ListSessions, NewSession, OpenSession};
+use super::requests::{ForkSession, ListSessions, NewSession, OpenSession};
 use super::session::AcpSession;
 use super::types::{
     to_json, AvailableCommand, Chunk, CommandInput, Empty, InterruptedTurnNotification,
@@ -51,6 +51,55 @@ fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), R
             mcp_servers: p.mcp_servers,
         },
     )?;
+    ctx.register_services(&conn, &id)?;
+    let session = AcpSession::new(&id, ctx.display_terminal());
+    let mut result = attach_config(ctx, &session, &record, models.as_ref());
+    result.session_id = Some(id.clone());
+    lock(&ctx.sessions).insert(id, Arc::clone(&session));
+    Ok((result, session))
+}
+
+/// `session/fork` (ACP unstable): a new session with the source's whole conversation (its
+/// finished turns), attached here like `session/new`.
+pub fn fork(ctx: &Ctx, p: ForkSession, responder: Responder) {
+    match fork_session(ctx, p) {
+        Ok((result, session)) => {
+            responder.respond(Ok(to_json(&result)));
+            send_commands(ctx, &session);
+        }
+        Err(e) => responder.respond(Err(e)),
+    }
+}
+
+fn fork_session(
+    ctx: &Ctx,
+    p: ForkSession,
+) -> Result<(SessionSetup, Arc<AcpSession>), ResponseError> {
+    auth::refuse_early(&ctx.shared.link)?;
+    let conn = ctx.host()?;
+    let models = auth::check_host(&ctx.shared.link, &conn)?;
+    let id = format!("sess_{}", random_hex(12));
+    let input = ops::BranchInput {
+        source_session_id: p.session_id.clone(),
+        target_session_id: id.clone(),
+        through_turn_id: None,
+        expected_source_revision: None,
+        workspace: Some(Workspace::HostPath { path: p.cwd }),
+        additional_directories: Some(p.additional_directories),
+        mcp_servers: p.mcp_servers,
+    };
+    let record = match conn.client.call::<ops::BranchCreate>(&input) {
+        Ok(ops::BranchOutcome::Committed { session }) => *session,
+        // Only sent with an expected revision, which a fork does not give.
+        Ok(ops::BranchOutcome::SourceRevisionConflict { .. }) => {
+            return Err(MakaCode::OperationConflict
+                .error("The session changed while it was being forked; fork it again"))
+        }
+        Err(ClientError::Host(h)) if h.code == ErrorCode::NotFound => {
+            return Err(errors::unknown_session(&p.session_id))
+        }
+        Err(e) => return Err(ctx.host_error(&conn, &e)),
+    };
     ctx.register_services(&conn, &id)?;
     let session = AcpSession::new(&id, ctx.display_terminal());
     let mut result = attach_config(ctx, &session, &record, models.as_ref());
@@ -273,6 +322,12 @@ pub fn list(ctx: &Ctx, p: ListSessions) -> Result<Value, ResponseError> {
             title: s.name,
             updated_at: iso8601(s.last_used_at),
             additional_directories: s.additional_directories,
+            meta: s.lineage.map(|l| {
+                serde_json::json!({"maka": {"source": {
+                    "sessionId": l.parent_session_id,
+                    "throughTurnId": l.branch_of_turn_id,
+                }}})
+            }),
         })
         .collect();
     Ok(to_json(&ListSessionsResponse {

@@ -354,6 +354,9 @@ pub struct SessionInfo {
     pub updated_at: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub additional_directories: Vec<String>,
+    /// `{"maka": {"source": {sessionId, throughTurnId}}}` for a fork or branch.
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -438,6 +441,8 @@ pub struct McpCapabilities {
 #[serde(rename_all = "camelCase")]
 pub struct SessionCapabilities {
     pub list: Empty,
+    /// `session/fork` (ACP unstable).
+    pub fork: Empty,
     pub resume: Empty,
     pub close: Empty,
     pub delete: Empty,

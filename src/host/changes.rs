@@ -34,9 +34,13 @@ pub struct FileChange {
 pub enum Before {
     /// No file: undoing the change deletes it.
     Absent,
-    Text { text: String },
+    Text {
+        text: String,
+    },
     /// Not kept (over [`KEEP_LIMIT`], or it could not be read): cannot be restored.
-    NotKept { why: String },
+    NotKept {
+        why: String,
+    },
 }
 
 impl Before {
@@ -104,7 +108,10 @@ pub fn read(session_dir: &Path) -> Vec<FileChange> {
         .filter_map(|l| match serde_json::from_str(l) {
             Ok(c) => Some(c),
             Err(e) => {
-                log::warn!("{}: skipping an unreadable change record: {e}", session_dir.display());
+                log::warn!(
+                    "{}: skipping an unreadable change record: {e}",
+                    session_dir.display()
+                );
                 None
             }
         })
@@ -178,7 +185,10 @@ mod tests {
         assert!(matches!(Before::of(false, None), Before::Absent));
         assert!(matches!(Before::of(true, None), Before::NotKept { .. }));
         let big = "x".repeat(KEEP_LIMIT + 1);
-        assert!(matches!(Before::of(true, Some(&big)), Before::NotKept { .. }));
+        assert!(matches!(
+            Before::of(true, Some(&big)),
+            Before::NotKept { .. }
+        ));
         assert_eq!(Fingerprint::of(b"").fnv64, "cbf29ce484222325");
         assert_ne!(Fingerprint::of(b"a"), Fingerprint::of(b"b"));
     }

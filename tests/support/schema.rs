@@ -11,6 +11,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 const SCHEMA: &str = include_str!("../schema/schema.json");
+/// The unstable schema: `session/fork` and the `sessionCapabilities.fork` it is advertised by.
+const UNSTABLE: &str = include_str!("../schema/schema.unstable.json");
+/// Methods whose lines are checked against the unstable schema.
+const UNSTABLE_METHODS: &[&str] = &["session/fork"];
 
 struct Schema {
     defs: Value,
@@ -22,8 +26,26 @@ struct Schema {
 
 fn schema() -> &'static Schema {
     static S: OnceLock<Schema> = OnceLock::new();
-    S.get_or_init(|| {
-        let root: Value = serde_json::from_str(SCHEMA).expect("vendored schema.json parses");
+    S.get_or_init(|| load(SCHEMA))
+}
+
+fn unstable() -> &'static Schema {
+    static S: OnceLock<Schema> = OnceLock::new();
+    S.get_or_init(|| load(UNSTABLE))
+}
+
+/// The schema for `method`'s lines.
+fn schema_for(method: &str) -> &'static Schema {
+    if UNSTABLE_METHODS.contains(&method) {
+        unstable()
+    } else {
+        schema()
+    }
+}
+
+fn load(text: &str) -> Schema {
+    {
+        let root: Value = serde_json::from_str(text).expect("vendored schema parses");
         let mut defs = root["$defs"].clone();
         let mut types = HashMap::new();
         for (name, def) in defs.as_object().expect("$defs").iter() {
@@ -50,7 +72,7 @@ fn schema() -> &'static Schema {
             types,
             validators: Mutex::new(HashMap::new()),
         }
-    })
+    }
 }
 
 fn is_open(s: &Value) -> bool {
@@ -113,8 +135,7 @@ fn strictify_defs(defs: &mut Value) {
     }
 }
 
-fn validator(type_name: &str) -> Arc<jsonschema::Validator> {
-    let s = schema();
+fn validator(s: &Schema, type_name: &str) -> Arc<jsonschema::Validator> {
     let mut cache = s.validators.lock().unwrap();
     cache
         .entry(type_name.to_string())
@@ -133,8 +154,8 @@ fn validator(type_name: &str) -> Arc<jsonschema::Validator> {
         .clone()
 }
 
-fn check(type_name: &str, instance: &Value) -> Result<(), String> {
-    let v = validator(type_name);
+fn check(s: &Schema, type_name: &str, instance: &Value) -> Result<(), String> {
+    let v = validator(s, type_name);
     let errors: Vec<String> = v
         .iter_errors(instance)
         .take(5)
@@ -173,11 +194,12 @@ pub fn validate_agent_line(
             if method.starts_with('_') {
                 return Ok(v);
             }
-            let ty = schema()
+            let s = schema_for(method);
+            let ty = s
                 .types
                 .get(&(method.to_string(), "request"))
                 .ok_or_else(|| format!("the agent sent an unknown request method `{method}`"))?;
-            check(ty, o.get("params").unwrap_or(&Value::Null))?;
+            check(s, ty, o.get("params").unwrap_or(&Value::Null))?;
         }
         (Some(m), None) => {
             keys_within(o, &["jsonrpc", "method", "params"])?;
@@ -185,11 +207,12 @@ pub fn validate_agent_line(
             if method.starts_with('_') {
                 return Ok(v);
             }
-            let ty = schema()
+            let s = schema_for(method);
+            let ty = s
                 .types
                 .get(&(method.to_string(), "notification"))
                 .ok_or_else(|| format!("the agent sent an unknown notification `{method}`"))?;
-            check(ty, o.get("params").unwrap_or(&Value::Null))?;
+            check(s, ty, o.get("params").unwrap_or(&Value::Null))?;
         }
         (None, Some(id)) => {
             check_id(id)?;
@@ -199,19 +222,19 @@ pub fn validate_agent_line(
                     let method = method_of(id).ok_or_else(|| {
                         format!("a result for id {id}, which the client never sent")
                     })?;
-                    if !method.starts_with('_') {
-                        let ty = schema()
-                            .types
-                            .get(&(method.clone(), "response"))
-                            .ok_or_else(|| {
-                                format!("a result for `{method}`, which ACP does not define")
-                            })?;
-                        check(ty, result)?;
+                    if method == "initialize" {
+                        check_initialize(result)?;
+                    } else if !method.starts_with('_') {
+                        let s = schema_for(&method);
+                        let ty = s.types.get(&(method.clone(), "response")).ok_or_else(|| {
+                            format!("a result for `{method}`, which ACP does not define")
+                        })?;
+                        check(s, ty, result)?;
                     }
                 }
                 (None, Some(error)) => {
                     keys_within(o, &["jsonrpc", "id", "error"])?;
-                    check("Error", error)?;
+                    check(schema(), "Error", error)?;
                 }
                 _ => return Err("a response needs exactly one of result and error".into()),
             }
@@ -219,6 +242,21 @@ pub fn validate_agent_line(
         (None, None) => return Err("neither a request, a notification nor a response".into()),
     }
     Ok(v)
+}
+
+/// `initialize`'s result advertises `sessionCapabilities.fork`, which only the unstable schema
+/// has: valid against that one, and against the stable one without it (so nothing else
+/// unstable slips in).
+fn check_initialize(result: &Value) -> Result<(), String> {
+    check(unstable(), "InitializeResponse", result)?;
+    let mut stable = result.clone();
+    if let Some(caps) = stable
+        .pointer_mut("/agentCapabilities/sessionCapabilities")
+        .and_then(Value::as_object_mut)
+    {
+        caps.remove("fork");
+    }
+    check(schema(), "InitializeResponse", &stable)
 }
 
 fn check_id(id: &Value) -> Result<(), String> {

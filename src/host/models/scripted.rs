@@ -14,7 +14,7 @@
 //! | `{"repeat": {"text": "x", "times": 1000}}` | that many text deltas (benchmarks) |
 //! | `{"tool": "read_file", "args": {…}, "id"?: "…"}` | a tool call |
 //! | `{"delayMs": 200}` | a pause (cancellable) |
-//! | `{"echoLastUser": true}` | streams `heard: ` + the last user message the model was sent |
+//! | `{"echo": "user"}` | streams `heard: ` + every user message the model was sent, joined by ` \| ` |
 //! | `{"usage": {"input": 10, "output": 5}}` | token usage |
 //! | `{"fail": "provider_error", "message": "…"}` | the call fails |
 //! | `{"finish": "max_tokens" \| "refusal"}` | the call ends that way |
@@ -165,16 +165,15 @@ impl Script {
             let ok = if let Some(text) = step.get("text").and_then(Value::as_str) {
                 output_chars += text.len() as u64;
                 words(text).all(|w| send(tx, ModelEvent::Text(w.to_string())))
-            } else if step.get("echoLastUser").is_some() {
-                // What the model saw last from the person: proves what reached its context.
-                let last = req
+            } else if step.get("echo").is_some() {
+                // What the person said, as the model was sent it: proves what is in its context.
+                let said: Vec<&str> = req
                     .messages
                     .iter()
-                    .rev()
-                    .find(|m| m["role"] == "user")
-                    .map(|m| m["content"].as_str().unwrap_or_default().to_string())
-                    .unwrap_or_default();
-                send(tx, ModelEvent::Text(format!("heard: {last}")))
+                    .filter(|m| m["role"] == "user")
+                    .map(|m| m["content"].as_str().unwrap_or_default())
+                    .collect();
+                send(tx, ModelEvent::Text(format!("heard: {}", said.join(" | "))))
             } else if let Some(text) = step.get("thinking").and_then(Value::as_str) {
                 words(text).all(|w| send(tx, ModelEvent::Thinking(w.to_string())))
             } else if let Some(r) = step.get("repeat") {

@@ -114,7 +114,8 @@ pub(super) fn revisions(host: &Host, input: SessionRef) -> Result<RevisionList, 
             ));
         }
     }
-    at.sort_by_key(|(pos, _)| *pos);
+    // At one position a named revision was made before the turn that follows it.
+    at.sort_by_key(|(pos, r)| (*pos, r.kind == "turn_start"));
     Ok(RevisionList {
         revisions: at.into_iter().map(|(_, r)| r).collect(),
     })
@@ -505,7 +506,8 @@ pub fn branch(host: &Arc<Host>, input: BranchInput) -> Result<BranchOutcome, Hos
         revision: 1,
         workspace,
         additional_directories: additional,
-        name: None,
+        // Pickers tell the two apart by title.
+        name: src.name.as_ref().map(|n| format!("{n} (fork)")),
         labels: vec![],
         is_archived: false,
         created_at: now,

@@ -377,7 +377,11 @@ pub(super) fn list(host: &Host, input: SessionRef) -> Result<TurnList, HostError
     let mut turns: Vec<TurnSummary> = Vec::new();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     // History markers (revisions, rewinds) belong to no turn.
-    for item in st.transcript_items().iter().filter(|i| !i.turn_id.is_empty()) {
+    for item in st
+        .transcript_items()
+        .iter()
+        .filter(|i| !i.turn_id.is_empty())
+    {
         let i = *index.entry(item.turn_id.clone()).or_insert_with(|| {
             turns.push(TurnSummary {
                 turn_id: item.turn_id.clone(),
@@ -439,7 +443,10 @@ pub(super) fn submit(host: &Host, input: SubmitInput) -> Result<SubmitOutcome, H
         .with_details(json!({"reason": "no_active_turn"})));
     };
     // A retry of a message already queued or taken in: the same answer, not a second copy.
-    let queued = active.steering.iter().any(|(id, _)| *id == input.message_id);
+    let queued = active
+        .steering
+        .iter()
+        .any(|(id, _)| *id == input.message_id);
     if !already && !queued {
         if active.steering.len() >= 16 {
             return Err(HostError::new(

@@ -163,7 +163,11 @@ impl Turn {
                 );
                 let shown = |p: &str| tool_fs::display(&self.cwd, Path::new(p));
                 for r in &o.restored {
-                    let verb = if r.action == "deleted" { "Deleted" } else { "Restored" };
+                    let verb = if r.action == "deleted" {
+                        "Deleted"
+                    } else {
+                        "Restored"
+                    };
                     text.push_str(&format!("\n- {verb} {}", shown(&r.path)));
                 }
                 for c in &o.conflicts {
