@@ -51,11 +51,11 @@ fn agent(data: &std::path::Path) -> AgentProcess {
 
 fn new_bypass_session(a: &mut AgentProcess, ws: &std::path::Path) -> String {
     let id = a.new_session(ws);
+    // The client's own change is not echoed: nothing follows the response.
     a.call_ok(
         "session/set_mode",
         json!({"sessionId": id, "modeId": "bypass"}),
     );
-    a.drain();
     id
 }
 
@@ -567,4 +567,62 @@ fn branch_create_checks_the_source_revision_and_is_idempotent() {
     );
     let after = host.ok("session.branch.create", input("b4", rev));
     assert_eq!(after["kind"], "source_revision_conflict");
+}
+
+/// Two windows on one data dir (one host): B loads the session while A's turn runs, follows it,
+/// steers it, and is told when it ends (`_maka/turn_state`); A sees B's message in its turn.
+#[test]
+fn another_window_follows_steers_and_hears_the_end_of_a_turn_it_did_not_prompt() {
+    let data = TempDir::new("hist-two-data");
+    let ws = TempDir::new("hist-two-ws");
+    let mut a = agent(data.path());
+    let s = new_bypass_session(&mut a, ws.path());
+    let prompt = a.request(
+        "session/prompt",
+        json!({"sessionId": s, "prompt": [{"type": "text", "text": "slow task"}]}),
+    );
+    while a.recv()["params"]["update"]["sessionUpdate"] != "agent_message_chunk" {}
+
+    let mut b = agent(data.path());
+    let load = b.call_ok(
+        "session/load",
+        json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+    );
+    assert!(load["configOptions"].is_array());
+    let steer = b.request(
+        "_maka/turn/steer",
+        json!({"sessionId": s, "prompt": [{"type": "text", "text": "from window b"}]}),
+    );
+    let mut ended = None;
+    let mut b_text = String::new();
+    while ended.is_none() {
+        let v = b.recv();
+        if v["method"] == "_maka/turn_state" {
+            ended = Some(v["params"].clone());
+        } else if v["id"] == steer && v.get("method").is_none() {
+            assert!(v.get("result").is_some(), "{v}");
+        } else if let Some(t) = v["params"]["update"]["content"]["text"].as_str() {
+            if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+                b_text.push_str(t);
+            }
+        }
+    }
+    let (resp, lines) = a.response_to(&prompt);
+    let turn = &resp["result"]["_meta"]["maka"]["turnId"];
+    let ended = ended.unwrap();
+    assert_eq!(ended["turnId"], *turn, "{ended}");
+    assert_eq!(ended["outcome"], "completed");
+    assert!(
+        b_text.ends_with("heard: slow task | from window b"),
+        "{b_text}"
+    );
+    // A, which prompted, sees B's message as a user message of its turn.
+    let shown: Vec<&Value> = lines
+        .iter()
+        .map(|l| &l["params"]["update"])
+        .filter(|u| u["sessionUpdate"] == "user_message_chunk")
+        .collect();
+    assert_eq!(shown.len(), 1, "{lines:?}");
+    assert_eq!(shown[0]["content"]["text"], "from window b");
+    assert_eq!(shown[0]["_meta"]["maka"]["turnId"], *turn);
 }
