@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::fs::{self, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, BufRead, BufReader, Write};
 use std::path::Path;
 
 /// Earlier content up to this size is kept; beyond it only a fingerprint.
@@ -41,6 +41,9 @@ pub enum Before {
     NotKept {
         why: String,
     },
+    /// A later write in the same turn: the turn's first record of the path has the content
+    /// from before the turn (only that one is needed to undo it).
+    SameTurn,
 }
 
 impl Before {
@@ -99,23 +102,25 @@ pub fn append(session_dir: &Path, change: &FileChange, fsync: bool) -> io::Resul
     Ok(())
 }
 
-/// Every readable change of the session, oldest first.
-pub fn read(session_dir: &Path) -> Vec<FileChange> {
-    let Ok(text) = fs::read_to_string(session_dir.join("changes.jsonl")) else {
+/// The readable changes made by `turns`, oldest first. Read a line at a time: only those
+/// turns' records are held in memory, however long the session's history.
+pub fn read_for(session_dir: &Path, turns: &[String]) -> Vec<FileChange> {
+    let Ok(f) = fs::File::open(session_dir.join("changes.jsonl")) else {
         return vec![];
     };
-    text.lines()
-        .filter_map(|l| match serde_json::from_str(l) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                log::warn!(
-                    "{}: skipping an unreadable change record: {e}",
-                    session_dir.display()
-                );
-                None
-            }
-        })
-        .collect()
+    let mut out = Vec::new();
+    for line in BufReader::new(f).split(b'\n') {
+        let Ok(line) = line else { break };
+        match serde_json::from_slice::<FileChange>(&line) {
+            Ok(c) if turns.contains(&c.turn_id) => out.push(c),
+            Ok(_) => {}
+            Err(e) => log::warn!(
+                "{}: skipping an unreadable change record: {e}",
+                session_dir.display()
+            ),
+        }
+    }
+    out
 }
 
 /// What undoing a set of turns means for one file: the content before their first change and
@@ -191,5 +196,29 @@ mod tests {
         ));
         assert_eq!(Fingerprint::of(b"").fnv64, "cbf29ce484222325");
         assert_ne!(Fingerprint::of(b"a"), Fingerprint::of(b"b"));
+    }
+
+    #[test]
+    fn records_are_appended_and_read_back_for_the_asked_turns_only() {
+        let dir = std::env::temp_dir().join(format!("maka-changes-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let text = |t: &str| Before::Text { text: t.into() };
+        append(&dir, &change("t1", "/a", text("a0"), "a1"), false).unwrap();
+        append(&dir, &change("t2", "/a", text("a1"), "a2"), false).unwrap();
+        // A torn or foreign line is skipped, not the end of the history.
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(dir.join("changes.jsonl"))
+            .unwrap();
+        f.write_all(b"{not json\n").unwrap();
+        append(&dir, &change("t2", "/a", Before::SameTurn, "a3"), false).unwrap();
+        let got = read_for(&dir, &["t2".into()]);
+        assert_eq!(got.len(), 2);
+        let plan = undo_plan(&got, &["t2".into()]);
+        assert_eq!(plan[0].before, text("a1"));
+        assert_eq!(plan[0].after, Fingerprint::of(b"a3"));
+        assert!(read_for(&dir, &["t9".into()]).is_empty());
+        fs::remove_dir_all(&dir).unwrap();
     }
 }

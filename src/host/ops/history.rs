@@ -246,8 +246,8 @@ pub fn rewind(
         st.abandon_turns(&revision_id, abandoned.clone())?;
         finish_commit(host, cell, &mut st)?;
         let plan = if restore_files {
-            let all = changes::read(&host.store.session_dir(&cell.id));
-            changes::undo_plan(&all, &abandoned)
+            let recorded = changes::read_for(&host.store.session_dir(&cell.id), &abandoned);
+            changes::undo_plan(&recorded, &abandoned)
         } else {
             vec![]
         };
@@ -362,6 +362,13 @@ fn restore(
             continue;
         }
         let outcome = match &undo.before {
+            Before::SameTurn => {
+                conflicts.push(conflict(
+                    "cannot_restore",
+                    "the record of its earlier content is missing".into(),
+                ));
+                continue;
+            }
             Before::NotKept { why } => {
                 conflicts.push(conflict(
                     "cannot_restore",

@@ -89,6 +89,9 @@ impl ToolEnv for Turn {
     }
 
     fn file_changed(&mut self, path: &Path, before: Before, after: &str, via_editor: bool) {
+        // Undoing the turn needs the content from before its first write only.
+        let first = self.changed_paths.insert(path.to_path_buf());
+        let before = if first { before } else { Before::SameTurn };
         let change = FileChange {
             turn_id: self.spec.turn_id.clone(),
             path: path.display().to_string(),

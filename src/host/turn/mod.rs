@@ -100,6 +100,8 @@ struct Turn {
     out_seq: u64,
     /// Tools of the session's MCP servers, as of the turn's start.
     mcp_tools: Vec<super::mcp::McpTool>,
+    /// Files this turn's tools wrote (their earlier content is recorded once).
+    changed_paths: std::collections::HashSet<PathBuf>,
 }
 
 /// Runs an admitted turn to its terminal frame (on the caller's thread).
@@ -126,6 +128,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         current_ran: false,
         out_seq: 0,
         mcp_tools: vec![],
+        changed_paths: Default::default(),
     };
     let command = super::commands::parse(&turn.spec.prompt_text)
         .map(|(name, rest)| (name.to_string(), rest.to_string()));
