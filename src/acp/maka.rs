@@ -23,6 +23,8 @@ pub const METHODS: &[&str] = &[
     "_maka/session/revision/abandon",
     "_maka/turn/resume",
     "_maka/turn/steer",
+    "_maka/memory/query",
+    "_maka/memory/mutate",
 ];
 
 /// The `_maka/` queries [`serve`] answers (`_maka/turn/resume` is `Request::ResumeTurn`).
@@ -49,6 +51,13 @@ pub enum MakaRequest {
     Steer {
         session_id: String,
         prompt: Vec<Value>,
+    },
+    /// Memory entries: all, or what a session's model sees.
+    MemoryQuery { session_id: Option<String> },
+    /// Add, update or forget an entry under the memory's revision.
+    MemoryMutate {
+        expected_revision: u64,
+        change: ops::MemoryChange,
     },
 }
 
@@ -87,6 +96,23 @@ impl MakaRequest {
                     revision_id: p.required_str("revisionId")?.into(),
                     restore_files: p.optional_bool("restoreFiles")?.unwrap_or(true),
                     force: p.optional_bool("force")?.unwrap_or(false),
+                })
+            }),
+            "_maka/memory/query" => read(|p| {
+                Ok(MakaRequest::MemoryQuery {
+                    session_id: p.optional_str("sessionId")?.map(String::from),
+                })
+            }),
+            "_maka/memory/mutate" => read(|p| {
+                let raw = p.get("change").ok_or_else(|| p.missing("change"))?;
+                let change = serde_json::from_value(raw.clone()).map_err(|e| {
+                    ResponseError::invalid_params(format_args!(
+                        "`change` must be {{kind: add|update|forget, …}}: {e}"
+                    ))
+                })?;
+                Ok(MakaRequest::MemoryMutate {
+                    expected_revision: p.required_u64("expectedRevision")?,
+                    change,
                 })
             }),
             "_maka/turn/steer" => read(|p| {
@@ -170,6 +196,22 @@ pub fn serve(ctx: &Ctx, request: MakaRequest) -> Result<Value, ResponseError> {
                 "restored": o.restored,
                 "conflicts": o.conflicts,
             }))
+        }
+        MakaRequest::MemoryQuery { session_id } => {
+            let view =
+                ctx.call::<ops::MemoryQuery>(&conn, &ops::MemoryQueryInput { session_id })?;
+            Ok(to_json(&view))
+        }
+        MakaRequest::MemoryMutate {
+            expected_revision,
+            change,
+        } => {
+            let input = ops::MemoryMutateInput {
+                expected_revision,
+                change,
+            };
+            let outcome = ctx.call::<ops::MemoryMutate>(&conn, &input)?;
+            Ok(to_json(&outcome))
         }
         MakaRequest::Steer { session_id, prompt } => {
             let content = super::prompt::to_message(&prompt)?;

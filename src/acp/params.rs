@@ -88,6 +88,12 @@ impl<'a> Params<'a> {
             .ok_or_else(|| self.wrong_type(field, "an integer from 0 to 65535", v))
     }
 
+    pub fn required_u64(&self, field: &str) -> ParamResult<u64> {
+        let v = self.get(field).ok_or_else(|| self.missing(field))?;
+        v.as_u64()
+            .ok_or_else(|| self.wrong_type(field, "a non-negative integer", v))
+    }
+
     /// A nested object; `path` must outlive it, so callers pass the dotted path in.
     pub fn optional_object(&self, field: &str, path: &'a str) -> ParamResult<Option<Params<'a>>> {
         match self.get(field) {

@@ -44,6 +44,12 @@ pub const COMMANDS: &[SlashCommand] = &[
         needs_model: true,
     },
     SlashCommand {
+        name: "memory",
+        description: "List what the agent remembers, add a note, or forget one",
+        hint: Some("add [user|workspace|session] <text> | forget <n>"),
+        needs_model: false,
+    },
+    SlashCommand {
         name: "fork",
         description: "Copy this conversation into a new session, to try another approach there",
         hint: None,

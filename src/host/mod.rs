@@ -6,6 +6,7 @@ pub(crate) mod changes;
 pub(crate) mod commands;
 pub(crate) mod http;
 pub(crate) mod mcp;
+pub(crate) mod memory;
 pub(crate) mod models;
 pub mod ops;
 pub(crate) mod owner;
@@ -39,6 +40,8 @@ pub struct Host {
     /// The loopback address bound (any of 127.0.0.0/8 or ::1): accepted in `Host` headers.
     pub listen_ip: std::net::IpAddr,
     pub store: Store,
+    /// Memory entries (`memory.json`).
+    pub memory: memory::Memory,
     /// Re-read by `models.reload` (after `maka-acp login` or a logout).
     providers: std::sync::RwLock<Arc<Providers>>,
     started: Instant,
@@ -334,6 +337,7 @@ pub fn bind(
         token,
         port: AtomicU16::new(port),
         listen_ip: listen.ip(),
+        memory: memory::Memory::open(data_dir, store.fsync()),
         store,
         providers: std::sync::RwLock::new(Arc::new(providers)),
         started: Instant::now(),

@@ -80,6 +80,97 @@ operations! {
     RevisionAbandon = "session.revision.abandon", AbandonInput => AbandonOutcome;
     /// Adds a message to the running turn (steering).
     MessageSubmit = "turn.message.submit", SubmitInput => SubmitOutcome;
+    /// The memory entries a session's model sees (or all of them).
+    MemoryQuery = "memory.query", MemoryQueryInput => MemoryView;
+    /// Adds, changes or forgets an entry (revision-checked).
+    MemoryMutate = "memory.mutate", MemoryMutateInput => MemoryOutcome;
+}
+
+/// Who a memory entry is for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MemoryScope {
+    /// Every session of this user (this host's data dir).
+    User,
+    /// Sessions whose workspace is this folder.
+    Workspace { path: String },
+    Session {
+        #[serde(rename = "sessionId")]
+        session_id: String,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryEntry {
+    pub id: String,
+    pub scope: MemoryScope,
+    pub text: String,
+    /// `user` (a client, `/memory add`) or `agent` (the model's `remember` tool).
+    pub source: String,
+    pub created_at: u64,
+    pub updated_at: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryQueryInput {
+    /// Only what this session's model sees (user, its workspace, itself); absent: everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryView {
+    /// The CAS token of the whole memory (starts at 1).
+    pub revision: u64,
+    pub entries: Vec<MemoryEntry>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryMutateInput {
+    pub expected_revision: u64,
+    pub change: MemoryChange,
+}
+
+/// A change to memory. `add`'s scope names `user`, `workspace` or `session`; the last two are
+/// the given session's.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MemoryChange {
+    #[serde(rename_all = "camelCase")]
+    Add {
+        scope: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        session_id: Option<String>,
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<String>,
+    },
+    Update {
+        id: String,
+        text: String,
+    },
+    Forget {
+        id: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum MemoryOutcome {
+    Committed {
+        revision: u64,
+        /// The entry added or changed (absent for `forget`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        entry: Option<MemoryEntry>,
+    },
+    RevisionConflict {
+        expected: u64,
+        actual: u64,
+    },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

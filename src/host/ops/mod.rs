@@ -5,6 +5,7 @@
 
 mod calls;
 pub(crate) mod history;
+mod knowledge;
 mod sessions;
 mod turns;
 
@@ -56,6 +57,8 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
         op::RevisionsList => |i| history::revisions(host, i),
         op::RevisionAbandon => |i| history::abandon(host, i),
         op::MessageSubmit => |i| turns::submit(host, i),
+        op::MemoryQuery => |i| knowledge::memory_query(host, i),
+        op::MemoryMutate => |i| knowledge::memory_mutate(host, i),
     }
     Err(HostError::new(
         ErrorCode::OperationUnavailable,

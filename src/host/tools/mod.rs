@@ -131,6 +131,7 @@ pub const TOOLS: &[&dyn Tool] = &[
     &shell::RunCommand,
     &turn_tools::UpdatePlan,
     &turn_tools::AskUser,
+    &turn_tools::Remember,
 ];
 
 pub fn find(name: &str) -> Option<&'static dyn Tool> {
@@ -152,7 +153,8 @@ pub fn plan(name: &str, args: &Value, cwd: &Path) -> Result<ToolPlan, String> {
     }
 }
 
-/// Runs a built-in tool (`update_plan` and `ask_user` are handled by the turn itself).
+/// Runs a built-in tool (`update_plan`, `ask_user` and `remember` are handled by the turn
+/// itself).
 pub fn execute(env: &mut dyn ToolEnv, name: &str, args: &Value) -> ToolOutcome {
     match find(name) {
         Some(tool) => tool.run(env, args),

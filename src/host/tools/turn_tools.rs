@@ -77,3 +77,33 @@ impl Tool for AskUser {
         run_in_turn(self.name())
     }
 }
+
+pub struct Remember;
+
+impl Tool for Remember {
+    fn name(&self) -> &'static str {
+        "remember"
+    }
+
+    fn spec(&self) -> (&'static str, Value) {
+        (
+            "Keep a short note for later sessions (the user sees and manages it with /memory). Use it when the user asks you to remember something or states a lasting preference. scope: workspace (default: sessions in this folder), user (every session) or session.",
+            json!({"type": "object", "properties": {
+                "text": {"type": "string"},
+                "scope": {"type": "string", "enum": ["workspace", "user", "session"]}},
+                "required": ["text"]}),
+        )
+    }
+
+    fn plan(&self, args: &Value, _: &Path) -> Result<ToolPlan, String> {
+        let text = args.get("text").and_then(Value::as_str).unwrap_or("");
+        Ok(plan(format!(
+            "Remember: {}",
+            super::fs::cut_words(text, 60)
+        )))
+    }
+
+    fn run(&self, _: &mut dyn ToolEnv, _: &Value) -> ToolOutcome {
+        run_in_turn(self.name())
+    }
+}

@@ -187,6 +187,14 @@ impl Turn {
         match name {
             "update_plan" => self.update_plan(args),
             "ask_user" => self.ask_user(id, args),
+            "remember" => {
+                let text = tools::text_arg(args, "text").unwrap_or("");
+                let scope = tools::text_arg(args, "scope").unwrap_or("workspace");
+                match self.remember(scope, text, "agent") {
+                    Ok(msg) => ToolOutcome::completed(msg, false),
+                    Err(e) => ToolOutcome::failed(e),
+                }
+            }
             _ if self.mcp_tools.iter().any(|t| t.exposed == name) => self.call_mcp(name, args),
             _ => {
                 let outcome = tools::execute(self, name, args);
@@ -420,6 +428,30 @@ impl Turn {
             _ => return None,
         };
         Some(tool_fs::file_diff(&self.cwd, &path, old.as_deref(), &new))
+    }
+
+    /// Adds a memory entry for this session (`scope`: user, workspace or session), retrying a
+    /// revision race a few times. Returns what to tell the model or the person.
+    pub(super) fn remember(&self, scope: &str, text: &str, source: &str) -> Result<String, String> {
+        use crate::host_api::ops::{MemoryChange, MemoryOutcome};
+        let session = self.cell.lock().session.clone();
+        for _ in 0..3 {
+            let revision = self.host.memory.view(None).revision;
+            let change = MemoryChange::Add {
+                scope: scope.into(),
+                session_id: Some(session.id.clone()),
+                text: text.into(),
+                source: Some(source.into()),
+            };
+            match self.host.memory.mutate(revision, change, Some(&session)) {
+                Ok(MemoryOutcome::Committed { .. }) => {
+                    return Ok(format!("Remembered ({scope}): {}", text.trim()))
+                }
+                Ok(MemoryOutcome::RevisionConflict { .. }) => continue,
+                Err(e) => return Err(format!("Could not remember that: {}", e.message)),
+            }
+        }
+        Err("Could not remember that: memory kept changing; try again".into())
     }
 
     pub(super) fn update_plan(&self, args: &Value) -> ToolOutcome {

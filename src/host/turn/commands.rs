@@ -100,6 +100,7 @@ impl Turn {
                 }
             }
             "compact" => return Some(self.compact()),
+            "memory" => self.memory_command(rest),
             "fork" => self.fork_command(),
             "rewind" => self.rewind_command(rest),
             _ => format!(
@@ -109,6 +110,59 @@ impl Turn {
         };
         self.say(text);
         Some(Terminal::completed("end_turn"))
+    }
+
+    /// `/memory`: list (numbered), `add [user|workspace|session] <text>`, `forget <n|id>`.
+    fn memory_command(&self, rest: &str) -> String {
+        use crate::host_api::ops::{MemoryChange, MemoryOutcome, MemoryScope};
+        let session = self.cell.lock().session.clone();
+        let view = self.host.memory.view(Some(&session));
+        let (verb, arg) = rest.split_once(' ').unwrap_or((rest, ""));
+        match verb {
+            "" | "list" => {
+                if view.entries.is_empty() {
+                    return "Nothing remembered yet. Add a note with /memory add <text>.".into();
+                }
+                let mut text = String::from("Remembered (shown to the model at every turn):");
+                for (i, e) in view.entries.iter().enumerate() {
+                    let scope = match &e.scope {
+                        MemoryScope::User => "user",
+                        MemoryScope::Workspace { .. } => "workspace",
+                        MemoryScope::Session { .. } => "session",
+                    };
+                    text.push_str(&format!("\n{}. [{scope}] {} ({})", i + 1, e.text, e.id));
+                }
+                text.push_str("\nForget one with /memory forget <number>.");
+                text
+            }
+            "add" => {
+                let (scope, text) = match arg.split_once(' ') {
+                    Some((s @ ("user" | "workspace" | "session"), t)) => (s, t),
+                    _ => ("workspace", arg),
+                };
+                if text.trim().is_empty() {
+                    return "Usage: /memory add [user|workspace|session] <text>".into();
+                }
+                self.remember(scope, text, "user").unwrap_or_else(|e| e)
+            }
+            "forget" => {
+                let arg = arg.trim();
+                let id = match arg.parse::<usize>() {
+                    Ok(n) if (1..=view.entries.len()).contains(&n) => view.entries[n - 1].id.clone(),
+                    Ok(_) => return format!("There is no entry {arg}; /memory lists them."),
+                    Err(_) => arg.to_string(),
+                };
+                let change = MemoryChange::Forget { id: id.clone() };
+                match self.host.memory.mutate(view.revision, change, None) {
+                    Ok(MemoryOutcome::Committed { .. }) => format!("Forgot {id}."),
+                    Ok(MemoryOutcome::RevisionConflict { .. }) => {
+                        "Memory changed meanwhile; list it again with /memory.".into()
+                    }
+                    Err(e) => format!("Could not forget {arg}: {}", e.message),
+                }
+            }
+            _ => "Usage: /memory, /memory add [user|workspace|session] <text>, /memory forget <number>".into(),
+        }
     }
 
     /// `/fork`: a branch with every finished turn (this one is not copied).
@@ -236,7 +290,7 @@ impl Turn {
             let st = self.cell.lock();
             (
                 st.session.configuration.clone(),
-                build_messages(&self.cwd, st.transcript_items()),
+                build_messages(&self.cwd, &self.context, st.transcript_items()),
             )
         };
         // The system prompt and this turn's own "/compact" do not count.
@@ -303,7 +357,11 @@ impl Turn {
                     text: summary.clone(),
                 }],
             );
-            let after = estimate_tokens(&build_messages(&self.cwd, st.transcript_items()));
+            let after = estimate_tokens(&build_messages(
+                &self.cwd,
+                &self.context,
+                st.transcript_items(),
+            ));
             let body = FrameBody::Usage {
                 turn_id: Some(self.spec.turn_id.clone()),
                 delta: TokenUsage::default(),

@@ -56,12 +56,19 @@ pub(super) fn estimate_tokens(messages: &[Value]) -> u64 {
 
 /// The model's context: a system prompt plus the transcript as chat messages. Tool calls that
 /// never got a result (a stopped turn) get a placeholder result so the history stays valid.
-pub fn build_messages(cwd: &Path, items: &[crate::host_api::wire::TranscriptItem]) -> Vec<Value> {
+/// `context` is appended to the system prompt: instruction files and memory
+/// (`host::memory::compose`).
+pub fn build_messages(
+    cwd: &Path,
+    context: &str,
+    items: &[crate::host_api::wire::TranscriptItem],
+) -> Vec<Value> {
     let mut msgs = vec![json!({
         "role": "system",
         "content": format!(
             "You are Maka, a careful coding agent. You work in {} and use the tools to read, search, edit and run things there. \
-             Keep the user informed briefly; use update_plan for multi-step work; ask_user when a decision is theirs.",
+             Keep the user informed briefly; use update_plan for multi-step work; ask_user when a decision is theirs; \
+             remember what the user asks you to keep in mind across sessions.{context}",
             cwd.display()
         )
     })];

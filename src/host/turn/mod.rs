@@ -102,11 +102,13 @@ struct Turn {
     mcp_tools: Vec<super::mcp::McpTool>,
     /// Files this turn's tools wrote (their earlier content is recorded once).
     changed_paths: std::collections::HashSet<PathBuf>,
+    /// Instruction files and memory, read at the turn's start (the system prompt's tail).
+    context: String,
 }
 
 /// Runs an admitted turn to its terminal frame (on the caller's thread).
 pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
-    let (cwd, roots) = {
+    let (cwd, roots, session) = {
         let st = cell.lock();
         let cwd = tool_fs::resolve(Path::new("/"), st.session.workspace.path());
         let mut roots = vec![cwd.clone()];
@@ -116,8 +118,10 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
                 .iter()
                 .map(|d| tool_fs::resolve(Path::new("/"), d)),
         );
-        (cwd, roots)
+        (cwd, roots, st.session.clone())
     };
+    // Files are read here, outside the session's lock.
+    let context = super::memory::compose(&session, &host.memory.view(Some(&session)).entries);
     let mut turn = Turn {
         host,
         cell,
@@ -129,6 +133,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         out_seq: 0,
         mcp_tools: vec![],
         changed_paths: Default::default(),
+        context,
     };
     let command = super::commands::parse(&turn.spec.prompt_text)
         .map(|(name, rest)| (name.to_string(), rest.to_string()));
@@ -177,7 +182,7 @@ impl Turn {
             self.take_in_steering(&mut st);
             (
                 st.session.configuration.clone(),
-                build_messages(&self.cwd, st.transcript_items()),
+                build_messages(&self.cwd, &self.context, st.transcript_items()),
             )
         };
         if configuration.collaboration_mode == CollaborationMode::Plan {

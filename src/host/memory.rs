@@ -1,0 +1,390 @@
+//! Memory and workspace instructions: what the model is told before the conversation.
+//!
+//! Memory entries (`memory.json` in the data dir) are short notes scoped to the user, a
+//! workspace or a session, changed under one compare-and-set revision. Instruction files are
+//! read from disk at each turn's start: the user's `AGENTS.md` next to the config file, then
+//! `AGENTS.md` at the root of the session's workspace and of each additional directory (the
+//! file codex and opencode read). Both are composed into the system prompt within a budget
+//! ([`compose`]).
+
+use crate::host_api::ops::{MemoryChange, MemoryEntry, MemoryOutcome, MemoryScope, MemoryView};
+use crate::host_api::wire::{now_ms, ErrorCode, HostError, Session};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// At most this many entries in all, each at most this many characters.
+pub const MAX_ENTRIES: usize = 500;
+pub const MAX_TEXT_CHARS: usize = 2000;
+/// Budgets in the system prompt (bytes): instruction files, then memory.
+pub const INSTRUCTIONS_BUDGET: usize = 32 * 1024;
+pub const MEMORY_BUDGET: usize = 8 * 1024;
+/// The name of the instruction file honoured in each folder.
+pub const INSTRUCTION_FILE: &str = "AGENTS.md";
+
+#[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
+struct Stored {
+    revision: u64,
+    entries: Vec<MemoryEntry>,
+}
+
+pub struct Memory {
+    path: PathBuf,
+    fsync: bool,
+    /// What readers see; replaced after each durable write (never held across the write).
+    state: Mutex<Stored>,
+    /// Serializes writers; held across the write and its fsync.
+    writer: Mutex<()>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Memory {
+    /// Reads `memory.json` under `data_dir`; a missing file is empty memory, an unreadable one
+    /// is logged, kept aside and replaced by empty memory (the host still starts).
+    pub fn open(data_dir: &Path, fsync: bool) -> Memory {
+        let path = data_dir.join("memory.json");
+        let state = match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice::<Stored>(&bytes) {
+                Ok(s) => s,
+                Err(e) => {
+                    let aside = data_dir.join(format!("memory.unreadable-{}.json", now_ms()));
+                    log::error!(
+                        "{} is unreadable ({e}); moved to {} and starting with empty memory",
+                        path.display(),
+                        aside.display()
+                    );
+                    let _ = std::fs::rename(&path, &aside);
+                    Stored::default()
+                }
+            },
+            Err(_) => Stored::default(),
+        };
+        Memory {
+            path,
+            fsync,
+            state: Mutex::new(Stored {
+                revision: state.revision.max(1),
+                entries: state.entries,
+            }),
+            writer: Mutex::new(()),
+        }
+    }
+
+    /// Everything, or what `session`'s model sees.
+    pub fn view(&self, session: Option<&Session>) -> MemoryView {
+        let st = lock(&self.state);
+        MemoryView {
+            revision: st.revision,
+            entries: st
+                .entries
+                .iter()
+                .filter(|e| session.is_none_or(|s| visible(e, s)))
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// Applies `change` if memory is still at `expected`. `session` resolves `workspace` and
+    /// `session` scopes of an `add`.
+    pub fn mutate(
+        &self,
+        expected: u64,
+        change: MemoryChange,
+        session: Option<&Session>,
+    ) -> Result<MemoryOutcome, HostError> {
+        let _writer = lock(&self.writer);
+        let mut next = lock(&self.state).clone();
+        if next.revision != expected {
+            return Ok(MemoryOutcome::RevisionConflict {
+                expected,
+                actual: next.revision,
+            });
+        }
+        let now = now_ms();
+        let entry = match change {
+            MemoryChange::Add {
+                scope,
+                text,
+                source,
+                ..
+            } => {
+                let text = checked_text(&text)?;
+                if next.entries.len() >= MAX_ENTRIES {
+                    return Err(HostError::new(
+                        ErrorCode::CapacityExceeded,
+                        format!("memory holds {MAX_ENTRIES} entries already; forget some first"),
+                    ));
+                }
+                let scope = match (scope.as_str(), session) {
+                    ("user", _) => MemoryScope::User,
+                    ("workspace", Some(s)) => MemoryScope::Workspace {
+                        path: s.workspace.path().to_string(),
+                    },
+                    ("session", Some(s)) => MemoryScope::Session {
+                        session_id: s.id.clone(),
+                    },
+                    ("workspace" | "session", None) => {
+                        return Err(HostError::invalid(format!(
+                            "a {scope} entry needs `sessionId`"
+                        )))
+                    }
+                    (other, _) => {
+                        return Err(HostError::invalid(format!(
+                            "`scope` must be user, workspace or session, not {other:?}"
+                        )))
+                    }
+                };
+                let e = MemoryEntry {
+                    id: crate::host::random_id("mem"),
+                    scope,
+                    text,
+                    source: match source.as_deref() {
+                        Some("agent") => "agent",
+                        _ => "user",
+                    }
+                    .into(),
+                    created_at: now,
+                    updated_at: now,
+                };
+                next.entries.push(e.clone());
+                Some(e)
+            }
+            MemoryChange::Update { id, text } => {
+                let text = checked_text(&text)?;
+                let e = next
+                    .entries
+                    .iter_mut()
+                    .find(|e| e.id == id)
+                    .ok_or_else(|| HostError::not_found(format!("memory entry {id}")))?;
+                e.text = text;
+                e.updated_at = now;
+                Some(e.clone())
+            }
+            MemoryChange::Forget { id } => {
+                let before = next.entries.len();
+                next.entries.retain(|e| e.id != id);
+                if next.entries.len() == before {
+                    return Err(HostError::not_found(format!("memory entry {id}")));
+                }
+                None
+            }
+        };
+        next.revision += 1;
+        let bytes =
+            serde_json::to_vec_pretty(&next).map_err(|e| HostError::internal(e.to_string()))?;
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        crate::host::store::write_atomic(dir, "memory.json", &bytes, self.fsync).map_err(|e| {
+            HostError::new(
+                ErrorCode::PersistenceFailed,
+                format!("cannot save memory: {e}"),
+            )
+        })?;
+        let revision = next.revision;
+        *lock(&self.state) = next;
+        Ok(MemoryOutcome::Committed { revision, entry })
+    }
+}
+
+fn checked_text(text: &str) -> Result<String, HostError> {
+    let t = text.trim();
+    if t.is_empty() || t.chars().count() > MAX_TEXT_CHARS {
+        return Err(HostError::invalid(format!(
+            "`text` must be 1 to {MAX_TEXT_CHARS} characters"
+        )));
+    }
+    Ok(t.to_string())
+}
+
+/// Whether `session`'s model sees `e`.
+fn visible(e: &MemoryEntry, session: &Session) -> bool {
+    match &e.scope {
+        MemoryScope::User => true,
+        MemoryScope::Workspace { path } => path == session.workspace.path(),
+        MemoryScope::Session { session_id } => *session_id == session.id,
+    }
+}
+
+/// The user's instruction file: `AGENTS.md` next to the config file.
+fn user_instructions() -> Option<PathBuf> {
+    crate::config::config_file_path().and_then(|p| p.parent().map(|d| d.join(INSTRUCTION_FILE)))
+}
+
+/// What the system prompt adds for `session`: its instruction files, then its memory, each
+/// within its budget (cut with a note saying so).
+pub fn compose(session: &Session, entries: &[MemoryEntry]) -> String {
+    let mut files: Vec<PathBuf> = user_instructions().into_iter().collect();
+    files.push(Path::new(session.workspace.path()).join(INSTRUCTION_FILE));
+    files.extend(
+        session
+            .additional_directories
+            .iter()
+            .map(|d| Path::new(d).join(INSTRUCTION_FILE)),
+    );
+    let mut out = String::new();
+    let mut budget = INSTRUCTIONS_BUDGET;
+    for path in files {
+        // Bounded read: never more than what is left of the budget (plus one byte to know).
+        let Some(text) = read_prefix(&path, budget + 1) else {
+            continue;
+        };
+        if text.trim().is_empty() {
+            continue;
+        }
+        if out.is_empty() {
+            out.push_str("\n\nInstructions from the user and the workspace (follow them unless the user says otherwise in the conversation):");
+        }
+        out.push_str(&format!("\n\n## {}\n", path.display()));
+        if text.len() > budget {
+            out.push_str(cut(&text, budget));
+            out.push_str(&format!(
+                "\n[the rest is cut: instruction files may use {INSTRUCTIONS_BUDGET} bytes in all]"
+            ));
+            budget = 0;
+        } else {
+            budget -= text.len();
+            out.push_str(&text);
+        }
+        if budget == 0 {
+            break;
+        }
+    }
+    if !entries.is_empty() {
+        out.push_str("\n\nMemory (notes kept across sessions; the user lists and changes them with /memory):");
+        let mut used = 0;
+        for e in entries {
+            let scope = match &e.scope {
+                MemoryScope::User => "user",
+                MemoryScope::Workspace { .. } => "workspace",
+                MemoryScope::Session { .. } => "session",
+            };
+            let line = format!("\n- [{scope}] {}", e.text);
+            if used + line.len() > MEMORY_BUDGET {
+                out.push_str(&format!(
+                    "\n[more entries are not shown: memory may use {MEMORY_BUDGET} bytes]"
+                ));
+                break;
+            }
+            used += line.len();
+            out.push_str(&line);
+        }
+    }
+    out
+}
+
+fn read_prefix(path: &Path, max: usize) -> Option<String> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).ok()?;
+    let mut buf = Vec::new();
+    f.take(max as u64).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The longest prefix of `s` within `max` bytes, on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host_api::wire::{Configuration, SessionStatus, Workspace};
+
+    fn session(ws: &Path) -> Session {
+        Session {
+            id: "s1".into(),
+            revision: 1,
+            workspace: Workspace::HostPath {
+                path: ws.display().to_string(),
+            },
+            additional_directories: vec![],
+            name: None,
+            labels: vec![],
+            is_archived: false,
+            created_at: 0,
+            last_used_at: 0,
+            configuration: Configuration::default(),
+            status: SessionStatus::Idle,
+            active_turn_id: None,
+            mcp_servers: vec![],
+            turn_count: 0,
+            lineage: None,
+        }
+    }
+
+    fn add(scope: &str, text: &str) -> MemoryChange {
+        MemoryChange::Add {
+            scope: scope.into(),
+            session_id: None,
+            text: text.into(),
+            source: None,
+        }
+    }
+
+    #[test]
+    fn changes_are_revision_checked_durable_and_scoped() {
+        let dir = std::env::temp_dir().join(format!("maka-memory-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let m = Memory::open(&dir, false);
+        let s = session(&dir);
+        assert_eq!(m.view(None).revision, 1);
+        let MemoryOutcome::Committed { revision, entry } = m
+            .mutate(1, add("workspace", " tabs, not spaces "), Some(&s))
+            .unwrap()
+        else {
+            panic!("not committed")
+        };
+        assert_eq!(revision, 2);
+        assert_eq!(entry.unwrap().text, "tabs, not spaces");
+        // A stale revision is a conflict, not an error; nothing changes.
+        let stale = m.mutate(1, add("user", "x"), None).unwrap();
+        assert!(matches!(
+            stale,
+            MemoryOutcome::RevisionConflict {
+                expected: 1,
+                actual: 2
+            }
+        ));
+        m.mutate(2, add("user", "answer in English"), None).unwrap();
+        assert!(m.mutate(3, add("session", "x"), None).is_err());
+        assert!(m.mutate(3, add("user", "  "), None).is_err());
+        // Durable: a new store reads the same.
+        let again = Memory::open(&dir, false);
+        assert_eq!(again.view(None).entries.len(), 2);
+        let mut other = session(Path::new("/elsewhere"));
+        other.id = "s2".into();
+        assert_eq!(again.view(Some(&other)).entries.len(), 1, "user scope only");
+        let text = compose(&other, &again.view(Some(&other)).entries);
+        assert!(text.contains("- [user] answer in English"), "{text}");
+        assert!(!text.contains("tabs"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn instruction_files_are_read_within_the_budget() {
+        let dir = std::env::temp_dir().join(format!("maka-agents-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(INSTRUCTION_FILE),
+            "Run `make check` before finishing.\n",
+        )
+        .unwrap();
+        let text = compose(&session(&dir), &[]);
+        assert!(
+            text.contains("Run `make check` before finishing."),
+            "{text}"
+        );
+        std::fs::write(dir.join(INSTRUCTION_FILE), "é".repeat(INSTRUCTIONS_BUDGET)).unwrap();
+        let text = compose(&session(&dir), &[]);
+        assert!(text.contains("the rest is cut"));
+        assert!(text.len() < INSTRUCTIONS_BUDGET + 1024);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
