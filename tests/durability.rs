@@ -55,10 +55,16 @@ fn unreadable_lines_in_the_middle_are_quarantined_and_the_rest_survives() {
     let text = std::fs::read_to_string(&path).unwrap();
     let mut lines: Vec<String> = text.lines().map(String::from).collect();
     let n = lines.len();
-    // Line 5: a flipped byte that breaks the JSON.
-    lines[4] = lines[4].replacen('{', "}", 1);
-    // After line 9: a run of NULs as a line of its own.
-    lines.insert(9, "\0".repeat(64));
+    // An assistant message from line 5 on: a flipped byte that breaks the JSON. (Not a
+    // turn's terminal record: losing that would leave the turn "running", and recovery would
+    // rightly add a record for it.)
+    let hit = 4 + lines[4..]
+        .iter()
+        .position(|l| l.contains(r#""type":"assistant""#))
+        .unwrap();
+    lines[hit] = lines[hit].replacen('{', "}", 1);
+    // Four lines later: a run of NULs as a line of its own.
+    lines.insert(hit + 4, "\0".repeat(64));
     // At the end: an item of a kind a newer host wrote (with the next sequence number).
     let next = before.last().unwrap()["messageSeq"].as_u64().unwrap() + 1;
     lines.push(format!(
@@ -70,8 +76,8 @@ fn unreadable_lines_in_the_middle_are_quarantined_and_the_rest_survives() {
     let got = host.ok("session.get", json!({"sessionId": "s"}));
     let q = got["transcriptQuarantine"].as_array().expect("reported");
     assert_eq!(q.len(), 2, "{got}");
-    assert_eq!(q[0]["line"], 5);
-    assert_eq!(q[1]["line"], 10);
+    assert_eq!(q[0]["line"], hit + 1);
+    assert_eq!(q[1]["line"], hit + 5);
     assert!(q[0]["offset"].as_u64().unwrap() > 0);
     let after = all_items(&host, "s");
     // Every readable item survives: all but the damaged one, plus the newer one (kept).

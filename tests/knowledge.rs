@@ -232,3 +232,94 @@ fn agents_md_and_memory_reach_the_model() {
     let second = system(1);
     assert!(second.contains("Use British spelling.") && !second.contains("make check"));
 }
+
+#[test]
+fn usage_is_counted_per_turn_and_model_and_priced_when_prices_are_set() {
+    let data = TempDir::new("usage-data");
+    let ws = TempDir::new("usage-ws");
+    let script = json!({
+        "default": [[{"text": "Counted."}, {"usage": {"input": 1000, "output": 500, "cached": 200}}]]
+    });
+    let spawn = |prices: bool| {
+        let mut env = vec![
+            ("MAKA_SCRIPT".into(), script.to_string()),
+            ("MAKA_DATA_DIR".into(), data.path().display().to_string()),
+        ];
+        if prices {
+            env.push((
+                "MAKA_PRICES".into(),
+                json!({"currency": "USD", "models": {"script": {"input": 1.0, "output": 2.0, "cachedInput": 0.5}}})
+                    .to_string(),
+            ));
+        }
+        let mut a = AgentProcess::spawn_with(support::Spawn { args: vec![], env });
+        a.initialize();
+        a
+    };
+    let close = |x: f64, y: f64| (x - y).abs() < 1e-9;
+    let mut a = spawn(true);
+    let s = a.new_session(ws.path());
+    let mut costs = vec![];
+    let mut turns = vec![];
+    for _ in 0..2 {
+        let t = a.prompt(&s, "count this", |r| panic!("unexpected {r}"));
+        turns.push(t.response["result"]["_meta"]["maka"]["turnId"].clone());
+        let usage = t
+            .updates_for(&s)
+            .into_iter()
+            .find(|u| u["sessionUpdate"] == "usage_update")
+            .cloned()
+            .unwrap();
+        assert_eq!(usage["cost"]["currency"], "USD", "{usage}");
+        costs.push(usage["cost"]["amount"].as_f64().unwrap());
+    }
+    // (800 fresh × 1 + 200 cached × 0.5 + 500 out × 2) per million = 0.0019 per turn.
+    assert!(
+        close(costs[0], 0.0019) && close(costs[1], 0.0038),
+        "{costs:?}"
+    );
+
+    let report = a.call_ok("_maka/usage/query", json!({"sessionId": s}));
+    assert_eq!(report["totals"]["inputTokens"], 2000);
+    assert_eq!(report["totals"]["outputTokens"], 1000);
+    assert_eq!(report["totals"]["cachedTokens"], 400);
+    assert!(
+        close(report["cost"]["amount"].as_f64().unwrap(), 0.0038),
+        "{report}"
+    );
+    assert_eq!(report["models"][0]["model"], "script");
+    assert_eq!(report["turns"].as_array().unwrap().len(), 2);
+    assert_eq!(report["turns"][1]["turnId"], turns[1]);
+    assert!(close(report["turns"][1]["cost"].as_f64().unwrap(), 0.0019));
+
+    // A rewound turn's tokens were spent: still counted, marked abandoned.
+    a.call_ok(
+        "_maka/session/revision/abandon",
+        json!({"sessionId": s, "revisionId": format!("rev_{}", turns[1].as_str().unwrap())}),
+    );
+    let report = a.call_ok("_maka/usage/query", json!({"sessionId": s}));
+    assert_eq!(report["totals"]["inputTokens"], 2000);
+    assert_eq!(report["turns"][1]["abandoned"], true);
+
+    // Durable, and without prices no cost is invented.
+    drop(a);
+    let mut b = spawn(false);
+    let report = b.call_ok("_maka/usage/query", json!({"sessionId": s}));
+    assert_eq!(report["totals"]["outputTokens"], 1000);
+    assert!(report.get("cost").is_none(), "{report}");
+    b.call_ok(
+        "session/load",
+        json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+    );
+    b.expect_commands(&s);
+    let t = b.prompt(&s, "once more", |r| panic!("unexpected {r}"));
+    let usage = t
+        .updates_for(&s)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "usage_update")
+        .cloned()
+        .unwrap();
+    assert!(usage.get("cost").is_none(), "{usage}");
+    let (resp, _) = b.call("_maka/usage/query", json!({"sessionId": "nope"}));
+    assert_eq!(error_of(&resp)["code"], -32002);
+}

@@ -25,6 +25,7 @@ pub const METHODS: &[&str] = &[
     "_maka/turn/steer",
     "_maka/memory/query",
     "_maka/memory/mutate",
+    "_maka/usage/query",
 ];
 
 /// The `_maka/` queries [`serve`] answers (`_maka/turn/resume` is `Request::ResumeTurn`).
@@ -52,6 +53,8 @@ pub enum MakaRequest {
         session_id: String,
         prompt: Vec<Value>,
     },
+    /// Tokens and cost per session, model and turn.
+    UsageQuery { session_id: String },
     /// Memory entries: all, or what a session's model sees.
     MemoryQuery { session_id: Option<String> },
     /// Add, update or forget an entry under the memory's revision.
@@ -96,6 +99,11 @@ impl MakaRequest {
                     revision_id: p.required_str("revisionId")?.into(),
                     restore_files: p.optional_bool("restoreFiles")?.unwrap_or(true),
                     force: p.optional_bool("force")?.unwrap_or(false),
+                })
+            }),
+            "_maka/usage/query" => read(|p| {
+                Ok(MakaRequest::UsageQuery {
+                    session_id: p.required_str("sessionId")?.into(),
                 })
             }),
             "_maka/memory/query" => read(|p| {
@@ -196,6 +204,10 @@ pub fn serve(ctx: &Ctx, request: MakaRequest) -> Result<Value, ResponseError> {
                 "restored": o.restored,
                 "conflicts": o.conflicts,
             }))
+        }
+        MakaRequest::UsageQuery { session_id } => {
+            let report = ctx.call::<ops::UsageQuery>(&conn, &SessionRef { session_id })?;
+            Ok(to_json(&report))
         }
         MakaRequest::MemoryQuery { session_id } => {
             let view =

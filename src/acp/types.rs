@@ -42,6 +42,9 @@ pub enum SessionUpdate {
     UsageUpdate {
         used: u64,
         size: u64,
+        /// The session's cost so far (with prices configured).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cost: Option<crate::host_api::wire::Cost>,
     },
 }
 

@@ -43,6 +43,8 @@ pub struct SessionState {
     pub client_services: Vec<String>,
     pub client_calls: HashMap<String, PendingClientCall>,
     pub usage_totals: TokenUsage,
+    /// Tokens per model (for costs at the current prices), from the transcript's usage items.
+    pub usage_by_model: HashMap<String, TokenUsage>,
     /// Transcript lines that could not be read and were moved aside (once loaded).
     pub quarantine: Vec<Value>,
     pub removed: bool,
@@ -193,6 +195,7 @@ impl SessionCell {
                 client_services: Vec::new(),
                 client_calls: HashMap::new(),
                 usage_totals: TokenUsage::default(),
+                usage_by_model: HashMap::new(),
                 quarantine: Vec::new(),
                 removed: false,
                 readers: HashMap::new(),
@@ -359,6 +362,21 @@ impl SessionState {
             last_seq,
         });
         self.quarantine = store.quarantined(&self.session.id);
+        // Borrow the field (not via a method) so the totals stay mutable.
+        let items = self
+            .transcript
+            .as_ref()
+            .map(|t| t.items.as_slice())
+            .unwrap_or(&[]);
+        for item in items {
+            if let TranscriptBody::Usage { model, usage, .. } = &item.body {
+                self.usage_totals.add(usage);
+                self.usage_by_model
+                    .entry(model.clone())
+                    .or_default()
+                    .add(usage);
+            }
+        }
         self.recover()
     }
 
@@ -539,6 +557,25 @@ impl SessionState {
         t.items.extend(items);
         t.last_seq = seq;
         Ok(seq)
+    }
+
+    /// The session's cost at `prices` (`None` without prices).
+    pub fn cost(
+        &self,
+        prices: &crate::host::models::prices::Prices,
+    ) -> Option<crate::host_api::wire::Cost> {
+        if prices.is_empty() {
+            return None;
+        }
+        let amount = self
+            .usage_by_model
+            .iter()
+            .filter_map(|(m, u)| prices.cost(m, u))
+            .sum();
+        Some(crate::host_api::wire::Cost {
+            amount,
+            currency: prices.currency.clone(),
+        })
     }
 
     /// Interactions still waiting for an answer.

@@ -84,6 +84,43 @@ operations! {
     MemoryQuery = "memory.query", MemoryQueryInput => MemoryView;
     /// Adds, changes or forgets an entry (revision-checked).
     MemoryMutate = "memory.mutate", MemoryMutateInput => MemoryOutcome;
+    /// Tokens (and cost, with prices) per session, model and turn.
+    UsageQuery = "usage.query", SessionRef => UsageReport;
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageReport {
+    pub totals: super::wire::TokenUsage,
+    /// With prices configured: the session's cost (models without a price count 0 and are
+    /// named in `unpricedModels`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<super::wire::Cost>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unpriced_models: Vec<String>,
+    pub models: Vec<ModelUsage>,
+    /// Oldest first; abandoned turns (a rewind) stay: their tokens were spent.
+    pub turns: Vec<TurnUsage>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelUsage {
+    pub model: String,
+    pub usage: super::wire::TokenUsage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnUsage {
+    pub turn_id: String,
+    pub usage: super::wire::TokenUsage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<f64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abandoned: bool,
 }
 
 /// Who a memory entry is for.

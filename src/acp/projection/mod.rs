@@ -293,11 +293,14 @@ impl Projector {
                 entries: plan(entries),
             }],
             FrameBody::Usage {
-                context: Some(c), ..
+                context: Some(c),
+                cost,
+                ..
             } => {
                 vec![SessionUpdate::UsageUpdate {
                     used: c.used_tokens,
                     size: c.window_tokens,
+                    cost: cost.clone(),
                 }]
             }
             FrameBody::SessionUpdated {

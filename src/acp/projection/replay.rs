@@ -162,6 +162,8 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
         TranscriptBody::Interaction { .. } | TranscriptBody::TurnState { .. } => vec![],
         // Rewind points and markers are history bookkeeping (`_maka/session/revisions`).
         TranscriptBody::Revision { .. } | TranscriptBody::Rewind { .. } => vec![],
+        // Usage is not replayed (`_maka/usage/query` reports it).
+        TranscriptBody::Usage { .. } => vec![],
         // Written by a newer host: nothing this build knows how to show.
         TranscriptBody::Unknown => vec![],
     }

@@ -252,12 +252,35 @@ fn plans_usage_and_titles() {
                 used_tokens: 10,
                 window_tokens: 100,
             }),
+            cost: None,
         },
         now,
     );
     assert_eq!(
         u[0],
         json!({"sessionUpdate": "usage_update", "used": 10, "size": 100})
+    );
+    // With prices configured, the session's cost so far.
+    let u = shown(
+        &mut p,
+        &FrameBody::Usage {
+            turn_id: None,
+            delta: TokenUsage::default(),
+            totals: TokenUsage::default(),
+            context: Some(ContextUsage {
+                used_tokens: 10,
+                window_tokens: 100,
+            }),
+            cost: Some(crate::host_api::wire::Cost {
+                amount: 0.25,
+                currency: "EUR".into(),
+            }),
+        },
+        now,
+    );
+    assert_eq!(
+        u[0],
+        json!({"sessionUpdate": "usage_update", "used": 10, "size": 100, "cost": {"amount": 0.25, "currency": "EUR"}})
     );
     let u = shown(
         &mut p,

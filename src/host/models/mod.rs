@@ -6,6 +6,7 @@
 //! function that reads its settings, listed in [`PROVIDERS`].
 
 pub mod openai;
+pub mod prices;
 pub mod scripted;
 
 use super::session::CancelToken;
@@ -70,6 +71,8 @@ pub enum ModelEvent {
     Usage {
         input: u64,
         output: u64,
+        /// Input tokens the provider served from its cache.
+        cached: u64,
     },
     /// The provider answered 429/5xx (or the connection failed) and the call is retried.
     Retry {
@@ -100,6 +103,8 @@ pub enum Finish {
 
 pub struct Providers {
     pub connections: Vec<Connection>,
+    /// Per-model prices (re-read with the providers).
+    pub prices: prices::Prices,
     /// Why a configured provider could not be used (shown when a prompt has no provider).
     pub problems: Vec<String>,
 }
@@ -133,6 +138,7 @@ impl Providers {
         Providers {
             connections,
             problems,
+            prices: prices::Prices::load(&crate::config::read_file()),
         }
     }
 

@@ -341,7 +341,18 @@ fn read_stream(base: &str, body: impl Read, cancel: &CancelToken, tx: &Sender<Mo
                 .get("completion_tokens")
                 .and_then(Value::as_u64)
                 .unwrap_or(0);
-            if !send(tx, ModelEvent::Usage { input, output }) {
+            let cached = u
+                .pointer("/prompt_tokens_details/cached_tokens")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            if !send(
+                tx,
+                ModelEvent::Usage {
+                    input,
+                    output,
+                    cached,
+                },
+            ) {
                 return;
             }
         }
@@ -457,7 +468,8 @@ mod tests {
                 ModelEvent::Text("look.".into()),
                 ModelEvent::Usage {
                     input: 9,
-                    output: 4
+                    output: 4,
+                    cached: 0
                 },
                 ModelEvent::ToolCall {
                     id: "c1".into(),

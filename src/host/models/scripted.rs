@@ -15,7 +15,7 @@
 //! | `{"tool": "read_file", "args": {…}, "id"?: "…"}` | a tool call |
 //! | `{"delayMs": 200}` | a pause (cancellable) |
 //! | `{"echo": "user"}` | streams `heard: ` + every user message the model was sent, joined by ` \| ` |
-//! | `{"usage": {"input": 10, "output": 5}}` | token usage |
+//! | `{"usage": {"input": 10, "output": 5, "cached": 0}}` | token usage |
 //! | `{"fail": "provider_error", "message": "…"}` | the call fails |
 //! | `{"finish": "max_tokens" \| "refusal"}` | the call ends that way |
 //!
@@ -209,6 +209,7 @@ impl Script {
                     ModelEvent::Usage {
                         input: u.get("input").and_then(Value::as_u64).unwrap_or(0),
                         output: u.get("output").and_then(Value::as_u64).unwrap_or(0),
+                        cached: u.get("cached").and_then(Value::as_u64).unwrap_or(0),
                     },
                 )
             } else if let Some(class) = step.get("fail").and_then(Value::as_str) {
@@ -264,6 +265,7 @@ impl Script {
                 ModelEvent::Usage {
                     input,
                     output: output_chars / 4 + 1,
+                    cached: 0,
                 },
             );
         }

@@ -59,6 +59,7 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
         op::MessageSubmit => |i| turns::submit(host, i),
         op::MemoryQuery => |i| knowledge::memory_query(host, i),
         op::MemoryMutate => |i| knowledge::memory_mutate(host, i),
+        op::UsageQuery => |i| knowledge::usage_query(host, i),
     }
     Err(HostError::new(
         ErrorCode::OperationUnavailable,

@@ -327,7 +327,11 @@ impl Turn {
             };
             match event {
                 Some(ModelEvent::Text(t)) => summary.push_str(&t),
-                Some(ModelEvent::Usage { input, output }) => self.usage(input, output, window),
+                Some(ModelEvent::Usage {
+                    input,
+                    output,
+                    cached,
+                }) => self.usage(&model.id, TokenUsage::new(input, output, cached), window),
                 Some(ModelEvent::Finish(_)) => break,
                 Some(ModelEvent::Error {
                     class,
@@ -370,6 +374,7 @@ impl Turn {
                     used_tokens: after,
                     window_tokens: window,
                 }),
+                cost: st.cost(&self.host.providers().prices),
             };
             self.cell.emit(&mut st, body);
             after

@@ -196,6 +196,7 @@ impl Turn {
             .resolve(&configuration.model_target)
             .map_err(|e| Terminal::failed(FailureClass::CapabilityUnavailable, e.message))?;
         let context_window = model.context_window;
+        let model_id = model.id.clone();
         let request = ModelRequest {
             model: model.id.clone(),
             messages,
@@ -251,7 +252,15 @@ impl Turn {
                     name,
                     arguments,
                 } => calls.push((id, name, arguments)),
-                ModelEvent::Usage { input, output } => self.usage(input, output, context_window),
+                ModelEvent::Usage {
+                    input,
+                    output,
+                    cached,
+                } => self.usage(
+                    &model_id,
+                    TokenUsage::new(input, output, cached),
+                    context_window,
+                ),
                 ModelEvent::Retry {
                     attempt,
                     delay_ms,

@@ -56,22 +56,37 @@ impl Turn {
         self.cell.emit(&mut st, body);
     }
 
-    pub(super) fn usage(&self, input: u64, output: u64, window: u64) {
+    /// One model call's usage: counted (durably, as a `usage` item), and shown with the
+    /// context figures and, with prices configured, the session's cost.
+    pub(super) fn usage(&self, model: &str, delta: TokenUsage, window: u64) {
+        let providers = self.host.providers();
         let mut st = self.cell.lock();
-        st.usage_totals.input_tokens += input;
-        st.usage_totals.output_tokens += output;
+        st.usage_totals.add(&delta);
+        st.usage_by_model
+            .entry(model.to_string())
+            .or_default()
+            .add(&delta);
+        let item = TranscriptBody::Usage {
+            of_turn_id: self.spec.turn_id.clone(),
+            model: model.to_string(),
+            usage: delta.clone(),
+        };
+        if let Err(e) = st.append_transcript(vec![(String::new(), item)]) {
+            log::error!(
+                "session {}: cannot record usage: {}",
+                self.cell.id,
+                e.message
+            );
+        }
         let body = FrameBody::Usage {
             turn_id: Some(self.spec.turn_id.clone()),
-            delta: TokenUsage {
-                input_tokens: input,
-                output_tokens: output,
-                reasoning_tokens: 0,
-            },
-            totals: st.usage_totals.clone(),
             context: Some(ContextUsage {
-                used_tokens: input + output,
+                used_tokens: delta.input_tokens + delta.output_tokens,
                 window_tokens: window,
             }),
+            delta,
+            totals: st.usage_totals.clone(),
+            cost: st.cost(&providers.prices),
         };
         self.cell.emit(&mut st, body);
     }

@@ -126,6 +126,9 @@ pub enum FrameBody {
         totals: TokenUsage,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         context: Option<ContextUsage>,
+        /// The session's cost so far, when prices are configured.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost: Option<Cost>,
     },
     ConfigurationChanged {
         revision: u64,

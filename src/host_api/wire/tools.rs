@@ -75,6 +75,34 @@ pub struct TokenUsage {
     pub output_tokens: u64,
     #[serde(default)]
     pub reasoning_tokens: u64,
+    /// Input tokens served from the provider's cache (part of `inputTokens`).
+    #[serde(default)]
+    pub cached_tokens: u64,
+}
+
+impl TokenUsage {
+    pub fn new(input: u64, output: u64, cached: u64) -> TokenUsage {
+        TokenUsage {
+            input_tokens: input,
+            output_tokens: output,
+            reasoning_tokens: 0,
+            cached_tokens: cached,
+        }
+    }
+
+    pub fn add(&mut self, other: &TokenUsage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+        self.cached_tokens += other.cached_tokens;
+    }
+}
+
+/// An amount of money (ACP's `Cost`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    pub amount: f64,
+    pub currency: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

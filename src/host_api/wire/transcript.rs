@@ -101,6 +101,14 @@ pub enum TranscriptBody {
         revision_id: String,
         label: String,
     },
+    /// What one model call used (`turnId` of the item is empty: usage stays counted when its
+    /// turn is abandoned — it was spent).
+    #[serde(rename_all = "camelCase")]
+    Usage {
+        of_turn_id: String,
+        model: String,
+        usage: TokenUsage,
+    },
     /// A rewind (`session.revision.abandon`): these turns left the model's context and the
     /// replay. Their items stay in the file, before this marker.
     #[serde(rename_all = "camelCase")]
