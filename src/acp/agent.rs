@@ -213,7 +213,16 @@ impl Agent {
                 .run(move || settings::set_mode(&ctx, &session_id, &mode_id, responder)),
             Request::ResumeTurn { session_id } => {
                 // Like a prompt: registered here, in order, then started on a worker.
-                if let Some(started) = turns::register_resume(&ctx, &session_id, responder) {
+                let kind = turns::TurnKind::Resume;
+                if let Some(started) = turns::register_generated(&ctx, &session_id, kind, responder)
+                {
+                    self.workers.run(move || turns::start(&ctx, started));
+                }
+            }
+            Request::PlanTurn { session_id } => {
+                let kind = turns::TurnKind::Plan;
+                if let Some(started) = turns::register_generated(&ctx, &session_id, kind, responder)
+                {
                     self.workers.run(move || turns::start(&ctx, started));
                 }
             }

@@ -29,6 +29,8 @@ pub enum MakaCode {
     ResumeParked,
     /// `_maka/turn/steer` with no turn running.
     NoRunningTurn,
+    /// `_maka/plan/start` without an approved plan.
+    PlanNotApproved,
 }
 
 impl MakaCode {
@@ -45,6 +47,7 @@ impl MakaCode {
             MakaCode::AuthRequired => "auth_required",
             MakaCode::ResumeParked => "resume_parked",
             MakaCode::NoRunningTurn => "no_running_turn",
+            MakaCode::PlanNotApproved => "plan_not_approved",
         }
     }
 

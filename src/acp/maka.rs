@@ -26,6 +26,9 @@ pub const METHODS: &[&str] = &[
     "_maka/memory/query",
     "_maka/memory/mutate",
     "_maka/usage/query",
+    "_maka/plan/query",
+    "_maka/plan/control",
+    "_maka/plan/start",
 ];
 
 /// The `_maka/` queries [`serve`] answers (`_maka/turn/resume` is `Request::ResumeTurn`).
@@ -52,6 +55,14 @@ pub enum MakaRequest {
     Steer {
         session_id: String,
         prompt: Vec<Value>,
+    },
+    /// The session's plan and its approval.
+    PlanQuery { session_id: String },
+    /// Approve, reject or revise the plan.
+    PlanControl {
+        session_id: String,
+        expected_revision: u64,
+        action: ops::PlanAction,
     },
     /// Tokens and cost per session, model and turn.
     UsageQuery { session_id: String },
@@ -99,6 +110,37 @@ impl MakaRequest {
                     revision_id: p.required_str("revisionId")?.into(),
                     restore_files: p.optional_bool("restoreFiles")?.unwrap_or(true),
                     force: p.optional_bool("force")?.unwrap_or(false),
+                })
+            }),
+            "_maka/plan/query" => read(|p| {
+                Ok(MakaRequest::PlanQuery {
+                    session_id: p.required_str("sessionId")?.into(),
+                })
+            }),
+            "_maka/plan/control" => read(|p| {
+                let kind = p.required_str("action")?;
+                let action = match kind {
+                    "approve" => ops::PlanAction::Approve,
+                    "reject" => ops::PlanAction::Reject,
+                    "revise" => {
+                        let raw = p.get("entries").ok_or_else(|| p.missing("entries"))?;
+                        let entries = serde_json::from_value(raw.clone()).map_err(|e| {
+                            ResponseError::invalid_params(format_args!(
+                                "`entries` must be [{{content, status, priority}}]: {e}"
+                            ))
+                        })?;
+                        ops::PlanAction::Revise { entries }
+                    }
+                    other => {
+                        return Err(ResponseError::invalid_params(format_args!(
+                            "`action` must be approve, reject or revise, not {other:?}"
+                        )))
+                    }
+                };
+                Ok(MakaRequest::PlanControl {
+                    session_id: p.required_str("sessionId")?.into(),
+                    expected_revision: p.required_u64("expectedRevision")?,
+                    action,
                 })
             }),
             "_maka/usage/query" => read(|p| {
@@ -204,6 +246,35 @@ pub fn serve(ctx: &Ctx, request: MakaRequest) -> Result<Value, ResponseError> {
                 "restored": o.restored,
                 "conflicts": o.conflicts,
             }))
+        }
+        MakaRequest::PlanQuery { session_id } => {
+            let plan = ctx.call::<ops::PlanQuery>(&conn, &SessionRef { session_id })?;
+            Ok(to_json(&plan))
+        }
+        MakaRequest::PlanControl {
+            session_id,
+            expected_revision,
+            action,
+        } => {
+            let revised = matches!(action, ops::PlanAction::Revise { .. });
+            let input = ops::PlanControlInput {
+                session_id: session_id.clone(),
+                expected_revision,
+                action,
+            };
+            let outcome = ctx.call::<ops::PlanControl>(&conn, &input)?;
+            // The ACP plan follows a revision: through the reader while a turn runs, else here.
+            if let (true, ops::PlanOutcome::Committed { plan }, Some(s)) =
+                (revised, &outcome, ctx.session(&session_id))
+            {
+                if !s.has_prompt() {
+                    let entries = super::projection::plan_entries(&plan.entries);
+                    s.emit(&ctx.shared, |_| {
+                        (vec![super::types::SessionUpdate::Plan { entries }], ())
+                    });
+                }
+            }
+            Ok(to_json(&outcome))
         }
         MakaRequest::UsageQuery { session_id } => {
             let report = ctx.call::<ops::UsageQuery>(&conn, &SessionRef { session_id })?;

@@ -47,6 +47,11 @@ pub enum Request {
     ResumeTurn {
         session_id: String,
     },
+    /// `_maka/plan/start`: a turn carrying out the approved plan, registered and answered like
+    /// a prompt.
+    PlanTurn {
+        session_id: String,
+    },
     /// A `_maka/` query (`acp/maka.rs`).
     Maka(super::maka::MakaRequest),
 }
@@ -177,6 +182,11 @@ impl Request {
             }),
             "_maka/turn/resume" => read(|p| {
                 Ok(Request::ResumeTurn {
+                    session_id: p.required_str("sessionId")?.into(),
+                })
+            }),
+            "_maka/plan/start" => read(|p| {
+                Ok(Request::PlanTurn {
                     session_id: p.required_str("sessionId")?.into(),
                 })
             }),

@@ -20,14 +20,27 @@ use std::sync::Arc;
 pub struct Registered {
     session: Arc<AcpSession>,
     turn_id: String,
-    /// A prompt's content; `None` continues the run a host crash interrupted
-    /// (`_maka/turn/resume`).
-    content: Option<MessageContent>,
+    kind: TurnKind,
 }
 
-/// `_maka/turn/resume`: registered like a prompt (a `session/cancel` finds it), answered like
-/// one when the resumed run ends.
-pub fn register_resume(ctx: &Ctx, session_id: &str, responder: Responder) -> Option<Registered> {
+/// What a registered turn runs.
+pub enum TurnKind {
+    /// `session/prompt`'s content.
+    Prompt(MessageContent),
+    /// The run a host crash interrupted (`_maka/turn/resume`).
+    Resume,
+    /// The approved plan (`_maka/plan/start`).
+    Plan,
+}
+
+/// `_maka/turn/resume` and `_maka/plan/start`: registered like a prompt (a `session/cancel`
+/// finds it), answered like one when the turn ends.
+pub fn register_generated(
+    ctx: &Ctx,
+    session_id: &str,
+    kind: TurnKind,
+    responder: Responder,
+) -> Option<Registered> {
     let Some(session) = ctx.session(session_id) else {
         responder.respond(Err(errors::unknown_session(session_id)));
         return None;
@@ -40,7 +53,7 @@ pub fn register_resume(ctx: &Ctx, session_id: &str, responder: Responder) -> Opt
     Some(Registered {
         session,
         turn_id,
-        content: None,
+        kind,
     })
 }
 
@@ -66,7 +79,7 @@ pub fn register(ctx: &Ctx, p: Prompt, responder: Responder) -> Option<Registered
     Some(Registered {
         session,
         turn_id,
-        content: Some(content),
+        kind: TurnKind::Prompt(content),
     })
 }
 
@@ -76,7 +89,7 @@ pub fn start(ctx: &Ctx, r: Registered) {
     let Registered {
         session,
         turn_id,
-        content,
+        kind,
     } = r;
     let id = session.id.clone();
     let conn = match ctx.host() {
@@ -107,8 +120,8 @@ pub fn start(ctx: &Ctx, r: Registered) {
         Ok(s) => s,
         Err(e) => return session.fail_prompt(e),
     };
-    let started = match content {
-        Some(content) => {
+    let started = match kind {
+        TurnKind::Prompt(content) => {
             let input = TurnStartInput {
                 session_id: id,
                 turn_id: turn_id.clone(),
@@ -117,7 +130,8 @@ pub fn start(ctx: &Ctx, r: Registered) {
             };
             ctx.call::<ops::TurnStart>(&conn, &input).map(|_| ())
         }
-        None => resume(ctx, &conn, &id, &turn_id),
+        TurnKind::Resume => resume(ctx, &conn, &id, &turn_id),
+        TurnKind::Plan => plan(ctx, &conn, &id, &turn_id),
     };
     if let Err(e) = started {
         return session.fail_prompt(e);
@@ -127,6 +141,30 @@ pub fn start(ctx: &Ctx, r: Registered) {
         session.stop_turn(&ctx.shared, &turn_id);
     }
     session.ensure_reader(&ctx.shared, &conn, stream);
+}
+
+/// Carries out the approved plan as turn `turn_id`; a plan not approved is an error saying so.
+fn plan(ctx: &Ctx, conn: &Connected, session_id: &str, turn_id: &str) -> Result<(), ResponseError> {
+    let input = ops::TurnRef {
+        session_id: session_id.into(),
+        turn_id: turn_id.into(),
+        run_id: None,
+    };
+    match conn.client.call::<ops::PlanTurnStart>(&input) {
+        Ok(_) => Ok(()),
+        Err(crate::host_api::client::ClientError::Host(h))
+            if h.code == crate::host_api::wire::ErrorCode::OperationConflict =>
+        {
+            Err(MakaCode::PlanNotApproved.error_with(
+                format!(
+                    "Session {session_id} has no approved plan to carry out: {}.",
+                    h.message
+                ),
+                h.details.clone().unwrap_or_default(),
+            ))
+        }
+        Err(e) => Err(ctx.host_error(conn, &e)),
+    }
 }
 
 /// Continues the interrupted run as turn `turn_id`: the host checks it is still the latest

@@ -86,6 +86,54 @@ operations! {
     MemoryMutate = "memory.mutate", MemoryMutateInput => MemoryOutcome;
     /// Tokens (and cost, with prices) per session, model and turn.
     UsageQuery = "usage.query", SessionRef => UsageReport;
+    /// The session's plan: its steps and whether the person approved it.
+    PlanQuery = "plan.query", SessionRef => PlanView;
+    /// Approve, reject or revise the plan (revision-checked).
+    PlanControl = "plan.control", PlanControlInput => PlanOutcome;
+    /// A turn that carries out the approved plan.
+    PlanTurnStart = "plan.turn.start", TurnRef => StartOutcome;
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanView {
+    /// The `messageSeq` of the plan's latest version; 0 without a plan.
+    pub revision: u64,
+    /// `none`, `proposed`, `approved` or `rejected`.
+    pub status: String,
+    pub entries: Vec<super::wire::PlanEntry>,
+    /// When the latest version was written (ms since the epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanControlInput {
+    pub session_id: String,
+    pub expected_revision: u64,
+    pub action: PlanAction,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PlanAction {
+    /// The plan may be carried out: the session leaves plan mode, a pending approval dialog is
+    /// answered "allow".
+    Approve,
+    /// Not this plan: a pending approval dialog is answered "deny"; plan mode stays.
+    Reject,
+    /// The person's own version of the steps (proposed again; the ACP plan shows it).
+    Revise {
+        entries: Vec<super::wire::PlanEntry>,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PlanOutcome {
+    Committed { plan: PlanView },
+    RevisionConflict { expected: u64, actual: u64 },
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -10,7 +10,7 @@ mod replay;
 #[cfg(test)]
 mod tests;
 
-pub use content::{diff, iso8601, tool_kind};
+pub use content::{diff, iso8601, plan as plan_entries, tool_kind};
 pub use replay::{replay_frames, snapshot_frames};
 
 use crate::acp::types::{

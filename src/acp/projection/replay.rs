@@ -164,6 +164,8 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
         TranscriptBody::Revision { .. } | TranscriptBody::Rewind { .. } => vec![],
         // Usage is not replayed (`_maka/usage/query` reports it).
         TranscriptBody::Usage { .. } => vec![],
+        // The plan shown is the plan; decisions are `_maka/plan/query`'s.
+        TranscriptBody::PlanDecision { .. } => vec![],
         // Written by a newer host: nothing this build knows how to show.
         TranscriptBody::Unknown => vec![],
     }

@@ -93,3 +93,196 @@ pub(super) fn usage_query(host: &Host, input: SessionRef) -> Result<UsageReport,
         turns,
     })
 }
+
+// ---- plans ------------------------------------------------------------------------------------
+
+/// The session's plan: its latest version (`plan` items, from `update_plan` or a revise) and the
+/// decision recorded for that version.
+pub(crate) fn plan_view(st: &crate::host::session::SessionState) -> PlanView {
+    let items = st.transcript_items();
+    let Some(latest) = items
+        .iter()
+        .rev()
+        .find(|i| matches!(i.body, TranscriptBody::Plan { .. }))
+    else {
+        return PlanView {
+            revision: 0,
+            status: "none".into(),
+            entries: vec![],
+            updated_at: None,
+        };
+    };
+    let TranscriptBody::Plan { entries } = &latest.body else {
+        unreachable!("found above")
+    };
+    let status = items
+        .iter()
+        .rev()
+        .take_while(|i| i.message_seq > latest.message_seq)
+        .find_map(|i| match &i.body {
+            TranscriptBody::PlanDecision { revision, status }
+                if *revision == latest.message_seq =>
+            {
+                Some(status.clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_else(|| "proposed".into());
+    PlanView {
+        revision: latest.message_seq,
+        status,
+        entries: entries.clone(),
+        updated_at: Some(latest.ts),
+    }
+}
+
+pub(super) fn plan_query(host: &Host, input: SessionRef) -> Result<PlanView, HostError> {
+    let cell = host.cell(&input.session_id)?;
+    let st = super::open_state(host, &cell)?;
+    Ok(plan_view(&st))
+}
+
+pub(super) fn plan_control(host: &Host, input: PlanControlInput) -> Result<PlanOutcome, HostError> {
+    let cell = host.cell(&input.session_id)?;
+    let pending_dialog;
+    let plan = {
+        let mut st = super::open_state(host, &cell)?;
+        let current = plan_view(&st);
+        if current.revision != input.expected_revision {
+            return Ok(PlanOutcome::RevisionConflict {
+                expected: input.expected_revision,
+                actual: current.revision,
+            });
+        }
+        // A turn waiting on the plan-approval dialog.
+        pending_dialog = st
+            .interactions
+            .values()
+            .filter(|s| s.answer_tx.is_some())
+            .find(|s| {
+                matches!(
+                    s.interaction.request,
+                    InteractionRequest::Permission {
+                        review: Review::Plan,
+                        ..
+                    }
+                )
+            })
+            .map(|s| s.interaction.interaction_id.clone());
+        let decide = |st: &mut crate::host::session::SessionState, status: &str| {
+            st.append_transcript(vec![(
+                String::new(),
+                TranscriptBody::PlanDecision {
+                    revision: current.revision,
+                    status: status.into(),
+                },
+            )])
+        };
+        match &input.action {
+            PlanAction::Approve | PlanAction::Reject if current.revision == 0 => {
+                return Err(HostError::invalid(
+                    "the session has no plan yet: a plan is proposed in plan mode (update_plan)",
+                ))
+            }
+            PlanAction::Approve => {
+                decide(&mut st, "approved")?;
+                if st.session.configuration.collaboration_mode == CollaborationMode::Plan {
+                    let patch = ConfigurationPatch {
+                        collaboration_mode: Some(CollaborationMode::Agent),
+                        ..Default::default()
+                    };
+                    super::commit_configuration(host, &cell, &mut st, &patch)?;
+                }
+            }
+            PlanAction::Reject => {
+                decide(&mut st, "rejected")?;
+            }
+            PlanAction::Revise { entries } => {
+                if entries.is_empty() || entries.len() > 100 {
+                    return Err(HostError::invalid("a plan has 1 to 100 entries"));
+                }
+                let turn_id = st
+                    .active
+                    .as_ref()
+                    .map(|a| a.turn_id.clone())
+                    .unwrap_or_default();
+                let seq = st.append_transcript(vec![(
+                    turn_id.clone(),
+                    TranscriptBody::Plan {
+                        entries: entries.clone(),
+                    },
+                )])?;
+                cell.emit(
+                    &mut st,
+                    FrameBody::PlanUpdate {
+                        turn_id,
+                        entries: entries.clone(),
+                    },
+                );
+                cell.emit(
+                    &mut st,
+                    FrameBody::TranscriptAdvanced {
+                        through_message_seq: seq,
+                    },
+                );
+            }
+        }
+        plan_view(&st)
+    };
+    // Answered outside the session's lock, like any client answer.
+    if let Some(interaction_id) =
+        pending_dialog.filter(|_| !matches!(input.action, PlanAction::Revise { .. }))
+    {
+        let decision = match input.action {
+            PlanAction::Approve => Decision::Allow,
+            _ => Decision::Deny,
+        };
+        let answer = AnswerInput {
+            session_id: input.session_id.clone(),
+            interaction_id,
+            answer: InteractionAnswer::Permission {
+                decision,
+                remember_for_turn: false,
+            },
+        };
+        if let Err(e) = super::calls::interaction_answer(host, answer) {
+            log::debug!(
+                "plan.control: the approval dialog was already answered: {}",
+                e.message
+            );
+        }
+    }
+    Ok(PlanOutcome::Committed { plan })
+}
+
+/// A turn carrying out the approved plan (origin `plan`; its prompt lists the steps).
+pub(super) fn plan_turn_start(
+    host: &std::sync::Arc<Host>,
+    input: TurnRef,
+) -> Result<StartOutcome, HostError> {
+    let cell = host.cell(&input.session_id)?;
+    let plan = plan_view(&*super::open_state(host, &cell)?);
+    if plan.status != "approved" {
+        return Err(HostError::new(
+            ErrorCode::OperationConflict,
+            format!(
+                "the plan is {}; approve it first (plan.control approve)",
+                if plan.status == "none" {
+                    "missing"
+                } else {
+                    &plan.status
+                }
+            ),
+        )
+        .with_details(serde_json::json!({"reason": "plan_not_approved", "status": plan.status})));
+    }
+    let mut text = String::from("Carry out the approved plan:");
+    for (i, e) in plan.entries.iter().enumerate() {
+        text.push_str(&format!("\n{}. [{}] {}", i + 1, e.status, e.content));
+    }
+    let content = MessageContent {
+        text,
+        attachments: vec![],
+    };
+    super::turns::start_with_origin(host, &input.turn_id, &cell, "plan", content)
+}

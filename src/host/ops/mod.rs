@@ -5,7 +5,7 @@
 
 mod calls;
 pub(crate) mod history;
-mod knowledge;
+pub(crate) mod knowledge;
 mod sessions;
 mod turns;
 
@@ -60,6 +60,9 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
         op::MemoryQuery => |i| knowledge::memory_query(host, i),
         op::MemoryMutate => |i| knowledge::memory_mutate(host, i),
         op::UsageQuery => |i| knowledge::usage_query(host, i),
+        op::PlanQuery => |i| knowledge::plan_query(host, i),
+        op::PlanControl => |i| knowledge::plan_control(host, i),
+        op::PlanTurnStart => |i| knowledge::plan_turn_start(host, i),
     }
     Err(HostError::new(
         ErrorCode::OperationUnavailable,

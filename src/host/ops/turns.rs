@@ -30,6 +30,29 @@ pub(super) fn start(host: &Arc<Host>, input: TurnStartInput) -> Result<StartOutc
     )
 }
 
+/// A turn with generated content (`plan.turn.start`), admitted like a prompt.
+pub(super) fn start_with_origin(
+    host: &Arc<Host>,
+    turn_id: &str,
+    cell: &Arc<SessionCell>,
+    origin: &str,
+    content: MessageContent,
+) -> Result<StartOutcome, HostError> {
+    check_id("turnId", turn_id)?;
+    let fingerprint = serde_json::to_string(&content).unwrap_or_default();
+    let max_steps = host.tunables.max_steps.clamp(1, 500);
+    admit(
+        host,
+        cell,
+        turn_id,
+        origin,
+        Some(content),
+        fingerprint,
+        max_steps,
+        None,
+    )
+}
+
 /// Admits a turn (prompt or resume) and starts its thread.
 #[allow(clippy::too_many_arguments)]
 fn admit(

@@ -325,7 +325,36 @@ impl Turn {
             diff: None,
             remember_for_turn_allowed: false,
         };
-        match self.interact(request) {
+        let answer = self.interact(request);
+        let decided = match &answer {
+            Some(InteractionAnswer::Permission { decision, .. }) => {
+                Some(if *decision == Decision::Allow {
+                    "approved"
+                } else {
+                    "rejected"
+                })
+            }
+            _ => None,
+        };
+        if let Some(status) = decided {
+            // The decision is the plan's too (`plan.query`).
+            let mut st = self.cell.lock();
+            let revision = crate::host::ops::knowledge::plan_view(&st).revision;
+            if revision > 0 {
+                let body = TranscriptBody::PlanDecision {
+                    revision,
+                    status: status.into(),
+                };
+                if let Err(e) = st.append_transcript(vec![(String::new(), body)]) {
+                    log::error!(
+                        "session {}: cannot record the plan decision: {}",
+                        self.cell.id,
+                        e.message
+                    );
+                }
+            }
+        }
+        match answer {
             Some(InteractionAnswer::Permission {
                 decision: Decision::Allow,
                 ..

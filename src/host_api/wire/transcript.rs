@@ -101,6 +101,13 @@ pub enum TranscriptBody {
         revision_id: String,
         label: String,
     },
+    /// The person's decision on the plan proposed at `messageSeq` `revision` (empty
+    /// `turnId`: `plan.control`, or the approval dialog).
+    PlanDecision {
+        revision: u64,
+        /// `approved` or `rejected`.
+        status: String,
+    },
     /// What one model call used (`turnId` of the item is empty: usage stays counted when its
     /// turn is abandoned — it was spent).
     #[serde(rename_all = "camelCase")]
