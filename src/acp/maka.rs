@@ -26,6 +26,10 @@ pub const METHODS: &[&str] = &[
     "_maka/memory/query",
     "_maka/memory/mutate",
     "_maka/usage/query",
+    "_maka/artifact/ingest",
+    "_maka/artifact/list",
+    "_maka/artifact/read",
+    "_maka/artifact/delete",
     "_maka/plan/query",
     "_maka/plan/control",
     "_maka/plan/start",
@@ -34,16 +38,23 @@ pub const METHODS: &[&str] = &[
 /// The `_maka/` queries [`serve`] answers (`_maka/turn/resume` is `Request::ResumeTurn`).
 pub enum MakaRequest {
     /// The session's turns: id, start, first line of the prompt, status, files changed.
-    SessionTurns { session_id: String },
+    SessionTurns {
+        session_id: String,
+    },
     /// A new session with the conversation through a turn (all finished turns by default).
     Branch {
         session_id: String,
         through_turn_id: Option<String>,
     },
     /// The points the session can rewind to.
-    Revisions { session_id: String },
+    Revisions {
+        session_id: String,
+    },
     /// A named point at the end of the conversation.
-    RevisionCreate { session_id: String, label: String },
+    RevisionCreate {
+        session_id: String,
+        label: String,
+    },
     /// Rewinds to a revision: later turns leave the conversation, their file changes undone.
     RevisionAbandon {
         session_id: String,
@@ -56,8 +67,15 @@ pub enum MakaRequest {
         session_id: String,
         prompt: Vec<Value>,
     },
+    /// One step of a resumable upload (begin, part, status, commit, abort).
+    ArtifactIngest(ops::IngestInput),
+    /// List, or read a byte range of, the session's artifacts.
+    ArtifactQuery(ops::ArtifactQueryInput),
+    ArtifactDelete(ops::ArtifactRef),
     /// The session's plan and its approval.
-    PlanQuery { session_id: String },
+    PlanQuery {
+        session_id: String,
+    },
     /// Approve, reject or revise the plan.
     PlanControl {
         session_id: String,
@@ -65,9 +83,13 @@ pub enum MakaRequest {
         action: ops::PlanAction,
     },
     /// Tokens and cost per session, model and turn.
-    UsageQuery { session_id: String },
+    UsageQuery {
+        session_id: String,
+    },
     /// Memory entries: all, or what a session's model sees.
-    MemoryQuery { session_id: Option<String> },
+    MemoryQuery {
+        session_id: Option<String>,
+    },
     /// Add, update or forget an entry under the memory's revision.
     MemoryMutate {
         expected_revision: u64,
@@ -111,6 +133,48 @@ impl MakaRequest {
                     restore_files: p.optional_bool("restoreFiles")?.unwrap_or(true),
                     force: p.optional_bool("force")?.unwrap_or(false),
                 })
+            }),
+            "_maka/artifact/ingest" => read(|p| {
+                p.required_str("sessionId")?;
+                let kind = p.required_str("kind")?;
+                if !matches!(kind, "begin" | "part" | "status" | "commit" | "abort") {
+                    return Err(ResponseError::invalid_params(format_args!(
+                        "`kind` must be begin, part, status, commit or abort, not {kind:?}"
+                    )));
+                }
+                let value = Value::Object(p.object().clone());
+                serde_json::from_value(value)
+                    .map(MakaRequest::ArtifactIngest)
+                    .map_err(|e| {
+                        ResponseError::invalid_params(format_args!("`{kind}` params: {e}"))
+                    })
+            }),
+            "_maka/artifact/list" => read(|p| {
+                Ok(MakaRequest::ArtifactQuery(ops::ArtifactQueryInput::List {
+                    session_id: p.required_str("sessionId")?.into(),
+                }))
+            }),
+            "_maka/artifact/read" => read(|p| {
+                let max_bytes = match p.get("maxBytes") {
+                    None => None,
+                    Some(_) => Some(p.required_u64("maxBytes")?),
+                };
+                let offset = match p.get("offset") {
+                    None => 0,
+                    Some(_) => p.required_u64("offset")?,
+                };
+                Ok(MakaRequest::ArtifactQuery(ops::ArtifactQueryInput::Read {
+                    session_id: p.required_str("sessionId")?.into(),
+                    artifact_id: p.required_str("artifactId")?.into(),
+                    offset,
+                    max_bytes,
+                }))
+            }),
+            "_maka/artifact/delete" => read(|p| {
+                Ok(MakaRequest::ArtifactDelete(ops::ArtifactRef {
+                    session_id: p.required_str("sessionId")?.into(),
+                    artifact_id: p.required_str("artifactId")?.into(),
+                }))
             }),
             "_maka/plan/query" => read(|p| {
                 Ok(MakaRequest::PlanQuery {
@@ -246,6 +310,15 @@ pub fn serve(ctx: &Ctx, request: MakaRequest) -> Result<Value, ResponseError> {
                 "restored": o.restored,
                 "conflicts": o.conflicts,
             }))
+        }
+        MakaRequest::ArtifactIngest(input) => {
+            Ok(to_json(&ctx.call::<ops::ArtifactIngest>(&conn, &input)?))
+        }
+        MakaRequest::ArtifactQuery(input) => {
+            Ok(to_json(&ctx.call::<ops::ArtifactQuery>(&conn, &input)?))
+        }
+        MakaRequest::ArtifactDelete(input) => {
+            Ok(to_json(&ctx.call::<ops::ArtifactDelete>(&conn, &input)?))
         }
         MakaRequest::PlanQuery { session_id } => {
             let plan = ctx.call::<ops::PlanQuery>(&conn, &SessionRef { session_id })?;

@@ -88,6 +88,11 @@ impl<'a> Params<'a> {
             .ok_or_else(|| self.wrong_type(field, "an integer from 0 to 65535", v))
     }
 
+    /// The whole params object.
+    pub fn object(&self) -> &'a serde_json::Map<String, Value> {
+        self.obj
+    }
+
     pub fn required_u64(&self, field: &str) -> ParamResult<u64> {
         let v = self.get(field).ok_or_else(|| self.missing(field))?;
         v.as_u64()

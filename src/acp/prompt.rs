@@ -13,6 +13,9 @@ use std::path::Path;
 /// A linked file is attached only up to this size.
 const LINKED_FILE_LIMIT: u64 = 1024 * 1024;
 
+/// `resource_link` URIs naming a session artifact: `maka-artifact://<artifactId>`.
+pub const ARTIFACT_SCHEME: &str = "maka-artifact://";
+
 pub fn to_message(blocks: &[Value]) -> Result<MessageContent, ResponseError> {
     let mut text = String::new();
     let mut attachments = Vec::new();
@@ -42,12 +45,26 @@ pub fn to_message(blocks: &[Value]) -> Result<MessageContent, ResponseError> {
                     mime_type: Some(mime.into()),
                     text: None,
                     data_base64: Some(data.into()),
+                    artifact_id: None,
                 });
             }
             Some("resource_link") => {
                 let uri =
                     str_field("uri").ok_or_else(|| bad(i, "a resource_link needs `uri`".into()))?;
                 let name = str_field("name").unwrap_or(uri);
+                if let Some(id) = uri.strip_prefix(ARTIFACT_SCHEME) {
+                    // A session artifact: referenced, the model reads it with read_artifact.
+                    attachments.push(Attachment {
+                        kind: "artifact".into(),
+                        name: name.into(),
+                        uri: Some(uri.into()),
+                        mime_type: str_field("mimeType").map(String::from),
+                        text: None,
+                        data_base64: None,
+                        artifact_id: Some(id.into()),
+                    });
+                    continue;
+                }
                 match read_file_link(uri) {
                     Some(content) => attachments.push(Attachment {
                         kind: "text".into(),
@@ -56,6 +73,7 @@ pub fn to_message(blocks: &[Value]) -> Result<MessageContent, ResponseError> {
                         mime_type: str_field("mimeType").map(String::from),
                         text: Some(content),
                         data_base64: None,
+                        artifact_id: None,
                     }),
                     None => {
                         if !text.is_empty() {
@@ -89,6 +107,7 @@ pub fn to_message(blocks: &[Value]) -> Result<MessageContent, ResponseError> {
                     mime_type: mime,
                     text: text_part,
                     data_base64: blob,
+                    artifact_id: None,
                 });
             }
             Some("audio") => {

@@ -2,6 +2,7 @@
 //! sessions, an agent loop with real tools, and model providers. See
 //! `docs/runtime-host-protocol.md`.
 
+pub(crate) mod artifacts;
 pub(crate) mod changes;
 pub(crate) mod commands;
 pub(crate) mod http;
@@ -42,6 +43,8 @@ pub struct Host {
     pub store: Store,
     /// Memory entries (`memory.json`).
     pub memory: memory::Memory,
+    /// Sessions' stored files and uploads.
+    pub artifacts: artifacts::Artifacts,
     /// Re-read by `models.reload` (after `maka-acp login` or a logout).
     providers: std::sync::RwLock<Arc<Providers>>,
     started: Instant,
@@ -338,6 +341,7 @@ pub fn bind(
         port: AtomicU16::new(port),
         listen_ip: listen.ip(),
         memory: memory::Memory::open(data_dir, store.fsync()),
+        artifacts: artifacts::Artifacts::new(store.fsync()),
         store,
         providers: std::sync::RwLock::new(Arc::new(providers)),
         started: Instant::now(),

@@ -92,6 +92,136 @@ operations! {
     PlanControl = "plan.control", PlanControlInput => PlanOutcome;
     /// A turn that carries out the approved plan.
     PlanTurnStart = "plan.turn.start", TurnRef => StartOutcome;
+    /// Resumable uploads: begin, parts at offsets, status, commit (sha-256 checked), abort.
+    ArtifactIngest = "artifact.ingest", IngestInput => IngestOutcome;
+    /// List, one artifact's metadata, or a byte range.
+    ArtifactQuery = "artifact.query", ArtifactQueryInput => ArtifactAnswer;
+    ArtifactDelete = "artifact.delete", ArtifactRef => Deleted;
+}
+
+/// A stored file of a session: an upload, a large prompt attachment or a tool's full output.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Artifact {
+    pub artifact_id: String,
+    pub session_id: String,
+    pub name: String,
+    pub mime_type: String,
+    pub bytes: u64,
+    pub sha256: String,
+    pub created_at: u64,
+    /// `upload`, `attachment` or `tool_output`.
+    pub source: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum IngestInput {
+    #[serde(rename_all = "camelCase")]
+    Begin {
+        session_id: String,
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+        total_bytes: u64,
+        /// Lowercase hex of the whole file's SHA-256, checked at commit.
+        sha256: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        source: Option<String>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Part {
+        session_id: String,
+        upload_id: String,
+        /// Must equal the bytes received so far (a resend of an earlier part is refused with
+        /// the current count).
+        offset: u64,
+        data_base64: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Status {
+        session_id: String,
+        upload_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Commit {
+        session_id: String,
+        upload_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Abort {
+        session_id: String,
+        upload_id: String,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum IngestOutcome {
+    /// An upload in progress: how many bytes the host has (resume from there).
+    #[serde(rename_all = "camelCase")]
+    Upload {
+        upload_id: String,
+        received: u64,
+        total_bytes: u64,
+    },
+    Committed {
+        artifact: Artifact,
+    },
+    Aborted {},
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ArtifactQueryInput {
+    #[serde(rename_all = "camelCase")]
+    List { session_id: String },
+    #[serde(rename_all = "camelCase")]
+    Get {
+        session_id: String,
+        artifact_id: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Read {
+        session_id: String,
+        artifact_id: String,
+        #[serde(default)]
+        offset: u64,
+        /// At most 1 MiB (the default).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_bytes: Option<u64>,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ArtifactAnswer {
+    List {
+        artifacts: Vec<Artifact>,
+    },
+    Artifact {
+        artifact: Option<Artifact>,
+    },
+    #[serde(rename_all = "camelCase")]
+    Chunk {
+        total_bytes: u64,
+        offset: u64,
+        data_base64: String,
+        /// `None` at the end.
+        next_offset: Option<u64>,
+    },
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ArtifactRef {
+    pub session_id: String,
+    pub artifact_id: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Deleted {
+    pub deleted: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -106,15 +106,16 @@ pub fn result_content(result: &ToolResultContent, status: ToolStatus) -> Vec<Too
             exit_code,
             signal,
             timed_out,
+            full_output_artifact_id,
             ..
         } => {
             let verdict = terminal_verdict(status, *exit_code, signal.as_deref(), *timed_out);
-            vec![ToolCallContent::text(fenced_output(
-                Some(command),
-                output,
-                *output_truncated,
-                Some(&verdict),
-            ))]
+            let mut text = fenced_output(Some(command), output, *output_truncated, Some(&verdict));
+            if let Some(id) = full_output_artifact_id {
+                // Where the whole output is (`_maka/artifact/read`).
+                text.push_str(&format!("\nWhole output: maka-artifact://{id}"));
+            }
+            vec![ToolCallContent::text(text)]
         }
         ToolResultContent::Json { value } => {
             let text = match value.get("answers").and_then(Value::as_array) {

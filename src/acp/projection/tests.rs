@@ -164,6 +164,7 @@ fn a_command_streams_throttled_output_then_its_result() {
             output: "line 1\nline 2\n".into(),
             output_truncated: false,
             terminal_id: None,
+            full_output_artifact_id: None,
         },
         truncated: false,
         duration_ms: Some(5),

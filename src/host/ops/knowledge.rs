@@ -286,3 +286,105 @@ pub(super) fn plan_turn_start(
     };
     super::turns::start_with_origin(host, &input.turn_id, &cell, "plan", content)
 }
+
+// ---- artifacts --------------------------------------------------------------------------------
+
+/// The session's directory (the session must exist).
+fn session_dir(host: &Host, session_id: &str) -> Result<std::path::PathBuf, HostError> {
+    host.cell(session_id)?;
+    Ok(host.store.session_dir(session_id))
+}
+
+pub(super) fn artifact_ingest(host: &Host, input: IngestInput) -> Result<IngestOutcome, HostError> {
+    let a = &host.artifacts;
+    match input {
+        IngestInput::Begin {
+            session_id,
+            name,
+            mime_type,
+            total_bytes,
+            sha256,
+            source,
+        } => {
+            let dir = session_dir(host, &session_id)?;
+            // Clients upload; the other sources are the host's own.
+            let source = source
+                .filter(|s| s == "attachment" || s == "tool_output")
+                .unwrap_or_else(|| "upload".into());
+            a.begin(
+                &dir,
+                &name,
+                mime_type.as_deref(),
+                total_bytes,
+                &sha256,
+                &source,
+            )
+        }
+        IngestInput::Part {
+            session_id,
+            upload_id,
+            offset,
+            data_base64,
+        } => a.part(
+            &session_dir(host, &session_id)?,
+            &upload_id,
+            offset,
+            &data_base64,
+        ),
+        IngestInput::Status {
+            session_id,
+            upload_id,
+        } => a.status(&session_dir(host, &session_id)?, &upload_id),
+        IngestInput::Commit {
+            session_id,
+            upload_id,
+        } => {
+            let dir = session_dir(host, &session_id)?;
+            a.commit(&dir, &session_id, &upload_id)
+                .map(|artifact| IngestOutcome::Committed { artifact })
+        }
+        IngestInput::Abort {
+            session_id,
+            upload_id,
+        } => a.abort(&session_dir(host, &session_id)?, &upload_id),
+    }
+}
+
+pub(super) fn artifact_query(
+    host: &Host,
+    input: ArtifactQueryInput,
+) -> Result<ArtifactAnswer, HostError> {
+    let a = &host.artifacts;
+    match input {
+        ArtifactQueryInput::List { session_id } => Ok(ArtifactAnswer::List {
+            artifacts: a.list(&session_dir(host, &session_id)?),
+        }),
+        ArtifactQueryInput::Get {
+            session_id,
+            artifact_id,
+        } => Ok(ArtifactAnswer::Artifact {
+            artifact: a
+                .list(&session_dir(host, &session_id)?)
+                .into_iter()
+                .find(|x| x.artifact_id == artifact_id),
+        }),
+        ArtifactQueryInput::Read {
+            session_id,
+            artifact_id,
+            offset,
+            max_bytes,
+        } => a.read(
+            &session_dir(host, &session_id)?,
+            &artifact_id,
+            offset,
+            max_bytes.unwrap_or(crate::host::artifacts::MAX_READ_BYTES),
+        ),
+    }
+}
+
+pub(super) fn artifact_delete(host: &Host, input: ArtifactRef) -> Result<Deleted, HostError> {
+    let deleted = host
+        .artifacts
+        .delete(&session_dir(host, &input.session_id)?, &input.artifact_id)?;
+    Ok(Deleted { deleted })
+}

@@ -63,6 +63,9 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
         op::PlanQuery => |i| knowledge::plan_query(host, i),
         op::PlanControl => |i| knowledge::plan_control(host, i),
         op::PlanTurnStart => |i| knowledge::plan_turn_start(host, i),
+        op::ArtifactIngest => |i| knowledge::artifact_ingest(host, i),
+        op::ArtifactQuery => |i| knowledge::artifact_query(host, i),
+        op::ArtifactDelete => |i| knowledge::artifact_delete(host, i),
     }
     Err(HostError::new(
         ErrorCode::OperationUnavailable,

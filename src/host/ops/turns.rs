@@ -14,6 +14,8 @@ pub(super) fn start(host: &Arc<Host>, input: TurnStartInput) -> Result<StartOutc
     check_id("turnId", &input.turn_id)?;
     let fingerprint = serde_json::to_string(&input.content).unwrap_or_default();
     let cell = host.cell(&input.session_id)?;
+    let mut input = input;
+    store_large_attachments(host, &input.session_id, &mut input.content)?;
     let max_steps = input
         .max_steps
         .unwrap_or(host.tunables.max_steps)
@@ -28,6 +30,52 @@ pub(super) fn start(host: &Arc<Host>, input: TurnStartInput) -> Result<StartOutc
         max_steps,
         None,
     )
+}
+
+/// Attachments too large to keep inline (in the transcript, in frames) become artifacts: the
+/// prompt keeps a reference, the model reads them in pages (`read_artifact`).
+fn store_large_attachments(
+    host: &Host,
+    session_id: &str,
+    content: &mut MessageContent,
+) -> Result<(), HostError> {
+    use crate::host::artifacts::INLINE_ATTACHMENT_BYTES;
+    let dir = host.store.session_dir(session_id);
+    for a in content.attachments.iter_mut() {
+        let data = match (&a.text, &a.data_base64) {
+            (Some(t), _) if t.len() > INLINE_ATTACHMENT_BYTES => t.as_bytes().to_vec(),
+            (None, Some(b)) if b.len() > INLINE_ATTACHMENT_BYTES => {
+                crate::host_api::codec::base64_decode(b).ok_or_else(|| {
+                    HostError::invalid(format!(
+                        "attachment {:?}: `dataBase64` is not base64",
+                        a.name
+                    ))
+                })?
+            }
+            _ => continue,
+        };
+        let mime = a.mime_type.clone().unwrap_or_else(|| {
+            if a.text.is_some() {
+                "text/plain"
+            } else {
+                "application/octet-stream"
+            }
+            .into()
+        });
+        let name = a
+            .name
+            .rsplit('/')
+            .next()
+            .unwrap_or("attachment")
+            .to_string();
+        let stored = host
+            .artifacts
+            .store(&dir, session_id, &name, &mime, "attachment", &data)?;
+        a.artifact_id = Some(stored.artifact_id);
+        a.text = None;
+        a.data_base64 = None;
+    }
+    Ok(())
 }
 
 /// A turn with generated content (`plan.turn.start`), admitted like a prompt.

@@ -46,6 +46,11 @@ pub trait ToolEnv {
         timeout: std::time::Duration,
         cleanup: bool,
     ) -> Result<Value, CallError>;
+    /// Keeps `data` as a session artifact (a command's whole output); its id, or `None` when
+    /// it could not be stored (the tool result then says only what it has).
+    fn store_artifact(&mut self, _name: &str, _data: &[u8]) -> Option<String> {
+        None
+    }
     /// A file tool wrote `path` (recorded per turn so a rewind can undo it).
     fn file_changed(
         &mut self,
@@ -132,6 +137,7 @@ pub const TOOLS: &[&dyn Tool] = &[
     &turn_tools::UpdatePlan,
     &turn_tools::AskUser,
     &turn_tools::Remember,
+    &turn_tools::ReadArtifact,
 ];
 
 pub fn find(name: &str) -> Option<&'static dyn Tool> {

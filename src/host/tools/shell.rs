@@ -110,6 +110,8 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
 
     let deadline = Instant::now() + Duration::from_millis(timeout_ms);
     let mut tail = String::new();
+    // The whole output, bounded, kept as an artifact when the tail is not all of it.
+    let mut full: Vec<u8> = Vec::new();
     let mut truncated = false;
     let mut timed_out = false;
     let mut cancelled = false;
@@ -120,6 +122,9 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
             recv(rx) -> msg => match msg {
                 Ok(Chunk::Data(stream, text)) => {
                     env.output(stream, &text);
+                    if full.len() + text.len() <= FULL_OUTPUT_LIMIT {
+                        full.extend_from_slice(text.as_bytes());
+                    }
                     tail.push_str(&text);
                     truncated |= keep_tail(&mut tail, RESULT_TEXT_LIMIT);
                 }
@@ -142,6 +147,11 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal()).map(signal_name);
     let ok = !cancelled && !timed_out && exit_code == Some(0);
+    let full_output_artifact_id = if truncated {
+        env.store_artifact("command-output.txt", &full)
+    } else {
+        None
+    };
     let result = ToolResultContent::Terminal {
         command: command.to_string(),
         cwd: cwd.display().to_string(),
@@ -151,9 +161,13 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
         output: tail,
         output_truncated: truncated,
         terminal_id: None,
+        full_output_artifact_id,
     };
     outcome(cancelled, ok, truncated, result)
 }
+
+/// The most of a command's output kept whole (as an artifact) beyond the tail in its result.
+const FULL_OUTPUT_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Output the editor keeps per terminal (it drops the beginning beyond this).
 const EDITOR_OUTPUT_LIMIT: usize = 1024 * 1024;
@@ -215,6 +229,11 @@ fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64)
         .and_then(|o| o.get("truncated"))
         .and_then(|v| v.as_bool())
         .unwrap_or(false);
+    let full_output_artifact_id = if text.len() > RESULT_TEXT_LIMIT {
+        env.store_artifact("command-output.txt", text.as_bytes())
+    } else {
+        None
+    };
     truncated |= keep_tail(&mut text, RESULT_TEXT_LIMIT);
     let status = waited
         .as_ref()
@@ -240,6 +259,7 @@ fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64)
         output: text,
         output_truncated: truncated,
         terminal_id: Some(terminal_id),
+        full_output_artifact_id,
     };
     outcome(cancelled, ok, truncated, result)
 }

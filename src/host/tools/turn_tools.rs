@@ -107,3 +107,34 @@ impl Tool for Remember {
         run_in_turn(self.name())
     }
 }
+
+pub struct ReadArtifact;
+
+impl Tool for ReadArtifact {
+    fn name(&self) -> &'static str {
+        "read_artifact"
+    }
+
+    fn spec(&self) -> (&'static str, Value) {
+        (
+            "Read a stored artifact of this session (a large attachment, a command's whole output) in pages. artifact: its id or name; offset and limit in bytes (limit at most 48 KiB, default 32 KiB).",
+            json!({"type": "object", "properties": {
+                "artifact": {"type": "string"},
+                "offset": {"type": "integer", "minimum": 0},
+                "limit": {"type": "integer", "minimum": 1}},
+                "required": ["artifact"]}),
+        )
+    }
+
+    fn plan(&self, args: &Value, _: &Path) -> Result<ToolPlan, String> {
+        let id = args.get("artifact").and_then(Value::as_str).unwrap_or("?");
+        Ok(ToolPlan {
+            activity_kind: "read",
+            ..plan(format!("Read artifact {id}"))
+        })
+    }
+
+    fn run(&self, _: &mut dyn ToolEnv, _: &Value) -> ToolOutcome {
+        run_in_turn(self.name())
+    }
+}

@@ -187,6 +187,7 @@ impl Turn {
         match name {
             "update_plan" => self.update_plan(args),
             "ask_user" => self.ask_user(id, args),
+            "read_artifact" => self.read_artifact(args),
             "remember" => {
                 let text = tools::text_arg(args, "text").unwrap_or("");
                 let scope = tools::text_arg(args, "scope").unwrap_or("workspace");
@@ -481,6 +482,46 @@ impl Turn {
             }
         }
         Err("Could not remember that: memory kept changing; try again".into())
+    }
+
+    /// A page of a session artifact, as text for the model.
+    pub(super) fn read_artifact(&self, args: &Value) -> ToolOutcome {
+        let Some(wanted) = tools::text_arg(args, "artifact") else {
+            return ToolOutcome::failed("read_artifact needs `artifact` (an id or a name)".into());
+        };
+        let offset = args.get("offset").and_then(Value::as_u64).unwrap_or(0);
+        let limit = args
+            .get("limit")
+            .and_then(Value::as_u64)
+            .unwrap_or(32 * 1024)
+            .clamp(1, tools::RESULT_TEXT_LIMIT as u64);
+        let dir = self.host.store.session_dir(&self.cell.id);
+        let Some(a) = self.host.artifacts.find(&dir, wanted) else {
+            return ToolOutcome::failed(format!("there is no artifact {wanted:?} in this session"));
+        };
+        match self
+            .host
+            .artifacts
+            .read_bytes(&dir, &a.artifact_id, offset, limit)
+        {
+            Ok((total, data)) => {
+                let end = offset + data.len() as u64;
+                let more = if end < total {
+                    format!("; continue with offset {end}")
+                } else {
+                    "; that is the end".into()
+                };
+                let text = format!(
+                    "[artifact {} ({}, {}), bytes {offset}–{end} of {total}{more}]\n{}",
+                    a.artifact_id,
+                    a.name,
+                    a.mime_type,
+                    String::from_utf8_lossy(&data)
+                );
+                ToolOutcome::completed(text, false)
+            }
+            Err(e) => ToolOutcome::failed(format!("cannot read artifact {wanted}: {}", e.message)),
+        }
     }
 
     pub(super) fn update_plan(&self, args: &Value) -> ToolOutcome {

@@ -88,6 +88,28 @@ impl ToolEnv for Turn {
         )
     }
 
+    fn store_artifact(&mut self, name: &str, data: &[u8]) -> Option<String> {
+        let dir = self.host.store.session_dir(&self.cell.id);
+        match self.host.artifacts.store(
+            &dir,
+            &self.cell.id,
+            name,
+            "text/plain",
+            "tool_output",
+            data,
+        ) {
+            Ok(a) => Some(a.artifact_id),
+            Err(e) => {
+                log::warn!(
+                    "session {}: cannot keep a tool's output: {}",
+                    self.cell.id,
+                    e.message
+                );
+                None
+            }
+        }
+    }
+
     fn file_changed(&mut self, path: &Path, before: Before, after: &str, via_editor: bool) {
         // Undoing the turn needs the content from before its first write only.
         let first = self.changed_paths.insert(path.to_path_buf());

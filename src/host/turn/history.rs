@@ -19,11 +19,16 @@ pub fn result_for_model(status: ToolStatus, result: &ToolResultContent) -> Strin
             exit_code,
             timed_out,
             output_truncated,
+            full_output_artifact_id,
             ..
         } => {
             let mut s = String::new();
-            if *output_truncated {
-                s.push_str("[output truncated; showing the tail]\n");
+            match (output_truncated, full_output_artifact_id) {
+                (true, Some(id)) => s.push_str(&format!(
+                    "[output truncated; showing the tail. The whole output is artifact {id}: read it with read_artifact]\n"
+                )),
+                (true, None) => s.push_str("[output truncated; showing the tail]\n"),
+                _ => {}
             }
             s.push_str(output);
             if *timed_out {
@@ -146,11 +151,15 @@ pub fn build_messages(
 pub(super) fn user_text(content: &MessageContent) -> String {
     let mut text = content.text.clone();
     for a in &content.attachments {
-        match (&a.text, &a.uri) {
-            (Some(t), uri) => {
+        match (&a.artifact_id, &a.text, &a.uri) {
+            (Some(id), _, _) => text.push_str(&format!(
+                "\n\n[attached {} {}: stored as artifact {id}; read it with read_artifact]",
+                a.kind, a.name
+            )),
+            (None, Some(t), uri) => {
                 text.push_str(&format!("\n\n[{}]\n{t}", uri.as_deref().unwrap_or(&a.name)))
             }
-            (None, _) => text.push_str(&format!("\n\n[attached {} {}]", a.kind, a.name)),
+            (None, None, _) => text.push_str(&format!("\n\n[attached {} {}]", a.kind, a.name)),
         }
     }
     text

@@ -52,6 +52,9 @@ pub enum ToolResultContent {
         /// Set when the command ran in the editor's terminal (`terminal/create`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         terminal_id: Option<String>,
+        /// The whole output (when `output` is only its tail), stored as a session artifact.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        full_output_artifact_id: Option<String>,
     },
     Json {
         value: Value,

@@ -29,6 +29,10 @@ pub struct Attachment {
     /// Base64 data for `image` and `blob`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_base64: Option<String>,
+    /// Stored as this session artifact instead of inline (a large attachment, or a
+    /// `maka-artifact://` link in the prompt).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_id: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
