@@ -387,7 +387,7 @@ fn slash_commands_are_listed_after_the_response_and_run_by_the_host() {
         .collect();
     assert_eq!(
         names,
-        ["plan", "mode", "model", "title", "compact", "memory", "fork", "rewind", "help"]
+        ["plan", "mode", "model", "title", "compact", "goal", "memory", "fork", "rewind", "help"]
     );
     assert!(commands
         .iter()
@@ -429,7 +429,7 @@ fn slash_commands_are_listed_after_the_response_and_run_by_the_host() {
     );
     assert!(resp["result"]["configOptions"].is_array());
     assert!(before.is_empty(), "{before:?}");
-    assert_eq!(other.expect_commands(&id).len(), 9);
+    assert_eq!(other.expect_commands(&id).len(), 10);
 }
 
 #[test]

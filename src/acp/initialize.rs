@@ -115,7 +115,7 @@ pub fn agent_capabilities() -> AgentCapabilities {
         meta: json!({"maka": {
             "version": 1,
             "methods": super::maka::METHODS,
-            "notifications": ["_maka/turn_state"],
+            "notifications": ["_maka/turn_state", "_maka/goal_update"],
         }}),
     }
 }

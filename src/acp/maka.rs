@@ -30,6 +30,9 @@ pub const METHODS: &[&str] = &[
     "_maka/artifact/list",
     "_maka/artifact/read",
     "_maka/artifact/delete",
+    "_maka/goal/arm",
+    "_maka/goal/control",
+    "_maka/goal/query",
     "_maka/plan/query",
     "_maka/plan/control",
     "_maka/plan/start",
@@ -72,6 +75,13 @@ pub enum MakaRequest {
     /// List, or read a byte range of, the session's artifacts.
     ArtifactQuery(ops::ArtifactQueryInput),
     ArtifactDelete(ops::ArtifactRef),
+    /// Keeps running turns toward an objective.
+    GoalArm(ops::GoalArmInput),
+    /// Pause, resume or cancel the goal.
+    GoalControl(ops::GoalControlInput),
+    GoalQuery {
+        session_id: String,
+    },
     /// The session's plan and its approval.
     PlanQuery {
         session_id: String,
@@ -175,6 +185,31 @@ impl MakaRequest {
                     session_id: p.required_str("sessionId")?.into(),
                     artifact_id: p.required_str("artifactId")?.into(),
                 }))
+            }),
+            "_maka/goal/arm" => read(|p| {
+                let limit = |f: &str| match p.get(f) {
+                    None => Ok(None),
+                    Some(_) => p.required_u64(f).map(Some),
+                };
+                Ok(MakaRequest::GoalArm(ops::GoalArmInput {
+                    session_id: p.required_str("sessionId")?.into(),
+                    objective: p.required_str("objective")?.into(),
+                    max_turns: limit("maxTurns")?.map(|n| n.min(u64::from(u32::MAX)) as u32),
+                    max_tokens: limit("maxTokens")?,
+                    max_minutes: limit("maxMinutes")?,
+                }))
+            }),
+            "_maka/goal/control" => read(|p| {
+                Ok(MakaRequest::GoalControl(ops::GoalControlInput {
+                    session_id: p.required_str("sessionId")?.into(),
+                    goal_id: p.required_str("goalId")?.into(),
+                    action: p.required_str("action")?.into(),
+                }))
+            }),
+            "_maka/goal/query" => read(|p| {
+                Ok(MakaRequest::GoalQuery {
+                    session_id: p.required_str("sessionId")?.into(),
+                })
             }),
             "_maka/plan/query" => read(|p| {
                 Ok(MakaRequest::PlanQuery {
@@ -319,6 +354,26 @@ pub fn serve(ctx: &Ctx, request: MakaRequest) -> Result<Value, ResponseError> {
         }
         MakaRequest::ArtifactDelete(input) => {
             Ok(to_json(&ctx.call::<ops::ArtifactDelete>(&conn, &input)?))
+        }
+        MakaRequest::GoalArm(input) => {
+            let id = input.session_id.clone();
+            let goal = ctx.call::<ops::GoalArm>(&conn, &input)?;
+            if let Some(s) = ctx.session(&id) {
+                s.follow_goal(&ctx.shared, &conn, &goal);
+            }
+            Ok(to_json(&goal))
+        }
+        MakaRequest::GoalControl(input) => {
+            let id = input.session_id.clone();
+            let goal = ctx.call::<ops::GoalControl>(&conn, &input)?;
+            if let Some(s) = ctx.session(&id) {
+                s.follow_goal(&ctx.shared, &conn, &goal);
+            }
+            Ok(to_json(&goal))
+        }
+        MakaRequest::GoalQuery { session_id } => {
+            let view = ctx.call::<ops::GoalQuery>(&conn, &SessionRef { session_id })?;
+            Ok(to_json(&view))
         }
         MakaRequest::PlanQuery { session_id } => {
             let plan = ctx.call::<ops::PlanQuery>(&conn, &SessionRef { session_id })?;

@@ -314,6 +314,13 @@ fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connecte
             revision,
             configuration,
         } => session.config_changed(shared, revision, configuration),
+        FrameBody::GoalUpdated { goal } => {
+            session.goal_seen(&goal);
+            shared.outbox.notify(
+                "_maka/goal_update",
+                &serde_json::json!({"sessionId": session.id, "goal": goal}),
+            );
+        }
         // Closed by the host (or another client) while the user still sees it.
         FrameBody::ClientCallCancelled { invocation_id } => {
             session.withdraw(shared, &invocation_id)

@@ -90,6 +90,10 @@ struct SessionState {
     /// Host operations in flight that may call the editor (a rewind restoring files through
     /// it): the reader follows the stream meanwhile, to forward those calls.
     editor_ops: usize,
+    /// The session's goal is live: its turns are followed (and shown) as they come.
+    goal_live: bool,
+    /// The goal's revision `goal_live` was decided from (older states are ignored).
+    goal_revision: u64,
 }
 
 pub struct AcpSession {
@@ -472,7 +476,12 @@ impl AcpSession {
         if st.closed && st.prompt.is_some() {
             return ReaderStep::AnswerCancelled;
         }
-        if st.closed || (st.prompt.is_none() && st.active_turn.is_none() && st.editor_ops == 0) {
+        if st.closed
+            || (st.prompt.is_none()
+                && st.active_turn.is_none()
+                && st.editor_ops == 0
+                && !st.goal_live)
+        {
             st.reader_running = false;
             return ReaderStep::Stop;
         }
@@ -489,7 +498,32 @@ impl AcpSession {
     /// Whether nothing is left to follow (the followed turn is over, no prompt waits).
     pub fn idle(&self) -> bool {
         let st = self.state();
-        st.prompt.is_none() && st.active_turn.is_none() && st.editor_ops == 0
+        st.prompt.is_none() && st.active_turn.is_none() && st.editor_ops == 0 && !st.goal_live
+    }
+
+    /// Follows the session's turns while its goal is live (they start without a prompt here).
+    pub fn follow_goal(
+        self: &Arc<Self>,
+        shared: &Arc<Shared>,
+        conn: &Connected,
+        goal: &crate::host_api::wire::Goal,
+    ) {
+        if self.goal_seen(goal) && goal.is_live() {
+            self.ensure_reader(shared, conn, None);
+        }
+    }
+
+    /// A state of the goal (from the stream, or an answer): whether to keep following. An
+    /// older state than one already seen changes nothing (a frame the reader is behind on
+    /// must not undo a resume the client just made). Returns whether it was applied.
+    pub fn goal_seen(&self, goal: &crate::host_api::wire::Goal) -> bool {
+        let mut st = self.state();
+        if goal.revision < st.goal_revision {
+            return false;
+        }
+        st.goal_revision = goal.revision;
+        st.goal_live = goal.is_live();
+        true
     }
 
     /// Runs `op` (a host call that may call the editor) with the stream followed meanwhile,

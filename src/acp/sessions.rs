@@ -181,6 +181,10 @@ pub fn open(ctx: &Ctx, params: OpenSession, replay: bool, responder: Responder) 
             } else {
                 offer_resume(ctx, &session, &conn);
             }
+            // A live goal's turns are shown as they come.
+            if let Some(goal) = &snapshot.goal {
+                session.follow_goal(&ctx.shared, &conn, goal);
+            }
             // Dialogs and editor calls still waiting (the same start as a reader's catch-up).
             super::reader::start_pending(&session, &ctx.shared, &conn, &snapshot);
         }

@@ -125,6 +125,7 @@ fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_res
             transcript: ops::TranscriptPosition {
                 through_message_seq: 0,
             },
+            goal: None,
         })),
         other => panic!("unexpected operation {other}"),
     }));

@@ -44,6 +44,12 @@ pub const COMMANDS: &[SlashCommand] = &[
         needs_model: true,
     },
     SlashCommand {
+        name: "goal",
+        description: "Work toward an objective over several turns until it is met (or show, pause, resume, cancel the goal)",
+        hint: Some("objective | pause | resume | cancel"),
+        needs_model: false,
+    },
+    SlashCommand {
         name: "memory",
         description: "List what the agent remembers, add a note, or forget one",
         hint: Some("add [user|workspace|session] <text> | forget <n>"),

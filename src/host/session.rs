@@ -43,6 +43,10 @@ pub struct SessionState {
     pub client_services: Vec<String>,
     pub client_calls: HashMap<String, PendingClientCall>,
     pub usage_totals: TokenUsage,
+    /// The session's goal, if one was ever armed (`goal.json`).
+    pub goal: Option<crate::host_api::wire::Goal>,
+    /// A goal driver thread runs for this session.
+    pub goal_driver: bool,
     /// Tokens per model (for costs at the current prices), from the transcript's usage items.
     pub usage_by_model: HashMap<String, TokenUsage>,
     /// Transcript lines that could not be read and were moved aside (once loaded).
@@ -196,6 +200,8 @@ impl SessionCell {
                 client_calls: HashMap::new(),
                 usage_totals: TokenUsage::default(),
                 usage_by_model: HashMap::new(),
+                goal: None,
+                goal_driver: false,
                 quarantine: Vec::new(),
                 removed: false,
                 readers: HashMap::new(),
@@ -362,6 +368,7 @@ impl SessionState {
             last_seq,
         });
         self.quarantine = store.quarantined(&self.session.id);
+        self.goal = super::goals::load(&store.session_dir(&self.session.id));
         // Borrow the field (not via a method) so the totals stay mutable.
         let items = self
             .transcript

@@ -97,6 +97,37 @@ operations! {
     /// List, one artifact's metadata, or a byte range.
     ArtifactQuery = "artifact.query", ArtifactQueryInput => ArtifactAnswer;
     ArtifactDelete = "artifact.delete", ArtifactRef => Deleted;
+    /// Keeps running turns toward an objective until it is met or a limit stops it.
+    GoalArm = "goal.arm", GoalArmInput => super::wire::Goal;
+    GoalControl = "goal.control", GoalControlInput => super::wire::Goal;
+    GoalQuery = "goal.query", SessionRef => GoalView;
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GoalArmInput {
+    pub session_id: String,
+    pub objective: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turns: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_minutes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GoalControlInput {
+    pub session_id: String,
+    pub goal_id: String,
+    /// `pause`, `resume` or `cancel`.
+    pub action: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GoalView {
+    pub goal: Option<super::wire::Goal>,
 }
 
 /// A stored file of a session: an upload, a large prompt attachment or a tool's full output.
@@ -777,6 +808,9 @@ pub struct OpenSnapshot {
     #[serde(default)]
     pub usage: Value,
     pub transcript: TranscriptPosition,
+    /// The session's goal, if one was ever armed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub goal: Option<super::wire::Goal>,
 }
 
 /// Text streamed in the running turn that is not durable yet.

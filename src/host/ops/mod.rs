@@ -66,6 +66,13 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
         op::ArtifactIngest => |i| knowledge::artifact_ingest(host, i),
         op::ArtifactQuery => |i| knowledge::artifact_query(host, i),
         op::ArtifactDelete => |i| knowledge::artifact_delete(host, i),
+        op::GoalArm => |i| crate::host::goals::arm(host, i),
+        op::GoalControl => |i| crate::host::goals::control(host, i),
+        op::GoalQuery => |i| {
+            let cell = host.cell(&i.session_id)?;
+            let st = open_state(host, &cell)?;
+            Ok(op::GoalView { goal: st.goal.clone() })
+        },
     }
     Err(HostError::new(
         ErrorCode::OperationUnavailable,
@@ -98,6 +105,24 @@ fn check_id(what: &str, id: &str) -> Result<(), HostError> {
             "`{what}` must match ^[A-Za-z0-9_-]{{1,128}}$"
         )))
     }
+}
+
+/// [`open_state`], for the host's own drivers (goals).
+pub(crate) fn open_state_for<'a>(
+    host: &Host,
+    cell: &'a SessionCell,
+) -> Result<std::sync::MutexGuard<'a, SessionState>, HostError> {
+    open_state(host, cell)
+}
+
+/// A goal's turn (origin `goal`), admitted like a prompt.
+pub(crate) fn start_goal_turn(
+    host: &Arc<Host>,
+    turn_id: &str,
+    cell: &Arc<SessionCell>,
+    content: MessageContent,
+) -> Result<op::StartOutcome, HostError> {
+    turns::start_with_origin(host, turn_id, cell, "goal", content)
 }
 
 /// Locks a session and loads its transcript (recovering it after a crash on first use).

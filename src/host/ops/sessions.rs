@@ -256,6 +256,7 @@ pub(super) fn open(host: &Host, input: OpenInput) -> Result<OpenSnapshot, HostEr
         transcript: TranscriptPosition {
             through_message_seq: st.through_message_seq(),
         },
+        goal: st.goal.clone(),
     };
     drop(st);
     // Stopping servers waits for processes: not under the session's lock.

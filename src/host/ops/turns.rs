@@ -246,6 +246,7 @@ fn admit(
     host.bump_catalog();
     let spec = TurnSpec {
         turn_id: turn_id.into(),
+        origin: origin.into(),
         run_id,
         prompt_text,
         max_steps,

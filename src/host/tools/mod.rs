@@ -138,6 +138,7 @@ pub const TOOLS: &[&dyn Tool] = &[
     &turn_tools::AskUser,
     &turn_tools::Remember,
     &turn_tools::ReadArtifact,
+    &turn_tools::GoalComplete,
 ];
 
 pub fn find(name: &str) -> Option<&'static dyn Tool> {

@@ -138,3 +138,26 @@ impl Tool for ReadArtifact {
         run_in_turn(self.name())
     }
 }
+
+pub struct GoalComplete;
+
+impl Tool for GoalComplete {
+    fn name(&self) -> &'static str {
+        "goal_complete"
+    }
+
+    fn spec(&self) -> (&'static str, Value) {
+        (
+            "Only while working toward an armed goal: declare the goal met, with the evidence (what you checked and saw). Ends the goal's run of turns.",
+            json!({"type": "object", "properties": {"evidence": {"type": "string"}}, "required": ["evidence"]}),
+        )
+    }
+
+    fn plan(&self, _: &Value, _: &Path) -> Result<ToolPlan, String> {
+        Ok(plan("Goal met".into()))
+    }
+
+    fn run(&self, _: &mut dyn ToolEnv, _: &Value) -> ToolOutcome {
+        run_in_turn(self.name())
+    }
+}

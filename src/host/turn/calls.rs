@@ -188,6 +188,16 @@ impl Turn {
             "update_plan" => self.update_plan(args),
             "ask_user" => self.ask_user(id, args),
             "read_artifact" => self.read_artifact(args),
+            "goal_complete" => {
+                let evidence = tools::text_arg(args, "evidence").unwrap_or("").trim();
+                if evidence.is_empty() {
+                    return ToolOutcome::failed("goal_complete needs `evidence`".into());
+                }
+                match crate::host::goals::complete(&self.host, &self.cell, evidence) {
+                    Ok(msg) => ToolOutcome::completed(msg, false),
+                    Err(msg) => ToolOutcome::failed(msg),
+                }
+            }
             "remember" => {
                 let text = tools::text_arg(args, "text").unwrap_or("");
                 let scope = tools::text_arg(args, "scope").unwrap_or("workspace");

@@ -101,6 +101,7 @@ impl Turn {
             }
             "compact" => return Some(self.compact()),
             "memory" => self.memory_command(rest),
+            "goal" => self.goal_command(rest),
             "fork" => self.fork_command(),
             "rewind" => self.rewind_command(rest),
             _ => format!(
@@ -110,6 +111,62 @@ impl Turn {
         };
         self.say(text);
         Some(Terminal::completed("end_turn"))
+    }
+
+    /// `/goal`: shows the goal; `/goal pause|resume|cancel`; `/goal <objective>` arms one (its
+    /// turns start when this one ends).
+    fn goal_command(&self, rest: &str) -> String {
+        use crate::host_api::ops::{GoalArmInput, GoalControlInput};
+        let current = self.cell.lock().goal.clone();
+        let describe = |g: &crate::host_api::wire::Goal| {
+            let mut s = format!(
+                "Goal: {}\nStatus: {} ({} of at most {} turns",
+                g.objective, g.status, g.turns_run, g.limits.max_turns
+            );
+            if let Some(r) = &g.reason {
+                s.push_str(&format!("; {r}"));
+            }
+            s.push(')');
+            if let Some(e) = &g.evidence {
+                s.push_str(&format!("\nEvidence: {e}"));
+            }
+            s
+        };
+        match rest {
+            "" => current.as_ref().map(describe).unwrap_or_else(|| {
+                "No goal. Arm one with /goal <objective>: the agent keeps working on it, turn after turn, until it is met.".into()
+            }),
+            "pause" | "resume" | "cancel" => {
+                let Some(g) = current else {
+                    return "There is no goal to change.".into();
+                };
+                let input = GoalControlInput {
+                    session_id: self.cell.id.clone(),
+                    goal_id: g.goal_id,
+                    action: rest.into(),
+                };
+                match crate::host::goals::control(&self.host, input) {
+                    Ok(g) => describe(&g),
+                    Err(e) => format!("Could not {rest} the goal: {}", e.message),
+                }
+            }
+            objective => {
+                let input = GoalArmInput {
+                    session_id: self.cell.id.clone(),
+                    objective: objective.into(),
+                    max_turns: None,
+                    max_tokens: None,
+                    max_minutes: None,
+                };
+                match crate::host::goals::arm(&self.host, input) {
+                    Ok(g) => format!(
+                        "Goal armed: {}\nThe agent works on it from the next turn, for at most {} turns. /goal shows progress; /goal cancel stops it.",
+                        g.objective, g.limits.max_turns
+                    ),
+                    Err(e) => format!("Could not arm the goal: {}", e.message),
+                }
+            }
+        }
     }
 
     /// `/memory`: list (numbered), `add [user|workspace|session] <text>`, `forget <n|id>`.

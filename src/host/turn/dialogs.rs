@@ -41,6 +41,10 @@ impl Turn {
             self.set_status(&mut st, TurnStatus::WaitingForUser);
             self.cell
                 .emit(&mut st, FrameBody::InteractionRequest { interaction });
+            if self.spec.origin == "goal" {
+                // The goal waits for the person (who may not be here yet) instead of guessing.
+                crate::host::goals::waiting(&self.host, &self.cell, &mut st, true);
+            }
         }
         let outcome = select! {
             recv(rx) -> o => o.ok(),
@@ -55,6 +59,9 @@ impl Turn {
             }
         };
         self.set_status(&mut st, TurnStatus::Running);
+        if self.spec.origin == "goal" {
+            crate::host::goals::waiting(&self.host, &self.cell, &mut st, false);
+        }
         answer
     }
 

@@ -40,6 +40,8 @@ const CLIENT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 
 pub struct TurnSpec {
     pub turn_id: String,
+    /// `prompt`, `resume`, `plan` or `goal`.
+    pub origin: String,
     pub run_id: String,
     pub prompt_text: String,
     pub max_steps: usize,
@@ -104,11 +106,13 @@ struct Turn {
     changed_paths: std::collections::HashSet<PathBuf>,
     /// Instruction files and memory, read at the turn's start (the system prompt's tail).
     context: String,
+    /// The session's input + output tokens when the turn started (a goal counts its turns').
+    tokens_at_start: u64,
 }
 
 /// Runs an admitted turn to its terminal frame (on the caller's thread).
 pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
-    let (cwd, roots, session) = {
+    let (cwd, roots, session, tokens_at_start) = {
         let st = cell.lock();
         let cwd = tool_fs::resolve(Path::new("/"), st.session.workspace.path());
         let mut roots = vec![cwd.clone()];
@@ -118,7 +122,8 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
                 .iter()
                 .map(|d| tool_fs::resolve(Path::new("/"), d)),
         );
-        (cwd, roots, st.session.clone())
+        let tokens = st.usage_totals.input_tokens + st.usage_totals.output_tokens;
+        (cwd, roots, st.session.clone(), tokens)
     };
     // Files are read here, outside the session's lock.
     let context = super::memory::compose(&session, &host.memory.view(Some(&session)).entries);
@@ -134,6 +139,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         mcp_tools: vec![],
         changed_paths: Default::default(),
         context,
+        tokens_at_start,
     };
     let command = super::commands::parse(&turn.spec.prompt_text)
         .map(|(name, rest)| (name.to_string(), rest.to_string()));
@@ -434,6 +440,18 @@ impl Turn {
             rec.snapshot.ended_at = Some(now_ms());
         }
         st.active = None;
+        if self.spec.origin == "goal" {
+            let used = st.usage_totals.input_tokens + st.usage_totals.output_tokens;
+            let why = t.failure_message.clone().or_else(|| Some(t.reason.clone()));
+            crate::host::goals::turn_finished(
+                &self.host,
+                &self.cell,
+                &mut st,
+                status,
+                why,
+                used.saturating_sub(self.tokens_at_start),
+            );
+        }
         st.session.status = crate::host_api::wire::SessionStatus::Idle;
         st.session.active_turn_id = None;
         st.session.last_used_at = now_ms();

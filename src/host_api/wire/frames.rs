@@ -175,6 +175,10 @@ pub enum FrameBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failure_details: Option<Value>,
     },
+    /// The session's goal changed state (armed, a turn ran, waiting, ended).
+    GoalUpdated {
+        goal: Goal,
+    },
     SessionRemoved {},
     /// A frame over the size limit that the host could not emit (a bug in a producer): the
     /// reader re-reads the durable state instead.

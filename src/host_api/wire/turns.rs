@@ -259,3 +259,49 @@ pub struct Interaction {
     pub request: InteractionRequest,
     pub outcome: Option<InteractionOutcome>,
 }
+
+/// An objective the host keeps running turns toward (`goal.arm`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Goal {
+    pub goal_id: String,
+    /// Increases with every change: a reader can tell an old state from a newer one.
+    #[serde(default)]
+    pub revision: u64,
+    pub session_id: String,
+    pub objective: String,
+    /// `active`, `waiting_for_approval` (a goal turn waits on the person), `paused`, and the
+    /// ends: `completed` (the model declared it met), `stopped` (a limit), `cancelled`, `failed`.
+    pub status: String,
+    pub limits: GoalLimits,
+    pub turns_run: u32,
+    /// Input + output tokens of the goal's turns.
+    pub tokens_used: u64,
+    pub started_at: u64,
+    pub updated_at: u64,
+    /// Why it paused, stopped or failed (`turn_limit`, `token_limit`, `time_limit`,
+    /// `turn_stopped`, `host_restarted`, a failure message…).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The model's evidence that the objective is met (`goal_complete`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+}
+
+impl Goal {
+    /// Still driving turns (or waiting to).
+    pub fn is_live(&self) -> bool {
+        matches!(self.status.as_str(), "active" | "waiting_for_approval")
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GoalLimits {
+    /// Turns at most (1–100).
+    pub max_turns: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_minutes: Option<u64>,
+}

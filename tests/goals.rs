@@ -1,0 +1,235 @@
+//! Goals over the real binaries: a goal that completes (its turns streamed to the client that
+//! armed it, `_maka/goal_update` on each change), one stopped by its turn limit (paused and
+//! resumed on the way), one that needs a permission while nobody is attached — it waits, and
+//! goes on once a client answers. Every line schema-checked.
+
+#![cfg(feature = "host")]
+
+mod support;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use support::host::TempDir;
+use support::{error_of, AgentProcess};
+
+fn script() -> Value {
+    json!({
+        "rules": [
+            {"when": "Work toward this goal: make it shine", "responses": [[{"text": "Polishing."}]]},
+            {"when": "Continue toward the goal: make it shine", "responses": [
+                [{"tool": "goal_complete", "args": {"evidence": "It shines in every test."}}],
+                [{"text": "Goal met."}]]},
+            {"when": "never ends", "responses": [[{"delayMs": 150}, {"text": "Still going."}]]},
+            {"when": "Work toward this goal: write the report", "responses": [
+                [{"delayMs": 1500}, {"tool": "write_file", "args": {"path": "report.txt", "content": "done\n"}}],
+                [{"tool": "goal_complete", "args": {"evidence": "report.txt written"}}],
+                [{"text": "Report written."}]]}
+        ],
+        "default": [[{"text": "Hello."}]]
+    })
+}
+
+fn agent(data: &std::path::Path) -> AgentProcess {
+    let mut a = AgentProcess::scripted(&script(), data);
+    a.initialize();
+    a
+}
+
+/// Reads lines until a `_maka/goal_update` whose goal has `status`; returns every line read.
+fn until_goal(a: &mut AgentProcess, status: &str) -> Vec<Value> {
+    let mut lines = vec![];
+    loop {
+        let v = a.recv();
+        let done = v["method"] == "_maka/goal_update" && v["params"]["goal"]["status"] == status;
+        lines.push(v);
+        if done {
+            return lines;
+        }
+    }
+}
+
+#[test]
+fn a_goal_runs_turns_until_the_model_declares_it_met() {
+    let data = TempDir::new("goal-data");
+    let ws = TempDir::new("goal-ws");
+    let mut a = agent(data.path());
+    let init = a.call_ok("initialize", json!({"protocolVersion": 1}));
+    let notes = &init["agentCapabilities"]["_meta"]["maka"]["notifications"];
+    assert!(notes
+        .as_array()
+        .unwrap()
+        .contains(&json!("_maka/goal_update")));
+    let s = a.new_session(ws.path());
+    let (resp, early) = a.call(
+        "_maka/goal/arm",
+        json!({"sessionId": s, "objective": "make it shine", "maxTurns": 5}),
+    );
+    let goal = &resp["result"];
+    assert_eq!(goal["status"], "active", "{resp}");
+    let goal_id = goal["goalId"].as_str().unwrap().to_string();
+    let mut lines = early;
+    lines.extend(until_goal(&mut a, "completed"));
+    let last = lines.last().unwrap()["params"]["goal"].clone();
+    assert_eq!(last["evidence"], "It shines in every test.");
+    assert_eq!(
+        last["turnsRun"], 1,
+        "completed during its second turn: {last}"
+    );
+    // The goal's turns streamed here as ordinary updates: its prompts, the agent's text.
+    let texts: Vec<String> = lines
+        .iter()
+        .filter(|l| l["method"] == "session/update")
+        .filter_map(|l| {
+            let u = &l["params"]["update"];
+            let t = u["content"]["text"].as_str()?;
+            Some(format!(
+                "{}:{}",
+                u["sessionUpdate"].as_str()?,
+                t.lines().next()?
+            ))
+        })
+        .collect();
+    assert!(
+        texts.contains(&"user_message_chunk:Work toward this goal: make it shine".into()),
+        "{texts:?}"
+    );
+    assert!(
+        texts.contains(&"agent_message_chunk:Polishing.".into()),
+        "{texts:?}"
+    );
+    // The second turn is still finishing; its end is announced too.
+    let mut tail = vec![];
+    while !tail
+        .iter()
+        .any(|l: &Value| l["method"] == "_maka/goal_update" && l["params"]["goal"]["turnsRun"] == 2)
+    {
+        tail.push(a.recv());
+    }
+    let q = a.call_ok("_maka/goal/query", json!({"sessionId": s}));
+    assert_eq!(q["goal"]["goalId"], goal_id.as_str());
+    assert_eq!(q["goal"]["status"], "completed");
+    let turns = a.call_ok("_maka/session/turns", json!({"sessionId": s}));
+    let origins: Vec<&str> = turns["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["origin"].as_str().unwrap())
+        .collect();
+    assert_eq!(origins, ["goal", "goal"]);
+    // A finished goal cannot be paused; a new one can be armed.
+    let (resp, _) = a.call(
+        "_maka/goal/control",
+        json!({"sessionId": s, "goalId": goal_id, "action": "pause"}),
+    );
+    assert!(
+        error_of(&resp)["message"]
+            .as_str()
+            .unwrap()
+            .contains("completed"),
+        "{resp}"
+    );
+    let (resp, _) = a.call("_maka/goal/arm", json!({"sessionId": s}));
+    assert!(error_of(&resp)["message"]
+        .as_str()
+        .unwrap()
+        .contains("`objective`"));
+}
+
+#[test]
+fn a_goal_is_paused_resumed_and_stopped_by_its_turn_limit() {
+    let data = TempDir::new("goal2-data");
+    let ws = TempDir::new("goal2-ws");
+    let mut a = agent(data.path());
+    let s = a.new_session(ws.path());
+    // Armed from the prompt box; its turns start after this one.
+    let t = a.prompt(&s, "/goal never ends", |r| panic!("unexpected {r}"));
+    assert!(
+        t.text().starts_with("Goal armed: never ends"),
+        "{}",
+        t.text()
+    );
+    let goal = a.call_ok("_maka/goal/query", json!({"sessionId": s}))["goal"].clone();
+    let id = goal["goalId"].as_str().unwrap().to_string();
+    let paused = a.call_ok(
+        "_maka/goal/control",
+        json!({"sessionId": s, "goalId": id, "action": "pause"}),
+    );
+    assert_eq!(paused["status"], "paused");
+    let resumed = a.call_ok(
+        "_maka/goal/control",
+        json!({"sessionId": s, "goalId": id, "action": "resume"}),
+    );
+    assert_eq!(resumed["status"], "active");
+    let lines = until_goal(&mut a, "stopped");
+    let last = &lines.last().unwrap()["params"]["goal"];
+    assert_eq!(last["reason"], "turn_limit");
+    assert_eq!(last["turnsRun"], 10, "the default limit: {last}");
+    let t = a.prompt(&s, "/goal", |r| panic!("unexpected {r}"));
+    assert!(
+        t.text()
+            .contains("Status: stopped (10 of at most 10 turns; turn_limit)"),
+        "{}",
+        t.text()
+    );
+}
+
+#[test]
+fn a_goal_waits_for_approval_while_nobody_is_attached_and_goes_on_when_answered() {
+    let data = TempDir::new("goal3-data");
+    let ws = TempDir::new("goal3-ws");
+    let mut a = agent(data.path());
+    let s = a.new_session(ws.path());
+    let armed = a.call_ok(
+        "_maka/goal/arm",
+        json!({"sessionId": s, "objective": "write the report"}),
+    );
+    assert_eq!(armed["status"], "active");
+    // Nobody stays: the window closes before the goal's turn needs a permission.
+    a.call_ok("session/close", json!({"sessionId": s}));
+
+    let mut b = agent(data.path());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let q = b.call_ok("_maka/goal/query", json!({"sessionId": s}));
+        if q["goal"]["status"] == "waiting_for_approval" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never waited for approval: {q}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!ws.path().join("report.txt").exists(), "nothing guessed");
+    // A client comes back: the open dialog is shown; allowing it lets the goal go on.
+    let load = b.drive(
+        "session/load",
+        json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+        |r| panic!("unexpected {r}"),
+    );
+    assert!(load.response.get("result").is_some());
+    let mut lines = vec![];
+    let dialog = loop {
+        let v = b.recv();
+        if v["method"] == "session/request_permission" {
+            break v;
+        }
+        lines.push(v);
+    };
+    assert_eq!(dialog["params"]["toolCall"]["title"], "Write report.txt");
+    let allow = dialog["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "allow_once")
+        .unwrap()["optionId"]
+        .clone();
+    b.send(&json!({"jsonrpc": "2.0", "id": dialog["id"], "result": {"outcome": {"outcome": "selected", "optionId": allow}}}));
+    let after = until_goal(&mut b, "completed");
+    let statuses: Vec<&str> = after
+        .iter()
+        .filter(|l| l["method"] == "_maka/goal_update")
+        .map(|l| l["params"]["goal"]["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses.first(), Some(&"active"), "{statuses:?}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("report.txt")).unwrap(),
+        "done\n"
+    );
+}
