@@ -5,6 +5,7 @@ import * as acp from "@agentclientprotocol/sdk";
 import { spawn } from "node:child_process";
 import { Readable, Writable } from "node:stream";
 import fs from "node:fs";
+import crypto from "node:crypto";
 import path from "node:path";
 
 const [agentBin, ws] = process.argv.slice(2);
@@ -124,6 +125,40 @@ const summary = await app.connectWith(stream, async (agent) => {
     stopReason: r.stopReason,
     replayedUserTexts: userTexts(updates),
     noTurnRunning: early,
+  };
+  // Knowledge: memory, an artifact upload, usage, plan and goal state.
+  const mem0 = await agent.request("_maka/memory/query", { sessionId });
+  const added = await agent.request("_maka/memory/mutate", {
+    expectedRevision: mem0.revision,
+    change: { kind: "add", scope: "workspace", sessionId, text: "Answer briefly." },
+  });
+  const stale = await agent.request("_maka/memory/mutate", {
+    expectedRevision: mem0.revision,
+    change: { kind: "add", scope: "user", text: "x" },
+  });
+  const body = Buffer.from("hello artifact\n");
+  const begun = await agent.request("_maka/artifact/ingest", {
+    sessionId,
+    kind: "begin",
+    name: "hello.txt",
+    mimeType: "text/plain",
+    totalBytes: body.length,
+    sha256: crypto.createHash("sha256").update(body).digest("hex"),
+  });
+  await agent.request("_maka/artifact/ingest", {
+    sessionId, kind: "part", uploadId: begun.uploadId, offset: 0, dataBase64: body.toString("base64"),
+  });
+  const committed = await agent.request("_maka/artifact/ingest", { sessionId, kind: "commit", uploadId: begun.uploadId });
+  const read = await agent.request("_maka/artifact/read", { sessionId, artifactId: committed.artifact.artifactId });
+  const usage = await agent.request("_maka/usage/query", { sessionId });
+  const plan = await agent.request("_maka/plan/query", { sessionId });
+  const goal = await agent.request("_maka/goal/query", { sessionId });
+  out.knowledge = {
+    memory: [added.kind, stale.kind, added.entry.scope.kind],
+    artifact: [committed.kind, Buffer.from(read.dataBase64, "base64").toString()],
+    usage: [usage.totals.inputTokens > 0, usage.turns.length],
+    plan: plan.status,
+    goal: goal.goal,
   };
   return out;
 });

@@ -100,20 +100,16 @@ pub(super) fn usage_query(host: &Host, input: SessionRef) -> Result<UsageReport,
 /// decision recorded for that version.
 pub(crate) fn plan_view(st: &crate::host::session::SessionState) -> PlanView {
     let items = st.transcript_items();
-    let Some(latest) = items
-        .iter()
-        .rev()
-        .find(|i| matches!(i.body, TranscriptBody::Plan { .. }))
-    else {
+    let Some((latest, entries)) = items.iter().rev().find_map(|i| match &i.body {
+        TranscriptBody::Plan { entries } => Some((i, entries)),
+        _ => None,
+    }) else {
         return PlanView {
             revision: 0,
             status: "none".into(),
             entries: vec![],
             updated_at: None,
         };
-    };
-    let TranscriptBody::Plan { entries } = &latest.body else {
-        unreachable!("found above")
     };
     let status = items
         .iter()
