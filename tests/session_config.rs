@@ -429,7 +429,7 @@ fn slash_commands_are_listed_after_the_response_and_run_by_the_host() {
     );
     assert!(resp["result"]["configOptions"].is_array());
     assert!(before.is_empty(), "{before:?}");
-    assert_eq!(other.expect_commands(&id).len(), 10);
+    assert_eq!(other.expect_commands(&id).len(), 11);
 }
 
 #[test]

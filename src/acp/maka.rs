@@ -30,6 +30,7 @@ pub const METHODS: &[&str] = &[
     "_maka/artifact/list",
     "_maka/artifact/read",
     "_maka/artifact/delete",
+    "_maka/subagent/list",
     "_maka/goal/arm",
     "_maka/goal/control",
     "_maka/goal/query",
@@ -75,6 +76,10 @@ pub enum MakaRequest {
     /// List, or read a byte range of, the session's artifacts.
     ArtifactQuery(ops::ArtifactQueryInput),
     ArtifactDelete(ops::ArtifactRef),
+    /// The agents a session may delegate to.
+    SubagentList {
+        session_id: String,
+    },
     /// Keeps running turns toward an objective.
     GoalArm(ops::GoalArmInput),
     /// Pause, resume or cancel the goal.
@@ -185,6 +190,11 @@ impl MakaRequest {
                     session_id: p.required_str("sessionId")?.into(),
                     artifact_id: p.required_str("artifactId")?.into(),
                 }))
+            }),
+            "_maka/subagent/list" => read(|p| {
+                Ok(MakaRequest::SubagentList {
+                    session_id: p.required_str("sessionId")?.into(),
+                })
             }),
             "_maka/goal/arm" => read(|p| {
                 let limit = |f: &str| match p.get(f) {
@@ -354,6 +364,10 @@ pub fn serve(ctx: &Ctx, request: MakaRequest) -> Result<Value, ResponseError> {
         }
         MakaRequest::ArtifactDelete(input) => {
             Ok(to_json(&ctx.call::<ops::ArtifactDelete>(&conn, &input)?))
+        }
+        MakaRequest::SubagentList { session_id } => {
+            let list = ctx.call::<ops::SubagentsList>(&conn, &SessionRef { session_id })?;
+            Ok(to_json(&list))
         }
         MakaRequest::GoalArm(input) => {
             let id = input.session_id.clone();

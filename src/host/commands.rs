@@ -44,6 +44,12 @@ pub const COMMANDS: &[SlashCommand] = &[
         needs_model: true,
     },
     SlashCommand {
+        name: "agents",
+        description: "List the agents this session can delegate work to",
+        hint: None,
+        needs_model: false,
+    },
+    SlashCommand {
         name: "goal",
         description: "Work toward an objective over several turns until it is met (or show, pause, resume, cancel the goal)",
         hint: Some("objective | pause | resume | cancel"),

@@ -17,6 +17,7 @@ pub(crate) mod server;
 pub(crate) mod session;
 mod sse;
 pub(crate) mod store;
+pub(crate) mod subagents;
 pub(crate) mod tools;
 pub(crate) mod turn;
 

@@ -101,6 +101,28 @@ operations! {
     GoalArm = "goal.arm", GoalArmInput => super::wire::Goal;
     GoalControl = "goal.control", GoalControlInput => super::wire::Goal;
     GoalQuery = "goal.query", SessionRef => GoalView;
+    /// The agents a session may delegate to, and whether each is trusted.
+    SubagentsList = "subagent.list", SessionRef => SubagentList;
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentInfo {
+    pub name: String,
+    pub description: String,
+    /// The command line it runs.
+    pub command: String,
+    /// `workspace` (`.maka/agents.json`) or `user` (the config file's `agents`).
+    pub source: String,
+    /// A workspace agent needs the person's allow on first use; user agents are trusted.
+    pub trusted: bool,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SubagentList {
+    pub agents: Vec<SubagentInfo>,
+    /// Declarations that could not be used, and why.
+    pub problems: Vec<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

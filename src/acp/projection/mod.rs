@@ -133,6 +133,7 @@ impl Projector {
                 args,
                 args_truncated,
                 locations: tool_locations,
+                parent_tool_call_id,
                 ..
             } => {
                 if !self.shown_tools.insert(tool_call_id.clone()) {
@@ -152,10 +153,15 @@ impl Projector {
                 if hidden {
                     return vec![];
                 }
-                let mut meta = None;
+                let mut maka = serde_json::Map::new();
                 if *args_truncated {
-                    meta = Some(json!({"maka": {"argsTruncated": true}}));
+                    maka.insert("argsTruncated".into(), json!(true));
                 }
+                if let Some(parent) = parent_tool_call_id {
+                    // A subagent's tool call, shown under the `delegate` call that ran it.
+                    maka.insert("parentToolCallId".into(), json!(parent));
+                }
+                let mut meta = (!maka.is_empty()).then(|| json!({ "maka": maka }));
                 let mut content = vec![];
                 if display {
                     content.push(ToolCallContent::terminal(tool_call_id));

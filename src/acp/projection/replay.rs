@@ -39,6 +39,7 @@ pub fn snapshot_frames(open: &OpenSnapshot) -> Vec<FrameBody> {
             args: t.args.clone(),
             args_truncated: false,
             locations: t.locations.clone(),
+            parent_tool_call_id: None,
         });
         if !t.output_tail.is_empty() {
             frames.push(FrameBody::ToolOutputDelta {
@@ -110,6 +111,7 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             activity_kind,
             args,
             locations,
+            parent_tool_call_id,
             ..
         } => vec![FrameBody::ToolStart {
             turn_id,
@@ -120,6 +122,7 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             args: args.clone(),
             args_truncated: false,
             locations: locations.clone(),
+            parent_tool_call_id: parent_tool_call_id.clone(),
         }],
         TranscriptBody::ToolResult {
             tool_call_id,

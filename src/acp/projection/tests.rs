@@ -28,6 +28,7 @@ fn start(id: &str, kind: &str, name: &str, title: &str) -> FrameBody {
         activity_kind: kind.into(),
         args: json!({"command": title}),
         args_truncated: false,
+        parent_tool_call_id: None,
         locations: vec![
             Location {
                 path: "/w/a.rs".into(),

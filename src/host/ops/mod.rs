@@ -66,6 +66,10 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
         op::ArtifactIngest => |i| knowledge::artifact_ingest(host, i),
         op::ArtifactQuery => |i| knowledge::artifact_query(host, i),
         op::ArtifactDelete => |i| knowledge::artifact_delete(host, i),
+        op::SubagentsList => |i| {
+            let workspace = host.cell(&i.session_id)?.lock().session.workspace.path().to_string();
+            Ok(crate::host::subagents::list(&host.data_dir, &workspace))
+        },
         op::GoalArm => |i| crate::host::goals::arm(host, i),
         op::GoalControl => |i| crate::host::goals::control(host, i),
         op::GoalQuery => |i| {

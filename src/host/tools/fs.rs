@@ -210,7 +210,7 @@ pub(super) fn read_for_edit(env: &mut dyn ToolEnv, path: &Path) -> Result<String
 
 /// Writes `content` to `path` (through the editor when it offers files) and records the change
 /// for undo: `old` is what the tool saw there (`None`: nothing, or unreadable).
-pub(super) fn store(
+pub(crate) fn store(
     env: &mut dyn ToolEnv,
     path: &Path,
     old: Option<&str>,

@@ -1,6 +1,7 @@
 //! Tool calls: announced, gated (the permission mode, plan mode, the session's roots, the
 //! user's answers — the decision itself is `gate::decide`), run, and settled.
 
+use super::delegate;
 use super::dialogs::unshown_questions;
 use super::gate;
 use super::*;
@@ -15,6 +16,7 @@ impl Turn {
             Err(e) => json!({ "_unparsable": arguments, "_error": e.to_string() }),
         };
         let plan = match tools::plan(name, &args, &self.cwd) {
+            Err(_) if name == "delegate" && !self.agents.is_empty() => Ok(delegate::plan(&args)),
             Err(e) => match self.mcp_tools.iter().find(|t| t.exposed == name) {
                 // MCP tools are gated like built-in tools that act: explore refuses, ask asks.
                 Some(t) => Ok(tools::ToolPlan {
@@ -82,6 +84,7 @@ impl Turn {
             args: inline.clone(),
             args_truncated: truncated,
             locations: locations.to_vec(),
+            parent_tool_call_id: self.delegating.clone(),
         };
         self.cell.emit(&mut st, body);
         let item = TranscriptBody::ToolCall {
@@ -93,6 +96,7 @@ impl Turn {
             locations: locations.to_vec(),
             provider_call_id: (!provider_id.is_empty() && provider_id != id)
                 .then(|| provider_id.to_string()),
+            parent_tool_call_id: self.delegating.clone(),
         };
         self.append(&mut st, vec![item]);
     }
@@ -188,6 +192,7 @@ impl Turn {
             "update_plan" => self.update_plan(args),
             "ask_user" => self.ask_user(id, args),
             "read_artifact" => self.read_artifact(args),
+            "delegate" if !self.agents.is_empty() => self.delegate(id, args),
             "goal_complete" => {
                 let evidence = tools::text_arg(args, "evidence").unwrap_or("").trim();
                 if evidence.is_empty() {

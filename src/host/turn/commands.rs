@@ -102,6 +102,23 @@ impl Turn {
             "compact" => return Some(self.compact()),
             "memory" => self.memory_command(rest),
             "goal" => self.goal_command(rest),
+            "agents" => {
+                let workspace = self.cwd.display().to_string();
+                let list = crate::host::subagents::list(&self.host.data_dir, &workspace);
+                if list.agents.is_empty() && list.problems.is_empty() {
+                    "No agents to delegate to. Declare them in .maka/agents.json in this folder, or under `agents` in the config file: {\"agents\": {\"NAME\": {\"command\": \"…\", \"args\": [], \"description\": \"…\"}}}".into()
+                } else {
+                    let mut text = String::from("Agents this session can delegate to:");
+                    for a in &list.agents {
+                        let trust = if a.trusted { "" } else { ", asks before its first run" };
+                        text.push_str(&format!("\n- {} ({}{trust}): {} — `{}`", a.name, a.source, a.description, a.command));
+                    }
+                    for p in &list.problems {
+                        text.push_str(&format!("\n⚠ {p}"));
+                    }
+                    text
+                }
+            }
             "fork" => self.fork_command(),
             "rewind" => self.rewind_command(rest),
             _ => format!(

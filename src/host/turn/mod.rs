@@ -4,6 +4,7 @@
 
 mod calls;
 mod commands;
+mod delegate;
 mod dialogs;
 mod env;
 mod gate;
@@ -108,6 +109,10 @@ struct Turn {
     context: String,
     /// The session's input + output tokens when the turn started (a goal counts its turns').
     tokens_at_start: u64,
+    /// The agents this session may delegate to (declared at the turn's start).
+    agents: Vec<super::subagents::AgentSpec>,
+    /// While a `delegate` call runs: its id (the subagent's tool calls are shown under it).
+    delegating: Option<String>,
 }
 
 /// Runs an admitted turn to its terminal frame (on the caller's thread).
@@ -127,6 +132,10 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
     };
     // Files are read here, outside the session's lock.
     let context = super::memory::compose(&session, &host.memory.view(Some(&session)).entries);
+    let (agents, problems) = super::subagents::declared(Path::new(session.workspace.path()));
+    for p in problems {
+        log::warn!("session {}: {p}", cell.id);
+    }
     let mut turn = Turn {
         host,
         cell,
@@ -140,6 +149,8 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         changed_paths: Default::default(),
         context,
         tokens_at_start,
+        agents,
+        delegating: None,
     };
     let command = super::commands::parse(&turn.spec.prompt_text)
         .map(|(name, rest)| (name.to_string(), rest.to_string()));
@@ -208,6 +219,7 @@ impl Turn {
             messages,
             tools: tools::specs()
                 .into_iter()
+                .chain((!self.agents.is_empty()).then(|| delegate::spec(&self.agents)))
                 .chain(self.mcp_tools.iter().map(|t| {
                     json!({"type": "function", "function": {
                         "name": t.exposed,

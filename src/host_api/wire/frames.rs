@@ -78,6 +78,9 @@ pub enum FrameBody {
         args_truncated: bool,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         locations: Vec<Location>,
+        /// A subagent's tool call: the `delegate` call it runs under.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_tool_call_id: Option<String>,
     },
     /// The tool passed its permission gate and is running now.
     #[serde(rename_all = "camelCase")]

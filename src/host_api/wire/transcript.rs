@@ -47,6 +47,9 @@ pub enum TranscriptBody {
         /// The id the model gave the call: only used to show the model its own history.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         provider_call_id: Option<String>,
+        /// A subagent's tool call: the `delegate` call it ran under (not the model's own call).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent_tool_call_id: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
     ToolResult {

@@ -1,0 +1,196 @@
+//! The host as an ACP client of another agent: spawned in its own process group (it dies with
+//! the delegation, the turn's cancel, or the host), spoken to with the crate's one JSON-RPC
+//! core over its pipes (the same reader, writer and request tables as the adapter and MCP).
+//! What the agent asks of us (`session/request_permission`, `fs/*`) and what it streams
+//! (`session/update`) arrive on [`Subagent::incoming`], for the delegating turn to serve.
+
+use super::AgentSpec;
+use crate::host::tools::shell::kill_group;
+use crate::jsonrpc::{ClientCalls, Connection, Incoming, Message, Outbox, PendingCall};
+use crossbeam_channel::Receiver;
+use serde_json::{json, Value};
+use std::io::BufReader;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub struct Subagent {
+    pub name: String,
+    child: Child,
+    connection: Option<Connection>,
+    outbox: Outbox,
+    calls: Arc<ClientCalls>,
+    /// What the agent sends us: its requests and notifications.
+    pub incoming: Receiver<Incoming>,
+    /// The agent's session for this delegation.
+    pub session_id: String,
+    /// The last lines it wrote to stderr (for a message when it fails).
+    stderr_tail: Arc<std::sync::Mutex<String>>,
+}
+
+impl Subagent {
+    /// Spawns `spec` in `cwd`, `initialize`s it (offering files, not terminals) and opens a
+    /// session there. `timeout` bounds each of the two requests.
+    pub fn start(spec: &AgentSpec, cwd: &str, timeout: Duration) -> Result<Subagent, String> {
+        let mut cmd = Command::new(&spec.command);
+        cmd.args(&spec.args)
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        // Our own secrets are not the subagent's.
+        for v in ["MAKA_HOST_TOKEN", "MAKA_HOST_URL"] {
+            cmd.env_remove(v);
+        }
+        for (k, v) in &spec.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start `{}`: {e}", spec.command_line()))?;
+        crate::host::reaper::track(child.id());
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            kill_group(child.id());
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("the agent's pipes could not be opened".into());
+        };
+        let stderr_tail: Arc<std::sync::Mutex<String>> = Arc::default();
+        if let Some(err) = child.stderr.take() {
+            let tail = Arc::clone(&stderr_tail);
+            let _ = std::thread::Builder::new()
+                .name(format!("agent-{}-stderr", spec.name))
+                .spawn(move || {
+                    use std::io::BufRead;
+                    for line in BufReader::new(err).lines().map_while(Result::ok) {
+                        let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+                        t.push_str(&line);
+                        t.push('\n');
+                        crate::host_api::keep_tail(&mut t, 2048);
+                    }
+                });
+        }
+        let connection = Connection::from_io(BufReader::new(stdout), stdin);
+        let mut agent = Subagent {
+            name: spec.name.clone(),
+            child,
+            outbox: connection.outbox.clone(),
+            calls: Arc::clone(&connection.client_calls),
+            incoming: connection.inbox.clone(),
+            connection: Some(connection),
+            session_id: String::new(),
+            stderr_tail,
+        };
+        let init = agent.request(
+            "initialize",
+            json!({
+                "protocolVersion": 1,
+                "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
+                "clientInfo": {"name": "maka-acp", "version": env!("CARGO_PKG_VERSION")},
+            }),
+            timeout,
+        );
+        let init = match init {
+            Ok(v) => v,
+            Err(e) => {
+                agent.stop();
+                return Err(format!("initialize failed: {e}"));
+            }
+        };
+        if init.get("protocolVersion").and_then(Value::as_u64) != Some(1) {
+            agent.stop();
+            return Err(format!(
+                "it speaks ACP protocol version {}, not 1",
+                init.get("protocolVersion").unwrap_or(&Value::Null)
+            ));
+        }
+        match agent.request(
+            "session/new",
+            json!({"cwd": cwd, "mcpServers": []}),
+            timeout,
+        ) {
+            Ok(v) => match v.get("sessionId").and_then(Value::as_str) {
+                Some(id) => agent.session_id = id.to_string(),
+                None => {
+                    agent.stop();
+                    return Err("session/new answered without a sessionId".into());
+                }
+            },
+            Err(e) => {
+                agent.stop();
+                return Err(format!("session/new failed: {e}"));
+            }
+        }
+        Ok(agent)
+    }
+
+    /// One request, waited for at most `timeout`.
+    pub fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, String> {
+        if self.calls.is_closed() {
+            return Err(self.stopped());
+        }
+        let pending = self.calls.call(method, params);
+        match pending.receiver().recv_timeout(timeout) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(_)) if self.calls.is_closed() => Err(self.stopped()),
+            Ok(Err(e)) => Err(e.message),
+            Err(_) => {
+                self.calls.forget(&pending.id);
+                Err(format!(
+                    "no answer to {method} within {} s",
+                    timeout.as_secs()
+                ))
+            }
+        }
+    }
+
+    /// A request whose answer the caller waits for itself (with other things).
+    pub fn call(&self, method: &str, params: Value) -> PendingCall {
+        self.calls.call(method, params)
+    }
+
+    pub fn notify(&self, method: &str, params: Value) {
+        self.outbox.send(&Message::notification(method, params));
+    }
+
+    /// Why it is gone, with what it last said on stderr.
+    pub fn stopped(&self) -> String {
+        let tail = self
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .trim()
+            .to_string();
+        if tail.is_empty() {
+            format!("agent {} stopped", self.name)
+        } else {
+            let last = tail.lines().last().unwrap_or_default();
+            format!("agent {} stopped (it said: {last})", self.name)
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.calls.is_closed()
+    }
+
+    /// Ends it: the whole process group, then our side of the pipes.
+    pub fn stop(&mut self) {
+        kill_group(self.child.id());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        crate::host::reaper::untrack(self.child.id());
+        if let Some(c) = self.connection.take() {
+            c.finish();
+        }
+    }
+}
+
+impl Drop for Subagent {
+    fn drop(&mut self) {
+        if self.connection.is_some() {
+            self.stop();
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Other ACP agents as subagents: which ones a session may use, and trusting them.
+//!
+//! Declared per workspace in `<workspace>/.maka/agents.json` and per user under the config
+//! file's `agents` key, in the shape editors use for agent servers:
+//! `{"agents": {"NAME": {"command": "…", "args": […], "env": {…}, "description": "…"}}}`.
+//! A workspace entry wins over a user entry of the same name. Running a command a workspace
+//! declared is a trust decision: its first use asks the person (the answer is kept per
+//! workspace, agent and command in `<data dir>/trusted-agents.json`).
+
+pub mod client;
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// The largest `agents.json` read.
+const MAX_FILE: u64 = 256 * 1024;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct AgentSpec {
+    pub name: String,
+    pub command: String,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub description: String,
+    /// `workspace` or `user`.
+    pub source: &'static str,
+}
+
+impl AgentSpec {
+    /// The command line as shown to the person.
+    pub fn command_line(&self) -> String {
+        std::iter::once(self.command.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// What trusting it covers: the name and the exact command line and environment.
+    fn trust_key(&self, workspace: &str) -> String {
+        let env: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        format!(
+            "{workspace}\u{0}{}\u{0}{}\u{0}{}",
+            self.name,
+            self.command_line(),
+            env.join("\u{0}")
+        )
+    }
+}
+
+fn parse(map: &Value, source: &'static str, problems: &mut Vec<String>) -> Vec<AgentSpec> {
+    let Some(agents) = map.get("agents").and_then(Value::as_object) else {
+        return vec![];
+    };
+    let mut out = vec![];
+    for (name, spec) in agents {
+        let valid_name = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        let Some(command) = spec.get("command").and_then(Value::as_str) else {
+            problems.push(format!("agent {name:?} ({source}) has no `command`"));
+            continue;
+        };
+        if !valid_name {
+            problems.push(format!(
+                "agent {name:?} ({source}): names are letters, digits, - and _ (at most 64)"
+            ));
+            continue;
+        }
+        out.push(AgentSpec {
+            name: name.clone(),
+            command: command.to_string(),
+            args: crate::host_api::string_list(spec.get("args")),
+            env: spec
+                .get("env")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect(),
+            description: spec
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            source,
+        });
+    }
+    out
+}
+
+fn read_json(path: &Path) -> Option<Value> {
+    use std::io::Read;
+    let f = std::fs::File::open(path).ok()?;
+    let mut buf = Vec::new();
+    f.take(MAX_FILE).read_to_end(&mut buf).ok()?;
+    match serde_json::from_slice(&buf) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            log::warn!("{}: not JSON ({e}); no agents from it", path.display());
+            None
+        }
+    }
+}
+
+/// The agents a session in `workspace` may delegate to (workspace entries first), and the
+/// problems found in their declarations.
+pub fn declared(workspace: &Path) -> (Vec<AgentSpec>, Vec<String>) {
+    let mut problems = vec![];
+    let mut agents = read_json(&workspace.join(".maka").join("agents.json"))
+        .map(|v| parse(&v, "workspace", &mut problems))
+        .unwrap_or_default();
+    let user = Value::Object(crate::config::read_file());
+    for a in parse(&user, "user", &mut problems) {
+        if !agents.iter().any(|w| w.name == a.name) {
+            agents.push(a);
+        }
+    }
+    (agents, problems)
+}
+
+/// `subagent.list`: the session's agents as clients see them.
+pub fn list(data_dir: &Path, workspace: &str) -> crate::host_api::ops::SubagentList {
+    let (agents, problems) = declared(Path::new(workspace));
+    crate::host_api::ops::SubagentList {
+        agents: agents
+            .iter()
+            .map(|a| crate::host_api::ops::SubagentInfo {
+                name: a.name.clone(),
+                description: a.description.clone(),
+                command: a.command_line(),
+                source: a.source.into(),
+                trusted: trusted(data_dir, workspace, a),
+            })
+            .collect(),
+        problems,
+    }
+}
+
+fn trust_file(data_dir: &Path) -> PathBuf {
+    data_dir.join("trusted-agents.json")
+}
+
+/// Whether the person already allowed this workspace-declared agent (user agents need none).
+pub fn trusted(data_dir: &Path, workspace: &str, agent: &AgentSpec) -> bool {
+    if agent.source != "workspace" {
+        return true;
+    }
+    let key = agent.trust_key(workspace);
+    read_json(&trust_file(data_dir))
+        .and_then(|v| v.as_array().cloned())
+        .is_some_and(|list| list.iter().any(|k| k.as_str() == Some(key.as_str())))
+}
+
+/// Remembers the person's "allow" for this agent in this workspace.
+pub fn trust(data_dir: &Path, workspace: &str, agent: &AgentSpec) -> std::io::Result<()> {
+    let mut list = read_json(&trust_file(data_dir))
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default();
+    list.push(Value::String(agent.trust_key(workspace)));
+    let bytes = serde_json::to_vec_pretty(&list).map_err(std::io::Error::other)?;
+    crate::host::store::write_atomic(data_dir, "trusted-agents.json", &bytes, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declarations_are_read_named_checked_and_workspace_wins() {
+        let mut problems = vec![];
+        let v = serde_json::json!({"agents": {
+            "helper": {"command": "maka-acp", "args": ["--log-level", "warn"], "env": {"A": "1"}, "description": "another maka"},
+            "bad name": {"command": "x"},
+            "nocmd": {"args": []}
+        }});
+        let a = parse(&v, "workspace", &mut problems);
+        assert_eq!(a.len(), 1);
+        assert_eq!(a[0].command_line(), "maka-acp --log-level warn");
+        assert_eq!(a[0].env, vec![("A".to_string(), "1".to_string())]);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        let dir = std::env::temp_dir().join(format!("maka-agents-trust-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(!trusted(&dir, "/w", &a[0]));
+        trust(&dir, "/w", &a[0]).unwrap();
+        assert!(trusted(&dir, "/w", &a[0]));
+        assert!(!trusted(&dir, "/other", &a[0]), "per workspace");
+        let mut changed = a[0].clone();
+        changed.args.push("--evil".into());
+        assert!(!trusted(&dir, "/w", &changed), "per command line");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

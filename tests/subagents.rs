@@ -1,0 +1,256 @@
+//! Another ACP agent as a subagent — here `maka-acp` itself with its scripted provider, declared
+//! in the workspace's `.maka/agents.json` — driven through the real adapter: the trust dialog on
+//! first use, its text streamed into the delegate call, its tool call shown under it with a
+//! permission answered in the parent, a cancel that leaves no process behind, a crash named in
+//! the result, and `session/load` replaying it all. Every line schema-checked.
+
+#![cfg(feature = "host")]
+
+mod support;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use support::host::TempDir;
+use support::{select, AgentProcess, Reply};
+
+fn parent_script() -> Value {
+    json!({
+        "rules": [
+            {"when": "ask the helper", "responses": [
+                [{"tool": "delegate", "args": {"agent": "helper", "task": "count the files"}}],
+                [{"text": "Done asking."}]]},
+            {"when": "helper writes", "responses": [
+                [{"tool": "delegate", "args": {"agent": "helper", "task": "write the notes"}}],
+                [{"text": "Delegated."}]]},
+            {"when": "helper slow", "responses": [
+                [{"tool": "delegate", "args": {"agent": "helper", "task": "slow job"}}],
+                [{"text": "after"}]]},
+            {"when": "crasher", "responses": [
+                [{"tool": "delegate", "args": {"agent": "crasher", "task": "anything"}}],
+                [{"text": "Crash handled."}]]}
+        ],
+        "default": [[{"text": "Hello."}]]
+    })
+}
+
+fn sub_script() -> Value {
+    json!({
+        "rules": [
+            {"when": "count the files", "responses": [[{"text": "There are 3 files."}]]},
+            {"when": "write the notes", "responses": [
+                [{"tool": "write_file", "args": {"path": "notes.txt", "content": "from helper\n"}}],
+                [{"text": "Wrote notes.txt."}]]},
+            {"when": "slow job", "responses": [[{"text": "Starting"}, {"delayMs": 30000}, {"text": "never"}]]}
+        ]
+    })
+}
+
+/// A workspace declaring `helper` (this very binary, scripted) and `crasher`.
+fn workspace(sub_data: &std::path::Path) -> TempDir {
+    let ws = TempDir::new("sub-ws");
+    std::fs::create_dir_all(ws.path().join(".maka")).unwrap();
+    let agents = json!({"agents": {
+        "helper": {
+            "command": env!("CARGO_BIN_EXE_maka-acp"),
+            "args": ["--log-level", "warn"],
+            "env": {"MAKA_SCRIPT": sub_script().to_string(), "MAKA_DATA_DIR": sub_data,
+                    "MAKA_CONFIG": "/nonexistent/maka-sub-config.json"},
+            "description": "another maka for small jobs"
+        },
+        "crasher": {"command": "sh", "args": ["-c", "echo boom >&2; exit 3"], "description": "always fails"}
+    }});
+    std::fs::write(ws.path().join(".maka/agents.json"), agents.to_string()).unwrap();
+    ws
+}
+
+/// Processes whose environment names `needle` (the subagent and the host it started).
+fn processes_with(needle: &str) -> Vec<u32> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true);
+        if !zombie && String::from_utf8_lossy(&env).contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn allow(r: &Value) -> Reply {
+    assert_eq!(r["method"], "session/request_permission", "{r}");
+    select("allow_once")
+}
+
+#[test]
+fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed() {
+    let data = TempDir::new("sub-data");
+    let sub_data = TempDir::new("sub-agent-data");
+    let ws = workspace(sub_data.path());
+    let mut a = AgentProcess::scripted(&parent_script(), data.path());
+    a.initialize();
+    let s = a.new_session(ws.path());
+
+    let listed = a.call_ok("_maka/subagent/list", json!({"sessionId": s}));
+    let names: Vec<(&str, bool)> = listed["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| (x["name"].as_str().unwrap(), x["trusted"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(names, [("crasher", false), ("helper", false)]);
+
+    // First use: the person allows running the workspace's command; then the agent works.
+    let mut asked = vec![];
+    let t = a.prompt(&s, "ask the helper", |r| {
+        asked.push(r["params"]["toolCall"]["title"].clone());
+        allow(r)
+    });
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{:?}",
+        t.response
+    );
+    assert_eq!(asked.len(), 1);
+    assert!(asked[0]
+        .as_str()
+        .unwrap()
+        .starts_with("Run agent helper declared by this workspace: "));
+    let updates = t.updates_for(&s);
+    let delegate = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap();
+    assert_eq!(delegate["title"], "helper: count the files");
+    let id = delegate["toolCallId"].as_str().unwrap().to_string();
+    let done = updates
+        .iter()
+        .find(|u| u["toolCallId"] == id.as_str() && u["status"] == "completed")
+        .unwrap_or_else(|| panic!("{updates:?}"));
+    assert!(done.to_string().contains("There are 3 files."), "{done}");
+    assert!(t.text().ends_with("Done asking."));
+    let listed = a.call_ok("_maka/subagent/list", json!({"sessionId": s}));
+    assert_eq!(listed["agents"][1]["trusted"], true, "remembered");
+
+    // Its tool call is shown under the delegate call; its permission request is ours to answer.
+    let mut asked = vec![];
+    let t = a.prompt(&s, "helper writes", |r| {
+        asked.push(r["params"]["toolCall"]["title"].clone());
+        allow(r)
+    });
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    assert_eq!(asked, [json!("helper: Write notes.txt")]);
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("notes.txt")).unwrap(),
+        "from helper\n"
+    );
+    let updates = t.updates_for(&s);
+    let parent = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "helper: write the notes")
+        .unwrap()["toolCallId"]
+        .clone();
+    let child = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "helper: Write notes.txt")
+        .unwrap_or_else(|| panic!("{updates:?}"));
+    assert_eq!(child["_meta"]["maka"]["parentToolCallId"], parent);
+    assert!(updates
+        .iter()
+        .any(|u| u["toolCallId"] == child["toolCallId"] && u["status"] == "completed"));
+
+    // Replayed by a load: the delegations and the subagent's tool call under its parent.
+    let mut b = AgentProcess::scripted(&parent_script(), data.path());
+    b.initialize();
+    let load = b.drive(
+        "session/load",
+        json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+        |r| panic!("unexpected {r}"),
+    );
+    let replayed = load.updates_for(&s);
+    let titles: Vec<&str> = replayed
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .map(|u| u["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        titles,
+        [
+            "helper: count the files",
+            "helper: write the notes",
+            "helper: Write notes.txt"
+        ]
+    );
+    let child = replayed
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "helper: Write notes.txt")
+        .unwrap();
+    assert_eq!(child["_meta"]["maka"]["parentToolCallId"], parent);
+    assert!(processes_with(&sub_data.path().display().to_string()).is_empty());
+}
+
+#[test]
+fn a_cancel_reaches_the_subagent_and_a_crash_is_named() {
+    let data = TempDir::new("sub2-data");
+    let sub_data = TempDir::new("sub2-agent-data");
+    let ws = workspace(sub_data.path());
+    let mut a = AgentProcess::scripted(&parent_script(), data.path());
+    a.initialize();
+    let s = a.new_session(ws.path());
+
+    let prompt = a.request(
+        "session/prompt",
+        json!({"sessionId": s, "prompt": [{"type": "text", "text": "helper slow"}]}),
+    );
+    // Trust first; then wait until the subagent's first words arrive in the delegate call.
+    loop {
+        let v = a.recv();
+        if v["method"] == "session/request_permission" {
+            a.send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+        } else if v.to_string().contains("Starting") {
+            break;
+        }
+    }
+    let sub = sub_data.path().display().to_string();
+    assert!(!processes_with(&sub).is_empty(), "the subagent runs");
+    a.notify("session/cancel", json!({"sessionId": s}));
+    let (resp, _) = a.response_to(&prompt);
+    assert_eq!(resp["result"]["stopReason"], "cancelled", "{resp}");
+    // No process left behind: the agent and the host it started are gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_with(&sub).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "left behind: {:?}",
+            processes_with(&sub)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // A subagent that dies at once: the delegate call fails saying what it said.
+    let t = a.prompt(&s, "crasher", allow);
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    let failed = t
+        .updates_for(&s)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "failed")
+        .cloned()
+        .unwrap_or_else(|| panic!("{:?}", t.updates));
+    let text = failed.to_string();
+    assert!(
+        text.contains("agent crasher could not start") && text.contains("boom"),
+        "{text}"
+    );
+    assert!(t.text().ends_with("Crash handled."));
+}
