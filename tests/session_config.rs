@@ -387,7 +387,10 @@ fn slash_commands_are_listed_after_the_response_and_run_by_the_host() {
         .collect();
     assert_eq!(
         names,
-        ["plan", "mode", "model", "title", "compact", "goal", "memory", "fork", "rewind", "help"]
+        [
+            "plan", "mode", "model", "title", "compact", "agents", "goal", "memory", "fork",
+            "rewind", "help"
+        ]
     );
     assert!(commands
         .iter()
