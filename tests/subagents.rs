@@ -24,6 +24,9 @@ fn parent_script() -> Value {
             {"when": "helper slow", "responses": [
                 [{"tool": "delegate", "args": {"agent": "helper", "task": "slow job"}}],
                 [{"text": "after"}]]},
+            {"when": "helper recall", "responses": [
+                [{"tool": "delegate", "args": {"agent": "helper", "task": "what did i say"}}],
+                [{"text": "Recalled."}]]},
             {"when": "crasher", "responses": [
                 [{"tool": "delegate", "args": {"agent": "crasher", "task": "anything"}}],
                 [{"text": "Crash handled."}]]}
@@ -39,7 +42,8 @@ fn sub_script() -> Value {
             {"when": "write the notes", "responses": [
                 [{"tool": "write_file", "args": {"path": "notes.txt", "content": "from helper\n"}}],
                 [{"text": "Wrote notes.txt."}]]},
-            {"when": "slow job", "responses": [[{"text": "Starting"}, {"delayMs": 30000}, {"text": "never"}]]}
+            {"when": "slow job", "responses": [[{"text": "Starting"}, {"delayMs": 30000}, {"text": "never"}]]},
+            {"when": "what did i say", "responses": [[{"echo": "user"}]]}
         ]
     })
 }
@@ -170,6 +174,21 @@ fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed()
         .iter()
         .any(|u| u["toolCallId"] == child["toolCallId"] && u["status"] == "completed"));
 
+    // A later delegation continues the same agent session (it resumes it): the agent heard
+    // every task this session gave it.
+    let t = a.prompt(&s, "helper recall", |r| panic!("unexpected {r}"));
+    let done = t
+        .updates_for(&s)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed")
+        .cloned()
+        .unwrap();
+    assert!(
+        done.to_string()
+            .contains("heard: count the files | write the notes | what did i say"),
+        "{done}"
+    );
+
     // Replayed by a load: the delegations and the subagent's tool call under its parent.
     let mut b = AgentProcess::scripted(&parent_script(), data.path());
     b.initialize();
@@ -189,7 +208,8 @@ fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed()
         [
             "helper: count the files",
             "helper: write the notes",
-            "helper: Write notes.txt"
+            "helper: Write notes.txt",
+            "helper: what did i say"
         ]
     );
     let child = replayed

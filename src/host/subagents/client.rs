@@ -27,12 +27,20 @@ pub struct Subagent {
     pub session_id: String,
     /// The last lines it wrote to stderr (for a message when it fails).
     stderr_tail: Arc<std::sync::Mutex<String>>,
+    /// The session is an earlier delegation's, continued.
+    pub continued: bool,
 }
 
 impl Subagent {
     /// Spawns `spec` in `cwd`, `initialize`s it (offering files, not terminals) and opens a
-    /// session there. `timeout` bounds each of the two requests.
-    pub fn start(spec: &AgentSpec, cwd: &str, timeout: Duration) -> Result<Subagent, String> {
+    /// session there: `earlier` (an agent session of a previous delegation) again when the agent
+    /// can resume or load sessions, else a new one. `timeout` bounds each request.
+    pub fn start(
+        spec: &AgentSpec,
+        cwd: &str,
+        timeout: Duration,
+        earlier: Option<&str>,
+    ) -> Result<Subagent, String> {
         let mut cmd = Command::new(&spec.command);
         cmd.args(&spec.args)
             .current_dir(cwd)
@@ -82,6 +90,7 @@ impl Subagent {
             connection: Some(connection),
             session_id: String::new(),
             stderr_tail,
+            continued: false,
         };
         let init = agent.request(
             "initialize",
@@ -106,6 +115,13 @@ impl Subagent {
                 init.get("protocolVersion").unwrap_or(&Value::Null)
             ));
         }
+        if let Some(id) = earlier {
+            if agent.reopen(&init, id, cwd, timeout) {
+                agent.session_id = id.to_string();
+                agent.continued = true;
+                return Ok(agent);
+            }
+        }
         match agent.request(
             "session/new",
             json!({"cwd": cwd, "mcpServers": []}),
@@ -124,6 +140,47 @@ impl Subagent {
             }
         }
         Ok(agent)
+    }
+
+    /// Opens session `id` again: `session/resume` when the agent offers it, else `session/load`
+    /// (whose replay is not shown again: it is drained). False when neither works.
+    fn reopen(&self, init: &Value, id: &str, cwd: &str, timeout: Duration) -> bool {
+        let caps = init
+            .get("agentCapabilities")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let params = json!({"sessionId": id, "cwd": cwd, "mcpServers": []});
+        let method = if caps
+            .pointer("/sessionCapabilities/resume")
+            .is_some_and(Value::is_object)
+        {
+            "session/resume"
+        } else if caps.get("loadSession").and_then(Value::as_bool) == Some(true) {
+            "session/load"
+        } else {
+            return false;
+        };
+        match self.request(method, params, timeout) {
+            Ok(_) => {
+                // A load's replay (and any update sent with the answer) is history already shown.
+                while let Ok(m) = self.incoming.try_recv() {
+                    if let Incoming::Request(_, responder) = m {
+                        responder.respond(Err(crate::jsonrpc::ResponseError::new(
+                            crate::jsonrpc::code::INVALID_REQUEST,
+                            "not now: the session is being reopened",
+                        )));
+                    }
+                }
+                true
+            }
+            Err(e) => {
+                log::info!(
+                    "agent {}: {method} {id} failed ({e}); starting a new session",
+                    self.name
+                );
+                false
+            }
+        }
     }
 
     /// One request, waited for at most `timeout`.

@@ -138,6 +138,28 @@ pub fn list(data_dir: &Path, workspace: &str) -> crate::host_api::ops::SubagentL
     }
 }
 
+/// The agent sessions of a session's earlier delegations (`subagents.json` in its directory):
+/// agent name → its session id, so a later delegation continues the same conversation.
+pub fn earlier_session(session_dir: &Path, agent: &str) -> Option<String> {
+    read_json(&session_dir.join("subagents.json"))?
+        .get(agent)?
+        .as_str()
+        .map(String::from)
+}
+
+pub fn record_session(session_dir: &Path, agent: &str, agent_session: &str) {
+    let mut map = read_json(&session_dir.join("subagents.json"))
+        .filter(Value::is_object)
+        .unwrap_or_else(|| serde_json::json!({}));
+    map[agent] = Value::String(agent_session.into());
+    let written = serde_json::to_vec_pretty(&map)
+        .map_err(std::io::Error::other)
+        .and_then(|b| crate::host::store::write_atomic(session_dir, "subagents.json", &b, true));
+    if let Err(e) = written {
+        log::warn!("cannot record agent {agent}'s session: {e}");
+    }
+}
+
 fn trust_file(data_dir: &Path) -> PathBuf {
     data_dir.join("trusted-agents.json")
 }

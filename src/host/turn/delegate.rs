@@ -71,13 +71,22 @@ impl Turn {
             return refused;
         }
         let cwd = self.cwd.display().to_string();
-        let mut agent = match Subagent::start(&spec, &cwd, START_TIMEOUT) {
+        let dir = self.host.store.session_dir(&self.cell.id);
+        let earlier = subagents::earlier_session(&dir, name);
+        let mut agent = match Subagent::start(&spec, &cwd, START_TIMEOUT, earlier.as_deref()) {
             Ok(a) => a,
             Err(e) => return ToolOutcome::failed(format!("agent {name} could not start: {e}")),
         };
+        // Recorded at once: a later delegation continues this conversation with the agent.
+        subagents::record_session(&dir, name, &agent.session_id);
         log::info!(
-            "session {}: delegating to {name} (its session {})",
+            "session {}: delegating to {name} ({} session {})",
             self.cell.id,
+            if agent.continued {
+                "continuing its"
+            } else {
+                "its new"
+            },
             agent.session_id
         );
         let previous = self.delegating.replace(id.to_string());
@@ -171,6 +180,17 @@ impl Turn {
                 }
             }
         };
+        // Its updates before the answer are already read (one reader, in wire order) but may
+        // still wait in the other channel: take them in before settling.
+        while let Ok(m) = agent.incoming.try_recv() {
+            match m {
+                Incoming::Notification(n) if n.method == "session/update" => {
+                    self.subagent_update(id, &name, &n.params, &mut answer, &mut calls);
+                }
+                Incoming::Request(r, responder) => self.serve_subagent(&name, r, responder, &calls),
+                Incoming::Notification(_) => {}
+            }
+        }
         self.settle_calls(&mut calls, "the agent finished without settling it");
         match stop_reason.as_str() {
             "end_turn" if answer.trim().is_empty() => {
