@@ -27,6 +27,18 @@ fn parent_script() -> Value {
             {"when": "helper recall", "responses": [
                 [{"tool": "delegate", "args": {"agent": "helper", "task": "what did i say"}}],
                 [{"text": "Recalled."}]]},
+            {"when": "swarm now", "responses": [
+                [{"tool": "delegate", "args": {"agent": "helper", "task": "part one"}},
+                 {"tool": "delegate", "args": {"agent": "helper2", "task": "part two"}},
+                 {"tool": "delegate", "args": {"agent": "helper3", "task": "part three"}}],
+                [{"text": "Swarm done."}]]},
+            {"when": "graph now", "responses": [
+                [{"tool": "delegate_graph", "args": {"tasks": [
+                    {"id": "a", "agent": "helper", "task": "count the files"},
+                    {"id": "b", "agent": "helper2", "task": "what did i say", "dependsOn": ["a"]},
+                    {"id": "c", "agent": "crasher", "task": "anything"},
+                    {"id": "d", "agent": "helper3", "task": "count the files", "dependsOn": ["c"]}]}}],
+                [{"text": "Graph done."}]]},
             {"when": "crasher", "responses": [
                 [{"tool": "delegate", "args": {"agent": "crasher", "task": "anything"}}],
                 [{"text": "Crash handled."}]]}
@@ -43,23 +55,33 @@ fn sub_script() -> Value {
                 [{"tool": "write_file", "args": {"path": "notes.txt", "content": "from helper\n"}}],
                 [{"text": "Wrote notes.txt."}]]},
             {"when": "slow job", "responses": [[{"text": "Starting"}, {"delayMs": 30000}, {"text": "never"}]]},
-            {"when": "what did i say", "responses": [[{"echo": "user"}]]}
+            {"when": "what did i say", "responses": [[{"echo": "user"}]]},
+            {"when": "part one", "responses": [[{"text": "begin one"}, {"delayMs": 800}, {"text": " end one"}]]},
+            {"when": "part two", "responses": [[{"text": "begin two"}, {"delayMs": 800}, {"text": " end two"}]]},
+            {"when": "part three", "responses": [[{"text": "begin three"}, {"delayMs": 800}, {"text": " end three"}]]}
         ]
     })
 }
 
-/// A workspace declaring `helper` (this very binary, scripted) and `crasher`.
+fn helper(data: &std::path::Path) -> Value {
+    json!({
+        "command": env!("CARGO_BIN_EXE_maka-acp"),
+        "args": ["--log-level", "warn"],
+        "env": {"MAKA_SCRIPT": sub_script().to_string(), "MAKA_DATA_DIR": data,
+                "MAKA_CONFIG": "/nonexistent/maka-sub-config.json"},
+        "description": "another maka for small jobs"
+    })
+}
+
+/// A workspace declaring `helper`, `helper2`, `helper3` (this very binary, scripted, each with
+/// its own data dir under `sub_data`) and `crasher`.
 fn workspace(sub_data: &std::path::Path) -> TempDir {
     let ws = TempDir::new("sub-ws");
     std::fs::create_dir_all(ws.path().join(".maka")).unwrap();
     let agents = json!({"agents": {
-        "helper": {
-            "command": env!("CARGO_BIN_EXE_maka-acp"),
-            "args": ["--log-level", "warn"],
-            "env": {"MAKA_SCRIPT": sub_script().to_string(), "MAKA_DATA_DIR": sub_data,
-                    "MAKA_CONFIG": "/nonexistent/maka-sub-config.json"},
-            "description": "another maka for small jobs"
-        },
+        "helper": helper(sub_data),
+        "helper2": helper(&sub_data.join("2")),
+        "helper3": helper(&sub_data.join("3")),
         "crasher": {"command": "sh", "args": ["-c", "echo boom >&2; exit 3"], "description": "always fails"}
     }});
     std::fs::write(ws.path().join(".maka/agents.json"), agents.to_string()).unwrap();
@@ -113,7 +135,15 @@ fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed()
         .iter()
         .map(|x| (x["name"].as_str().unwrap(), x["trusted"].as_bool().unwrap()))
         .collect();
-    assert_eq!(names, [("crasher", false), ("helper", false)]);
+    assert_eq!(
+        names,
+        [
+            ("crasher", false),
+            ("helper", false),
+            ("helper2", false),
+            ("helper3", false)
+        ]
+    );
 
     // First use: the person allows running the workspace's command; then the agent works.
     let mut asked = vec![];
@@ -273,4 +303,115 @@ fn a_cancel_reaches_the_subagent_and_a_crash_is_named() {
         "{text}"
     );
     assert!(t.text().ends_with("Crash handled."));
+}
+
+fn set_orchestration(a: &mut AgentProcess, s: &str, value: &str) {
+    let r = a.call_ok(
+        "session/set_config_option",
+        json!({"sessionId": s, "configId": "orchestration_mode", "value": value}),
+    );
+    let opt = r["configOptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == "orchestration_mode")
+        .cloned()
+        .unwrap();
+    assert_eq!(opt["currentValue"], value);
+}
+
+#[test]
+fn swarm_runs_delegations_together_and_a_graph_follows_its_dependencies() {
+    let data = TempDir::new("sub3-data");
+    let sub_data = TempDir::new("sub3-agent-data");
+    let ws = workspace(sub_data.path());
+    let mut a = AgentProcess::scripted(&parent_script(), data.path());
+    a.initialize();
+    let s = a.new_session(ws.path());
+    set_orchestration(&mut a, &s, "swarm");
+
+    // Three delegations of one step: every agent has begun before any has finished.
+    let t = a.prompt(&s, "swarm now", allow);
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    let lines: Vec<String> = t.updates_for(&s).iter().map(|u| u.to_string()).collect();
+    let first_done = lines
+        .iter()
+        .position(|l| l.contains("\"status\":\"completed\"") && l.contains(" end "))
+        .unwrap_or_else(|| panic!("{lines:#?}"));
+    for part in ["begin one", "begin two", "begin three"] {
+        let at = lines.iter().position(|l| l.contains(part)).unwrap();
+        assert!(at < first_done, "{part} only after a delegation finished");
+    }
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("\"status\":\"completed\"") && l.contains(" end "))
+            .count(),
+        3
+    );
+    assert!(t.text().ends_with("Swarm done."));
+
+    // A graph: b gets a's result; c crashes, so d is not run.
+    set_orchestration(&mut a, &s, "graph");
+    let t = a.prompt(&s, "graph now", allow);
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    let updates = t.updates_for(&s);
+    let graph = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "Delegate 4 tasks")
+        .unwrap_or_else(|| panic!("{updates:?}"))["toolCallId"]
+        .clone();
+    let child = |title: &str| {
+        updates
+            .iter()
+            .find(|u| u["sessionUpdate"] == "tool_call" && u["title"] == title)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {title}: {updates:?}"))
+    };
+    let b = child("helper2: what did i say");
+    assert_eq!(b["_meta"]["maka"]["parentToolCallId"], graph);
+    let settled = |id: &Value| {
+        updates
+            .iter()
+            .rev()
+            .find(|u| {
+                u["toolCallId"] == *id
+                    && u["status"].is_string()
+                    && u["status"] != "in_progress"
+                    && u["status"] != "pending"
+            })
+            .cloned()
+            .unwrap()
+    };
+    let b_done = settled(&b["toolCallId"]);
+    assert_eq!(b_done["status"], "completed");
+    assert!(
+        b_done.to_string().contains("There are 3 files."),
+        "{b_done}"
+    );
+    let d_done = settled(&child("helper3: count the files")["toolCallId"]);
+    assert_eq!(d_done["status"], "failed");
+    assert!(
+        d_done
+            .to_string()
+            .contains("not run: the task it depends on, c, failed"),
+        "{d_done}"
+    );
+    let g_done = settled(&graph);
+    assert_eq!(g_done["status"], "failed");
+    assert!(
+        g_done.to_string().contains("2 of 4 tasks failed"),
+        "{g_done}"
+    );
+    assert!(t.text().ends_with("Graph done."));
+    let sub = sub_data.path().display().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !processes_with(&sub).is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "left behind: {:?}",
+            processes_with(&sub)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }

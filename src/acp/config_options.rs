@@ -14,7 +14,8 @@ use super::types::{
 };
 use crate::host_api::ops::ModelCatalog;
 use crate::host_api::wire::{
-    CollaborationMode, Configuration, ConfigurationPatch, ModelTarget, PermissionMode, Session,
+    CollaborationMode, Configuration, ConfigurationPatch, ModelTarget, OrchestrationMode,
+    PermissionMode, Session,
 };
 use crate::jsonrpc::ResponseError;
 
@@ -58,6 +59,8 @@ pub struct CatalogConnection {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Catalog {
     pub connections: Vec<CatalogConnection>,
+    /// The session's folder declares subagents: the `orchestration_mode` option is offered.
+    pub subagents: bool,
 }
 
 impl Catalog {
@@ -79,7 +82,10 @@ impl Catalog {
                     .collect(),
             })
             .collect();
-        Catalog { connections }
+        Catalog {
+            connections,
+            subagents: false,
+        }
     }
 
     /// The model a target means: the first model of the first connection for `default`.
@@ -268,7 +274,37 @@ pub fn options(c: &Configuration, catalog: &Catalog, boolean_options: bool) -> V
             ]),
         ));
     }
+    if catalog.subagents {
+        out.push(orchestration(c));
+    }
     out
+}
+
+/// How delegations to subagents run (only for sessions that have subagents).
+fn orchestration(c: &Configuration) -> ConfigOption {
+    select(
+        "orchestration_mode",
+        "Subagents",
+        Some("How the agent runs work it delegates to other agents (.maka/agents.json)"),
+        match c.orchestration_mode {
+            OrchestrationMode::Default => "default",
+            OrchestrationMode::Swarm => "swarm",
+            OrchestrationMode::Graph => "graph",
+        },
+        SelectOptions::Flat(vec![
+            choice("default", "One at a time", Some("One delegation at a time")),
+            choice(
+                "swarm",
+                "Swarm",
+                Some("Several delegations of one step run in parallel"),
+            ),
+            choice(
+                "graph",
+                "Graph",
+                Some("Tasks with dependencies, each started when its dependencies end"),
+            ),
+        ]),
+    )
 }
 
 /// The legacy `modes` state (the permission modes).
@@ -377,6 +413,13 @@ pub fn patch_for(
         }
         "thought_level" => {
             patch.thinking_level = Some((v != "default").then(|| v.to_string()));
+        }
+        "orchestration_mode" => {
+            patch.orchestration_mode = Some(match v {
+                "swarm" => OrchestrationMode::Swarm,
+                "graph" => OrchestrationMode::Graph,
+                _ => OrchestrationMode::Default,
+            })
         }
         _ => {
             patch.collaboration_mode = Some(if v == "plan" {
@@ -517,6 +560,31 @@ mod tests {
             "fast has no levels"
         );
         assert_eq!(o[2]["currentValue"], false);
+    }
+
+    #[test]
+    fn orchestration_is_offered_only_to_sessions_with_subagents() {
+        let c = Configuration::default();
+        let mut cat = catalog();
+        assert!(!ids(&options(&c, &cat, false)).contains(&"orchestration_mode"));
+        let e = set(
+            &c,
+            json!({"configId": "orchestration_mode", "value": "swarm"}),
+            false,
+        )
+        .unwrap_err();
+        assert!(e.contains("`mode`"), "unknown without subagents: {e}");
+        cat.subagents = true;
+        let o = options(&c, &cat, false);
+        assert_eq!(ids(&o).last(), Some(&"orchestration_mode"));
+        assert_eq!(
+            o.as_array().unwrap().last().unwrap()["currentValue"],
+            "default"
+        );
+        let params = json!({"configId": "orchestration_mode", "value": "graph"});
+        let p = Params::of(&params).unwrap();
+        let patch = patch_for(&p, &c, &cat, false).unwrap();
+        assert_eq!(patch.orchestration_mode, Some(OrchestrationMode::Graph));
     }
 
     #[test]

@@ -644,8 +644,19 @@ impl AcpSession {
 
     // ---- configuration --------------------------------------------------------------------
 
+    /// The models to show (whether the session has subagents is kept).
     pub fn set_catalog(&self, catalog: Catalog) {
-        self.state().catalog = catalog;
+        let mut st = self.state();
+        let subagents = st.catalog.subagents;
+        st.catalog = Catalog {
+            subagents,
+            ..catalog
+        };
+    }
+
+    /// Whether the session's folder declares subagents (the orchestration option shows).
+    pub fn set_subagents(&self, declared: bool) {
+        self.state().catalog.subagents = declared;
     }
 
     /// The configuration as known, and the catalog it is shown against.

@@ -119,6 +119,14 @@ fn attach_config(
     if let Some(m) = models {
         session.set_catalog(Catalog::from_models_list(m));
     }
+    // Subagents make the orchestration option meaningful (a host without them: no option).
+    let declared = ctx.host().ok().and_then(|conn| {
+        let input = SessionRef {
+            session_id: record.id.clone(),
+        };
+        conn.client.call::<ops::SubagentsList>(&input).ok()
+    });
+    session.set_subagents(declared.is_some_and(|l| !l.agents.is_empty()));
     let config = SessionConfig::from_session(record);
     let mode = config.configuration.permission_mode;
     let modes = config_options::modes(&config.configuration);

@@ -312,6 +312,9 @@ fn apply_patch(
     if let Some(m) = patch.collaboration_mode {
         c.collaboration_mode = m;
     }
+    if let Some(m) = patch.orchestration_mode {
+        c.orchestration_mode = m;
+    }
     Ok(())
 }
 

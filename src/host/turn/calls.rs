@@ -17,6 +17,9 @@ impl Turn {
         };
         let plan = match tools::plan(name, &args, &self.cwd) {
             Err(_) if name == "delegate" && !self.agents.is_empty() => Ok(delegate::plan(&args)),
+            Err(_) if name == "delegate_graph" && !self.agents.is_empty() => {
+                Ok(delegate::graph_plan(&args))
+            }
             Err(e) => match self.mcp_tools.iter().find(|t| t.exposed == name) {
                 // MCP tools are gated like built-in tools that act: explore refuses, ask asks.
                 Some(t) => Ok(tools::ToolPlan {
@@ -193,6 +196,7 @@ impl Turn {
             "ask_user" => self.ask_user(id, args),
             "read_artifact" => self.read_artifact(args),
             "delegate" if !self.agents.is_empty() => self.delegate(id, args),
+            "delegate_graph" if !self.agents.is_empty() => self.delegate_graph(id, args),
             "goal_complete" => {
                 let evidence = tools::text_arg(args, "evidence").unwrap_or("").trim();
                 if evidence.is_empty() {

@@ -40,6 +40,38 @@ pub(super) fn spec(agents: &[AgentSpec]) -> Value {
     }})
 }
 
+/// The `delegate_graph` function (graph orchestration mode).
+pub(super) fn graph_spec(agents: &[AgentSpec]) -> Value {
+    json!({"type": "function", "function": {
+        "name": "delegate_graph",
+        "description": "Hand several tasks to other agents at once. A task starts when the tasks it depends on have finished, and receives their results; a failed task stops the tasks that depend on it. Returns every task's result.",
+        "parameters": {"type": "object", "properties": {"tasks": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "string"},
+            "agent": {"type": "string", "enum": agents.iter().map(|a| a.name.clone()).collect::<Vec<_>>()},
+            "task": {"type": "string"},
+            "dependsOn": {"type": "array", "items": {"type": "string"}}},
+            "required": ["id", "agent", "task"]}}},
+            "required": ["tasks"]}
+    }})
+}
+
+pub(super) fn graph_plan(args: &Value) -> tools::ToolPlan {
+    let n = args
+        .get("tasks")
+        .and_then(Value::as_array)
+        .map_or(0, Vec::len);
+    tools::ToolPlan {
+        title: format!("Delegate {n} tasks"),
+        activity_kind: "tool",
+        locations: vec![],
+        review: None,
+        touches: vec![],
+    }
+}
+
+/// At most this many agents run at once in a graph's wave.
+const GRAPH_PARALLEL: usize = 4;
+
 pub(super) fn plan(args: &Value) -> tools::ToolPlan {
     let agent = args.get("agent").and_then(Value::as_str).unwrap_or("?");
     let task = args.get("task").and_then(Value::as_str).unwrap_or("");
@@ -52,6 +84,20 @@ pub(super) fn plan(args: &Value) -> tools::ToolPlan {
     }
 }
 
+/// One delegation in flight.
+struct Job {
+    /// Its tool call.
+    id: String,
+    agent: Subagent,
+    prompt: crate::jsonrpc::PendingCall,
+    answer: String,
+    /// The agent's tool call id → ours.
+    calls: HashMap<String, String>,
+    /// Its output is still open (a closed one is not waited on again).
+    incoming_open: bool,
+    outcome: Option<ToolOutcome>,
+}
+
 impl Turn {
     pub(super) fn delegate(&mut self, id: &str, args: &Value) -> ToolOutcome {
         let (Some(name), Some(task)) = (
@@ -60,23 +106,281 @@ impl Turn {
         ) else {
             return ToolOutcome::failed("delegate needs `agent` and `task`".into());
         };
+        let mut jobs = match self.start_job(id, name, task, true) {
+            Ok(job) => vec![job],
+            Err(outcome) => return *outcome,
+        };
+        self.run_jobs(&mut jobs);
+        jobs.pop()
+            .and_then(|j| j.outcome)
+            .unwrap_or_else(|| ToolOutcome::failed("the delegation did not finish".into()))
+    }
+
+    /// Swarm mode: several delegate calls of one model step, run together. Each is announced
+    /// and settled like any tool call; their agents work in parallel.
+    pub(super) fn delegate_swarm(&mut self, calls: Vec<(String, String, Value)>) {
+        let mut jobs = vec![];
+        let mut started = vec![];
+        for (id, provider_id, args) in &calls {
+            let plan = plan(args);
+            self.start_tool(
+                id,
+                provider_id,
+                "delegate",
+                &plan.title,
+                plan.activity_kind,
+                args,
+                &[],
+            );
+            let (Some(name), Some(task)) = (
+                tools::text_arg(args, "agent"),
+                tools::text_arg(args, "task").filter(|t| !t.trim().is_empty()),
+            ) else {
+                let o = ToolOutcome::failed("delegate needs `agent` and `task`".into());
+                self.finish_tool(id, o, false, 0);
+                continue;
+            };
+            match self.start_job(id, name, task, false) {
+                Ok(job) => {
+                    self.current_tool = Some(id.clone());
+                    self.mark_running();
+                    self.current_tool = None;
+                    jobs.push(job);
+                    started.push(std::time::Instant::now());
+                }
+                Err(o) => self.finish_tool(id, *o, false, 0),
+            }
+        }
+        self.run_jobs(&mut jobs);
+        for (job, t0) in jobs.into_iter().zip(started) {
+            let outcome = job
+                .outcome
+                .unwrap_or_else(|| ToolOutcome::failed("the delegation did not finish".into()));
+            self.finish_tool(&job.id, outcome, true, t0.elapsed().as_millis() as u64);
+        }
+    }
+
+    /// Graph mode: tasks with dependencies, each a tool call under this one, started when its
+    /// dependencies have finished (with their results appended to its task), in waves of at
+    /// most [`GRAPH_PARALLEL`]. A failed task stops its dependents, saying so.
+    pub(super) fn delegate_graph(&mut self, id: &str, args: &Value) -> ToolOutcome {
+        struct Task {
+            id: String,
+            agent: String,
+            task: String,
+            deps: Vec<String>,
+        }
+        let mut tasks: Vec<Task> = vec![];
+        for t in args
+            .get("tasks")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let (Some(tid), Some(agent), Some(task)) = (
+                t.get("id").and_then(Value::as_str),
+                t.get("agent").and_then(Value::as_str),
+                t.get("task").and_then(Value::as_str),
+            ) else {
+                return ToolOutcome::failed("every task needs `id`, `agent` and `task`".into());
+            };
+            if tasks.iter().any(|x| x.id == tid) {
+                return ToolOutcome::failed(format!("two tasks have the id {tid:?}"));
+            }
+            tasks.push(Task {
+                id: tid.into(),
+                agent: agent.into(),
+                task: task.into(),
+                deps: crate::host_api::string_list(t.get("dependsOn")),
+            });
+        }
+        if tasks.is_empty() || tasks.len() > 32 {
+            return ToolOutcome::failed("delegate_graph takes 1 to 32 tasks".into());
+        }
+        for t in &tasks {
+            if let Some(d) = t.deps.iter().find(|d| !tasks.iter().any(|x| &x.id == *d)) {
+                return ToolOutcome::failed(format!(
+                    "task {} depends on {d:?}, which is not a task",
+                    t.id
+                ));
+            }
+        }
+        // Each task's result: Ok(answer) or Err(why).
+        let mut results: HashMap<String, Result<String, String>> = HashMap::new();
+        let previous = self.delegating.replace(id.to_string());
+        while results.len() < tasks.len() {
+            if self.spec.cancel.is_cancelled() {
+                break;
+            }
+            let mut wave = vec![];
+            let mut stopped = false;
+            let pending: Vec<&Task> = tasks
+                .iter()
+                .filter(|t| !results.contains_key(&t.id))
+                .collect();
+            for t in pending {
+                let child = format!("{id}.{}", t.id);
+                if let Some(bad) = t
+                    .deps
+                    .iter()
+                    .find(|d| matches!(results.get(*d), Some(Err(_))))
+                {
+                    let why = format!("not run: the task it depends on, {bad}, failed");
+                    self.start_tool(
+                        &child,
+                        "",
+                        "delegate",
+                        &format!("{}: {}", t.agent, tool_fs::cut_words(&t.task, 60)),
+                        "tool",
+                        &json!({"agent": t.agent, "task": t.task}),
+                        &[],
+                    );
+                    self.finish_tool(&child, ToolOutcome::failed(why.clone()), false, 0);
+                    results.insert(t.id.clone(), Err(why));
+                    stopped = true;
+                    continue;
+                }
+                if t.deps.iter().all(|d| matches!(results.get(d), Some(Ok(_))))
+                    && wave.len() < GRAPH_PARALLEL
+                {
+                    wave.push(t);
+                }
+            }
+            if wave.is_empty() {
+                // Nothing ready and nothing newly stopped: what is left waits on itself.
+                if !stopped && results.len() < tasks.len() && !self.spec.cancel.is_cancelled() {
+                    let stuck: Vec<String> = tasks
+                        .iter()
+                        .filter(|t| !results.contains_key(&t.id))
+                        .map(|t| t.id.clone())
+                        .collect();
+                    for tid in stuck {
+                        results.insert(tid, Err("not run: its dependencies form a cycle".into()));
+                    }
+                }
+                continue;
+            }
+            let mut jobs = vec![];
+            for t in wave {
+                let child = format!("{id}.{}", t.id);
+                let mut text = t.task.clone();
+                if !t.deps.is_empty() {
+                    text.push_str("\n\nResults of the tasks this one depends on:");
+                    for d in &t.deps {
+                        if let Some(Ok(r)) = results.get(d) {
+                            text.push_str(&format!("\n\n[{d}]\n{r}"));
+                        }
+                    }
+                }
+                let args = json!({"agent": t.agent, "task": t.task});
+                self.start_tool(
+                    &child,
+                    "",
+                    "delegate",
+                    &format!("{}: {}", t.agent, tool_fs::cut_words(&t.task, 60)),
+                    "tool",
+                    &args,
+                    &[],
+                );
+                match self.start_job(&child, &t.agent, &text, false) {
+                    Ok(job) => jobs.push((t.id.clone(), job)),
+                    Err(o) => {
+                        let o = *o;
+                        let why = match &o.result {
+                            ToolResultContent::Text { text } => text.clone(),
+                            _ => "it could not start".into(),
+                        };
+                        self.finish_tool(&child, o, false, 0);
+                        results.insert(t.id.clone(), Err(why));
+                    }
+                }
+            }
+            let (ids, mut running): (Vec<String>, Vec<Job>) = jobs.into_iter().unzip();
+            self.run_jobs(&mut running);
+            for (tid, job) in ids.into_iter().zip(running) {
+                let outcome = job
+                    .outcome
+                    .unwrap_or_else(|| ToolOutcome::failed("the delegation did not finish".into()));
+                let text = match &outcome.result {
+                    ToolResultContent::Text { text } => text.clone(),
+                    _ => String::new(),
+                };
+                results.insert(
+                    tid,
+                    if outcome.status == ToolStatus::Completed {
+                        Ok(text)
+                    } else {
+                        Err(text)
+                    },
+                );
+                self.finish_tool(&job.id, outcome, true, 0);
+            }
+        }
+        self.delegating = previous;
+        if self.spec.cancel.is_cancelled() {
+            return ToolOutcome {
+                status: ToolStatus::Cancelled,
+                result: ToolResultContent::Text {
+                    text: "The delegations were cancelled.".into(),
+                },
+                truncated: false,
+            };
+        }
+        let mut summary = String::new();
+        let mut failed = 0;
+        for t in &tasks {
+            match results.get(&t.id) {
+                Some(Ok(r)) => {
+                    summary.push_str(&format!("[{}] {} — done:\n{r}\n\n", t.id, t.agent))
+                }
+                Some(Err(e)) => {
+                    failed += 1;
+                    summary.push_str(&format!("[{}] {} — failed: {e}\n\n", t.id, t.agent));
+                }
+                None => {}
+            }
+        }
+        let mut summary = summary.trim_end().to_string();
+        crate::host_api::keep_tail(&mut summary, tools::RESULT_TEXT_LIMIT);
+        if failed == 0 {
+            ToolOutcome::completed(summary, false)
+        } else {
+            ToolOutcome::failed(format!(
+                "{failed} of {} tasks failed.\n\n{summary}",
+                tasks.len()
+            ))
+        }
+    }
+
+    /// Resolves, trusts and starts the agent of a delegate call; a failure is the call's outcome.
+    /// `continued`: reopen the agent's session of an earlier delegation (one at a time only:
+    /// parallel delegations to one agent must not share a session).
+    fn start_job(
+        &mut self,
+        id: &str,
+        name: &str,
+        task: &str,
+        continued: bool,
+    ) -> Result<Job, Box<ToolOutcome>> {
         let Some(spec) = self.agents.iter().find(|a| a.name == name).cloned() else {
             let names: Vec<&str> = self.agents.iter().map(|a| a.name.as_str()).collect();
-            return ToolOutcome::failed(format!(
+            return Err(Box::new(ToolOutcome::failed(format!(
                 "there is no agent named {name:?}; the agents are: {}",
                 names.join(", ")
-            ));
+            ))));
         };
         if let Some(refused) = self.trust_agent(id, &spec) {
-            return refused;
+            return Err(Box::new(refused));
         }
         let cwd = self.cwd.display().to_string();
         let dir = self.host.store.session_dir(&self.cell.id);
-        let earlier = subagents::earlier_session(&dir, name);
-        let mut agent = match Subagent::start(&spec, &cwd, START_TIMEOUT, earlier.as_deref()) {
-            Ok(a) => a,
-            Err(e) => return ToolOutcome::failed(format!("agent {name} could not start: {e}")),
-        };
+        let earlier = subagents::earlier_session(&dir, name).filter(|_| continued);
+        let agent =
+            Subagent::start(&spec, &cwd, START_TIMEOUT, earlier.as_deref()).map_err(|e| {
+                Box::new(ToolOutcome::failed(format!(
+                    "agent {name} could not start: {e}"
+                )))
+            })?;
         // Recorded at once: a later delegation continues this conversation with the agent.
         subagents::record_session(&dir, name, &agent.session_id);
         log::info!(
@@ -89,11 +393,19 @@ impl Turn {
             },
             agent.session_id
         );
-        let previous = self.delegating.replace(id.to_string());
-        let outcome = self.run_delegation(id, &mut agent, task);
-        self.delegating = previous;
-        agent.stop();
-        outcome
+        let prompt = agent.call(
+            "session/prompt",
+            json!({"sessionId": agent.session_id, "prompt": [{"type": "text", "text": task}]}),
+        );
+        Ok(Job {
+            id: id.to_string(),
+            agent,
+            prompt,
+            answer: String::new(),
+            calls: HashMap::new(),
+            incoming_open: true,
+            outcome: None,
+        })
     }
 
     /// First use of a workspace-declared agent: the person allows running its command.
@@ -134,73 +446,142 @@ impl Turn {
         }
     }
 
-    fn run_delegation(&mut self, id: &str, agent: &mut Subagent, task: &str) -> ToolOutcome {
-        let name = agent.name.clone();
-        let prompt = agent.call(
-            "session/prompt",
-            json!({"sessionId": agent.session_id, "prompt": [{"type": "text", "text": task}]}),
-        );
-        let mut answer = String::new();
-        // The agent's tool call id → ours.
-        let mut calls: HashMap<String, String> = HashMap::new();
+    /// Serves the jobs until each has its outcome — their answers, updates and requests, as they
+    /// come — or the turn is stopped (each agent is told, then stopped). Agents are stopped at
+    /// the end.
+    fn run_jobs(&mut self, jobs: &mut [Job]) {
         let cancel = self.spec.cancel.receiver().clone();
-        let stop_reason = loop {
-            select! {
-                recv(prompt.receiver()) -> r => match r {
-                    Ok(Ok(v)) => break v.get("stopReason").and_then(Value::as_str).unwrap_or("end_turn").to_string(),
-                    Ok(Err(_)) | Err(_) if agent.is_closed() => {
-                        self.settle_calls(&mut calls, "the agent stopped");
-                        return ToolOutcome::failed(format!("{}; its work so far:\n{answer}", agent.stopped()));
-                    }
-                    Ok(Err(e)) => {
-                        self.settle_calls(&mut calls, "the agent failed");
-                        return ToolOutcome::failed(format!("agent {name} failed: {}", e.message));
-                    }
-                    Err(_) => return ToolOutcome::failed(agent.stopped()),
-                },
-                recv(agent.incoming) -> m => match m {
-                    Ok(Incoming::Notification(n)) if n.method == "session/update" => {
-                        self.subagent_update(id, &name, &n.params, &mut answer, &mut calls);
-                    }
-                    Ok(Incoming::Notification(_)) => {}
-                    Ok(Incoming::Request(r, responder)) => self.serve_subagent(&name, r, responder, &calls),
-                    // Its output closed: the prompt's answer (an error) comes next.
-                    Err(_) => {}
-                },
-                recv(cancel) -> _ => {
-                    agent.notify("session/cancel", json!({"sessionId": agent.session_id}));
-                    // A well-behaved agent answers `cancelled` promptly; it is stopped either way.
-                    let _ = prompt.receiver().recv_timeout(Duration::from_secs(5));
-                    self.settle_calls(&mut calls, "the delegation was cancelled");
-                    return ToolOutcome {
-                        status: ToolStatus::Cancelled,
-                        result: ToolResultContent::Text { text: format!("The delegation to {name} was cancelled.") },
-                        truncated: false,
-                    };
+        loop {
+            let open: Vec<usize> = (0..jobs.len())
+                .filter(|&i| jobs[i].outcome.is_none())
+                .collect();
+            if open.is_empty() {
+                break;
+            }
+            // (job, 0 = its answer, 1 = its messages) per select index.
+            let mut which = vec![];
+            let mut sel = crossbeam_channel::Select::new();
+            for &i in &open {
+                sel.recv(jobs[i].prompt.receiver());
+                which.push((i, 0));
+                if jobs[i].incoming_open {
+                    sel.recv(&jobs[i].agent.incoming);
+                    which.push((i, 1));
                 }
+            }
+            let cancel_index = sel.recv(&cancel);
+            let op = sel.select();
+            let index = op.index();
+            if index == cancel_index {
+                let _ = op.recv(&cancel);
+                drop(sel);
+                for &i in &open {
+                    let job = &mut jobs[i];
+                    job.agent
+                        .notify("session/cancel", json!({"sessionId": job.agent.session_id}));
+                }
+                for &i in &open {
+                    // A well-behaved agent answers `cancelled` promptly; it is stopped anyway.
+                    let _ = jobs[i]
+                        .prompt
+                        .receiver()
+                        .recv_timeout(Duration::from_secs(5));
+                    let name = jobs[i].agent.name.clone();
+                    let mut calls = std::mem::take(&mut jobs[i].calls);
+                    self.settle_calls(&mut calls, "the delegation was cancelled");
+                    jobs[i].outcome = Some(ToolOutcome {
+                        status: ToolStatus::Cancelled,
+                        result: ToolResultContent::Text {
+                            text: format!("The delegation to {name} was cancelled."),
+                        },
+                        truncated: false,
+                    });
+                }
+                break;
+            }
+            let (i, kind) = which[index];
+            if kind == 0 {
+                let answer = op.recv(jobs[i].prompt.receiver());
+                drop(sel);
+                self.answered(&mut jobs[i], answer);
+            } else {
+                let message = op.recv(&jobs[i].agent.incoming);
+                drop(sel);
+                let job = &mut jobs[i];
+                match message {
+                    Ok(m) => self.agent_message(job, m),
+                    // Its output closed: its answer (an error) comes next.
+                    Err(_) => job.incoming_open = false,
+                }
+            }
+        }
+        for job in jobs.iter_mut() {
+            job.agent.stop();
+        }
+    }
+
+    /// An update or request of a job's agent.
+    fn agent_message(&mut self, job: &mut Job, message: Incoming) {
+        let previous = self.delegating.replace(job.id.clone());
+        let name = job.agent.name.clone();
+        match message {
+            Incoming::Notification(n) if n.method == "session/update" => {
+                self.subagent_update(&job.id, &name, &n.params, &mut job.answer, &mut job.calls);
+            }
+            Incoming::Notification(_) => {}
+            Incoming::Request(r, responder) => self.serve_subagent(&name, r, responder, &job.calls),
+        }
+        self.delegating = previous;
+    }
+
+    /// A job's agent answered its prompt (or could not): its outcome.
+    fn answered(
+        &mut self,
+        job: &mut Job,
+        answer: Result<crate::jsonrpc::CallResult, crossbeam_channel::RecvError>,
+    ) {
+        let name = job.agent.name.clone();
+        // Its updates before the answer are already read (one reader, in wire order) but may
+        // still wait in the other channel: take them in first.
+        while let Ok(m) = job.agent.incoming.try_recv() {
+            self.agent_message(job, m);
+        }
+        let outcome = match answer {
+            Ok(Ok(v)) => {
+                let reason = v
+                    .get("stopReason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("end_turn");
+                let mut calls = std::mem::take(&mut job.calls);
+                self.settle_calls(&mut calls, "the agent finished without settling it");
+                match reason {
+                    "end_turn" if job.answer.trim().is_empty() => ToolOutcome::completed(
+                        format!("Agent {name} finished without an answer."),
+                        false,
+                    ),
+                    "end_turn" => ToolOutcome::completed(std::mem::take(&mut job.answer), false),
+                    other => ToolOutcome::failed(format!(
+                        "agent {name} stopped ({other}); its answer so far:\n{}",
+                        job.answer
+                    )),
+                }
+            }
+            Ok(Err(e)) if !job.agent.is_closed() => {
+                let mut calls = std::mem::take(&mut job.calls);
+                self.settle_calls(&mut calls, "the agent failed");
+                ToolOutcome::failed(format!("agent {name} failed: {}", e.message))
+            }
+            _ => {
+                let mut calls = std::mem::take(&mut job.calls);
+                self.settle_calls(&mut calls, "the agent stopped");
+                ToolOutcome::failed(format!(
+                    "{}; its work so far:\n{}",
+                    job.agent.stopped(),
+                    job.answer
+                ))
             }
         };
-        // Its updates before the answer are already read (one reader, in wire order) but may
-        // still wait in the other channel: take them in before settling.
-        while let Ok(m) = agent.incoming.try_recv() {
-            match m {
-                Incoming::Notification(n) if n.method == "session/update" => {
-                    self.subagent_update(id, &name, &n.params, &mut answer, &mut calls);
-                }
-                Incoming::Request(r, responder) => self.serve_subagent(&name, r, responder, &calls),
-                Incoming::Notification(_) => {}
-            }
-        }
-        self.settle_calls(&mut calls, "the agent finished without settling it");
-        match stop_reason.as_str() {
-            "end_turn" if answer.trim().is_empty() => {
-                ToolOutcome::completed(format!("Agent {name} finished without an answer."), false)
-            }
-            "end_turn" => ToolOutcome::completed(answer, false),
-            other => ToolOutcome::failed(format!(
-                "agent {name} stopped ({other}); its answer so far:\n{answer}"
-            )),
-        }
+        job.outcome = Some(outcome);
     }
 
     /// One `session/update` of the agent, shown in this session.

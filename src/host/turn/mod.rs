@@ -21,8 +21,8 @@ use super::{random_id, Host};
 use crate::host_api::wire::{
     now_ms, BoundaryPath, CollaborationMode, ContextUsage, FailureClass, FileDiff, FrameBody,
     Interaction, InteractionAnswer, InteractionOutcome, InteractionRequest, Location,
-    MessageContent, PermissionMode, PlanEntry, Question, TokenUsage, ToolResultContent,
-    TranscriptBody, TurnOutcome, TurnStatus,
+    MessageContent, OrchestrationMode, PermissionMode, PlanEntry, Question, TokenUsage,
+    ToolResultContent, TranscriptBody, TurnOutcome, TurnStatus,
 };
 use crossbeam_channel::{bounded, select};
 use serde_json::{json, Value};
@@ -220,6 +220,11 @@ impl Turn {
             tools: tools::specs()
                 .into_iter()
                 .chain((!self.agents.is_empty()).then(|| delegate::spec(&self.agents)))
+                .chain(
+                    (!self.agents.is_empty()
+                        && configuration.orchestration_mode == OrchestrationMode::Graph)
+                        .then(|| delegate::graph_spec(&self.agents)),
+                )
                 .chain(self.mcp_tools.iter().map(|t| {
                     json!({"type": "function", "function": {
                         "name": t.exposed,
@@ -336,11 +341,35 @@ impl Turn {
         // unique within the session, so the host mints them and keeps the provider's id only
         // for the model's own history.
         let run = self.spec.run_id.trim_start_matches("r_").to_string();
-        for (n, (provider_id, name, arguments)) in calls.into_iter().enumerate() {
+        let mut calls: Vec<(String, String, String, String)> = calls
+            .into_iter()
+            .enumerate()
+            .map(|(n, (provider_id, name, arguments))| {
+                (format!("tc_{run}_{step}_{n}"), provider_id, name, arguments)
+            })
+            .collect();
+        // Swarm: the step's delegate calls run together, before the others.
+        let delegations = calls.iter().filter(|c| c.2 == "delegate").count();
+        if configuration.orchestration_mode == OrchestrationMode::Swarm
+            && delegations >= 2
+            && !self.agents.is_empty()
+        {
+            let (together, rest): (Vec<_>, Vec<_>) =
+                calls.into_iter().partition(|c| c.2 == "delegate");
+            let together = together
+                .into_iter()
+                .map(|(id, provider_id, _, arguments)| {
+                    let args = serde_json::from_str(&arguments).unwrap_or_else(|_| json!({}));
+                    (id, provider_id, args)
+                })
+                .collect();
+            self.delegate_swarm(together);
+            calls = rest;
+        }
+        for (id, provider_id, name, arguments) in calls {
             if self.spec.cancel.is_cancelled() {
                 return Err(Terminal::cancelled());
             }
-            let id = format!("tc_{run}_{step}_{n}");
             self.tool_call(&id, &provider_id, &name, &arguments);
         }
         if self.spec.cancel.is_cancelled() {

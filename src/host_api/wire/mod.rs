@@ -189,6 +189,19 @@ pub enum CollaborationMode {
     Plan,
 }
 
+/// How the model's delegations to subagents run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OrchestrationMode {
+    /// One delegation at a time.
+    #[default]
+    Default,
+    /// Several `delegate` calls of one model step run in parallel.
+    Swarm,
+    /// A `delegate_graph` tool: tasks with dependencies, each started when its dependencies end.
+    Graph,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Configuration {
@@ -197,6 +210,8 @@ pub struct Configuration {
     pub thinking_level: Option<String>,
     pub permission_mode: PermissionMode,
     pub collaboration_mode: CollaborationMode,
+    #[serde(default)]
+    pub orchestration_mode: OrchestrationMode,
 }
 
 impl Default for Configuration {
@@ -206,6 +221,7 @@ impl Default for Configuration {
             thinking_level: None,
             permission_mode: PermissionMode::Ask,
             collaboration_mode: CollaborationMode::Agent,
+            orchestration_mode: OrchestrationMode::Default,
         }
     }
 }
@@ -227,6 +243,8 @@ pub struct ConfigurationPatch {
     pub permission_mode: Option<PermissionMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collaboration_mode: Option<CollaborationMode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestration_mode: Option<OrchestrationMode>,
 }
 
 mod double_option {
