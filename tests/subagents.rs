@@ -24,6 +24,9 @@ fn parent_script() -> Value {
             {"when": "helper slow", "responses": [
                 [{"tool": "delegate", "args": {"agent": "helper", "task": "slow job"}}],
                 [{"text": "after"}]]},
+            {"when": "helper runs", "responses": [
+                [{"tool": "delegate", "args": {"agent": "helper", "task": "run the command"}}],
+                [{"text": "It ran."}]]},
             {"when": "helper recall", "responses": [
                 [{"tool": "delegate", "args": {"agent": "helper", "task": "what did i say"}}],
                 [{"text": "Recalled."}]]},
@@ -56,6 +59,9 @@ fn sub_script() -> Value {
                 [{"text": "Wrote notes.txt."}]]},
             {"when": "slow job", "responses": [[{"text": "Starting"}, {"delayMs": 30000}, {"text": "never"}]]},
             {"when": "what did i say", "responses": [[{"echo": "user"}]]},
+            {"when": "run the command", "responses": [
+                [{"tool": "run_command", "args": {"command": "echo from-sub-terminal"}}],
+                [{"text": "Ran it."}]]},
             {"when": "part one", "responses": [[{"text": "begin one"}, {"delayMs": 800}, {"text": " end one"}]]},
             {"when": "part two", "responses": [[{"text": "begin two"}, {"delayMs": 800}, {"text": " end two"}]]},
             {"when": "part three", "responses": [[{"text": "begin three"}, {"delayMs": 800}, {"text": " end three"}]]}
@@ -204,6 +210,25 @@ fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed()
         .iter()
         .any(|u| u["toolCallId"] == child["toolCallId"] && u["status"] == "completed"));
 
+    // Its commands run in a terminal this host serves (gated by this session's mode).
+    let mut asked = vec![];
+    let t = a.prompt(&s, "helper runs", |r| {
+        asked.push(r["params"]["toolCall"]["title"].clone());
+        allow(r)
+    });
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    assert_eq!(asked, [json!("helper: echo from-sub-terminal")]);
+    let ran = t
+        .updates_for(&s)
+        .into_iter()
+        .find(|u| {
+            u["sessionUpdate"] == "tool_call_update"
+                && u["status"] == "completed"
+                && u.to_string().contains("from-sub-terminal\\n")
+        })
+        .cloned();
+    assert!(ran.is_some(), "{:?}", t.updates);
+
     // A later delegation continues the same agent session (it resumes it): the agent heard
     // every task this session gave it.
     let t = a.prompt(&s, "helper recall", |r| panic!("unexpected {r}"));
@@ -214,8 +239,9 @@ fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed()
         .cloned()
         .unwrap();
     assert!(
-        done.to_string()
-            .contains("heard: count the files | write the notes | what did i say"),
+        done.to_string().contains(
+            "heard: count the files | write the notes | run the command | what did i say"
+        ),
         "{done}"
     );
 
@@ -239,6 +265,8 @@ fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed()
             "helper: count the files",
             "helper: write the notes",
             "helper: Write notes.txt",
+            "helper: run the command",
+            "helper: echo from-sub-terminal",
             "helper: what did i say"
         ]
     );

@@ -1,7 +1,7 @@
 //! The host as an ACP client of another agent: spawned in its own process group (it dies with
 //! the delegation, the turn's cancel, or the host), spoken to with the crate's one JSON-RPC
 //! core over its pipes (the same reader, writer and request tables as the adapter and MCP).
-//! What the agent asks of us (`session/request_permission`, `fs/*`) and what it streams
+//! What the agent asks of us (`session/request_permission`, `fs/*`, `terminal/*`) and what it streams
 //! (`session/update`) arrive on [`Subagent::incoming`], for the delegating turn to serve.
 
 use super::AgentSpec;
@@ -32,7 +32,7 @@ pub struct Subagent {
 }
 
 impl Subagent {
-    /// Spawns `spec` in `cwd`, `initialize`s it (offering files, not terminals) and opens a
+    /// Spawns `spec` in `cwd`, `initialize`s it (offering files and terminals) and opens a
     /// session there: `earlier` (an agent session of a previous delegation) again when the agent
     /// can resume or load sessions, else a new one. `timeout` bounds each request.
     pub fn start(
@@ -96,7 +96,7 @@ impl Subagent {
             "initialize",
             json!({
                 "protocolVersion": 1,
-                "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
+                "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": true},
                 "clientInfo": {"name": "maka-acp", "version": env!("CARGO_PKG_VERSION")},
             }),
             timeout,

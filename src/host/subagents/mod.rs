@@ -8,6 +8,7 @@
 //! workspace, agent and command in `<data dir>/trusted-agents.json`).
 
 pub mod client;
+pub mod terminals;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

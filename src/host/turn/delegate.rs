@@ -95,6 +95,8 @@ struct Job {
     calls: HashMap<String, String>,
     /// Its output is still open (a closed one is not waited on again).
     incoming_open: bool,
+    /// Commands it runs through `terminal/*` (killed when the job ends).
+    terminals: subagents::terminals::Terminals,
     outcome: Option<ToolOutcome>,
 }
 
@@ -404,6 +406,7 @@ impl Turn {
             answer: String::new(),
             calls: HashMap::new(),
             incoming_open: true,
+            terminals: Default::default(),
             outcome: None,
         })
     }
@@ -517,6 +520,7 @@ impl Turn {
         }
         for job in jobs.iter_mut() {
             job.agent.stop();
+            job.terminals = Default::default(); // kills what it left running
         }
     }
 
@@ -526,10 +530,19 @@ impl Turn {
         let name = job.agent.name.clone();
         match message {
             Incoming::Notification(n) if n.method == "session/update" => {
-                self.subagent_update(&job.id, &name, &n.params, &mut job.answer, &mut job.calls);
+                self.subagent_update(
+                    &job.id,
+                    &name,
+                    &n.params,
+                    &mut job.answer,
+                    &mut job.calls,
+                    &job.terminals,
+                );
             }
             Incoming::Notification(_) => {}
-            Incoming::Request(r, responder) => self.serve_subagent(&name, r, responder, &job.calls),
+            Incoming::Request(r, responder) => {
+                self.serve_subagent(&name, r, responder, &job.calls, &mut job.terminals)
+            }
         }
         self.delegating = previous;
     }
@@ -592,6 +605,7 @@ impl Turn {
         params: &Value,
         answer: &mut String,
         calls: &mut HashMap<String, String>,
+        terminals: &subagents::terminals::Terminals,
     ) {
         let u = params.get("update").cloned().unwrap_or(Value::Null);
         let kind = u.get("sessionUpdate").and_then(Value::as_str).unwrap_or("");
@@ -631,7 +645,7 @@ impl Turn {
                     &[],
                 );
                 if let Some(status) = u.get("status").and_then(Value::as_str) {
-                    self.sub_status(&ours, status, &u, calls, sub);
+                    self.sub_status(&ours, status, &u, calls, sub, terminals);
                 }
             }
             "tool_call_update" => {
@@ -642,7 +656,7 @@ impl Turn {
                     return;
                 };
                 if let Some(status) = u.get("status").and_then(Value::as_str) {
-                    self.sub_status(&ours, status, &u, calls, sub);
+                    self.sub_status(&ours, status, &u, calls, sub, terminals);
                 }
             }
             "plan" => {
@@ -678,6 +692,7 @@ impl Turn {
         u: &Value,
         calls: &mut HashMap<String, String>,
         sub: &str,
+        terminals: &subagents::terminals::Terminals,
     ) {
         let settled = match status {
             "completed" => ToolStatus::Completed,
@@ -707,6 +722,11 @@ impl Turn {
                     "Changed {}",
                     c.get("path").and_then(Value::as_str).unwrap_or("a file")
                 )),
+                // A command it ran in the terminal we gave it: what it printed.
+                Some("terminal") => c
+                    .get("terminalId")
+                    .and_then(Value::as_str)
+                    .and_then(|id| terminals.text_of(id)),
                 _ => None,
             })
             .collect::<Vec<_>>()
@@ -734,24 +754,56 @@ impl Turn {
     }
 
     /// A request of the agent: permissions go to the person (by this session's mode), files are
-    /// served inside the session's folders, anything else is not offered.
+    /// served inside the session's folders, commands by the host's runner (not in explore
+    /// mode), anything else is not offered.
     fn serve_subagent(
         &mut self,
         name: &str,
         r: Request,
         responder: Responder,
         calls: &HashMap<String, String>,
+        terminals: &mut subagents::terminals::Terminals,
     ) {
+        if r.method == "terminal/wait_for_exit" {
+            return terminals.wait_for_exit(&r.params, responder);
+        }
         let result = match r.method.as_str() {
             "session/request_permission" => Ok(self.subagent_permission(name, &r.params, calls)),
             "fs/read_text_file" => self.subagent_read(&r.params),
             "fs/write_text_file" => self.subagent_write(&r.params),
+            "terminal/create" => self.subagent_terminal(&r.params, terminals),
+            "terminal/output" => terminals.output(&r.params),
+            "terminal/kill" => terminals.kill(&r.params),
+            "terminal/release" => terminals.release(&r.params),
             other => Err(ResponseError::new(
                 code::METHOD_NOT_FOUND,
                 format!("maka-acp does not offer {other} to subagents"),
             )),
         };
         responder.respond(result);
+    }
+
+    /// `terminal/create`, in a folder of this session, unless the session is read-only.
+    fn subagent_terminal(
+        &mut self,
+        params: &Value,
+        terminals: &mut subagents::terminals::Terminals,
+    ) -> Result<Value, ResponseError> {
+        let mode = self.cell.lock().session.configuration.permission_mode;
+        if mode == PermissionMode::Explore {
+            return Err(ResponseError::new(
+                code::INVALID_REQUEST,
+                "the session is in explore (read-only) mode: no commands",
+            ));
+        }
+        let cwd = match params.get("cwd").and_then(Value::as_str) {
+            Some(_) => {
+                let p = json!({"path": params["cwd"]});
+                self.subagent_path(&p)?
+            }
+            None => self.cwd.clone(),
+        };
+        terminals.create(params, &cwd)
     }
 
     fn subagent_permission(
