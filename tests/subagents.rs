@@ -443,3 +443,71 @@ fn swarm_runs_delegations_together_and_a_graph_follows_its_dependencies() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A third-party ACP agent from a registry as the subagent: opencode (npm
+/// `opencode-linux-x64`, installed by `scripts/test`), configured in the session's folder
+/// against a local fake OpenAI-compatible server. The delegate call carries its streamed answer.
+#[test]
+fn opencode_from_npm_works_as_a_subagent_against_a_local_model() {
+    use support::fake_openai::{fake_server, sse};
+    let opencode = std::env::var("MAKA_TEST_OPENCODE").unwrap_or_else(|_| {
+        panic!("MAKA_TEST_OPENCODE is not set: run the tests with scripts/test, which installs opencode")
+    });
+    let reply = || {
+        sse(&[
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hello from "}}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "the local model."}}]}),
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 5, "completion_tokens": 4}}),
+        ])
+    };
+    // opencode asks for a title and for the answer (in either order): both get the answer.
+    let (port, seen) = fake_server((0..6).map(|_| reply()).collect());
+    let ws = TempDir::new("oc-ws");
+    let home = TempDir::new("oc-home");
+    std::fs::write(
+        ws.path().join("opencode.json"),
+        json!({"provider": {"fake": {"npm": "@ai-sdk/openai-compatible",
+               "options": {"baseURL": format!("http://127.0.0.1:{port}/v1"), "apiKey": "x"},
+               "models": {"fake-model": {}}}},
+               "model": "fake/fake-model"})
+        .to_string(),
+    )
+    .unwrap();
+    std::fs::create_dir_all(ws.path().join(".maka")).unwrap();
+    std::fs::write(
+        ws.path().join(".maka/agents.json"),
+        json!({"agents": {"opencode": {"command": opencode, "args": ["acp"],
+               "env": {"HOME": home.path()}, "description": "opencode"}}})
+        .to_string(),
+    )
+    .unwrap();
+    let parent = json!({"rules": [{"when": "ask opencode", "responses": [
+        [{"tool": "delegate", "args": {"agent": "opencode", "task": "say hello"}}],
+        [{"text": "Asked."}]]}]});
+    let data = TempDir::new("oc-data");
+    let mut a = AgentProcess::scripted(&parent, data.path());
+    a.initialize();
+    let s = a.new_session(ws.path());
+    let t = a.prompt(&s, "ask opencode", allow);
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{:?}",
+        t.response
+    );
+    let done = t
+        .updates_for(&s)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed")
+        .cloned()
+        .unwrap_or_else(|| panic!("{:?}", t.updates));
+    assert!(
+        done.to_string().contains("Hello from the local model."),
+        "{done}\n--- agent stderr:\n{}",
+        a.stderr()
+    );
+    assert!(t.text().ends_with("Asked."));
+    assert!(
+        !seen.lock().unwrap().is_empty(),
+        "opencode called the local model"
+    );
+}

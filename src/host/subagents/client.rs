@@ -27,6 +27,8 @@ pub struct Subagent {
     pub session_id: String,
     /// The last lines it wrote to stderr (for a message when it fails).
     stderr_tail: Arc<std::sync::Mutex<String>>,
+    /// Disconnected once its stderr has been read to the end.
+    stderr_done: Receiver<()>,
     /// The session is an earlier delegation's, continued.
     pub continued: bool,
 }
@@ -66,11 +68,13 @@ impl Subagent {
             return Err("the agent's pipes could not be opened".into());
         };
         let stderr_tail: Arc<std::sync::Mutex<String>> = Arc::default();
+        let (done_tx, stderr_done) = crossbeam_channel::bounded::<()>(0);
         if let Some(err) = child.stderr.take() {
             let tail = Arc::clone(&stderr_tail);
             let _ = std::thread::Builder::new()
                 .name(format!("agent-{}-stderr", spec.name))
                 .spawn(move || {
+                    let _done = done_tx;
                     use std::io::BufRead;
                     for line in BufReader::new(err).lines().map_while(Result::ok) {
                         let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
@@ -90,6 +94,7 @@ impl Subagent {
             connection: Some(connection),
             session_id: String::new(),
             stderr_tail,
+            stderr_done,
             continued: false,
         };
         let init = agent.request(
@@ -214,6 +219,8 @@ impl Subagent {
 
     /// Why it is gone, with what it last said on stderr.
     pub fn stopped(&self) -> String {
+        // Its last words may still be in the pipe: read them first (briefly).
+        let _ = self.stderr_done.recv_timeout(Duration::from_millis(500));
         let tail = self
             .stderr_tail
             .lock()
