@@ -27,6 +27,9 @@ fn parent_script() -> Value {
             {"when": "helper runs", "responses": [
                 [{"tool": "delegate", "args": {"agent": "helper", "task": "run the command"}}],
                 [{"text": "It ran."}]]},
+            {"when": "helper bypass", "responses": [
+                [{"tool": "delegate", "args": {"agent": "helper", "task": "/mode bypass"}}],
+                [{"text": "Switched."}]]},
             {"when": "helper recall", "responses": [
                 [{"tool": "delegate", "args": {"agent": "helper", "task": "what did i say"}}],
                 [{"text": "Recalled."}]]},
@@ -275,6 +278,21 @@ fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed()
         .find(|u| u["sessionUpdate"] == "tool_call" && u["title"] == "helper: Write notes.txt")
         .unwrap();
     assert_eq!(child["_meta"]["maka"]["parentToolCallId"], parent);
+
+    // An agent that starts a command without asking (its own mode is bypass): in this
+    // session's ask mode the person is asked before it runs.
+    let t = a.prompt(&s, "helper bypass", |r| panic!("unexpected {r}"));
+    assert!(
+        format!("{:?}", t.updates).contains("Mode set to bypass"),
+        "{:?}",
+        t.updates
+    );
+    let mut asked = vec![];
+    a.prompt(&s, "helper runs", |r| {
+        asked.push(r["params"]["toolCall"]["title"].clone());
+        allow(r)
+    });
+    assert_eq!(asked, [json!("helper: run sh -c echo from-sub-terminal")]);
     assert!(processes_with(&sub_data.path().display().to_string()).is_empty());
 }
 

@@ -97,6 +97,9 @@ struct Job {
     incoming_open: bool,
     /// Commands it runs through `terminal/*` (killed when the job ends).
     terminals: subagents::terminals::Terminals,
+    /// The person just allowed one of its permission requests (in ask mode that covers the
+    /// command it then starts; otherwise starting one asks).
+    allowed: bool,
     outcome: Option<ToolOutcome>,
 }
 
@@ -407,6 +410,7 @@ impl Turn {
             calls: HashMap::new(),
             incoming_open: true,
             terminals: Default::default(),
+            allowed: false,
             outcome: None,
         })
     }
@@ -540,9 +544,14 @@ impl Turn {
                 );
             }
             Incoming::Notification(_) => {}
-            Incoming::Request(r, responder) => {
-                self.serve_subagent(&name, r, responder, &job.calls, &mut job.terminals)
-            }
+            Incoming::Request(r, responder) => self.serve_subagent(
+                &name,
+                r,
+                responder,
+                &job.calls,
+                &mut job.terminals,
+                &mut job.allowed,
+            ),
         }
         self.delegating = previous;
     }
@@ -763,15 +772,23 @@ impl Turn {
         responder: Responder,
         calls: &HashMap<String, String>,
         terminals: &mut subagents::terminals::Terminals,
+        allowed: &mut bool,
     ) {
         if r.method == "terminal/wait_for_exit" {
             return terminals.wait_for_exit(&r.params, responder);
         }
         let result = match r.method.as_str() {
-            "session/request_permission" => Ok(self.subagent_permission(name, &r.params, calls)),
+            "session/request_permission" => {
+                let (answer, yes) = self.subagent_permission(name, &r.params, calls);
+                *allowed = yes;
+                Ok(answer)
+            }
             "fs/read_text_file" => self.subagent_read(&r.params),
             "fs/write_text_file" => self.subagent_write(&r.params),
-            "terminal/create" => self.subagent_terminal(&r.params, terminals),
+            "terminal/create" => {
+                let approved = std::mem::take(allowed);
+                self.subagent_terminal(name, &r.params, terminals, approved)
+            }
             "terminal/output" => terminals.output(&r.params),
             "terminal/kill" => terminals.kill(&r.params),
             "terminal/release" => terminals.release(&r.params),
@@ -783,11 +800,14 @@ impl Turn {
         responder.respond(result);
     }
 
-    /// `terminal/create`, in a folder of this session, unless the session is read-only.
+    /// `terminal/create`, in a folder of this session, gated by the session's mode: refused in
+    /// explore; in ask, covered by the permission the person just gave the agent, else asked.
     fn subagent_terminal(
         &mut self,
+        name: &str,
         params: &Value,
         terminals: &mut subagents::terminals::Terminals,
+        approved: bool,
     ) -> Result<Value, ResponseError> {
         let mode = self.cell.lock().session.configuration.permission_mode;
         if mode == PermissionMode::Explore {
@@ -795,6 +815,42 @@ impl Turn {
                 code::INVALID_REQUEST,
                 "the session is in explore (read-only) mode: no commands",
             ));
+        }
+        if mode == PermissionMode::Ask && !approved {
+            let line = std::iter::once(params.get("command").and_then(Value::as_str).unwrap_or(""))
+                .chain(
+                    params
+                        .get("args")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_str),
+                )
+                .collect::<Vec<_>>()
+                .join(" ");
+            let request = InteractionRequest::Permission {
+                tool_call_id: self.delegating.clone().unwrap_or_default(),
+                tool_name: "delegate".into(),
+                title: format!("{name}: run {line}"),
+                review: Review::Command,
+                args: Some(json!({"command": line})),
+                locations: vec![],
+                diff: None,
+                remember_for_turn_allowed: false,
+            };
+            let yes = matches!(
+                self.interact(request),
+                Some(InteractionAnswer::Permission {
+                    decision: Decision::Allow,
+                    ..
+                })
+            );
+            if !yes {
+                return Err(ResponseError::new(
+                    code::INVALID_REQUEST,
+                    "the user did not allow this command",
+                ));
+            }
         }
         let cwd = match params.get("cwd").and_then(Value::as_str) {
             Some(_) => {
@@ -806,12 +862,13 @@ impl Turn {
         terminals.create(params, &cwd)
     }
 
+    /// The answer for the agent, and whether it was "allow".
     fn subagent_permission(
         &mut self,
         name: &str,
         params: &Value,
         calls: &HashMap<String, String>,
-    ) -> Value {
+    ) -> (Value, bool) {
         let options = params
             .get("options")
             .and_then(Value::as_array)
@@ -867,10 +924,11 @@ impl Turn {
         } else {
             pick(&["reject_once", "reject_always"])
         };
-        match chosen {
+        let answer = match &chosen {
             Some(option_id) => json!({"outcome": {"outcome": "selected", "optionId": option_id}}),
             None => json!({"outcome": {"outcome": "cancelled"}}),
-        }
+        };
+        (answer, allowed && chosen.is_some())
     }
 
     /// The agent's path, resolved, inside this session's folders.
