@@ -21,6 +21,7 @@ fn script() -> Value {
             [{"tool": "fixture__die", "args": {}}],
             [{"text": "done"}]]},
         {"when": "ping", "responses": [[{"tool": "fixture__ping", "args": {}}], [{"text": "pinged"}]]},
+        {"when": "over sse", "responses": [[{"tool": "sse__echo", "args": {"message": "hi over sse"}}], [{"text": "echoed"}]]},
         {"when": "extra", "responses": [[{"tool": "fixture__extra", "args": {}}], [{"text": "used extra"}]]}
     ], "default": [[{"text": "Hello."}]]})
 }
@@ -49,7 +50,7 @@ fn agent(tag: &str, extra_env: &[(&str, &str)]) -> (AgentProcess, TempDir, TempD
     let init = a.initialize();
     assert_eq!(
         init["agentCapabilities"]["mcpCapabilities"],
-        json!({"http": true, "sse": false})
+        json!({"http": true, "sse": true})
     );
     (a, data, ws)
 }
@@ -314,4 +315,90 @@ fn servers_stop_on_close_and_eof_and_come_back_on_load() {
     a.close_stdin();
     a.wait_exit(Duration::from_secs(10)).expect("adapter exits");
     assert!(wait_gone(&marker), "no MCP server outlives the adapter");
+}
+
+/// `mcp-server-everything sse` listening on `port` (a process group of its own, killed on drop).
+struct SseServer(std::process::Child);
+
+impl SseServer {
+    fn start(port: u16) -> SseServer {
+        use std::os::unix::process::CommandExt;
+        let child = std::process::Command::new(installed("MAKA_TEST_MCP_EVERYTHING"))
+            .arg("sse")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "the SSE server did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        SseServer(child)
+    }
+}
+
+impl Drop for SseServer {
+    fn drop(&mut self) {
+        unsafe { libc_kill(-(self.0.id() as i32), 9) };
+        let _ = self.0.wait();
+    }
+}
+
+extern "C" {
+    #[link_name = "kill"]
+    fn libc_kill(pid: i32, sig: i32) -> i32;
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// MCP over HTTP+SSE with a server nobody here wrote (`server-everything` in `sse` mode): the
+/// endpoint event, POSTed messages, answers on the stream — and a reconnect after the server
+/// restarts.
+#[test]
+fn an_sse_server_from_npm_becomes_tools_and_survives_a_restart() {
+    let port = free_port();
+    let server = SseServer::start(port);
+    let (mut a, _d, ws) = agent("sse", &[]);
+    let servers = json!([{"type": "sse", "name": "sse", "url": format!("http://127.0.0.1:{port}/sse"), "headers": []}]);
+    let sid = a.call_ok(
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": servers}),
+    )["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let echoed = |t: &support::Transcript| {
+        results(t, &sid)
+            .iter()
+            .any(|u| u["status"] == "completed" && u.to_string().contains("Echo: hi over sse"))
+    };
+    let t = a.prompt(&sid, "echo over sse", allow);
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    assert!(echoed(&t), "{:?}", t.updates);
+
+    // The server restarts on the same port: the stream is reopened and the session goes on.
+    drop(server);
+    let _server = SseServer::start(port);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let t = a.prompt(&sid, "echo over sse", allow);
+        if echoed(&t) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never reconnected: {:?}",
+            t.updates
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

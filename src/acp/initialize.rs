@@ -99,7 +99,7 @@ pub fn agent_capabilities() -> AgentCapabilities {
         },
         mcp_capabilities: McpCapabilities {
             http: true,
-            sse: false,
+            sse: true,
         },
         session_capabilities: SessionCapabilities {
             list: Empty {},

@@ -112,6 +112,14 @@ impl ClientCalls {
         }
     }
 
+    /// Fails every waiter without closing: the connection is being re-established (MCP over
+    /// SSE after its stream dropped) and later calls go over the new one.
+    pub fn fail_pending(&self, why: &str) {
+        for (_, tx) in lock(&self.pending).drain() {
+            let _ = tx.send(Err(ResponseError::internal(why)));
+        }
+    }
+
     /// Whether the client's side of the connection has closed (stdin EOF).
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)

@@ -17,10 +17,18 @@ const OUTBOX_CAPACITY: usize = 4096;
 /// Requests and notifications waiting for the dispatcher.
 const INBOX_CAPACITY: usize = 256;
 
-enum Outgoing {
+pub(crate) enum Outgoing {
     Line(String),
     /// Written after everything enqueued before it; then the writer exits.
     Stop,
+}
+
+/// An outbox whose lines the caller delivers itself (MCP over HTTP+SSE POSTs each one), with
+/// the receiving end of its queue.
+#[cfg(feature = "host")]
+pub(crate) fn outbox_pair() -> (Outbox, Receiver<Outgoing>) {
+    let (tx, rx) = bounded(OUTBOX_CAPACITY);
+    (Outbox { tx }, rx)
 }
 
 /// A cheap handle for enqueueing messages to the writer thread.

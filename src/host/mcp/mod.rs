@@ -8,6 +8,7 @@
 //! that fails to start or dies is reported to the user in the next turn, never dropped silently.
 
 mod server;
+mod sse_transport;
 
 pub use server::{McpServer, McpTool};
 

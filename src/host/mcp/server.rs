@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// How long one tool call may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(600);
-const PROTOCOL_VERSION: &str = "2025-06-18";
+pub(super) const PROTOCOL_VERSION: &str = "2025-06-18";
 /// Longest answer accepted from an HTTP server.
 const MAX_ANSWER: usize = 16 * 1024 * 1024;
 
@@ -36,6 +36,8 @@ pub struct McpTool {
 enum Transport {
     Stdio(StdioTransport),
     Http(HttpTransport),
+    /// HTTP+SSE (`type: "sse"`): a GET event stream and POSTed messages.
+    Sse(super::sse_transport::SseTransport),
 }
 
 struct StdioTransport {
@@ -120,6 +122,13 @@ impl McpServer {
                     .build()
                     .into(),
             }),
+            Some("sse") => Transport::Sse(super::sse_transport::SseTransport::start(
+                spec.get("url")
+                    .and_then(Value::as_str)
+                    .ok_or("an sse server needs `url`")?,
+                pairs(spec, "headers"),
+                &name,
+            )?),
             Some(other) => return Err(format!("transport type {other:?} is not supported")),
         };
         let mut server = McpServer { name, transport };
@@ -198,6 +207,9 @@ impl McpServer {
             Transport::Stdio(t) => {
                 t.outbox.send(&Message::notification(method, params));
             }
+            Transport::Sse(t) => {
+                t.outbox.send(&Message::notification(method, params));
+            }
             Transport::Http(t) => {
                 let _ = t.post(&Message::notification(method, params));
             }
@@ -221,6 +233,26 @@ impl McpServer {
                 match pending.receiver().recv_timeout(timeout) {
                     Ok(Ok(v)) => Ok(v),
                     Ok(Err(_)) if t.calls.is_closed() => Err(format!("MCP server {name} stopped")),
+                    Ok(Err(e)) => Err(e.message),
+                    Err(_) => {
+                        t.calls.forget(&pending.id);
+                        Err(format!(
+                            "no answer to {method} within {} s",
+                            timeout.as_secs()
+                        ))
+                    }
+                }
+            }
+            Transport::Sse(t) => {
+                if t.calls.is_closed() {
+                    return Err(format!("MCP server {name} stopped"));
+                }
+                let pending = t.calls.call(method, params);
+                match pending.receiver().recv_timeout(timeout) {
+                    Ok(Ok(v)) => Ok(v),
+                    Ok(Err(_)) if t.calls.is_closed() => {
+                        Err(format!("MCP server {name}'s event stream dropped"))
+                    }
                     Ok(Err(e)) => Err(e.message),
                     Err(_) => {
                         t.calls.forget(&pending.id);
@@ -283,6 +315,7 @@ impl McpServer {
     pub fn take_tools_changed(&self) -> bool {
         match &self.transport {
             Transport::Stdio(t) => t.tools_changed.swap(false, Ordering::AcqRel),
+            Transport::Sse(t) => t.tools_changed.swap(false, Ordering::AcqRel),
             Transport::Http(_) => false,
         }
     }
@@ -293,11 +326,18 @@ impl McpServer {
             Transport::Stdio(t) if t.calls.is_closed() => {
                 Some(format!("MCP server {} stopped", self.name))
             }
+            Transport::Sse(t) if t.calls.is_closed() => Some(format!(
+                "MCP server {} is unreachable (its event stream dropped and could not be reopened)",
+                self.name
+            )),
             _ => None,
         }
     }
 
     pub fn stop(&mut self) {
+        if let Transport::Sse(t) = &self.transport {
+            t.stop();
+        }
         if let Transport::Stdio(t) = &mut self.transport {
             kill_group(t.child.id());
             let _ = t.child.kill();
