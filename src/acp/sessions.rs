@@ -23,13 +23,38 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub fn new(ctx: &Ctx, params: NewSession, responder: Responder) {
-    match create(ctx, params) {
+    answer_setup(ctx, create(ctx, params), responder);
+}
+
+/// A new session's result, then (after it) its commands.
+fn answer_setup(
+    ctx: &Ctx,
+    made: Result<(SessionSetup, Arc<AcpSession>), ResponseError>,
+    responder: Responder,
+) {
+    match made {
         Ok((result, session)) => {
             responder.respond(Ok(to_json(&result)));
             send_commands(ctx, &session);
         }
         Err(e) => responder.respond(Err(e)),
     }
+}
+
+/// A session the host just made for this client (new or forked): live here from now on.
+fn attach_new(
+    ctx: &Ctx,
+    conn: &super::host_link::Connected,
+    record: &Session,
+    models: Option<&ModelCatalog>,
+) -> Result<(SessionSetup, Arc<AcpSession>), ResponseError> {
+    let id = record.id.clone();
+    ctx.register_services(conn, &id)?;
+    let session = AcpSession::new(&id, ctx.display_terminal());
+    let mut result = attach_config(ctx, &session, record, models);
+    result.session_id = Some(id.clone());
+    lock(&ctx.sessions).insert(id, Arc::clone(&session));
+    Ok((result, session))
 }
 
 fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), ResponseError> {
@@ -51,24 +76,13 @@ fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), R
             mcp_servers: p.mcp_servers,
         },
     )?;
-    ctx.register_services(&conn, &id)?;
-    let session = AcpSession::new(&id, ctx.display_terminal());
-    let mut result = attach_config(ctx, &session, &record, models.as_ref());
-    result.session_id = Some(id.clone());
-    lock(&ctx.sessions).insert(id, Arc::clone(&session));
-    Ok((result, session))
+    attach_new(ctx, &conn, &record, models.as_ref())
 }
 
 /// `session/fork` (ACP unstable): a new session with the source's whole conversation (its
 /// finished turns), attached here like `session/new`.
 pub fn fork(ctx: &Ctx, p: ForkSession, responder: Responder) {
-    match fork_session(ctx, p) {
-        Ok((result, session)) => {
-            responder.respond(Ok(to_json(&result)));
-            send_commands(ctx, &session);
-        }
-        Err(e) => responder.respond(Err(e)),
-    }
+    answer_setup(ctx, fork_session(ctx, p), responder);
 }
 
 fn fork_session(
@@ -100,12 +114,7 @@ fn fork_session(
         }
         Err(e) => return Err(ctx.host_error(&conn, &e)),
     };
-    ctx.register_services(&conn, &id)?;
-    let session = AcpSession::new(&id, ctx.display_terminal());
-    let mut result = attach_config(ctx, &session, &record, models.as_ref());
-    result.session_id = Some(id.clone());
-    lock(&ctx.sessions).insert(id, Arc::clone(&session));
-    Ok((result, session))
+    attach_new(ctx, &conn, &record, models.as_ref())
 }
 
 /// Records the model catalog and the session's configuration, and returns the

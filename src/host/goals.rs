@@ -72,7 +72,7 @@ pub fn arm(host: &Arc<Host>, input: GoalArmInput) -> Result<Goal, HostError> {
     }
     let cell = host.cell(&input.session_id)?;
     let goal = {
-        let mut st = super::ops::open_state_for(host, &cell)?;
+        let mut st = super::ops::open_state(host, &cell)?;
         if st.session.is_archived {
             return Err(HostError::new(
                 ErrorCode::SessionArchived,
@@ -121,7 +121,7 @@ pub fn arm(host: &Arc<Host>, input: GoalArmInput) -> Result<Goal, HostError> {
 pub fn control(host: &Arc<Host>, input: GoalControlInput) -> Result<Goal, HostError> {
     let cell = host.cell(&input.session_id)?;
     let (goal, restart) = {
-        let mut st = super::ops::open_state_for(host, &cell)?;
+        let mut st = super::ops::open_state(host, &cell)?;
         let mut goal = st
             .goal
             .clone()

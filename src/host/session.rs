@@ -585,6 +585,14 @@ impl SessionState {
         })
     }
 
+    /// Whether the client registered `service` (or a family it belongs to: `fs` covers
+    /// `fs.read_text_file`).
+    pub fn offers(&self, service: &str) -> bool {
+        self.client_services
+            .iter()
+            .any(|s| s == service || service.starts_with(&format!("{s}.")))
+    }
+
     /// Interactions still waiting for an answer.
     pub fn pending_interaction_count(&self) -> usize {
         self.interactions

@@ -9,7 +9,7 @@ pub mod transport;
 
 pub use incoming::{CancelFlag, Responder};
 pub use message::{code, Message, Notification, Request, RequestId, Response, ResponseError};
-pub use outgoing::{CallResult, ClientCalls, PendingCall};
+pub use outgoing::{CallFailure, CallResult, ClientCalls, PendingCall};
 #[cfg(feature = "host")]
 pub(crate) use transport::{outbox_pair, Outgoing};
 pub use transport::{Connection, Incoming, Outbox};

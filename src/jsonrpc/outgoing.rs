@@ -12,6 +12,29 @@ use std::sync::Mutex;
 
 pub type CallResult = Result<Value, ResponseError>;
 
+/// Why [`ClientCalls::request`] has no result.
+#[derive(Debug)]
+pub enum CallFailure {
+    /// The other side is gone.
+    Closed,
+    /// It answered with an error.
+    Failed(ResponseError),
+    TimedOut,
+}
+
+impl CallFailure {
+    /// A sentence for a request of `method` to `who`.
+    pub fn describe(&self, who: &str, method: &str, timeout: std::time::Duration) -> String {
+        match self {
+            CallFailure::Closed => format!("{who} stopped"),
+            CallFailure::Failed(e) => e.message.clone(),
+            CallFailure::TimedOut => {
+                format!("no answer to {method} within {} s", timeout.as_secs())
+            }
+        }
+    }
+}
+
 /// The table of requests this agent has sent to the client and not yet seen answered.
 pub struct ClientCalls {
     next_id: AtomicI64,
@@ -96,6 +119,29 @@ impl ClientCalls {
                 "$/cancel_request",
                 json!({ "requestId": id.to_value() }),
             ));
+        }
+    }
+
+    /// One request, waited for at most `timeout` (a late answer is dropped): the one way every
+    /// blocking caller (MCP servers, subagents) waits.
+    pub fn request(
+        &self,
+        method: &str,
+        params: Value,
+        timeout: std::time::Duration,
+    ) -> Result<Value, CallFailure> {
+        if self.is_closed() {
+            return Err(CallFailure::Closed);
+        }
+        let pending = self.call(method, params);
+        match pending.receiver().recv_timeout(timeout) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(_)) if self.is_closed() => Err(CallFailure::Closed),
+            Ok(Err(e)) => Err(CallFailure::Failed(e)),
+            Err(_) => {
+                self.forget(&pending.id);
+                Err(CallFailure::TimedOut)
+            }
         }
     }
 

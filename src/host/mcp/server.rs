@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// How long one tool call may take.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(600);
-pub(super) const PROTOCOL_VERSION: &str = "2025-06-18";
+const PROTOCOL_VERSION: &str = "2025-06-18";
 /// Longest answer accepted from an HTTP server.
 const MAX_ANSWER: usize = 16 * 1024 * 1024;
 
@@ -61,6 +61,11 @@ struct HttpTransport {
 pub struct McpServer {
     pub name: String,
     transport: Transport,
+}
+
+/// What `initialize` says about us (also after an SSE server's stream is reopened).
+pub(super) fn initialize_params() -> Value {
+    json!({"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "maka-acp", "version": env!("CARGO_PKG_VERSION")}})
 }
 
 /// A server name as it may appear in a tool name.
@@ -133,11 +138,7 @@ impl McpServer {
         };
         let mut server = McpServer { name, transport };
         let deadline = Instant::now() + timeout;
-        let init = server.request(
-            "initialize",
-            json!({"protocolVersion": PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "maka-acp", "version": env!("CARGO_PKG_VERSION")}}),
-            timeout,
-        );
+        let init = server.request("initialize", initialize_params(), timeout);
         if let Err(e) = init {
             server.stop();
             return Err(format!("initialize failed: {e}"));
@@ -223,46 +224,16 @@ impl McpServer {
         params: Value,
         timeout: Duration,
     ) -> Result<Value, String> {
-        let name = &self.name;
+        let who = format!("MCP server {}", self.name);
         match &mut self.transport {
-            Transport::Stdio(t) => {
-                if t.calls.is_closed() {
-                    return Err(format!("MCP server {name} stopped"));
-                }
-                let pending = t.calls.call(method, params);
-                match pending.receiver().recv_timeout(timeout) {
-                    Ok(Ok(v)) => Ok(v),
-                    Ok(Err(_)) if t.calls.is_closed() => Err(format!("MCP server {name} stopped")),
-                    Ok(Err(e)) => Err(e.message),
-                    Err(_) => {
-                        t.calls.forget(&pending.id);
-                        Err(format!(
-                            "no answer to {method} within {} s",
-                            timeout.as_secs()
-                        ))
-                    }
-                }
-            }
-            Transport::Sse(t) => {
-                if t.calls.is_closed() {
-                    return Err(format!("MCP server {name} stopped"));
-                }
-                let pending = t.calls.call(method, params);
-                match pending.receiver().recv_timeout(timeout) {
-                    Ok(Ok(v)) => Ok(v),
-                    Ok(Err(_)) if t.calls.is_closed() => {
-                        Err(format!("MCP server {name}'s event stream dropped"))
-                    }
-                    Ok(Err(e)) => Err(e.message),
-                    Err(_) => {
-                        t.calls.forget(&pending.id);
-                        Err(format!(
-                            "no answer to {method} within {} s",
-                            timeout.as_secs()
-                        ))
-                    }
-                }
-            }
+            Transport::Stdio(t) => t
+                .calls
+                .request(method, params, timeout)
+                .map_err(|e| e.describe(&who, method, timeout)),
+            Transport::Sse(t) => t
+                .calls
+                .request(method, params, timeout)
+                .map_err(|e| e.describe(&who, method, timeout)),
             Transport::Http(t) => {
                 t.next_id += 1;
                 let id = crate::jsonrpc::RequestId::Int(t.next_id);

@@ -189,8 +189,7 @@ impl SseTransport {
                             Ok(r) => {
                                 let init = Message::notification("notifications/initialized", json!({}));
                                 let hello = json!({"jsonrpc": "2.0", "id": "reconnect", "method": "initialize",
-                                    "params": {"protocolVersion": super::server::PROTOCOL_VERSION, "capabilities": {},
-                                               "clientInfo": {"name": "maka-acp", "version": env!("CARGO_PKG_VERSION")}}});
+                                    "params": super::server::initialize_params()});
                                 if s.post(&hello.to_string()).is_ok() && s.post(&init.to_line()).is_ok() {
                                     reader = Some(r);
                                 }

@@ -119,9 +119,17 @@ scripted provider.";
 impl Providers {
     /// Reads `MAKA_SCRIPT`, the OpenAI-compatible variables and the config file.
     pub fn from_env() -> Providers {
-        Self::from_settings(&crate::config::ProviderSettings::load())
+        // The config file is read once, for the providers and the prices.
+        let file = crate::config::read_file();
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+        let settings = ProviderSettings::resolve(var, &file);
+        Providers {
+            prices: prices::Prices::load(&file),
+            ..Self::from_settings(&settings)
+        }
     }
 
+    /// Providers from `settings` (no prices: those come with [`Providers::from_env`]).
     pub fn from_settings(settings: &ProviderSettings) -> Providers {
         let mut connections = Vec::new();
         let mut problems = Vec::new();
@@ -138,7 +146,7 @@ impl Providers {
         Providers {
             connections,
             problems,
-            prices: prices::Prices::load(&crate::config::read_file()),
+            prices: prices::Prices::default(),
         }
     }
 

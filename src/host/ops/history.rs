@@ -288,13 +288,6 @@ fn finish_commit(host: &Host, cell: &SessionCell, st: &mut SessionState) -> Resu
     Ok(())
 }
 
-fn has_service(cell: &SessionCell, service: &str) -> bool {
-    cell.lock()
-        .client_services
-        .iter()
-        .any(|s| s == service || service.starts_with(&format!("{s}.")))
-}
-
 /// Puts each file back as it was before the abandoned turns, unless it changed since the
 /// agent's last write (then it is a conflict, left alone unless `force`).
 fn restore(
@@ -304,8 +297,13 @@ fn restore(
     cancel: &Receiver<()>,
 ) -> (Vec<FileRestore>, Vec<FileConflict>) {
     let (mut restored, mut conflicts) = (vec![], vec![]);
-    let editor_reads = has_service(cell, "fs.read_text_file");
-    let editor_writes = has_service(cell, "fs.write_text_file");
+    let (editor_reads, editor_writes) = {
+        let st = cell.lock();
+        (
+            st.offers("fs.read_text_file"),
+            st.offers("fs.write_text_file"),
+        )
+    };
     for undo in plan {
         let path = Path::new(&undo.path);
         let conflict = |reason: &str, message: String| FileConflict {

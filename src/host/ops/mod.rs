@@ -111,14 +111,6 @@ fn check_id(what: &str, id: &str) -> Result<(), HostError> {
     }
 }
 
-/// [`open_state`], for the host's own drivers (goals).
-pub(crate) fn open_state_for<'a>(
-    host: &Host,
-    cell: &'a SessionCell,
-) -> Result<std::sync::MutexGuard<'a, SessionState>, HostError> {
-    open_state(host, cell)
-}
-
 /// A goal's turn (origin `goal`), admitted like a prompt.
 pub(crate) fn start_goal_turn(
     host: &Arc<Host>,
@@ -130,7 +122,7 @@ pub(crate) fn start_goal_turn(
 }
 
 /// Locks a session and loads its transcript (recovering it after a crash on first use).
-fn open_state<'a>(
+pub(crate) fn open_state<'a>(
     host: &Host,
     cell: &'a SessionCell,
 ) -> Result<std::sync::MutexGuard<'a, SessionState>, HostError> {

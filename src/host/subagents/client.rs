@@ -190,22 +190,12 @@ impl Subagent {
 
     /// One request, waited for at most `timeout`.
     pub fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, String> {
-        if self.calls.is_closed() {
-            return Err(self.stopped());
-        }
-        let pending = self.calls.call(method, params);
-        match pending.receiver().recv_timeout(timeout) {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(_)) if self.calls.is_closed() => Err(self.stopped()),
-            Ok(Err(e)) => Err(e.message),
-            Err(_) => {
-                self.calls.forget(&pending.id);
-                Err(format!(
-                    "no answer to {method} within {} s",
-                    timeout.as_secs()
-                ))
-            }
-        }
+        self.calls
+            .request(method, params, timeout)
+            .map_err(|e| match e {
+                crate::jsonrpc::CallFailure::Closed => self.stopped(),
+                other => other.describe(&self.name, method, timeout),
+            })
     }
 
     /// A request whose answer the caller waits for itself (with other things).

@@ -69,6 +69,16 @@ pub(super) fn graph_plan(args: &Value) -> tools::ToolPlan {
     }
 }
 
+/// A delegate call's `agent` and (non-empty) `task`.
+fn agent_and_task(args: &Value) -> Option<(&str, &str)> {
+    Some((
+        tools::text_arg(args, "agent")?,
+        tools::text_arg(args, "task").filter(|t| !t.trim().is_empty())?,
+    ))
+}
+
+const NEEDS_AGENT_AND_TASK: &str = "delegate needs `agent` and `task`";
+
 /// At most this many agents run at once in a graph's wave.
 const GRAPH_PARALLEL: usize = 4;
 
@@ -105,11 +115,8 @@ struct Job {
 
 impl Turn {
     pub(super) fn delegate(&mut self, id: &str, args: &Value) -> ToolOutcome {
-        let (Some(name), Some(task)) = (
-            tools::text_arg(args, "agent"),
-            tools::text_arg(args, "task").filter(|t| !t.trim().is_empty()),
-        ) else {
-            return ToolOutcome::failed("delegate needs `agent` and `task`".into());
+        let Some((name, task)) = agent_and_task(args) else {
+            return ToolOutcome::failed(NEEDS_AGENT_AND_TASK.into());
         };
         let mut jobs = match self.start_job(id, name, task, true) {
             Ok(job) => vec![job],
@@ -137,11 +144,8 @@ impl Turn {
                 args,
                 &[],
             );
-            let (Some(name), Some(task)) = (
-                tools::text_arg(args, "agent"),
-                tools::text_arg(args, "task").filter(|t| !t.trim().is_empty()),
-            ) else {
-                let o = ToolOutcome::failed("delegate needs `agent` and `task`".into());
+            let Some((name, task)) = agent_and_task(args) else {
+                let o = ToolOutcome::failed(NEEDS_AGENT_AND_TASK.into());
                 self.finish_tool(id, o, false, 0);
                 continue;
             };

@@ -149,11 +149,7 @@ pub fn call_client(
     let invocation_id = random_id("c");
     {
         let mut st = cell.lock();
-        let registered = st
-            .client_services
-            .iter()
-            .any(|s| s == service || service.starts_with(&format!("{s}.")));
-        if !registered {
+        if !st.offers(service) {
             return Err(CallError::Client(format!(
                 "the client did not register {service}"
             )));
