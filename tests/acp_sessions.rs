@@ -217,7 +217,16 @@ fn permission_allow_edits_and_shows_the_diff_reject_leaves_the_file() {
             .iter()
             .map(|o| o["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, vec!["Allow once", "Reject"]);
+        assert_eq!(
+            names,
+            vec![
+                "Allow once",
+                "Allow changes to `a.txt` for this session",
+                "Always allow changes to `a.txt` in this workspace",
+                "Reject",
+                "Always reject changes to `a.txt` in this workspace"
+            ]
+        );
         select("allow_once")
     });
     assert_eq!(t.response["result"]["stopReason"], "end_turn");

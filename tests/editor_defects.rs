@@ -97,8 +97,9 @@ fn tool_call_ids_are_unique_within_a_session_live_and_replayed() {
 /// (item 2) With `fs.readTextFile` the write replaces the editor's buffer, so the dialog's diff must
 /// show the buffer, not the disk. (item 3) A failed or malformed `fs/write_text_file` reply (avante
 /// answers with an error *string* as the result) is a failed tool call with the client's words.
-/// (item 5) Options mean what they do, one per kind: clients map options by kind (CodeCompanion's
-/// "Accept" takes the last `allow_once`, auto-approvers the first), so there is no second allow.
+/// (item 5) Options mean what they do: clients map options by kind (CodeCompanion's "Accept"
+/// takes the last `allow_once`, auto-approvers the first), so there is one `allow_once`, and
+/// what lasts is an `allow_always` / `reject_always` option named for what it covers.
 #[test]
 fn write_dialogs_diff_the_buffer_and_failed_editor_writes_fail_the_tool() {
     let caps = json!({"fs": {"readTextFile": true, "writeTextFile": true}});
@@ -130,7 +131,17 @@ fn write_dialogs_diff_the_buffer_and_failed_editor_writes_fail_the_tool() {
                         .iter()
                         .map(|o| o["kind"].as_str().unwrap())
                         .collect();
-                    assert_eq!(kinds, ["allow_once", "reject_once"], "one option per kind");
+                    assert_eq!(
+                        kinds,
+                        [
+                            "allow_once",
+                            "allow_always",
+                            "allow_always",
+                            "reject_once",
+                            "reject_always"
+                        ],
+                        "one allow_once, first: what kind-mapping clients take"
+                    );
                     assert_eq!(r["params"]["options"][0]["name"], "Allow once");
                     select("allow_once")
                 }

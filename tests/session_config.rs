@@ -388,8 +388,18 @@ fn slash_commands_are_listed_after_the_response_and_run_by_the_host() {
     assert_eq!(
         names,
         [
-            "plan", "mode", "model", "title", "compact", "agents", "goal", "memory", "fork",
-            "rewind", "help"
+            "plan",
+            "mode",
+            "model",
+            "title",
+            "compact",
+            "agents",
+            "goal",
+            "memory",
+            "fork",
+            "rewind",
+            "permissions",
+            "help"
         ]
     );
     assert!(commands
@@ -432,7 +442,7 @@ fn slash_commands_are_listed_after_the_response_and_run_by_the_host() {
     );
     assert!(resp["result"]["configOptions"].is_array());
     assert!(before.is_empty(), "{before:?}");
-    assert_eq!(other.expect_commands(&id).len(), 11);
+    assert_eq!(other.expect_commands(&id).len(), 12);
 }
 
 #[test]

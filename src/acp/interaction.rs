@@ -22,14 +22,17 @@ use super::types::{
 };
 use crate::host_api::ops::{AnswerInput, InteractionAnswerOp};
 use crate::host_api::wire::{
-    Decision, Interaction, InteractionAnswer, InteractionRequest, Question, Review,
+    Decision, Interaction, InteractionAnswer, InteractionRequest, Question, Review, RuleScope,
 };
 use crate::jsonrpc::CallResult;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
 const ALLOW_ONCE: &str = "allow_once";
+const ALLOW_SESSION: &str = "allow_session";
+const ALLOW_WORKSPACE: &str = "allow_workspace";
 const REJECT: &str = "reject";
+const REJECT_WORKSPACE: &str = "reject_workspace";
 
 pub fn spawn(
     session: Arc<AcpSession>,
@@ -147,7 +150,7 @@ fn absolute_locations<'a>(paths: impl Iterator<Item = &'a str>) -> Option<Vec<To
 
 /// The dialog for a permission or a sandbox boundary (`question`s never get one).
 fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestPermission {
-    use PermissionOptionKind::{AllowOnce, RejectOnce};
+    use PermissionOptionKind::{AllowAlways, AllowOnce, RejectAlways, RejectOnce};
     let (tool_call, options) = match request {
         InteractionRequest::Permission {
             tool_call_id,
@@ -156,6 +159,7 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestP
             args,
             locations,
             diff: d,
+            rule,
             ..
         } => {
             let kind = match review {
@@ -172,19 +176,40 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestP
                 content: d.as_ref().map(|d| vec![diff(d)]),
                 ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending)
             };
-            let options = if *review == Review::Plan {
+            let options = if let (Some(rule), false) = (rule, *review == Review::Plan) {
+                // The rules the host can keep, named so the person sees what "always"
+                // covers. `allow_once` comes first and is the only one of its kind: clients
+                // that map options by kind, and auto-approvers, take the first `allow_once`,
+                // so nothing lasting is granted without being picked by name.
+                let what = rule.describe();
+                vec![
+                    option(ALLOW_ONCE, "Allow once", AllowOnce),
+                    option(
+                        ALLOW_SESSION,
+                        &format!("Allow {what} for this session"),
+                        AllowAlways,
+                    ),
+                    option(
+                        ALLOW_WORKSPACE,
+                        &format!("Always allow {what} in this workspace"),
+                        AllowAlways,
+                    ),
+                    option(REJECT, "Reject", RejectOnce),
+                    option(
+                        REJECT_WORKSPACE,
+                        &format!("Always reject {what} in this workspace"),
+                        RejectAlways,
+                    ),
+                ]
+            } else if *review == Review::Plan {
                 // Plan mode: approving the plan is what lets the agent start changing things.
                 vec![
                     option(ALLOW_ONCE, "Approve the plan and start", AllowOnce),
                     option(REJECT, "Keep planning", RejectOnce),
                 ]
             } else {
-                // One option per kind: clients map options by kind (CodeCompanion keeps the
-                // last option of a kind for its "Accept", auto-approvers take the first), so a
-                // second allow — the host's "for the rest of this turn" — would be granted by
-                // a plain Accept. And it is not `allow_always` either, which means a remembered
-                // choice (clients label it "Always"). Bypass mode is the way to stop being
-                // asked.
+                // No rule can cover this call (a compound command, a file outside the
+                // working directory): once or not at all. Bypass mode stops the questions.
                 vec![
                     option(ALLOW_ONCE, "Allow once", AllowOnce),
                     option(REJECT, "Reject", RejectOnce),
@@ -242,6 +267,7 @@ fn deny(request: &InteractionRequest) -> InteractionAnswer {
         InteractionRequest::Permission { .. } => InteractionAnswer::Permission {
             decision: Decision::Deny,
             remember_for_turn: false,
+            remember: None,
         },
     }
 }
@@ -257,10 +283,19 @@ fn permission_answer(request: &InteractionRequest, reply: &Value) -> Interaction
                 decision: Decision::Allow,
             }
         }
-        (InteractionRequest::Permission { .. }, Some(ALLOW_ONCE)) => {
+        (InteractionRequest::Permission { rule, .. }, Some(option)) => {
+            let (decision, remember) = match option {
+                ALLOW_ONCE => (Decision::Allow, None),
+                ALLOW_SESSION => (Decision::Allow, Some(RuleScope::Session)),
+                ALLOW_WORKSPACE => (Decision::Allow, Some(RuleScope::Workspace)),
+                REJECT_WORKSPACE => (Decision::Deny, Some(RuleScope::Workspace)),
+                _ => (Decision::Deny, None),
+            };
             InteractionAnswer::Permission {
-                decision: Decision::Allow,
+                decision,
                 remember_for_turn: false,
+                // Only a rule the host offered can be kept.
+                remember: remember.filter(|_| rule.is_some()),
             }
         }
         _ => deny(request),
@@ -359,6 +394,7 @@ mod tests {
                 unified_diff: String::new(),
             }),
             remember_for_turn_allowed: true,
+            rule: None,
         };
         let p = to_json(&permission_params("s", &req));
         assert_eq!(p["toolCall"]["title"], "Edit src/lib.rs");
@@ -369,20 +405,79 @@ mod tests {
             .iter()
             .map(|o| o["name"].as_str().unwrap())
             .collect();
-        assert_eq!(names, vec!["Allow once", "Reject"], "one option per kind");
+        assert_eq!(names, vec!["Allow once", "Reject"], "no rule: once or not");
+        // With a rule the host can keep, each lasting option names it and has its kind.
+        let mut ruled = req.clone();
+        if let InteractionRequest::Permission { rule, .. } = &mut ruled {
+            *rule = Some(crate::host_api::wire::RuleTarget::Files {
+                path: "src/**".into(),
+            });
+        }
+        let p = to_json(&permission_params("s", &ruled));
+        let options: Vec<(&str, &str)> = p["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| (o["kind"].as_str().unwrap(), o["name"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            options,
+            vec![
+                ("allow_once", "Allow once"),
+                (
+                    "allow_always",
+                    "Allow file changes under `src/` for this session"
+                ),
+                (
+                    "allow_always",
+                    "Always allow file changes under `src/` in this workspace"
+                ),
+                ("reject_once", "Reject"),
+                (
+                    "reject_always",
+                    "Always reject file changes under `src/` in this workspace"
+                ),
+            ]
+        );
+        let pick = |id: &str| json!({"outcome": {"outcome": "selected", "optionId": id}});
+        let kept = |a: InteractionAnswer| match a {
+            InteractionAnswer::Permission {
+                decision, remember, ..
+            } => (decision, remember),
+            _ => unreachable!(),
+        };
+        assert_eq!(
+            kept(permission_answer(&ruled, &pick("allow_workspace"))),
+            (Decision::Allow, Some(RuleScope::Workspace))
+        );
+        assert_eq!(
+            kept(permission_answer(&ruled, &pick("allow_session"))),
+            (Decision::Allow, Some(RuleScope::Session))
+        );
+        assert_eq!(
+            kept(permission_answer(&ruled, &pick("reject_workspace"))),
+            (Decision::Deny, Some(RuleScope::Workspace))
+        );
+        assert_eq!(
+            kept(permission_answer(&req, &pick("allow_workspace"))),
+            (Decision::Allow, None),
+            "no rule offered, none kept"
+        );
         let allow = json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}});
         assert_eq!(
             permission_answer(&req, &allow),
             InteractionAnswer::Permission {
                 decision: Decision::Allow,
-                remember_for_turn: false
+                remember_for_turn: false,
+                remember: None,
             }
         );
         assert_eq!(
             permission_answer(&req, &json!({"outcome": {"outcome": "cancelled"}})),
             InteractionAnswer::Permission {
                 decision: Decision::Deny,
-                remember_for_turn: false
+                remember_for_turn: false,
+                remember: None,
             }
         );
         let b = InteractionRequest::SandboxBoundary {

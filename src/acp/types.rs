@@ -396,10 +396,11 @@ pub struct PermissionOption {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionOptionKind {
-    // `allow_always` / `reject_always` mean a remembered choice, which this agent does not
-    // offer (see `interaction.rs`).
     AllowOnce,
+    /// A remembered choice: for this session or, stored by the host, for the workspace.
+    AllowAlways,
     RejectOnce,
+    RejectAlways,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

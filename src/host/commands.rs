@@ -74,6 +74,12 @@ pub const COMMANDS: &[SlashCommand] = &[
         needs_model: false,
     },
     SlashCommand {
+        name: "permissions",
+        description: "List the permission rules kept for this session and this workspace, or revoke one",
+        hint: Some("revoke <n>"),
+        needs_model: false,
+    },
+    SlashCommand {
         name: "help",
         description: "List the commands",
         hint: None,

@@ -12,6 +12,7 @@ pub(crate) mod memory;
 pub(crate) mod models;
 pub mod ops;
 pub(crate) mod owner;
+pub(crate) mod permissions;
 pub(crate) mod reaper;
 pub(crate) mod server;
 pub(crate) mod session;
@@ -45,6 +46,8 @@ pub struct Host {
     pub store: Store,
     /// Memory entries (`memory.json`).
     pub memory: memory::Memory,
+    /// Permission rules kept per workspace (`permissions.json`).
+    pub permissions: permissions::Rules,
     /// Sessions' stored files and uploads.
     pub artifacts: artifacts::Artifacts,
     /// Re-read by `models.reload` (after `maka-acp login` or a logout).
@@ -343,6 +346,7 @@ pub fn bind(
         port: AtomicU16::new(port),
         listen_ip: listen.ip(),
         memory: memory::Memory::open(data_dir, store.fsync()),
+        permissions: permissions::Rules::open(data_dir, store.fsync()),
         artifacts: artifacts::Artifacts::new(store.fsync()),
         store,
         providers: std::sync::RwLock::new(Arc::new(providers)),

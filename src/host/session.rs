@@ -59,6 +59,8 @@ pub struct SessionState {
     producer_waiting: bool,
     /// The MCP servers the client passed (running while the session is attached).
     pub mcp: Option<Arc<super::mcp::McpSet>>,
+    /// Permission rules kept "for this session" (in memory: a host restart asks again).
+    pub permission_rules: Vec<crate::host_api::wire::PermissionRule>,
 }
 
 /// A call delegated to the client (`client_call` frame), waiting for `client.call.result`.
@@ -208,6 +210,7 @@ impl SessionCell {
                 next_reader: 0,
                 producer_waiting: false,
                 mcp: None,
+                permission_rules: Vec::new(),
             }),
             changed: Condvar::new(),
         })

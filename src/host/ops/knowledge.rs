@@ -239,6 +239,7 @@ pub(super) fn plan_control(host: &Host, input: PlanControlInput) -> Result<PlanO
             answer: InteractionAnswer::Permission {
                 decision,
                 remember_for_turn: false,
+                remember: None,
             },
         };
         if let Err(e) = super::calls::interaction_answer(host, answer) {

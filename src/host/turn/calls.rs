@@ -5,7 +5,8 @@ use super::delegate;
 use super::dialogs::unshown_questions;
 use super::gate;
 use super::*;
-use crate::host_api::wire::{Decision, Review, ToolStatus};
+use crate::host::permissions;
+use crate::host_api::wire::{Decision, PermissionRule, Review, RuleScope, RuleTarget, ToolStatus};
 
 impl Turn {
     pub(super) fn tool_call(&mut self, id: &str, provider_id: &str, name: &str, arguments: &str) {
@@ -151,7 +152,8 @@ impl Turn {
         args: &Value,
         plan: tools::ToolPlan,
     ) -> ToolOutcome {
-        let (mode, collaboration, has_plan, approved, remembered) = {
+        let workspace_rules = self.host.permissions.for_workspace(&self.workspace_key());
+        let (mode, collaboration, has_plan, approved, remembered, session_rules) = {
             let st = self.cell.lock();
             let c = &st.session.configuration;
             let active = st.active.as_ref();
@@ -162,8 +164,13 @@ impl Turn {
                 active.map(|a| a.approved_paths.clone()).unwrap_or_default(),
                 plan.review
                     .is_some_and(|r| active.is_some_and(|a| a.remembered.contains(&r))),
+                st.permission_rules.clone(),
             )
         };
+        let kept: Vec<&PermissionRule> = session_rules.iter().chain(&workspace_rules).collect();
+        let decided = plan.review.and_then(|review| {
+            permissions::verdict(&kept, &self.rule_call(review, name, args, &plan))
+        });
         let facts = gate::Facts {
             mode,
             collaboration,
@@ -172,7 +179,10 @@ impl Turn {
             touches: &plan.touches,
             roots: &self.roots,
             approved: &approved,
-            remembered,
+            remembered: remembered || decided.is_some_and(|r| r.decision == Decision::Allow),
+            rejected: decided
+                .filter(|r| r.decision == Decision::Deny)
+                .map(|r| r.target.describe()),
         };
         let checks = match gate::decide(name, &facts) {
             gate::Gate::Refuse(why) => return ToolOutcome::failed(why),
@@ -292,12 +302,24 @@ impl Turn {
             locations: plan.locations.clone(),
             diff,
             remember_for_turn_allowed: true,
+            rule: permissions::propose(&self.rule_call(review, name, args, plan)),
+        };
+        let rule = match &request {
+            InteractionRequest::Permission { rule, .. } => rule.clone(),
+            _ => None,
         };
         match self.interact(request) {
             Some(InteractionAnswer::Permission {
-                decision: Decision::Allow,
+                decision,
                 remember_for_turn,
+                remember,
             }) => {
+                if let (Some(scope), Some(target)) = (remember, rule) {
+                    self.keep_rule(scope, decision, target);
+                }
+                if decision == Decision::Deny {
+                    return Some(ToolOutcome::failed("The user denied this action.".into()));
+                }
                 if remember_for_turn {
                     if let Some(a) = self.cell.lock().active.as_mut() {
                         a.remembered.insert(review);
@@ -307,6 +329,54 @@ impl Turn {
             }
             Some(_) => Some(ToolOutcome::failed("The user denied this action.".into())),
             None => Some(self.unanswered("No permission was given for this action.")),
+        }
+    }
+
+    /// The key of this session's workspace rules: its working directory.
+    pub(super) fn workspace_key(&self) -> String {
+        self.cwd.display().to_string()
+    }
+
+    fn rule_call<'a>(
+        &'a self,
+        review: Review,
+        name: &'a str,
+        args: &'a Value,
+        plan: &'a tools::ToolPlan,
+    ) -> permissions::Call<'a> {
+        permissions::Call {
+            review,
+            tool: name,
+            command: (name == "run_command")
+                .then(|| tools::text_arg(args, "command"))
+                .flatten(),
+            touches: &plan.touches,
+            cwd: &self.cwd,
+        }
+    }
+
+    /// Keeps the person's decision as a rule; a rule that cannot be saved is said, not hidden.
+    fn keep_rule(&self, scope: RuleScope, decision: Decision, target: RuleTarget) {
+        let rule = PermissionRule {
+            decision,
+            target,
+            created_at: crate::host_api::wire::now_ms(),
+        };
+        match scope {
+            RuleScope::Session => {
+                let mut st = self.cell.lock();
+                st.permission_rules.retain(|r| r.target != rule.target);
+                st.permission_rules.push(rule);
+            }
+            RuleScope::Workspace => {
+                let what = rule.target.describe();
+                if let Err(e) = self.host.permissions.add(&self.workspace_key(), rule) {
+                    log::error!("cannot save a permission rule: {e}");
+                    self.notice(format!(
+                        "Could not save the rule for {what} ({e}); it was not kept."
+                    ));
+                }
+            }
         }
     }
 
@@ -344,6 +414,7 @@ impl Turn {
             locations: vec![],
             diff: None,
             remember_for_turn_allowed: false,
+            rule: None,
         };
         let answer = self.interact(request);
         let decided = match &answer {

@@ -121,6 +121,7 @@ impl Turn {
             }
             "fork" => self.fork_command(),
             "rewind" => self.rewind_command(rest),
+            "permissions" => self.permissions_command(rest),
             _ => format!(
                 "Unknown command /{name}.\n\n{}",
                 crate::host::commands::help_text()
@@ -128,6 +129,71 @@ impl Turn {
         };
         self.say(text);
         Some(Terminal::completed("end_turn"))
+    }
+
+    /// `/permissions`: the kept rules, numbered (this session's first, then the workspace's);
+    /// `/permissions revoke <n>` removes one.
+    fn permissions_command(&self, rest: &str) -> String {
+        let workspace = self.workspace_key();
+        let session_rules = self.cell.lock().permission_rules.clone();
+        let workspace_rules = self.host.permissions.for_workspace(&workspace);
+        let verb = |r: &crate::host_api::wire::PermissionRule| match r.decision {
+            crate::host_api::wire::Decision::Allow => "allow",
+            crate::host_api::wire::Decision::Deny => "reject",
+        };
+        if let Some(n) = rest.strip_prefix("revoke").map(str::trim) {
+            let Some(n) = n.parse::<usize>().ok().filter(|n| *n >= 1) else {
+                return "Usage: /permissions revoke <n>, with n from /permissions.".into();
+            };
+            if n <= session_rules.len() {
+                let mut st = self.cell.lock();
+                // Matched by value: the list may have changed since it was read.
+                let r = &session_rules[n - 1];
+                st.permission_rules.retain(|k| k != r);
+                return format!(
+                    "Revoked: {} {} for this session.",
+                    verb(r),
+                    r.target.describe()
+                );
+            }
+            let index = n - session_rules.len() - 1;
+            return match self.host.permissions.remove(&workspace, index) {
+                Ok(Some(r)) => format!(
+                    "Revoked: always {} {} in this workspace.",
+                    verb(&r),
+                    r.target.describe()
+                ),
+                Ok(None) => format!("There is no rule {n}; /permissions lists them."),
+                Err(e) => format!("Could not revoke rule {n}: {e}"),
+            };
+        }
+        if !rest.is_empty() {
+            return "Usage: /permissions, or /permissions revoke <n>.".into();
+        }
+        if session_rules.is_empty() && workspace_rules.is_empty() {
+            return "No permission rules are kept. Pick \"for this session\" or \"always\" in a permission dialog to keep one.".into();
+        }
+        let mut text = String::new();
+        let mut n = 0;
+        if !session_rules.is_empty() {
+            text.push_str("For this session:");
+            for r in &session_rules {
+                n += 1;
+                text.push_str(&format!("\n{n}. {} {}", verb(r), r.target.describe()));
+            }
+        }
+        if !workspace_rules.is_empty() {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(&format!("Always, in this workspace ({workspace}):"));
+            for r in &workspace_rules {
+                n += 1;
+                text.push_str(&format!("\n{n}. {} {}", verb(r), r.target.describe()));
+            }
+        }
+        text.push_str("\nRevoke one with /permissions revoke <n>.");
+        text
     }
 
     /// `/goal`: shows the goal; `/goal pause|resume|cancel`; `/goal <objective>` arms one (its

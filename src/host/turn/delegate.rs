@@ -438,6 +438,7 @@ impl Turn {
             locations: vec![],
             diff: None,
             remember_for_turn_allowed: false,
+            rule: None,
         };
         match self.interact(request) {
             Some(InteractionAnswer::Permission {
@@ -841,6 +842,7 @@ impl Turn {
                 locations: vec![],
                 diff: None,
                 remember_for_turn_allowed: false,
+                rule: None,
             };
             let yes = matches!(
                 self.interact(request),
@@ -913,6 +915,7 @@ impl Turn {
                     locations: vec![],
                     diff: None,
                     remember_for_turn_allowed: false,
+                    rule: None,
                 };
                 matches!(
                     self.interact(request),

@@ -20,8 +20,11 @@ pub struct Facts<'a> {
     pub roots: &'a [PathBuf],
     /// Paths outside the roots the user allowed during this turn.
     pub approved: &'a [String],
-    /// The user allowed this review kind for the rest of the turn.
+    /// The user allowed this review kind for the rest of the turn, or a kept rule allows
+    /// this call.
     pub remembered: bool,
+    /// A kept "always reject" rule covers this call: its description.
+    pub rejected: Option<String>,
 }
 
 /// One question the user must answer "allow" to.
@@ -47,6 +50,11 @@ pub fn decide(tool: &str, f: &Facts) -> Gate {
     if f.mode == PermissionMode::Explore && f.review.is_some() {
         return Gate::Refuse(format!(
             "Refused: the session is in explore (read-only) mode, so {tool} is not allowed. Ask the user to switch modes."
+        ));
+    }
+    if let (Some(_), Some(rule)) = (f.review, &f.rejected) {
+        return Gate::Refuse(format!(
+            "Refused: the user always rejects {rule} in this workspace. Do not retry it; the user can lift the rule with /permissions."
         ));
     }
     let mut checks = vec![];
@@ -122,6 +130,7 @@ mod tests {
                     roots: &roots,
                     approved,
                     remembered,
+                    rejected: None,
                 },
             )
         };
@@ -191,5 +200,26 @@ mod tests {
             ]),
             "the order: plan, boundary, permission"
         );
+        // A kept rejection refuses before anything is asked, in every mode.
+        for mode in [Ask, Bypass] {
+            let g = decide(
+                "run_command",
+                &Facts {
+                    mode,
+                    collaboration: Agent,
+                    review: Some(Review::Command),
+                    has_plan: false,
+                    touches: &[],
+                    roots: &roots,
+                    approved: &[],
+                    remembered: true,
+                    rejected: Some("commands starting with `rm`".into()),
+                },
+            );
+            assert!(
+                refused(&g, "always rejects commands starting with `rm`"),
+                "{g:?}"
+            );
+        }
     }
 }

@@ -112,6 +112,10 @@ pub enum InteractionRequest {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         diff: Option<FileDiff>,
         remember_for_turn_allowed: bool,
+        /// What an answer with `remember` would cover (the dialog names it): present only
+        /// when a lasting rule can cover this very call.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rule: Option<RuleTarget>,
     },
     #[serde(rename_all = "camelCase")]
     Question {
@@ -142,6 +146,10 @@ pub enum InteractionAnswer {
         decision: Decision,
         #[serde(default)]
         remember_for_turn: bool,
+        /// Keep the decision as a rule over the request's `rule`: for this session, or for
+        /// every session in this workspace (stored by the host).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        remember: Option<RuleScope>,
     },
     Question {
         answers: Vec<Option<String>>,
@@ -153,6 +161,55 @@ pub enum InteractionAnswer {
     SandboxBoundary {
         decision: Decision,
     },
+}
+
+/// What a lasting permission rule covers: one kind of action, narrowed to a command prefix, a
+/// path pattern (relative to the workspace) or one tool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RuleTarget {
+    /// Commands that are `prefix` or start with `prefix` and a space.
+    Command { prefix: String },
+    /// File edits and writes: `dir/**` (anything under the folder) or one exact path.
+    Files { path: String },
+    /// One MCP tool, by the name the model sees.
+    Tool { name: String },
+}
+
+impl RuleTarget {
+    /// The words the dialog and `/permissions` use ("commands starting with `cargo test`").
+    pub fn describe(&self) -> String {
+        match self {
+            RuleTarget::Command { prefix } => format!("commands starting with `{prefix}`"),
+            RuleTarget::Files { path } => match path.strip_suffix("/**") {
+                Some(dir) => format!("file changes under `{dir}/`"),
+                None => format!("changes to `{path}`"),
+            },
+            RuleTarget::Tool { name } => format!("the tool `{name}`"),
+        }
+    }
+}
+
+/// How long an answer is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleScope {
+    /// Until the session ends (or the host restarts).
+    Session,
+    /// For every session in this workspace, in `<data dir>/permissions.json`.
+    Workspace,
+}
+
+/// One kept decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PermissionRule {
+    pub decision: Decision,
+    #[serde(flatten)]
+    pub target: RuleTarget,
+    /// When it was made (ms since the epoch).
+    #[serde(default)]
+    pub created_at: u64,
 }
 
 /// What a permission is asked for: the kind of action (ask mode asks once per kind; the user

@@ -1,0 +1,412 @@
+//! Permission rules that last: a person's "allow" or "reject" kept for the session or, for
+//! every session in a workspace, in `<data dir>/permissions.json`. The file lives with the
+//! host, never in the workspace: a cloned repository cannot grant itself anything.
+//!
+//! A rule covers one kind of action narrowed to a command prefix, a path pattern or one MCP
+//! tool ([`RuleTarget`]). The host proposes the rule for a call ([`propose`]) and the dialog
+//! names it, so the person sees exactly what "always" covers. Matching is deliberately plain:
+//! an allow rule never covers a command with shell operators (`cargo test && rm -rf ~` is
+//! not "`cargo test`"), while a reject rule looks at every part of such a command. Reject
+//! rules are a convenience, not a sandbox: explore mode is the read-only guarantee.
+
+use crate::host_api::wire::{Decision, PermissionRule, Review, RuleTarget};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// A tool call as the rules see it.
+pub struct Call<'a> {
+    pub review: Review,
+    /// The tool's name as the model sees it.
+    pub tool: &'a str,
+    /// `run_command`'s command line.
+    pub command: Option<&'a str>,
+    /// Paths the call touches, resolved, with their access (`read`, `write`).
+    pub touches: &'a [(PathBuf, &'static str)],
+    /// The session's working directory: file patterns are relative to it.
+    pub cwd: &'a Path,
+}
+
+/// Characters that join or redirect commands in `sh`: a command holding any of them is never
+/// covered by an allow rule.
+const SHELL_OPERATORS: &[char] = &[';', '&', '|', '`', '$', '<', '>', '(', ')', '\n', '\r'];
+
+/// The rule the dialog offers for this call, or `None` when no rule would cover it (a plan
+/// approval, a compound command, a file outside the working directory).
+pub fn propose(call: &Call) -> Option<RuleTarget> {
+    let target = match call.review {
+        Review::Command => {
+            let command = call.command?.trim();
+            if command.is_empty() || command.contains(SHELL_OPERATORS) {
+                return None;
+            }
+            RuleTarget::Command {
+                prefix: command_prefix(command),
+            }
+        }
+        Review::Edit | Review::Write => {
+            let (first, _) = call.touches.iter().find(|(_, a)| *a == "write")?;
+            let rel = relative(first, call.cwd)?;
+            let path = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+                Some(dir) => format!("{}/**", dir.to_str()?),
+                None => rel.to_str()?.to_string(),
+            };
+            RuleTarget::Files { path }
+        }
+        Review::Tool => RuleTarget::Tool {
+            name: call.tool.into(),
+        },
+        Review::Plan => return None,
+    };
+    // What is offered must cover the call it is offered for.
+    covers(&target, Decision::Allow, call).then_some(target)
+}
+
+/// The first rule deciding this call: rejections first, then allowances.
+pub fn verdict<'r>(rules: &[&'r PermissionRule], call: &Call) -> Option<&'r PermissionRule> {
+    let by = |d: Decision| {
+        rules
+            .iter()
+            .copied()
+            .find(|r| r.decision == d && covers(&r.target, d, call))
+    };
+    by(Decision::Deny).or_else(|| by(Decision::Allow))
+}
+
+fn covers(target: &RuleTarget, decision: Decision, call: &Call) -> bool {
+    match (target, call.review) {
+        (RuleTarget::Command { prefix }, Review::Command) => {
+            let Some(command) = call.command else {
+                return false;
+            };
+            let prefix: Vec<&str> = prefix.split_whitespace().collect();
+            let starts = |part: &str| {
+                let words: Vec<&str> = part.split_whitespace().collect();
+                !prefix.is_empty() && words.starts_with(&prefix)
+            };
+            match decision {
+                Decision::Allow => !command.contains(SHELL_OPERATORS) && starts(command),
+                Decision::Deny => command.split(SHELL_OPERATORS).any(starts),
+            }
+        }
+        (RuleTarget::Files { path }, Review::Edit | Review::Write) => {
+            let writes: Vec<&PathBuf> = call
+                .touches
+                .iter()
+                .filter(|(_, a)| *a == "write")
+                .map(|(p, _)| p)
+                .collect();
+            let inside = |p: &PathBuf| {
+                relative(p, call.cwd).is_some_and(|rel| match path.strip_suffix("/**") {
+                    Some(dir) => rel.starts_with(dir) && rel != Path::new(dir),
+                    None => rel == Path::new(path),
+                })
+            };
+            !writes.is_empty() && writes.into_iter().all(inside)
+        }
+        (RuleTarget::Tool { name }, Review::Tool) => name == call.tool,
+        _ => false,
+    }
+}
+
+/// `cargo test --all` → `cargo test`; `ls -la` → `ls`; `python3 x.py` → `python3`: the program,
+/// and its subcommand when the second word looks like one.
+fn command_prefix(command: &str) -> String {
+    let mut words = command.split_whitespace();
+    let program = words.next().unwrap_or_default();
+    match words.next() {
+        Some(w)
+            if !w.starts_with('-')
+                && w.chars().any(|c| c.is_ascii_alphabetic())
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_:".contains(c)) =>
+        {
+            format!("{program} {w}")
+        }
+        _ => program.to_string(),
+    }
+}
+
+/// `p` relative to `cwd`, when it is inside it and plain (no `..`, no root).
+fn relative(p: &Path, cwd: &Path) -> Option<PathBuf> {
+    let rel = p.strip_prefix(cwd).ok()?;
+    let plain = rel.components().all(|c| matches!(c, Component::Normal(_)));
+    (plain && !rel.as_os_str().is_empty()).then(|| rel.to_path_buf())
+}
+
+#[derive(Default, Serialize, Deserialize)]
+struct Stored {
+    version: u32,
+    /// Workspace (the session's working directory) → its rules, oldest first.
+    #[serde(default)]
+    workspaces: BTreeMap<String, Vec<PermissionRule>>,
+}
+
+/// The workspace rules (`permissions.json`).
+pub struct Rules {
+    dir: PathBuf,
+    fsync: bool,
+    /// What readers see, with its generation; never held across the write.
+    state: Mutex<(Stored, u64)>,
+    /// Serializes writers and remembers the generation on disk; held across the write.
+    writer: Mutex<u64>,
+}
+
+const FILE: &str = "permissions.json";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Rules {
+    /// Reads `permissions.json`; a missing file is no rules; an unreadable one is logged and
+    /// moved aside (the host still starts, and asks again).
+    pub fn open(data_dir: &Path, fsync: bool) -> Rules {
+        let path = data_dir.join(FILE);
+        let stored = match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice::<Stored>(&bytes) {
+                Ok(s) => s,
+                Err(e) => {
+                    let aside = data_dir.join(format!(
+                        "permissions.unreadable-{}.json",
+                        crate::host_api::wire::now_ms()
+                    ));
+                    log::error!(
+                        "{} is unreadable ({e}); moved to {}: no permission rules apply until it is fixed",
+                        path.display(),
+                        aside.display()
+                    );
+                    if let Err(e) = std::fs::rename(&path, &aside) {
+                        log::error!("cannot move {} aside: {e}", path.display());
+                    }
+                    Stored::default()
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Stored::default(),
+            Err(e) => {
+                log::error!(
+                    "cannot read {} ({e}); no permission rules apply",
+                    path.display()
+                );
+                Stored::default()
+            }
+        };
+        Rules {
+            dir: data_dir.to_path_buf(),
+            fsync,
+            state: Mutex::new((stored, 0)),
+            writer: Mutex::new(0),
+        }
+    }
+
+    pub fn for_workspace(&self, workspace: &str) -> Vec<PermissionRule> {
+        lock(&self.state)
+            .0
+            .workspaces
+            .get(workspace)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Keeps a rule for the workspace; one rule per target (the newest decision wins).
+    pub fn add(&self, workspace: &str, rule: PermissionRule) -> std::io::Result<()> {
+        self.change(|s| {
+            let list = s.workspaces.entry(workspace.into()).or_default();
+            list.retain(|r| r.target != rule.target);
+            list.push(rule);
+        })
+        .map(|_| ())
+    }
+
+    /// Removes the workspace's rule at `index` (as listed by [`Rules::for_workspace`]).
+    pub fn remove(&self, workspace: &str, index: usize) -> std::io::Result<Option<PermissionRule>> {
+        self.change(|s| {
+            let list = s.workspaces.get_mut(workspace)?;
+            let removed = (index < list.len()).then(|| list.remove(index));
+            if list.is_empty() {
+                s.workspaces.remove(workspace);
+            }
+            removed
+        })
+    }
+
+    /// Applies `f` in memory, then writes the file outside the state lock; a writer that finds
+    /// a newer generation already on disk has nothing left to write.
+    fn change<R>(&self, f: impl FnOnce(&mut Stored) -> R) -> std::io::Result<R> {
+        let (out, bytes, generation) = {
+            let mut st = lock(&self.state);
+            let out = f(&mut st.0);
+            st.0.version = 1;
+            st.1 += 1;
+            let bytes = serde_json::to_vec_pretty(&st.0).map_err(std::io::Error::other)?;
+            (out, bytes, st.1)
+        };
+        let mut written = lock(&self.writer);
+        if *written < generation {
+            crate::host::store::write_atomic(&self.dir, FILE, &bytes, self.fsync)?;
+            *written = generation;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command<'a>(c: &'a str, cwd: &'a Path) -> Call<'a> {
+        Call {
+            review: Review::Command,
+            tool: "run_command",
+            command: Some(c),
+            touches: &[],
+            cwd,
+        }
+    }
+
+    fn rule(decision: Decision, target: RuleTarget) -> PermissionRule {
+        PermissionRule {
+            decision,
+            target,
+            created_at: 0,
+        }
+    }
+
+    #[test]
+    fn commands_are_proposed_by_program_and_subcommand_and_matched_by_words() {
+        let cwd = Path::new("/w");
+        let prefix = |c: &str| match propose(&command(c, cwd)) {
+            Some(RuleTarget::Command { prefix }) => Some(prefix),
+            _ => None,
+        };
+        assert_eq!(prefix("cargo test --all").as_deref(), Some("cargo test"));
+        assert_eq!(prefix("  ls -la ").as_deref(), Some("ls"));
+        assert_eq!(prefix("python3 x.py").as_deref(), Some("python3"));
+        assert_eq!(prefix("git status").as_deref(), Some("git status"));
+        assert_eq!(prefix("cargo test && rm -rf ~"), None, "compound: no rule");
+        assert_eq!(prefix("echo $(id)"), None);
+
+        let allow = rule(
+            Decision::Allow,
+            RuleTarget::Command {
+                prefix: "cargo test".into(),
+            },
+        );
+        let rules = [&allow];
+        let decided = |c: &str| verdict(&rules, &command(c, cwd)).is_some();
+        assert!(decided("cargo test"));
+        assert!(decided("cargo  test --release"));
+        assert!(!decided("cargo testify"), "words, not characters");
+        assert!(!decided("cargo test; rm -rf ~"));
+        assert!(!decided("cargo test && rm -rf ~"));
+        assert!(!decided("cargo build"));
+
+        let deny = rule(
+            Decision::Deny,
+            RuleTarget::Command {
+                prefix: "rm".into(),
+            },
+        );
+        let rules = [&allow, &deny];
+        let v = |c: &str| verdict(&rules, &command(c, cwd)).map(|r| r.decision);
+        assert_eq!(v("rm -rf target"), Some(Decision::Deny));
+        assert_eq!(
+            v("cargo test && rm -rf ~"),
+            Some(Decision::Deny),
+            "any part"
+        );
+        assert_eq!(v("cargo test"), Some(Decision::Allow));
+        assert_eq!(v("rmdir x"), None);
+    }
+
+    #[test]
+    fn file_rules_are_folders_or_files_inside_the_working_directory() {
+        let cwd = Path::new("/w");
+        let call = |touches: &'static [(PathBuf, &'static str)]| Call {
+            review: Review::Edit,
+            tool: "edit_file",
+            command: None,
+            touches,
+            cwd,
+        };
+        let leak = |v: Vec<(PathBuf, &'static str)>| -> &'static [(PathBuf, &'static str)] {
+            Box::leak(v.into_boxed_slice())
+        };
+        let in_src = leak(vec![(PathBuf::from("/w/src/a.rs"), "write")]);
+        let at_root = leak(vec![(PathBuf::from("/w/README.md"), "write")]);
+        let outside = leak(vec![(PathBuf::from("/etc/hosts"), "write")]);
+        let deeper = leak(vec![(PathBuf::from("/w/src/x/b.rs"), "write")]);
+        let sibling = leak(vec![(PathBuf::from("/w/srcs/b.rs"), "write")]);
+        assert_eq!(
+            propose(&call(in_src)),
+            Some(RuleTarget::Files {
+                path: "src/**".into()
+            })
+        );
+        assert_eq!(
+            propose(&call(at_root)),
+            Some(RuleTarget::Files {
+                path: "README.md".into()
+            })
+        );
+        assert_eq!(propose(&call(outside)), None);
+
+        let src = rule(
+            Decision::Allow,
+            RuleTarget::Files {
+                path: "src/**".into(),
+            },
+        );
+        let readme = rule(
+            Decision::Allow,
+            RuleTarget::Files {
+                path: "README.md".into(),
+            },
+        );
+        let rules = [&src, &readme];
+        assert!(verdict(&rules, &call(deeper)).is_some(), "under the folder");
+        assert!(
+            verdict(&rules, &call(sibling)).is_none(),
+            "a folder, not a prefix"
+        );
+        assert!(verdict(&rules, &call(at_root)).is_some());
+        assert!(verdict(&rules, &call(outside)).is_none());
+        let as_command = Call {
+            review: Review::Command,
+            ..call(in_src)
+        };
+        assert!(verdict(&rules, &as_command).is_none(), "kinds do not mix");
+    }
+
+    #[test]
+    fn the_file_keeps_one_rule_per_target_and_survives_a_reopen() {
+        let dir =
+            std::env::temp_dir().join(format!("maka-perm-{}", crate::host_api::wire::now_ms()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let rules = Rules::open(&dir, false);
+        let target = RuleTarget::Tool { name: "t".into() };
+        rules
+            .add("/w", rule(Decision::Allow, target.clone()))
+            .unwrap();
+        rules
+            .add("/w", rule(Decision::Deny, target.clone()))
+            .unwrap();
+        rules
+            .add("/v", rule(Decision::Allow, target.clone()))
+            .unwrap();
+        let again = Rules::open(&dir, false);
+        let w = again.for_workspace("/w");
+        assert_eq!(w.len(), 1);
+        assert_eq!(w[0].decision, Decision::Deny, "the newest decision wins");
+        assert_eq!(again.remove("/w", 3).unwrap(), None);
+        assert!(again.remove("/w", 0).unwrap().is_some());
+        assert!(Rules::open(&dir, false).for_workspace("/w").is_empty());
+        assert_eq!(Rules::open(&dir, false).for_workspace("/v").len(), 1);
+
+        std::fs::write(dir.join(FILE), "{not json").unwrap();
+        assert!(Rules::open(&dir, false).for_workspace("/v").is_empty());
+        assert!(!dir.join(FILE).exists(), "moved aside");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

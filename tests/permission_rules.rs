@@ -1,0 +1,223 @@
+//! Permission rules that last (issue 18, item 3): the dialog offers allow once, allow for this
+//! session, always allow for this workspace, reject and always reject, each lasting option
+//! naming what it covers and carrying its ACP kind; kept rules decide later calls without a
+//! dialog, survive a restart (workspace rules), stay in their workspace, and `/permissions`
+//! lists and revokes them. Real binary over pipes; every line validated against the schema.
+
+#![cfg(feature = "host")]
+
+mod support;
+use serde_json::{json, Value};
+use support::host::TempDir;
+use support::{select, AgentProcess, Transcript};
+
+fn script() -> Value {
+    json!({
+        "rules": [
+            {"when": "echo twice", "responses": [
+                [{"tool": "run_command", "args": {"command": "ls -a"}}],
+                [{"tool": "run_command", "args": {"command": "ls -l --all"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "echo once", "responses": [
+                [{"tool": "run_command", "args": {"command": "ls -1"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "compound", "responses": [
+                [{"tool": "run_command", "args": {"command": "echo a && echo b"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "write-a", "responses": [
+                [{"tool": "write_file", "args": {"path": "src/a.txt", "content": "a\n"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "write-b", "responses": [
+                [{"tool": "write_file", "args": {"path": "src/deep/b.txt", "content": "b\n"}}],
+                [{"text": "done"}]
+            ]}
+        ],
+        "default": [[{"text": "Hello."}]]
+    })
+}
+
+fn agent(data: &TempDir) -> AgentProcess {
+    let mut a = AgentProcess::scripted(&script(), data.path());
+    a.initialize();
+    a
+}
+
+/// The options of one dialog: (optionId, kind, name).
+type Options = Vec<(String, String, String)>;
+
+fn options(r: &Value) -> Options {
+    r["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let s = |k: &str| o[k].as_str().unwrap().to_string();
+            (s("optionId"), s("kind"), s("name"))
+        })
+        .collect()
+}
+
+/// Runs a prompt answering its permission dialogs with `answers`, in order; a dialog beyond
+/// them fails the test. Returns the transcript and the dialogs' options.
+fn run(
+    a: &mut AgentProcess,
+    session: &str,
+    prompt: &str,
+    answers: &[&str],
+) -> (Transcript, Vec<Options>) {
+    let mut asked = vec![];
+    let t = a.prompt(session, prompt, |r| {
+        assert_eq!(r["method"], "session/request_permission", "{r}");
+        let answer = answers
+            .get(asked.len())
+            .unwrap_or_else(|| panic!("no dialog expected for {prompt:?}: {r}"));
+        asked.push(options(r));
+        select(answer)
+    });
+    assert_eq!(t.response["result"]["stopReason"], "end_turn", "{prompt}");
+    assert_eq!(asked.len(), answers.len(), "dialogs for {prompt:?}");
+    (t, asked)
+}
+
+/// The final statuses of the turn's tool calls, and their last text.
+fn tool_results(t: &Transcript, session: &str) -> Vec<(String, String)> {
+    t.updates_for(session)
+        .iter()
+        .filter(|u| {
+            u["sessionUpdate"] == "tool_call_update"
+                && (u["status"] == "completed" || u["status"] == "failed")
+        })
+        .map(|u| {
+            let text = u["content"][0]["content"]["text"]
+                .as_str()
+                .unwrap_or_default();
+            (u["status"].as_str().unwrap().to_string(), text.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn kept_rules_decide_later_calls_per_session_and_per_workspace() {
+    let data = TempDir::new("rules-data");
+    let ws = TempDir::new("rules-ws");
+    let other_ws = TempDir::new("rules-ws2");
+    let mut a = agent(&data);
+
+    // 1. "For this session": the second command of the turn, and the next turn, ask nothing.
+    let s1 = a.new_session(ws.path());
+    let (t, asked) = run(&mut a, &s1, "echo twice", &["allow_session"]);
+    let kinds: Vec<&str> = asked[0].iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "allow_once",
+            "allow_always",
+            "allow_always",
+            "reject_once",
+            "reject_always"
+        ],
+        "one allow_once, first; the lasting options are `always` kinds"
+    );
+    let names: Vec<&str> = asked[0].iter().map(|(_, _, n)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "Allow once",
+            "Allow commands starting with `ls` for this session",
+            "Always allow commands starting with `ls` in this workspace",
+            "Reject",
+            "Always reject commands starting with `ls` in this workspace"
+        ]
+    );
+    let results = tool_results(&t, &s1);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results.iter().all(|(s, _)| s == "completed"), "{results:?}");
+    run(&mut a, &s1, "echo once", &[]);
+
+    // 2. Another session in the same folder is asked again; "always" keeps it for the folder.
+    let s2 = a.new_session(ws.path());
+    run(&mut a, &s2, "echo once", &["allow_workspace"]);
+    // A compound command is never covered, and no rule is offered for it.
+    let (_, asked) = run(&mut a, &s2, "compound", &["allow_once"]);
+    let ids: Vec<&str> = asked[0].iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(ids, ["allow_once", "reject"], "once or not at all");
+    // "Always reject" file changes under src/: this write fails and nothing is written.
+    let (t, asked) = run(&mut a, &s2, "write-a", &["reject_workspace"]);
+    assert!(
+        asked[0]
+            .iter()
+            .any(|(_, _, n)| n == "Always reject file changes under `src/` in this workspace"),
+        "{asked:?}"
+    );
+    assert_eq!(tool_results(&t, &s2)[0].0, "failed");
+    assert!(!ws.path().join("src/a.txt").exists());
+
+    // 3. A third session: both workspace rules decide without a dialog.
+    let s3 = a.new_session(ws.path());
+    run(&mut a, &s3, "echo once", &[]);
+    let (t, _) = run(&mut a, &s3, "write-b", &[]);
+    let (status, text) = &tool_results(&t, &s3)[0];
+    assert_eq!(status, "failed");
+    assert!(
+        text.contains("always rejects file changes under `src/`") && text.contains("/permissions"),
+        "{text}"
+    );
+    assert!(!ws.path().join("src/deep/b.txt").exists());
+    let (t, _) = run(&mut a, &s3, "/permissions", &[]);
+    let listed = t.text();
+    assert!(
+        listed.contains("1. allow commands starting with `ls`")
+            && listed.contains("2. reject file changes under `src/`"),
+        "{listed}"
+    );
+    // The session rule of s1 is not listed here.
+    assert!(!listed.contains("For this session"), "{listed}");
+    let (t, _) = run(&mut a, &s1, "/permissions", &[]);
+    assert!(
+        t.text()
+            .contains("For this session:\n1. allow commands starting with `ls`"),
+        "{}",
+        t.text()
+    );
+
+    // 4. Rules stay in their workspace.
+    let s5 = a.new_session(other_ws.path());
+    run(&mut a, &s5, "echo once", &["allow_once"]);
+
+    // 5. Workspace rules survive a restart, are stored by the host (not in the workspace),
+    //    and revoking one brings its dialog back.
+    drop(a);
+    let stored: Value =
+        serde_json::from_slice(&std::fs::read(data.path().join("permissions.json")).unwrap())
+            .unwrap();
+    let key = std::fs::canonicalize(ws.path()).unwrap();
+    let kept = stored["workspaces"][key.to_str().unwrap()]
+        .as_array()
+        .unwrap_or_else(|| panic!("{stored}"));
+    assert_eq!(kept.len(), 2, "{stored}");
+    assert_eq!(kept[0]["decision"], "allow");
+    assert_eq!(kept[0]["kind"], "command");
+    assert_eq!(kept[0]["prefix"], "ls");
+    assert_eq!(kept[1]["decision"], "deny");
+    assert_eq!(kept[1]["path"], "src/**");
+    assert!(!ws.path().join(".maka").exists());
+
+    let mut b = agent(&data);
+    let s4 = b.new_session(ws.path());
+    run(&mut b, &s4, "echo once", &[]);
+    let (t, _) = run(&mut b, &s4, "/permissions revoke 1", &[]);
+    assert!(
+        t.text()
+            .contains("Revoked: always allow commands starting with `ls` in this workspace."),
+        "{}",
+        t.text()
+    );
+    let (t, _) = run(&mut b, &s4, "echo once", &["reject"]);
+    assert_eq!(tool_results(&t, &s4)[0].0, "failed");
+    let (t, _) = run(&mut b, &s4, "/permissions revoke 7", &[]);
+    assert!(t.text().contains("There is no rule 7"), "{}", t.text());
+}
