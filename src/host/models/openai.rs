@@ -104,7 +104,13 @@ fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Sender
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 if status == 200 {
-                    read_stream(&cfg.base_url, resp.into_body().into_reader(), cancel, tx);
+                    let event_stream = resp
+                        .headers()
+                        .get("content-type")
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(|v| v.contains("text/event-stream"));
+                    let body = resp.into_body().into_reader();
+                    read_stream(&cfg.base_url, event_stream, body, cancel, tx);
                     return;
                 }
                 let retry_after = resp
@@ -269,7 +275,13 @@ struct PendingToolCall {
 ///
 /// A stream that ends without `[DONE]` or a finish reason was cut off: the step fails naming
 /// that, rather than ending the turn with half an answer.
-fn read_stream(base: &str, body: impl Read, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
+fn read_stream(
+    base: &str,
+    event_stream: bool,
+    body: impl Read,
+    cancel: &CancelToken,
+    tx: &Sender<ModelEvent>,
+) {
     let mut reader = SseReader::new(body, MAX_LINE);
     let mut tools: BTreeMap<u64, PendingToolCall> = BTreeMap::new();
     let mut finish: Option<Finish> = None;
@@ -408,12 +420,19 @@ fn read_stream(base: &str, body: impl Read, cancel: &CancelToken, tx: &Sender<Mo
         }
     }
     if !done && finish.is_none() {
-        let message = if chunks == 0 {
+        let message = if chunks == 0 && garbage == 0 && event_stream {
+            // llama.cpp's Python server does this when the request fails after it answered
+            // 200 (a prompt longer than its context window, say): the reason is in its log.
+            format!("The model provider at {base} closed its stream before answering, which usually means it failed on this request (a prompt longer than its context window, for one); its log says why.")
+        } else if chunks == 0 {
             format!("The model provider at {base} did not answer with a model stream; check that MAKA_OPENAI_BASE_URL points at an OpenAI-compatible API.")
         } else {
             format!("The model provider at {base} stopped in the middle of its answer (no finish reason); send the prompt again.")
         };
-        fail(message, json!({"chunks": chunks, "unparsable": garbage}));
+        fail(
+            message,
+            json!({"chunks": chunks, "unparsable": garbage, "eventStream": event_stream}),
+        );
         return;
     }
     let has_tools = !tools.is_empty();
@@ -459,7 +478,7 @@ mod tests {
             "data: [DONE]\n\n"
         );
         let (tx, rx) = unbounded();
-        read_stream("http://x/v1", sse.as_bytes(), &CancelToken::default(), &tx);
+        read_stream("http://x/v1", true, sse.as_bytes(), &CancelToken::default(), &tx);
         let events: Vec<ModelEvent> = rx.try_iter().collect();
         assert_eq!(
             events,
