@@ -148,9 +148,23 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--bin", default="target/release/maka-acp")
+    ap.add_argument("--chat", metavar="PROMPT", help="just send PROMPT through maka-acp and print the reply as it streams")
     args = ap.parse_args()
     url = os.environ["MAKA_TEST_REAL_MODEL_URL"]
     workdir = tempfile.mkdtemp(prefix="bench-rm-ws-")
+    if args.chat:
+        agent = Adapter(args.bin, url, workdir)
+        sid = agent.call("session/new", {"cwd": workdir, "mcpServers": []})["sessionId"]
+
+        def show(v):
+            u = v.get("params", {}).get("update", {})
+            if u.get("sessionUpdate") == "agent_message_chunk":
+                print(u["content"].get("text", ""), end="", flush=True)
+
+        r = agent.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": args.chat}]}, show)
+        print(f"\n[{r['stopReason']}]")
+        agent.close()
+        return
     body = capture_body(args.bin, workdir)
     print(f"request: {len(json.dumps(body))} bytes, {len(body.get('messages', []))} messages, "
           f"{len(body.get('tools', []))} tools, stream={body.get('stream')}")
