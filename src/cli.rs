@@ -5,34 +5,8 @@ use crate::jsonrpc::Connection;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-const USAGE: &str = "\
-maka-acp — an Agent Client Protocol (ACP v1) agent over a Runtime Host
-
-USAGE:
-    maka-acp [OPTIONS]          run the ACP agent on stdin/stdout (what editors spawn)
-    maka-acp host [OPTIONS]     run the reference Runtime Host (HTTP on loopback)
-    maka-acp demo               play a scripted conversation through the adapter and the host
-    maka-acp login              choose a model provider and save it (with its key) to the config file
-
-OPTIONS:
-    --host-url URL      use this Runtime Host instead of starting the embedded one
-                        [env: MAKA_HOST_URL; its token comes from MAKA_HOST_TOKEN]
-    --data-dir DIR      where the embedded host keeps sessions
-                        [env: MAKA_DATA_DIR; default: $XDG_DATA_HOME/maka-acp]
-    --log-level LEVEL   off, error, warn, info, debug or trace (logs go to stderr)
-                        [env: RUST_LOG, which also takes env_logger filters; default: warn]
-    -h, --help          print this help
-    -V, --version       print the version
-
-HOST OPTIONS (maka-acp host):
-    --listen ADDR       loopback address to bind [default: 127.0.0.1:0]
-    --data-dir DIR      where sessions live [env: MAKA_DATA_DIR]
-    --log-level LEVEL   as above
-    --ignore-stdin      keep running when stdin closes (the default is to shut down)
-    The bearer token comes from MAKA_HOST_TOKEN (required). Model providers: MAKA_OPENAI_BASE_URL,
-    MAKA_OPENAI_API_KEY, MAKA_MODEL, or MAKA_SCRIPT=<file> for the scripted provider, or the
-    config file `maka-acp login` writes ($MAKA_CONFIG, else ~/.config/maka-acp/config.json).
-";
+mod generate;
+pub(crate) mod spec;
 
 #[derive(Debug, PartialEq)]
 pub(crate) enum Command {
@@ -43,6 +17,8 @@ pub(crate) enum Command {
     Host(HostArgs),
     Demo,
     Login,
+    /// `generate man|bash|zsh|fish`.
+    Generate(String),
     Help,
     Version,
 }
@@ -93,7 +69,7 @@ impl Env {
     }
 }
 
-const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+use spec::LEVELS;
 
 pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Command, String> {
     use lexopt::prelude::*;
@@ -111,6 +87,17 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
             Value(v) if cfg!(feature = "host") && v == "login" && host.is_none() => {
                 no_more_arguments(&mut parser, "login")?;
                 return Ok(Command::Login);
+            }
+            Value(v) if v == "generate" && host.is_none() => {
+                let target = string_value(&mut parser, "generate")?;
+                if !spec::GENERATE_TARGETS.contains(&target.as_str()) {
+                    return Err(format!(
+                        "generate what? '{target}': expected one of {}",
+                        spec::GENERATE_TARGETS.join(", ")
+                    ));
+                }
+                no_more_arguments(&mut parser, "generate")?;
+                return Ok(Command::Generate(target));
             }
             Value(v) if cfg!(feature = "host") && v == "host" && host.is_none() => {
                 host = Some(HostArgs {
@@ -257,7 +244,11 @@ pub fn main() -> i32 {
         }
     };
     match command {
-        Command::Help => print_stdout(USAGE),
+        Command::Help => print_stdout(&spec::usage()),
+        Command::Generate(target) => match generate::generate(&target) {
+            Some(text) => print_stdout(&text),
+            None => 2,
+        },
         Command::Version => print_stdout(&format!("maka-acp {}\n", env!("CARGO_PKG_VERSION"))),
         Command::Agent { config, log_level } => {
             init_logging(log_level.as_deref());
@@ -343,6 +334,67 @@ mod tests {
         assert_eq!(config.data_dir, Some(PathBuf::from("/cli")));
         assert_eq!(config.host_url.as_deref(), Some("http://127.0.0.1:1"));
         assert_eq!(log_level.as_deref(), Some("debug"));
+    }
+
+    /// The parser and the one definition (`spec.rs`) agree: every option listed parses where it
+    /// is listed, and every option the parser matches is listed.
+    #[test]
+    fn the_parser_accepts_exactly_the_options_the_definition_lists() {
+        let sample = |o: &spec::Opt| match o.value {
+            Some((_, spec::Kind::Url)) => Some("http://127.0.0.1:1"),
+            Some((_, spec::Kind::Dir)) => Some("/tmp"),
+            Some((_, spec::Kind::Addr)) => Some("127.0.0.1:0"),
+            Some((_, spec::Kind::Choice(c))) => Some(c[0]),
+            None => None,
+        };
+        let env = || Env {
+            host_token: Some("t".into()),
+            ..Env::default()
+        };
+        let listed: Vec<&str> = spec::AGENT_OPTIONS
+            .iter()
+            .chain(spec::SUBCOMMANDS.iter().flat_map(|s| s.options))
+            .map(|o| o.long)
+            .collect();
+        for (sub, options) in std::iter::once((None, spec::AGENT_OPTIONS)).chain(
+            spec::SUBCOMMANDS
+                .iter()
+                .filter(|s| cfg!(feature = "host") || !s.needs_host)
+                .map(|s| (Some(s.name), s.options)),
+        ) {
+            for o in options {
+                let mut a: Vec<String> = sub.map(String::from).into_iter().collect();
+                a.push(format!("--{}", o.long));
+                a.extend(sample(o).map(String::from));
+                let strs: Vec<&str> = a.iter().map(String::as_str).collect();
+                if let Err(e) = parse(args(&strs), env()) {
+                    assert!(
+                        !e.contains("invalid option") && !e.contains("unexpected"),
+                        "{strs:?}: {e}"
+                    );
+                }
+                if let Some(c) = o.short {
+                    let short = format!("-{c}");
+                    assert!(parse(args(&[short.as_str()]), env()).is_ok(), "{short}");
+                }
+            }
+        }
+        let source = include_str!("cli.rs");
+        for part in source.split("Long(\"").skip(1) {
+            let name = &part[..part.find('"').unwrap()];
+            assert!(
+                listed.contains(&name),
+                "--{name} is parsed but not in spec.rs"
+            );
+        }
+        for t in spec::GENERATE_TARGETS {
+            assert_eq!(
+                parse(args(&["generate", t]), Env::default()),
+                Ok(Command::Generate(t.to_string()))
+            );
+            assert!(generate::generate(t).is_some());
+        }
+        assert!(parse(args(&["generate", "pdf"]), Env::default()).is_err());
     }
 
     #[test]

@@ -74,7 +74,11 @@ fn server_reports_streamed_usage() -> bool {
         .map_while(Result::ok)
         .filter_map(|l| l.strip_prefix("data: ").map(String::from))
         .filter_map(|d| serde_json::from_str::<Value>(&d).ok())
-        .any(|v| v["usage"]["completion_tokens"].as_u64().is_some_and(|n| n > 0))
+        .any(|v| {
+            v["usage"]["completion_tokens"]
+                .as_u64()
+                .is_some_and(|n| n > 0)
+        })
 }
 
 #[test]
@@ -84,10 +88,17 @@ fn a_real_model_streams_its_reply_and_load_replays_it() {
     let mut a = agent(&data);
     let id = a.new_session(ws.path());
     let t = a.prompt(&id, "Say hello in five words.", |r| panic!("{r}"));
-    assert_eq!(t.response["result"]["stopReason"], "end_turn", "{}", t.response);
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{}",
+        t.response
+    );
     let ups = t.updates_for(&id);
     let live = chunks(&ups);
-    assert!(live.len() >= 2, "streamed in pieces, not at the end: {live:?}");
+    assert!(
+        live.len() >= 2,
+        "streamed in pieces, not at the end: {live:?}"
+    );
     let text: String = live.concat();
     assert!(!text.trim().is_empty());
 
@@ -98,11 +109,16 @@ fn a_real_model_streams_its_reply_and_load_replays_it() {
         .collect();
     if server_reports_streamed_usage() {
         assert!(
-            usage.iter().any(|u| u["used"].as_u64().is_some_and(|n| n > 0)),
+            usage
+                .iter()
+                .any(|u| u["used"].as_u64().is_some_and(|n| n > 0)),
             "{usage:?}"
         );
     } else {
-        assert!(usage.is_empty(), "no usage was reported, none invented: {usage:?}");
+        assert!(
+            usage.is_empty(),
+            "no usage was reported, none invented: {usage:?}"
+        );
     }
 
     // The second turn hears the first (the model gets the whole conversation back).
@@ -156,7 +172,11 @@ fn a_cancel_stops_real_generation_keeps_what_streamed_and_the_next_turn_works() 
     // the session goes on.
     let t0 = Instant::now();
     let t = a.prompt(&id, "Say yes.", |r| panic!("{r}"));
-    assert_eq!(t.response["result"]["stopReason"], "end_turn", "{}", t.response);
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{}",
+        t.response
+    );
     assert!(
         t0.elapsed() < Duration::from_secs(60),
         "the next turn waited {:?}",
@@ -199,5 +219,9 @@ fn the_real_servers_error_reaches_the_person_as_one_sentence() {
     // The adapter keeps serving: a fresh session on the same connection works.
     let other = a.new_session(ws.path());
     let t = a.prompt(&other, "Say yes.", |r| panic!("{r}"));
-    assert_eq!(t.response["result"]["stopReason"], "end_turn", "{}", t.response);
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{}",
+        t.response
+    );
 }

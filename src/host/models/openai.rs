@@ -478,7 +478,13 @@ mod tests {
             "data: [DONE]\n\n"
         );
         let (tx, rx) = unbounded();
-        read_stream("http://x/v1", true, sse.as_bytes(), &CancelToken::default(), &tx);
+        read_stream(
+            "http://x/v1",
+            true,
+            sse.as_bytes(),
+            &CancelToken::default(),
+            &tx,
+        );
         let events: Vec<ModelEvent> = rx.try_iter().collect();
         assert_eq!(
             events,

@@ -1,0 +1,306 @@
+//! Packaging (issue 18, item 4): the man page and shell completions under `dist/` are what the
+//! binary generates from its one command-line definition, and they say what `--help` says; the
+//! ACP registry manifest and icon follow the registry's published rules (as far as they can be
+//! checked offline). `scripts/dist` builds and checks the archive the manifest points to.
+//!
+//! Needs groff, bash, zsh and fish (`.ci/run` installs the last two from Debian).
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_maka-acp");
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn run(program: &str, args: &[&str]) -> (String, String) {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(root())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{program} is needed for this test (apt-get install {program}): {e}")
+        });
+    assert!(out.status.success(), "{program} {args:?}: {:?}", out);
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The long options `--help` lists, per section ("" for the agent, "host" for `host`).
+fn help_options() -> Vec<(String, String)> {
+    let (help, _) = run(BIN, &["--help"]);
+    let mut section = String::new();
+    let mut found = vec![];
+    for line in help.lines() {
+        if line == "OPTIONS:" {
+            section.clear();
+        } else if let Some(rest) = line.strip_suffix("):") {
+            section = rest.rsplit(' ').next().unwrap_or_default().to_string();
+        } else if let Some(opt) = line
+            .trim_start()
+            .split([' ', ','])
+            .find(|w| w.starts_with("--"))
+        {
+            if line.starts_with("    -") {
+                found.push((section.clone(), opt.to_string()));
+            }
+        }
+    }
+    assert!(found.len() >= 8, "{help}");
+    found
+}
+
+#[test]
+fn the_man_page_and_completions_are_generated_and_current() {
+    for (target, path) in [
+        ("man", "dist/maka-acp.1"),
+        ("bash", "dist/completions/maka-acp.bash"),
+        ("zsh", "dist/completions/_maka-acp"),
+        ("fish", "dist/completions/maka-acp.fish"),
+    ] {
+        let (made, _) = run(BIN, &["generate", target]);
+        assert!(
+            made == read(path),
+            "{path} drifted from `maka-acp generate {target}`: run `cargo run -- generate {target} > {path}`"
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["generate", "pdf"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected one of man, bash, zsh, fish"));
+}
+
+#[test]
+fn the_man_page_renders_cleanly_and_documents_every_option() {
+    let (_, warnings) = run("groff", &["-man", "-Tutf8", "-ww", "-z", "dist/maka-acp.1"]);
+    assert_eq!(warnings, "", "groff warnings");
+    let out = Command::new("man")
+        .args(["-l", "dist/maka-acp.1"])
+        .env("MANWIDTH", "100")
+        .env_remove("MAN_KEEP_FORMATTING")
+        .current_dir(root())
+        .output()
+        .expect("man");
+    let page = String::from_utf8_lossy(&out.stdout).replace('\u{2010}', "-");
+    for section in [
+        "NAME",
+        "SYNOPSIS",
+        "OPTIONS",
+        "ENVIRONMENT",
+        "FILES",
+        "EXIT STATUS",
+    ] {
+        assert!(page.contains(section), "{section}");
+    }
+    for (_, opt) in help_options() {
+        assert!(page.contains(&opt), "the man page lacks {opt}");
+    }
+    for var in [
+        "MAKA_HOST_TOKEN",
+        "MAKA_HOST_CA",
+        "MAKA_OPENAI_BASE_URL",
+        "RUST_LOG",
+    ] {
+        assert!(page.contains(var), "{var}");
+    }
+}
+
+#[test]
+fn bash_and_fish_complete_what_help_lists_and_zsh_parses() {
+    let bash = |words: &str| -> Vec<String> {
+        let script = format!(
+            "source dist/completions/maka-acp.bash; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _maka_acp; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+        );
+        run("bash", &["-c", &script])
+            .0
+            .lines()
+            .map(String::from)
+            .collect()
+    };
+    let fish = |line: &str| -> Vec<String> {
+        let script = format!("source dist/completions/maka-acp.fish; complete -C'{line}'");
+        run("fish", &["-c", &script])
+            .0
+            .lines()
+            .map(|l| l.split('\t').next().unwrap_or_default().to_string())
+            .collect()
+    };
+    for (section, opt) in help_options() {
+        let prefix = if section.is_empty() {
+            "maka-acp".to_string()
+        } else {
+            format!("maka-acp {section}")
+        };
+        let partial = &opt[..4];
+        assert!(
+            bash(&format!("{prefix} {partial}")).contains(&opt),
+            "bash: {prefix} {partial} → {opt}"
+        );
+        assert!(
+            fish(&format!("{prefix} {partial}")).contains(&opt),
+            "fish: {prefix} {partial} → {opt}"
+        );
+    }
+    let subcommands = ["host", "demo", "login", "generate"];
+    let top = bash("maka-acp ''");
+    let fish_top = fish("maka-acp ");
+    for s in subcommands {
+        assert!(top.iter().any(|w| w == s), "bash: {s} in {top:?}");
+        assert!(fish_top.iter().any(|w| w == s), "fish: {s} in {fish_top:?}");
+    }
+    assert_eq!(bash("maka-acp --log-level d"), ["debug"]);
+    assert_eq!(bash("maka-acp generate ''"), ["man", "bash", "zsh", "fish"]);
+    assert!(fish("maka-acp --log-level ").contains(&"trace".to_string()));
+    // zsh: no zsh here runs completions without a terminal; it must at least parse.
+    run("zsh", &["-n", "dist/completions/_maka-acp"]);
+}
+
+/// The ACP registry's rules for `<id>/agent.json` and `<id>/icon.svg`, as its FORMAT.md,
+/// agent.schema.json and build script state them.
+#[test]
+fn the_registry_manifest_and_icon_follow_the_registrys_rules() {
+    let m: Value = serde_json::from_str(&read("dist/agent.json")).unwrap();
+    let obj = m.as_object().unwrap();
+    let allowed = [
+        "id",
+        "name",
+        "version",
+        "description",
+        "repository",
+        "website",
+        "authors",
+        "license",
+        "icon",
+        "distribution",
+    ];
+    for k in obj.keys() {
+        assert!(allowed.contains(&k.as_str()), "unknown field {k}");
+    }
+    for k in ["id", "name", "version", "description", "distribution"] {
+        assert!(obj.contains_key(k), "required: {k}");
+    }
+    let id = m["id"].as_str().unwrap();
+    assert!(
+        id.starts_with(|c: char| c.is_ascii_lowercase())
+            && id
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+        "id {id}"
+    );
+    assert_eq!(id, env!("CARGO_PKG_NAME"));
+    assert_eq!(
+        m["version"],
+        env!("CARGO_PKG_VERSION"),
+        "the manifest's version is the crate's"
+    );
+    assert_eq!(m["name"], "maka-acp");
+    assert!(!m["description"].as_str().unwrap().is_empty());
+    assert_eq!(m["license"], env!("CARGO_PKG_LICENSE"));
+    assert_eq!(m["repository"], env!("CARGO_PKG_REPOSITORY"));
+    assert!(m["authors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(Value::is_string));
+
+    let dist = m["distribution"].as_object().unwrap();
+    assert!(!dist.is_empty());
+    for k in dist.keys() {
+        assert!(["binary", "npx", "uvx"].contains(&k.as_str()), "{k}");
+    }
+    let platforms = [
+        "darwin-aarch64",
+        "darwin-x86_64",
+        "linux-aarch64",
+        "linux-x86_64",
+        "windows-aarch64",
+        "windows-x86_64",
+    ];
+    let binary = dist["binary"].as_object().unwrap();
+    let version = env!("CARGO_PKG_VERSION");
+    for (platform, target) in binary {
+        assert!(platforms.contains(&platform.as_str()), "{platform}");
+        let t = target.as_object().unwrap();
+        for k in t.keys() {
+            assert!(
+                ["archive", "cmd", "args", "env"].contains(&k.as_str()),
+                "{k}"
+            );
+        }
+        let archive = t["archive"].as_str().unwrap();
+        assert!(archive.starts_with("https://"), "{archive}");
+        assert!(
+            !archive.contains("/latest/"),
+            "an explicit version, not latest"
+        );
+        assert!(
+            archive.contains(&format!("/download/v{version}/")),
+            "the archive's version is the manifest's: {archive}"
+        );
+        assert!(
+            [".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2"]
+                .iter()
+                .any(|e| archive.ends_with(e)),
+            "{archive}"
+        );
+        // What scripts/dist builds.
+        assert!(
+            archive.ends_with(&format!("/maka-acp-{version}-{platform}.tar.gz")),
+            "{archive}"
+        );
+        assert!(archive.starts_with(env!("CARGO_PKG_REPOSITORY")));
+        assert!(t["cmd"].as_str().unwrap().starts_with("./"));
+    }
+    // The registry asks binary entries to cover darwin, linux and windows. This machine builds
+    // linux-x86_64 only (no other Rust target can be fetched here, and the host is Unix-only:
+    // process groups, signals); docs/packaging.md says so. Anything else listed must exist.
+    let families: Vec<&str> = binary
+        .keys()
+        .map(|p| p.split('-').next().unwrap())
+        .collect();
+    assert_eq!(
+        families,
+        ["linux"],
+        "only what scripts/dist builds is listed"
+    );
+
+    // The icon: square, 16×16, monochrome through currentColor.
+    let svg = read("dist/icon.svg");
+    let attr = |name: &str| -> Option<String> {
+        let head = &svg[svg.find("<svg")?..];
+        let head = &head[..head.find('>')?];
+        let at = head.find(&format!(" {name}=\""))? + name.len() + 3;
+        Some(head[at..at + head[at..].find('"')?].to_string())
+    };
+    assert_eq!(attr("width").as_deref(), Some("16"));
+    assert_eq!(attr("height").as_deref(), Some("16"));
+    assert_eq!(attr("viewBox").as_deref(), Some("0 0 16 16"));
+    assert!(svg.contains("currentColor"), "themable: uses currentColor");
+    for key in ["fill", "stroke"] {
+        for part in svg.split(&format!(" {key}=\"")).skip(1) {
+            let value = &part[..part.find('"').unwrap()];
+            assert!(
+                ["currentcolor", "none", "inherit"].contains(&value.to_ascii_lowercase().as_str()),
+                "hard-coded {key}={value}"
+            );
+        }
+    }
+    assert!(
+        !svg.contains("style="),
+        "no inline styles to hide colours in"
+    );
+    assert!(
+        !svg.contains("<image") && !svg.contains("<script"),
+        "vector only"
+    );
+}
