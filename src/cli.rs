@@ -53,6 +53,8 @@ impl PartialEq for AdapterConfig {
 pub(crate) struct Env {
     pub host_url: Option<String>,
     pub host_token: Option<String>,
+    /// `MAKA_HOST_CA`: a PEM file of authorities for an `https://` host.
+    pub host_ca: Option<String>,
     pub data_dir: Option<String>,
     pub tunables: crate::settings::Tunables,
 }
@@ -63,6 +65,7 @@ impl Env {
         Env {
             host_url: var("MAKA_HOST_URL"),
             host_token: var("MAKA_HOST_TOKEN"),
+            host_ca: var("MAKA_HOST_CA"),
             data_dir: var("MAKA_DATA_DIR"),
             tunables: crate::settings::Tunables::from_env(),
         }
@@ -168,13 +171,22 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                 "a Runtime Host URL ({url}) needs its bearer token in MAKA_HOST_TOKEN"
             ));
         }
-    } else if !cfg!(feature = "host") {
+    }
+    let host_tls = match (&env.host_ca, &host_url) {
+        (Some(path), Some(url)) if url.starts_with("https://") => {
+            crate::host_api::client::HostTls::from_pem_file(std::path::Path::new(path))
+                .map_err(|e| format!("MAKA_HOST_CA: {e}"))?
+        }
+        _ => Default::default(),
+    };
+    if host_url.is_none() && !cfg!(feature = "host") {
         return Err("this build has no embedded Runtime Host (cargo feature `host`): give --host-url (or MAKA_HOST_URL) and MAKA_HOST_TOKEN".into());
     }
     Ok(Command::Agent {
         config: AdapterConfig {
             host_url,
             host_token: env.host_token,
+            host_tls,
             data_dir,
             log_level: log_level.clone(),
             tunables: env.tunables,
@@ -324,6 +336,7 @@ mod tests {
         let env = Env {
             host_url: Some("http://127.0.0.1:1".into()),
             host_token: Some("t".into()),
+            host_ca: None,
             data_dir: Some("/env".into()),
             tunables: Default::default(),
         };
@@ -414,5 +427,26 @@ mod tests {
             assert!(e.contains(want), "{a:?}: {e}");
             assert!(!e.contains('\n'));
         }
+        // MAKA_HOST_CA is read at start, for an https:// host: a bad file is named at once.
+        let not_pem = std::env::temp_dir().join(format!("maka-ca-{}.pem", std::process::id()));
+        std::fs::write(&not_pem, "hello").unwrap();
+        for (file, want) in [
+            (
+                "/nonexistent/ca.pem",
+                "MAKA_HOST_CA: cannot read /nonexistent/ca.pem",
+            ),
+            (not_pem.to_str().unwrap(), "holds no certificate"),
+        ] {
+            let env = Env {
+                host_token: Some("t".into()),
+                host_ca: Some(file.into()),
+                ..Env::default()
+            };
+            let e = parse(args(&["--host-url", "https://h.example"]), env).unwrap_err();
+            if cfg!(feature = "tls") {
+                assert!(e.contains(want), "{e}");
+            }
+        }
+        std::fs::remove_file(&not_pem).unwrap();
     }
 }

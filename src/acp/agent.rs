@@ -29,6 +29,8 @@ pub struct AdapterConfig {
     /// An existing host; `None` starts the embedded one on first use.
     pub host_url: Option<String>,
     pub host_token: Option<String>,
+    /// Authorities to trust for an `https://` host (`MAKA_HOST_CA`).
+    pub host_tls: crate::host_api::client::HostTls,
     pub data_dir: Option<PathBuf>,
     /// `--log-level`, passed on to the embedded host.
     pub log_level: Option<String>,

@@ -194,14 +194,26 @@ impl HostLink {
 
     fn connect_external(&self, url: &str) -> Result<Live, ResponseError> {
         let token = self.config.host_token.clone().unwrap_or_default();
-        let client: Arc<dyn HostApi> = Arc::new(HostClient::new(
+        let client: Arc<dyn HostApi> = Arc::new(HostClient::with_tls(
             url,
             &token,
             self.config.tunables.host_stream_timeout,
+            &self.config.host_tls,
         ));
-        let hello = client
-            .hello()
-            .map_err(|e| unavailable(format!("cannot reach the Runtime Host at {url}: {e}")))?;
+        let hello = client.hello().map_err(|e| {
+            let e = e.to_string();
+            // TLS failures name what to do, not only what rustls said.
+            let hint = if e.contains("UnknownIssuer") {
+                "; its certificate is not signed by an authority this adapter trusts: set MAKA_HOST_CA to the PEM file of the CA that signed it"
+            } else if e.contains("NotValidForName") {
+                "; its certificate is not for this host name: use the name the certificate was made for in the URL"
+            } else if e.contains("invalid peer certificate") {
+                "; its certificate was refused: check it (and MAKA_HOST_CA)"
+            } else {
+                ""
+            };
+            unavailable(format!("cannot reach the Runtime Host at {url}: {e}{hint}"))
+        })?;
         let epoch = hello.host_epoch;
         log::info!("connected to Runtime Host {url} (epoch {epoch})");
         Ok(Live {

@@ -59,6 +59,57 @@ fn none<T>() -> Option<T> {
     None
 }
 
+type AgentConfig = ureq::config::ConfigBuilder<ureq::typestate::AgentScope>;
+
+/// Certificate authorities to trust for an `https://` host instead of the bundled roots
+/// (`MAKA_HOST_CA`: a TLS proxy with a private CA in front of a remote host).
+#[derive(Clone, Debug, Default)]
+pub struct HostTls {
+    #[cfg(feature = "tls")]
+    roots: Option<std::sync::Arc<Vec<ureq::tls::Certificate<'static>>>>,
+}
+
+impl HostTls {
+    /// Reads every certificate of a PEM file; an unreadable file, or one without a
+    /// certificate, is an error naming the file.
+    #[cfg(feature = "tls")]
+    pub fn from_pem_file(path: &std::path::Path) -> Result<HostTls, String> {
+        let pem =
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let mut certs = vec![];
+        for item in ureq::tls::parse_pem(&pem) {
+            match item {
+                Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c),
+                Ok(_) => {}
+                Err(e) => return Err(format!("{} is not valid PEM: {e}", path.display())),
+            }
+        }
+        if certs.is_empty() {
+            return Err(format!("{} holds no certificate", path.display()));
+        }
+        Ok(HostTls {
+            roots: Some(std::sync::Arc::new(certs)),
+        })
+    }
+
+    #[cfg(not(feature = "tls"))]
+    pub fn from_pem_file(_: &std::path::Path) -> Result<HostTls, String> {
+        Err("this build has no TLS support (cargo feature `tls`)".into())
+    }
+
+    fn apply(&self, b: AgentConfig) -> AgentConfig {
+        #[cfg(feature = "tls")]
+        if let Some(roots) = &self.roots {
+            return b.tls_config(
+                ureq::tls::TlsConfig::builder()
+                    .root_certs(ureq::tls::RootCerts::Specific(roots.clone()))
+                    .build(),
+            );
+        }
+        b
+    }
+}
+
 pub struct HostClient {
     base: String,
     token: String,
@@ -105,19 +156,32 @@ impl HostClient {
     /// every window within 60 s; when this fires, the host is asked whether it lives before
     /// anything is concluded — this side may simply not have read).
     pub fn new(base_url: &str, token: &str, stream_timeout: Duration) -> HostClient {
-        let ops = ureq::Agent::config_builder()
+        HostClient::with_tls(base_url, token, stream_timeout, &HostTls::default())
+    }
+
+    /// As [`HostClient::new`], trusting `tls`'s authorities for an `https://` host.
+    pub fn with_tls(
+        base_url: &str,
+        token: &str,
+        stream_timeout: Duration,
+        tls: &HostTls,
+    ) -> HostClient {
+        let ops = tls
+            .apply(ureq::Agent::config_builder())
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .into();
-        let streams = ureq::Agent::config_builder()
+        let streams = tls
+            .apply(ureq::Agent::config_builder())
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(stream_timeout))
             .build()
             .into();
-        let probe = ureq::Agent::config_builder()
+        let probe = tls
+            .apply(ureq::Agent::config_builder())
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(5)))
             .build()
