@@ -174,7 +174,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
     }
     let host_tls = match (&env.host_ca, &host_url) {
         (Some(path), Some(url)) if url.starts_with("https://") => {
-            crate::host_api::client::HostTls::from_pem_file(std::path::Path::new(path))
+            crate::host_api::client::HostTls::from_setting(path)
                 .map_err(|e| format!("MAKA_HOST_CA: {e}"))?
         }
         _ => Default::default(),

@@ -232,6 +232,20 @@ fn a_conversation_streams_through_nginx_with_tls_and_survives_the_proxy_cutting_
     let (resp, _) = wrong.call("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
     assert!(resp.get("error").is_some(), "{resp}");
 
+    // The CA as PEM text in the variable (what CodeCompanion passes for a file path) works too.
+    let mut inline = AgentProcess::spawn_with(Spawn {
+        args: vec![
+            "--host-url".into(),
+            format!("https://localhost:{}", proxy.port),
+        ],
+        env: vec![
+            ("MAKA_HOST_TOKEN".into(), host.token.clone()),
+            ("MAKA_HOST_CA".into(), std::fs::read_to_string(&ca).unwrap()),
+        ],
+    });
+    inline.initialize();
+    inline.new_session(ws.path());
+
     let mut a = adapter(&proxy, &host.token, Some(&ca));
     let id = a.new_session(ws.path());
     let t = a.prompt(&id, "hello", |r| panic!("{r}"));

@@ -152,7 +152,7 @@ pub const SUBCOMMANDS: &[Subcommand] = &[
 pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("MAKA_HOST_URL", "the Runtime Host to use (as --host-url)"),
     ("MAKA_HOST_TOKEN", "the host's bearer token: required with a host URL and by `maka-acp host`; never read from the command line"),
-    ("MAKA_HOST_CA", "a PEM file of the certificate authorities to trust for an https:// host URL, instead of the bundled roots (a TLS proxy with a private CA)"),
+    ("MAKA_HOST_CA", "a PEM file (or PEM text) of the certificate authorities to trust for an https:// host URL, instead of the bundled roots (a TLS proxy with a private CA)"),
     ("MAKA_DATA_DIR", "where the embedded host keeps sessions (as --data-dir)"),
     ("MAKA_OPENAI_BASE_URL", "an OpenAI-compatible Chat Completions endpoint (OPENAI_BASE_URL too)"),
     ("MAKA_OPENAI_API_KEY", "the endpoint's key (OPENAI_API_KEY too); never logged"),

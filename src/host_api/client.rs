@@ -70,22 +70,31 @@ pub struct HostTls {
 }
 
 impl HostTls {
-    /// Reads every certificate of a PEM file; an unreadable file, or one without a
-    /// certificate, is an error naming the file.
-    #[cfg(feature = "tls")]
-    pub fn from_pem_file(path: &std::path::Path) -> Result<HostTls, String> {
+    /// `MAKA_HOST_CA`'s value: a PEM file's path, or the PEM text itself (some editors put a
+    /// file's contents in an agent's environment). Every certificate in it is trusted; none,
+    /// or an unreadable file, is an error naming it.
+    pub fn from_setting(value: &str) -> Result<HostTls, String> {
+        if value.contains("-----BEGIN") {
+            return HostTls::from_pem(value.as_bytes(), "the PEM text");
+        }
+        let path = std::path::Path::new(value);
         let pem =
             std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        HostTls::from_pem(&pem, &path.display().to_string())
+    }
+
+    #[cfg(feature = "tls")]
+    fn from_pem(pem: &[u8], source: &str) -> Result<HostTls, String> {
         let mut certs = vec![];
-        for item in ureq::tls::parse_pem(&pem) {
+        for item in ureq::tls::parse_pem(pem) {
             match item {
                 Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c),
                 Ok(_) => {}
-                Err(e) => return Err(format!("{} is not valid PEM: {e}", path.display())),
+                Err(e) => return Err(format!("{source} is not valid PEM: {e}")),
             }
         }
         if certs.is_empty() {
-            return Err(format!("{} holds no certificate", path.display()));
+            return Err(format!("{source} holds no certificate"));
         }
         Ok(HostTls {
             roots: Some(std::sync::Arc::new(certs)),
@@ -93,7 +102,7 @@ impl HostTls {
     }
 
     #[cfg(not(feature = "tls"))]
-    pub fn from_pem_file(_: &std::path::Path) -> Result<HostTls, String> {
+    fn from_pem(_: &[u8], _: &str) -> Result<HostTls, String> {
         Err("this build has no TLS support (cargo feature `tls`)".into())
     }
 
