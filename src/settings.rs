@@ -83,14 +83,64 @@ pub fn default_data_dir() -> PathBuf {
     let base = std::env::var_os("XDG_DATA_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
-        .unwrap_or_else(std::env::temp_dir);
+        .or_else(|| home().map(|h| h.join(".local/share")))
+        .unwrap_or_else(|| {
+            log::warn!("neither HOME nor XDG_DATA_HOME is set and the account has no home directory: keeping sessions under the temporary directory (set MAKA_DATA_DIR)");
+            std::env::temp_dir()
+        });
     base.join("maka-acp")
+}
+
+/// The user's home: `$HOME`, else the account's home directory. Some editors (avante.nvim)
+/// start agents with only `PATH` and the configured variables, no `HOME`; sessions and the
+/// config file must still be found where they always are.
+pub fn home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(account_home)
+}
+
+#[cfg(feature = "host")]
+fn account_home() -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0 as libc::c_char; 16 * 1024];
+    // SAFETY: getpwuid_r writes the entry into `pwd` and strings into `buf` (its length is
+    // given); `result` is null or points at `pwd`. Nothing is read unless it succeeded.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(
+            libc::getuid(),
+            &mut pwd,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        );
+        if rc != 0 || result.is_null() || pwd.pw_dir.is_null() {
+            return None;
+        }
+        let dir = std::ffi::CStr::from_ptr(pwd.pw_dir).to_bytes();
+        (!dir.is_empty()).then(|| PathBuf::from(std::ffi::OsStr::from_bytes(dir)))
+    }
+}
+
+#[cfg(not(feature = "host"))]
+fn account_home() -> Option<PathBuf> {
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Without `HOME` (avante.nvim starts agents so), the account's home is found.
+    #[cfg(feature = "host")]
+    #[test]
+    fn the_accounts_home_is_found_without_home() {
+        let home = account_home().expect("the account has a home directory");
+        assert!(home.is_absolute() && home.is_dir(), "{}", home.display());
+    }
 
     #[test]
     fn out_of_range_values_keep_the_defaults() {
