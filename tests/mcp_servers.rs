@@ -402,3 +402,59 @@ fn an_sse_server_from_npm_becomes_tools_and_survives_a_restart() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A kept permission rule covers one MCP tool, by the name the model sees (issue 18, item 3).
+#[test]
+fn permission_rules_cover_one_mcp_tool() {
+    let (mut a, _d, ws) = agent("rules", &[]);
+    let servers = json!([fixture("ok", "fixture", "maka-mcp-rules")]);
+    let new = |a: &mut AgentProcess| -> String {
+        let r = a.call_ok(
+            "session/new",
+            json!({"cwd": ws.path(), "mcpServers": servers}),
+        );
+        let sid = r["sessionId"].as_str().unwrap().to_string();
+        a.expect_commands(&sid);
+        sid
+    };
+    let ping = |a: &mut AgentProcess, sid: &str, answer: Option<&str>| -> (Vec<Value>, Value) {
+        let mut asked = vec![];
+        let t = a.prompt(sid, "ping", |r| {
+            assert_eq!(r["method"], "session/request_permission", "{r}");
+            let answer = answer.unwrap_or_else(|| panic!("no dialog expected: {r}"));
+            asked.push(r["params"]["options"].clone());
+            select(answer)
+        });
+        assert_eq!(asked.len(), usize::from(answer.is_some()));
+        let done = results(&t, sid);
+        (asked, done[0].clone())
+    };
+    let s1 = new(&mut a);
+    let (asked, done) = ping(&mut a, &s1, Some("allow_session"));
+    assert!(
+        asked[0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["name"] == "Allow the tool `fixture__ping` for this session"),
+        "{asked:?}"
+    );
+    assert_eq!(done["status"], "completed");
+    let (_, done) = ping(&mut a, &s1, None);
+    assert_eq!(done["status"], "completed", "the session's rule covers it");
+
+    let s2 = new(&mut a);
+    let (_, done) = ping(&mut a, &s2, Some("reject_workspace"));
+    assert_eq!(done["status"], "failed");
+    let s3 = new(&mut a);
+    let (_, done) = ping(&mut a, &s3, None);
+    assert_eq!(
+        done["status"], "failed",
+        "the workspace's rejection, without a dialog"
+    );
+    let text = done["content"][0]["content"]["text"].as_str().unwrap();
+    assert!(
+        text.contains("always rejects the tool `fixture__ping`"),
+        "{text}"
+    );
+}

@@ -219,11 +219,16 @@ impl Rules {
         .map(|_| ())
     }
 
-    /// Removes the workspace's rule at `index` (as listed by [`Rules::for_workspace`]).
-    pub fn remove(&self, workspace: &str, index: usize) -> std::io::Result<Option<PermissionRule>> {
+    /// Removes this rule from the workspace's (matched by value: the list the person saw may
+    /// have changed since); whether it was there.
+    pub fn remove(&self, workspace: &str, rule: &PermissionRule) -> std::io::Result<bool> {
         self.change(|s| {
-            let list = s.workspaces.get_mut(workspace)?;
-            let removed = (index < list.len()).then(|| list.remove(index));
+            let Some(list) = s.workspaces.get_mut(workspace) else {
+                return false;
+            };
+            let before = list.len();
+            list.retain(|r| r != rule);
+            let removed = list.len() < before;
             if list.is_empty() {
                 s.workspaces.remove(workspace);
             }
@@ -399,8 +404,11 @@ mod tests {
         let w = again.for_workspace("/w");
         assert_eq!(w.len(), 1);
         assert_eq!(w[0].decision, Decision::Deny, "the newest decision wins");
-        assert_eq!(again.remove("/w", 3).unwrap(), None);
-        assert!(again.remove("/w", 0).unwrap().is_some());
+        let kept = w[0].clone();
+        assert!(!again
+            .remove("/w", &rule(Decision::Allow, target.clone()))
+            .unwrap());
+        assert!(again.remove("/w", &kept).unwrap());
         assert!(Rules::open(&dir, false).for_workspace("/w").is_empty());
         assert_eq!(Rules::open(&dir, false).for_workspace("/v").len(), 1);
 

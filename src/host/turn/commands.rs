@@ -156,14 +156,18 @@ impl Turn {
                     r.target.describe()
                 );
             }
-            let index = n - session_rules.len() - 1;
-            return match self.host.permissions.remove(&workspace, index) {
-                Ok(Some(r)) => format!(
+            let Some(r) = workspace_rules.get(n - session_rules.len() - 1) else {
+                return format!("There is no rule {n}; /permissions lists them.");
+            };
+            return match self.host.permissions.remove(&workspace, r) {
+                Ok(true) => format!(
                     "Revoked: always {} {} in this workspace.",
-                    verb(&r),
+                    verb(r),
                     r.target.describe()
                 ),
-                Ok(None) => format!("There is no rule {n}; /permissions lists them."),
+                Ok(false) => {
+                    format!("Rule {n} was already gone; /permissions lists the rules now.")
+                }
                 Err(e) => format!("Could not revoke rule {n}: {e}"),
             };
         }
