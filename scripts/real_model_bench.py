@@ -9,9 +9,10 @@ The same Chat Completions request is sent to the same llama.cpp server two ways:
   OpenAI provider, timed to the `agent_message_chunk` notifications on stdout.
 
 Runs alternate (direct, adapter, direct, …) after a warm-up of each. Printed: medians of the
-first-token latency (request sent → first text) and of the streaming rate (characters per
-second between the first and last text; tokens per second too where they can be counted:
-llama.cpp sends one token per event). Standard library only.
+first-token latency (request sent → first text) and of the streaming rate between the first
+and last text, in characters and in tokens per second. Tokens are counted the same way for
+both paths — the streamed text re-tokenized by the server (`/extras/tokenize/count`) — and,
+directly, also exactly (llama.cpp sends one token per event). Standard library only.
 """
 import argparse
 import http.client
@@ -60,6 +61,16 @@ def capture_body(bin_path, workdir):
     return seen[0]
 
 
+def count_tokens(url, text):
+    """Tokens in `text`, by the server's own tokenizer."""
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    conn.request("POST", "/extras/tokenize/count", json.dumps({"input": text}), {"content-type": "application/json"})
+    n = json.loads(conn.getresponse().read())["count"]
+    conn.close()
+    return n
+
+
 def direct(url, body):
     u = urllib.parse.urlparse(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
@@ -69,6 +80,7 @@ def direct(url, body):
     resp = conn.getresponse()
     first = last = None
     chars = tokens = 0
+    streamed = []
     for raw in resp:
         line = raw.decode().strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
@@ -82,8 +94,9 @@ def direct(url, body):
                 last = now
                 chars += len(text)
                 tokens += 1
+                streamed.append(text)
     conn.close()
-    return first - t0, chars, tokens, last - first
+    return first - t0, chars, tokens, last - first, "".join(streamed)
 
 
 class Adapter:
@@ -132,12 +145,12 @@ class Adapter:
         def on_line(v):
             u = v.get("params", {}).get("update", {})
             if u.get("sessionUpdate") == "agent_message_chunk":
-                marks.append((time.perf_counter(), len(u["content"].get("text", ""))))
+                marks.append((time.perf_counter(), u["content"].get("text", "")))
 
         t0 = time.perf_counter()
         self.call("session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": PROMPT}]}, on_line)
         first, last = marks[0][0], marks[-1][0]
-        return first - t0, sum(n for _, n in marks), last - first
+        return first - t0, sum(len(t) for _, t in marks), last - first, "".join(t for _, t in marks)
 
     def close(self):
         self.p.stdin.close()
@@ -171,23 +184,26 @@ def main():
     agent = Adapter(args.bin, url, workdir)
     direct(url, body)  # warm-up
     agent.prompt_timed()
-    d_first, d_rate, d_tok, a_first, a_rate = [], [], [], [], []
+    d_first, d_rate, d_tok, d_retok, a_first, a_rate, a_retok = [], [], [], [], [], [], []
     for _ in range(args.runs):
-        first, chars, tokens, span = direct(url, body)
+        first, chars, tokens, span, text = direct(url, body)
         d_first.append(first)
         d_rate.append(chars / span if span > 0 else 0)
         d_tok.append(tokens / span if span > 0 else 0)
-        first, chars, span = agent.prompt_timed()
+        d_retok.append(count_tokens(url, text) / span if span > 0 else 0)
+        first, chars, span, text = agent.prompt_timed()
         a_first.append(first)
         a_rate.append(chars / span if span > 0 else 0)
+        a_retok.append(count_tokens(url, text) / span if span > 0 else 0)
     agent.close()
     med = statistics.median
     print(f"runs: {args.runs} each, alternating; prompt: {PROMPT!r}")
     print(f"first token, direct:        {med(d_first) * 1000:8.1f} ms (median)")
     print(f"first token, via maka-acp:  {med(a_first) * 1000:8.1f} ms (median)  "
           f"overhead {1000 * (med(a_first) - med(d_first)):+.1f} ms, ratio {med(a_first) / med(d_first):.3f}")
-    print(f"streaming, direct:          {med(d_rate):8.1f} chars/s, {med(d_tok):.1f} tokens/s (median)")
-    print(f"streaming, via maka-acp:    {med(a_rate):8.1f} chars/s (median)  ratio {med(a_rate) / med(d_rate):.3f}")
+    print(f"streaming, direct:          {med(d_retok):8.1f} tokens/s (re-tokenized; {med(d_tok):.1f} by events), {med(d_rate):.1f} chars/s (median)")
+    print(f"streaming, via maka-acp:    {med(a_retok):8.1f} tokens/s (re-tokenized), {med(a_rate):.1f} chars/s (median)  "
+          f"ratio {med(a_retok) / med(d_retok):.3f} (tokens), {med(a_rate) / med(d_rate):.3f} (chars)")
 
 
 if __name__ == "__main__":
