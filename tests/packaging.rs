@@ -116,7 +116,7 @@ fn the_man_page_renders_cleanly_and_documents_every_option() {
 }
 
 #[test]
-fn bash_and_fish_complete_what_help_lists_and_zsh_parses() {
+fn bash_fish_and_zsh_complete_what_help_lists() {
     let bash = |words: &str| -> Vec<String> {
         let script = format!(
             "source dist/completions/maka-acp.bash; COMP_WORDS=({words}); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1)); _maka_acp; printf '%s\\n' \"${{COMPREPLY[@]}}\""
@@ -161,8 +161,54 @@ fn bash_and_fish_complete_what_help_lists_and_zsh_parses() {
     assert_eq!(bash("maka-acp --log-level d"), ["debug"]);
     assert_eq!(bash("maka-acp generate ''"), ["man", "bash", "zsh", "fish"]);
     assert!(fish("maka-acp --log-level ").contains(&"trace".to_string()));
-    // zsh: no zsh here runs completions without a terminal; it must at least parse.
     run("zsh", &["-n", "dist/completions/_maka-acp"]);
+    for (line, want) in [
+        ("maka-acp host --l", &["--listen", "--log-level"][..]),
+        ("maka-acp --log-level ", &["debug", "trace"][..]),
+        ("maka-acp gen", &["generate"][..]),
+        ("maka-acp generate ", &["man", "fish"][..]),
+    ] {
+        let shown = zsh_complete(line);
+        for w in want {
+            assert!(shown.contains(w), "zsh: {line:?} → {w}: {shown}");
+        }
+    }
+}
+
+/// What an interactive zsh shows after typing `line` and Tab, with our completion in `fpath`
+/// (zsh needs a terminal for completion: zpty gives it one).
+fn zsh_complete(line: &str) -> String {
+    let dir = root().join("dist/completions");
+    let script = format!(
+        r#"zmodload zsh/zpty
+zpty -b z zsh -f -i
+zpty -w z "PS1='%% '; fpath=({} \$fpath); autoload -U compinit; compinit -u -D"
+sleep 1
+zpty -w -n z '{line}'$'\t'
+sleep 2
+out=""
+while zpty -r -t z chunk; do out+=$chunk; done
+zpty -d z
+print -r -- "$out""#,
+        dir.display()
+    );
+    let (out, _) = run("zsh", &["-f", "-c", &script]);
+    // Without the terminal's escapes, after the line typed.
+    let mut plain = String::new();
+    let mut chars = out.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    let after = plain.rfind("compinit -u -D").map_or(0, |i| i + 14);
+    plain[after..].to_string()
 }
 
 /// The ACP registry's rules for `<id>/agent.json` and `<id>/icon.svg`, as its FORMAT.md,
