@@ -3,7 +3,7 @@
 //! ACP registry manifest and icon follow the registry's published rules (as far as they can be
 //! checked offline). `scripts/dist` builds and checks the archive the manifest points to.
 //!
-//! Needs groff, bash, zsh and fish (`.ci/run` installs the last two from Debian).
+//! Needs groff, bash, zsh and fish (`scripts/test` installs them from Debian when missing).
 
 use serde_json::Value;
 use std::path::Path;
