@@ -108,14 +108,6 @@ fn man() -> String {
     out
 }
 
-/// The words completing a value of this kind, for bash and fish (`None`: files/dirs/free).
-fn choices(kind: Kind) -> Option<String> {
-    match kind {
-        Kind::Choice(c) => Some(c.join(" ")),
-        _ => None,
-    }
-}
-
 fn longs(options: &[Opt]) -> String {
     let mut words: Vec<String> = options.iter().map(|o| format!("--{}", o.long)).collect();
     words.extend(
@@ -258,10 +250,8 @@ fn fish_option(out: &mut String, condition: &str, o: &Opt) {
     match o.value {
         None => {}
         Some((_, Kind::Dir)) => line.push_str(" -r -F"),
-        Some((_, kind)) => match choices(kind) {
-            Some(words) => line.push_str(&format!(" -x -a '{words}'")),
-            None => line.push_str(" -x"),
-        },
+        Some((_, Kind::Choice(c))) => line.push_str(&format!(" -x -a '{}'", c.join(" "))),
+        Some(_) => line.push_str(" -x"),
     }
     line.push_str(&format!(" -d '{}'\n", fish_escape(o.help)));
     out.push_str(&line);

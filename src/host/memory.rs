@@ -9,8 +9,9 @@
 
 use crate::host_api::ops::{MemoryChange, MemoryEntry, MemoryOutcome, MemoryScope, MemoryView};
 use crate::host_api::wire::{now_ms, ErrorCode, HostError, Session};
+use crate::jsonrpc::lock;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// At most this many entries in all, each at most this many characters.
 pub const MAX_ENTRIES: usize = 500;
@@ -36,31 +37,12 @@ pub struct Memory {
     writer: Mutex<()>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Memory {
     /// Reads `memory.json` under `data_dir`; a missing file is empty memory, an unreadable one
     /// is logged, kept aside and replaced by empty memory (the host still starts).
     pub fn open(data_dir: &Path, fsync: bool) -> Memory {
         let path = data_dir.join("memory.json");
-        let state = match std::fs::read(&path) {
-            Ok(bytes) => match serde_json::from_slice::<Stored>(&bytes) {
-                Ok(s) => s,
-                Err(e) => {
-                    let aside = data_dir.join(format!("memory.unreadable-{}.json", now_ms()));
-                    log::error!(
-                        "{} is unreadable ({e}); moved to {} and starting with empty memory",
-                        path.display(),
-                        aside.display()
-                    );
-                    let _ = std::fs::rename(&path, &aside);
-                    Stored::default()
-                }
-            },
-            Err(_) => Stored::default(),
-        };
+        let state: Stored = crate::host::store::read_json_or_default(data_dir, "memory.json");
         Memory {
             path,
             fsync,

@@ -10,10 +10,11 @@
 //! rules are a convenience, not a sandbox: explore mode is the read-only guarantee.
 
 use crate::host_api::wire::{Decision, PermissionRule, Review, RuleTarget};
+use crate::jsonrpc::lock;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// A tool call as the rules see it.
 pub struct Call<'a> {
@@ -135,7 +136,7 @@ fn relative(p: &Path, cwd: &Path) -> Option<PathBuf> {
     (plain && !rel.as_os_str().is_empty()).then(|| rel.to_path_buf())
 }
 
-#[derive(Default, Serialize, Deserialize)]
+#[derive(Clone, Default, Serialize, Deserialize)]
 struct Stored {
     version: u32,
     /// Workspace (the session's working directory) → its rules, oldest first.
@@ -147,62 +148,28 @@ struct Stored {
 pub struct Rules {
     dir: PathBuf,
     fsync: bool,
-    /// What readers see, with its generation; never held across the write.
-    state: Mutex<(Stored, u64)>,
-    /// Serializes writers and remembers the generation on disk; held across the write.
-    writer: Mutex<u64>,
+    /// What readers see; replaced after each durable write (never held across the write).
+    state: Mutex<Stored>,
+    /// Serializes writers; held across the write and its fsync.
+    writer: Mutex<()>,
 }
 
 const FILE: &str = "permissions.json";
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 impl Rules {
     /// Reads `permissions.json`; a missing file is no rules; an unreadable one is logged and
     /// moved aside (the host still starts, and asks again).
     pub fn open(data_dir: &Path, fsync: bool) -> Rules {
-        let path = data_dir.join(FILE);
-        let stored = match std::fs::read(&path) {
-            Ok(bytes) => match serde_json::from_slice::<Stored>(&bytes) {
-                Ok(s) => s,
-                Err(e) => {
-                    let aside = data_dir.join(format!(
-                        "permissions.unreadable-{}.json",
-                        crate::host_api::wire::now_ms()
-                    ));
-                    log::error!(
-                        "{} is unreadable ({e}); moved to {}: no permission rules apply until it is fixed",
-                        path.display(),
-                        aside.display()
-                    );
-                    if let Err(e) = std::fs::rename(&path, &aside) {
-                        log::error!("cannot move {} aside: {e}", path.display());
-                    }
-                    Stored::default()
-                }
-            },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Stored::default(),
-            Err(e) => {
-                log::error!(
-                    "cannot read {} ({e}); no permission rules apply",
-                    path.display()
-                );
-                Stored::default()
-            }
-        };
         Rules {
             dir: data_dir.to_path_buf(),
             fsync,
-            state: Mutex::new((stored, 0)),
-            writer: Mutex::new(0),
+            state: Mutex::new(crate::host::store::read_json_or_default(data_dir, FILE)),
+            writer: Mutex::new(()),
         }
     }
 
     pub fn for_workspace(&self, workspace: &str) -> Vec<PermissionRule> {
         lock(&self.state)
-            .0
             .workspaces
             .get(workspace)
             .cloned()
@@ -236,22 +203,16 @@ impl Rules {
         })
     }
 
-    /// Applies `f` in memory, then writes the file outside the state lock; a writer that finds
-    /// a newer generation already on disk has nothing left to write.
+    /// Applies `f` to a copy, writes it, and only then lets readers see it (as `Memory`
+    /// does): a rule that could not be saved is not in force either.
     fn change<R>(&self, f: impl FnOnce(&mut Stored) -> R) -> std::io::Result<R> {
-        let (out, bytes, generation) = {
-            let mut st = lock(&self.state);
-            let out = f(&mut st.0);
-            st.0.version = 1;
-            st.1 += 1;
-            let bytes = serde_json::to_vec_pretty(&st.0).map_err(std::io::Error::other)?;
-            (out, bytes, st.1)
-        };
-        let mut written = lock(&self.writer);
-        if *written < generation {
-            crate::host::store::write_atomic(&self.dir, FILE, &bytes, self.fsync)?;
-            *written = generation;
-        }
+        let _writer = lock(&self.writer);
+        let mut next = lock(&self.state).clone();
+        let out = f(&mut next);
+        next.version = 1;
+        let bytes = serde_json::to_vec_pretty(&next).map_err(std::io::Error::other)?;
+        crate::host::store::write_atomic(&self.dir, FILE, &bytes, self.fsync)?;
+        *lock(&self.state) = next;
         Ok(out)
     }
 }

@@ -260,6 +260,37 @@ impl TranscriptFile {
     }
 }
 
+/// Reads one of the host's small JSON files (`memory.json`, `permissions.json`): missing is
+/// the default; unreadable is logged and moved aside (`<name>.unreadable-<ms>.json`) so the host
+/// still starts, and the next write does not destroy what a person may want back.
+pub fn read_json_or_default<T: serde::de::DeserializeOwned + Default>(dir: &Path, name: &str) -> T {
+    let path = dir.join(name);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return T::default(),
+        Err(e) => {
+            log::error!("cannot read {} ({e}); starting without it", path.display());
+            return T::default();
+        }
+    };
+    serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+        let stem = name.strip_suffix(".json").unwrap_or(name);
+        let aside = dir.join(format!(
+            "{stem}.unreadable-{}.json",
+            crate::host_api::wire::now_ms()
+        ));
+        log::error!(
+            "{} is unreadable ({e}); moved to {} and starting without it",
+            path.display(),
+            aside.display()
+        );
+        if let Err(e) = fs::rename(&path, &aside) {
+            log::error!("cannot move {} aside: {e}", path.display());
+        }
+        T::default()
+    })
+}
+
 /// temp file → fsync → rename → fsync(dir): after a crash either the old or the new content is
 /// there, never a mix.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], fsync: bool) -> io::Result<()> {

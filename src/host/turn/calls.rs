@@ -152,7 +152,6 @@ impl Turn {
         args: &Value,
         plan: tools::ToolPlan,
     ) -> ToolOutcome {
-        let workspace_rules = self.host.permissions.for_workspace(&self.workspace_key());
         let (mode, collaboration, has_plan, approved, remembered, session_rules) = {
             let st = self.cell.lock();
             let c = &st.session.configuration;
@@ -164,12 +163,16 @@ impl Turn {
                 active.map(|a| a.approved_paths.clone()).unwrap_or_default(),
                 plan.review
                     .is_some_and(|r| active.is_some_and(|a| a.remembered.contains(&r))),
-                st.permission_rules.clone(),
+                plan.review
+                    .map(|_| st.permission_rules.clone())
+                    .unwrap_or_default(),
             )
         };
-        let kept: Vec<&PermissionRule> = session_rules.iter().chain(&workspace_rules).collect();
+        // Kept rules matter only to calls that need a permission: reads never look them up.
         let decided = plan.review.and_then(|review| {
-            permissions::verdict(&kept, &self.rule_call(review, name, args, &plan))
+            let workspace_rules = self.host.permissions.for_workspace(&self.workspace_key());
+            let kept: Vec<&PermissionRule> = session_rules.iter().chain(&workspace_rules).collect();
+            permissions::verdict(&kept, &self.rule_call(review, name, args, &plan)).cloned()
         });
         let facts = gate::Facts {
             mode,
@@ -179,7 +182,10 @@ impl Turn {
             touches: &plan.touches,
             roots: &self.roots,
             approved: &approved,
-            remembered: remembered || decided.is_some_and(|r| r.decision == Decision::Allow),
+            remembered: remembered
+                || decided
+                    .as_ref()
+                    .is_some_and(|r| r.decision == Decision::Allow),
             rejected: decided
                 .filter(|r| r.decision == Decision::Deny)
                 .map(|r| r.target.describe()),
@@ -293,6 +299,7 @@ impl Turn {
         review: Review,
     ) -> Option<ToolOutcome> {
         let diff = self.preview(name, args);
+        let rule = permissions::propose(&self.rule_call(review, name, args, plan));
         let request = InteractionRequest::Permission {
             tool_call_id: id.into(),
             tool_name: name.into(),
@@ -302,11 +309,7 @@ impl Turn {
             locations: plan.locations.clone(),
             diff,
             remember_for_turn_allowed: true,
-            rule: permissions::propose(&self.rule_call(review, name, args, plan)),
-        };
-        let rule = match &request {
-            InteractionRequest::Permission { rule, .. } => rule.clone(),
-            _ => None,
+            rule: rule.clone(),
         };
         match self.interact(request) {
             Some(InteractionAnswer::Permission {

@@ -217,6 +217,18 @@ impl Turn {
         // Each task's result: Ok(answer) or Err(why).
         let mut results: HashMap<String, Result<String, String>> = HashMap::new();
         let previous = self.delegating.replace(id.to_string());
+        // Each task is a tool call of its own, under the delegate_graph call.
+        let show_task = |this: &Self, child: &str, t: &Task| {
+            this.start_tool(
+                child,
+                "",
+                "delegate",
+                &format!("{}: {}", t.agent, tool_fs::cut_words(&t.task, 60)),
+                "tool",
+                &json!({"agent": t.agent, "task": t.task}),
+                &[],
+            );
+        };
         while results.len() < tasks.len() {
             if self.spec.cancel.is_cancelled() {
                 break;
@@ -235,15 +247,7 @@ impl Turn {
                     .find(|d| matches!(results.get(*d), Some(Err(_))))
                 {
                     let why = format!("not run: the task it depends on, {bad}, failed");
-                    self.start_tool(
-                        &child,
-                        "",
-                        "delegate",
-                        &format!("{}: {}", t.agent, tool_fs::cut_words(&t.task, 60)),
-                        "tool",
-                        &json!({"agent": t.agent, "task": t.task}),
-                        &[],
-                    );
+                    show_task(self, &child, t);
                     self.finish_tool(&child, ToolOutcome::failed(why.clone()), false, 0);
                     results.insert(t.id.clone(), Err(why));
                     stopped = true;
@@ -281,16 +285,7 @@ impl Turn {
                         }
                     }
                 }
-                let args = json!({"agent": t.agent, "task": t.task});
-                self.start_tool(
-                    &child,
-                    "",
-                    "delegate",
-                    &format!("{}: {}", t.agent, tool_fs::cut_words(&t.task, 60)),
-                    "tool",
-                    &args,
-                    &[],
-                );
+                show_task(self, &child, t);
                 match self.start_job(&child, &t.agent, &text, false) {
                     Ok(job) => jobs.push((t.id.clone(), job)),
                     Err(o) => {
