@@ -974,3 +974,76 @@ fn a_pending_dialog_never_stalls_another_session() {
     let (resp, _) = s.agent.response_to(&pa);
     assert_eq!(resp["result"]["stopReason"], "end_turn");
 }
+
+/// A script that pipes its requests and closes stdin (`printf … | maka-acp`) gets an answer to
+/// every one of them, including those that start the host, before the process exits.
+#[test]
+fn every_request_piped_before_eof_is_answered() {
+    let data = TempDir::new("acp-eof-script-data");
+    let ws = TempDir::new("acp-eof-script-ws");
+    let mut agent = AgentProcess::scripted(&script(), data.path());
+    let cwd = ws.path().display().to_string();
+    let script = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": cwd, "mcpServers": []}}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "session/list", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": "four", "method": "session/new", "params": {"cwd": cwd, "mcpServers": []}}),
+        json!({"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": {"cwd": cwd}}),
+        json!({"jsonrpc": "2.0", "id": 6, "method": "no/such/method", "params": {}}),
+    ];
+    agent.send_all(&script);
+    agent.close_stdin();
+    let lines = agent.drain();
+    let (status, _) = agent
+        .wait_exit(Duration::from_secs(20))
+        .expect("the agent exits after answering");
+    assert!(status.success(), "exit status {status}");
+    let answered: Vec<&Value> = lines.iter().filter(|l| l.get("method").is_none()).collect();
+    for request in &script {
+        let id = &request["id"];
+        let answers: Vec<&&Value> = answered.iter().filter(|a| &a["id"] == id).collect();
+        assert_eq!(answers.len(), 1, "request {id} answered once: {lines:?}");
+        let answer = answers[0];
+        if request["method"] == "no/such/method" {
+            assert_eq!(error_of(answer)["code"], -32601, "{answer}");
+        } else {
+            assert!(answer.get("result").is_some(), "{id} succeeded: {answer}");
+        }
+    }
+}
+
+/// Stdin closing while a prompt runs is the client leaving: the prompt answers `cancelled`,
+/// whether the turn had already streamed something or not (one outcome, one stop reason).
+#[test]
+fn eof_during_a_prompt_answers_it_cancelled() {
+    for wait_for_output in [true, false] {
+        let mut s = setup("eof-prompt");
+        let id = s.agent.new_session(s.ws.path());
+        let prompt_id = s.agent.request(
+            "session/prompt",
+            json!({"sessionId": id, "prompt": [{"type": "text", "text": "slow"}]}),
+        );
+        if wait_for_output {
+            let first = s.agent.recv();
+            assert_eq!(first["method"], "session/update", "{first}");
+        }
+        s.agent.close_stdin();
+        let lines = s.agent.drain();
+        let answer = lines
+            .iter()
+            .find(|l| l["id"] == prompt_id && l.get("method").is_none())
+            .unwrap_or_else(|| {
+                panic!("the prompt is answered (output first: {wait_for_output}): {lines:?}")
+            });
+        assert_eq!(
+            answer["result"]["stopReason"], "cancelled",
+            "output first: {wait_for_output}: {answer}"
+        );
+        let (status, elapsed) = s
+            .agent
+            .wait_exit(Duration::from_secs(20))
+            .expect("the agent exits");
+        assert!(status.success(), "exit status {status}");
+        assert!(elapsed < Duration::from_secs(15), "exit took {elapsed:?}");
+    }
+}

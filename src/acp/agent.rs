@@ -22,6 +22,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// Where the Runtime Host is, from the command line and environment.
 #[derive(Clone, Debug, Default)]
@@ -36,6 +37,9 @@ pub struct AdapterConfig {
     pub log_level: Option<String>,
     pub tunables: crate::settings::Tunables,
 }
+
+/// How long the requests read before stdin closed may take to be answered.
+const EOF_GRACE: Duration = Duration::from_secs(10);
 
 pub type Sessions = Arc<Mutex<HashMap<String, Arc<AcpSession>>>>;
 
@@ -128,7 +132,8 @@ pub fn serve(conn: Connection, config: AdapterConfig) {
             Incoming::Notification(n) => agent.handle_notification(n),
         }
     }
-    log::debug!("client closed the connection; shutting down");
+    log::debug!("client closed the connection; answering what it sent, then shutting down");
+    agent.answer_what_was_read(&conn);
     agent.release_all();
     agent.link.shutdown();
     conn.finish();
@@ -261,6 +266,31 @@ impl Agent {
         let result = initialize::result(&params, methods);
         self.client = Some(params);
         Ok(super::types::to_json(&result))
+    }
+
+    /// Stdin closed: every request already read still gets its answer (a script that pipes
+    /// requests and closes stdin reads them all). A prompt still running is cancelled as if the
+    /// client had sent `session/cancel` (it answers `cancelled`); the agent's own requests to
+    /// the client fail at once (nobody can answer them now). What is still unanswered after
+    /// [`EOF_GRACE`] is answered with an error.
+    fn answer_what_was_read(&self, conn: &Connection) {
+        let ctx = self.ctx();
+        conn.client_calls.close_all();
+        let sessions: Vec<Arc<AcpSession>> = lock(&self.sessions).values().cloned().collect();
+        for s in &sessions {
+            s.cancel(&ctx.shared);
+        }
+        let left = conn.incoming.wait_answered(EOF_GRACE);
+        if left > 0 {
+            log::warn!(
+                "{left} request(s) still unanswered {} s after stdin closed; answering them with an error",
+                EOF_GRACE.as_secs()
+            );
+            conn.incoming.answer_all(&ResponseError::new(
+                code::INTERNAL_ERROR,
+                "maka-acp stopped before this request finished, because the client closed stdin",
+            ));
+        }
     }
 
     /// The client left. Editor terminals are released first (the client may still read stdout

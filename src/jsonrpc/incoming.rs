@@ -7,7 +7,8 @@ use super::transport::Outbox;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// Set when the client cancelled the request; long handlers poll it between steps.
 #[derive(Clone, Default, Debug)]
@@ -24,6 +25,8 @@ impl CancelFlag {
 
 pub struct IncomingRequests {
     inflight: Mutex<HashMap<RequestId, CancelFlag>>,
+    /// Notified when the last request in flight is answered (see [`Self::wait_answered`]).
+    drained: Condvar,
     outbox: Outbox,
 }
 
@@ -39,6 +42,7 @@ impl IncomingRequests {
     pub fn new(outbox: Outbox) -> Arc<IncomingRequests> {
         Arc::new(IncomingRequests {
             inflight: Mutex::new(HashMap::new()),
+            drained: Condvar::new(),
             outbox,
         })
     }
@@ -62,7 +66,7 @@ impl IncomingRequests {
     /// `$/cancel_request`: answers `-32800` now if the request is still being served; its
     /// handler's later answer is dropped. Unknown or finished ids are ignored.
     pub fn cancel(&self, id: &RequestId) -> bool {
-        let Some(flag) = lock(&self.inflight).remove(id) else {
+        let Some(flag) = self.take(id) else {
             log::debug!("$/cancel_request for {id}, which is not in flight");
             return false;
         };
@@ -74,8 +78,47 @@ impl IncomingRequests {
         true
     }
 
+    /// Removes `id` from the table; the last one out wakes [`Self::wait_answered`].
+    fn take(&self, id: &RequestId) -> Option<CancelFlag> {
+        let mut inflight = lock(&self.inflight);
+        let flag = inflight.remove(id);
+        if inflight.is_empty() {
+            self.drained.notify_all();
+        }
+        flag
+    }
+
+    /// Waits (at most `timeout`) until every request registered so far has been answered.
+    /// Returns how many are still in flight.
+    pub fn wait_answered(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        let mut inflight = lock(&self.inflight);
+        while !inflight.is_empty() {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            inflight = match self.drained.wait_timeout(inflight, deadline - now) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        inflight.len()
+    }
+
+    /// Answers every request still in flight with `error` (their handlers' later answers are
+    /// dropped): the last word before the connection closes.
+    pub fn answer_all(&self, error: &ResponseError) {
+        let ids: Vec<(RequestId, CancelFlag)> = lock(&self.inflight).drain().collect();
+        for (id, flag) in ids {
+            flag.set();
+            self.outbox.send(&Message::response(id, Err(error.clone())));
+        }
+        self.drained.notify_all();
+    }
+
     fn finish(&self, id: RequestId, result: Result<Value, ResponseError>) {
-        if lock(&self.inflight).remove(&id).is_some() {
+        if self.take(&id).is_some() {
             self.outbox.send(&Message::response(id, result));
         } else {
             log::debug!("request {id} was cancelled before its handler answered; answer dropped");
