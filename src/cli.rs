@@ -19,7 +19,8 @@ pub(crate) enum Command {
     Login,
     /// `generate man|bash|zsh|fish`.
     Generate(String),
-    Help,
+    /// `--help`; for a subcommand (`host --help`), its name.
+    Help(Option<&'static str>),
     Version,
 }
 
@@ -92,11 +93,22 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                 return Ok(Command::Login);
             }
             Value(v) if v == "generate" && host.is_none() => {
-                let target = string_value(&mut parser, "generate")?;
+                let targets = spec::GENERATE_TARGETS.join(", ");
+                let target = match parser.value() {
+                    Ok(v) => v.into_string().map_err(|_| {
+                        format!(
+                            "generate what? expected one of {targets}, e.g. maka-acp generate man"
+                        )
+                    })?,
+                    Err(_) => {
+                        return Err(format!(
+                            "generate what? expected one of {targets}, e.g. maka-acp generate man"
+                        ))
+                    }
+                };
                 if !spec::GENERATE_TARGETS.contains(&target.as_str()) {
                     return Err(format!(
-                        "generate what? '{target}': expected one of {}",
-                        spec::GENERATE_TARGETS.join(", ")
+                        "generate what? '{target}': expected one of {targets}"
                     ));
                 }
                 no_more_arguments(&mut parser, "generate")?;
@@ -137,7 +149,9 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                     h.watch_stdin = false;
                 }
             }
-            Short('h') | Long("help") => return Ok(Command::Help),
+            Short('h') | Long("help") => {
+                return Ok(Command::Help(host.as_ref().map(|_| "host")));
+            }
             Short('V') | Long("version") => return Ok(Command::Version),
             Long("host-url") => host_url = Some(string_value(&mut parser, "--host-url")?),
             Long("data-dir") => {
@@ -256,7 +270,8 @@ pub fn main() -> i32 {
         }
     };
     match command {
-        Command::Help => print_stdout(&spec::usage()),
+        Command::Help(None) => print_stdout(&spec::usage()),
+        Command::Help(Some(sub)) => print_stdout(&spec::subcommand_usage(sub)),
         Command::Generate(target) => match generate::generate(&target) {
             Some(text) => print_stdout(&text),
             None => 2,
@@ -408,6 +423,28 @@ mod tests {
             assert!(generate::generate(t).is_some());
         }
         assert!(parse(args(&["generate", "pdf"]), Env::default()).is_err());
+        // Without a target, the error lists them.
+        let e = parse(args(&["generate"]), Env::default()).unwrap_err();
+        assert!(e.contains("man, bash, zsh, fish"), "{e}");
+    }
+
+    /// `maka-acp host --help` is the host's help: its options, not the agent's.
+    #[cfg(feature = "host")]
+    #[test]
+    fn host_help_shows_the_host_options() {
+        assert_eq!(
+            parse(args(&["host", "--help"]), Env::default()),
+            Ok(Command::Help(Some("host")))
+        );
+        assert_eq!(
+            parse(args(&["--help"]), Env::default()),
+            Ok(Command::Help(None))
+        );
+        let text = spec::subcommand_usage("host");
+        for o in spec::HOST_OPTIONS {
+            assert!(text.contains(&format!("--{}", o.long)), "{text}");
+        }
+        assert!(!text.contains("--host-url"), "{text}");
     }
 
     #[test]

@@ -263,3 +263,27 @@ pub fn usage() -> String {
     out.push_str("\nEvery setting: docs/configuration.md; the man page: maka-acp generate man.\n");
     out
 }
+
+/// `maka-acp SUBCOMMAND --help`: its line, its options and the variables it reads.
+pub fn subcommand_usage(name: &str) -> String {
+    let Some(s) = SUBCOMMANDS.iter().find(|s| s.name == name) else {
+        return usage();
+    };
+    let mut out = format!("maka-acp {} — {}\n\nUSAGE:\n", s.name, s.summary);
+    let mut call = format!("maka-acp {}", s.name);
+    if !s.options.is_empty() {
+        call.push_str(" [OPTIONS]");
+    }
+    out.push_str(&format!("    {call}\n\nOPTIONS:\n"));
+    options_block(&mut out, s.options);
+    row(&mut out, "-h, --help", 20, "print this help");
+    out.push_str("\nENVIRONMENT:\n");
+    for (name, what) in ENVIRONMENT
+        .iter()
+        .filter(|(n, _)| !["MAKA_HOST_URL", "MAKA_HOST_CA"].contains(n))
+    {
+        row(&mut out, name, 22, what);
+    }
+    out.push_str("\nEvery setting: docs/configuration.md; the man page: maka-acp generate man.\n");
+    out
+}

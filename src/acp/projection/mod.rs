@@ -187,11 +187,11 @@ impl Projector {
                 ..
             } => {
                 let attempt = r["attempt"].as_u64().unwrap_or(1);
-                let secs = r["delayMs"].as_u64().unwrap_or(0).div_ceil(1000);
+                let wait = wait_words(r["delayMs"].as_u64().unwrap_or(0));
                 let why = r["reason"].as_str().unwrap_or("it failed");
                 vec![SessionUpdate::AgentThoughtChunk(Chunk::text(
                     format!("retry_{turn_id}_{attempt}"),
-                    format!("The model provider did not answer ({why}); retrying in {secs} s (attempt {} of 5).\n", attempt + 1),
+                    format!("The model provider did not answer ({why}); retrying in {wait} (attempt {} of 5).\n", attempt + 1),
                 ))]
             }
             FrameBody::ToolRunning { tool_call_id, .. } => match self.tools.get(tool_call_id) {
@@ -402,4 +402,13 @@ fn user_chunk(turn_id: &str, message_id: &str, text: &str) -> Vec<SessionUpdate>
         meta: Some(json!({"maka": {"turnId": turn_id}})),
         ..Chunk::text(message_id, text)
     })]
+}
+
+/// A wait as a person reads it, exactly: "500 ms", "2 s", "1.5 s".
+fn wait_words(ms: u64) -> String {
+    match ms {
+        ms if ms < 1000 => format!("{ms} ms"),
+        ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
+        ms => format!("{:.1} s", ms as f64 / 1000.0),
+    }
 }

@@ -323,3 +323,24 @@ fn replay_of_an_item_equals_its_live_projection() {
         json!({"sessionUpdate": "agent_message_chunk", "messageId": "m_r_0", "content": {"type": "text", "text": "Hello there"}})
     );
 }
+
+/// A retry notice says the wait the host will really take (the first one is 500 ms, not "1 s").
+#[test]
+fn retry_notices_name_the_exact_wait() {
+    let mut p = Projector::default();
+    let body = FrameBody::TurnStatus {
+        turn_id: "t1".into(),
+        run_id: "r1".into(),
+        status: crate::host_api::wire::TurnStatus::Running,
+        provider_retry: Some(
+            serde_json::json!({"attempt": 1, "delayMs": 500, "reason": "HTTP 500"}),
+        ),
+    };
+    let text = shown(&mut p, &body, Instant::now())[0]["content"]["text"].clone();
+    assert_eq!(
+        text,
+        "The model provider did not answer (HTTP 500); retrying in 500 ms (attempt 2 of 5).\n"
+    );
+    assert_eq!(wait_words(2000), "2 s");
+    assert_eq!(wait_words(1500), "1.5 s");
+}

@@ -140,10 +140,7 @@ fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Sender
             }
             Err(e) => (
                 format!("cannot connect ({e})"),
-                format!(
-                    "The model provider at {} cannot be reached ({e}); check that it is running and that MAKA_OPENAI_BASE_URL is right.",
-                    cfg.base_url
-                ),
+                unreachable_sentence(&cfg.base_url, &e),
                 Some(json!({"endpoint": url, "error": e.to_string()})),
                 None,
             ),
@@ -188,6 +185,20 @@ fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Sender
         if !cancel.sleep(Duration::from_millis(delay_ms)) {
             return;
         }
+    }
+}
+
+/// The sentence for an endpoint that cannot be reached. Only a base URL the person set is
+/// blamed on MAKA_OPENAI_BASE_URL; the default one (only a key was set) is named as the default.
+fn unreachable_sentence(base_url: &str, e: &dyn std::fmt::Display) -> String {
+    if base_url == crate::config::OPENAI_BASE_URL {
+        format!(
+            "The default model provider endpoint {base_url} (used because only an API key is set) cannot be reached ({e}); check the network, or set MAKA_OPENAI_BASE_URL to another endpoint."
+        )
+    } else {
+        format!(
+            "The model provider at {base_url} cannot be reached ({e}); check that it is running and that MAKA_OPENAI_BASE_URL is right."
+        )
     }
 }
 
