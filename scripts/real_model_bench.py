@@ -185,16 +185,21 @@ def main():
     direct(url, body)  # warm-up
     agent.prompt_timed()
     d_first, d_rate, d_tok, d_retok, a_first, a_rate, a_retok = [], [], [], [], [], [], []
+    d_cpt, a_cpt = [], []  # characters per token of each run's text
     for _ in range(args.runs):
         first, chars, tokens, span, text = direct(url, body)
         d_first.append(first)
         d_rate.append(chars / span if span > 0 else 0)
         d_tok.append(tokens / span if span > 0 else 0)
-        d_retok.append(count_tokens(url, text) / span if span > 0 else 0)
+        n = count_tokens(url, text)
+        d_retok.append(n / span if span > 0 else 0)
+        d_cpt.append(chars / n if n else 0)
         first, chars, span, text = agent.prompt_timed()
         a_first.append(first)
         a_rate.append(chars / span if span > 0 else 0)
-        a_retok.append(count_tokens(url, text) / span if span > 0 else 0)
+        n = count_tokens(url, text)
+        a_retok.append(n / span if span > 0 else 0)
+        a_cpt.append(chars / n if n else 0)
     agent.close()
     med = statistics.median
     print(f"runs: {args.runs} each, alternating; prompt: {PROMPT!r}")
@@ -204,6 +209,10 @@ def main():
     print(f"streaming, direct:          {med(d_retok):8.1f} tokens/s (re-tokenized; {med(d_tok):.1f} by events), {med(d_rate):.1f} chars/s (median)")
     print(f"streaming, via maka-acp:    {med(a_retok):8.1f} tokens/s (re-tokenized), {med(a_rate):.1f} chars/s (median)  "
           f"ratio {med(a_retok) / med(d_retok):.3f} (tokens), {med(a_rate) / med(d_rate):.3f} (chars)")
+    print(f"characters per token:       {med(d_cpt):.2f} direct, {med(a_cpt):.2f} via maka-acp (median)")
+    print("Compare tokens/s: the model samples, so each run writes a different text, and chars/s "
+          "follows how many characters that text's tokens carry (the line above); the same "
+          "tokenizer counts both paths' tokens.")
 
 
 if __name__ == "__main__":

@@ -162,9 +162,15 @@ fn lua_launch(editor: &str, stubs: &str, extract: &str) -> Launch {
     );
     let path = dir.path().join("check.lua");
     std::fs::write(&path, script).unwrap();
+    // Neovim writes its log and state under XDG_STATE_HOME: a throwaway one, not the user's.
     let out = std::process::Command::new(&nvim)
         .args(["--headless", "-u", "NONE", "-l"])
         .arg(&path)
+        .env("HOME", dir.path())
+        .env("XDG_STATE_HOME", dir.path().join("state"))
+        .env("XDG_DATA_HOME", dir.path().join("data"))
+        .env("XDG_CONFIG_HOME", dir.path().join("config"))
+        .env("XDG_CACHE_HOME", dir.path().join("cache"))
         .output()
         .expect("nvim");
     assert!(out.status.success(), "{editor}: {out:?}");

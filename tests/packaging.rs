@@ -19,8 +19,24 @@ fn read(rel: &str) -> String {
     std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 
+/// A throwaway HOME and XDG dirs for every program these tests start: fish, zsh and man
+/// create their state and config folders there, never in the user's home.
+fn scratch_home(cmd: &mut Command) -> &mut Command {
+    static HOME: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let home = HOME.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("maka-packaging-home-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    });
+    cmd.env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_DATA_HOME", home.join(".local/share"))
+        .env("XDG_STATE_HOME", home.join(".local/state"))
+        .env("XDG_CACHE_HOME", home.join(".cache"))
+}
+
 fn run(program: &str, args: &[&str]) -> (String, String) {
-    let out = Command::new(program)
+    let out = scratch_home(&mut Command::new(program))
         .args(args)
         .current_dir(root())
         .output()
@@ -84,7 +100,7 @@ fn the_man_page_and_completions_are_generated_and_current() {
 fn the_man_page_renders_cleanly_and_documents_every_option() {
     let (_, warnings) = run("groff", &["-man", "-Tutf8", "-ww", "-z", "dist/maka-acp.1"]);
     assert_eq!(warnings, "", "groff warnings");
-    let out = Command::new("man")
+    let out = scratch_home(&mut Command::new("man"))
         .args(["-l", "dist/maka-acp.1"])
         .env("MANWIDTH", "100")
         .env_remove("MAN_KEEP_FORMATTING")

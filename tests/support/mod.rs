@@ -82,6 +82,15 @@ impl AgentProcess {
         for (k, v) in &spec.env {
             cmd.env(k, v);
         }
+        AgentProcess::from_command(cmd)
+    }
+
+    /// Plays the client to whatever `cmd` starts (a shell line from the README, say): its
+    /// stdin, stdout and stderr are piped here.
+    pub fn from_command(mut cmd: Command) -> AgentProcess {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn maka-acp");
         let stdout = child.stdout.take().unwrap();
         let stderr_pipe = child.stderr.take().unwrap();
