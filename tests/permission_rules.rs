@@ -27,6 +27,18 @@ fn script() -> Value {
                 [{"tool": "run_command", "args": {"command": "echo a && echo b"}}],
                 [{"text": "done"}]
             ]},
+            {"when": "planted vt", "responses": [
+                [{"tool": "run_command", "args": {"command": "ls\u{0b}x/run.sh"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "planted nbsp", "responses": [
+                [{"tool": "run_command", "args": {"command": "ls\u{a0}x/run.sh"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "planted path", "responses": [
+                [{"tool": "run_command", "args": {"command": "PATH=x:/usr/bin:/bin ls"}}],
+                [{"text": "done"}]
+            ]},
             {"when": "write-a", "responses": [
                 [{"tool": "write_file", "args": {"path": "src/a.txt", "content": "a\n"}}],
                 [{"text": "done"}]
@@ -220,4 +232,35 @@ fn kept_rules_decide_later_calls_per_session_and_per_workspace() {
     assert_eq!(tool_results(&t, &s4)[0].0, "failed");
     let (t, _) = run(&mut b, &s4, "/permissions revoke 7", &[]);
     assert!(t.text().contains("There is no rule 7"), "{}", t.text());
+}
+
+/// "Always allow commands starting with `ls`" must not run a program planted in the workspace
+/// behind characters `sh` does not split on (a vertical tab, a no-break space) or an
+/// environment assignment: each asks, and a rejection leaves the planted program unrun.
+#[test]
+fn a_kept_rule_does_not_stretch_to_a_planted_program() {
+    let data = TempDir::new("rules-planted-data");
+    let ws = TempDir::new("rules-planted-ws");
+    let x = ws.path().join("x");
+    std::fs::create_dir_all(&x).unwrap();
+    let marker = ws.path().join("pwned");
+    for planted in ["run.sh", "ls", "ls\u{0b}x", "ls\u{a0}x"] {
+        let path = x.join(planted);
+        std::fs::write(&path, format!("#!/bin/sh\ntouch '{}'\n", marker.display())).unwrap();
+        let mut perms = std::fs::metadata(&path).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&path, perms).unwrap();
+    }
+    let mut a = agent(&data);
+    let s = a.new_session(ws.path());
+    run(&mut a, &s, "echo once", &["allow_workspace"]);
+    run(&mut a, &s, "echo once", &[]);
+    for prompt in ["planted vt", "planted nbsp", "planted path"] {
+        let (t, asked) = run(&mut a, &s, prompt, &["reject"]);
+        // No lasting rule is offered for a command the matcher cannot read with certainty.
+        let ids: Vec<&str> = asked[0].iter().map(|(id, _, _)| id.as_str()).collect();
+        assert_eq!(ids, ["allow_once", "reject"], "{prompt}");
+        assert_eq!(tool_results(&t, &s)[0].0, "failed", "{prompt}");
+        assert!(!marker.exists(), "{prompt}: the planted program ran");
+    }
 }

@@ -5,9 +5,11 @@
 //! A rule covers one kind of action narrowed to a command prefix, a path pattern or one MCP
 //! tool ([`RuleTarget`]). The host proposes the rule for a call ([`propose`]) and the dialog
 //! names it, so the person sees exactly what "always" covers. Matching is deliberately plain:
-//! an allow rule never covers a command with shell operators (`cargo test && rm -rf ~` is
-//! not "`cargo test`"), while a reject rule looks at every part of such a command. Reject
-//! rules are a convenience, not a sandbox: explore mode is the read-only guarantee.
+//! an allow rule covers a command only when [`plain_words`] can say with certainty which words
+//! `sh` will run (no operators, quoting, expansions, control characters or non-ASCII text:
+//! `cargo test && rm -rf ~` is not "`cargo test`", and `ls<VT>x/run.sh` is not `ls`), while a
+//! reject rule looks loosely at every part of a command. Reject rules are a convenience, not
+//! a sandbox: explore mode is the read-only guarantee.
 
 use crate::host_api::wire::{Decision, PermissionRule, Review, RuleTarget};
 use crate::jsonrpc::lock;
@@ -29,23 +31,53 @@ pub struct Call<'a> {
     pub cwd: &'a Path,
 }
 
-/// Characters that join or redirect commands in `sh`: a command holding any of them is never
-/// covered by an allow rule.
+/// Characters that join or redirect commands in `sh`: a reject rule looks at every part of
+/// a command split on them.
 const SHELL_OPERATORS: &[char] = &[';', '&', '|', '`', '$', '<', '>', '(', ')', '\n', '\r'];
+
+/// The words `sh` will see in `command`, when the matcher can be certain of them: words of
+/// plain ASCII characters that no shell treats specially (letters, digits and `-_./:,+@%^=`),
+/// separated by spaces or tabs — exactly where `sh` splits them. Anything else is `None`:
+/// quotes and backslashes (quoting the matcher does not model), operators, substitutions,
+/// redirections, globs and braces (they expand to words nobody has seen), `~`, `#`, control
+/// characters (a vertical tab is not a separator to `sh`, so `ls<VT>x/run.sh` is one word, a
+/// planted program's path), non-ASCII spaces and any non-ASCII text, and an environment
+/// assignment before the program (`PATH=. ls`). Such a command is never covered by an allow
+/// rule: it always asks.
+pub fn plain_words(command: &str) -> Option<Vec<&str>> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:,+@%^=".contains(c);
+    if !command.chars().all(|c| c == ' ' || c == '\t' || plain(c)) {
+        return None;
+    }
+    let words: Vec<&str> = command
+        .split([' ', '\t'])
+        .filter(|w| !w.is_empty())
+        .collect();
+    match words.first() {
+        Some(program) if !program.contains('=') => Some(words),
+        _ => None,
+    }
+}
+
+/// The words of each part of a command, split loosely (on operators, quotes, backslashes and
+/// any whitespace or control character): what a reject rule looks for. Loose on purpose —
+/// finding `rm` where `sh` might not costs a dialog, missing it would not be what the person
+/// asked for.
+fn loose_parts(command: &str) -> impl Iterator<Item = Vec<&str>> {
+    command.split(SHELL_OPERATORS).map(|part| {
+        part.split(|c: char| c.is_whitespace() || c.is_control() || "'\"\\".contains(c))
+            .filter(|w| !w.is_empty())
+            .collect()
+    })
+}
 
 /// The rule the dialog offers for this call, or `None` when no rule would cover it (a plan
 /// approval, a compound command, a file outside the working directory).
 pub fn propose(call: &Call) -> Option<RuleTarget> {
     let target = match call.review {
-        Review::Command => {
-            let command = call.command?.trim();
-            if command.is_empty() || command.contains(SHELL_OPERATORS) {
-                return None;
-            }
-            RuleTarget::Command {
-                prefix: command_prefix(command),
-            }
-        }
+        Review::Command => RuleTarget::Command {
+            prefix: command_prefix(&plain_words(call.command?)?),
+        },
         Review::Edit | Review::Write => {
             let (first, _) = call.touches.iter().find(|(_, a)| *a == "write")?;
             let rel = relative(first, call.cwd)?;
@@ -81,14 +113,16 @@ fn covers(target: &RuleTarget, decision: Decision, call: &Call) -> bool {
             let Some(command) = call.command else {
                 return false;
             };
-            let prefix: Vec<&str> = prefix.split_whitespace().collect();
-            let starts = |part: &str| {
-                let words: Vec<&str> = part.split_whitespace().collect();
-                !prefix.is_empty() && words.starts_with(&prefix)
-            };
             match decision {
-                Decision::Allow => !command.contains(SHELL_OPERATORS) && starts(command),
-                Decision::Deny => command.split(SHELL_OPERATORS).any(starts),
+                // Both sides as `sh` splits them; a prefix that is not plain covers nothing.
+                Decision::Allow => match (plain_words(prefix), plain_words(command)) {
+                    (Some(prefix), Some(words)) => words.starts_with(&prefix),
+                    _ => false,
+                },
+                Decision::Deny => {
+                    let prefix: Vec<&str> = prefix.split_whitespace().collect();
+                    !prefix.is_empty() && loose_parts(command).any(|w| w.starts_with(&prefix))
+                }
             }
         }
         (RuleTarget::Files { path }, Review::Edit | Review::Write) => {
@@ -113,11 +147,9 @@ fn covers(target: &RuleTarget, decision: Decision, call: &Call) -> bool {
 
 /// `cargo test --all` → `cargo test`; `ls -la` → `ls`; `python3 x.py` → `python3`: the program,
 /// and its subcommand when the second word looks like one.
-fn command_prefix(command: &str) -> String {
-    let mut words = command.split_whitespace();
-    let program = words.next().unwrap_or_default();
-    match words.next() {
-        Some(w)
+fn command_prefix(words: &[&str]) -> String {
+    match words {
+        [program, w, ..]
             if !w.starts_with('-')
                 && w.chars().any(|c| c.is_ascii_alphabetic())
                 && w.chars()
@@ -125,7 +157,8 @@ fn command_prefix(command: &str) -> String {
         {
             format!("{program} {w}")
         }
-        _ => program.to_string(),
+        [program, ..] => program.to_string(),
+        [] => String::new(),
     }
 }
 
@@ -284,6 +317,118 @@ mod tests {
         );
         assert_eq!(v("cargo test"), Some(Decision::Allow));
         assert_eq!(v("rmdir x"), None);
+    }
+
+    /// Commands an "always allow `ls`" rule must not cover: each would run something other
+    /// than `ls` with plain arguments, or something the matcher cannot be sure of. One line a
+    /// case; add more here.
+    const NOT_COVERED_BY_LS: &[&str] = &[
+        "ls\u{0b}x/run.sh",   // vertical tab: one word to sh, a planted program
+        "ls\u{0c}x/run.sh",   // form feed
+        "ls\u{a0}x/run.sh",   // no-break space
+        "ls\u{85}x/run.sh",   // next line (NEL)
+        "ls\u{2003}x/run.sh", // em space
+        "ls\u{3000}x",        // ideographic space
+        "ls\u{200b} -la",     // zero-width space glued to the program
+        "ls -la\u{0}",        // NUL
+        "ls\u{1b}[2J",        // an escape sequence
+        "ls; ./run.sh",
+        "ls && ./run.sh",
+        "ls || ./run.sh",
+        "ls | sh",
+        "ls & ./run.sh",
+        "ls\n./run.sh",
+        "ls\r./run.sh",
+        "ls $(./run.sh)",
+        "ls `./run.sh`",
+        "ls ${PATH}",
+        "ls $HOME",
+        "ls > /etc/passwd",
+        "ls < x",
+        "ls 2>x",
+        "ls (x)",
+        "ls 'a b'", // quoting the matcher does not model
+        "ls \"x\"",
+        "ls a\\ b",
+        "l\\s",
+        "ls *", // a glob: a planted `-exec`-style file name becomes an option
+        "ls ?",
+        "ls [a]",
+        "ls {a,b}",
+        "ls ~",
+        "ls #x",
+        "PATH=. ls", // an environment assignment before the program
+        "LD_PRELOAD=x.so ls",
+        "lsx/run.sh",
+        "./ls",
+        "x/ls",
+        "",
+        "   ",
+    ];
+
+    #[test]
+    fn an_allow_rule_covers_only_commands_sh_splits_as_the_matcher_does() {
+        let cwd = Path::new("/w");
+        let allow = rule(
+            Decision::Allow,
+            RuleTarget::Command {
+                prefix: "ls".into(),
+            },
+        );
+        let rules = [&allow];
+        for c in NOT_COVERED_BY_LS {
+            assert!(
+                verdict(&rules, &command(c, cwd)).is_none(),
+                "{c:?} must ask, not run under `ls`"
+            );
+            assert!(
+                !matches!(propose(&command(c, cwd)), Some(RuleTarget::Command { ref prefix }) if prefix == "ls"),
+                "{c:?}: no lasting `ls` rule is offered for it"
+            );
+        }
+        for c in [
+            "ls",
+            "ls -la",
+            "ls\t-la src/",
+            "ls  --color=auto a.txt",
+            "ls -1 x,y",
+        ] {
+            assert!(verdict(&rules, &command(c, cwd)).is_some(), "{c:?} is `ls`");
+        }
+        // A stored prefix that is not plain (a hand-edited file) covers nothing.
+        let odd = rule(
+            Decision::Allow,
+            RuleTarget::Command {
+                prefix: "ls\u{0b}x".into(),
+            },
+        );
+        assert!(verdict(&[&odd], &command("ls\u{0b}x", cwd)).is_none());
+    }
+
+    #[test]
+    fn a_reject_rule_finds_its_program_however_the_command_hides_it() {
+        let cwd = Path::new("/w");
+        let deny = rule(
+            Decision::Deny,
+            RuleTarget::Command {
+                prefix: "rm".into(),
+            },
+        );
+        let rules = [&deny];
+        for c in [
+            "rm -rf x",
+            "ls;rm -rf x",
+            "ls\u{a0}&& rm x",
+            "echo \"$(rm x)\"",
+            "'rm' x",
+            "a | rm x",
+        ] {
+            assert_eq!(
+                verdict(&rules, &command(c, cwd)).map(|r| r.decision),
+                Some(Decision::Deny),
+                "{c:?}"
+            );
+        }
     }
 
     #[test]
