@@ -196,20 +196,32 @@ fn user_instructions() -> Option<PathBuf> {
 /// What the system prompt adds for `session`: its instruction files, then its memory, each
 /// within its budget (cut with a note saying so).
 pub fn compose(session: &Session, entries: &[MemoryEntry]) -> String {
-    let mut files: Vec<PathBuf> = user_instructions().into_iter().collect();
-    files.push(Path::new(session.workspace.path()).join(INSTRUCTION_FILE));
+    // Each file with the folders it must stay inside: the user's in the config dir, the
+    // workspace's in the session's folders.
+    let folders: Vec<PathBuf> = std::iter::once(session.workspace.path())
+        .chain(session.additional_directories.iter().map(String::as_str))
+        .map(PathBuf::from)
+        .collect();
+    let mut files: Vec<(PathBuf, Vec<PathBuf>)> = user_instructions()
+        .and_then(|f| Some((f.clone(), vec![f.parent()?.to_path_buf()])))
+        .into_iter()
+        .collect();
     files.extend(
-        session
-            .additional_directories
+        folders
             .iter()
-            .map(|d| Path::new(d).join(INSTRUCTION_FILE)),
+            .map(|d| (d.join(INSTRUCTION_FILE), folders.clone())),
     );
     let mut out = String::new();
     let mut budget = INSTRUCTIONS_BUDGET;
-    for path in files {
+    for (path, roots) in files {
         // Bounded read: never more than what is left of the budget (plus one byte to know).
-        let Some(text) = read_prefix(&path, budget + 1) else {
-            continue;
+        let text = match crate::host::tools::fs::read_host_input(&path, &roots, budget as u64 + 1) {
+            Ok(Some(bytes)) => String::from_utf8_lossy(&bytes).into_owned(),
+            Ok(None) => continue,
+            Err(why) => {
+                log::warn!("instruction file {} skipped: {why}", path.display());
+                continue;
+            }
         };
         if text.trim().is_empty() {
             continue;
@@ -253,14 +265,6 @@ pub fn compose(session: &Session, entries: &[MemoryEntry]) -> String {
         }
     }
     out
-}
-
-fn read_prefix(path: &Path, max: usize) -> Option<String> {
-    use std::io::Read;
-    let f = std::fs::File::open(path).ok()?;
-    let mut buf = Vec::new();
-    f.take(max as u64).read_to_end(&mut buf).ok()?;
-    Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
 /// The longest prefix of `s` within `max` bytes, on a character boundary.
@@ -346,6 +350,84 @@ mod tests {
         assert!(text.contains("- [user] answer in English"), "{text}");
         assert!(!text.contains("tabs"));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Hostile instruction files, one line a case: (how AGENTS.md is made, whether the
+    /// model may see what it points at). A secret outside the session's folders never
+    /// reaches the model; a FIFO or a folder never hangs or fails the turn; a link inside is
+    /// followed.
+    #[test]
+    fn instruction_files_are_read_only_from_inside_and_only_when_regular() {
+        type Make = fn(&Path, &Path);
+        let cases: &[(&str, Make, bool)] = &[
+            (
+                "a link to a file outside",
+                |ws, outside| {
+                    std::os::unix::fs::symlink(outside.join("id_rsa"), ws.join(INSTRUCTION_FILE))
+                        .unwrap()
+                },
+                false,
+            ),
+            (
+                "a link to a folder outside, then the file",
+                |ws, outside| {
+                    std::os::unix::fs::symlink(outside, ws.join("docs")).unwrap();
+                    std::os::unix::fs::symlink("docs/id_rsa", ws.join(INSTRUCTION_FILE)).unwrap()
+                },
+                false,
+            ),
+            (
+                "a relative link climbing out",
+                |ws, outside| {
+                    let up = Path::new("..")
+                        .join(outside.file_name().unwrap())
+                        .join("id_rsa");
+                    std::os::unix::fs::symlink(up, ws.join(INSTRUCTION_FILE)).unwrap()
+                },
+                false,
+            ),
+            (
+                "a FIFO",
+                |ws, _| {
+                    let c = std::ffi::CString::new(ws.join(INSTRUCTION_FILE).to_str().unwrap())
+                        .unwrap();
+                    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+                },
+                false,
+            ),
+            (
+                "a folder",
+                |ws, _| std::fs::create_dir(ws.join(INSTRUCTION_FILE)).unwrap(),
+                false,
+            ),
+            (
+                "binary content",
+                |ws, _| std::fs::write(ws.join(INSTRUCTION_FILE), b"SECRET\0\x01\x02").unwrap(),
+                false,
+            ),
+            (
+                "a link to a file inside",
+                |ws, _| {
+                    std::fs::create_dir(ws.join("notes")).unwrap();
+                    std::fs::write(ws.join("notes/agents.md"), "SECRET is fine here").unwrap();
+                    std::os::unix::fs::symlink("notes/agents.md", ws.join(INSTRUCTION_FILE))
+                        .unwrap()
+                },
+                true,
+            ),
+        ];
+        let base = std::env::temp_dir().join(format!("maka-agents-hostile-{}", std::process::id()));
+        for (what, make, shown) in cases {
+            let _ = std::fs::remove_dir_all(&base);
+            let (ws, outside) = (base.join("ws"), base.join("outside"));
+            std::fs::create_dir_all(&ws).unwrap();
+            std::fs::create_dir_all(&outside).unwrap();
+            std::fs::write(outside.join("id_rsa"), "SECRET KEY").unwrap();
+            make(&ws, &outside);
+            let text = compose(&session(&ws), &[]);
+            assert_eq!(text.contains("SECRET"), *shown, "{what}: {text}");
+        }
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

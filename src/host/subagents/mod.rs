@@ -91,11 +91,16 @@ fn parse(map: &Value, source: &'static str, problems: &mut Vec<String>) -> Vec<A
     out
 }
 
-fn read_json(path: &Path) -> Option<Value> {
-    use std::io::Read;
-    let f = std::fs::File::open(path).ok()?;
-    let mut buf = Vec::new();
-    f.take(MAX_FILE).read_to_end(&mut buf).ok()?;
+/// A JSON file the host reads, only from inside `root` (a workspace's `.maka/agents.json`,
+/// a session directory's `subagents.json`): never through a link leading out, never a FIFO.
+fn read_json(path: &Path, root: &Path) -> Option<Value> {
+    let buf = match crate::host::tools::fs::read_host_input(path, &[root.to_path_buf()], MAX_FILE) {
+        Ok(b) => b?,
+        Err(why) => {
+            log::warn!("{} skipped: {why}", path.display());
+            return None;
+        }
+    };
     match serde_json::from_slice(&buf) {
         Ok(v) => Some(v),
         Err(e) => {
@@ -109,7 +114,7 @@ fn read_json(path: &Path) -> Option<Value> {
 /// problems found in their declarations.
 pub fn declared(workspace: &Path) -> (Vec<AgentSpec>, Vec<String>) {
     let mut problems = vec![];
-    let mut agents = read_json(&workspace.join(".maka").join("agents.json"))
+    let mut agents = read_json(&workspace.join(".maka").join("agents.json"), workspace)
         .map(|v| parse(&v, "workspace", &mut problems))
         .unwrap_or_default();
     let user = Value::Object(crate::config::read_file());
@@ -142,14 +147,14 @@ pub fn list(data_dir: &Path, workspace: &str) -> crate::host_api::ops::SubagentL
 /// The agent sessions of a session's earlier delegations (`subagents.json` in its directory):
 /// agent name → its session id, so a later delegation continues the same conversation.
 pub fn earlier_session(session_dir: &Path, agent: &str) -> Option<String> {
-    read_json(&session_dir.join("subagents.json"))?
+    read_json(&session_dir.join("subagents.json"), session_dir)?
         .get(agent)?
         .as_str()
         .map(String::from)
 }
 
 pub fn record_session(session_dir: &Path, agent: &str, agent_session: &str) {
-    let mut map = read_json(&session_dir.join("subagents.json"))
+    let mut map = read_json(&session_dir.join("subagents.json"), session_dir)
         .filter(Value::is_object)
         .unwrap_or_else(|| serde_json::json!({}));
     map[agent] = Value::String(agent_session.into());
@@ -171,14 +176,14 @@ pub fn trusted(data_dir: &Path, workspace: &str, agent: &AgentSpec) -> bool {
         return true;
     }
     let key = agent.trust_key(workspace);
-    read_json(&trust_file(data_dir))
+    read_json(&trust_file(data_dir), data_dir)
         .and_then(|v| v.as_array().cloned())
         .is_some_and(|list| list.iter().any(|k| k.as_str() == Some(key.as_str())))
 }
 
 /// Remembers the person's "allow" for this agent in this workspace.
 pub fn trust(data_dir: &Path, workspace: &str, agent: &AgentSpec) -> std::io::Result<()> {
-    let mut list = read_json(&trust_file(data_dir))
+    let mut list = read_json(&trust_file(data_dir), data_dir)
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default();
     list.push(Value::String(agent.trust_key(workspace)));
@@ -189,6 +194,45 @@ pub fn trust(data_dir: &Path, workspace: &str, agent: &AgentSpec) -> std::io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A workspace's `.maka/agents.json` that is a FIFO, or reached through a link leading
+    /// out, declares nothing and never blocks `session/new`.
+    #[test]
+    fn agent_declarations_are_read_only_from_inside_and_never_block() {
+        let base = std::env::temp_dir().join(format!("maka-agents-decl-{}", std::process::id()));
+        let decl = r#"{"agents": {"evil": {"command": "sh"}}}"#;
+        type Make = fn(&Path, &Path);
+        let cases: &[(&str, Make)] = &[
+            ("a FIFO", |ws, _| {
+                std::fs::create_dir_all(ws.join(".maka")).unwrap();
+                let p = ws.join(".maka/agents.json");
+                let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+            }),
+            ("a link to a folder outside", |ws, outside| {
+                std::os::unix::fs::symlink(outside, ws.join(".maka")).unwrap()
+            }),
+            ("a link to a file outside", |ws, outside| {
+                std::fs::create_dir_all(ws.join(".maka")).unwrap();
+                std::os::unix::fs::symlink(
+                    outside.join("agents.json"),
+                    ws.join(".maka/agents.json"),
+                )
+                .unwrap()
+            }),
+        ];
+        for (what, make) in cases {
+            let _ = std::fs::remove_dir_all(&base);
+            let (ws, outside) = (base.join("ws"), base.join("outside"));
+            std::fs::create_dir_all(&ws).unwrap();
+            std::fs::create_dir_all(&outside).unwrap();
+            std::fs::write(outside.join("agents.json"), decl).unwrap();
+            make(&ws, &outside);
+            let (agents, _) = declared(&ws);
+            assert!(agents.iter().all(|a| a.name != "evil"), "{what}");
+        }
+        let _ = std::fs::remove_dir_all(&base);
+    }
 
     #[test]
     fn declarations_are_read_named_checked_and_workspace_wins() {

@@ -102,6 +102,67 @@ pub fn open_checked(env: &dyn ToolEnv, path: &Path, write: bool) -> Result<fs::F
     Ok(file)
 }
 
+/// Reads a small file the workspace controls and the host itself consumes (an instruction
+/// file, an agent declaration): only when it resolves inside one of `roots` (links followed,
+/// as [`resolve`] does: `AGENTS.md -> docs/AGENTS.md` is fine, `AGENTS.md -> ~/.ssh/id_rsa`
+/// is not), opened without following a link swapped in meanwhile and without blocking (a FIFO
+/// named `AGENTS.md` must not hang a prompt), a regular file whose opened path is checked again,
+/// at most `max` bytes, and text (no NUL byte). `Ok(None)`: there is no such file. `Err`: why
+/// it was skipped, for the log.
+pub fn read_host_input(
+    path: &Path,
+    roots: &[PathBuf],
+    max: u64,
+) -> Result<Option<Vec<u8>>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let real = resolve(Path::new("/"), &path.to_string_lossy());
+    let roots: Vec<PathBuf> = roots
+        .iter()
+        .map(|r| fs::canonicalize(r).unwrap_or_else(|_| r.clone()))
+        .collect();
+    let inside = |p: &Path| roots.iter().any(|r| p.starts_with(r));
+    if !inside(&real) {
+        if fs::symlink_metadata(path).is_err() {
+            return Ok(None);
+        }
+        return Err(format!(
+            "it leads outside the session's folders (to {})",
+            real.display()
+        ));
+    }
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(&real)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("it cannot be opened ({e})")),
+    };
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("it is not a regular file".into());
+    }
+    match opened_path(&file) {
+        Some(opened) if !inside(&opened) => {
+            return Err(format!(
+                "it leads outside the session's folders (to {})",
+                opened.display()
+            ))
+        }
+        _ => {}
+    }
+    let mut buf = Vec::new();
+    file.take(max)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("it cannot be read ({e})"))?;
+    if buf.contains(&0) {
+        return Err("it is binary (it holds NUL bytes)".into());
+    }
+    Ok(Some(buf))
+}
+
 /// The path the kernel opened (`/proc/self/fd/N`), when it can say.
 pub(super) fn opened_path(file: &fs::File) -> Option<PathBuf> {
     use std::os::unix::io::AsRawFd;
