@@ -21,7 +21,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_maka-acp");
-const TOKEN: &str = "bench-token";
+const TOKEN: &str = "bench-token-0123456789";
 
 fn tempdir(tag: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!("maka-acpbench-{tag}-{}", std::process::id()));

@@ -186,12 +186,18 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
             ));
         }
     }
-    let host_tls = match (&env.host_ca, &host_url) {
-        (Some(path), Some(url)) if url.starts_with("https://") => {
-            crate::host_api::client::HostTls::from_setting(path)
-                .map_err(|e| format!("MAKA_HOST_CA: {e}"))?
+    // Read (and so checked) whenever it is set: a garbage MAKA_HOST_CA is a start-up error,
+    // not a surprise at the first connection.
+    let host_tls = match &env.host_ca {
+        Some(path) => {
+            let tls = crate::host_api::client::HostTls::from_setting(path)
+                .map_err(|e| format!("MAKA_HOST_CA: {e}"))?;
+            match &host_url {
+                Some(url) if url.starts_with("https://") => tls,
+                _ => Default::default(),
+            }
         }
-        _ => Default::default(),
+        None => Default::default(),
     };
     if host_url.is_none() && !cfg!(feature = "host") {
         return Err("this build has no embedded Runtime Host (cargo feature `host`): give --host-url (or MAKA_HOST_URL) and MAKA_HOST_TOKEN".into());
@@ -226,21 +232,29 @@ fn string_value(parser: &mut lexopt::Parser, flag: &str) -> Result<String, Strin
         .map_err(|_| format!("the value of {flag} is not valid UTF-8"))
 }
 
+/// A host URL the adapter may use: `https://`, or plain `http://` only to this machine
+/// (loopback), since the bearer token would cross the network in the clear.
 fn validate_host_url(url: &str) -> Result<(), String> {
-    if url.starts_with("http://") {
-        return Ok(());
+    let shown = crate::host_api::client::shown_url(url);
+    if let Some(rest) = url.strip_prefix("http://") {
+        if crate::host_api::client::is_loopback_authority(rest) {
+            return Ok(());
+        }
+        return Err(format!(
+            "{shown}: plain http is only for a Runtime Host on this machine (127.0.0.1, ::1 or localhost), because the bearer token would cross the network in the clear; use https:// (with MAKA_HOST_CA for a private CA)"
+        ));
     }
     if url.starts_with("https://") {
         return if cfg!(feature = "tls") {
             Ok(())
         } else {
             Err(format!(
-                "{url}: this build has no TLS support (cargo feature `tls`)"
+                "{shown}: this build has no TLS support (cargo feature `tls`)"
             ))
         };
     }
     Err(format!(
-        "invalid host URL '{url}': expected http://HOST:PORT or https://…"
+        "invalid host URL '{shown}': expected https://HOST[:PORT] (or http://127.0.0.1:PORT on this machine)"
     ))
 }
 
@@ -485,5 +499,71 @@ mod tests {
             }
         }
         std::fs::remove_file(&not_pem).unwrap();
+    }
+
+    /// The bearer token never crosses the network in the clear, and a password in the URL is
+    /// never shown. One line a case: (URL, refused).
+    #[test]
+    fn plain_http_is_only_for_this_machine() {
+        let token = || Env {
+            host_token: Some("a-token-of-16-bytes".into()),
+            ..Env::default()
+        };
+        for (url, refused) in [
+            ("http://127.0.0.1:9", false),
+            ("http://127.3.4.5:9/", false),
+            ("http://localhost:7300", false),
+            ("http://LOCALHOST", false),
+            ("http://[::1]:7300", false),
+            ("https://maka.example.net", false),
+            ("http://10.0.0.5:7300", true),
+            ("http://192.168.1.2", true),
+            ("http://maka.example.net", true),
+            ("http://127.0.0.1.evil.example:80", true),
+            ("http://localhost.evil.example", true),
+            ("http://[::ffff:10.0.0.1]:1", true),
+            ("http://user:hunter2@10.0.0.5:7300", true),
+            ("http://127.0.0.1@10.0.0.5", true),
+        ] {
+            let r = parse(args(&["--host-url", url]), token());
+            assert_eq!(r.is_err(), refused, "{url}: {r:?}");
+            if let Err(e) = r {
+                assert!(e.contains("https://") && e.contains("MAKA_HOST_CA"), "{e}");
+                assert!(!e.contains("hunter2"), "{e}");
+            }
+        }
+        assert_eq!(
+            crate::host_api::client::shown_url("https://me:hunter2@h.example/x"),
+            "https://me:***@h.example/x"
+        );
+        assert_eq!(
+            crate::host_api::client::shown_url("https://h.example/a@b"),
+            "https://h.example/a@b"
+        );
+    }
+
+    /// A MAKA_HOST_CA that is not certificates is a start-up error whatever the URL.
+    #[cfg(feature = "tls")]
+    #[test]
+    fn garbage_ca_text_is_a_start_up_error() {
+        for garbage in [
+            "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n",
+            "-----BEGIN CERTIFICATE-----\n!!!!\n-----END CERTIFICATE-----\n",
+            "-----BEGIN nothing",
+        ] {
+            for url in [None, Some("https://h.example")] {
+                let env = Env {
+                    host_token: Some("a-token-of-16-bytes".into()),
+                    host_ca: Some(garbage.into()),
+                    ..Env::default()
+                };
+                let mut a = vec![];
+                if let Some(u) = url {
+                    a = vec!["--host-url", u];
+                }
+                let e = parse(args(&a), env).unwrap_err();
+                assert!(e.starts_with("MAKA_HOST_CA: "), "{e}");
+            }
+        }
     }
 }

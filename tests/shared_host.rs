@@ -100,7 +100,7 @@ fn a_second_host_on_a_served_data_dir_is_refused() {
     let out = std::process::Command::new(support::BIN)
         .args(["host", "--data-dir"])
         .arg(data.path())
-        .env("MAKA_HOST_TOKEN", "t")
+        .env("MAKA_HOST_TOKEN", "a-token-of-16-bytes-or-more")
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
@@ -110,4 +110,20 @@ fn a_second_host_on_a_served_data_dir_is_refused() {
         err.contains("another maka-acp host serves") && err.contains(&first.child.id().to_string()),
         "{err}"
     );
+}
+
+/// A token short enough to guess is refused at start, with a way to make a good one.
+#[test]
+fn the_host_refuses_a_short_token() {
+    let data = TempDir::new("short-token-data");
+    let out = std::process::Command::new(support::BIN)
+        .args(["host", "--data-dir"])
+        .arg(data.path())
+        .env("MAKA_HOST_TOKEN", "secret")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at least 16"), "{err}");
 }

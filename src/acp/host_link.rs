@@ -212,10 +212,14 @@ impl HostLink {
             } else {
                 ""
             };
-            unavailable(format!("cannot reach the Runtime Host at {url}: {e}{hint}"))
+            let shown = crate::host_api::client::shown_url(url);
+            unavailable(format!("cannot reach the Runtime Host at {shown}: {e}{hint}"))
         })?;
         let epoch = hello.host_epoch;
-        log::info!("connected to Runtime Host {url} (epoch {epoch})");
+        log::info!(
+            "connected to Runtime Host {} (epoch {epoch})",
+            crate::host_api::client::shown_url(url)
+        );
         Ok(Live {
             connected: Connected { client, epoch },
             child: None,

@@ -392,6 +392,9 @@ pub fn serve(bound: Bound) {
     log::info!("host {} stopped", bound.host.epoch);
 }
 
+/// The shortest bearer token the host accepts: anything shorter can be guessed.
+pub const MIN_TOKEN_BYTES: usize = 16;
+
 /// Runs the host until it is told to shut down or its stdin closes. Returns the exit code.
 pub fn run(opts: HostOptions) -> i32 {
     let token = match std::env::var("MAKA_HOST_TOKEN") {
@@ -401,6 +404,13 @@ pub fn run(opts: HostOptions) -> i32 {
             return 2;
         }
     };
+    if token.len() < MIN_TOKEN_BYTES {
+        eprintln!(
+            "maka-acp host: MAKA_HOST_TOKEN is {} bytes; use at least {MIN_TOKEN_BYTES} random ones, e.g. $(head -c16 /dev/urandom | od -An -tx1 | tr -d ' \\n')",
+            token.len()
+        );
+        return 2;
+    }
     let bound = match bind(opts.listen, &opts.data_dir, token, opts.tunables) {
         Ok(b) => b,
         Err(e) => {

@@ -88,6 +88,11 @@ impl HostTls {
         let mut certs = vec![];
         for item in ureq::tls::parse_pem(pem) {
             match item {
+                Ok(ureq::tls::PemItem::Certificate(c)) if !looks_like_x509(c.der()) => {
+                    return Err(format!(
+                        "{source} holds a CERTIFICATE block that is not an X.509 certificate"
+                    ))
+                }
                 Ok(ureq::tls::PemItem::Certificate(c)) => certs.push(c),
                 Ok(_) => {}
                 Err(e) => return Err(format!("{source} is not valid PEM: {e}")),
@@ -356,4 +361,70 @@ impl HostApi for HostClient {
             .map(|_| ())
             .map_err(|e| ClientError::Transport(e.to_string()))
     }
+}
+
+/// Whether `der` has an X.509 certificate's outer shape: a DER SEQUENCE spanning exactly the
+/// bytes, whose first element is a SEQUENCE (the to-be-signed part). Enough to refuse garbage
+/// at start-up; the TLS library checks the rest when it uses the certificate.
+#[cfg(feature = "tls")]
+fn looks_like_x509(der: &[u8]) -> bool {
+    /// (content start, content length) of the DER element at `at`.
+    fn element(der: &[u8], at: usize) -> Option<(usize, usize)> {
+        let first = *der.get(at + 1)?;
+        if first < 0x80 {
+            return Some((at + 2, first as usize));
+        }
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > 4 {
+            return None;
+        }
+        let mut len = 0usize;
+        for i in 0..n {
+            len = (len << 8) | *der.get(at + 2 + i)? as usize;
+        }
+        Some((at + 2 + n, len))
+    }
+    match element(der, 0) {
+        Some((start, len)) if der.first() == Some(&0x30) && start + len == der.len() => {
+            der.get(start) == Some(&0x30)
+                && element(der, start).is_some_and(|(s, l)| s + l <= der.len())
+        }
+        _ => false,
+    }
+}
+
+/// `url` as it may be shown or logged: a password in it (`https://user:secret@host`) is
+/// replaced by `***`.
+pub fn shown_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = user.split_once(':').map_or(user, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}{path}")
+        }
+        None => url.to_string(),
+    }
+}
+
+/// Whether the authority at the start of `rest` (what follows `http://`) names this machine:
+/// `localhost`, `127.x.y.z` or `[::1]`, with or without a port.
+pub fn is_loopback_authority(rest: &str) -> bool {
+    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if let Some(v6) = host_port.strip_prefix('[') {
+        match v6.split_once(']') {
+            Some((h, _)) => h,
+            None => return false,
+        }
+    } else {
+        host_port.split(':').next().unwrap_or_default()
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
