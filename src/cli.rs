@@ -30,6 +30,8 @@ pub(crate) struct HostArgs {
     pub data_dir: Option<PathBuf>,
     pub log_level: Option<String>,
     pub watch_stdin: bool,
+    /// `--token-stdin`: the token is the first line of stdin.
+    pub token_stdin: bool,
     pub tunables: crate::settings::Tunables,
 }
 
@@ -120,6 +122,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                     data_dir: None,
                     log_level: None,
                     watch_stdin: true,
+                    token_stdin: false,
                     tunables: env.tunables.clone(),
                 });
             }
@@ -142,6 +145,11 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                 }
                 if let Some(h) = host.as_mut() {
                     h.listen = addr;
+                }
+            }
+            Long("token-stdin") if host.is_some() => {
+                if let Some(h) = host.as_mut() {
+                    h.token_stdin = true;
                 }
             }
             Long("ignore-stdin") if host.is_some() => {
@@ -312,6 +320,7 @@ fn run_host(args: HostArgs) -> i32 {
             .unwrap_or_else(crate::settings::default_data_dir),
         tunables: args.tunables,
         watch_stdin: args.watch_stdin,
+        token_stdin: args.token_stdin,
     })
 }
 

@@ -16,7 +16,7 @@ _maka_acp() {
     esac
     case "$sub" in
         "") COMPREPLY=($(compgen -W "host demo login generate --host-url --data-dir --log-level --help --version -h -V" -- "$cur")) ;;
-        host) COMPREPLY=($(compgen -W "--listen --data-dir --log-level --ignore-stdin" -- "$cur")) ;;
+        host) COMPREPLY=($(compgen -W "--listen --data-dir --log-level --ignore-stdin --token-stdin" -- "$cur")) ;;
         demo) COMPREPLY=($(compgen -W "" -- "$cur")) ;;
         login) COMPREPLY=($(compgen -W "" -- "$cur")) ;;
         generate) COMPREPLY=($(compgen -W "man bash zsh fish" -- "$cur")) ;;

@@ -13,4 +13,5 @@ complete -c maka-acp -n '__fish_seen_subcommand_from host' -l listen -x -d 'loop
 complete -c maka-acp -n '__fish_seen_subcommand_from host' -l data-dir -r -F -d 'where sessions live'
 complete -c maka-acp -n '__fish_seen_subcommand_from host' -l log-level -x -a 'off error warn info debug trace' -d 'how much to log to stderr'
 complete -c maka-acp -n '__fish_seen_subcommand_from host' -l ignore-stdin -d 'keep running when stdin closes (the default is to shut down; services want this)'
+complete -c maka-acp -n '__fish_seen_subcommand_from host' -l token-stdin -d 'read the bearer token from the first line of stdin instead of MAKA_HOST_TOKEN, so that it sits in no environment block (how the adapter starts its embedded host)'
 complete -c maka-acp -n '__fish_seen_subcommand_from generate' -a 'man bash zsh fish'

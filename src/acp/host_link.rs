@@ -276,7 +276,9 @@ impl HostLink {
         })?;
         let token = random_hex(32);
         let mut cmd = Command::new(exe);
-        cmd.arg("host");
+        // The token goes over the stdin pipe, never into the host's environment block (which
+        // any process of this user could read in /proc/<pid>/environ for the host's life).
+        cmd.args(["host", "--token-stdin"]);
         if let Some(dir) = &self.config.data_dir {
             cmd.arg("--data-dir").arg(dir);
         }
@@ -287,7 +289,7 @@ impl HostLink {
         let started_at = Instant::now();
         let mut child = cmd
             .env_remove("MAKA_HOST_URL")
-            .env("MAKA_HOST_TOKEN", &token)
+            .env_remove("MAKA_HOST_TOKEN")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -297,6 +299,17 @@ impl HostLink {
                     "cannot start the embedded Runtime Host: {e}"
                 )))
             })?;
+        let handed = child.stdin.as_mut().map(|stdin| {
+            use std::io::Write;
+            writeln!(stdin, "{token}").and_then(|()| stdin.flush())
+        });
+        if !matches!(handed, Some(Ok(()))) {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Spawned::Failed(unavailable(
+                "cannot hand the embedded Runtime Host its token (its stdin is closed)",
+            )));
+        }
         let Some(stdout) = child.stdout.take() else {
             let _ = child.kill();
             return Err(Spawned::Failed(unavailable(

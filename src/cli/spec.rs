@@ -113,6 +113,14 @@ pub const HOST_OPTIONS: &[Opt] = &[
         env: None,
         default: None,
     },
+    Opt {
+        long: "token-stdin",
+        short: None,
+        value: None,
+        help: "read the bearer token from the first line of stdin instead of MAKA_HOST_TOKEN, so that it sits in no environment block (how the adapter starts its embedded host)",
+        env: None,
+        default: None,
+    },
 ];
 
 pub const GENERATE_TARGETS: &[&str] = &["man", "bash", "zsh", "fish"];

@@ -4,6 +4,7 @@
 
 pub(crate) mod artifacts;
 pub(crate) mod changes;
+pub(crate) mod child_env;
 pub(crate) mod commands;
 pub(crate) mod goals;
 pub(crate) mod http;
@@ -276,6 +277,8 @@ pub struct HostOptions {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub watch_stdin: bool,
+    /// The token is the first line of stdin (the embedded host), not `MAKA_HOST_TOKEN`.
+    pub token_stdin: bool,
     pub tunables: crate::settings::Tunables,
 }
 
@@ -397,8 +400,17 @@ pub const MIN_TOKEN_BYTES: usize = 16;
 
 /// Runs the host until it is told to shut down or its stdin closes. Returns the exit code.
 pub fn run(opts: HostOptions) -> i32 {
-    let token = match std::env::var("MAKA_HOST_TOKEN") {
-        Ok(t) if !t.trim().is_empty() => t.trim().to_string(),
+    let token = if opts.token_stdin {
+        token_from_stdin()
+    } else {
+        std::env::var("MAKA_HOST_TOKEN").ok()
+    };
+    let token = match token {
+        Some(t) if !t.trim().is_empty() => t.trim().to_string(),
+        _ if opts.token_stdin => {
+            eprintln!("maka-acp host: --token-stdin, but stdin's first line holds no token");
+            return 2;
+        }
         _ => {
             eprintln!("maka-acp host: set MAKA_HOST_TOKEN (the bearer token clients must send)");
             return 2;
@@ -457,6 +469,18 @@ pub fn run(opts: HostOptions) -> i32 {
     serve(bound);
     owner::unpublish(&data_dir);
     0
+}
+
+/// The first line of stdin, at most 4 KiB (the rest of stdin is the EOF watch's).
+fn token_from_stdin() -> Option<String> {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .take(4096)
+        .read_line(&mut line)
+        .ok()?;
+    Some(line)
 }
 
 /// Creates the data dir readable by its owner only (it holds sessions and the host's token).

@@ -338,12 +338,7 @@ fn start_stdio(spec: &Value, cwd: &str, name: &str) -> Result<StdioTransport, St
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .process_group(0);
-    for v in ["MAKA_HOST_TOKEN", "MAKA_OPENAI_API_KEY", "OPENAI_API_KEY"] {
-        cmd.env_remove(v);
-    }
-    for (k, v) in pairs(spec, "env") {
-        cmd.env(k, v);
-    }
+    crate::host::child_env::apply(&mut cmd, pairs(spec, "env"));
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start `{command}`: {e}"))?;

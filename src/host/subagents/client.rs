@@ -50,13 +50,8 @@ impl Subagent {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        // Our own secrets are not the subagent's.
-        for v in ["MAKA_HOST_TOKEN", "MAKA_HOST_URL"] {
-            cmd.env_remove(v);
-        }
-        for (k, v) in &spec.env {
-            cmd.env(k, v);
-        }
+        // Our own secrets are not the subagent's: the allow-list, then its declaration.
+        crate::host::child_env::apply(&mut cmd, spec.env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start `{}`: {e}", spec.command_line()))?;

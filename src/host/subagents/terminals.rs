@@ -88,19 +88,18 @@ impl Terminals {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        for e in params
+        let declared = params
             .get("env")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-        {
-            if let (Some(k), Some(v)) = (
-                e.get("name").and_then(Value::as_str),
-                e.get("value").and_then(Value::as_str),
-            ) {
-                cmd.env(k, v);
-            }
-        }
+            .filter_map(|e| {
+                Some((
+                    e.get("name").and_then(Value::as_str)?,
+                    e.get("value").and_then(Value::as_str)?,
+                ))
+            });
+        crate::host::child_env::apply(&mut cmd, declared);
         let mut child = cmd.spawn().map_err(|e| {
             ResponseError::new(
                 code::INTERNAL_ERROR,

@@ -17,13 +17,6 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
 pub const MAX_TIMEOUT_MS: u64 = 30 * 60_000;
 /// Largest `tool_output_delta` chunk.
 const CHUNK: usize = 8 * 1024;
-/// Variables that never reach commands the model runs.
-const SECRET_VARS: [&str; 4] = [
-    "MAKA_HOST_TOKEN",
-    "MAKA_OPENAI_API_KEY",
-    "OPENAI_API_KEY",
-    "MAKA_SCRIPT",
-];
 
 enum Chunk {
     Data(&'static str, String),
@@ -87,9 +80,7 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    for v in SECRET_VARS {
-        cmd.env_remove(v);
-    }
+    crate::host::child_env::apply(&mut cmd, std::iter::empty::<(&str, &str)>());
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return ToolOutcome::failed(format!("cannot start `{command}`: {e}")),
