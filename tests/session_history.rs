@@ -22,6 +22,10 @@ fn script() -> Value {
                 [{"tool": "write_file", "args": {"path": "b.txt", "content": "new\n"}},
                  {"tool": "write_file", "args": {"path": "c.txt", "content": "agent\n"}}],
                 [{"text": "Created b."}]]},
+            {"when": "write sub", "responses": [
+                [{"tool": "write_file", "args": {"path": "sub/new.txt", "content": "agent new\n"}},
+                 {"tool": "write_file", "args": {"path": "sub/old.txt", "content": "agent old\n"}}],
+                [{"text": "Wrote sub."}]]},
             {"when": "what did i say", "responses": [[{"echo": "user"}]]},
             {"when": "slow", "responses": [
                 [{"text": "Working"}, {"delayMs": 1500}],
@@ -625,4 +629,77 @@ fn another_window_follows_steers_and_hears_the_end_of_a_turn_it_did_not_prompt()
     assert_eq!(shown.len(), 1, "{lines:?}");
     assert_eq!(shown[0]["content"]["text"], "from window b");
     assert_eq!(shown[0]["_meta"]["maka"]["turnId"], *turn);
+}
+
+/// A rewind never writes or deletes outside the workspace: when the folder the agent wrote
+/// into is replaced by a link to an outside folder (holding files of the same names), the
+/// rewind reports conflicts and leaves the outside files alone, with and without `force`.
+/// One line a case: how `sub` is replaced, and whether `force` is asked.
+#[test]
+fn a_rewind_never_acts_through_a_folder_that_became_a_link() {
+    type Swap = fn(&std::path::Path, &std::path::Path);
+    let cases: &[(&str, Swap, bool)] = &[
+        (
+            "sub -> outside",
+            |sub, outside| {
+                fs::remove_dir_all(sub).unwrap();
+                std::os::unix::fs::symlink(outside, sub).unwrap();
+            },
+            false,
+        ),
+        (
+            "sub -> outside, force",
+            |sub, outside| {
+                fs::remove_dir_all(sub).unwrap();
+                std::os::unix::fs::symlink(outside, sub).unwrap();
+            },
+            true,
+        ),
+        (
+            "sub -> relative link out, force",
+            |sub, outside| {
+                fs::remove_dir_all(sub).unwrap();
+                let rel = std::path::Path::new("..").join(outside.file_name().unwrap());
+                std::os::unix::fs::symlink(rel, sub).unwrap();
+            },
+            true,
+        ),
+    ];
+    for (what, swap, force) in cases {
+        let data = TempDir::new("hist-linkswap-data");
+        let base = TempDir::new("hist-linkswap");
+        let ws = base.path().join("ws");
+        let outside = base.path().join("outside");
+        fs::create_dir_all(ws.join("sub")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(ws.join("sub/old.txt"), "before\n").unwrap();
+        let mut a = agent(data.path());
+        let s = new_bypass_session(&mut a, &ws);
+        let (t1, _) = say(&mut a, &s, "write sub");
+        // The outside folder holds what the agent's files would be, byte for byte, so that
+        // "changed since" cannot be what stops the rewind.
+        fs::write(outside.join("new.txt"), "agent new\n").unwrap();
+        fs::write(outside.join("old.txt"), "agent old\n").unwrap();
+        swap(&ws.join("sub"), &outside);
+        let undone = a.call_ok(
+            "_maka/session/revision/abandon",
+            json!({"sessionId": s, "revisionId": format!("rev_{t1}"), "force": force}),
+        );
+        assert_eq!(undone["restored"], json!([]), "{what}: {undone}");
+        assert_eq!(
+            undone["conflicts"].as_array().map(Vec::len),
+            Some(2),
+            "{what}: both files are conflicts: {undone}"
+        );
+        assert_eq!(
+            fs::read_to_string(outside.join("new.txt")).unwrap(),
+            "agent new\n",
+            "{what}"
+        );
+        assert_eq!(
+            fs::read_to_string(outside.join("old.txt")).unwrap(),
+            "agent old\n",
+            "{what}"
+        );
+    }
 }

@@ -10,6 +10,7 @@ use super::sessions::{emit_session_updated, save};
 use super::{check_id, open_state};
 use crate::host::changes::{self, Before, Fingerprint, Undo};
 use crate::host::session::{SessionCell, SessionState};
+use crate::host::tools::fs as fs_checked;
 use crate::host::tools::CallError;
 use crate::host::{random_id, Host};
 use crate::host_api::ops::*;
@@ -315,10 +316,22 @@ fn restore(
             crate::host::turn::call_client(cell, service, input, None, EDITOR_TIMEOUT, cancel)
                 .map_err(|e: CallError| e.to_string())
         };
+        // The boundary check writes have: the recorded path must still be itself (no folder
+        // on it became a link since); every action below goes through a verified descriptor.
         if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
             conflicts.push(conflict(
                 "changed_since",
                 "it is now a symbolic link; left as it is".into(),
+            ));
+            continue;
+        }
+        if let Err(now) = fs_checked::still_itself(path) {
+            conflicts.push(conflict(
+                "changed_since",
+                format!(
+                    "a folder on its path is now a link (it leads to {}); left as it is",
+                    now.display()
+                ),
             ));
             continue;
         }
@@ -336,9 +349,12 @@ fn restore(
                 })
                 .map(Some)
         } else {
-            std::fs::read(path)
-                .map(|b| Some(Fingerprint::of(&b)))
-                .map_err(|e| e.to_string())
+            fs_checked::open_verified(path, false, false).and_then(|mut f| {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut f, &mut b)
+                    .map(|_| Some(Fingerprint::of(&b)))
+                    .map_err(|e| e.to_string())
+            })
         };
         let current = match current {
             Ok(c) => c,
@@ -374,11 +390,7 @@ fn restore(
                 ));
                 continue;
             }
-            Before::Absent => match std::fs::remove_file(path) {
-                Ok(()) => Ok(("deleted", false)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(("deleted", false)),
-                Err(e) => Err(e.to_string()),
-            },
+            Before::Absent => fs_checked::remove_verified(path).map(|()| ("deleted", false)),
             Before::Text { text } if undo.via_editor && editor_writes => editor(
                 "fs.write_text_file",
                 json!({"path": undo.path, "content": text}),
@@ -398,17 +410,11 @@ fn restore(
     (restored, conflicts)
 }
 
-/// Replaces a file's content without following a link in its last component.
+/// Replaces a file's content through a verified descriptor (see [`fs_checked::open_verified`]).
 fn write_no_follow(path: &Path, text: &str) -> Result<(), String> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|e| e.to_string())?;
+    let mut f = fs_checked::open_verified(path, true, true)?;
+    f.set_len(0).map_err(|e| e.to_string())?;
     f.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
     f.sync_all().map_err(|e| e.to_string())
 }

@@ -163,6 +163,74 @@ pub fn read_host_input(
     Ok(Some(buf))
 }
 
+/// For a path recorded resolved (absolute, every link followed, as a rewind record holds it):
+/// `Err(where it leads now)` when a component has become a symbolic link since — a folder the
+/// agent wrote into replaced by a link to somewhere else. The rewind's boundary check: a path
+/// that no longer resolves to itself is a conflict, never an action.
+pub fn still_itself(path: &Path) -> Result<(), PathBuf> {
+    let now = resolve(Path::new("/"), &path.to_string_lossy());
+    if now == path {
+        Ok(())
+    } else {
+        Err(now)
+    }
+}
+
+/// Opens a recorded path (see [`still_itself`]) without following a link in its last
+/// component, and checks that the file the kernel opened is that very path (a folder swapped
+/// for a link between the check and the open is caught). A write opens without truncating
+/// (the caller truncates after the check) and creates the file if `create`.
+pub fn open_verified(path: &Path, write: bool, create: bool) -> Result<fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = fs::OpenOptions::new();
+    options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    if write {
+        options.write(true).create(create);
+    } else {
+        options.read(true);
+    }
+    let file = options.open(path).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => "it is now a symbolic link".to_string(),
+        _ => e.to_string(),
+    })?;
+    match opened_path(&file) {
+        Some(opened) if opened != path => Err(format!("it now leads to {}", opened.display())),
+        _ => Ok(file),
+    }
+}
+
+/// Deletes a recorded path through its verified parent folder (`unlinkat` on a descriptor of
+/// the folder that is checked to be the recorded one), so a folder swapped for a link never
+/// makes the deletion happen elsewhere.
+pub fn remove_verified(path: &Path) -> Result<(), String> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err("it has no parent folder".into());
+    };
+    let dir = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(parent)
+        .map_err(|e| format!("its folder cannot be opened ({e})"))?;
+    match opened_path(&dir) {
+        Some(opened) if opened != parent => {
+            return Err(format!("its folder now leads to {}", opened.display()))
+        }
+        _ => {}
+    }
+    let name = std::ffi::CString::new(name.as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: a valid descriptor and a NUL-terminated name that outlive the call.
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    match std::io::Error::last_os_error() {
+        e if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        e => Err(e.to_string()),
+    }
+}
+
 /// The path the kernel opened (`/proc/self/fd/N`), when it can say.
 pub(super) fn opened_path(file: &fs::File) -> Option<PathBuf> {
     use std::os::unix::io::AsRawFd;
