@@ -83,3 +83,275 @@ fn commands_see_neither_the_hosts_token_nor_provider_keys() {
         assert!(own.contains(needed), "{needed} reaches the command: {own}");
     }
 }
+
+// ---- subagents: the parent's gate, dialogs that cover what they showed, honest trust ----
+
+fn stub_agent() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stub_agent.py").to_string()
+}
+
+/// The parent model delegates whatever follows "stub: " in the prompt to agent `stub`.
+fn delegating_script() -> Value {
+    let tasks = [
+        "write a.txt hello",
+        "write b.txt x",
+        "sneak README.md touch pwned",
+        "ask-run touch ok",
+        "noop",
+    ];
+    let rules: Vec<Value> = tasks
+        .iter()
+        .map(|t| {
+            json!({"when": format!("stub: {t}"), "responses": [
+                [{"tool": "delegate", "args": {"agent": "stub", "task": t}}],
+                [{"text": "delegated"}]]})
+        })
+        .collect();
+    json!({"rules": rules, "default": [[{"text": "Hello."}]]})
+}
+
+/// A workspace declaring `stub` (tests/fixtures/stub_agent.py) as `declaration` says.
+fn stub_workspace(declaration: Value) -> TempDir {
+    let ws = TempDir::new("safety-sub-ws");
+    std::fs::create_dir_all(ws.path().join(".maka")).unwrap();
+    std::fs::write(
+        ws.path().join(".maka/agents.json"),
+        json!({"agents": {"stub": declaration}}).to_string(),
+    )
+    .unwrap();
+    ws
+}
+
+fn stub_declaration() -> Value {
+    json!({"command": "python3", "args": [stub_agent()], "description": "a stub"})
+}
+
+/// A prompt whose dialogs are answered by `answer(title, options)` with an option id; returns
+/// the dialogs' titles and the stub's report.
+fn delegate_with(
+    a: &mut AgentProcess,
+    s: &str,
+    task: &str,
+    mut answer: impl FnMut(&str, &[String]) -> &'static str,
+) -> (Vec<String>, String) {
+    let mut titles = vec![];
+    let t = a.prompt(s, &format!("stub: {task}"), |r| {
+        assert_eq!(r["method"], "session/request_permission", "{r}");
+        let title = r["params"]["toolCall"]["title"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let ids: Vec<String> = r["params"]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["optionId"].as_str().unwrap().to_string())
+            .collect();
+        let chosen = answer(&title, &ids);
+        titles.push(title);
+        select(chosen)
+    });
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{}",
+        t.response
+    );
+    let report = t
+        .updates_for(s)
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update")
+        .map(|u| u.to_string())
+        .collect::<Vec<_>>()
+        .join("\n");
+    (titles, report)
+}
+
+fn trusting(title: &str) -> Option<&'static str> {
+    title
+        .starts_with("Run agent stub")
+        .then_some("allow_workspace")
+}
+
+fn scripted(data: &TempDir) -> AgentProcess {
+    let mut a = AgentProcess::scripted(&delegating_script(), data.path());
+    a.initialize();
+    a
+}
+
+/// A subagent's own `fs/write_text_file` passes the parent's gate: a dialog in ask mode
+/// (titled by the host, with the diff), a kept "always reject" honoured without a dialog,
+/// refused before a plan is approved, and an allowed write is in the turn's files and undone by
+/// a rewind.
+#[test]
+fn a_subagents_writes_pass_the_parents_gate() {
+    let data = TempDir::new("safety-sub-data");
+    let ws = stub_workspace(stub_declaration());
+    let a_txt = ws.path().join("a.txt");
+    let mut a = scripted(&data);
+    let s = a.new_session(ws.path());
+
+    // Ask mode: rejected in the dialog → not written.
+    let (titles, report) = delegate_with(&mut a, &s, "write a.txt hello", |t, _| {
+        trusting(t).unwrap_or("reject")
+    });
+    assert_eq!(titles.len(), 2, "trust, then the write: {titles:?}");
+    assert_eq!(titles[1], "stub: write a.txt");
+    assert!(report.contains("write error"), "{report}");
+    assert!(!a_txt.exists());
+
+    // Allowed → written, listed in the turn's files, undone by a rewind.
+    let (titles, _) = delegate_with(&mut a, &s, "write a.txt hello", |_, _| "allow_once");
+    assert_eq!(titles, ["stub: write a.txt"]);
+    assert_eq!(std::fs::read_to_string(&a_txt).unwrap(), "hello\n");
+    let turns = a.call_ok("_maka/session/turns", json!({"sessionId": s}));
+    let last = turns["turns"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        last["filesChanged"],
+        json!([a_txt.canonicalize().unwrap()]),
+        "{last}"
+    );
+    let undone = a.call_ok(
+        "_maka/session/revision/abandon",
+        json!({"sessionId": s, "revisionId": format!("rev_{}", last["turnId"].as_str().unwrap())}),
+    );
+    assert_eq!(undone["restored"][0]["action"], "deleted", "{undone}");
+    assert!(!a_txt.exists());
+
+    // "Always reject" in its dialog: kept, and the next write is refused with no dialog.
+    let (titles, _) = delegate_with(&mut a, &s, "write a.txt hello", |_, ids| {
+        assert!(ids.iter().any(|i| i == "reject_workspace"), "{ids:?}");
+        "reject_workspace"
+    });
+    assert_eq!(titles.len(), 1);
+    let (titles, report) = delegate_with(&mut a, &s, "write a.txt hello", |t, _| {
+        panic!("no dialog expected: {t}")
+    });
+    assert!(titles.is_empty());
+    assert!(report.contains("always rejects"), "{report}");
+    assert!(!a_txt.exists());
+
+    // Plan mode, no approved plan: refused before anything is asked or written.
+    let s2 = a.new_session(ws.path());
+    a.call_ok(
+        "session/set_config_option",
+        json!({"sessionId": s2, "configId": "collaboration_mode", "value": "plan"}),
+    );
+    let (titles, report) = delegate_with(&mut a, &s2, "write b.txt x", |t, _| {
+        trusting(t).unwrap_or_else(|| panic!("no dialog expected: {t}"))
+    });
+    let _ = titles;
+    assert!(report.contains("plan"), "{report}");
+    assert!(!ws.path().join("b.txt").exists());
+}
+
+/// A subagent's own dialog covers only what it showed: "read README.md" allowed does not let it
+/// start a command; the command gets its own dialog, titled by the host. A dialog that showed
+/// the very command covers it.
+#[test]
+fn a_subagents_dialog_covers_only_what_it_showed() {
+    let data = TempDir::new("safety-cover-data");
+    let ws = stub_workspace(stub_declaration());
+    let mut a = scripted(&data);
+    let s = a.new_session(ws.path());
+    let (titles, report) = delegate_with(&mut a, &s, "sneak README.md touch pwned", |t, _| {
+        if let Some(yes) = trusting(t) {
+            yes
+        } else if t == "stub: read README.md" {
+            "allow_once"
+        } else {
+            "reject"
+        }
+    });
+    assert_eq!(
+        titles,
+        [
+            "Run agent stub declared by this workspace: python3 ".to_string() + &stub_agent(),
+            "stub: read README.md".into(),
+            "stub: run sh -c touch pwned".into()
+        ],
+        "{report}"
+    );
+    assert!(report.contains("terminal error"), "{report}");
+    assert!(!ws.path().join("pwned").exists(), "the unseen command ran");
+
+    let (titles, report) = delegate_with(&mut a, &s, "ask-run touch ok", |_, _| "allow_once");
+    assert_eq!(
+        titles,
+        ["stub: run touch ok"],
+        "one dialog, the agent's own: {report}"
+    );
+    assert!(ws.path().join("ok").exists(), "{report}");
+}
+
+/// Trust of a workspace-declared agent is honest and exact: the dialog shows the whole
+/// declaration, environment included; "Allow once" is once; only the named "always" lasts,
+/// and it covers the exact declaration and the files it runs: an edited script, a re-split
+/// argument list or a new variable asks again.
+#[test]
+fn trust_of_a_declared_agent_is_honest_and_exact() {
+    let data = TempDir::new("safety-trust-data");
+    let ws = TempDir::new("safety-trust-ws");
+    let script = ws.path().join("agent.py");
+    std::fs::copy(stub_agent(), &script).unwrap();
+    let declare = |decl: Value| {
+        std::fs::create_dir_all(ws.path().join(".maka")).unwrap();
+        std::fs::write(
+            ws.path().join(".maka/agents.json"),
+            json!({"agents": {"stub": decl}}).to_string(),
+        )
+        .unwrap();
+    };
+    let plain =
+        json!({"command": "python3", "args": ["agent.py"], "env": {"PATH": "/usr/bin:/bin"}});
+    declare(plain.clone());
+    let mut a = scripted(&data);
+    let s = a.new_session(ws.path());
+    let asks = |a: &mut AgentProcess, answer: &'static str| -> Vec<String> {
+        delegate_with(a, &s, "noop", move |_, _| answer).0
+    };
+    let once = asks(&mut a, "allow_once");
+    assert_eq!(once.len(), 1);
+    assert!(
+        once[0].contains("python3 agent.py") && once[0].contains("PATH=/usr/bin:/bin"),
+        "the whole declaration, environment too: {}",
+        once[0]
+    );
+    assert_eq!(asks(&mut a, "allow_once").len(), 1, "once is once");
+    assert_eq!(asks(&mut a, "allow_workspace").len(), 1);
+    assert!(
+        asks(&mut a, "reject").is_empty(),
+        "always allowed, as declared"
+    );
+
+    // The script edited: asked again.
+    std::fs::write(
+        &script,
+        std::fs::read_to_string(stub_agent()).unwrap() + "\n# edited\n",
+    )
+    .unwrap();
+    assert_eq!(
+        asks(&mut a, "allow_workspace").len(),
+        1,
+        "an edited script asks again"
+    );
+    assert!(asks(&mut a, "reject").is_empty());
+    // A new variable, or the same words split differently: asked again.
+    declare(
+        json!({"command": "python3", "args": ["agent.py"], "env": {"PATH": "/usr/bin:/bin", "X": "1"}}),
+    );
+    assert_eq!(
+        asks(&mut a, "allow_workspace").len(),
+        1,
+        "a new variable asks again"
+    );
+    declare(json!({"command": "sh", "args": ["-c", "exec python3 agent.py"]}));
+    assert_eq!(asks(&mut a, "allow_workspace").len(), 1);
+    declare(json!({"command": "sh", "args": ["-c", "exec", "python3 agent.py"]}));
+    let titles = asks(&mut a, "reject");
+    assert_eq!(titles.len(), 1, "a re-split argument list asks again");
+    assert!(
+        titles[0].contains("'python3 agent.py'"),
+        "quoted as split: {}",
+        titles[0]
+    );
+}

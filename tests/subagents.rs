@@ -154,11 +154,36 @@ fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed()
         ]
     );
 
-    // First use: the person allows running the workspace's command; then the agent works.
+    // First use: the person allows running the workspace's command — always, for this
+    // declaration, the one lasting option, offered by name — then the agent works.
     let mut asked = vec![];
     let t = a.prompt(&s, "ask the helper", |r| {
         asked.push(r["params"]["toolCall"]["title"].clone());
-        allow(r)
+        let options: Vec<(&str, &str, &str)> = r["params"]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["optionId"].as_str().unwrap(),
+                    o["kind"].as_str().unwrap(),
+                    o["name"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            options,
+            [
+                ("allow_once", "allow_once", "Allow once"),
+                (
+                    "allow_workspace",
+                    "allow_always",
+                    "Always allow agent `helper` as declared in this workspace"
+                ),
+                ("reject", "reject_once", "Reject")
+            ]
+        );
+        select("allow_workspace")
     });
     assert_eq!(
         t.response["result"]["stopReason"], "end_turn",

@@ -176,45 +176,57 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestP
                 content: d.as_ref().map(|d| vec![diff(d)]),
                 ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending)
             };
-            let options = if let (Some(rule), false) = (rule, *review == Review::Plan) {
-                // The rules the host can keep, named so the person sees what "always"
-                // covers. `allow_once` comes first and is the only one of its kind: clients
-                // that map options by kind, and auto-approvers, take the first `allow_once`,
-                // so nothing lasting is granted without being picked by name.
-                let what = rule.describe();
-                vec![
-                    option(ALLOW_ONCE, "Allow once", AllowOnce),
-                    option(
-                        ALLOW_SESSION,
-                        &format!("Allow {what} for this session"),
-                        AllowAlways,
-                    ),
-                    option(
-                        ALLOW_WORKSPACE,
-                        &format!("Always allow {what} in this workspace"),
-                        AllowAlways,
-                    ),
-                    option(REJECT, "Reject", RejectOnce),
-                    option(
-                        REJECT_WORKSPACE,
-                        &format!("Always reject {what} in this workspace"),
-                        RejectAlways,
-                    ),
-                ]
-            } else if *review == Review::Plan {
-                // Plan mode: approving the plan is what lets the agent start changing things.
-                vec![
-                    option(ALLOW_ONCE, "Approve the plan and start", AllowOnce),
-                    option(REJECT, "Keep planning", RejectOnce),
-                ]
-            } else {
-                // No rule can cover this call (a compound command, a file outside the
-                // working directory): once or not at all. Bypass mode stops the questions.
-                vec![
-                    option(ALLOW_ONCE, "Allow once", AllowOnce),
-                    option(REJECT, "Reject", RejectOnce),
-                ]
-            };
+            let options =
+                if let Some(agent @ crate::host_api::wire::RuleTarget::Agent { .. }) = rule {
+                    // A subagent's trust: once, or always for this very declaration, by name.
+                    vec![
+                        option(ALLOW_ONCE, "Allow once", AllowOnce),
+                        option(
+                            ALLOW_WORKSPACE,
+                            &format!("Always allow {} in this workspace", agent.describe()),
+                            AllowAlways,
+                        ),
+                        option(REJECT, "Reject", RejectOnce),
+                    ]
+                } else if let (Some(rule), false) = (rule, *review == Review::Plan) {
+                    // The rules the host can keep, named so the person sees what "always"
+                    // covers. `allow_once` comes first and is the only one of its kind: clients
+                    // that map options by kind, and auto-approvers, take the first `allow_once`,
+                    // so nothing lasting is granted without being picked by name.
+                    let what = rule.describe();
+                    vec![
+                        option(ALLOW_ONCE, "Allow once", AllowOnce),
+                        option(
+                            ALLOW_SESSION,
+                            &format!("Allow {what} for this session"),
+                            AllowAlways,
+                        ),
+                        option(
+                            ALLOW_WORKSPACE,
+                            &format!("Always allow {what} in this workspace"),
+                            AllowAlways,
+                        ),
+                        option(REJECT, "Reject", RejectOnce),
+                        option(
+                            REJECT_WORKSPACE,
+                            &format!("Always reject {what} in this workspace"),
+                            RejectAlways,
+                        ),
+                    ]
+                } else if *review == Review::Plan {
+                    // Plan mode: approving the plan is what lets the agent start changing things.
+                    vec![
+                        option(ALLOW_ONCE, "Approve the plan and start", AllowOnce),
+                        option(REJECT, "Keep planning", RejectOnce),
+                    ]
+                } else {
+                    // No rule can cover this call (a compound command, a file outside the
+                    // working directory): once or not at all. Bypass mode stops the questions.
+                    vec![
+                        option(ALLOW_ONCE, "Allow once", AllowOnce),
+                        option(REJECT, "Reject", RejectOnce),
+                    ]
+                };
             (tool_call, options)
         }
         InteractionRequest::SandboxBoundary {

@@ -123,6 +123,26 @@ pub fn read_for(session_dir: &Path, turns: &[String]) -> Vec<FileChange> {
     out
 }
 
+/// Every recorded write as (turn, path), oldest first: which files each turn changed, the
+/// subagents' writes included (their content is skipped, not held).
+pub fn paths_by_turn(session_dir: &Path) -> Vec<(String, String)> {
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Which {
+        turn_id: String,
+        path: String,
+    }
+    let Ok(f) = fs::File::open(session_dir.join("changes.jsonl")) else {
+        return vec![];
+    };
+    BufReader::new(f)
+        .split(b'\n')
+        .map_while(Result::ok)
+        .filter_map(|line| serde_json::from_slice::<Which>(&line).ok())
+        .map(|w| (w.turn_id, w.path))
+        .collect()
+}
+
 /// What undoing a set of turns means for one file: the content before their first change and
 /// the fingerprint after their last.
 #[derive(Debug, PartialEq)]

@@ -493,6 +493,16 @@ pub(super) fn list(host: &Host, input: SessionRef) -> Result<TurnList, HostError
             _ => {}
         }
     }
+    // Writes no tool result of this session shows (a subagent's `fs/write_text_file`) are in
+    // the undo records.
+    let dir = host.store.session_dir(&cell.id);
+    for (turn, path) in crate::host::changes::paths_by_turn(&dir) {
+        if let Some(t) = index.get(&turn).map(|&i| &mut turns[i]) {
+            if !t.files_changed.contains(&path) {
+                t.files_changed.push(path);
+            }
+        }
+    }
     Ok(TurnList { turns })
 }
 

@@ -13,6 +13,23 @@ pub mod terminals;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
+/// A regular file's identity: where it really is and which version it is (device, inode,
+/// size, modification time). Empty for anything else.
+fn file_identity(p: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(p).ok()?;
+    let m = std::fs::metadata(&real).ok().filter(|m| m.is_file())?;
+    Some(format!(
+        "{}:{}:{}:{}:{}.{}",
+        real.display(),
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec()
+    ))
+}
+
 /// The largest `agents.json` read.
 const MAX_FILE: u64 = 256 * 1024;
 
@@ -36,15 +53,77 @@ impl AgentSpec {
             .join(" ")
     }
 
-    /// What trusting it covers: the name and the exact command line and environment.
+    /// The declaration as the trust dialog shows it: the command and its arguments (quoted
+    /// where a shell would need it, so a re-split list reads differently), then every
+    /// variable it sets.
+    pub fn declaration(&self) -> String {
+        let quote = |w: &str| {
+            let plain = !w.is_empty()
+                && w.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,+@%".contains(c));
+            if plain {
+                w.to_string()
+            } else {
+                format!("'{}'", w.replace('\'', "'\\''"))
+            }
+        };
+        let mut out = std::iter::once(self.command.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .map(quote)
+            .collect::<Vec<_>>()
+            .join(" ");
+        if !self.env.is_empty() {
+            let env: Vec<String> = self
+                .env
+                .iter()
+                .map(|(k, v)| format!("{k}={}", quote(v)))
+                .collect();
+            out.push_str(&format!(" (environment: {})", env.join(" ")));
+        }
+        out
+    }
+
+    /// What trusting it covers: the exact declaration (command, each argument, environment)
+    /// and the identity of the files it runs (the resolved program and any argument naming a
+    /// file), so an edited script or a re-split argument list asks again.
     fn trust_key(&self, workspace: &str) -> String {
-        let env: Vec<String> = self.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        format!(
-            "{workspace}\u{0}{}\u{0}{}\u{0}{}",
+        let identities: Vec<String> = std::iter::once(self.program())
+            .chain(self.args.iter().map(|a| {
+                let p = Path::new(a);
+                Some(if p.is_absolute() {
+                    p.to_path_buf()
+                } else {
+                    Path::new(workspace).join(p)
+                })
+            }))
+            .map(|p| p.and_then(|p| file_identity(&p)).unwrap_or_default())
+            .collect();
+        serde_json::json!([
+            workspace,
             self.name,
-            self.command_line(),
-            env.join("\u{0}")
-        )
+            self.command,
+            self.args,
+            self.env,
+            identities
+        ])
+        .to_string()
+    }
+
+    /// The program `command` names: a path (relative to nothing but itself), or the first
+    /// match on the `PATH` it will run with (its declaration's, else the host's).
+    fn program(&self) -> Option<PathBuf> {
+        if self.command.contains('/') {
+            return Some(PathBuf::from(&self.command));
+        }
+        let path = self
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var("PATH").ok())?;
+        std::env::split_paths(&path)
+            .map(|d| d.join(&self.command))
+            .find(|p| p.is_file())
     }
 }
 

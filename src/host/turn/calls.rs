@@ -152,6 +152,24 @@ impl Turn {
         args: &Value,
         plan: tools::ToolPlan,
     ) -> ToolOutcome {
+        if let Some(refused) = self.pass_gate(id, name, args, &plan, false) {
+            return refused;
+        }
+        self.run_gated(id, name, args)
+    }
+
+    /// The gate of every action, the model's own tools and a subagent's writes and commands
+    /// alike: the mode, plan mode, the session's folders, kept rules, and the dialogs these
+    /// call for (each naming tool call `id`). `None` when the action may run, else the
+    /// refusal. `shown`: the person already allowed exactly this action in a dialog.
+    pub(super) fn pass_gate(
+        &mut self,
+        id: &str,
+        name: &str,
+        args: &Value,
+        plan: &tools::ToolPlan,
+        shown: bool,
+    ) -> Option<ToolOutcome> {
         let (mode, collaboration, has_plan, approved, remembered, session_rules) = {
             let st = self.cell.lock();
             let c = &st.session.configuration;
@@ -172,7 +190,7 @@ impl Turn {
         let decided = plan.review.and_then(|review| {
             let workspace_rules = self.host.permissions.for_workspace(&self.workspace_key());
             let kept: Vec<&PermissionRule> = session_rules.iter().chain(&workspace_rules).collect();
-            permissions::verdict(&kept, &self.rule_call(review, name, args, &plan)).cloned()
+            permissions::verdict(&kept, &self.rule_call(review, name, args, plan)).cloned()
         });
         let facts = gate::Facts {
             mode,
@@ -183,6 +201,7 @@ impl Turn {
             roots: &self.roots,
             approved: &approved,
             remembered: remembered
+                || shown
                 || decided
                     .as_ref()
                     .is_some_and(|r| r.decision == Decision::Allow),
@@ -191,7 +210,7 @@ impl Turn {
                 .map(|r| r.target.describe()),
         };
         let checks = match gate::decide(name, &facts) {
-            gate::Gate::Refuse(why) => return ToolOutcome::failed(why),
+            gate::Gate::Refuse(why) => return Some(ToolOutcome::failed(why)),
             gate::Gate::Ask(checks) => checks,
         };
         for check in checks {
@@ -199,13 +218,18 @@ impl Turn {
                 gate::Check::ApprovePlan => self.approve_plan(id, name, &plan.title),
                 gate::Check::Boundary(outside) => self.ask_boundary(id, &plan.title, outside),
                 gate::Check::Permission(review) => {
-                    self.ask_permission(id, name, args, &plan, review)
+                    self.ask_permission(id, name, args, plan, review)
                 }
             };
-            if let Some(refused) = refused {
+            if refused.is_some() {
                 return refused;
             }
         }
+        None
+    }
+
+    /// Runs a tool that passed its gate.
+    fn run_gated(&mut self, id: &str, name: &str, args: &Value) -> ToolOutcome {
         self.mark_running();
         match name {
             "update_plan" => self.update_plan(args),

@@ -8,7 +8,9 @@
 use super::*;
 use crate::host::subagents::client::Subagent;
 use crate::host::subagents::{self, AgentSpec};
-use crate::host_api::wire::{Decision, Review, ToolStatus};
+use crate::host_api::wire::{
+    Decision, Review, RuleScope, RuleTarget, ToolResultContent, ToolStatus,
+};
 use crate::jsonrpc::{code, Incoming, Request, Responder, ResponseError};
 use std::collections::HashMap;
 
@@ -107,9 +109,10 @@ struct Job {
     incoming_open: bool,
     /// Commands it runs through `terminal/*` (killed when the job ends).
     terminals: subagents::terminals::Terminals,
-    /// The person just allowed one of its permission requests (in ask mode that covers the
-    /// command it then starts; otherwise starting one asks).
-    allowed: bool,
+    /// What the person just allowed in one of its permission requests, when that dialog
+    /// showed it: it covers that very command's `terminal/create` or that file's write, and
+    /// nothing else.
+    allowed: Option<Shown>,
     outcome: Option<ToolOutcome>,
 }
 
@@ -409,46 +412,58 @@ impl Turn {
             calls: HashMap::new(),
             incoming_open: true,
             terminals: Default::default(),
-            allowed: false,
+            allowed: None,
             outcome: None,
         })
     }
 
-    /// First use of a workspace-declared agent: the person allows running its command.
+    /// A workspace-declared agent not trusted yet: the person sees the whole declaration
+    /// (command, arguments, environment) and allows it once, or always for this very
+    /// declaration (the only lasting answer, offered by name).
     fn trust_agent(&mut self, id: &str, spec: &AgentSpec) -> Option<ToolOutcome> {
         let workspace = self.cwd.display().to_string();
         if subagents::trusted(&self.host.data_dir, &workspace, spec) {
             return None;
         }
+        let env: serde_json::Map<String, Value> = spec
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
         let request = InteractionRequest::Permission {
             tool_call_id: id.into(),
             tool_name: "delegate".into(),
             title: format!(
                 "Run agent {} declared by this workspace: {}",
                 spec.name,
-                spec.command_line()
+                spec.declaration()
             ),
             review: Review::Command,
-            args: Some(json!({"command": spec.command_line()})),
+            args: Some(json!({"command": spec.command, "args": spec.args, "env": env})),
             locations: vec![],
             diff: None,
             remember_for_turn_allowed: false,
-            rule: None,
+            rule: Some(RuleTarget::Agent {
+                name: spec.name.clone(),
+            }),
         };
         match self.interact(request) {
             Some(InteractionAnswer::Permission {
                 decision: Decision::Allow,
+                remember,
                 ..
             }) => {
-                if let Err(e) = subagents::trust(&self.host.data_dir, &workspace, spec) {
-                    log::warn!("cannot remember trusting agent {}: {e}", spec.name);
+                if remember == Some(RuleScope::Workspace) {
+                    if let Err(e) = subagents::trust(&self.host.data_dir, &workspace, spec) {
+                        log::warn!("cannot remember trusting agent {}: {e}", spec.name);
+                    }
                 }
                 None
             }
             _ => Some(ToolOutcome::failed(format!(
                 "The user did not allow running agent {} ({}).",
                 spec.name,
-                spec.command_line()
+                spec.declaration()
             ))),
         }
     }
@@ -772,21 +787,24 @@ impl Turn {
         responder: Responder,
         calls: &HashMap<String, String>,
         terminals: &mut subagents::terminals::Terminals,
-        allowed: &mut bool,
+        allowed: &mut Option<Shown>,
     ) {
         if r.method == "terminal/wait_for_exit" {
             return terminals.wait_for_exit(&r.params, responder);
         }
         let result = match r.method.as_str() {
             "session/request_permission" => {
-                let (answer, yes) = self.subagent_permission(name, &r.params, calls);
-                *allowed = yes;
+                let (answer, covers) = self.subagent_permission(name, &r.params, calls);
+                *allowed = covers;
                 Ok(answer)
             }
             "fs/read_text_file" => self.subagent_read(&r.params),
-            "fs/write_text_file" => self.subagent_write(&r.params),
+            "fs/write_text_file" => {
+                let approved = allowed.take();
+                self.subagent_write(name, &r.params, approved)
+            }
             "terminal/create" => {
-                let approved = std::mem::take(allowed);
+                let approved = allowed.take();
                 self.subagent_terminal(name, &r.params, terminals, approved)
             }
             "terminal/output" => terminals.output(&r.params),
@@ -800,59 +818,28 @@ impl Turn {
         responder.respond(result);
     }
 
-    /// `terminal/create`, in a folder of this session, gated by the session's mode: refused in
-    /// explore; in ask, covered by the permission the person just gave the agent, else asked.
+    /// `terminal/create`, in a folder of this session, through the same gate as the model's
+    /// own `run_command` (explore refuses, plan mode waits for the approved plan, kept rules
+    /// decide, ask mode asks with a title the host writes). A dialog the person already
+    /// answered covers it only when that dialog showed this very command.
     fn subagent_terminal(
         &mut self,
         name: &str,
         params: &Value,
         terminals: &mut subagents::terminals::Terminals,
-        approved: bool,
+        approved: Option<Shown>,
     ) -> Result<Value, ResponseError> {
-        let mode = self.cell.lock().session.configuration.permission_mode;
-        if mode == PermissionMode::Explore {
-            return Err(ResponseError::new(
-                code::INVALID_REQUEST,
-                "the session is in explore (read-only) mode: no commands",
-            ));
-        }
-        if mode == PermissionMode::Ask && !approved {
-            let line = std::iter::once(params.get("command").and_then(Value::as_str).unwrap_or(""))
-                .chain(
-                    params
-                        .get("args")
-                        .and_then(Value::as_array)
-                        .into_iter()
-                        .flatten()
-                        .filter_map(Value::as_str),
-                )
-                .collect::<Vec<_>>()
-                .join(" ");
-            let request = InteractionRequest::Permission {
-                tool_call_id: self.delegating.clone().unwrap_or_default(),
-                tool_name: "delegate".into(),
-                title: format!("{name}: run {line}"),
-                review: Review::Command,
-                args: Some(json!({"command": line})),
-                locations: vec![],
-                diff: None,
-                remember_for_turn_allowed: false,
-                rule: None,
-            };
-            let yes = matches!(
-                self.interact(request),
-                Some(InteractionAnswer::Permission {
-                    decision: Decision::Allow,
-                    ..
-                })
-            );
-            if !yes {
-                return Err(ResponseError::new(
-                    code::INVALID_REQUEST,
-                    "the user did not allow this command",
-                ));
-            }
-        }
+        let line = std::iter::once(params.get("command").and_then(Value::as_str).unwrap_or(""))
+            .chain(
+                params
+                    .get("args")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str),
+            )
+            .collect::<Vec<_>>()
+            .join(" ");
         let cwd = match params.get("cwd").and_then(Value::as_str) {
             Some(_) => {
                 let p = json!({"path": params["cwd"]});
@@ -860,16 +847,62 @@ impl Turn {
             }
             None => self.cwd.clone(),
         };
+        // `sh -c X` runs X: a dialog that showed X showed this command.
+        let script = match (
+            params.get("command").and_then(Value::as_str),
+            params
+                .get("args")
+                .and_then(Value::as_array)
+                .map(Vec::as_slice),
+        ) {
+            (Some("sh" | "bash" | "/bin/sh" | "/bin/bash"), Some([flag, x]))
+                if flag == "-c" || flag == "-lc" =>
+            {
+                x.as_str()
+            }
+            _ => None,
+        };
+        let shown = matches!(&approved, Some(Shown::Command(a))
+            if same_command(a, &line) || script.is_some_and(|x| same_command(a, x)));
+        let args = json!({"command": line});
+        self.subagent_gate(name, "run_command", &args, &format!("run {line}"), shown)?;
         terminals.create(params, &cwd)
     }
 
-    /// The answer for the agent, and whether it was "allow".
+    /// A subagent's action through [`Turn::pass_gate`], its dialogs naming the delegate call
+    /// and titled by the host: "<agent>: <what>".
+    fn subagent_gate(
+        &mut self,
+        name: &str,
+        tool: &str,
+        args: &Value,
+        what: &str,
+        shown: bool,
+    ) -> Result<(), ResponseError> {
+        let mut plan = tools::plan(tool, args, &self.cwd)
+            .map_err(|e| ResponseError::new(code::INVALID_PARAMS, e))?;
+        plan.title = format!("{name}: {what}");
+        let id = self.delegating.clone().unwrap_or_default();
+        match self.pass_gate(&id, tool, args, &plan, shown) {
+            None => Ok(()),
+            Some(refused) => {
+                let why = match refused.result {
+                    ToolResultContent::Text { text } => text,
+                    _ => "the user did not allow this".to_string(),
+                };
+                Err(ResponseError::new(code::INVALID_REQUEST, why))
+            }
+        }
+    }
+
+    /// The answer for the agent, and the command the person allowed when the dialog showed
+    /// one (it covers that command's `terminal/create`, nothing else).
     fn subagent_permission(
         &mut self,
         name: &str,
         params: &Value,
         calls: &HashMap<String, String>,
-    ) -> (Value, bool) {
+    ) -> (Value, Option<Shown>) {
         let options = params
             .get("options")
             .and_then(Value::as_array)
@@ -896,8 +929,17 @@ impl Turn {
             .pointer("/toolCall/title")
             .and_then(Value::as_str)
             .unwrap_or("an action");
-        let mode = self.cell.lock().session.configuration.permission_mode;
+        let (mode, planning) = {
+            let st = self.cell.lock();
+            let c = &st.session.configuration;
+            (
+                c.permission_mode,
+                c.collaboration_mode == CollaborationMode::Plan,
+            )
+        };
         let allowed = match mode {
+            // Plan mode: nothing is done before the plan is approved (which ends plan mode).
+            _ if planning => false,
             PermissionMode::Bypass => true,
             PermissionMode::Explore => false,
             PermissionMode::Ask => {
@@ -930,7 +972,8 @@ impl Turn {
             Some(option_id) => json!({"outcome": {"outcome": "selected", "optionId": option_id}}),
             None => json!({"outcome": {"outcome": "cancelled"}}),
         };
-        (answer, allowed && chosen.is_some())
+        let shown = Shown::of(params.get("toolCall").unwrap_or(&Value::Null), &self.cwd);
+        (answer, shown.filter(|_| allowed && chosen.is_some()))
     }
 
     /// The agent's path, resolved, inside this session's folders.
@@ -980,22 +1023,64 @@ impl Turn {
         Ok(json!({ "content": content }))
     }
 
-    fn subagent_write(&mut self, params: &Value) -> Result<Value, ResponseError> {
-        let mode = self.cell.lock().session.configuration.permission_mode;
-        if mode == PermissionMode::Explore {
-            return Err(ResponseError::new(
-                code::INVALID_REQUEST,
-                "the session is in explore (read-only) mode",
-            ));
-        }
+    /// `fs/write_text_file`, through the same gate as the model's own `write_file` (with the
+    /// diff in the dialog), recorded for undo like every write.
+    fn subagent_write(
+        &mut self,
+        name: &str,
+        params: &Value,
+        approved: Option<Shown>,
+    ) -> Result<Value, ResponseError> {
         let path = self.subagent_path(params)?;
         let content = params
             .get("content")
             .and_then(Value::as_str)
             .ok_or_else(|| ResponseError::invalid_params("`content` is required"))?;
+        let args = json!({"path": path.display().to_string(), "content": content});
+        let shown = matches!(&approved, Some(Shown::Write(p)) if *p == path);
+        let what = format!("write {}", tool_fs::display(&self.cwd, &path));
+        self.subagent_gate(name, "write_file", &args, &what, shown)?;
         let old = tool_fs::current_text(self, &path);
         tool_fs::store(self, &path, old.as_deref(), content)
             .map(|()| json!({}))
             .map_err(|e| ResponseError::new(code::INTERNAL_ERROR, e))
+    }
+}
+
+/// Whether two command lines are the same words.
+fn same_command(a: &str, b: &str) -> bool {
+    a.split_whitespace().eq(b.split_whitespace())
+}
+
+/// What a subagent's permission dialog showed the person: one command, or one file.
+#[derive(Debug, PartialEq)]
+pub(super) enum Shown {
+    Command(String),
+    Write(PathBuf),
+}
+
+impl Shown {
+    /// From the dialog's `toolCall`: its `rawInput.command` (a string or its words), else the
+    /// one file it names (`rawInput.path` or its single location), resolved.
+    fn of(tool_call: &Value, cwd: &Path) -> Option<Shown> {
+        if let Some(c) = tool_call.pointer("/rawInput/command") {
+            return match c {
+                Value::String(s) => Some(Shown::Command(s.clone())),
+                Value::Array(words) => Some(Shown::Command(
+                    words
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                )),
+                _ => None,
+            };
+        }
+        let locations = tool_call.get("locations").and_then(Value::as_array);
+        let path = match locations.map(Vec::as_slice) {
+            Some([one]) => one.get("path").and_then(Value::as_str),
+            _ => tool_call.pointer("/rawInput/path").and_then(Value::as_str),
+        }?;
+        Some(Shown::Write(tool_fs::resolve(cwd, path)))
     }
 }

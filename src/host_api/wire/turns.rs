@@ -174,6 +174,9 @@ pub enum RuleTarget {
     Files { path: String },
     /// One MCP tool, by the name the model sees.
     Tool { name: String },
+    /// A workspace-declared subagent, exactly as declared (its trust dialog): never a kept
+    /// permission rule; the only lasting answer is "always allow" this declaration.
+    Agent { name: String },
 }
 
 impl RuleTarget {
@@ -186,6 +189,7 @@ impl RuleTarget {
                 None => format!("changes to `{path}`"),
             },
             RuleTarget::Tool { name } => format!("the tool `{name}`"),
+            RuleTarget::Agent { name } => format!("agent `{name}` as declared"),
         }
     }
 }
