@@ -352,6 +352,41 @@ fn cancel_during_a_slow_model_call_and_right_after_the_prompt() {
     assert_eq!(resp["result"]["stopReason"], "cancelled");
 }
 
+/// Editors send a new message during a running turn by cancelling it and prompting at once:
+/// the new prompt waits for the cancelled turn to settle instead of failing `session_busy`.
+/// Both with output already streamed and before any.
+#[test]
+fn a_prompt_right_after_a_cancel_is_accepted() {
+    let mut s = setup("redirect");
+    let id = s.agent.new_session(s.ws.path());
+    for wait_for_output in [true, false] {
+        let first = s.agent.request(
+            "session/prompt",
+            json!({"sessionId": id, "prompt": [{"type": "text", "text": "slow"}]}),
+        );
+        if wait_for_output {
+            loop {
+                let v = s.agent.recv();
+                if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+                    break;
+                }
+            }
+        }
+        s.agent.notify("session/cancel", json!({"sessionId": id}));
+        let second = s.agent.request(
+            "session/prompt",
+            json!({"sessionId": id, "prompt": [{"type": "text", "text": "hello again"}]}),
+        );
+        let (resp, _) = s.agent.response_to(&first);
+        assert_eq!(resp["result"]["stopReason"], "cancelled", "{resp}");
+        let (resp, _) = s.agent.response_to(&second);
+        assert_eq!(
+            resp["result"]["stopReason"], "end_turn",
+            "output first: {wait_for_output}: {resp}"
+        );
+    }
+}
+
 /// Invariant 6: `session/load` replays through the same projection as live streaming.
 #[test]
 fn load_replays_the_conversation_as_it_was_streamed() {

@@ -96,6 +96,9 @@ struct SessionState {
     goal_revision: u64,
 }
 
+/// How long a prompt waits for the cancelled one before it to settle.
+pub const CANCEL_SETTLE: Duration = Duration::from_secs(5);
+
 pub struct AcpSession {
     pub id: String,
     state: Mutex<SessionState>,
@@ -174,10 +177,22 @@ impl AcpSession {
 
     /// Makes `responder` the session's pending prompt for `turn_id`. Gives it back when a
     /// prompt is already pending.
+    ///
+    /// A prompt the client has just cancelled is waited for (at most [`CANCEL_SETTLE`]): editors
+    /// send a new message by cancelling the running one and prompting at once, and the
+    /// cancelled turn settles a few milliseconds later. Any other pending prompt is busy.
     pub fn begin_prompt(&self, turn_id: &str, responder: Responder) -> Result<(), Responder> {
+        let deadline = Instant::now() + CANCEL_SETTLE;
         let mut st = self.state();
-        if st.prompt.is_some() {
-            return Err(responder);
+        while let Some(p) = &st.prompt {
+            let now = Instant::now();
+            if !p.cancel_requested || now >= deadline {
+                return Err(responder);
+            }
+            st = match self.prompt_done.wait_timeout(st, deadline - now) {
+                Ok((g, _)) => g,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
         }
         st.prompt = Some(PendingPrompt {
             responder,
