@@ -226,20 +226,7 @@ fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64)
         None
     };
     truncated |= keep_tail(&mut text, RESULT_TEXT_LIMIT);
-    let status = waited
-        .as_ref()
-        .ok()
-        .cloned()
-        .or_else(|| out.and_then(|o| o.get("exitStatus")).cloned())
-        .unwrap_or(Value::Null);
-    let exit_code = status
-        .get("exitCode")
-        .and_then(|v| v.as_i64())
-        .map(|c| c as i32);
-    let signal = status
-        .get("signal")
-        .and_then(|v| v.as_str())
-        .map(String::from);
+    let (exit_code, signal) = exit_status(waited.as_ref().ok(), out);
     let ok = waited.is_ok() && exit_code == Some(0);
     let result = ToolResultContent::Terminal {
         command: command.to_string(),
@@ -253,6 +240,21 @@ fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64)
         full_output_artifact_id,
     };
     outcome(cancelled, ok, truncated, result)
+}
+
+/// What the editor said of a command's end: `terminal/wait_for_exit`'s answer when it names an
+/// exit code or a signal, else `terminal/output`'s `exitStatus` (an editor may answer the wait
+/// with `{}`, which is valid, and report the status only with the output).
+fn exit_status(waited: Option<&Value>, output: Option<&Value>) -> (Option<i32>, Option<String>) {
+    let read = |v: &Value| {
+        let code = v.get("exitCode").and_then(Value::as_i64).map(|c| c as i32);
+        let signal = v.get("signal").and_then(Value::as_str).map(String::from);
+        (code.is_some() || signal.is_some()).then_some((code, signal))
+    };
+    waited
+        .and_then(read)
+        .or_else(|| output.and_then(|o| o.get("exitStatus")).and_then(read))
+        .unwrap_or((None, None))
 }
 
 /// A command's outcome: `cancelled` wins, then exit code 0 is `completed`, all else `failed`.
@@ -341,5 +343,47 @@ fn signal_name(sig: i32) -> String {
         15 => "SIGTERM".into(),
         2 => "SIGINT".into(),
         n => format!("signal {n}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// (wait_for_exit's answer, terminal/output's answer) → (exit code, signal). One line a case.
+    #[test]
+    fn the_exit_status_is_what_the_editor_said_wherever_it_said_it() {
+        use serde_json::json;
+        let cases = [
+            (json!({"exitCode": 0}), json!({}), (Some(0), None)),
+            (
+                json!({}),
+                json!({"output": "", "exitStatus": {"exitCode": 0}}),
+                (Some(0), None),
+            ),
+            (
+                json!({"exitCode": null, "signal": null}),
+                json!({"exitStatus": {"exitCode": 3}}),
+                (Some(3), None),
+            ),
+            (
+                json!({}),
+                json!({"exitStatus": {"signal": "SIGKILL"}}),
+                (None, Some("SIGKILL".to_string())),
+            ),
+            (
+                json!({"exitCode": 2}),
+                json!({"exitStatus": {"exitCode": 0}}),
+                (Some(2), None),
+            ),
+            (json!({}), json!({"output": ""}), (None, None)),
+        ];
+        for (waited, output, want) in cases {
+            assert_eq!(
+                exit_status(Some(&waited), Some(&output)),
+                want,
+                "{waited} {output}"
+            );
+        }
     }
 }
