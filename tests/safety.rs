@@ -355,3 +355,41 @@ fn trust_of_a_declared_agent_is_honest_and_exact() {
         titles[0]
     );
 }
+
+/// A permission reply the agent cannot read is not the person's "no": it is logged with the
+/// reply, the tool call fails naming the problem, and the model is told the approval could not
+/// be obtained.
+#[test]
+fn an_unreadable_permission_reply_is_an_error_not_a_refusal() {
+    let data = TempDir::new("safety-reply-data");
+    let ws = TempDir::new("safety-reply-ws");
+    let script = json!({"default": [
+        [{"tool": "run_command", "args": {"command": "echo hi"}}],
+        [{"echo": "tool"}]
+    ]});
+    let mut a = AgentProcess::scripted(&script, data.path());
+    a.initialize();
+    let id = a.new_session(ws.path());
+    let t = a.prompt(&id, "run it", |_| {
+        support::Reply::Result(json!({"outcome": {"outcome": "approved"}}))
+    });
+    let failed: Vec<String> = t
+        .updates_for(&id)
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "failed")
+        .map(|u| u.to_string())
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", t.updates_for(&id));
+    assert!(failed[0].contains("could not be obtained"), "{}", failed[0]);
+    assert!(
+        failed[0].contains("approved"),
+        "the reply is named: {}",
+        failed[0]
+    );
+    assert!(!failed[0].contains("The user denied"), "{}", failed[0]);
+    assert!(
+        a.stderr_contains("not one of its outcomes"),
+        "logged: {}",
+        a.stderr()
+    );
+}

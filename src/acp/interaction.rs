@@ -62,7 +62,7 @@ fn run(
             match ask(session, shared, &id, "session/request_permission", params) {
                 Answered(v) => Some(permission_answer(&interaction.request, &v)),
                 Withdrawn => None,
-                Refused => Some(deny(&interaction.request)),
+                Refused(why) => Some(failed(&interaction.request, why)),
             }
         }
         InteractionRequest::Question {
@@ -87,8 +87,8 @@ enum Reply {
     Answered(Value),
     /// Withdrawn by our own cancel, or closed by the host: send nothing.
     Withdrawn,
-    /// The client refused or failed: deny / no answer.
-    Refused,
+    /// The client failed the request (why): deny / no answer, said as such.
+    Refused(String),
 }
 use Reply::*;
 
@@ -124,8 +124,20 @@ fn ask(
         Err(_) if cancelling || withdrawn => Withdrawn,
         Err(e) => {
             log::warn!("the client failed {method} for interaction {id}: {e}");
-            Refused
+            Refused(format!(
+                "the editor answered the request with an error: {}",
+                e.message
+            ))
         }
+    }
+}
+
+/// A reply as the log and the person see it: compact JSON, at most 200 characters.
+fn cut_reply(reply: &Value) -> String {
+    let text = reply.to_string();
+    match text.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text,
     }
 }
 
@@ -280,15 +292,54 @@ fn deny(request: &InteractionRequest) -> InteractionAnswer {
             decision: Decision::Deny,
             remember_for_turn: false,
             remember: None,
+            failure: None,
         },
     }
 }
 
+/// No answer could be had from the client: deny, saying why (the model is told the approval
+/// could not be obtained, not that the person refused).
+fn failed(request: &InteractionRequest, why: String) -> InteractionAnswer {
+    match request {
+        InteractionRequest::Permission { .. } => InteractionAnswer::Permission {
+            decision: Decision::Deny,
+            remember_for_turn: false,
+            remember: None,
+            failure: Some(why),
+        },
+        other => deny(other),
+    }
+}
+
 fn permission_answer(request: &InteractionRequest, reply: &Value) -> InteractionAnswer {
+    let offered: Vec<String> = permission_params("", request)
+        .options
+        .into_iter()
+        .map(|o| o.option_id)
+        .collect();
     let selected = match reply.pointer("/outcome/outcome").and_then(Value::as_str) {
-        Some("selected") => reply.pointer("/outcome/optionId").and_then(Value::as_str),
+        Some("selected") => match reply.pointer("/outcome/optionId").and_then(Value::as_str) {
+            Some(id) if offered.iter().any(|o| o == id) => Some(id),
+            _ => None,
+        },
+        // The person dismissed the dialog: a refusal.
+        Some("cancelled") => None,
         _ => None,
     };
+    let readable = matches!(
+        reply.pointer("/outcome/outcome").and_then(Value::as_str),
+        Some("cancelled")
+    ) || selected.is_some();
+    if !readable {
+        let shown = cut_reply(reply);
+        log::warn!(
+            "the client's answer to a permission request is not one of its outcomes (selected with an offered optionId, or cancelled): {shown}"
+        );
+        return failed(
+            request,
+            format!("the editor's reply could not be read: {shown}"),
+        );
+    }
     match (request, selected) {
         (InteractionRequest::SandboxBoundary { .. }, Some(ALLOW_ONCE)) => {
             InteractionAnswer::SandboxBoundary {
@@ -308,6 +359,7 @@ fn permission_answer(request: &InteractionRequest, reply: &Value) -> Interaction
                 remember_for_turn: false,
                 // Only a rule the host offered can be kept.
                 remember: remember.filter(|_| rule.is_some()),
+                failure: None,
             }
         }
         _ => deny(request),
@@ -348,7 +400,7 @@ fn ask_questions(
         });
         return match ask(session, shared, id, "elicitation/create", params) {
             Withdrawn => None,
-            Refused => Some(InteractionAnswer::Question {
+            Refused(_) => Some(InteractionAnswer::Question {
                 answers: vec![None; questions.len()],
                 unsupported: false,
             }),
@@ -470,11 +522,35 @@ mod tests {
             kept(permission_answer(&ruled, &pick("reject_workspace"))),
             (Decision::Deny, Some(RuleScope::Workspace))
         );
-        assert_eq!(
-            kept(permission_answer(&req, &pick("allow_workspace"))),
-            (Decision::Allow, None),
-            "no rule offered, none kept"
-        );
+        // An option that was not offered is not an answer the person gave.
+        assert!(matches!(
+            permission_answer(&req, &pick("allow_workspace")),
+            InteractionAnswer::Permission {
+                decision: Decision::Deny,
+                failure: Some(_),
+                ..
+            }
+        ));
+        // Replies that are no outcome at all (acpbox and acplint send such): one line a case.
+        for unreadable in [
+            json!({}),
+            json!({"outcome": "selected"}),
+            json!({"outcome": {"outcome": "selected"}}),
+            json!({"outcome": {"outcome": "selected", "optionId": 3}}),
+            json!({"outcome": {"outcome": "approved", "optionId": "allow_once"}}),
+            json!({"optionId": "allow_once"}),
+            json!(null),
+            json!("allow_once"),
+        ] {
+            match permission_answer(&req, &unreadable) {
+                InteractionAnswer::Permission {
+                    decision: Decision::Deny,
+                    failure: Some(why),
+                    ..
+                } => assert!(why.contains("could not be read"), "{why}"),
+                other => panic!("{unreadable}: {other:?}"),
+            }
+        }
         let allow = json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}});
         assert_eq!(
             permission_answer(&req, &allow),
@@ -482,6 +558,7 @@ mod tests {
                 decision: Decision::Allow,
                 remember_for_turn: false,
                 remember: None,
+                failure: None,
             }
         );
         assert_eq!(
@@ -490,6 +567,7 @@ mod tests {
                 decision: Decision::Deny,
                 remember_for_turn: false,
                 remember: None,
+                failure: None,
             }
         );
         let b = InteractionRequest::SandboxBoundary {

@@ -240,6 +240,7 @@ pub(super) fn plan_control(host: &Host, input: PlanControlInput) -> Result<PlanO
                 decision,
                 remember_for_turn: false,
                 remember: None,
+                failure: None,
             },
         };
         if let Err(e) = super::calls::interaction_answer(host, answer) {

@@ -337,9 +337,16 @@ impl Turn {
         };
         match self.interact(request) {
             Some(InteractionAnswer::Permission {
+                failure: Some(why),
+                ..
+            }) => Some(ToolOutcome::failed(format!(
+                "The approval could not be obtained ({why}); nothing was done. This is not the user's refusal: ask the user, or try again."
+            ))),
+            Some(InteractionAnswer::Permission {
                 decision,
                 remember_for_turn,
                 remember,
+                ..
             }) => {
                 if let (Some(scope), Some(target)) = (remember, rule) {
                     self.keep_rule(scope, decision, target);

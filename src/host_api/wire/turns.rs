@@ -150,6 +150,11 @@ pub enum InteractionAnswer {
         /// every session in this workspace (stored by the host).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         remember: Option<RuleScope>,
+        /// No answer could be obtained (the client's reply could not be read, or it failed
+        /// the request): why, in one sentence. The decision is then `deny`, and the model is
+        /// told the approval could not be obtained — not that the person refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<String>,
     },
     Question {
         answers: Vec<Option<String>>,
