@@ -393,3 +393,66 @@ fn an_unreadable_permission_reply_is_an_error_not_a_refusal() {
         a.stderr()
     );
 }
+
+/// Waits for a turn to end by asking (no event stream left open behind).
+fn wait_turn(host: &support::host::HostProcess, session: &str, turn: &str) -> Value {
+    let t0 = std::time::Instant::now();
+    loop {
+        let snap = host.ok("turn.query", json!({"sessionId": session, "turnId": turn}));
+        if snap["status"] != "running" {
+            return snap;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30), "{snap}");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Transcripts are closed with their sessions: a host that served many sessions holds no
+/// descriptor per session (with a 256-descriptor limit every session/new used to fail after
+/// ~245 sessions), and a closed session's cached conversation is read again when it is used.
+#[test]
+fn a_host_serving_many_sessions_stays_within_a_fixed_descriptor_budget() {
+    let data = TempDir::new("safety-fds-data");
+    let ws = TempDir::new("safety-fds-ws");
+    let script = json!({"default": [[{"text": "ok"}]]});
+    let host = support::host::HostProcess::start_env(
+        data.path(),
+        vec![
+            ("MAKA_SCRIPT".into(), script.to_string()),
+            ("MAKA_HOST_FSYNC".into(), "0".into()),
+        ],
+    );
+    let pid = host.child.id();
+    let before = open_fds(pid);
+    let sessions = 300;
+    for i in 0..sessions {
+        let id = format!("s{i}");
+        host.create_session(&id, ws.path(), "bypass");
+        host.start_turn(&id, &format!("t{i}"), "hello");
+        wait_turn(&host, &id, &format!("t{i}"));
+        host.ok("session.release", json!({"sessionId": id}));
+    }
+    let held = open_fds(pid);
+    assert!(
+        held <= before + 16,
+        "{held} descriptors after {sessions} sessions (started with {before})"
+    );
+    // A released session is still whole: its conversation is read again.
+    let page = host.ok(
+        "session.transcript.page",
+        json!({"sessionId": "s7", "limit": 50}),
+    );
+    assert!(page.to_string().contains("hello"), "{page}");
+    host.start_turn("s7", "t7b", "again");
+    assert_eq!(wait_turn(&host, "s7", "t7b")["status"], "completed");
+    let page = host.ok(
+        "session.transcript.page",
+        json!({"sessionId": "s7", "limit": 50}),
+    );
+    let text = page.to_string();
+    assert!(text.contains("hello") && text.contains("again"), "{page}");
+}

@@ -153,6 +153,11 @@ pub enum Since {
 }
 
 impl Ring {
+    fn clear(&mut self) {
+        self.frames.clear();
+        self.bytes = 0;
+    }
+
     fn push(&mut self, seq: u64, line: Arc<str>) {
         if self.frames.is_empty() {
             self.first_seq = seq;
@@ -502,6 +507,25 @@ impl SessionState {
             ));
         }
         self.append_transcript(repairs).map(|_| ())
+    }
+
+    /// A session nobody uses any more (its client closed it): drops what is cached of it —
+    /// the transcript's items and the totals read from them — when no turn runs, no reader
+    /// follows it, no dialog waits and no goal drives it. The next use reads it again.
+    pub fn unload_if_idle(&mut self) -> bool {
+        let idle = self.active.is_none()
+            && self.readers.is_empty()
+            && self.interactions.values().all(|i| i.answer_tx.is_none())
+            && self.client_calls.is_empty()
+            && !self.goal_driver;
+        if idle && self.transcript.is_some() {
+            self.transcript = None;
+            self.usage_totals = TokenUsage::default();
+            self.usage_by_model.clear();
+            self.quarantine.clear();
+            self.ring.clear();
+        }
+        idle
     }
 
     pub fn transcript_items(&self) -> &[TranscriptItem] {

@@ -17,9 +17,11 @@ pub struct Store {
     fsync: bool,
 }
 
-/// An open transcript: appends go to the end of the file.
+/// A transcript to append to. It holds no open file: each append opens, writes, syncs and
+/// closes, so a host serving thousands of sessions holds no descriptor per session (the
+/// open is microseconds beside the fsync every append pays anyway).
 pub struct TranscriptFile {
-    file: File,
+    path: PathBuf,
     fsync: bool,
 }
 
@@ -199,10 +201,11 @@ impl Store {
             file.set_len(good.len() as u64)?;
             file.sync_all()?;
         }
+        drop(file);
         Ok(OpenedTranscript {
             items,
             file: TranscriptFile {
-                file,
+                path,
                 fsync: self.fsync,
             },
         })
@@ -252,9 +255,10 @@ impl TranscriptFile {
             serde_json::to_writer(&mut buf, item).map_err(io::Error::other)?;
             buf.push(b'\n');
         }
-        self.file.write_all(&buf)?;
+        let mut file = OpenOptions::new().append(true).open(&self.path)?;
+        file.write_all(&buf)?;
         if self.fsync {
-            self.file.sync_data()?;
+            file.sync_data()?;
         }
         Ok(())
     }

@@ -471,6 +471,8 @@ pub(super) fn release(host: &Host, input: SessionRef) -> Result<Empty, HostError
     if let Some(m) = servers {
         m.stop();
     }
+    // Nothing of it stays cached while nobody uses it (it is read again on the next use).
+    cell.lock().unload_if_idle();
     Ok(Empty {})
 }
 
