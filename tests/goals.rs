@@ -233,3 +233,54 @@ fn a_goal_waits_for_approval_while_nobody_is_attached_and_goes_on_when_answered(
         "done\n"
     );
 }
+
+/// A goal running when the editor closes normally is paused, as after a crash, and can be
+/// resumed: both ways of leaving keep the work resumable. One line a case.
+#[test]
+fn a_goal_survives_the_editor_leaving_normally_or_not() {
+    for how in ["close stdin", "kill -9"] {
+        let data = TempDir::new("goal-leave-data");
+        let ws = TempDir::new("goal-leave-ws");
+        let mut a = agent(data.path());
+        let s = a.new_session(ws.path());
+        a.prompt(&s, "/goal never ends", |r| panic!("unexpected {r}"));
+        until_goal(&mut a, "active");
+        // Let one of its turns be under way.
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        if how == "kill -9" {
+            let host: Value =
+                serde_json::from_slice(&std::fs::read(data.path().join("host.json")).unwrap())
+                    .unwrap();
+            for pid in [a.pid(), host["pid"].as_u64().unwrap() as u32] {
+                std::process::Command::new("kill")
+                    .args(["-s", "KILL", &pid.to_string()])
+                    .status()
+                    .unwrap();
+            }
+        } else {
+            a.close_stdin();
+        }
+        a.wait_exit(std::time::Duration::from_secs(20))
+            .expect("the adapter exits");
+        drop(a);
+        // Wait for the embedded host of the first adapter to be gone.
+        let t0 = std::time::Instant::now();
+        while data.path().join("host.json").exists()
+            && t0.elapsed() < std::time::Duration::from_secs(10)
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let mut b = agent(data.path());
+        b.call_ok(
+            "session/load",
+            json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+        );
+        let goal = b.call_ok("_maka/goal/query", json!({"sessionId": s}))["goal"].clone();
+        assert_eq!(goal["status"], "paused", "{how}: {goal}");
+        let resumed = b.call_ok(
+            "_maka/goal/control",
+            json!({"sessionId": s, "goalId": goal["goalId"], "action": "resume"}),
+        );
+        assert_eq!(resumed["status"], "active", "{how}");
+    }
+}

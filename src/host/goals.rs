@@ -265,7 +265,13 @@ fn driver(host: Arc<Host>, cell: Arc<SessionCell>, goal_id: String) {
             Err(e) => {
                 let mut st = cell.lock();
                 if let Some(mut g) = st.goal.clone().filter(|g| g.goal_id == goal_id) {
-                    ended(&mut g, "failed", e.message);
+                    // The host going away (the editor left) is no failure of the goal: it is
+                    // paused, as after a crash, and resumable.
+                    if host.is_draining() || e.code == ErrorCode::HostDraining {
+                        ended(&mut g, "paused", "host_stopped");
+                    } else {
+                        ended(&mut g, "failed", e.message);
+                    }
                     save(&host, &cell, &mut st, g);
                 }
                 st.goal_driver = false;
@@ -292,6 +298,7 @@ pub fn turn_finished(
         match status {
             TurnStatus::Completed => {}
             TurnStatus::Cancelled => ended(&mut g, "paused", "turn_stopped"),
+            _ if host.is_draining() => ended(&mut g, "paused", "host_stopped"),
             _ => ended(
                 &mut g,
                 "failed",
