@@ -97,6 +97,8 @@ fn delegating_script() -> Value {
         "write b.txt x",
         "sneak README.md touch pwned",
         "ask-run touch ok",
+        "daemon daemon.pid",
+        "never-answer",
         "noop",
     ];
     let rules: Vec<Value> = tasks
@@ -455,4 +457,81 @@ fn a_host_serving_many_sessions_stays_within_a_fixed_descriptor_budget() {
     );
     let text = page.to_string();
     assert!(text.contains("hello") && text.contains("again"), "{page}");
+}
+
+fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+/// Subagents that misbehave cost bounded time: one that never answers `initialize` or its
+/// prompt is cancelled within about a second (it used to hold a cancel ~57 s), and a process
+/// it started in a session of its own (`setsid`) does not outlive the delegation.
+#[test]
+fn misbehaving_subagents_cost_bounded_time_and_leave_nothing_behind() {
+    // (how the agent misbehaves, its environment, the task)
+    let cases = [
+        (
+            "never answers initialize",
+            json!({"STUB_HANG": "initialize"}),
+            "noop",
+        ),
+        ("never answers its prompt", json!({}), "never-answer"),
+    ];
+    for (what, env, task) in cases {
+        let data = TempDir::new("safety-hang-data");
+        let mut decl = stub_declaration();
+        decl["env"] = env;
+        let ws = stub_workspace(decl);
+        let mut a = scripted(&data);
+        let s = a.new_session(ws.path());
+        let prompt = a.request(
+            "session/prompt",
+            json!({"sessionId": s, "prompt": [{"type": "text", "text": format!("stub: {task}")}]}),
+        );
+        // The trust dialog, then the hang.
+        loop {
+            let v = a.recv();
+            if v["method"] == "session/request_permission" {
+                a.send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+                break;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let t0 = std::time::Instant::now();
+        a.notify("session/cancel", json!({"sessionId": s}));
+        let (resp, _) = a.response_to(&prompt);
+        assert_eq!(resp["result"]["stopReason"], "cancelled", "{what}: {resp}");
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(2),
+            "{what}: the cancel took {:?}",
+            t0.elapsed()
+        );
+    }
+
+    let data = TempDir::new("safety-daemon-data");
+    let ws = stub_workspace(stub_declaration());
+    let mut a = scripted(&data);
+    let s = a.new_session(ws.path());
+    delegate_with(&mut a, &s, "daemon daemon.pid", |t, _| {
+        trusting(t).unwrap_or("allow_once")
+    });
+    let pid: u32 = std::fs::read_to_string(ws.path().join("daemon.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while process_alive(pid) && t0.elapsed() < std::time::Duration::from_secs(5) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(
+        !process_alive(pid),
+        "the setsid child outlived the delegation"
+    );
 }

@@ -100,6 +100,61 @@ pub fn kill_group(pgid: u32) {
     }
 }
 
+/// Kills `root`'s process group and every process descended from `root`, including those that
+/// left the group with `setsid` (a new session is still a child of its parent): found by
+/// parent pid in /proc, killed, and looked for again (what they forked meanwhile).
+pub fn kill_tree(root: u32) {
+    for _ in 0..3 {
+        let tree = descendants(root);
+        kill_group(root);
+        for pid in &tree {
+            if let Ok(pid) = i32::try_from(*pid) {
+                // SAFETY: kill(2) on one process id; no memory involved.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+        if tree.is_empty() {
+            return;
+        }
+    }
+}
+
+/// The processes descended from `root` (not `root` itself), by parent pid.
+fn descendants(root: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return vec![];
+    };
+    let parents: Vec<(u32, u32)> = dir
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // After the command name's closing parenthesis: state, then the parent pid.
+            let ppid = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            Some((pid, ppid))
+        })
+        .collect();
+    let mut found = vec![];
+    let mut frontier = vec![root];
+    while let Some(p) = frontier.pop() {
+        for &(pid, ppid) in &parents {
+            if ppid == p && !found.contains(&pid) && found.len() < 4096 {
+                found.push(pid);
+                frontier.push(pid);
+            }
+        }
+    }
+    found
+}
+
 /// Whether any process of the group is still alive.
 pub fn group_alive(pgid: u32) -> bool {
     let Ok(pgid) = i32::try_from(pgid) else {

@@ -31,6 +31,8 @@ pub struct Subagent {
     stderr_done: Receiver<()>,
     /// The session is an earlier delegation's, continued.
     pub continued: bool,
+    /// The delegating turn's cancel: a handshake request stops waiting when it fires.
+    cancel: Receiver<()>,
 }
 
 impl Subagent {
@@ -42,6 +44,7 @@ impl Subagent {
         cwd: &str,
         timeout: Duration,
         earlier: Option<&str>,
+        cancel: &Receiver<()>,
     ) -> Result<Subagent, String> {
         let mut cmd = Command::new(&spec.command);
         cmd.args(&spec.args)
@@ -91,6 +94,7 @@ impl Subagent {
             stderr_tail,
             stderr_done,
             continued: false,
+            cancel: cancel.clone(),
         };
         let init = agent.request(
             "initialize",
@@ -183,14 +187,30 @@ impl Subagent {
         }
     }
 
-    /// One request, waited for at most `timeout`.
+    /// One request, waited for at most `timeout`, or until the delegating turn is cancelled
+    /// (an agent that never answers its handshake must not hold a cancel up).
     pub fn request(&self, method: &str, params: Value, timeout: Duration) -> Result<Value, String> {
-        self.calls
-            .request(method, params, timeout)
-            .map_err(|e| match e {
-                crate::jsonrpc::CallFailure::Closed => self.stopped(),
-                other => other.describe(&self.name, method, timeout),
-            })
+        let pending = self.calls.call(method, params);
+        crossbeam_channel::select! {
+            recv(pending.receiver()) -> answer => match answer {
+                Ok(Ok(v)) => Ok(v),
+                Ok(Err(e)) if self.calls.is_closed() => Err(format!("{} ({})", self.stopped(), e.message)),
+                Ok(Err(e)) => Err(e.message),
+                Err(_) => Err(self.stopped()),
+            },
+            recv(self.cancel) -> _ => {
+                self.calls.forget(&pending.id);
+                Err("the delegation was cancelled".into())
+            }
+            default(timeout) => {
+                self.calls.forget(&pending.id);
+                Err(format!(
+                    "agent {} did not answer {method} within {} s",
+                    self.name,
+                    timeout.as_secs()
+                ))
+            }
+        }
     }
 
     /// A request whose answer the caller waits for itself (with other things).
@@ -224,9 +244,10 @@ impl Subagent {
         self.calls.is_closed()
     }
 
-    /// Ends it: the whole process group, then our side of the pipes.
+    /// Ends it: its whole process tree (its group, and what left the group with `setsid`),
+    /// then our side of the pipes.
     pub fn stop(&mut self) {
-        kill_group(self.child.id());
+        crate::host::reaper::kill_tree(self.child.id());
         let _ = self.child.kill();
         let _ = self.child.wait();
         crate::host::reaper::untrack(self.child.id());

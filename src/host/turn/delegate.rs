@@ -14,8 +14,11 @@ use crate::host_api::wire::{
 use crate::jsonrpc::{code, Incoming, Request, Responder, ResponseError};
 use std::collections::HashMap;
 
-/// How long starting an agent (spawn, `initialize`, `session/new`) may take.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long each step of starting an agent (`initialize`, `session/new`) may take; a cancel
+/// ends the wait at once.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long cancelled agents get, together, to answer `cancelled` before they are stopped.
+const CANCEL_GRACE: Duration = Duration::from_millis(800);
 
 /// The `delegate` function the model sees, listing the agents it may use.
 pub(super) fn spec(agents: &[AgentSpec]) -> Value {
@@ -382,12 +385,18 @@ impl Turn {
         let cwd = self.cwd.display().to_string();
         let dir = self.host.store.session_dir(&self.cell.id);
         let earlier = subagents::earlier_session(&dir, name).filter(|_| continued);
-        let agent =
-            Subagent::start(&spec, &cwd, START_TIMEOUT, earlier.as_deref()).map_err(|e| {
-                Box::new(ToolOutcome::failed(format!(
-                    "agent {name} could not start: {e}"
-                )))
-            })?;
+        let agent = Subagent::start(
+            &spec,
+            &cwd,
+            START_TIMEOUT,
+            earlier.as_deref(),
+            self.spec.cancel.receiver(),
+        )
+        .map_err(|e| {
+            Box::new(ToolOutcome::failed(format!(
+                "agent {name} could not start: {e}"
+            )))
+        })?;
         // Recorded at once: a later delegation continues this conversation with the agent.
         subagents::record_session(&dir, name, &agent.session_id);
         log::info!(
@@ -502,12 +511,11 @@ impl Turn {
                     job.agent
                         .notify("session/cancel", json!({"sessionId": job.agent.session_id}));
                 }
+                // A well-behaved agent answers `cancelled` promptly; all are stopped after at
+                // most CANCEL_GRACE in all, whatever they do.
+                let deadline = std::time::Instant::now() + CANCEL_GRACE;
                 for &i in &open {
-                    // A well-behaved agent answers `cancelled` promptly; it is stopped anyway.
-                    let _ = jobs[i]
-                        .prompt
-                        .receiver()
-                        .recv_timeout(Duration::from_secs(5));
+                    let _ = jobs[i].prompt.receiver().recv_deadline(deadline);
                     let name = jobs[i].agent.name.clone();
                     let mut calls = std::mem::take(&mut jobs[i].calls);
                     self.settle_calls(&mut calls, "the delegation was cancelled");
