@@ -280,6 +280,15 @@ fn misbehaving_providers_fail_the_turn_naming_the_cause() {
         "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n<html><body>Welcome to nginx!</body></html>".to_string(),
         sse_then_silence(": keep-alive\n\n"),
         http(429, "{\"error\":{\"message\":\"quota\"}}", &[("Retry-After", "3600")]),
+        // Garbage between good chunks, then a normal end: not a whole answer.
+        sse_raw(&format!(
+            "data: {{\"choices\":[{{\"delta\":{{\"content\":\"Hi\"}}}}]}}\n\ndata: {{not json\n\ndata: {{\"choices\":[{{\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
+        )),
+        // A 5 MiB delta (one line over the 4 MiB line limit), then a normal end.
+        sse_raw(&format!(
+            "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{}\"}}}}]}}\n\ndata: {{\"choices\":[{{\"delta\":{{\"content\":\"end\"}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n",
+            "x".repeat(5 * 1024 * 1024)
+        )),
     ]);
     let data = TempDir::new("oa-bad-data");
     let host = HostProcess::start_env(
@@ -304,6 +313,8 @@ fn misbehaving_providers_fail_the_turn_naming_the_cause() {
         ("t3", "provider_error", "did not answer with a model stream"),
         ("t4", "provider_timeout", "sent nothing for 1 s"),
         ("t5", "provider_unavailable", "asked to wait 3600 s"),
+        ("t6", "provider_error", "not JSON"),
+        ("t7", "provider_error", "over the 4 MiB line limit"),
     ] {
         let started = std::time::Instant::now();
         let after = host.head_seq("s");

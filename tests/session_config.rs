@@ -176,6 +176,52 @@ fn options_follow_the_model_and_reject_bad_values_before_touching_the_host() {
     );
 }
 
+/// `session/set_model` (an earlier unstable ACP method that acpc, simple-acp-client,
+/// jupyterlab-acp and agent-shell call) sets the `model` option: answered `{}`, the option view
+/// follows as an update, an unknown model is -32602 naming what is offered.
+#[test]
+fn set_model_sets_the_model_option() {
+    let mut s = setup("setmodel", json!({}));
+    let (id, _) = new_session(&mut s);
+    let t = s.agent.drive(
+        "session/set_model",
+        json!({"sessionId": id, "modelId": "script/fast"}),
+        |r| panic!("{r}"),
+    );
+    assert_eq!(t.response["result"], json!({}), "{}", t.response);
+    let updates = config_updates(&t);
+    let last = updates.last().copied().unwrap_or(&Value::Null);
+    let last = if last.is_null() {
+        // The update may come right after the answer.
+        let v = s.agent.recv();
+        v["params"]["update"].clone()
+    } else {
+        last.clone()
+    };
+    assert_eq!(last["sessionUpdate"], "config_option_update", "{last}");
+    assert_eq!(
+        option(&last["configOptions"], "model")["currentValue"],
+        "script/fast"
+    );
+    let (resp, _) = s.agent.call(
+        "session/set_model",
+        json!({"sessionId": id, "modelId": "script/nope"}),
+    );
+    assert_eq!(error_of(&resp)["code"], -32602, "{resp}");
+    assert!(error_of(&resp)["message"]
+        .as_str()
+        .unwrap()
+        .contains("`script/fast`"));
+    let (resp, _) = s.agent.call("session/set_model", json!({"sessionId": id}));
+    assert!(
+        error_of(&resp)["message"]
+            .as_str()
+            .unwrap()
+            .contains("`modelId`"),
+        "{resp}"
+    );
+}
+
 #[test]
 fn a_boolean_plan_first_only_for_clients_that_accept_booleans() {
     let mut s = setup(

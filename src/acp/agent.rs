@@ -218,6 +218,12 @@ impl Agent {
             } => self
                 .workers
                 .run(move || settings::set_mode(&ctx, &session_id, &mode_id, responder)),
+            Request::SetModel {
+                session_id,
+                model_id,
+            } => self
+                .workers
+                .run(move || settings::set_model(&ctx, &session_id, &model_id, responder)),
             Request::ResumeTurn { session_id } => {
                 // Like a prompt: registered here, in order, then started on a worker.
                 let kind = turns::TurnKind::Resume;

@@ -41,6 +41,12 @@ pub enum Request {
         session_id: String,
         mode_id: String,
     },
+    /// `session/set_model`, an earlier unstable ACP method some clients still call: sets the
+    /// `model` option.
+    SetModel {
+        session_id: String,
+        model_id: String,
+    },
     Prompt(Prompt),
     /// `_maka/turn/resume`: continues an interrupted run, registered and answered like a
     /// prompt.
@@ -172,6 +178,12 @@ impl Request {
                 Ok(Request::SetMode {
                     session_id: p.required_str("sessionId")?.into(),
                     mode_id,
+                })
+            }),
+            "session/set_model" => read(|p| {
+                Ok(Request::SetModel {
+                    session_id: p.required_str("sessionId")?.into(),
+                    model_id: p.required_str("modelId")?.into(),
                 })
             }),
             "session/prompt" => read(|p| {

@@ -107,6 +107,37 @@ pub fn set_config_option(ctx: &Ctx, session_id: &str, params: &Value, responder:
     session.end_config_write(&ctx.shared, None);
 }
 
+/// `session/set_model` (earlier unstable ACP): the `model` option set to `model_id`, checked
+/// as `session/set_config_option` checks it; answered `{}` as that method was, and the option
+/// view follows as an update.
+pub fn set_model(ctx: &Ctx, session_id: &str, model_id: &str, responder: Responder) {
+    let session = match attached(ctx, session_id) {
+        Ok(s) => s,
+        Err(e) => return responder.respond(Err(e)),
+    };
+    let boolean = ctx.shared.caps.boolean_config_options;
+    let params =
+        serde_json::json!({"sessionId": session_id, "configId": "model", "value": model_id});
+    session.begin_config_write();
+    let changed = change_config(ctx, &session, |c, catalog| {
+        let p = Params::of(&params)?;
+        config_options::patch_for(&p, c, catalog, boolean)
+    });
+    match changed {
+        Ok(ch) => {
+            responder.respond(Ok(to_json(&Empty {})));
+            session.emit(&ctx.shared, |_| {
+                let update = SessionUpdate::ConfigOptionUpdate {
+                    config_options: ch.options,
+                };
+                (vec![update], ())
+            });
+        }
+        Err(e) => responder.respond(Err(e)),
+    }
+    session.end_config_write(&ctx.shared, None);
+}
+
 pub fn set_mode(ctx: &Ctx, session_id: &str, mode: &str, responder: Responder) {
     let session = match attached(ctx, session_id) {
         Ok(s) => s,

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 pub const MAX_STREAMS: usize = 64;
 pub const MAX_INFLIGHT_OPS: usize = 128;
 pub const HEARTBEAT: Duration = Duration::from_secs(10);

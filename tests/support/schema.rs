@@ -224,6 +224,17 @@ pub fn validate_agent_line(
                     })?;
                     if method == "initialize" {
                         check_initialize(result)?;
+                    } else if method == "session/set_model" {
+                        // An earlier unstable ACP method, gone from today's schema: its answer
+                        // was `SetSessionModelResponse`, an object with only `_meta`.
+                        let keys = result
+                            .as_object()
+                            .ok_or("set_model's result is no object")?;
+                        if keys.keys().any(|k| k != "_meta") {
+                            return Err(format!(
+                                "set_model's result has more than _meta: {result}"
+                            ));
+                        }
                     } else if !method.starts_with('_') {
                         let s = schema_for(&method);
                         let ty = s.types.get(&(method.clone(), "response")).ok_or_else(|| {

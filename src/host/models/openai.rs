@@ -297,7 +297,7 @@ fn read_stream(
     let mut tools: BTreeMap<u64, PendingToolCall> = BTreeMap::new();
     let mut finish: Option<Finish> = None;
     let mut done = false;
-    let (mut chunks, mut garbage) = (0u64, 0u64);
+    let (mut chunks, mut garbage, mut oversized) = (0u64, 0u64, 0u64);
     let mut last_progress = std::time::Instant::now();
     let fail = |message: String, details: Value| {
         let _ = send(
@@ -316,7 +316,7 @@ fn read_stream(
         let data = match reader.next() {
             Ok(Some(SseItem::Data(d))) => d,
             Ok(Some(SseItem::Oversized(n))) => {
-                garbage += 1;
+                oversized += 1;
                 log::warn!("skipping a stream line of {n} bytes from the model endpoint (limit {MAX_LINE})");
                 continue;
             }
@@ -430,8 +430,28 @@ fn read_stream(
             });
         }
     }
+    // Lines that could not be read mean the answer is incomplete (a delta over the line
+    // limit, data that is not JSON): the turn fails saying so, never ends as if whole.
+    if (garbage > 0 || oversized > 0) && (chunks > 0 || done) {
+        let what = match (oversized, garbage) {
+            (0, g) => format!("{g} stream line(s) that are not JSON"),
+            (o, 0) => format!(
+                "{o} stream line(s) over the {} MiB line limit",
+                MAX_LINE >> 20
+            ),
+            (o, g) => format!(
+                "{o} stream line(s) over the {} MiB line limit and {g} that are not JSON",
+                MAX_LINE >> 20
+            ),
+        };
+        fail(
+            format!("The model provider at {base} sent {what}, so its answer is incomplete; the turn stops here (the log has the details)."),
+            json!({"chunks": chunks, "unparsable": garbage, "oversized": oversized}),
+        );
+        return;
+    }
     if !done && finish.is_none() {
-        let message = if chunks == 0 && garbage == 0 && event_stream {
+        let message = if chunks == 0 && garbage == 0 && oversized == 0 && event_stream {
             // llama.cpp's Python server does this when the request fails after it answered
             // 200 (a prompt longer than its context window, say): the reason is in its log.
             format!("The model provider at {base} closed its stream before answering, which usually means it failed on this request (a prompt longer than its context window, for one); its log says why.")
