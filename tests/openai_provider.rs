@@ -281,9 +281,9 @@ fn misbehaving_providers_fail_the_turn_naming_the_cause() {
         sse_then_silence(": keep-alive\n\n"),
         http(429, "{\"error\":{\"message\":\"quota\"}}", &[("Retry-After", "3600")]),
         // Garbage between good chunks, then a normal end: not a whole answer.
-        sse_raw(&format!(
-            "data: {{\"choices\":[{{\"delta\":{{\"content\":\"Hi\"}}}}]}}\n\ndata: {{not json\n\ndata: {{\"choices\":[{{\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n"
-        )),
+        sse_raw(
+            "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\ndata: {not json\n\ndata: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n",
+        ),
         // A 5 MiB delta (one line over the 4 MiB line limit), then a normal end.
         sse_raw(&format!(
             "data: {{\"choices\":[{{\"delta\":{{\"content\":\"{}\"}}}}]}}\n\ndata: {{\"choices\":[{{\"delta\":{{\"content\":\"end\"}},\"finish_reason\":\"stop\"}}]}}\n\ndata: [DONE]\n\n",
