@@ -535,3 +535,126 @@ fn misbehaving_subagents_cost_bounded_time_and_leave_nothing_behind() {
         "the setsid child outlived the delegation"
     );
 }
+
+// ---- smaller: leftovers, foreign files, names, logs, evidence ----
+
+/// What the host finds in its data dir at start: files a killed write left (`.<name>.tmp`)
+/// are removed; a `permissions.json` of a version it does not know is moved aside, never read
+/// as version 1; and it logs the address it really listens on.
+#[test]
+fn the_host_cleans_up_refuses_foreign_files_and_says_where_it_listens() {
+    let data = TempDir::new("safety-start-data");
+    let sdir = data.path().join("sessions/s_old");
+    std::fs::create_dir_all(&sdir).unwrap();
+    let leftovers = [
+        data.path().join(".permissions.json.tmp"),
+        data.path().join(".memory.json.tmp"),
+        sdir.join(".session.json.tmp"),
+    ];
+    for f in &leftovers {
+        std::fs::write(f, "half").unwrap();
+    }
+    let ws = "/w";
+    std::fs::write(
+        data.path().join("permissions.json"),
+        json!({"version": 2, "workspaces": {ws: [{"decision": "allow", "kind": "command", "prefix": "rm", "createdAt": 0}]}})
+            .to_string(),
+    )
+    .unwrap();
+    let host =
+        support::host::HostProcess::start_with(data.path(), vec![], &["--listen", "[::1]:0"]);
+    for f in &leftovers {
+        assert!(!f.exists(), "{} was left", f.display());
+    }
+    assert!(
+        !data.path().join("permissions.json").exists(),
+        "moved aside"
+    );
+    let aside = std::fs::read_dir(data.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("permissions.unreadable-")
+        });
+    assert!(aside, "kept aside for the person");
+    assert!(
+        host.stderr_contains(&format!("listening on [::1]:{}", host.port)),
+        "{}",
+        host.stderr()
+    );
+}
+
+/// Artifact names are file names a person and a model can read: `.`, `..`, slashes,
+/// backslashes and terminal escapes are refused; one line a case.
+#[test]
+fn artifact_names_are_plain() {
+    let data = TempDir::new("safety-art-data");
+    let ws = TempDir::new("safety-art-ws");
+    let mut a = AgentProcess::scripted(&json!({"default": [[{"text": "ok"}]]}), data.path());
+    a.initialize();
+    let s = a.new_session(ws.path());
+    let sha = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"; // "abc"
+    for (name, ok) in [
+        ("report.txt", true),
+        ("..", false),
+        (".", false),
+        ("a/b", false),
+        ("a\\b", false),
+        ("red\u{1b}[31mtext", false),
+        ("bell\u{7}", false),
+        ("new\nline", false),
+    ] {
+        let (resp, _) = a.call(
+            "_maka/artifact/ingest",
+            json!({"sessionId": s, "kind": "begin", "name": name, "totalBytes": 3, "sha256": sha}),
+        );
+        assert_eq!(resp.get("result").is_some(), ok, "{name:?}: {resp}");
+    }
+}
+
+/// A goal completed with 2 MB of evidence still announces that it completed (the evidence is
+/// kept to 16 KiB).
+#[test]
+fn huge_goal_evidence_does_not_drop_the_completed_notification() {
+    let data = TempDir::new("safety-goal-data");
+    let ws = TempDir::new("safety-goal-ws");
+    let script = json!({"rules": [
+        {"when": "Work toward this goal: prove it", "responses": [
+            [{"tool": "goal_complete", "args": {"evidence": "e".repeat(2 * 1024 * 1024)}}],
+            [{"text": "Proved."}]]}
+    ], "default": [[{"text": "Hello."}]]});
+    let file = data.path().join("script.json");
+    std::fs::write(&file, script.to_string()).unwrap();
+    let mut a = AgentProcess::spawn_with(Spawn {
+        args: vec![],
+        env: vec![
+            ("MAKA_SCRIPT".into(), file.display().to_string()),
+            (
+                "MAKA_DATA_DIR".into(),
+                data.path().join("d").display().to_string(),
+            ),
+            (
+                "XDG_CONFIG_HOME".into(),
+                data.path().join("config").display().to_string(),
+            ),
+        ],
+    });
+    a.initialize();
+    let s = a.new_session(ws.path());
+    a.prompt(&s, "/goal prove it", |r| panic!("{r}"));
+    let t0 = std::time::Instant::now();
+    loop {
+        let v = a
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a goal update");
+        if v["method"] == "_maka/goal_update" && v["params"]["goal"]["status"] == "completed" {
+            let evidence = v["params"]["goal"]["evidence"].as_str().unwrap();
+            assert!(evidence.len() < 20 * 1024, "{}", evidence.len());
+            assert!(evidence.ends_with("[cut: evidence is kept to 16 KiB]"));
+            break;
+        }
+        assert!(t0.elapsed() < std::time::Duration::from_secs(30));
+    }
+}

@@ -99,9 +99,16 @@ impl Artifacts {
         source: &str,
     ) -> Result<IngestOutcome, HostError> {
         let name = name.trim();
-        if name.is_empty() || name.len() > 255 || name.contains(['/', '\0']) {
+        // A name is shown to people and models: no path tricks, no terminal escapes.
+        if name.is_empty()
+            || name.len() > 255
+            || name.contains(['/', '\\'])
+            || name == "."
+            || name == ".."
+            || name.chars().any(char::is_control)
+        {
             return Err(HostError::invalid(
-                "`name` must be a file name of 1 to 255 bytes without `/`",
+                "`name` must be a file name of 1 to 255 bytes: not `.` or `..`, without `/`, `\\` or control characters",
             ));
         }
         if total_bytes > MAX_ARTIFACT_BYTES {

@@ -309,6 +309,9 @@ pub fn turn_finished(
     save(host, cell, st, g);
 }
 
+/// The longest evidence a completed goal keeps.
+const MAX_EVIDENCE_BYTES: usize = 16 * 1024;
+
 /// `goal_complete` from a goal's turn: the objective is met.
 pub fn complete(host: &Host, cell: &SessionCell, evidence: &str) -> Result<String, String> {
     let mut st = cell.lock();
@@ -316,7 +319,18 @@ pub fn complete(host: &Host, cell: &SessionCell, evidence: &str) -> Result<Strin
         return Err("No goal is armed in this session.".into());
     };
     goal.status = "completed".into();
-    goal.evidence = Some(evidence.trim().to_string());
+    // Bounded: the goal travels in a frame (1 MiB at most) and in every `_maka/goal_update`;
+    // unbounded evidence made the "completed" notification too large to send.
+    let mut evidence = evidence.trim().to_string();
+    if evidence.len() > MAX_EVIDENCE_BYTES {
+        let mut end = MAX_EVIDENCE_BYTES;
+        while !evidence.is_char_boundary(end) {
+            end -= 1;
+        }
+        evidence.truncate(end);
+        evidence.push_str(" [cut: evidence is kept to 16 KiB]");
+    }
+    goal.evidence = Some(evidence);
     goal.reason = None;
     save(host, cell, &mut st, goal);
     Ok("The goal is marked complete.".into())

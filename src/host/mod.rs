@@ -329,6 +329,8 @@ pub fn bind(
     let store = Store::open(data_dir, tunables.fsync).map_err(|e| {
         BindError::other(format!("cannot use data dir {}: {e}", data_dir.display()))
     })?;
+    // Only the owner (the lock above) may clean: no other host writes here now.
+    store.remove_stale_temps();
     let server = Arc::new(
         http::Server::bind(listen)
             .map_err(|e| BindError::other(format!("cannot listen on {listen}: {e}")))?,
@@ -381,8 +383,9 @@ pub fn bind(
         );
     }
     log::info!(
-        "host {} listening on 127.0.0.1:{port}, data dir {}, {} session(s)",
+        "host {} listening on {}, data dir {}, {} session(s)",
         host.epoch,
+        std::net::SocketAddr::new(listen.ip(), port),
         data_dir.display(),
         host.sessions_lock().len()
     );

@@ -171,10 +171,22 @@ fn relative(p: &Path, cwd: &Path) -> Option<PathBuf> {
 
 #[derive(Clone, Default, Serialize, Deserialize)]
 struct Stored {
+    /// Only version 1 is read: a file of another version (a newer host's) is refused and moved
+    /// aside, never read as if it were this one.
+    #[serde(deserialize_with = "version_one")]
     version: u32,
     /// Workspace (the session's working directory) → its rules, oldest first.
     #[serde(default)]
     workspaces: BTreeMap<String, Vec<PermissionRule>>,
+}
+
+fn version_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    match u32::deserialize(d)? {
+        1 => Ok(1),
+        v => Err(serde::de::Error::custom(format!(
+            "version {v} is not one this host reads (1)"
+        ))),
+    }
 }
 
 /// The workspace rules (`permissions.json`).

@@ -58,6 +58,36 @@ impl Store {
         write_atomic(&dir, "transcript.jsonl", &buf, self.fsync)
     }
 
+    /// Removes what writes interrupted by a kill left behind (`.<name>.tmp` beside the files
+    /// [`write_atomic`] replaces), in the data dir and each session's folder. Called by the
+    /// data dir's owner at start, before anything is written.
+    pub fn remove_stale_temps(&self) {
+        let sessions = fs::read_dir(self.root.join("sessions"))
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|e| e.path());
+        for dir in std::iter::once(self.root.clone()).chain(sessions) {
+            for entry in fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .filter_map(Result::ok)
+            {
+                let name = entry.file_name();
+                let name = name.to_string_lossy();
+                if name.starts_with('.') && name.ends_with(".tmp") {
+                    match fs::remove_file(entry.path()) {
+                        Ok(()) => log::info!(
+                            "removed {} left by an interrupted write",
+                            entry.path().display()
+                        ),
+                        Err(e) => log::warn!("cannot remove {}: {e}", entry.path().display()),
+                    }
+                }
+            }
+        }
+    }
+
     /// Every readable session record. Unreadable ones are logged and skipped.
     pub fn load_sessions(&self) -> Vec<Session> {
         let mut out = Vec::new();
