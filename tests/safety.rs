@@ -97,6 +97,7 @@ fn delegating_script() -> Value {
         "write b.txt x",
         "sneak README.md touch pwned",
         "ask-run touch ok",
+        "ask-run-env GIT_CONFIG_COUNT=1 touch ok2",
         "daemon daemon.pid",
         "never-answer",
         "noop",
@@ -283,6 +284,30 @@ fn a_subagents_dialog_covers_only_what_it_showed() {
         "one dialog, the agent's own: {report}"
     );
     assert!(ws.path().join("ok").exists(), "{report}");
+
+    // The same command with a variable the agent sets (GIT_CONFIG_*, LD_PRELOAD, PATH can
+    // turn it into other code) was not what the dialog showed: the host asks, naming it.
+    let (titles, report) = delegate_with(
+        &mut a,
+        &s,
+        "ask-run-env GIT_CONFIG_COUNT=1 touch ok2",
+        |t, _| {
+            if t.starts_with("stub: run GIT_CONFIG_COUNT") {
+                "reject"
+            } else {
+                "allow_once"
+            }
+        },
+    );
+    assert_eq!(
+        titles,
+        [
+            "stub: run touch ok2",
+            "stub: run GIT_CONFIG_COUNT=1 sh -c touch ok2"
+        ],
+        "{report}"
+    );
+    assert!(!ws.path().join("ok2").exists(), "{report}");
 }
 
 /// Trust of a workspace-declared agent is honest and exact: the dialog shows the whole
@@ -345,6 +370,21 @@ fn trust_of_a_declared_agent_is_honest_and_exact() {
         asks(&mut a, "allow_workspace").len(),
         1,
         "a new variable asks again"
+    );
+    // A program named by a relative path is identified where it runs (the workspace).
+    let run = ws.path().join("run.sh");
+    std::fs::write(&run, "#!/bin/sh\nexec python3 agent.py\n").unwrap();
+    let mut perms = std::fs::metadata(&run).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&run, perms).unwrap();
+    declare(json!({"command": "./run.sh"}));
+    assert_eq!(asks(&mut a, "allow_workspace").len(), 1);
+    assert!(asks(&mut a, "reject").is_empty());
+    std::fs::write(&run, "#!/bin/sh\n# edited\nexec python3 agent.py\n").unwrap();
+    assert_eq!(
+        asks(&mut a, "allow_workspace").len(),
+        1,
+        "an edited ./run.sh asks again"
     );
     declare(json!({"command": "sh", "args": ["-c", "exec python3 agent.py"]}));
     assert_eq!(asks(&mut a, "allow_workspace").len(), 1);
@@ -657,4 +697,38 @@ fn huge_goal_evidence_does_not_drop_the_completed_notification() {
         }
         assert!(t0.elapsed() < std::time::Duration::from_secs(30));
     }
+}
+
+/// A proxy in the environment (HTTP_PROXY, …) is not used for the host on this machine: the
+/// token would go through it in plain http, and the embedded host stopped working behind one.
+#[test]
+fn a_proxy_in_the_environment_is_not_used_for_the_local_host() {
+    let data = TempDir::new("safety-proxy-data");
+    let ws = TempDir::new("safety-proxy-ws");
+    // Nothing listens there: a proxy that would be used makes session/new fail.
+    let mut a = AgentProcess::spawn_with(Spawn {
+        args: vec![],
+        env: vec![
+            (
+                "MAKA_SCRIPT".into(),
+                json!({"default": [[{"text": "ok"}]]}).to_string(),
+            ),
+            ("MAKA_DATA_DIR".into(), data.path().display().to_string()),
+            (
+                "XDG_CONFIG_HOME".into(),
+                data.path().join("config").display().to_string(),
+            ),
+            ("HTTP_PROXY".into(), "http://127.0.0.2:9".into()),
+            ("http_proxy".into(), "http://127.0.0.2:9".into()),
+            ("ALL_PROXY".into(), "http://127.0.0.2:9".into()),
+        ],
+    });
+    a.initialize();
+    let s = a.new_session(ws.path());
+    let t = a.prompt(&s, "hi", |r| panic!("{r}"));
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{}",
+        t.response
+    );
 }

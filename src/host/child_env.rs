@@ -76,6 +76,15 @@ fn extra() -> &'static [String] {
             .split(',')
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
+            .filter(|s| {
+                // A bare `*` would hand every secret of the editor's environment to every
+                // command: name what commands need instead.
+                let everything = s.trim_end_matches('*').is_empty();
+                if everything {
+                    log::warn!("MAKA_CHILD_ENV: `{s}` would pass every variable; ignored (name the variables, or prefixes like `JAVA_*`)");
+                }
+                !everything
+            })
             .collect()
     })
 }

@@ -196,14 +196,16 @@ fn user_instructions() -> Option<PathBuf> {
 /// What the system prompt adds for `session`: its instruction files, then its memory, each
 /// within its budget (cut with a note saying so).
 pub fn compose(session: &Session, entries: &[MemoryEntry]) -> String {
-    // Each file with the folders it must stay inside: the user's in the config dir, the
-    // workspace's in the session's folders.
+    // Each file with the folders it must stay inside: the workspace's in the session's
+    // folders.
     let folders: Vec<PathBuf> = std::iter::once(session.workspace.path())
         .chain(session.additional_directories.iter().map(String::as_str))
         .map(PathBuf::from)
         .collect();
+    // The user's own file may lead anywhere (stow and home-manager link it into the config
+    // dir): nobody else controls it. It is still read only if regular, bounded and text.
     let mut files: Vec<(PathBuf, Vec<PathBuf>)> = user_instructions()
-        .and_then(|f| Some((f.clone(), vec![f.parent()?.to_path_buf()])))
+        .map(|f| (f, vec![PathBuf::from("/")]))
         .into_iter()
         .collect();
     files.extend(

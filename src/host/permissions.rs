@@ -59,6 +59,70 @@ pub fn plain_words(command: &str) -> Option<Vec<&str>> {
     }
 }
 
+/// Programs whose plain arguments can make them run other code (`sed 1e…`, `find -exec`,
+/// `tar --checkpoint-action=exec=…`, `rg --pre=…`, `git grep -O…`, `env`/`timeout`/`xargs`
+/// wrapping any program, interpreters running any script): a prefix rule over them would
+/// cover code nobody showed the person, so none is offered and none covers them — they ask
+/// each time (or once, then bypass mode).
+const RUNS_OTHER_CODE: &[&str] = &[
+    "env", "timeout", "nice", "nohup", "xargs", "sudo", "doas", "su", "exec", "command", "builtin",
+    "eval", "watch", "flock", "chroot", "setsid", "stdbuf", "strace", "ltrace", "gdb", "script",
+    "ssh", "sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh", "python", "python2",
+    "python3", "node", "nodejs", "deno", "bun", "perl", "ruby", "php", "lua", "tclsh", "awk",
+    "gawk", "mawk", "nawk", "sed", "gsed", "find", "tar", "gtar", "rg", "ripgrep", "less", "more",
+    "vim", "vi", "nvim", "emacs", "man", "busybox", "rsync", "zip", "unzip", "7z", "parallel",
+    "make", "npx", "pnpx", "bunx", "uvx", "pipx",
+];
+
+/// `git` subcommands that run other code from plain options (`-O`, `--output`,
+/// `--ext-diff`, hooks of other repositories, aliases): covered by no prefix rule.
+const GIT_RUNS_OTHER_CODE: &[&str] = &[
+    "grep",
+    "diff",
+    "log",
+    "show",
+    "difftool",
+    "mergetool",
+    "format-patch",
+    "archive",
+    "config",
+    "submodule",
+    "filter-branch",
+    "rebase",
+    "bisect",
+    "blame",
+    "-c",
+    "-C",
+    "--exec-path",
+    "--git-dir",
+    "--work-tree",
+    "--config-env",
+    "clone",
+    "fetch",
+    "pull",
+    "send-email",
+    "am",
+    "apply",
+    "daemon",
+    "instaweb",
+    "notes",
+    "worktree",
+];
+
+/// Whether a command's program (or `git` subcommand) can run other code from its arguments.
+fn runs_other_code(words: &[&str]) -> bool {
+    let program = words
+        .first()
+        .map_or("", |p| p.rsplit('/').next().unwrap_or(p));
+    if RUNS_OTHER_CODE.contains(&program) || program.starts_with("python") {
+        return true;
+    }
+    program == "git"
+        && words
+            .get(1)
+            .is_some_and(|sub| GIT_RUNS_OTHER_CODE.contains(sub))
+}
+
 /// The words of each part of a command, split loosely (on operators, quotes, backslashes and
 /// any whitespace or control character): what a reject rule looks for. Loose on purpose —
 /// finding `rm` where `sh` might not costs a dialog, missing it would not be what the person
@@ -75,9 +139,15 @@ fn loose_parts(command: &str) -> impl Iterator<Item = Vec<&str>> {
 /// approval, a compound command, a file outside the working directory).
 pub fn propose(call: &Call) -> Option<RuleTarget> {
     let target = match call.review {
-        Review::Command => RuleTarget::Command {
-            prefix: command_prefix(&plain_words(call.command?)?),
-        },
+        Review::Command => {
+            let words = plain_words(call.command?)?;
+            if runs_other_code(&words) {
+                return None;
+            }
+            RuleTarget::Command {
+                prefix: command_prefix(&words),
+            }
+        }
         Review::Edit | Review::Write => {
             let (first, _) = call.touches.iter().find(|(_, a)| *a == "write")?;
             let rel = relative(first, call.cwd)?;
@@ -116,7 +186,9 @@ fn covers(target: &RuleTarget, decision: Decision, call: &Call) -> bool {
             match decision {
                 // Both sides as `sh` splits them; a prefix that is not plain covers nothing.
                 Decision::Allow => match (plain_words(prefix), plain_words(command)) {
-                    (Some(prefix), Some(words)) => words.starts_with(&prefix),
+                    (Some(prefix), Some(words)) => {
+                        words.starts_with(&prefix) && !runs_other_code(&words)
+                    }
                     _ => false,
                 },
                 Decision::Deny => {
@@ -293,7 +365,11 @@ mod tests {
         };
         assert_eq!(prefix("cargo test --all").as_deref(), Some("cargo test"));
         assert_eq!(prefix("  ls -la ").as_deref(), Some("ls"));
-        assert_eq!(prefix("python3 x.py").as_deref(), Some("python3"));
+        assert_eq!(
+            prefix("python3 x.py"),
+            None,
+            "an interpreter runs any script"
+        );
         assert_eq!(prefix("git status").as_deref(), Some("git status"));
         assert_eq!(prefix("cargo test && rm -rf ~"), None, "compound: no rule");
         assert_eq!(prefix("echo $(id)"), None);
@@ -415,6 +491,49 @@ mod tests {
             },
         );
         assert!(verdict(&[&odd], &command("ls\u{0b}x", cwd)).is_none());
+    }
+
+    /// A kept prefix over a program that runs other code from plain arguments would cover
+    /// that code: (the rule's prefix, a command it must not cover). None is offered for
+    /// such programs either. One line a case.
+    #[test]
+    fn no_prefix_rule_covers_programs_that_run_other_code() {
+        let cwd = Path::new("/w");
+        for (prefix, line) in [
+            ("sed", "sed -n 1eid f.txt"),
+            ("git grep", "git grep -Otouch hello"),
+            ("git diff", "git diff --output=/home/u/.bashrc"),
+            (
+                "tar",
+                "tar tf a.tar --checkpoint=1 --checkpoint-action=exec=./x",
+            ),
+            ("rg", "rg PAT --pre=sh"),
+            ("find", "find . -delete"),
+            ("timeout", "timeout 10 ./x"),
+            ("env", "env A=1 ./x"),
+            ("python3", "python3 -m pytest"),
+            ("xargs", "xargs rm"),
+            ("make", "make --eval=x"),
+            ("npx", "npx some-package"),
+        ] {
+            let allow = rule(
+                Decision::Allow,
+                RuleTarget::Command {
+                    prefix: prefix.into(),
+                },
+            );
+            assert!(
+                verdict(&[&allow], &command(line, cwd)).is_none(),
+                "{prefix:?} must not cover {line:?}"
+            );
+            assert!(
+                propose(&command(line, cwd)).is_none(),
+                "{line:?}: no rule offered"
+            );
+        }
+        // Ordinary programs keep their rules.
+        assert!(propose(&command("git status", cwd)).is_some());
+        assert!(propose(&command("cargo test --all", cwd)).is_some());
     }
 
     #[test]

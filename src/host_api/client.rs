@@ -180,22 +180,37 @@ impl HostClient {
         stream_timeout: Duration,
         tls: &HostTls,
     ) -> HostClient {
+        // A host on this machine is reached directly: a proxy from the environment
+        // (HTTP_PROXY, …) would carry the plain-http token through itself, and most cannot
+        // reach our loopback anyway. A remote https host goes through it, as configured.
+        let loopback = base_url
+            .strip_prefix("http://")
+            .or_else(|| base_url.strip_prefix("https://"))
+            .is_some_and(is_loopback_authority);
+        let config = || {
+            let b = ureq::Agent::config_builder();
+            if loopback {
+                b.proxy(None)
+            } else {
+                b
+            }
+        };
         let ops = tls
-            .apply(ureq::Agent::config_builder())
+            .apply(config())
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(Duration::from_secs(60)))
             .build()
             .into();
         let streams = tls
-            .apply(ureq::Agent::config_builder())
+            .apply(config())
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(5)))
             .timeout_global(Some(stream_timeout))
             .build()
             .into();
         let probe = tls
-            .apply(ureq::Agent::config_builder())
+            .apply(config())
             .http_status_as_error(false)
             .timeout_global(Some(Duration::from_secs(5)))
             .build()

@@ -87,7 +87,7 @@ impl AgentSpec {
     /// and the identity of the files it runs (the resolved program and any argument naming a
     /// file), so an edited script or a re-split argument list asks again.
     fn trust_key(&self, workspace: &str) -> String {
-        let identities: Vec<String> = std::iter::once(self.program())
+        let identities: Vec<String> = std::iter::once(self.program(workspace))
             .chain(self.args.iter().map(|a| {
                 let p = Path::new(a);
                 Some(if p.is_absolute() {
@@ -109,11 +109,20 @@ impl AgentSpec {
         .to_string()
     }
 
-    /// The program `command` names: a path (relative to nothing but itself), or the first
-    /// match on the `PATH` it will run with (its declaration's, else the host's).
-    fn program(&self) -> Option<PathBuf> {
+    /// The program `command` names, as it will be found when the agent starts in
+    /// `workspace`: a path (a relative one from the workspace), or the first match on the
+    /// `PATH` it will run with (its declaration's, else the host's; relative entries from the
+    /// workspace). `None` when there is no such file.
+    pub fn program(&self, workspace: &str) -> Option<PathBuf> {
+        let from_workspace = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                Path::new(workspace).join(p)
+            }
+        };
         if self.command.contains('/') {
-            return Some(PathBuf::from(&self.command));
+            return Some(from_workspace(Path::new(&self.command))).filter(|p| p.is_file());
         }
         let path = self
             .env
@@ -122,7 +131,7 @@ impl AgentSpec {
             .map(|(_, v)| v.clone())
             .or_else(|| std::env::var("PATH").ok())?;
         std::env::split_paths(&path)
-            .map(|d| d.join(&self.command))
+            .map(|d| from_workspace(&d).join(&self.command))
             .find(|p| p.is_file())
     }
 }

@@ -452,7 +452,9 @@ impl Turn {
             locations: vec![],
             diff: None,
             remember_for_turn_allowed: false,
-            rule: Some(RuleTarget::Agent {
+            // A lasting trust covers the files it runs; one whose program cannot be found
+            // cannot be identified, so it is allowed once at most.
+            rule: spec.program(&workspace).map(|_| RuleTarget::Agent {
                 name: spec.name.clone(),
             }),
         };
@@ -870,10 +872,37 @@ impl Turn {
             }
             _ => None,
         };
-        let shown = matches!(&approved, Some(Shown::Command(a))
-            if same_command(a, &line) || script.is_some_and(|x| same_command(a, x)));
-        let args = json!({"command": line});
-        self.subagent_gate(name, "run_command", &args, &format!("run {line}"), shown)?;
+        // What the gate judges and the person sees is what will run, as one `sh` line: the
+        // variables the agent sets (`GIT_CONFIG_*`, `LD_PRELOAD`, `PATH` can turn an allowed
+        // program into other code) and a folder other than the session's come first, so no
+        // kept rule or earlier dialog covers such a command (`VAR=…` and `cd … &&` are never
+        // plain words): it is always put to the person.
+        let env: Vec<String> = params
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| {
+                Some(format!(
+                    "{}={}",
+                    e.get("name").and_then(Value::as_str)?,
+                    e.get("value").and_then(Value::as_str)?
+                ))
+            })
+            .collect();
+        let mut gated = line.clone();
+        if !env.is_empty() {
+            gated = format!("{} {gated}", env.join(" "));
+        }
+        if cwd != self.cwd {
+            gated = format!("cd {} && {gated}", cwd.display());
+        }
+        let plain = gated == line;
+        let shown = plain
+            && matches!(&approved, Some(Shown::Command(a))
+                if same_command(a, &line) || script.is_some_and(|x| same_command(a, x)));
+        let args = json!({"command": gated});
+        self.subagent_gate(name, "run_command", &args, &format!("run {gated}"), shown)?;
         terminals.create(params, &cwd)
     }
 
@@ -937,6 +966,11 @@ impl Turn {
             .pointer("/toolCall/title")
             .and_then(Value::as_str)
             .unwrap_or("an action");
+        // The agent writes its title; the command its dialog covers is named by the host.
+        let title = match Shown::of(params.get("toolCall").unwrap_or(&Value::Null), &self.cwd) {
+            Some(Shown::Command(c)) if !title.contains(&c) => format!("{title} (runs `{c}`)"),
+            _ => title.to_string(),
+        };
         let (mode, planning) = {
             let st = self.cell.lock();
             let c = &st.session.configuration;
@@ -1045,7 +1079,8 @@ impl Turn {
             .and_then(Value::as_str)
             .ok_or_else(|| ResponseError::invalid_params("`content` is required"))?;
         let args = json!({"path": path.display().to_string(), "content": content});
-        let shown = matches!(&approved, Some(Shown::Write(p)) if *p == path);
+        let shown =
+            matches!(&approved, Some(Shown::Write(p, Some(t))) if *p == path && t == content);
         let what = format!("write {}", tool_fs::display(&self.cwd, &path));
         self.subagent_gate(name, "write_file", &args, &what, shown)?;
         let old = tool_fs::current_text(self, &path);
@@ -1060,11 +1095,13 @@ fn same_command(a: &str, b: &str) -> bool {
     a.split_whitespace().eq(b.split_whitespace())
 }
 
-/// What a subagent's permission dialog showed the person: one command, or one file.
+/// What a subagent's permission dialog showed the person: one command, or one file (with the
+/// new content when the dialog showed it as a diff: only then does it cover a write of that
+/// very content).
 #[derive(Debug, PartialEq)]
 pub(super) enum Shown {
     Command(String),
-    Write(PathBuf),
+    Write(PathBuf, Option<String>),
 }
 
 impl Shown {
@@ -1089,6 +1126,14 @@ impl Shown {
             Some([one]) => one.get("path").and_then(Value::as_str),
             _ => tool_call.pointer("/rawInput/path").and_then(Value::as_str),
         }?;
-        Some(Shown::Write(tool_fs::resolve(cwd, path)))
+        let new_text = tool_call
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find(|c| c.get("type").and_then(Value::as_str) == Some("diff"))
+            .and_then(|c| c.get("newText").and_then(Value::as_str))
+            .map(String::from);
+        Some(Shown::Write(tool_fs::resolve(cwd, path), new_text))
     }
 }
