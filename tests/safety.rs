@@ -7,7 +7,7 @@
 mod support;
 use serde_json::{json, Value};
 use support::host::TempDir;
-use support::{select, AgentProcess, Spawn};
+use support::{process_alive, select, AgentProcess, Spawn};
 
 /// A command that prints its own environment and its parent's (the host's) initial one.
 const SNOOP: &str = "echo @@OWN; env; echo @@PARENT; tr '\\0' '\\n' < /proc/$PPID/environ";
@@ -497,16 +497,6 @@ fn a_host_serving_many_sessions_stays_within_a_fixed_descriptor_budget() {
     );
     let text = page.to_string();
     assert!(text.contains("hello") && text.contains("again"), "{page}");
-}
-
-fn process_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
 }
 
 /// Subagents that misbehave cost bounded time: one that never answers `initialize` or its

@@ -7,7 +7,7 @@ mod support;
 use serde_json::{json, Value};
 use std::time::Duration;
 use support::host::TempDir;
-use support::AgentProcess;
+use support::{process_alive as alive, AgentProcess};
 
 fn script() -> Value {
     json!({"default": [[{"text": "Hello from the one host."}]]})
@@ -17,16 +17,6 @@ fn host_pid(data: &TempDir) -> u32 {
     let info: Value =
         serde_json::from_slice(&std::fs::read(data.path().join("host.json")).unwrap()).unwrap();
     info["pid"].as_u64().unwrap() as u32
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
 }
 
 #[test]

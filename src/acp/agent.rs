@@ -209,21 +209,19 @@ impl Agent {
             Request::DeleteSession { session_id } => self
                 .workers
                 .run(move || responder.respond(sessions::delete(&ctx, &session_id))),
-            Request::SetConfigOption { session_id, params } => self
-                .workers
-                .run(move || settings::set_config_option(&ctx, &session_id, &params, responder)),
+            Request::SetConfigOption {
+                session_id,
+                params,
+                as_set_model,
+            } => self.workers.run(move || {
+                settings::set_config_option(&ctx, &session_id, &params, as_set_model, responder)
+            }),
             Request::SetMode {
                 session_id,
                 mode_id,
             } => self
                 .workers
                 .run(move || settings::set_mode(&ctx, &session_id, &mode_id, responder)),
-            Request::SetModel {
-                session_id,
-                model_id,
-            } => self
-                .workers
-                .run(move || settings::set_model(&ctx, &session_id, &model_id, responder)),
             Request::ResumeTurn { session_id } => {
                 // Like a prompt: registered here, in order, then started on a worker.
                 let kind = turns::TurnKind::Resume;

@@ -36,16 +36,13 @@ pub enum Request {
     SetConfigOption {
         session_id: String,
         params: Value,
+        /// `session/set_model` (earlier unstable ACP, still called by some clients): the
+        /// `model` option, answered as that method was.
+        as_set_model: bool,
     },
     SetMode {
         session_id: String,
         mode_id: String,
-    },
-    /// `session/set_model`, an earlier unstable ACP method some clients still call: sets the
-    /// `model` option.
-    SetModel {
-        session_id: String,
-        model_id: String,
     },
     Prompt(Prompt),
     /// `_maka/turn/resume`: continues an interrupted run, registered and answered like a
@@ -169,6 +166,7 @@ impl Request {
                 Ok(Request::SetConfigOption {
                     session_id,
                     params: params.clone(),
+                    as_set_model: false,
                 })
             }
             "session/set_mode" => read(|p| {
@@ -181,9 +179,12 @@ impl Request {
                 })
             }),
             "session/set_model" => read(|p| {
-                Ok(Request::SetModel {
-                    session_id: p.required_str("sessionId")?.into(),
-                    model_id: p.required_str("modelId")?.into(),
+                let session_id: String = p.required_str("sessionId")?.into();
+                let value = p.required_str("modelId")?;
+                Ok(Request::SetConfigOption {
+                    params: serde_json::json!({"sessionId": session_id, "configId": "model", "value": value}),
+                    session_id,
+                    as_set_model: true,
                 })
             }),
             "session/prompt" => read(|p| {

@@ -85,7 +85,17 @@ fn change_config(
     Ok(Changed { options, new_mode })
 }
 
-pub fn set_config_option(ctx: &Ctx, session_id: &str, params: &Value, responder: Responder) {
+/// `session/set_config_option`, and the earlier unstable `session/set_model` as the `model`
+/// option (`as_set_model`): checked against the offered options; `set_config_option` answers
+/// with the options, `set_model` answers `{}` as that method did, and the option view follows
+/// as an update.
+pub fn set_config_option(
+    ctx: &Ctx,
+    session_id: &str,
+    params: &Value,
+    as_set_model: bool,
+    responder: Responder,
+) {
     let session = match attached(ctx, session_id) {
         Ok(s) => s,
         Err(e) => return responder.respond(Err(e)),
@@ -97,34 +107,7 @@ pub fn set_config_option(ctx: &Ctx, session_id: &str, params: &Value, responder:
         config_options::patch_for(&p, c, catalog, boolean)
     });
     match changed {
-        Ok(ch) => responder.respond(Ok(to_json(&ConfigOptionsResponse {
-            config_options: ch.options,
-        }))),
-        Err(e) => responder.respond(Err(e)),
-    }
-    // Then the legacy mode view, when the change moved the mode, and anything another
-    // writer changed meanwhile.
-    session.end_config_write(&ctx.shared, None);
-}
-
-/// `session/set_model` (earlier unstable ACP): the `model` option set to `model_id`, checked
-/// as `session/set_config_option` checks it; answered `{}` as that method was, and the option
-/// view follows as an update.
-pub fn set_model(ctx: &Ctx, session_id: &str, model_id: &str, responder: Responder) {
-    let session = match attached(ctx, session_id) {
-        Ok(s) => s,
-        Err(e) => return responder.respond(Err(e)),
-    };
-    let boolean = ctx.shared.caps.boolean_config_options;
-    let params =
-        serde_json::json!({"sessionId": session_id, "configId": "model", "value": model_id});
-    session.begin_config_write();
-    let changed = change_config(ctx, &session, |c, catalog| {
-        let p = Params::of(&params)?;
-        config_options::patch_for(&p, c, catalog, boolean)
-    });
-    match changed {
-        Ok(ch) => {
+        Ok(ch) if as_set_model => {
             responder.respond(Ok(to_json(&Empty {})));
             session.emit(&ctx.shared, |_| {
                 let update = SessionUpdate::ConfigOptionUpdate {
@@ -133,8 +116,13 @@ pub fn set_model(ctx: &Ctx, session_id: &str, model_id: &str, responder: Respond
                 (vec![update], ())
             });
         }
+        Ok(ch) => responder.respond(Ok(to_json(&ConfigOptionsResponse {
+            config_options: ch.options,
+        }))),
         Err(e) => responder.respond(Err(e)),
     }
+    // Then the legacy mode view, when the change moved the mode, and anything another
+    // writer changed meanwhile.
     session.end_config_write(&ctx.shared, None);
 }
 

@@ -486,6 +486,17 @@ impl AgentProcess {
     }
 }
 
+/// Whether process `pid` runs (exists and is not a zombie).
+pub fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
 /// Selects the permission option with `option_id`.
 pub fn select(option_id: &str) -> Reply {
     Reply::Result(json!({"outcome": {"outcome": "selected", "optionId": option_id}}))

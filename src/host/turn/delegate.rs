@@ -967,8 +967,11 @@ impl Turn {
             .and_then(Value::as_str)
             .unwrap_or("an action");
         // The agent writes its title; the command its dialog covers is named by the host.
-        let title = match Shown::of(params.get("toolCall").unwrap_or(&Value::Null), &self.cwd) {
-            Some(Shown::Command(c)) if !title.contains(&c) => format!("{title} (runs `{c}`)"),
+        let shown = Shown::of(params.get("toolCall").unwrap_or(&Value::Null), &self.cwd);
+        let title = match &shown {
+            Some(Shown::Command(c)) if !title.contains(c.as_str()) => {
+                format!("{title} (runs `{c}`)")
+            }
             _ => title.to_string(),
         };
         let (mode, planning) = {
@@ -1014,7 +1017,6 @@ impl Turn {
             Some(option_id) => json!({"outcome": {"outcome": "selected", "optionId": option_id}}),
             None => json!({"outcome": {"outcome": "cancelled"}}),
         };
-        let shown = Shown::of(params.get("toolCall").unwrap_or(&Value::Null), &self.cwd);
         (answer, shown.filter(|_| allowed && chosen.is_some()))
     }
 
