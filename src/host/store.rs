@@ -330,7 +330,15 @@ pub fn read_json_or_default<T: serde::de::DeserializeOwned + Default>(dir: &Path
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], fsync: bool) -> io::Result<()> {
     let tmp = dir.join(format!(".{name}.tmp"));
     {
-        let mut f = File::create(&tmp)?;
+        // The host's files are the user's alone (its data dir is 0700 too): a leftover
+        // temporary file of another mode is replaced, not reused.
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = fs::remove_file(&tmp);
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(bytes)?;
         if fsync {
             f.sync_all()?;
