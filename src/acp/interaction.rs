@@ -200,6 +200,38 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestP
                         ),
                         option(REJECT, "Reject", RejectOnce),
                     ]
+                } else if let Some(crate::host_api::wire::RuleTarget::InAgent {
+                    name,
+                    allow_always,
+                    reject_always,
+                    no_allow_once,
+                    no_reject_once,
+                }) = rule
+                {
+                    // A subagent's own dialog: its lasting options are its own to keep, and
+                    // say so, with its words; only the choices it offered.
+                    let mut options = vec![];
+                    if !no_allow_once {
+                        options.push(option(ALLOW_ONCE, "Allow once", AllowOnce));
+                    }
+                    if let Some(label) = allow_always {
+                        options.push(option(
+                            ALLOW_WORKSPACE,
+                            &format!("Always allow in {name} ({label}; {name} remembers it)"),
+                            AllowAlways,
+                        ));
+                    }
+                    if !no_reject_once {
+                        options.push(option(REJECT, "Reject", RejectOnce));
+                    }
+                    if let Some(label) = reject_always {
+                        options.push(option(
+                            REJECT_WORKSPACE,
+                            &format!("Always reject in {name} ({label}; {name} remembers it)"),
+                            RejectAlways,
+                        ));
+                    }
+                    options
                 } else if let (Some(rule), false) = (rule, *review == Review::Plan) {
                     // The rules the host can keep, named so the person sees what "always"
                     // covers. `allow_once` comes first and is the only one of its kind: clients
@@ -451,12 +483,12 @@ mod tests {
                 path: "/w/src/lib.rs".into(),
                 line: None,
             }],
-            diff: Some(FileDiff {
+            diff: Some(Box::new(FileDiff {
                 path: "/w/src/lib.rs".into(),
                 old_text: Some("a".into()),
                 new_text: "b".into(),
                 unified_diff: String::new(),
-            }),
+            })),
             remember_for_turn_allowed: true,
             rule: None,
         };
@@ -503,6 +535,47 @@ mod tests {
                 ),
             ]
         );
+        // A subagent's own dialog offers only the choices the agent offered, its lasting ones
+        // named as its own; picking one is "remember" (the host sends the agent's option).
+        let mut agents = req.clone();
+        if let InteractionRequest::Permission { rule, .. } = &mut agents {
+            *rule = Some(crate::host_api::wire::RuleTarget::InAgent {
+                name: "codex".into(),
+                allow_always: Some("Yes, for session".into()),
+                reject_always: None,
+                no_allow_once: true,
+                no_reject_once: false,
+            });
+        }
+        let p = to_json(&permission_params("s", &agents));
+        let options: Vec<(&str, &str)> = p["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| (o["optionId"].as_str().unwrap(), o["name"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            options,
+            vec![
+                (
+                    "allow_workspace",
+                    "Always allow in codex (Yes, for session; codex remembers it)"
+                ),
+                ("reject", "Reject"),
+            ]
+        );
+        let answer = permission_answer(
+            &agents,
+            &json!({"outcome": {"outcome": "selected", "optionId": "allow_workspace"}}),
+        );
+        assert!(matches!(
+            answer,
+            InteractionAnswer::Permission {
+                decision: Decision::Allow,
+                remember: Some(RuleScope::Workspace),
+                ..
+            }
+        ));
         let pick = |id: &str| json!({"outcome": {"outcome": "selected", "optionId": id}});
         let kept = |a: InteractionAnswer| match a {
             InteractionAnswer::Permission {

@@ -89,7 +89,9 @@ pub fn terminal_verdict(
 /// What a tool's result shows.
 pub fn result_content(result: &ToolResultContent, status: ToolStatus) -> Vec<ToolCallContent> {
     match result {
-        ToolResultContent::Text { text } => vec![ToolCallContent::text(text)],
+        ToolResultContent::Text { text } | ToolResultContent::Agent { text, .. } => {
+            vec![ToolCallContent::text(text)]
+        }
         ToolResultContent::FileEdit { diff: d } => vec![diff(d)],
         ToolResultContent::FileWrite { diff: Some(d), .. } => vec![diff(d)],
         ToolResultContent::FileWrite {

@@ -258,7 +258,14 @@ impl Projector {
                 }
                 let mut update = ToolCallUpdate {
                     content: Some(result_content(result, *status)),
-                    raw_output: Some(serde_json::to_value(result).unwrap_or(Value::Null)),
+                    raw_output: Some(match result {
+                        // A subagent's call: its own rawOutput, as it sent it.
+                        ToolResultContent::Agent {
+                            raw_output: Some(raw),
+                            ..
+                        } => raw.clone(),
+                        _ => serde_json::to_value(result).unwrap_or(Value::Null),
+                    }),
                     ..ToolCallUpdate::new(tool_call_id, acp_status)
                 };
                 if let ToolResultContent::Terminal {

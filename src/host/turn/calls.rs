@@ -331,7 +331,7 @@ impl Turn {
             review,
             args: Some(bounded_args(args).0),
             locations: plan.locations.clone(),
-            diff,
+            diff: diff.map(Box::new),
             remember_for_turn_allowed: true,
             rule: rule.clone(),
         };

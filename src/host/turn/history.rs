@@ -7,7 +7,7 @@ use crate::host_api::wire::ToolStatus;
 /// What the model is told a tool returned.
 pub fn result_for_model(status: ToolStatus, result: &ToolResultContent) -> String {
     let body = match result {
-        ToolResultContent::Text { text } => text.clone(),
+        ToolResultContent::Text { text } | ToolResultContent::Agent { text, .. } => text.clone(),
         ToolResultContent::FileEdit { diff } => {
             format!("Edited {}.\n{}", diff.path, diff.unified_diff)
         }

@@ -59,6 +59,14 @@ pub enum ToolResultContent {
     Json {
         value: Value,
     },
+    /// One tool call of a subagent: what it showed (its content, else what its raw output or
+    /// display terminal carried) as text, and its `rawOutput` exactly as the agent sent it.
+    #[serde(rename_all = "camelCase")]
+    Agent {
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        raw_output: Option<Value>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

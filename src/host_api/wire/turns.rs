@@ -108,9 +108,9 @@ pub enum InteractionRequest {
         args: Option<Value>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         locations: Vec<Location>,
-        /// A preview of the change for edits and writes.
+        /// A preview of the change for edits and writes (boxed: frames stay small).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        diff: Option<FileDiff>,
+        diff: Option<Box<FileDiff>>,
         remember_for_turn_allowed: bool,
         /// What an answer with `remember` would cover (the dialog names it): present only
         /// when a lasting rule can cover this very call.
@@ -182,6 +182,22 @@ pub enum RuleTarget {
     /// A workspace-declared subagent, exactly as declared (its trust dialog): never a kept
     /// permission rule; the only lasting answer is "always allow" this declaration.
     Agent { name: String },
+    /// A subagent's own lasting choice, which the subagent keeps (not maka): offered when its
+    /// permission request had `allow_always` / `reject_always` options, labelled with the
+    /// agent's name and the option's own words.
+    #[serde(rename_all = "camelCase")]
+    InAgent {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        allow_always: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reject_always: Option<String>,
+        /// The agent offered no `allow_once` / `reject_once`: the dialog does not either.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        no_allow_once: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        no_reject_once: bool,
+    },
 }
 
 impl RuleTarget {
@@ -195,6 +211,7 @@ impl RuleTarget {
             },
             RuleTarget::Tool { name } => format!("the tool `{name}`"),
             RuleTarget::Agent { name } => format!("agent `{name}` as declared"),
+            RuleTarget::InAgent { name, .. } => format!("what agent `{name}` remembers"),
         }
     }
 }
