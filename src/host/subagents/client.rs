@@ -31,20 +31,24 @@ pub struct Subagent {
     stderr_done: Receiver<()>,
     /// The session is an earlier delegation's, continued.
     pub continued: bool,
+    /// The agent offers `session/resume` or `session/load`: it can continue a conversation.
+    pub can_continue: bool,
     /// The delegating turn's cancel: a handshake request stops waiting when it fires.
     cancel: Receiver<()>,
 }
 
 impl Subagent {
-    /// Spawns `spec` in `cwd`, `initialize`s it (offering files and terminals) and opens a
-    /// session there: `earlier` (an agent session of a previous delegation) again when the agent
-    /// can resume or load sessions, else a new one. `timeout` bounds each request.
+    /// Spawns `spec` in `cwd` (with `read_only` folders read-only for it, when given),
+    /// `initialize`s it (offering files and terminals) and opens a session there: `earlier`
+    /// (an agent session of a previous delegation) again when the agent can resume or load
+    /// sessions, else a new one. `timeout` bounds each request.
     pub fn start(
         spec: &AgentSpec,
         cwd: &str,
         timeout: Duration,
         earlier: Option<&str>,
         cancel: &Receiver<()>,
+        read_only: Option<&super::sandbox::Folders>,
     ) -> Result<Subagent, String> {
         let mut cmd = Command::new(&spec.command);
         cmd.args(&spec.args)
@@ -53,6 +57,9 @@ impl Subagent {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
+        if let Some(folders) = read_only {
+            super::sandbox::apply(&mut cmd, folders)?;
+        }
         // Our own secrets are not the subagent's: the allow-list, then its declaration.
         crate::host::child_env::apply(&mut cmd, spec.env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd
@@ -94,6 +101,7 @@ impl Subagent {
             stderr_tail,
             stderr_done,
             continued: false,
+            can_continue: false,
             cancel: cancel.clone(),
         };
         let init = agent.request(
@@ -119,6 +127,7 @@ impl Subagent {
                 init.get("protocolVersion").unwrap_or(&Value::Null)
             ));
         }
+        agent.can_continue = reopening(&init).is_some();
         if let Some(id) = earlier {
             if agent.reopen(&init, id, cwd, timeout) {
                 agent.session_id = id.to_string();
@@ -132,6 +141,11 @@ impl Subagent {
             timeout,
         ) {
             Ok(v) => match v.get("sessionId").and_then(Value::as_str) {
+                // Kept in the session's record: bounded like every name the host keeps.
+                Some(id) if id.len() > 256 => {
+                    agent.stop();
+                    return Err("session/new answered with a sessionId of over 256 bytes".into());
+                }
                 Some(id) => agent.session_id = id.to_string(),
                 None => {
                     agent.stop();
@@ -149,19 +163,8 @@ impl Subagent {
     /// Opens session `id` again: `session/resume` when the agent offers it, else `session/load`
     /// (whose replay is not shown again: it is drained). False when neither works.
     fn reopen(&self, init: &Value, id: &str, cwd: &str, timeout: Duration) -> bool {
-        let caps = init
-            .get("agentCapabilities")
-            .cloned()
-            .unwrap_or(Value::Null);
         let params = json!({"sessionId": id, "cwd": cwd, "mcpServers": []});
-        let method = if caps
-            .pointer("/sessionCapabilities/resume")
-            .is_some_and(Value::is_object)
-        {
-            "session/resume"
-        } else if caps.get("loadSession").and_then(Value::as_bool) == Some(true) {
-            "session/load"
-        } else {
+        let Some(method) = reopening(init) else {
             return false;
         };
         match self.request(method, params, timeout) {
@@ -254,6 +257,22 @@ impl Subagent {
         if let Some(c) = self.connection.take() {
             c.finish();
         }
+    }
+}
+
+/// How the agent reopens a session, by its `initialize` answer: `session/resume`, else
+/// `session/load`, else not at all.
+fn reopening(init: &Value) -> Option<&'static str> {
+    let caps = init.get("agentCapabilities")?;
+    if caps
+        .pointer("/sessionCapabilities/resume")
+        .is_some_and(Value::is_object)
+    {
+        Some("session/resume")
+    } else if caps.get("loadSession").and_then(Value::as_bool) == Some(true) {
+        Some("session/load")
+    } else {
+        None
     }
 }
 

@@ -7,7 +7,9 @@
 //! declared is a trust decision: its first use asks the person (the answer is kept per
 //! workspace, agent and command in `<data dir>/trusted-agents.json`).
 
+pub mod calls;
 pub mod client;
+pub mod sandbox;
 pub mod terminals;
 
 use serde_json::Value;
@@ -232,25 +234,139 @@ pub fn list(data_dir: &Path, workspace: &str) -> crate::host_api::ops::SubagentL
     }
 }
 
-/// The agent sessions of a session's earlier delegations (`subagents.json` in its directory):
-/// agent name → its session id, so a later delegation continues the same conversation.
-pub fn earlier_session(session_dir: &Path, agent: &str) -> Option<String> {
-    read_json(&session_dir.join("subagents.json"), session_dir)?
-        .get(agent)?
-        .as_str()
-        .map(String::from)
+/// The agent sessions of a session's delegations, kept in `subagents.json` in its directory:
+/// each under a handle (`<agent>#<n>`) the delegate call's result names, so the model can
+/// continue that very conversation later, and each agent's latest one.
+/// `{"sessions": {"helper#1": {"agent": "helper", "sessionId": "…"}}, "latest": {"helper": "helper#1"}}`
+/// (an older file, `{"helper": "<session id>"}`, reads as `helper#1`).
+/// The most agent sessions one session keeps (with each agent's latest always among them).
+const MAX_SESSIONS: usize = 256;
+
+#[derive(Debug, Default, PartialEq)]
+pub struct Continuity {
+    /// handle → (agent, its session id)
+    sessions: std::collections::BTreeMap<String, (String, String)>,
+    /// agent → handle
+    latest: std::collections::BTreeMap<String, String>,
 }
 
-pub fn record_session(session_dir: &Path, agent: &str, agent_session: &str) {
-    let mut map = read_json(&session_dir.join("subagents.json"), session_dir)
-        .filter(Value::is_object)
-        .unwrap_or_else(|| serde_json::json!({}));
-    map[agent] = Value::String(agent_session.into());
-    let written = serde_json::to_vec_pretty(&map)
-        .map_err(std::io::Error::other)
-        .and_then(|b| crate::host::store::write_atomic(session_dir, "subagents.json", &b, true));
-    if let Err(e) = written {
-        log::warn!("cannot record agent {agent}'s session: {e}");
+impl Continuity {
+    pub fn read(session_dir: &Path) -> Continuity {
+        let mut c = Continuity::default();
+        let Some(v) = read_json(&session_dir.join("subagents.json"), session_dir) else {
+            return c;
+        };
+        if let Some(sessions) = v.get("sessions").and_then(Value::as_object) {
+            for (handle, s) in sessions {
+                if let (Some(agent), Some(id)) = (
+                    s.get("agent").and_then(Value::as_str),
+                    s.get("sessionId").and_then(Value::as_str),
+                ) {
+                    c.sessions
+                        .insert(handle.clone(), (agent.to_string(), id.to_string()));
+                }
+            }
+            for (agent, h) in v
+                .get("latest")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(h) = h.as_str().filter(|h| c.sessions.contains_key(*h)) {
+                    c.latest.insert(agent.clone(), h.to_string());
+                }
+            }
+        } else if let Some(old) = v.as_object() {
+            for (agent, id) in old {
+                if let Some(id) = id.as_str() {
+                    let h = format!("{agent}#1");
+                    c.sessions
+                        .insert(h.clone(), (agent.clone(), id.to_string()));
+                    c.latest.insert(agent.clone(), h);
+                }
+            }
+        }
+        c
+    }
+
+    /// The agent's latest session: its handle and session id.
+    pub fn latest(&self, agent: &str) -> Option<(&str, &str)> {
+        let h = self.latest.get(agent)?;
+        Some((h.as_str(), self.sessions.get(h)?.1.as_str()))
+    }
+
+    /// The session a handle names: its agent and session id.
+    pub fn named(&self, handle: &str) -> Option<(&str, &str)> {
+        self.sessions
+            .get(handle)
+            .map(|(a, id)| (a.as_str(), id.as_str()))
+    }
+
+    /// The handles of an agent's sessions.
+    pub fn handles_of(&self, agent: &str) -> Vec<&str> {
+        self.sessions
+            .iter()
+            .filter(|(_, (a, _))| a == agent)
+            .map(|(h, _)| h.as_str())
+            .collect()
+    }
+
+    /// A handle for a new session of `agent`, none of its own nor of `taken`.
+    pub fn new_handle(&self, agent: &str, taken: &std::collections::HashSet<String>) -> String {
+        (1..)
+            .map(|n| format!("{agent}#{n}"))
+            .find(|h| !self.sessions.contains_key(h) && !taken.contains(h))
+            .unwrap_or_default()
+    }
+
+    /// Records `handle` as `agent`'s session `session_id`, and as its latest. A file that
+    /// cannot be read is moved aside first (never overwritten: it holds the other sessions);
+    /// past [`MAX_SESSIONS`], the oldest sessions that are no agent's latest are forgotten.
+    pub fn record(session_dir: &Path, handle: &str, agent: &str, session_id: &str) {
+        let path = session_dir.join("subagents.json");
+        if path.exists() && read_json(&path, session_dir).is_none() {
+            // One kept aside at most (the latest): a file that keeps failing does not pile up.
+            let aside = session_dir.join("subagents.unreadable.json");
+            log::warn!(
+                "{} cannot be read; moved to {} and started afresh",
+                path.display(),
+                aside.display()
+            );
+            let _ = std::fs::rename(&path, &aside);
+        }
+        let mut c = Continuity::read(session_dir);
+        c.sessions.insert(
+            handle.to_string(),
+            (agent.to_string(), session_id.to_string()),
+        );
+        c.latest.insert(agent.to_string(), handle.to_string());
+        while c.sessions.len() > MAX_SESSIONS {
+            let number = |h: &str| h.rsplit('#').next().and_then(|n| n.parse::<u64>().ok());
+            let oldest = c
+                .sessions
+                .keys()
+                .filter(|h| !c.latest.values().any(|l| l == *h))
+                .min_by_key(|h| number(h).unwrap_or(0))
+                .cloned();
+            match oldest {
+                Some(h) => c.sessions.remove(&h),
+                None => break,
+            };
+        }
+        let sessions: serde_json::Map<String, Value> = c
+            .sessions
+            .iter()
+            .map(|(h, (a, id))| (h.clone(), serde_json::json!({"agent": a, "sessionId": id})))
+            .collect();
+        let map = serde_json::json!({"sessions": sessions, "latest": c.latest});
+        let written = serde_json::to_vec_pretty(&map)
+            .map_err(std::io::Error::other)
+            .and_then(|b| {
+                crate::host::store::write_atomic(session_dir, "subagents.json", &b, true)
+            });
+        if let Err(e) = written {
+            log::warn!("cannot record agent {agent}'s session {handle}: {e}");
+        }
     }
 }
 
@@ -258,25 +374,65 @@ fn trust_file(data_dir: &Path) -> PathBuf {
     data_dir.join("trusted-agents.json")
 }
 
+/// A trust record: a digest of the declaration's key (command, arguments, environment, the
+/// files it runs), never the values themselves — a declared API key is not copied to disk.
+/// An entry of an older file (the key itself) reads as its digest, and is written as one.
+fn trust_record(key: &str) -> String {
+    if key.starts_with("sha256:") {
+        key.to_string()
+    } else {
+        format!(
+            "sha256:{}",
+            crate::host_api::codec::sha256_hex(key.as_bytes())
+        )
+    }
+}
+
+/// The records, as digests. A file of an older version (the declarations themselves, its
+/// mode 0644) is rewritten at once: its values must not stay on disk.
+fn trust_records(data_dir: &Path) -> Vec<String> {
+    let stored: Vec<String> = read_json(&trust_file(data_dir), data_dir)
+        .and_then(|v| v.as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(Value::as_str)
+        .map(String::from)
+        .collect();
+    let records: Vec<String> = stored.iter().map(|k| trust_record(k)).collect();
+    if records != stored {
+        if let Err(e) = write_trust(data_dir, &records) {
+            log::warn!(
+                "cannot rewrite {} as digests: {e}",
+                trust_file(data_dir).display()
+            );
+        }
+    }
+    records
+}
+
+fn write_trust(data_dir: &Path, records: &[String]) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec_pretty(records).map_err(std::io::Error::other)?;
+    crate::host::store::write_atomic(data_dir, "trusted-agents.json", &bytes, true)
+}
+
 /// Whether the person already allowed this workspace-declared agent (user agents need none).
 pub fn trusted(data_dir: &Path, workspace: &str, agent: &AgentSpec) -> bool {
     if agent.source != "workspace" {
         return true;
     }
-    let key = agent.trust_key(workspace);
-    read_json(&trust_file(data_dir), data_dir)
-        .and_then(|v| v.as_array().cloned())
-        .is_some_and(|list| list.iter().any(|k| k.as_str() == Some(key.as_str())))
+    let record = trust_record(&agent.trust_key(workspace));
+    trust_records(data_dir).contains(&record)
 }
 
-/// Remembers the person's "allow" for this agent in this workspace.
+/// Remembers the person's "allow" for this agent in this workspace (the file is the user's
+/// alone: mode 0600, like everything the host writes).
 pub fn trust(data_dir: &Path, workspace: &str, agent: &AgentSpec) -> std::io::Result<()> {
-    let mut list = read_json(&trust_file(data_dir), data_dir)
-        .and_then(|v| v.as_array().cloned())
-        .unwrap_or_default();
-    list.push(Value::String(agent.trust_key(workspace)));
-    let bytes = serde_json::to_vec_pretty(&list).map_err(std::io::Error::other)?;
-    crate::host::store::write_atomic(data_dir, "trusted-agents.json", &bytes, true)
+    let mut list = trust_records(data_dir);
+    let record = trust_record(&agent.trust_key(workspace));
+    if !list.contains(&record) {
+        list.push(record);
+    }
+    write_trust(data_dir, &list)
 }
 
 #[cfg(test)]
@@ -345,6 +501,92 @@ mod tests {
         let mut changed = a[0].clone();
         changed.args.push("--evil".into());
         assert!(!trusted(&dir, "/w", &changed), "per command line");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Conversations are kept under handles: an older file reads as `<agent>#1`, new handles
+    /// skip the taken ones, an unreadable file is moved aside (not overwritten), and past the
+    /// cap the oldest are forgotten but never an agent's latest.
+    #[test]
+    fn every_conversation_is_recorded_and_none_is_lost_to_a_bad_file() {
+        let dir = std::env::temp_dir().join(format!("maka-continuity-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("subagents.json"), r#"{"helper": "old-id"}"#).unwrap();
+        let c = Continuity::read(&dir);
+        assert_eq!(c.latest("helper"), Some(("helper#1", "old-id")));
+        let taken = std::collections::HashSet::from(["helper#2".to_string()]);
+        assert_eq!(c.new_handle("helper", &taken), "helper#3");
+        Continuity::record(&dir, "helper#3", "helper", "third");
+        let c = Continuity::read(&dir);
+        assert_eq!(c.named("helper#1"), Some(("helper", "old-id")), "kept");
+        assert_eq!(c.latest("helper"), Some(("helper#3", "third")));
+        assert_eq!(c.handles_of("helper"), ["helper#1", "helper#3"]);
+
+        std::fs::write(dir.join("subagents.json"), "{not json").unwrap();
+        Continuity::record(&dir, "x#1", "x", "id");
+        let aside: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("subagents.unreadable-")
+            })
+            .collect();
+        assert_eq!(aside.len(), 1, "the unreadable file is kept aside");
+
+        for n in 1..=MAX_SESSIONS + 5 {
+            Continuity::record(&dir, &format!("x#{n}"), "x", &format!("id{n}"));
+        }
+        Continuity::record(&dir, "y#1", "y", "why");
+        let c = Continuity::read(&dir);
+        assert_eq!(c.sessions.len(), MAX_SESSIONS);
+        assert_eq!(
+            c.latest("x").map(|l| l.0),
+            Some(format!("x#{}", MAX_SESSIONS + 5).as_str())
+        );
+        assert_eq!(c.latest("y"), Some(("y#1", "why")));
+        assert!(c.named("x#1").is_none(), "the oldest went first");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The trust file holds digests, not the declared environment, and only its owner reads
+    /// it; a record of an older file (the declaration itself) still counts and is rewritten.
+    #[test]
+    fn trust_records_hold_no_secrets() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("maka-agents-secret-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut problems = vec![];
+        let v = serde_json::json!({"agents": {
+            "keyed": {"command": "agent", "env": {"API_KEY": "sk-very-secret-value"}},
+            "old": {"command": "agent2"}
+        }});
+        let a = parse(&v, "workspace", &mut problems);
+        let (keyed, old) = (&a[0], &a[1]);
+        // An older file: the key itself.
+        std::fs::write(
+            dir.join("trusted-agents.json"),
+            serde_json::to_vec(&[old.trust_key("/w")]).unwrap(),
+        )
+        .unwrap();
+        assert!(trusted(&dir, "/w", old), "an older record still counts");
+        let text = std::fs::read_to_string(dir.join("trusted-agents.json")).unwrap();
+        assert!(
+            !text.contains("agent2"),
+            "rewritten as digests when read: {text}"
+        );
+        trust(&dir, "/w", keyed).unwrap();
+        assert!(trusted(&dir, "/w", keyed) && trusted(&dir, "/w", old));
+        let file = dir.join("trusted-agents.json");
+        let text = std::fs::read_to_string(&file).unwrap();
+        for secret in ["sk-very-secret-value", "API_KEY", "agent2"] {
+            assert!(!text.contains(secret), "{secret} is in {text}");
+        }
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

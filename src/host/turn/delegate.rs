@@ -6,6 +6,7 @@
 //! the model sees. A cancel reaches it (`session/cancel`), then its process group is killed.
 
 use super::*;
+use crate::host::subagents::calls::{ChildCalls, Seen};
 use crate::host::subagents::client::Subagent;
 use crate::host::subagents::{self, AgentSpec};
 use crate::host_api::wire::{
@@ -19,6 +20,9 @@ use std::collections::HashMap;
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long cancelled agents get, together, to answer `cancelled` before they are stopped.
 const CANCEL_GRACE: Duration = Duration::from_millis(800);
+
+/// What the model is told of continuing an agent's conversation.
+const SESSION_PARAM: &str = "continue an earlier conversation with the agent: the session its result named (e.g. \"helper#1\"); \"new\" starts a fresh one. Left out, the agent's latest session is continued unless another delegation of the same step is using it.";
 
 /// The `delegate` function the model sees, listing the agents it may use.
 pub(super) fn spec(agents: &[AgentSpec]) -> Value {
@@ -40,7 +44,8 @@ pub(super) fn spec(agents: &[AgentSpec]) -> Value {
         ),
         "parameters": {"type": "object", "properties": {
             "agent": {"type": "string", "enum": agents.iter().map(|a| a.name.clone()).collect::<Vec<_>>()},
-            "task": {"type": "string", "description": "everything the agent needs to know: it does not see this conversation"}},
+            "task": {"type": "string", "description": "everything the agent needs to know: it does not see this conversation"},
+            "session": {"type": "string", "description": SESSION_PARAM}},
             "required": ["agent", "task"]}
     }})
 }
@@ -51,9 +56,10 @@ pub(super) fn graph_spec(agents: &[AgentSpec]) -> Value {
         "name": "delegate_graph",
         "description": "Hand several tasks to other agents at once. A task starts when the tasks it depends on have finished, and receives their results; a failed task stops the tasks that depend on it. Returns every task's result.",
         "parameters": {"type": "object", "properties": {"tasks": {"type": "array", "items": {"type": "object", "properties": {
-            "id": {"type": "string"},
+            "id": {"type": "string", "description": "letters, digits, - and _"},
             "agent": {"type": "string", "enum": agents.iter().map(|a| a.name.clone()).collect::<Vec<_>>()},
             "task": {"type": "string"},
+            "session": {"type": "string", "description": SESSION_PARAM},
             "dependsOn": {"type": "array", "items": {"type": "string"}}},
             "required": ["id", "agent", "task"]}}},
             "required": ["tasks"]}
@@ -84,6 +90,10 @@ fn agent_and_task(args: &Value) -> Option<(&str, &str)> {
 
 const NEEDS_AGENT_AND_TASK: &str = "delegate needs `agent` and `task`";
 
+/// At most this many delegate calls of one model step run (swarm mode); the rest fail, saying
+/// so.
+const SWARM_PARALLEL: usize = 8;
+
 /// At most this many agents run at once in a graph's wave.
 const GRAPH_PARALLEL: usize = 4;
 
@@ -106,8 +116,8 @@ struct Job {
     agent: Subagent,
     prompt: crate::jsonrpc::PendingCall,
     answer: String,
-    /// The agent's tool call id → ours.
-    calls: HashMap<String, String>,
+    /// Its tool calls, shown as ours.
+    calls: ChildCalls,
     /// Its output is still open (a closed one is not waited on again).
     incoming_open: bool,
     /// Commands it runs through `terminal/*` (killed when the job ends).
@@ -116,17 +126,53 @@ struct Job {
     /// showed it: it covers that very command's `terminal/create` or that file's write, and
     /// nothing else.
     allowed: Option<Shown>,
+    /// The line its result ends with: the session handle that continues this conversation.
+    session_note: String,
     outcome: Option<ToolOutcome>,
+}
+
+/// A delegate call to start: `session` is the handle of an earlier delegation's session to
+/// continue, or "new".
+struct Wanted {
+    id: String,
+    agent: String,
+    task: String,
+    session: Option<String>,
+}
+
+impl Wanted {
+    fn of(id: &str, args: &Value) -> Option<Wanted> {
+        let (agent, task) = agent_and_task(args)?;
+        Some(Wanted {
+            id: id.to_string(),
+            agent: agent.to_string(),
+            task: task.to_string(),
+            session: tools::text_arg(args, "session").map(String::from),
+        })
+    }
+}
+
+/// A delegate call allowed to start, its session chosen.
+struct Ready {
+    id: String,
+    spec: AgentSpec,
+    task: String,
+    handle: String,
+    /// The agent's session to reopen.
+    earlier: Option<String>,
+    /// What it may not change (explore and plan mode).
+    read_only: Option<subagents::sandbox::Folders>,
 }
 
 impl Turn {
     pub(super) fn delegate(&mut self, id: &str, args: &Value) -> ToolOutcome {
-        let Some((name, task)) = agent_and_task(args) else {
+        let Some(wanted) = Wanted::of(id, args) else {
             return ToolOutcome::failed(NEEDS_AGENT_AND_TASK.into());
         };
-        let mut jobs = match self.start_job(id, name, task, true) {
-            Ok(job) => vec![job],
-            Err(outcome) => return *outcome,
+        let mut jobs = match self.start_jobs(vec![wanted]).pop() {
+            Some(Ok(job)) => vec![job],
+            Some(Err(outcome)) => return *outcome,
+            None => return ToolOutcome::failed("the delegation did not start".into()),
         };
         self.run_jobs(&mut jobs);
         jobs.pop()
@@ -137,8 +183,9 @@ impl Turn {
     /// Swarm mode: several delegate calls of one model step, run together. Each is announced
     /// and settled like any tool call; their agents work in parallel.
     pub(super) fn delegate_swarm(&mut self, calls: Vec<(String, String, Value)>) {
-        let mut jobs = vec![];
-        let mut started = vec![];
+        // Announced first, then started together (a trust dialog may wait for the person;
+        // the agents already allowed start meanwhile).
+        let mut wanted = vec![];
         for (id, provider_id, args) in &calls {
             let plan = plan(args);
             self.start_tool(
@@ -150,20 +197,33 @@ impl Turn {
                 args,
                 &[],
             );
-            let Some((name, task)) = agent_and_task(args) else {
-                let o = ToolOutcome::failed(NEEDS_AGENT_AND_TASK.into());
-                self.finish_tool(id, o, false, 0);
-                continue;
-            };
-            match self.start_job(id, name, task, false) {
+            match Wanted::of(id, args) {
+                Some(_) if wanted.len() == SWARM_PARALLEL => {
+                    let o = ToolOutcome::failed(format!(
+                        "not started: at most {SWARM_PARALLEL} delegations of one step run at once"
+                    ));
+                    self.finish_tool(id, o, false, 0);
+                }
+                Some(w) => wanted.push(w),
+                None => {
+                    let o = ToolOutcome::failed(NEEDS_AGENT_AND_TASK.into());
+                    self.finish_tool(id, o, false, 0);
+                }
+            }
+        }
+        let ids: Vec<String> = wanted.iter().map(|w| w.id.clone()).collect();
+        let mut jobs = vec![];
+        let mut started = vec![];
+        for (id, job) in ids.into_iter().zip(self.start_jobs(wanted)) {
+            match job {
                 Ok(job) => {
-                    self.current_tool = Some(id.clone());
+                    self.current_tool = Some(id);
                     self.mark_running();
                     self.current_tool = None;
                     jobs.push(job);
                     started.push(std::time::Instant::now());
                 }
-                Err(o) => self.finish_tool(id, *o, false, 0),
+                Err(o) => self.finish_tool(&id, *o, false, 0),
             }
         }
         self.run_jobs(&mut jobs);
@@ -184,6 +244,7 @@ impl Turn {
             agent: String,
             task: String,
             deps: Vec<String>,
+            session: Option<String>,
         }
         let mut tasks: Vec<Task> = vec![];
         for t in args
@@ -199,6 +260,16 @@ impl Turn {
             ) else {
                 return ToolOutcome::failed("every task needs `id`, `agent` and `task`".into());
             };
+            if tid.is_empty()
+                || tid.len() > 64
+                || !tid
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return ToolOutcome::failed(format!(
+                    "task id {tid:?}: ids are letters, digits, - and _ (at most 64)"
+                ));
+            }
             if tasks.iter().any(|x| x.id == tid) {
                 return ToolOutcome::failed(format!("two tasks have the id {tid:?}"));
             }
@@ -207,6 +278,7 @@ impl Turn {
                 agent: agent.into(),
                 task: task.into(),
                 deps: crate::host_api::string_list(t.get("dependsOn")),
+                session: tools::text_arg(t, "session").map(String::from),
             });
         }
         if tasks.is_empty() || tasks.len() > 32 {
@@ -279,7 +351,7 @@ impl Turn {
                 }
                 continue;
             }
-            let mut jobs = vec![];
+            let mut wanted = vec![];
             for t in wave {
                 let child = format!("{id}.{}", t.id);
                 let mut text = t.task.clone();
@@ -287,13 +359,29 @@ impl Turn {
                     text.push_str("\n\nResults of the tasks this one depends on:");
                     for d in &t.deps {
                         if let Some(Ok(r)) = results.get(d) {
+                            // Its session handle is for the model, not for the next agent.
+                            let r = r.rfind("\n\n[session ").map_or(r.as_str(), |at| &r[..at]);
                             text.push_str(&format!("\n\n[{d}]\n{r}"));
                         }
                     }
                 }
                 show_task(self, &child, t);
-                match self.start_job(&child, &t.agent, &text, false) {
-                    Ok(job) => jobs.push((t.id.clone(), job)),
+                wanted.push((
+                    t.id.clone(),
+                    Wanted {
+                        id: child,
+                        agent: t.agent.clone(),
+                        task: text,
+                        session: t.session.clone(),
+                    },
+                ));
+            }
+            let (tids, wanted): (Vec<String>, Vec<Wanted>) = wanted.into_iter().unzip();
+            let children: Vec<String> = wanted.iter().map(|w| w.id.clone()).collect();
+            let mut jobs = vec![];
+            for ((tid, child), job) in tids.into_iter().zip(children).zip(self.start_jobs(wanted)) {
+                match job {
+                    Ok(job) => jobs.push((tid, job)),
                     Err(o) => {
                         let o = *o;
                         let why = match &o.result {
@@ -301,7 +389,7 @@ impl Turn {
                             _ => "it could not start".into(),
                         };
                         self.finish_tool(&child, o, false, 0);
-                        results.insert(t.id.clone(), Err(why));
+                        results.insert(tid, Err(why));
                     }
                 }
             }
@@ -362,66 +450,211 @@ impl Turn {
         }
     }
 
-    /// Resolves, trusts and starts the agent of a delegate call; a failure is the call's outcome.
-    /// `continued`: reopen the agent's session of an earlier delegation (one at a time only:
-    /// parallel delegations to one agent must not share a session).
-    fn start_job(
-        &mut self,
-        id: &str,
-        name: &str,
-        task: &str,
-        continued: bool,
-    ) -> Result<Job, Box<ToolOutcome>> {
-        let Some(spec) = self.agents.iter().find(|a| a.name == name).cloned() else {
-            let names: Vec<&str> = self.agents.iter().map(|a| a.name.as_str()).collect();
-            return Err(Box::new(ToolOutcome::failed(format!(
-                "there is no agent named {name:?}; the agents are: {}",
-                names.join(", ")
-            ))));
-        };
-        if let Some(refused) = self.trust_agent(id, &spec) {
-            return Err(Box::new(refused));
-        }
+    /// Starts the agents of delegate calls, together: each call is readied in order (its
+    /// agent found, its session chosen, trusted — which may ask the person) and its agent is
+    /// started at once on a thread of its own (spawn, `initialize`, its session), so neither a
+    /// slow agent nor a pending trust dialog holds up the others. Each call's job, or its
+    /// failure as the call's outcome, in order.
+    fn start_jobs(&mut self, wanted: Vec<Wanted>) -> Vec<Result<Job, Box<ToolOutcome>>> {
+        let cancel = self.spec.cancel.receiver().clone();
         let cwd = self.cwd.display().to_string();
         let dir = self.host.store.session_dir(&self.cell.id);
-        let earlier = subagents::earlier_session(&dir, name).filter(|_| continued);
-        let agent = Subagent::start(
-            &spec,
-            &cwd,
-            START_TIMEOUT,
-            earlier.as_deref(),
-            self.spec.cancel.receiver(),
-        )
-        .map_err(|e| {
+        let continuity = subagents::Continuity::read(&dir);
+        let mut taken = std::collections::HashSet::new();
+        std::thread::scope(|scope| {
+            let mut starting = vec![];
+            for w in &wanted {
+                let mut ready = match self.ready(w, &continuity, &mut taken) {
+                    Ok(r) => r,
+                    Err(o) => {
+                        starting.push(Err(o));
+                        continue;
+                    }
+                };
+                let (spec, cwd, cancel) = (ready.spec.clone(), cwd.clone(), cancel.clone());
+                let (earlier, task) = (ready.earlier.clone(), ready.task.clone());
+                let read_only = ready.read_only.take();
+                // Started and given its task here, so no other call's start or dialog holds it.
+                let thread = std::thread::Builder::new()
+                    .name(format!("start-{}", spec.name))
+                    .spawn_scoped(scope, move || {
+                        let agent = Subagent::start(
+                            &spec,
+                            &cwd,
+                            START_TIMEOUT,
+                            earlier.as_deref(),
+                            &cancel,
+                            read_only.as_ref(),
+                        )?;
+                        let prompt = agent.call(
+                            "session/prompt",
+                            json!({"sessionId": agent.session_id, "prompt": [{"type": "text", "text": task}]}),
+                        );
+                        Ok((agent, prompt))
+                    });
+                starting.push(Ok((ready, thread)));
+            }
+            starting
+                .into_iter()
+                .map(|s| {
+                    let (ready, thread) = s?;
+                    let started = match thread {
+                        Ok(t) => t
+                            .join()
+                            .unwrap_or_else(|_| Err("its start failed unexpectedly".to_string())),
+                        Err(e) => Err(format!("no thread to start it: {e}")),
+                    };
+                    self.launched(ready, started, &dir)
+                })
+                .collect()
+        })
+    }
+
+    /// A delegate call made ready to start: its agent found, its session chosen (the one it
+    /// names, else the agent's latest unless another delegation of this step has it, else a
+    /// new one), read-only folders where the session's mode wants them, and trusted.
+    fn ready(
+        &mut self,
+        w: &Wanted,
+        continuity: &subagents::Continuity,
+        taken: &mut std::collections::HashSet<String>,
+    ) -> Result<Ready, Box<ToolOutcome>> {
+        let name = w.agent.as_str();
+        if self.spec.cancel.is_cancelled() {
+            return Err(Box::new(cancelled(name)));
+        }
+        let failed = |why: String| Box::new(ToolOutcome::failed(why));
+        let Some(spec) = self.agents.iter().find(|a| a.name == name).cloned() else {
+            let names: Vec<&str> = self.agents.iter().map(|a| a.name.as_str()).collect();
+            return Err(failed(format!(
+                "there is no agent named {name:?}; the agents are: {}",
+                names.join(", ")
+            )));
+        };
+        let (handle, earlier) = match w.session.as_deref() {
+            Some("new") => (continuity.new_handle(name, taken), None),
+            Some(h) => match continuity.named(h) {
+                Some((agent, _)) if agent == name && taken.contains(h) => {
+                    return Err(failed(format!(
+                        "session {h} is in use by another delegation of this step; leave `session` out (or give \"new\") to start another"
+                    )))
+                }
+                Some((agent, id)) if agent == name => (h.to_string(), Some(id.to_string())),
+                _ => {
+                    let known = continuity.handles_of(name);
+                    return Err(failed(format!(
+                        "agent {name} has no session {h:?}; its sessions: {}",
+                        if known.is_empty() {
+                            "none yet".to_string()
+                        } else {
+                            known.join(", ")
+                        }
+                    )));
+                }
+            },
+            None => match continuity.latest(name) {
+                Some((h, id)) if !taken.contains(h) => (h.to_string(), Some(id.to_string())),
+                _ => (continuity.new_handle(name, taken), None),
+            },
+        };
+        // Explore mode, and plan mode before the plan is approved, change nothing: the agent
+        // sees the session's folders read-only (its own tools do not go through our gate),
+        // or, where that cannot be set up, it is not run.
+        let read_only = {
+            let st = self.cell.lock();
+            let c = &st.session.configuration;
+            c.permission_mode == PermissionMode::Explore
+                || c.collaboration_mode == CollaborationMode::Plan
+        };
+        let read_only = if read_only {
+            if let Err(why) = subagents::sandbox::available() {
+                return Err(failed(format!(
+                    "Agent {name} is not run: in this mode nothing may change, and this machine cannot keep an agent's own tools from writing in the session's folders ({why}); switch to ask mode to delegate to it."
+                )));
+            }
+            // Read-only: the session's folders and maka's config file; hidden: the host's data dir
+            // (its token, rules and sessions would let an agent act through the host).
+            let mut read_only = self.roots.clone();
+            read_only.extend(crate::config::config_file_path().filter(|f| f.is_file()));
+            Some(subagents::sandbox::Folders {
+                read_only,
+                hidden: vec![self.host.data_dir.clone()],
+                cwd: self.cwd.clone(),
+            })
+        } else {
+            None
+        };
+        if let Some(refused) = self.trust_agent(&w.id, &spec) {
+            return Err(Box::new(refused));
+        }
+        taken.insert(handle.clone());
+        Ok(Ready {
+            id: w.id.clone(),
+            spec,
+            task: w.task.clone(),
+            handle,
+            earlier,
+            read_only,
+        })
+    }
+
+    /// A readied call's agent started (or not): its session recorded under the call's handle,
+    /// its task sent.
+    fn launched(
+        &mut self,
+        ready: Ready,
+        started: Result<(Subagent, crate::jsonrpc::PendingCall), String>,
+        dir: &Path,
+    ) -> Result<Job, Box<ToolOutcome>> {
+        let name = &ready.spec.name;
+        if self.spec.cancel.is_cancelled() {
+            if let Ok((mut agent, _)) = started {
+                agent.stop();
+            }
+            return Err(Box::new(cancelled(name)));
+        }
+        let (agent, prompt) = started.map_err(|e| {
             Box::new(ToolOutcome::failed(format!(
                 "agent {name} could not start: {e}"
             )))
         })?;
-        // Recorded at once: a later delegation continues this conversation with the agent.
-        subagents::record_session(&dir, name, &agent.session_id);
+        // Recorded at once: a later delegation can continue this conversation with the agent.
+        subagents::Continuity::record(dir, &ready.handle, name, &agent.session_id);
         log::info!(
-            "session {}: delegating to {name} ({} session {})",
+            "session {}: delegating to {name} ({} session {}, {})",
             self.cell.id,
             if agent.continued {
                 "continuing its"
             } else {
                 "its new"
             },
-            agent.session_id
+            agent.session_id,
+            ready.handle
         );
-        let prompt = agent.call(
-            "session/prompt",
-            json!({"sessionId": agent.session_id, "prompt": [{"type": "text", "text": task}]}),
-        );
+        let session_note = match (ready.earlier.is_some(), agent.continued) {
+            _ if !agent.can_continue => format!(
+                "[session {}: agent {name} cannot continue a conversation (it offers neither session/resume nor session/load): each delegation to it starts afresh]",
+                ready.handle
+            ),
+            (true, false) => format!(
+                "[session {}: a new conversation — the agent could not reopen the earlier one; give `session: \"{}\"` to continue this one]",
+                ready.handle, ready.handle
+            ),
+            _ => format!(
+                "[session {}: give `session: \"{}\"` to continue this conversation]",
+                ready.handle, ready.handle
+            ),
+        };
         Ok(Job {
-            id: id.to_string(),
+            calls: ChildCalls::new(&ready.id),
+            id: ready.id,
             agent,
             prompt,
             answer: String::new(),
-            calls: HashMap::new(),
             incoming_open: true,
             terminals: Default::default(),
             allowed: None,
+            session_note,
             outcome: None,
         })
     }
@@ -519,15 +752,8 @@ impl Turn {
                 for &i in &open {
                     let _ = jobs[i].prompt.receiver().recv_deadline(deadline);
                     let name = jobs[i].agent.name.clone();
-                    let mut calls = std::mem::take(&mut jobs[i].calls);
-                    self.settle_calls(&mut calls, "the delegation was cancelled");
-                    jobs[i].outcome = Some(ToolOutcome {
-                        status: ToolStatus::Cancelled,
-                        result: ToolResultContent::Text {
-                            text: format!("The delegation to {name} was cancelled."),
-                        },
-                        truncated: false,
-                    });
+                    self.settle_calls(&mut jobs[i].calls, "the delegation was cancelled");
+                    jobs[i].outcome = Some(cancelled(&name));
                 }
                 break;
             }
@@ -573,7 +799,7 @@ impl Turn {
                 &name,
                 r,
                 responder,
-                &job.calls,
+                &mut job.calls,
                 &mut job.terminals,
                 &mut job.allowed,
             ),
@@ -599,8 +825,7 @@ impl Turn {
                     .get("stopReason")
                     .and_then(Value::as_str)
                     .unwrap_or("end_turn");
-                let mut calls = std::mem::take(&mut job.calls);
-                self.settle_calls(&mut calls, "the agent finished without settling it");
+                self.settle_calls(&mut job.calls, "the agent finished without settling it");
                 match reason {
                     "end_turn" if job.answer.trim().is_empty() => ToolOutcome::completed(
                         format!("Agent {name} finished without an answer."),
@@ -614,13 +839,11 @@ impl Turn {
                 }
             }
             Ok(Err(e)) if !job.agent.is_closed() => {
-                let mut calls = std::mem::take(&mut job.calls);
-                self.settle_calls(&mut calls, "the agent failed");
+                self.settle_calls(&mut job.calls, "the agent failed");
                 ToolOutcome::failed(format!("agent {name} failed: {}", e.message))
             }
             _ => {
-                let mut calls = std::mem::take(&mut job.calls);
-                self.settle_calls(&mut calls, "the agent stopped");
+                self.settle_calls(&mut job.calls, "the agent stopped");
                 ToolOutcome::failed(format!(
                     "{}; its work so far:\n{}",
                     job.agent.stopped(),
@@ -628,6 +851,12 @@ impl Turn {
                 ))
             }
         };
+        let mut outcome = outcome;
+        if let ToolResultContent::Text { text } = &mut outcome.result {
+            // Its session stays open to a later delegation: the model is told which.
+            text.push_str("\n\n");
+            text.push_str(&job.session_note);
+        }
         job.outcome = Some(outcome);
     }
 
@@ -638,7 +867,7 @@ impl Turn {
         name: &str,
         params: &Value,
         answer: &mut String,
-        calls: &mut HashMap<String, String>,
+        calls: &mut ChildCalls,
         terminals: &subagents::terminals::Terminals,
     ) {
         let u = params.get("update").cloned().unwrap_or(Value::Null);
@@ -654,43 +883,23 @@ impl Turn {
                     self.current_tool = current;
                 }
             }
-            "tool_call" => {
+            "tool_call" | "tool_call_update" => {
                 let Some(sub) = u.get("toolCallId").and_then(Value::as_str) else {
                     return;
                 };
-                let ours = format!("{parent}.{}", calls.len() + 1);
-                calls.insert(sub.to_string(), ours.clone());
-                let title = u.get("title").and_then(Value::as_str).unwrap_or("tool");
-                let kind = match u.get("kind").and_then(Value::as_str) {
-                    Some("read") => "read",
-                    Some("edit" | "delete" | "move") => "edit",
-                    Some("search") => "search",
-                    Some("execute") => "command",
-                    _ => "tool",
+                // An update of a call it never announced is shown too (as a new call); a late
+                // one of a settled call is not.
+                let seen = if kind == "tool_call" {
+                    Seen::Announced
+                } else {
+                    Seen::Updated
                 };
-                let args = u.get("rawInput").cloned().unwrap_or(json!({}));
-                self.start_tool(
-                    &ours,
-                    "",
-                    "delegate",
-                    &format!("{name}: {title}"),
-                    kind,
-                    &args,
-                    &[],
-                );
-                if let Some(status) = u.get("status").and_then(Value::as_str) {
-                    self.sub_status(&ours, status, &u, calls, sub, terminals);
+                if self.show_child(name, calls, sub, &u, seen).is_none() {
+                    return;
                 }
-            }
-            "tool_call_update" => {
-                let Some(sub) = u.get("toolCallId").and_then(Value::as_str) else {
-                    return;
-                };
-                let Some(ours) = calls.get(sub).cloned() else {
-                    return;
-                };
+                calls.absorb(sub, &u, |id| terminals.text_of(id));
                 if let Some(status) = u.get("status").and_then(Value::as_str) {
-                    self.sub_status(&ours, status, &u, calls, sub, terminals);
+                    self.sub_status(status, calls, sub);
                 }
             }
             "plan" => {
@@ -718,20 +927,52 @@ impl Turn {
         }
     }
 
-    /// A subagent tool call's status: running, or settled with its content as text.
-    fn sub_status(
+    /// The agent's call `sub` as a tool call of this session, announced the first time it is
+    /// seen (in a `tool_call`, an update, or a permission request).
+    fn show_child(
         &mut self,
-        ours: &str,
-        status: &str,
-        u: &Value,
-        calls: &mut HashMap<String, String>,
+        name: &str,
+        calls: &mut ChildCalls,
         sub: &str,
-        terminals: &subagents::terminals::Terminals,
-    ) {
+        u: &Value,
+        seen: Seen,
+    ) -> Option<String> {
+        let (ours, new) = calls.open(sub, seen)?;
+        if new {
+            let title = agent_words(
+                u.get("title").and_then(Value::as_str).unwrap_or("tool"),
+                120,
+            );
+            let kind = match u.get("kind").and_then(Value::as_str) {
+                Some("read") => "read",
+                Some("edit" | "delete" | "move") => "edit",
+                Some("search") => "search",
+                Some("execute") => "command",
+                _ => "tool",
+            };
+            let args = u.get("rawInput").cloned().unwrap_or(json!({}));
+            self.start_tool(
+                &ours,
+                "",
+                "delegate",
+                &format!("{name}: {title}"),
+                kind,
+                &args,
+                &[],
+            );
+        }
+        Some(ours)
+    }
+
+    /// A subagent tool call's status: running, or settled with what it showed.
+    fn sub_status(&mut self, status: &str, calls: &mut ChildCalls, sub: &str) {
         let settled = match status {
             "completed" => ToolStatus::Completed,
             "failed" => ToolStatus::Failed,
             "in_progress" => {
+                let Some(ours) = calls.get(sub) else {
+                    return;
+                };
                 let mut st = self.cell.lock();
                 let body = FrameBody::ToolRunning {
                     turn_id: self.spec.turn_id.clone(),
@@ -742,47 +983,31 @@ impl Turn {
             }
             _ => return,
         };
-        let text: String = u
-            .get("content")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|c| match c.get("type").and_then(Value::as_str) {
-                Some("content") => c
-                    .pointer("/content/text")
-                    .and_then(Value::as_str)
-                    .map(String::from),
-                Some("diff") => Some(format!(
-                    "Changed {}",
-                    c.get("path").and_then(Value::as_str).unwrap_or("a file")
-                )),
-                // A command it ran in the terminal we gave it: what it printed.
-                Some("terminal") => c
-                    .get("terminalId")
-                    .and_then(Value::as_str)
-                    .and_then(|id| terminals.text_of(id)),
-                _ => None,
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        let mut text = text;
-        crate::host_api::keep_tail(&mut text, tools::RESULT_TEXT_LIMIT);
+        let Some(done) = calls.settle(sub) else {
+            return;
+        };
         self.finish_tool(
-            ours,
+            &done.ours,
             ToolOutcome {
                 status: settled,
-                result: ToolResultContent::Text { text },
-                truncated: false,
+                result: done.result,
+                truncated: done.truncated,
             },
             true,
             0,
         );
-        calls.remove(sub);
     }
 
     /// Tool calls the agent left open: failed, with why.
-    fn settle_calls(&mut self, calls: &mut HashMap<String, String>, why: &str) {
-        for (_, ours) in calls.drain() {
+    /// (A call the agent only named in a permission request that was allowed is settled as
+    /// allowed: the agent reported nothing more of it.)
+    fn settle_calls(&mut self, calls: &mut ChildCalls, why: &str) {
+        for (ours, dialog_only) in calls.drain() {
+            if dialog_only {
+                let said = "Allowed (the agent reported nothing more of it).".to_string();
+                self.finish_tool(&ours, ToolOutcome::completed(said, false), false, 0);
+                continue;
+            }
             self.finish_tool(&ours, ToolOutcome::failed(why.to_string()), false, 0);
         }
     }
@@ -795,7 +1020,7 @@ impl Turn {
         name: &str,
         r: Request,
         responder: Responder,
-        calls: &HashMap<String, String>,
+        calls: &mut ChildCalls,
         terminals: &mut subagents::terminals::Terminals,
         allowed: &mut Option<Shown>,
     ) {
@@ -938,42 +1163,64 @@ impl Turn {
         &mut self,
         name: &str,
         params: &Value,
-        calls: &HashMap<String, String>,
+        calls: &mut ChildCalls,
     ) -> (Value, Option<Shown>) {
         let options = params
             .get("options")
             .and_then(Value::as_array)
             .cloned()
             .unwrap_or_default();
-        let pick = |kinds: &[&str]| {
-            kinds.iter().find_map(|k| {
-                options
-                    .iter()
-                    .find(|o| o.get("kind").and_then(Value::as_str) == Some(k))
-                    .and_then(|o| o.get("optionId").cloned())
-            })
+        let option_of = |kind: &str| {
+            options
+                .iter()
+                .find(|o| o.get("kind").and_then(Value::as_str) == Some(kind))
         };
-        let sub = params
-            .pointer("/toolCall/toolCallId")
+        let id_of = |kinds: &[&str]| {
+            kinds
+                .iter()
+                .find_map(|k| option_of(k).and_then(|o| o.get("optionId").cloned()))
+        };
+        let label_of = |kind: &str| {
+            // The agent's words, on one line and short: the dialog says whose they are.
+            option_of(kind)
+                .map(|o| agent_words(o.get("name").and_then(Value::as_str).unwrap_or(kind), 60))
+        };
+        let tool_call = params.get("toolCall").cloned().unwrap_or(Value::Null);
+        let sub = tool_call
+            .get("toolCallId")
             .and_then(Value::as_str)
             .unwrap_or("");
-        let ours = calls
-            .get(sub)
-            .cloned()
-            .or_else(|| self.delegating.clone())
-            .unwrap_or_default();
-        let title = params
-            .pointer("/toolCall/title")
-            .and_then(Value::as_str)
-            .unwrap_or("an action");
-        // The agent writes its title; the command its dialog covers is named by the host.
-        let shown = Shown::of(params.get("toolCall").unwrap_or(&Value::Null), &self.cwd);
-        let title = match &shown {
-            Some(Shown::Command(c)) if !title.contains(c.as_str()) => {
-                format!("{title} (runs `{c}`)")
-            }
-            _ => title.to_string(),
+        // The dialog points at the call it is about: shown now if the agent did not announce
+        // it first (as codex does for the commands it wants to run).
+        let announced_now = !sub.is_empty() && calls.get(sub).is_none();
+        let ours = if sub.is_empty() {
+            None
+        } else {
+            self.show_child(name, calls, sub, &tool_call, Seen::Dialog)
         };
+        let ours = ours.or_else(|| self.delegating.clone()).unwrap_or_default();
+        let title = agent_words(
+            tool_call
+                .get("title")
+                .and_then(Value::as_str)
+                .unwrap_or("an action"),
+            120,
+        );
+        // The agent writes its title; the command its dialog covers is named by the host, as
+        // it is (invisible characters spelled out). One that cannot be shown whole and plain —
+        // too long, or holding control or invisible characters — covers nothing: its
+        // `terminal/create` is asked about again, by the host.
+        let shown = Shown::of(&tool_call, &self.cwd);
+        let title = match &shown {
+            Some(Shown::Command(c)) if title != *c => {
+                format!("{title} (runs `{}`)", spelled_out(c, MAX_SHOWN_COMMAND))
+            }
+            _ => title,
+        };
+        let shown = shown.filter(|s| match s {
+            Shown::Command(c) => c.len() <= MAX_SHOWN_COMMAND && !c.chars().any(invisible),
+            Shown::Write(..) => true,
+        });
         let (mode, planning) = {
             let st = self.cell.lock();
             let c = &st.session.configuration;
@@ -982,41 +1229,86 @@ impl Turn {
                 c.collaboration_mode == CollaborationMode::Plan,
             )
         };
-        let allowed = match mode {
+        // (allowed, lasting in the agent)
+        let (allowed, lasting) = match mode {
             // Plan mode: nothing is done before the plan is approved (which ends plan mode).
-            _ if planning => false,
-            PermissionMode::Bypass => true,
-            PermissionMode::Explore => false,
+            _ if planning => (false, false),
+            PermissionMode::Bypass => (true, false),
+            PermissionMode::Explore => (false, false),
             PermissionMode::Ask => {
+                // The agent's own "always" choices reach the person, named as the agent's.
+                let (allow_always, reject_always) =
+                    (label_of("allow_always"), label_of("reject_always"));
+                let (no_allow_once, no_reject_once) = (
+                    option_of("allow_once").is_none(),
+                    option_of("reject_once").is_none(),
+                );
+                let rule = (allow_always.is_some()
+                    || reject_always.is_some()
+                    || no_allow_once
+                    || no_reject_once)
+                    .then(|| RuleTarget::InAgent {
+                        name: name.to_string(),
+                        allow_always,
+                        reject_always,
+                        no_allow_once,
+                        no_reject_once,
+                    });
                 let request = InteractionRequest::Permission {
-                    tool_call_id: ours,
+                    tool_call_id: ours.clone(),
                     tool_name: "delegate".into(),
                     title: format!("{name}: {title}"),
                     review: Review::Tool,
-                    args: params.pointer("/toolCall/rawInput").cloned(),
+                    args: tool_call.get("rawInput").cloned(),
                     locations: vec![],
                     diff: None,
                     remember_for_turn_allowed: false,
-                    rule: None,
+                    rule,
                 };
-                matches!(
-                    self.interact(request),
+                match self.interact(request) {
                     Some(InteractionAnswer::Permission {
-                        decision: Decision::Allow,
-                        ..
-                    })
-                )
+                        decision, remember, ..
+                    }) => (
+                        decision == Decision::Allow,
+                        remember == Some(RuleScope::Workspace),
+                    ),
+                    _ => (false, false),
+                }
             }
         };
-        let chosen = if allowed {
-            pick(&["allow_once", "allow_always"])
-        } else {
-            pick(&["reject_once", "reject_always"])
+        // Only what was picked: a lasting option is never the stand-in for a missing one-off
+        // (the agent would keep it); without the option, the answer is `cancelled`.
+        let chosen = match (allowed, lasting) {
+            (true, true) => id_of(&["allow_always"]),
+            (true, false) => id_of(&["allow_once"]),
+            (false, true) => id_of(&["reject_always"]),
+            (false, false) => id_of(&["reject_once"]),
         };
         let answer = match &chosen {
             Some(option_id) => json!({"outcome": {"outcome": "selected", "optionId": option_id}}),
             None => json!({"outcome": {"outcome": "cancelled"}}),
         };
+        if announced_now && (!allowed || chosen.is_none()) {
+            // It will not run: settled now, not left open until the delegation ends.
+            if calls.settle(sub).is_some() {
+                self.finish_tool(
+                    &ours,
+                    ToolOutcome::failed(
+                        match mode {
+                            _ if chosen.is_none() => {
+                                "Not run: the agent offered no such choice, so it was told no."
+                            }
+                            _ if planning => "Not allowed before the plan is approved.",
+                            PermissionMode::Explore => "Not allowed in explore mode.",
+                            _ => "The user did not allow it.",
+                        }
+                        .into(),
+                    ),
+                    false,
+                    0,
+                );
+            }
+        }
         (answer, shown.filter(|_| allowed && chosen.is_some()))
     }
 
@@ -1090,6 +1382,56 @@ impl Turn {
             .map(|()| json!({}))
             .map_err(|e| ResponseError::new(code::INTERNAL_ERROR, e))
     }
+}
+
+/// A delegation's outcome when the turn was cancelled.
+fn cancelled(name: &str) -> ToolOutcome {
+    ToolOutcome {
+        status: ToolStatus::Cancelled,
+        result: ToolResultContent::Text {
+            text: format!("The delegation to {name} was cancelled."),
+        },
+        truncated: false,
+    }
+}
+
+/// The longest command a subagent's dialog can cover (longer ones are asked about again).
+const MAX_SHOWN_COMMAND: usize = 500;
+
+/// Characters a person cannot see in a dialog: controls, and the zero-width and direction
+/// marks that can make text read otherwise than it runs.
+fn invisible(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}' | '\u{feff}')
+}
+
+/// An agent's words for a title or label: on one line, nothing invisible, at most `max`
+/// characters (cut at a word).
+fn agent_words(s: &str, max: usize) -> String {
+    let plain: String = s
+        .chars()
+        .map(|c| if invisible(c) { ' ' } else { c })
+        .collect();
+    tool_fs::cut_words(plain.trim(), max)
+}
+
+/// A command as a dialog shows it: invisible characters spelled out (`\n`, `\u{202e}`), at
+/// most `max` characters (then "…").
+fn spelled_out(c: &str, max: usize) -> String {
+    let mut out = String::new();
+    for ch in c.chars() {
+        if out.chars().count() >= max {
+            out.push('…');
+            break;
+        }
+        match ch {
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            ch if invisible(ch) => out.push_str(&format!("\\u{{{:x}}}", ch as u32)),
+            ch => out.push(ch),
+        }
+    }
+    out
 }
 
 /// Whether two command lines are the same words.
