@@ -280,7 +280,7 @@ fn a_subagents_dialog_covers_only_what_it_showed() {
     let (titles, report) = delegate_with(&mut a, &s, "ask-run touch ok", |_, _| "allow_once");
     assert_eq!(
         titles,
-        ["stub: run touch ok"],
+        ["stub: run touch ok (runs `touch ok`)"],
         "one dialog, the agent's own: {report}"
     );
     assert!(ws.path().join("ok").exists(), "{report}");
@@ -302,7 +302,7 @@ fn a_subagents_dialog_covers_only_what_it_showed() {
     assert_eq!(
         titles,
         [
-            "stub: run touch ok2",
+            "stub: run touch ok2 (runs `touch ok2`)",
             "stub: run GIT_CONFIG_COUNT=1 sh -c touch ok2"
         ],
         "{report}"

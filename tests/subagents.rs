@@ -10,7 +10,7 @@ mod support;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use support::host::TempDir;
-use support::{select, AgentProcess, Reply};
+use support::{processes_with, select, AgentProcess, Reply};
 
 fn parent_script() -> Value {
     json!({
@@ -95,32 +95,6 @@ fn workspace(sub_data: &std::path::Path) -> TempDir {
     }});
     std::fs::write(ws.path().join(".maka/agents.json"), agents.to_string()).unwrap();
     ws
-}
-
-/// Processes whose environment names `needle` (the subagent and the host it started).
-fn processes_with(needle: &str) -> Vec<u32> {
-    let mut out = vec![];
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(true);
-        if !zombie && String::from_utf8_lossy(&env).contains(needle) {
-            out.push(pid);
-        }
-    }
-    out
 }
 
 fn allow(r: &Value) -> Reply {

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod fake_openai;
+pub mod fake_responses;
 pub mod host;
 pub mod rng;
 pub mod schema;
@@ -484,6 +485,32 @@ impl AgentProcess {
             on_request,
         )
     }
+}
+
+/// Processes whose environment names `needle` (the subagent and the host it started).
+pub fn processes_with(needle: &str) -> Vec<u32> {
+    let mut out = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true);
+        if !zombie && String::from_utf8_lossy(&env).contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
 }
 
 /// Whether process `pid` runs (exists and is not a zombie).
