@@ -531,7 +531,7 @@ mod tests {
             .filter(|e| {
                 e.file_name()
                     .to_string_lossy()
-                    .starts_with("subagents.unreadable-")
+                    .starts_with("subagents.unreadable")
             })
             .collect();
         assert_eq!(aside.len(), 1, "the unreadable file is kept aside");
