@@ -1,19 +1,16 @@
-//! The dispatcher: every ACP method this agent serves, in one table ([`Agent::handle`]).
-//!
-//! Requests are read into a typed [`Request`] on the dispatcher thread. Quick ones are answered
-//! there; the ones that talk to the Runtime Host run on the worker pool and answer through their
-//! [`Responder`], so `session/cancel` is never stuck behind them. A prompt is registered here,
-//! in order with every other message, and its responder is handed to the session: the reader
-//! thread answers it after the turn's last update.
+//! The dispatcher: reads each request with its row of the method table (`methods.rs`) and runs
+//! the job where the row says — `initialize` here, host calls on the worker pool (answering
+//! through their [`Responder`], so `session/cancel` is never stuck behind them), a turn
+//! registered here, in order with every other message, then started on a worker.
 
 use super::auth;
 use super::errors::from_client;
 use super::host_link::{Connected, HostLink};
 use super::initialize::{self, InitializeParams};
-use super::requests::{self, Request, Unreadable};
+use super::methods::{self, Job};
 use super::session::{AcpSession, Shared};
+use super::turns;
 use super::workers::Workers;
-use super::{sessions, settings, turns};
 use crate::host_api::client::ClientError;
 use crate::host_api::ops::Operation;
 use crate::host_api::ops::{self, CapabilityInput, SessionRef, TurnRef};
@@ -156,108 +153,46 @@ impl Agent {
         }
     }
 
-    /// Every ACP method, in one place.
+    /// A request: its method's row reads the params, and the job runs where the row says.
     fn handle(&mut self, method: &str, params: &Value, responder: Responder) {
-        let request = match Request::parse(method, params) {
-            Ok(r) => r,
-            // Unknown methods, `_` extensions we do not implement, and methods whose capability
-            // we do not advertise.
-            Err(Unreadable::UnknownMethod) => {
-                return responder.respond(Err(ResponseError::method_not_found(method)))
-            }
-            Err(Unreadable::InvalidParams(e))
-                if self.client.is_some() || method == "initialize" =>
-            {
+        // Unknown methods, `_` extensions we do not implement, and methods this build does not
+        // serve.
+        let Some(row) = methods::find(method) else {
+            return responder.respond(Err(ResponseError::method_not_found(method)));
+        };
+        let job = match (row.read)(params) {
+            Ok(job) => job,
+            Err(e) if self.client.is_some() || method == "initialize" => {
                 return responder.respond(Err(e))
             }
-            Err(Unreadable::InvalidParams(_)) => {
-                return responder.respond(Err(needs_initialize(method)))
-            }
+            Err(_) => return responder.respond(Err(needs_initialize(method))),
         };
-        if self.client.is_none() && !matches!(request, Request::Initialize(_)) {
+        match job {
+            Job::Initialize(p) => responder.respond(self.initialize(p)),
             // Capabilities decide what every later method may do; without a successful
             // `initialize` there are none to go by.
-            return responder.respond(Err(needs_initialize(method)));
-        }
-        let ctx = self.ctx();
-        match request {
-            Request::Initialize(p) => responder.respond(self.initialize(p)),
-            Request::Prompt(p) => {
-                // Registered here, in order with every other message, so a session/cancel
-                // that follows the prompt always finds it.
-                if let Some(started) = turns::register(&ctx, p, responder) {
-                    self.workers.run(move || turns::start(&ctx, started));
+            _ if self.client.is_none() => responder.respond(Err(needs_initialize(method))),
+            Job::Work(serve) => {
+                let ctx = self.ctx();
+                self.workers.run(move || serve(&ctx, responder));
+            }
+            Job::Turn(register) => {
+                let ctx = self.ctx();
+                if let Some(registered) = register(&ctx, responder) {
+                    self.workers.run(move || turns::start(&ctx, registered));
                 }
             }
-            Request::Authenticate { method_id } => self
-                .workers
-                .run(move || responder.respond(settings::authenticate(&ctx, &method_id))),
-            Request::Logout => self
-                .workers
-                .run(move || responder.respond(settings::logout(&ctx))),
-            Request::NewSession(p) => self.workers.run(move || sessions::new(&ctx, p, responder)),
-            Request::ForkSession(p) => self.workers.run(move || sessions::fork(&ctx, p, responder)),
-            Request::OpenSession { open, replay } => self
-                .workers
-                .run(move || sessions::open(&ctx, open, replay, responder)),
-            Request::ListSessions(p) => self
-                .workers
-                .run(move || responder.respond(sessions::list(&ctx, p))),
-            Request::CloseSession { session_id } => self
-                .workers
-                .run(move || responder.respond(sessions::close(&ctx, &session_id))),
-            Request::DeleteSession { session_id } => self
-                .workers
-                .run(move || responder.respond(sessions::delete(&ctx, &session_id))),
-            Request::SetConfigOption {
-                session_id,
-                params,
-                as_set_model,
-            } => self.workers.run(move || {
-                settings::set_config_option(&ctx, &session_id, &params, as_set_model, responder)
-            }),
-            Request::SetMode {
-                session_id,
-                mode_id,
-            } => self
-                .workers
-                .run(move || settings::set_mode(&ctx, &session_id, &mode_id, responder)),
-            Request::ResumeTurn { session_id } => {
-                // Like a prompt: registered here, in order, then started on a worker.
-                let kind = turns::TurnKind::Resume;
-                if let Some(started) = turns::register_generated(&ctx, &session_id, kind, responder)
-                {
-                    self.workers.run(move || turns::start(&ctx, started));
-                }
-            }
-            Request::PlanTurn { session_id } => {
-                let kind = turns::TurnKind::Plan;
-                if let Some(started) = turns::register_generated(&ctx, &session_id, kind, responder)
-                {
-                    self.workers.run(move || turns::start(&ctx, started));
-                }
-            }
-            Request::Maka(r) => self
-                .workers
-                .run(move || responder.respond(super::maka::serve(&ctx, r))),
         }
     }
 
     fn handle_notification(&mut self, n: Notification) {
-        match n.method.as_str() {
-            "session/cancel" => {
-                let Some(id) = requests::cancel_target(&n.params) else {
-                    log::warn!("session/cancel without a sessionId");
-                    return;
-                };
-                let ctx = self.ctx();
-                match ctx.session(id) {
-                    Some(s) => s.cancel(&ctx.shared),
-                    None => log::debug!("session/cancel for unknown session {id}"),
-                }
-            }
+        match methods::NOTIFICATIONS
+            .iter()
+            .find(|(name, _)| *name == n.method)
+        {
+            Some((_, act)) => act(&self.ctx(), &n.params),
             // Unknown notifications (including `_…` extensions) are ignored, as ACP asks.
-            other => log::debug!("ignoring notification {other}"),
+            None => log::debug!("ignoring notification {}", n.method),
         }
     }
 

@@ -114,7 +114,7 @@ pub fn agent_capabilities() -> AgentCapabilities {
         auth: cfg!(feature = "host").then_some(AuthCapabilities { logout: Empty {} }),
         meta: json!({"maka": {
             "version": 1,
-            "methods": super::maka::METHODS,
+            "methods": super::methods::maka_methods(),
             "notifications": ["_maka/turn_state", "_maka/goal_update"],
         }}),
     }

@@ -9,6 +9,7 @@ pub(crate) mod host_link;
 pub(crate) mod initialize;
 pub(crate) mod interaction;
 mod maka;
+mod methods;
 pub(crate) mod params;
 pub(crate) mod projection;
 pub(crate) mod prompt;

@@ -181,7 +181,8 @@ fn send_commands(ctx: &Ctx, session: &AcpSession) {
 }
 
 /// `session/load` (`replay`) and `session/resume`.
-pub fn open(ctx: &Ctx, params: OpenSession, replay: bool, responder: Responder) {
+pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
+    let replay = params.replay;
     match attach(ctx, params, &responder, replay) {
         Ok((session, result, snapshot, conn)) => {
             // Loading again replaces this connection's previous view of the session.

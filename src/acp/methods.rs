@@ -1,0 +1,211 @@
+//! Every method this agent serves, one line each: its name, how its params are read, where it
+//! runs and what serves it. The dispatcher ([`super::agent`]) looks a request up here; nothing
+//! else knows method names. `agentCapabilities._meta.maka.methods` is this table's `_maka/`
+//! rows ([`maka_methods`]).
+//!
+//! Where a method runs:
+//! - [`Job::Initialize`]: on the dispatcher, at once (it decides what every later method may do);
+//! - [`work`] / [`answer`] / [`forward`]: on the worker pool (they call the Runtime Host), so
+//!   `session/cancel` is never stuck behind them; `forward` is a `_maka/` method that is one host
+//!   operation whose answer is the method's;
+//! - [`turn`]: registered on the dispatcher, in order with every other message (a
+//!   `session/cancel` that follows always finds it), then started on a worker; the session's
+//!   reader answers it after the turn's last update.
+//!
+//! Notifications: `session/cancel` ([`NOTIFICATIONS`]); every other one is ignored, as ACP asks.
+//! `$/cancel_request` is answered by the JSON-RPC layer itself (`jsonrpc/incoming.rs`): it
+//! cancels the waiting request's responder, whichever method it is.
+
+use super::agent::Ctx;
+use super::initialize::{self, InitializeParams};
+use super::params::{ParamResult, Params};
+use super::requests as read;
+use super::turns::{self, Registered, TurnKind};
+use super::types::to_json;
+use super::{maka, sessions, settings};
+use crate::host_api::ops::{self, Operation};
+use crate::jsonrpc::{Responder, ResponseError};
+use serde_json::Value;
+
+/// One method: its name and its reader, which turns the params into the [`Job`] that serves it
+/// (or the `-32602` naming the field that is wrong).
+pub struct Method {
+    pub name: &'static str,
+    /// False for a method this build does not serve (it is then unknown, as if not listed).
+    pub served: bool,
+    pub read: fn(&Value) -> ParamResult<Job>,
+}
+
+/// A request whose params were read: what serves it, and where.
+pub enum Job {
+    Initialize(InitializeParams),
+    Work(Work),
+    Turn(Turn),
+}
+
+/// Serves a request on a worker, answering through its responder.
+pub type Work = Box<dyn FnOnce(&Ctx, Responder) + Send>;
+/// Registers a turn on the dispatcher (answering the request itself when it cannot run).
+pub type Turn = Box<dyn FnOnce(&Ctx, Responder) -> Option<Registered> + Send>;
+/// Acts on a notification.
+pub type OnNotification = fn(&Ctx, &Value);
+
+const fn m(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
+    Method {
+        name,
+        served: true,
+        read,
+    }
+}
+
+#[rustfmt::skip]
+pub static METHODS: &[Method] = &[
+    m("initialize",                     |v| Ok(Job::Initialize(initialize::parse(v)?))),
+    m("authenticate",                   |v| answer(v, read::method_id, |c, id| settings::authenticate(c, &id))),
+    Method { served: cfg!(feature = "host"), ..m("logout", |v| answer(v, read::nothing, |c, ()| settings::logout(c))) },
+    m("session/new",                    |v| work(v, read::new_session, sessions::new)),
+    m("session/fork",                   |v| work(v, read::fork_session, sessions::fork)),
+    m("session/load",                   |v| work(v, |p| read::open_session(p, true), sessions::open)),
+    m("session/resume",                 |v| work(v, |p| read::open_session(p, false), sessions::open)),
+    m("session/list",                   |v| answer(v, read::list_sessions, sessions::list)),
+    m("session/close",                  |v| answer(v, read::session_id, |c, id| sessions::close(c, &id))),
+    m("session/delete",                 |v| answer(v, read::session_id, |c, id| sessions::delete(c, &id))),
+    m("session/set_config_option",      |v| work(v, read::config_option, settings::set_config_option)),
+    m("session/set_model",              |v| work(v, read::set_model, settings::set_config_option)),
+    m("session/set_mode",               |v| work(v, read::set_mode, settings::set_mode)),
+    m("session/prompt",                 |v| turn(v, read::prompt, turns::register)),
+    m("_maka/session/turns",            |v| forward::<ops::SessionTurns>(v, read::session_ref)),
+    m("_maka/session/branch",           |v| answer(v, maka::read_branch, maka::branch)),
+    m("_maka/session/revisions",        |v| forward::<ops::RevisionsList>(v, read::session_ref)),
+    m("_maka/session/revision/create",  |v| forward::<ops::RevisionCreate>(v, maka::read_revision_create)),
+    m("_maka/session/revision/abandon", |v| answer(v, maka::read_abandon, maka::abandon)),
+    m("_maka/turn/resume",              |v| turn(v, read::session_id, |c, id, r| turns::register_generated(c, &id, TurnKind::Resume, r))),
+    m("_maka/turn/steer",               |v| answer(v, maka::read_steer, maka::steer)),
+    m("_maka/memory/query",             |v| forward::<ops::MemoryQuery>(v, maka::read_memory_query)),
+    m("_maka/memory/mutate",            |v| forward::<ops::MemoryMutate>(v, maka::read_memory_mutate)),
+    m("_maka/usage/query",              |v| forward::<ops::UsageQuery>(v, read::session_ref)),
+    m("_maka/artifact/ingest",          |v| forward::<ops::ArtifactIngest>(v, maka::read_ingest)),
+    m("_maka/artifact/list",            |v| forward::<ops::ArtifactQuery>(v, maka::read_artifact_list)),
+    m("_maka/artifact/read",            |v| forward::<ops::ArtifactQuery>(v, maka::read_artifact_read)),
+    m("_maka/artifact/delete",          |v| forward::<ops::ArtifactDelete>(v, maka::read_artifact_ref)),
+    m("_maka/subagent/list",            |v| forward::<ops::SubagentsList>(v, read::session_ref)),
+    m("_maka/goal/arm",                 |v| answer(v, maka::read_goal_arm, maka::goal_arm)),
+    m("_maka/goal/control",             |v| answer(v, maka::read_goal_control, maka::goal_control)),
+    m("_maka/goal/query",               |v| forward::<ops::GoalQuery>(v, read::session_ref)),
+    m("_maka/plan/query",               |v| forward::<ops::PlanQuery>(v, read::session_ref)),
+    m("_maka/plan/control",             |v| answer(v, maka::read_plan_control, maka::plan_control)),
+    m("_maka/plan/start",               |v| turn(v, read::session_id, |c, id, r| turns::register_generated(c, &id, TurnKind::Plan, r))),
+];
+
+/// The notifications this agent acts on.
+pub static NOTIFICATIONS: &[(&str, OnNotification)] = &[("session/cancel", cancel)];
+
+/// The method named `name`, when this build serves it.
+pub fn find(name: &str) -> Option<&'static Method> {
+    METHODS.iter().find(|m| m.name == name && m.served)
+}
+
+/// The `_maka/` methods, as `initialize` advertises them.
+pub fn maka_methods() -> Vec<&'static str> {
+    METHODS
+        .iter()
+        .filter(|m| m.served && m.name.starts_with("_maka/"))
+        .map(|m| m.name)
+        .collect()
+}
+
+/// A method that answers through its responder itself (on a worker).
+fn work<P: Send + 'static>(
+    v: &Value,
+    read: fn(&Params) -> ParamResult<P>,
+    serve: fn(&Ctx, P, Responder),
+) -> ParamResult<Job> {
+    let p = read(&Params::of(v)?)?;
+    Ok(Job::Work(Box::new(move |ctx, r| serve(ctx, p, r))))
+}
+
+/// A method whose answer is what `serve` returns (on a worker).
+fn answer<P: Send + 'static>(
+    v: &Value,
+    read: fn(&Params) -> ParamResult<P>,
+    serve: fn(&Ctx, P) -> Result<Value, ResponseError>,
+) -> ParamResult<Job> {
+    let p = read(&Params::of(v)?)?;
+    Ok(Job::Work(Box::new(move |ctx, r| r.respond(serve(ctx, p)))))
+}
+
+/// A `_maka/` method that is host operation `O`: its input read from the params, its output the
+/// answer (on a worker).
+fn forward<O: Operation + 'static>(
+    v: &Value,
+    read: fn(&Params) -> ParamResult<O::Input>,
+) -> ParamResult<Job>
+where
+    O::Input: Send,
+{
+    let input = read(&Params::of(v)?)?;
+    Ok(Job::Work(Box::new(move |ctx, r| {
+        r.respond(
+            ctx.host()
+                .and_then(|conn| Ok(to_json(&ctx.call::<O>(&conn, &input)?))),
+        )
+    })))
+}
+
+/// A turn: registered on the dispatcher by `register` (which answers the request itself when
+/// the turn cannot run), then started on a worker.
+fn turn<P: Send + 'static>(
+    v: &Value,
+    read: fn(&Params) -> ParamResult<P>,
+    register: fn(&Ctx, P, Responder) -> Option<Registered>,
+) -> ParamResult<Job> {
+    let p = read(&Params::of(v)?)?;
+    Ok(Job::Turn(Box::new(move |ctx, r| register(ctx, p, r))))
+}
+
+/// `session/cancel`: the session's running turn stops (its prompt answers `cancelled`).
+fn cancel(ctx: &Ctx, params: &Value) {
+    let Some(id) = params.get("sessionId").and_then(Value::as_str) else {
+        log::warn!("session/cancel without a sessionId");
+        return;
+    };
+    match ctx.session(id) {
+        Some(s) => s.cancel(&ctx.shared),
+        None => log::debug!("session/cancel for unknown session {id}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every method is listed once, reads `{}` without panicking (a job, or `-32602`), and the
+    /// advertised `_maka/` methods are exactly the table's.
+    #[test]
+    fn the_table_is_the_one_list_of_methods() {
+        let mut names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
+        names.sort();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n, "a method is listed twice");
+        for m in METHODS.iter().filter(|m| m.served) {
+            for params in [
+                Value::Null,
+                serde_json::json!({}),
+                serde_json::json!({"sessionId": 3}),
+            ] {
+                if let Err(e) = (m.read)(&params) {
+                    assert_eq!(e.code, crate::jsonrpc::code::INVALID_PARAMS, "{}", m.name);
+                }
+            }
+        }
+        let advertised = initialize::agent_capabilities();
+        let listed = serde_json::to_value(&advertised).unwrap()["_meta"]["maka"]["methods"].clone();
+        assert_eq!(listed, serde_json::json!(maka_methods()));
+        for name in maka_methods() {
+            assert!(find(name).is_some(), "{name} is advertised and served");
+        }
+        assert!(find("_maka/session/nothing").is_none());
+        assert_eq!(find("logout").is_some(), cfg!(feature = "host"));
+    }
+}
