@@ -223,6 +223,15 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
     })
 }
 
+/// What this build can do without `--host-url`: start the embedded host (feature `host`), or
+/// nothing (the adapter-only build refuses, naming what to do).
+fn local_host() -> std::sync::Arc<dyn acp::LocalHost> {
+    #[cfg(feature = "host")]
+    return std::sync::Arc::new(crate::embedded::Embedded);
+    #[cfg(not(feature = "host"))]
+    return std::sync::Arc::new(acp::NoLocalHost);
+}
+
 /// For subcommands that take no arguments.
 fn no_more_arguments(parser: &mut lexopt::Parser, command: &str) -> Result<(), String> {
     match parser.next().map_err(|e| e.to_string())? {
@@ -301,7 +310,7 @@ pub fn main() -> i32 {
         Command::Version => print_stdout(&format!("maka-acp {}\n", env!("CARGO_PKG_VERSION"))),
         Command::Agent { config, log_level } => {
             init_logging(log_level.as_deref());
-            acp::serve(Connection::stdio(), config);
+            acp::serve(Connection::stdio(), config, local_host());
             0
         }
         Command::Host(args) => run_host(args),

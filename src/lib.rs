@@ -10,6 +10,8 @@ pub(crate) mod config;
 #[cfg(feature = "host")]
 pub(crate) mod demo;
 #[cfg(feature = "host")]
+pub(crate) mod embedded;
+#[cfg(feature = "host")]
 pub mod host;
 pub mod host_api;
 pub mod jsonrpc;

@@ -5,7 +5,7 @@
 
 use super::auth;
 use super::errors::from_client;
-use super::host_link::{Connected, HostLink};
+use super::host_link::{Connected, HostLink, LocalHost};
 use super::initialize::{self, InitializeParams};
 use super::methods::{self, Job};
 use super::session::{AcpSession, Shared};
@@ -111,12 +111,13 @@ impl Ctx {
     }
 }
 
-/// Serves one ACP connection until the client closes stdin.
-pub fn serve(conn: Connection, config: AdapterConfig) {
+/// Serves one ACP connection until the client closes stdin. `local`: what this build can do
+/// without `--host-url` (start the embedded host, or nothing).
+pub fn serve(conn: Connection, config: AdapterConfig, local: Arc<dyn LocalHost>) {
     let mut agent = Agent {
         conn_outbox: conn.outbox.clone(),
         calls: Arc::clone(&conn.client_calls),
-        link: Arc::new(HostLink::new(config)),
+        link: Arc::new(HostLink::new(config, local)),
         client: None,
         sessions: Arc::default(),
         workers: Workers::new(),
@@ -157,7 +158,7 @@ impl Agent {
     fn handle(&mut self, method: &str, params: &Value, responder: Responder) {
         // Unknown methods, `_` extensions we do not implement, and methods this build does not
         // serve.
-        let Some(row) = methods::find(method) else {
+        let Some(row) = methods::find(method, self.link.local().can_log_out()) else {
             return responder.respond(Err(ResponseError::method_not_found(method)));
         };
         let job = match (row.read)(params) {
@@ -201,8 +202,8 @@ impl Agent {
             log::info!("client {} {} connected", info.name, info.version);
         }
         let ready = auth::provider_configured(&self.link);
-        let methods = auth::methods(&params.capabilities, ready, self.link.is_embedded());
-        let result = initialize::result(&params, methods);
+        let methods = auth::methods(&self.link, &params.capabilities, ready);
+        let result = initialize::result(&params, methods, self.link.local().can_log_out());
         self.client = Some(params);
         Ok(super::types::to_json(&result))
     }

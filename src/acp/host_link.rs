@@ -1,74 +1,69 @@
-//! The adapter's link to its Runtime Host: an external one (`--host-url`) or the embedded one,
-//! started lazily as a child process of this binary on the first session method (never for
-//! `initialize`), on a random loopback port with a random token passed in its environment.
-//!
-//! The child's stdin is a pipe held by this process: if the adapter dies — even by SIGKILL —
-//! the pipe closes and the host shuts itself down, so no host is ever orphaned. A host that
-//! stops answering is forgotten ([`HostLink::lost`]) and the next call starts a new one.
+//! The adapter's link to its Runtime Host: an external one (`--host-url`), or the one this
+//! build can start by itself ([`LocalHost`]: the embedded host, `crate::embedded`), started
+//! lazily on the first session method (never for `initialize`). A host that stops answering is
+//! forgotten ([`HostLink::lost`]) and the next call starts (or finds) a new one.
 
 use super::agent::AdapterConfig;
+use super::initialize::ClientCapabilities;
+use super::types::AuthMethod;
 use crate::host_api::client::{HostApi, HostClient};
-#[cfg(feature = "host")]
-use crate::host_api::random_hex;
 use crate::jsonrpc::{lock, ResponseError};
-#[cfg(feature = "host")]
-use std::io::BufRead;
 use std::process::Child;
-#[cfg(feature = "host")]
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-#[cfg(feature = "host")]
-enum Spawned {
-    /// Another host holds the data dir (it exited with `EXIT_DATA_DIR_BUSY`).
-    Busy,
-    Failed(ResponseError),
+/// What this build can do without `--host-url`: start (or find) a host of its own, and manage
+/// the local provider settings that host reads. The embedded host implements it
+/// (`crate::embedded`); the adapter-only build has [`NoLocalHost`].
+pub trait LocalHost: Send + Sync {
+    /// The data dir's running host, or a new one started as this process's child.
+    fn start(&self, config: &AdapterConfig) -> Result<Started, ResponseError>;
+    /// Whether the local settings configure a model provider.
+    fn provider_configured(&self) -> bool;
+    /// `initialize`'s ways to configure one, while none is.
+    fn auth_methods(&self, caps: &ClientCapabilities) -> Vec<AuthMethod>;
+    /// `-32000` naming those ways.
+    fn auth_required(&self) -> ResponseError;
+    /// Whether `logout` is served (it removes a stored key).
+    fn can_log_out(&self) -> bool;
+    /// Removes the stored key: whether there was one.
+    fn log_out(&self) -> Result<bool, String>;
 }
 
-/// The host serving `data_dir`, from its discovery file, with an attach connection held.
-#[cfg(feature = "host")]
-fn discover(data_dir: &std::path::Path, stream_timeout: Duration) -> Option<Live> {
-    use std::io::{Read, Write};
-    let info = crate::host::owner::read_discovery(data_dir)?;
-    let (port, token, ip) = (info.port, info.token.as_str(), info.listen.as_str());
-    let authority = if ip.contains(':') {
-        format!("[{ip}]:{port}")
-    } else {
-        format!("{ip}:{port}")
-    };
-    let client: Arc<dyn HostApi> = Arc::new(HostClient::new(
-        &format!("http://{authority}"),
-        token,
-        stream_timeout,
-    ));
-    let hello = client.hello().ok()?;
-    let epoch = hello.host_epoch;
-    let mut attach = std::net::TcpStream::connect(&authority).ok()?;
-    attach.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let request = format!(
-        "GET /v1/attach HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {token}\r\n\r\n"
-    );
-    attach.write_all(request.as_bytes()).ok()?;
-    let mut head = [0u8; 12];
-    attach.read_exact(&mut head).ok()?;
-    if &head[..] != b"HTTP/1.1 200" {
-        return None;
+/// The adapter-only build: no host of its own, no local settings.
+pub struct NoLocalHost;
+
+impl LocalHost for NoLocalHost {
+    fn start(&self, _: &AdapterConfig) -> Result<Started, ResponseError> {
+        Err(unavailable(
+            "this build has no embedded Runtime Host (cargo feature `host`); start one and pass --host-url with MAKA_HOST_TOKEN",
+        ))
     }
-    log::info!(
-        "using the Runtime Host that already serves {} (epoch {epoch})",
-        data_dir.display()
-    );
-    Some(Live {
-        connected: Connected { client, epoch },
-        child: None,
-        _attach: Some(attach),
-    })
+    fn provider_configured(&self) -> bool {
+        false
+    }
+    fn auth_methods(&self, _: &ClientCapabilities) -> Vec<AuthMethod> {
+        vec![]
+    }
+    fn auth_required(&self) -> ResponseError {
+        super::auth::required_elsewhere()
+    }
+    fn can_log_out(&self) -> bool {
+        false
+    }
+    fn log_out(&self) -> Result<bool, String> {
+        Err("this build keeps no provider settings".into())
+    }
 }
 
-/// How long the embedded host may take to print its ready line.
-#[cfg(feature = "host")]
-const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// A host found or started: the connection, the child process when it is ours, and the attach
+/// connection held while we use a host another adapter started (it lives while any adapter
+/// holds one).
+pub struct Started {
+    pub connected: Connected,
+    pub child: Option<Child>,
+    pub attach: Option<Box<dyn Send>>,
+}
 
 #[derive(Clone)]
 pub struct Connected {
@@ -76,17 +71,10 @@ pub struct Connected {
     pub epoch: String,
 }
 
-struct Live {
-    connected: Connected,
-    child: Option<Child>,
-    /// Held open while we use a host another adapter started (it lives while any adapter
-    /// holds one).
-    _attach: Option<std::net::TcpStream>,
-}
-
 pub struct HostLink {
     config: AdapterConfig,
-    live: Mutex<Option<Live>>,
+    local: Arc<dyn LocalHost>,
+    live: Mutex<Option<Started>>,
     /// One thread starts (or connects to) the host at a time, without holding `live` across
     /// the process start and the HTTP calls; the others wait here.
     starting: Mutex<bool>,
@@ -98,9 +86,10 @@ fn unavailable(msg: impl Into<String>) -> ResponseError {
 }
 
 impl HostLink {
-    pub fn new(config: AdapterConfig) -> HostLink {
+    pub fn new(config: AdapterConfig, local: Arc<dyn LocalHost>) -> HostLink {
         HostLink {
             config,
+            local,
             live: Mutex::new(None),
             starting: Mutex::new(false),
             started: Condvar::new(),
@@ -110,28 +99,34 @@ impl HostLink {
     /// A link already connected to `client` (in-process tests with a fake host).
     #[cfg(test)]
     pub fn connected(client: Arc<dyn HostApi>, epoch: &str) -> HostLink {
-        let link = HostLink::new(AdapterConfig {
+        let config = AdapterConfig {
             host_url: Some("http://fake".into()),
             ..AdapterConfig::default()
-        });
-        *link.lock() = Some(Live {
+        };
+        let link = HostLink::new(config, Arc::new(NoLocalHost));
+        *link.lock() = Some(Started {
             connected: Connected {
                 client,
                 epoch: epoch.into(),
             },
             child: None,
-            _attach: None,
+            attach: None,
         });
         link
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Live>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Started>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether this adapter starts its own host (else it uses `--host-url`).
     pub fn is_embedded(&self) -> bool {
         self.config.host_url.is_none()
+    }
+
+    /// What this build can do by itself.
+    pub fn local(&self) -> &dyn LocalHost {
+        &*self.local
     }
 
     /// The host if one is connected now; never starts one.
@@ -167,7 +162,7 @@ impl HostLink {
         let _done = Done(self);
         let result = match &self.config.host_url {
             Some(url) => self.connect_external(url),
-            None => self.start_embedded(),
+            None => self.local.start(&self.config),
         };
         result.map(|started| {
             let connected = started.connected.clone();
@@ -192,7 +187,7 @@ impl HostLink {
         None
     }
 
-    fn connect_external(&self, url: &str) -> Result<Live, ResponseError> {
+    fn connect_external(&self, url: &str) -> Result<Started, ResponseError> {
         let token = self.config.host_token.clone().unwrap_or_default();
         let client: Arc<dyn HostApi> = Arc::new(HostClient::with_tls(
             url,
@@ -220,156 +215,10 @@ impl HostLink {
             "connected to Runtime Host {} (epoch {epoch})",
             crate::host_api::client::shown_url(url)
         );
-        Ok(Live {
+        Ok(Started {
             connected: Connected { client, epoch },
             child: None,
-            _attach: None,
-        })
-    }
-
-    /// The data dir's host, or a new one: a host already serving the data dir (another editor
-    /// window started it) is used — one data dir, one host — and if two adapters start at
-    /// once, the one whose host lost the data dir's lock uses the winner's.
-    fn start_embedded(&self) -> Result<Live, ResponseError> {
-        #[cfg(feature = "host")]
-        {
-            let data_dir = self
-                .config
-                .data_dir
-                .clone()
-                .unwrap_or_else(crate::settings::default_data_dir);
-            if let Some(live) = discover(&data_dir, self.config.tunables.host_stream_timeout) {
-                return Ok(live);
-            }
-            let deadline = Instant::now() + Duration::from_secs(8);
-            loop {
-                match self.spawn_embedded() {
-                    Err(Spawned::Busy) if Instant::now() < deadline => {
-                        if let Some(live) = discover(&data_dir, self.config.tunables.host_stream_timeout) {
-                            return Ok(live);
-                        }
-                        std::thread::sleep(Duration::from_millis(100));
-                    }
-                    Err(Spawned::Busy) => {
-                        return Err(unavailable(format!(
-                            "another Runtime Host holds {} but cannot be reached; stop it or use --data-dir",
-                            data_dir.display()
-                        )))
-                    }
-                    Err(Spawned::Failed(e)) => return Err(e),
-                    Ok(live) => return Ok(live),
-                }
-            }
-        }
-        #[cfg(not(feature = "host"))]
-        Err(unavailable(
-            "this build has no embedded Runtime Host (cargo feature `host`); start one and pass --host-url with MAKA_HOST_TOKEN",
-        ))
-    }
-
-    #[cfg(feature = "host")]
-    fn spawn_embedded(&self) -> Result<Live, Spawned> {
-        let exe = std::env::current_exe().map_err(|e| {
-            Spawned::Failed(unavailable(format!(
-                "cannot find this program to start the host: {e}"
-            )))
-        })?;
-        let token = random_hex(32);
-        let mut cmd = Command::new(exe);
-        // The token goes over the stdin pipe, never into the host's environment block (which
-        // any process of this user could read in /proc/<pid>/environ for the host's life).
-        cmd.args(["host", "--token-stdin"]);
-        if let Some(dir) = &self.config.data_dir {
-            cmd.arg("--data-dir").arg(dir);
-        }
-        // The same log level as this process (children also inherit RUST_LOG itself).
-        if let Some(level) = &self.config.log_level {
-            cmd.arg("--log-level").arg(level);
-        }
-        let started_at = Instant::now();
-        let mut child = cmd
-            .env_remove("MAKA_HOST_URL")
-            .env_remove("MAKA_HOST_TOKEN")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| {
-                Spawned::Failed(unavailable(format!(
-                    "cannot start the embedded Runtime Host: {e}"
-                )))
-            })?;
-        let handed = child.stdin.as_mut().map(|stdin| {
-            use std::io::Write;
-            writeln!(stdin, "{token}").and_then(|()| stdin.flush())
-        });
-        if !matches!(handed, Some(Ok(()))) {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Spawned::Failed(unavailable(
-                "cannot hand the embedded Runtime Host its token (its stdin is closed)",
-            )));
-        }
-        let Some(stdout) = child.stdout.take() else {
-            let _ = child.kill();
-            return Err(Spawned::Failed(unavailable(
-                "the embedded Runtime Host has no stdout",
-            )));
-        };
-        // Read the ready line on a helper thread so a silent child cannot hang us.
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let _ = std::thread::Builder::new()
-            .name("host-ready".into())
-            .spawn(move || {
-                let mut line = String::new();
-                let r = std::io::BufReader::new(stdout)
-                    .read_line(&mut line)
-                    .map(|_| line);
-                let _ = tx.send(r);
-            });
-        let line = match rx.recv_timeout(READY_TIMEOUT) {
-            Ok(Ok(line)) if !line.is_empty() => line,
-            other => {
-                let _ = child.kill();
-                let status = child.wait().ok().and_then(|s| s.code());
-                if status == Some(crate::host::owner::EXIT_DATA_DIR_BUSY) {
-                    return Err(Spawned::Busy);
-                }
-                let why = match other {
-                    Err(_) => format!(
-                        "it printed no ready line within {} s",
-                        READY_TIMEOUT.as_secs()
-                    ),
-                    _ => "it exited before it was ready (see the log above)".to_string(),
-                };
-                return Err(Spawned::Failed(unavailable(format!(
-                    "the embedded Runtime Host did not start: {why}"
-                ))));
-            }
-        };
-        let Ok(ready) = serde_json::from_str::<crate::host_api::ops::Ready>(&line) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(Spawned::Failed(unavailable(format!(
-                "the embedded Runtime Host printed an unexpected ready line: {}",
-                line.trim()
-            ))));
-        };
-        let (port, epoch) = (ready.port, ready.host_epoch);
-        let client: Arc<dyn HostApi> = Arc::new(HostClient::new(
-            &format!("http://127.0.0.1:{port}"),
-            &token,
-            self.config.tunables.host_stream_timeout,
-        ));
-        log::info!(
-            "started the embedded Runtime Host (pid {}, port {port}, epoch {epoch}) in {} ms",
-            child.id(),
-            started_at.elapsed().as_millis()
-        );
-        Ok(Live {
-            connected: Connected { client, epoch },
-            child: Some(child),
-            _attach: None,
+            attach: None,
         })
     }
 

@@ -89,7 +89,8 @@ pub fn negotiate(_offered: u16) -> u16 {
     PROTOCOL_VERSION
 }
 
-pub fn agent_capabilities() -> AgentCapabilities {
+/// `can_log_out`: a build with a host of its own keeps a stored key that `logout` removes.
+pub fn agent_capabilities(can_log_out: bool) -> AgentCapabilities {
     AgentCapabilities {
         load_session: true,
         prompt_capabilities: PromptCapabilities {
@@ -111,7 +112,7 @@ pub fn agent_capabilities() -> AgentCapabilities {
         },
         // `logout` removes the key `maka-acp login` stored: only a build with the login flow
         // has it.
-        auth: cfg!(feature = "host").then_some(AuthCapabilities { logout: Empty {} }),
+        auth: can_log_out.then_some(AuthCapabilities { logout: Empty {} }),
         meta: json!({"maka": {
             "version": 1,
             "methods": super::methods::maka_methods(),
@@ -121,10 +122,14 @@ pub fn agent_capabilities() -> AgentCapabilities {
 }
 
 /// `auth_methods`: see [`super::auth::methods`].
-pub fn result(params: &InitializeParams, auth_methods: Vec<AuthMethod>) -> InitializeResponse {
+pub fn result(
+    params: &InitializeParams,
+    auth_methods: Vec<AuthMethod>,
+    can_log_out: bool,
+) -> InitializeResponse {
     InitializeResponse {
         protocol_version: negotiate(params.offered_version),
-        agent_capabilities: agent_capabilities(),
+        agent_capabilities: agent_capabilities(can_log_out),
         auth_methods,
         agent_info: Implementation {
             name: "maka-acp".into(),

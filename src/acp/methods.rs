@@ -31,8 +31,9 @@ use serde_json::Value;
 /// (or the `-32602` naming the field that is wrong).
 pub struct Method {
     pub name: &'static str,
-    /// False for a method this build does not serve (it is then unknown, as if not listed).
-    pub served: bool,
+    /// Served only with a host of this build's own, whose settings it changes (`logout`);
+    /// without one the method is unknown, as if not listed.
+    pub local_only: bool,
     pub read: fn(&Value) -> ParamResult<Job>,
 }
 
@@ -53,7 +54,7 @@ pub type OnNotification = fn(&Ctx, &Value);
 const fn m(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
     Method {
         name,
-        served: true,
+        local_only: false,
         read,
     }
 }
@@ -62,7 +63,7 @@ const fn m(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
 pub static METHODS: &[Method] = &[
     m("initialize",                     |v| Ok(Job::Initialize(initialize::parse(v)?))),
     m("authenticate",                   |v| answer(v, read::method_id, |c, id| settings::authenticate(c, &id))),
-    Method { served: cfg!(feature = "host"), ..m("logout", |v| answer(v, read::nothing, |c, ()| settings::logout(c))) },
+    Method { local_only: true, ..m("logout", |v| answer(v, read::nothing, |c, ()| settings::logout(c))) },
     m("session/new",                    |v| work(v, read::new_session, sessions::new)),
     m("session/fork",                   |v| work(v, read::fork_session, sessions::fork)),
     m("session/load",                   |v| work(v, |p| read::open_session(p, true), sessions::open)),
@@ -100,16 +101,19 @@ pub static METHODS: &[Method] = &[
 /// The notifications this agent acts on.
 pub static NOTIFICATIONS: &[(&str, OnNotification)] = &[("session/cancel", cancel)];
 
-/// The method named `name`, when this build serves it.
-pub fn find(name: &str) -> Option<&'static Method> {
-    METHODS.iter().find(|m| m.name == name && m.served)
+/// The method named `name`, when it is served (`local`: with a host of this build's own that
+/// keeps settings).
+pub fn find(name: &str, local: bool) -> Option<&'static Method> {
+    METHODS
+        .iter()
+        .find(|m| m.name == name && (local || !m.local_only))
 }
 
 /// The `_maka/` methods, as `initialize` advertises them.
 pub fn maka_methods() -> Vec<&'static str> {
     METHODS
         .iter()
-        .filter(|m| m.served && m.name.starts_with("_maka/"))
+        .filter(|m| m.name.starts_with("_maka/"))
         .map(|m| m.name)
         .collect()
 }
@@ -188,7 +192,7 @@ mod tests {
         let n = names.len();
         names.dedup();
         assert_eq!(names.len(), n, "a method is listed twice");
-        for m in METHODS.iter().filter(|m| m.served) {
+        for m in METHODS {
             for params in [
                 Value::Null,
                 serde_json::json!({}),
@@ -199,13 +203,16 @@ mod tests {
                 }
             }
         }
-        let advertised = initialize::agent_capabilities();
+        let advertised = initialize::agent_capabilities(true);
         let listed = serde_json::to_value(&advertised).unwrap()["_meta"]["maka"]["methods"].clone();
         assert_eq!(listed, serde_json::json!(maka_methods()));
         for name in maka_methods() {
-            assert!(find(name).is_some(), "{name} is advertised and served");
+            assert!(
+                find(name, false).is_some(),
+                "{name} is advertised and served"
+            );
         }
-        assert!(find("_maka/session/nothing").is_none());
-        assert_eq!(find("logout").is_some(), cfg!(feature = "host"));
+        assert!(find("_maka/session/nothing", true).is_none());
+        assert!(find("logout", true).is_some() && find("logout", false).is_none());
     }
 }

@@ -26,3 +26,4 @@ mod workers;
 mod tests;
 
 pub use agent::{serve, AdapterConfig};
+pub use host_link::{LocalHost, NoLocalHost};

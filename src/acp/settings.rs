@@ -172,9 +172,13 @@ pub fn authenticate(ctx: &Ctx, method: &str) -> Result<Value, ResponseError> {
     auth::check_host(&ctx.shared.link, &conn).map(|_| to_json(&Empty {}))
 }
 
-#[cfg(feature = "host")]
+/// `logout`: the stored key is removed and a running host re-reads its providers.
 pub fn logout(ctx: &Ctx) -> Result<Value, ResponseError> {
-    match crate::config::remove_api_key() {
+    let link = &ctx.shared.link;
+    if !link.local().can_log_out() {
+        return Err(ResponseError::method_not_found("logout"));
+    }
+    match link.local().log_out() {
         Ok(removed) => log::info!(
             "logout: {}",
             if removed {
@@ -189,12 +193,6 @@ pub fn logout(ctx: &Ctx) -> Result<Value, ResponseError> {
             )))
         }
     }
-    auth::reload_host(&ctx.shared.link);
+    auth::reload_host(link);
     Ok(to_json(&Empty {}))
-}
-
-/// The adapter-only build has no login flow: `logout` is neither advertised nor read.
-#[cfg(not(feature = "host"))]
-pub fn logout(_: &Ctx) -> Result<Value, ResponseError> {
-    Err(ResponseError::method_not_found("logout"))
 }

@@ -246,6 +246,9 @@ pub trait HostApi: Send + Sync {
     fn is_alive(&self) -> bool;
     /// Asks the host to drain and exit.
     fn shutdown(&self, drain_ms: u64) -> Result<(), ClientError>;
+    /// `GET /v1/attach`: while the returned connection is held, the host counts this adapter
+    /// among its clients (a host another adapter started lives while any holds one).
+    fn attach(&self) -> Result<Box<dyn Send>, ClientError>;
 }
 
 impl dyn HostApi + '_ {
@@ -366,6 +369,23 @@ impl HostApi for HostClient {
             .header("Authorization", format!("Bearer {}", self.token))
             .call()
             .is_ok_and(|r| r.status().as_u16() == 200)
+    }
+
+    fn attach(&self) -> Result<Box<dyn Send>, ClientError> {
+        let resp = self
+            .streams
+            .get(&format!("{}/v1/attach", self.base))
+            .header("Authorization", format!("Bearer {}", self.token))
+            .call()
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        if resp.status().as_u16() != 200 {
+            return Err(ClientError::Transport(format!(
+                "the host refused to attach (HTTP {})",
+                resp.status().as_u16()
+            )));
+        }
+        // The body is never read: holding it holds the connection.
+        Ok(Box::new(resp.into_body().into_reader()))
     }
 
     fn shutdown(&self, drain_ms: u64) -> Result<(), ClientError> {

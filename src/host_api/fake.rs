@@ -90,4 +90,8 @@ impl HostApi for FakeHost {
     fn shutdown(&self, _drain_ms: u64) -> Result<(), ClientError> {
         Ok(())
     }
+
+    fn attach(&self) -> Result<Box<dyn Send>, ClientError> {
+        Ok(Box::new(()))
+    }
 }
