@@ -6,7 +6,7 @@
 #![cfg(feature = "host")]
 
 mod support;
-use maka_acp::host_api::codec::{base64_decode, base64_encode};
+use maka_acp::host::codec::{base64_decode, base64_encode};
 use serde_json::{json, Value};
 use std::io::Write;
 use support::host::TempDir;

@@ -7,7 +7,7 @@
 //! Parts of one upload are written one at a time (a claim, not a lock held across the write):
 //! a second writer is refused, never interleaved.
 
-use crate::host_api::codec::{base64_decode, base64_encode, Sha256};
+use crate::host::codec::{base64_decode, base64_encode, Sha256};
 use crate::host_api::ops::{Artifact, ArtifactAnswer, IngestOutcome};
 use crate::host_api::wire::{now_ms, ErrorCode, HostError};
 use std::collections::HashSet;
@@ -298,7 +298,7 @@ impl Artifacts {
         source: &str,
         data: &[u8],
     ) -> Result<Artifact, HostError> {
-        let sha = crate::host_api::codec::sha256_hex(data);
+        let sha = crate::host::codec::sha256_hex(data);
         let IngestOutcome::Upload { upload_id, .. } = self.begin(
             session_dir,
             name,
@@ -407,7 +407,7 @@ impl Artifacts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host_api::codec::sha256_hex;
+    use crate::host::codec::sha256_hex;
 
     #[test]
     fn uploads_resume_at_the_received_offset_and_commit_only_a_matching_hash() {

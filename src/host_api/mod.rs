@@ -2,7 +2,7 @@
 //! adapter's client.
 
 pub mod client;
-pub mod codec;
+
 #[cfg(test)]
 pub mod fake;
 pub mod ops;

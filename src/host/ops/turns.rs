@@ -45,7 +45,7 @@ fn store_large_attachments(
         let data = match (&a.text, &a.data_base64) {
             (Some(t), _) if t.len() > INLINE_ATTACHMENT_BYTES => t.as_bytes().to_vec(),
             (None, Some(b)) if b.len() > INLINE_ATTACHMENT_BYTES => {
-                crate::host_api::codec::base64_decode(b).ok_or_else(|| {
+                crate::host::codec::base64_decode(b).ok_or_else(|| {
                     HostError::invalid(format!(
                         "attachment {:?}: `dataBase64` is not base64",
                         a.name

@@ -103,10 +103,7 @@ impl ChildCalls {
         let part = if plain {
             sub.to_string()
         } else {
-            format!(
-                "h{}",
-                &crate::host_api::codec::sha256_hex(sub.as_bytes())[..16]
-            )
+            format!("h{}", &crate::host::codec::sha256_hex(sub.as_bytes())[..16])
         };
         let base = format!("{}.{part}", self.parent);
         let n = self.used.entry(base.clone()).or_insert(0);

@@ -381,10 +381,7 @@ fn trust_record(key: &str) -> String {
     if key.starts_with("sha256:") {
         key.to_string()
     } else {
-        format!(
-            "sha256:{}",
-            crate::host_api::codec::sha256_hex(key.as_bytes())
-        )
+        format!("sha256:{}", crate::host::codec::sha256_hex(key.as_bytes()))
     }
 }
 
