@@ -12,20 +12,18 @@ use super::client_call;
 use super::errors::{self, MakaCode};
 use super::host_link::Connected;
 use super::interaction;
+use super::projection::{Effect, TOOL_UNFINISHED};
 use super::session::{AcpSession, ReaderStep, Shared};
 use super::types::{PromptResponse, StopReason, TurnStateNotification};
 use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot, TurnRef};
 use crate::host_api::wire::{
-    ErrorCode, FailureClass, Frame, FrameBody, StreamEndReason, TurnOutcome, TurnSnapshot,
-    TurnStatus,
+    ErrorCode, FailureClass, Frame, FrameBody, TurnOutcome, TurnSnapshot, TurnStatus,
 };
 use crate::jsonrpc::ResponseError;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::Duration;
-
-const TOOL_UNFINISHED: &str = "The turn ended before this tool finished.";
 
 /// The reader thread: follows the stream until the followed turn has ended and no prompt is
 /// waiting, reconnecting at every window end.
@@ -91,20 +89,20 @@ pub fn run(
                     break;
                 }
             };
-            match &frame.body {
-                FrameBody::StreamEnd { reason, .. } => {
-                    if *reason == StreamEndReason::SessionRemoved {
-                        stop(&session, &shared, Err(errors::unknown_session(&session.id)));
-                        return;
-                    }
-                    break;
-                }
-                FrameBody::Heartbeat { .. } => continue,
-                FrameBody::FrameOmitted { omitted_kind, .. } => {
-                    // The host could not emit a frame (a bug there): catch up from the
-                    // durable state, then follow from the snapshot.
+            // The stream's own frames (its end, heartbeats, an omission) carry no sequence
+            // number; every other frame must be the next one, else catch up.
+            let control = matches!(
+                frame.body,
+                FrameBody::StreamEnd { .. }
+                    | FrameBody::Heartbeat { .. }
+                    | FrameBody::FrameOmitted { .. }
+            );
+            if !control {
+                let Some(seq) = frame.seq else { continue };
+                let last = session.last_seq();
+                if seq != last + 1 {
                     log::warn!(
-                        "session {}: the host omitted a {omitted_kind} frame; catching up",
+                        "session {}: frame {seq} after {last}: re-opening",
                         session.id
                     );
                     if !reopen(&session, &shared, &conn) {
@@ -112,24 +110,12 @@ pub fn run(
                     }
                     break;
                 }
-                _ => {}
             }
-            let Some(seq) = frame.seq else { continue };
-            let last = session.last_seq();
-            if seq != last + 1 {
-                log::warn!(
-                    "session {}: frame {seq} after {last}: re-opening",
-                    session.id
-                );
-                if !reopen(&session, &shared, &conn) {
-                    return;
-                }
-                break;
-            }
-            handle_frame(&session, &shared, &conn, frame);
-            if session.idle() {
-                // The followed turn is over: detach (the response is already queued).
-                break;
+            match handle_frame(&session, &shared, &conn, frame) {
+                Flow::Next if session.idle() => break, // the followed turn is over: detach
+                Flow::Next => {}
+                Flow::EndWindow => break,
+                Flow::Stop => return,
             }
         }
     }
@@ -285,93 +271,95 @@ pub(super) fn start_pending(
     }
 }
 
-fn handle_frame(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, frame: Frame) {
+/// What the reader does after a frame.
+enum Flow {
+    Next,
+    /// The window ended (or was caught up): open the next one.
+    EndWindow,
+    Stop,
+}
+
+/// A live frame: its updates are shown ([`AcpSession::apply`]), then its other effects
+/// performed here, in order — I/O only: what each frame does is decided in
+/// [`super::projection::Projector::apply`].
+fn handle_frame(
+    session: &Arc<AcpSession>,
+    shared: &Arc<Shared>,
+    conn: &Connected,
+    frame: Frame,
+) -> Flow {
     let Frame { seq, body, .. } = frame;
     session.observe_frame(seq, &body);
-    match body {
-        FrameBody::InteractionRequest { interaction: i } => {
-            if !session.is_tracked(&i.interaction_id) {
-                interaction::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), i);
+    for effect in session.apply(shared, body) {
+        match effect {
+            Effect::Show(_) => {} // shown by `apply`
+            Effect::Ask(i) => {
+                if !session.is_tracked(&i.interaction_id) {
+                    interaction::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), i);
+                }
             }
-        }
-        FrameBody::ClientCall {
-            invocation_id,
-            tool_call_id,
-            service,
-            input,
-            input_ref,
-        } => {
-            let call = client_call::Call {
-                invocation_id,
-                tool_call_id,
-                service,
-                input,
-                input_ref,
-            };
-            client_call::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), call);
-        }
-        FrameBody::ConfigurationChanged {
-            revision,
-            configuration,
-        } => session.config_changed(shared, revision, configuration),
-        FrameBody::GoalUpdated { goal } => {
-            session.goal_seen(&goal);
-            shared.outbox.notify(
-                "_maka/goal_update",
-                &serde_json::json!({"sessionId": session.id, "goal": goal}),
-            );
-        }
-        // Closed by the host (or another client) while the user still sees it.
-        FrameBody::ClientCallCancelled { invocation_id } => {
-            session.withdraw(shared, &invocation_id)
-        }
-        FrameBody::InteractionClosed { interaction_id, .. } => {
-            session.withdraw(shared, &interaction_id)
-        }
-        FrameBody::ToolResult { .. } => {
-            // Throttled output first, then the result.
-            session.emit(shared, |view| {
-                let mut out = view.pending_output();
-                out.extend(view.frame(&body, std::time::Instant::now()));
-                (out, ())
-            });
-        }
-        FrameBody::TurnTerminal {
-            turn_id,
-            outcome,
-            reason,
-            failure_class,
-            failure_message,
-            failure_details,
-            ..
-        } => {
-            session.emit(shared, |view| {
-                let mut out = view.pending_output();
-                out.extend(view.close_open_tools(TOOL_UNFINISHED));
-                view.turn_finished(&turn_id);
-                (out, ())
-            });
-            if session.turn_ended(&turn_id) {
-                let failure = Failure {
-                    class: failure_class,
-                    message: failure_message.as_deref(),
-                    details: failure_details.as_ref(),
-                };
-                session.finish_prompt(terminal_result(&turn_id, outcome, &reason, failure));
-            } else {
+            Effect::EditorCall(call) => {
+                client_call::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), call)
+            }
+            Effect::Withdraw(key) => session.withdraw(shared, &key),
+            Effect::Configuration {
+                revision,
+                configuration,
+            } => session.config_changed(shared, revision, configuration),
+            Effect::Goal(goal) => {
+                session.goal_seen(&goal);
                 shared.outbox.notify(
-                    "_maka/turn_state",
-                    &TurnStateNotification {
-                        session_id: session.id.clone(),
-                        turn_id,
-                        outcome,
-                        reason,
-                    },
+                    "_maka/goal_update",
+                    &json!({"sessionId": session.id, "goal": goal}),
                 );
             }
+            Effect::TurnEnded(end) => {
+                if session.turn_ended(&end.turn_id) {
+                    session.finish_prompt(terminal_result(
+                        &end.turn_id,
+                        end.outcome,
+                        &end.reason,
+                        Failure {
+                            class: end.failure_class,
+                            message: end.failure_message.as_deref(),
+                            details: end.failure_details.as_ref(),
+                        },
+                    ));
+                } else {
+                    shared.outbox.notify(
+                        "_maka/turn_state",
+                        &TurnStateNotification {
+                            session_id: session.id.clone(),
+                            turn_id: end.turn_id,
+                            outcome: end.outcome,
+                            reason: end.reason,
+                        },
+                    );
+                }
+            }
+            Effect::WindowEnd {
+                session_removed: true,
+            } => {
+                stop(session, shared, Err(errors::unknown_session(&session.id)));
+                return Flow::Stop;
+            }
+            Effect::WindowEnd { .. } => return Flow::EndWindow,
+            Effect::Resync(kind) => {
+                // The host could not emit a frame (a bug there): catch up from the durable
+                // state, then follow from the snapshot.
+                log::warn!(
+                    "session {}: the host omitted a {kind} frame; catching up",
+                    session.id
+                );
+                return if reopen(session, shared, conn) {
+                    Flow::EndWindow
+                } else {
+                    Flow::Stop
+                };
+            }
         }
-        body => session.show(shared, std::slice::from_ref(&body)),
     }
+    Flow::Next
 }
 
 /// Why a turn failed, as the host said it.

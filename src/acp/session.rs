@@ -17,7 +17,7 @@ use super::config_options::{self, Catalog, SessionConfig};
 use super::errors;
 use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
-use super::projection::{self, Projector};
+use super::projection::{self, Effect, Projector};
 use super::types::{ConfigOption, PromptResponse, SessionUpdate, StopReason};
 use crate::host_api::client::{ClientError, EventStream, HostApi};
 use crate::host_api::ops::{self, OpenSnapshot};
@@ -166,6 +166,33 @@ impl AcpSession {
             }
             (out, ())
         })
+    }
+
+    /// A live frame: what it does ([`Projector::apply`]); its updates are queued here, in
+    /// order, under the view lock; the other effects are returned for the reader to perform,
+    /// in order (after the updates: the prompt's answer never precedes them).
+    pub fn apply(&self, shared: &Shared, body: FrameBody) -> Vec<Effect> {
+        let own = match &body {
+            FrameBody::TurnStarted { turn_id, .. } => self.prompt_turn().filter(|t| t == turn_id),
+            _ => None,
+        };
+        let mut view = lock(&self.view);
+        if let Some(turn_id) = own {
+            // Not echoed back as a user message.
+            view.mark_own_turn(&turn_id);
+        }
+        let mut rest = vec![];
+        for effect in view.apply(body, Instant::now()) {
+            match effect {
+                Effect::Show(updates) => {
+                    for u in &updates {
+                        shared.update(&self.id, u);
+                    }
+                }
+                other => rest.push(other),
+            }
+        }
+        rest
     }
 
     /// Settles the tool calls still open (`failed`, saying `why`).

@@ -1,9 +1,12 @@
-//! Host frame → ACP `session/update`: the one place this mapping lives ([`Projector::frame`]).
-//!
-//! Live streaming and `session/load` replay both go through [`Projector::frame`]; replay first
-//! turns each durable transcript item into the frame it was live ([`replay_frames`]), so a
-//! replayed turn shows what was streamed (modulo chunk boundaries). Pure: no I/O, no clocks
-//! (the caller passes `now` for output throttling).
+//! Host frame → what the client sees: the one place this mapping lives. [`Projector::apply`]
+//! says, for every kind of frame, what a live frame does — the updates it shows and the
+//! [`Effect`]s the session's reader performs (a dialog, an editor call, a withdrawal, a
+//! configuration or goal announcement, the prompt's answer, a catch-up) — exhaustively: a new
+//! kind of frame does not compile until it is decided here. [`Projector::frame`] is its
+//! updates part, which `session/load` replay uses too: replay first turns each durable
+//! transcript item into the frame it was live ([`replay_frames`]), so a replayed turn shows
+//! what was streamed (modulo chunk boundaries). Pure: no I/O, no clocks (the caller passes
+//! `now` for output throttling).
 
 mod content;
 mod replay;
@@ -16,7 +19,10 @@ pub use replay::{replay_frames, snapshot_frames};
 use crate::acp::types::{
     Chunk, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
 };
-use crate::host_api::wire::{FrameBody, ToolResultContent, ToolStatus};
+use crate::host_api::wire::{
+    Configuration, FailureClass, FrameBody, Goal, Interaction, StreamEndReason, ToolResultContent,
+    ToolStatus, TurnOutcome,
+};
 use content::{fenced_output, locations, plan, result_content, result_locations, terminal_verdict};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -89,7 +95,92 @@ impl Projector {
         self.own_turns.insert(turn_id.to_string());
     }
 
-    /// The updates (each the value of `params.update`) a frame becomes.
+    /// Everything a live frame does, in order: the updates it shows first, then what the
+    /// reader performs. Every kind of frame has its arm.
+    pub fn apply(&mut self, body: FrameBody, now: Instant) -> Vec<Effect> {
+        use FrameBody as F;
+        match body {
+            F::TurnStarted { .. }
+            | F::UserMessage { .. }
+            | F::TurnStatus { .. }
+            | F::TextDelta { .. }
+            | F::ThinkingDelta { .. }
+            | F::ToolStart { .. }
+            | F::ToolRunning { .. }
+            | F::ToolOutputDelta { .. }
+            | F::PlanUpdate { .. }
+            | F::Usage { .. }
+            | F::SessionUpdated { .. } => show(self.frame(&body, now)),
+            F::ToolResult { .. } => {
+                // Throttled output first, then the result.
+                let mut out = self.pending_output();
+                out.extend(self.frame(&body, now));
+                show(out)
+            }
+            F::InteractionRequest { interaction } => vec![Effect::Ask(interaction)],
+            F::ClientCall {
+                invocation_id,
+                tool_call_id,
+                service,
+                input,
+                input_ref,
+            } => vec![Effect::EditorCall(crate::acp::client_call::Call {
+                invocation_id,
+                tool_call_id,
+                service,
+                input,
+                input_ref,
+            })],
+            // Closed by the host (or another client) while the person still sees it.
+            F::ClientCallCancelled { invocation_id } => vec![Effect::Withdraw(invocation_id)],
+            F::InteractionClosed { interaction_id, .. } => vec![Effect::Withdraw(interaction_id)],
+            F::ConfigurationChanged {
+                revision,
+                configuration,
+            } => vec![Effect::Configuration {
+                revision,
+                configuration,
+            }],
+            F::GoalUpdated { goal } => vec![Effect::Goal(goal)],
+            F::TurnTerminal {
+                turn_id,
+                outcome,
+                reason,
+                failure_class,
+                failure_message,
+                failure_details,
+                ..
+            } => {
+                let mut out = self.pending_output();
+                out.extend(self.close_open_tools(TOOL_UNFINISHED));
+                self.turn_finished(&turn_id);
+                vec![
+                    Effect::Show(out),
+                    Effect::TurnEnded(TurnEnd {
+                        turn_id,
+                        outcome,
+                        reason,
+                        failure_class,
+                        failure_message,
+                        failure_details,
+                    }),
+                ]
+            }
+            F::StreamEnd { reason, .. } => vec![Effect::WindowEnd {
+                session_removed: reason == StreamEndReason::SessionRemoved,
+            }],
+            // The host could not emit a frame (a bug there): catch up from durable state.
+            F::FrameOmitted { omitted_kind, .. } => vec![Effect::Resync(omitted_kind)],
+            // Nothing to show: the transcript's progress and the session's removal are read
+            // from the session's state and the stream's end; a heartbeat only keeps it open.
+            F::TranscriptAdvanced { .. }
+            | F::SessionRemoved {}
+            | F::Heartbeat { .. }
+            | F::Unknown => vec![],
+        }
+    }
+
+    /// The updates (each the value of `params.update`) a frame shows.
     pub fn frame(&mut self, body: &FrameBody, now: Instant) -> Vec<SessionUpdate> {
         match body {
             FrameBody::TurnStarted {
@@ -324,7 +415,25 @@ impl Projector {
                     updated_at: iso8601(*last_used_at),
                 }]
             }
-            _ => vec![],
+            // Shown otherwise ([`Projector::apply`]), or not at all: an echoed or own turn's
+            // start, a retry-less status, usage without a context figure.
+            FrameBody::TurnStarted { .. }
+            | FrameBody::UserMessage { .. }
+            | FrameBody::TurnStatus { .. }
+            | FrameBody::Usage { .. }
+            | FrameBody::InteractionRequest { .. }
+            | FrameBody::InteractionClosed { .. }
+            | FrameBody::ConfigurationChanged { .. }
+            | FrameBody::TranscriptAdvanced { .. }
+            | FrameBody::ClientCall { .. }
+            | FrameBody::ClientCallCancelled { .. }
+            | FrameBody::TurnTerminal { .. }
+            | FrameBody::GoalUpdated { .. }
+            | FrameBody::SessionRemoved {}
+            | FrameBody::FrameOmitted { .. }
+            | FrameBody::Heartbeat { .. }
+            | FrameBody::StreamEnd { .. }
+            | FrameBody::Unknown => vec![],
         }
     }
 
@@ -392,6 +501,50 @@ impl Projector {
         *shown = end;
         Some(&text[skip..]).filter(|t| !t.is_empty())
     }
+}
+
+/// What a tool call still open when its turn ended says.
+pub const TOOL_UNFINISHED: &str = "The turn ended before this tool finished.";
+
+/// What a live frame makes the session's reader do ([`Projector::apply`]), in order.
+pub enum Effect {
+    /// Show these updates (queued in order, under the session's view lock).
+    Show(Vec<SessionUpdate>),
+    /// Put this dialog to the person (a thread of its own answers the host).
+    Ask(Interaction),
+    /// Make this request of the editor (a thread of its own answers the host).
+    EditorCall(crate::acp::client_call::Call),
+    /// The host closed this dialog or editor call: withdraw it from the editor.
+    Withdraw(String),
+    /// The session's configuration is now this revision: announce what the client was not
+    /// told.
+    Configuration {
+        revision: u64,
+        configuration: Configuration,
+    },
+    /// The session's goal changed: `_maka/goal_update`.
+    Goal(Goal),
+    /// A turn ended: the prompt waiting for it is answered; another's end is
+    /// `_maka/turn_state`.
+    TurnEnded(TurnEnd),
+    /// The stream's window ends here (`session_removed`: the session is gone).
+    WindowEnd { session_removed: bool },
+    /// The host could not emit a frame of this kind: catch up from its durable state.
+    Resync(String),
+}
+
+/// How a turn ended, as its terminal frame says.
+pub struct TurnEnd {
+    pub turn_id: String,
+    pub outcome: TurnOutcome,
+    pub reason: String,
+    pub failure_class: Option<FailureClass>,
+    pub failure_message: Option<String>,
+    pub failure_details: Option<Value>,
+}
+
+fn show(updates: Vec<SessionUpdate>) -> Vec<Effect> {
+    vec![Effect::Show(updates)]
 }
 
 /// The plan tool: shown as the ACP `plan`, not as a tool call.

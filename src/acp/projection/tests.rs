@@ -344,3 +344,158 @@ fn retry_notices_name_the_exact_wait() {
     assert_eq!(wait_words(2000), "2 s");
     assert_eq!(wait_words(1500), "1.5 s");
 }
+
+/// Every kind of frame, as the host writes it, and what a live one does: the effect kinds in
+/// order, and for the shown ones the update kinds. (The match in `Projector::apply` has no
+/// wildcard: a new kind of frame must be added here and there.)
+#[test]
+fn every_kind_of_frame_has_its_effects() {
+    let goal = json!({"goalId": "g", "sessionId": "s", "objective": "o", "status": "active",
+        "limits": {"maxTurns": 3}, "turnsRun": 0, "tokensUsed": 0, "startedAt": 0, "updatedAt": 0});
+    let interaction = json!({"interactionId": "i1", "sessionId": "s", "turnId": "t",
+        "status": "pending", "outcome": null, "request": {"kind": "question", "toolCallId": "c",
+        "questions": [{"question": "q", "options": []}]}});
+    let config = serde_json::to_value(crate::host_api::wire::Configuration::default()).unwrap();
+    let table: Vec<(Value, &str)> = vec![
+        (
+            json!({"kind": "turn_started", "turnId": "t", "runId": "r", "origin": "client",
+                "content": {"text": "hi"}, "contentTruncated": false}),
+            "show[user_message_chunk]",
+        ),
+        (
+            json!({"kind": "user_message", "turnId": "t", "messageId": "m0", "content": {"text": "more"}}),
+            "show[user_message_chunk]",
+        ),
+        (
+            json!({"kind": "turn_status", "turnId": "t", "runId": "r", "status": "running",
+                "providerRetry": {"attempt": 1, "delayMs": 500, "reason": "HTTP 503"}}),
+            "show[agent_thought_chunk]",
+        ),
+        (
+            json!({"kind": "text_delta", "turnId": "t", "messageId": "m", "startOffset": 0,
+                "text": "a", "complete": false}),
+            "show[agent_message_chunk]",
+        ),
+        (
+            json!({"kind": "thinking_delta", "turnId": "t", "messageId": "th", "startOffset": 0,
+                "text": "b", "complete": false}),
+            "show[agent_thought_chunk]",
+        ),
+        (
+            json!({"kind": "tool_start", "turnId": "t", "toolCallId": "c1", "toolName": "run_command",
+                "title": "ls", "activityKind": "command", "args": {}, "argsTruncated": false,
+                "locations": []}),
+            "show[tool_call]",
+        ),
+        (
+            json!({"kind": "tool_running", "turnId": "t", "toolCallId": "c1"}),
+            "show[tool_call_update]",
+        ),
+        (
+            json!({"kind": "tool_output_delta", "turnId": "t", "toolCallId": "c1", "outSeq": 1,
+                "stream": "stdout", "chunk": "x"}),
+            "show[tool_call_update]",
+        ),
+        (
+            json!({"kind": "tool_result", "turnId": "t", "toolCallId": "c1", "status": "completed",
+                "result": {"kind": "text", "text": "ok"}, "truncated": false}),
+            "show[tool_call_update]",
+        ),
+        (
+            json!({"kind": "interaction_request", "interaction": interaction}),
+            "ask",
+        ),
+        (
+            json!({"kind": "interaction_closed", "interactionId": "i1", "status": "closed",
+                "outcome": {"kind": "closure", "reason": "turn_stopped"}}),
+            "withdraw",
+        ),
+        (
+            json!({"kind": "plan_update", "turnId": "t", "entries": []}),
+            "show[plan]",
+        ),
+        (
+            json!({"kind": "usage", "turnId": "t", "delta": {"inputTokens": 1, "outputTokens": 1},
+                "totals": {"inputTokens": 1, "outputTokens": 1},
+                "context": {"usedTokens": 1, "windowTokens": 10}}),
+            "show[usage_update]",
+        ),
+        (
+            json!({"kind": "configuration_changed", "revision": 2, "configuration": config}),
+            "configuration",
+        ),
+        (
+            json!({"kind": "session_updated", "revision": 2, "name": "n", "lastUsedAt": 0,
+                "isArchived": false}),
+            "show[session_info_update]",
+        ),
+        (
+            json!({"kind": "transcript_advanced", "throughMessageSeq": 3}),
+            "",
+        ),
+        (
+            json!({"kind": "client_call", "invocationId": "v1", "service": "fs.read",
+                "input": {}, "inputRef": false}),
+            "editor_call",
+        ),
+        (
+            json!({"kind": "client_call_cancelled", "invocationId": "v1"}),
+            "withdraw",
+        ),
+        (
+            json!({"kind": "turn_terminal", "turnId": "t", "runId": "r", "outcome": "completed",
+                "reason": "end_turn"}),
+            "show[] turn_ended",
+        ),
+        (json!({"kind": "goal_updated", "goal": goal}), "goal"),
+        (json!({"kind": "session_removed"}), ""),
+        (
+            json!({"kind": "frame_omitted", "omittedKind": "tool_result", "bytes": 9}),
+            "resync",
+        ),
+        (json!({"kind": "heartbeat", "headSeq": 4}), ""),
+        (
+            json!({"kind": "stream_end", "reason": "window_complete", "lastSeq": 4}),
+            "window_end",
+        ),
+        (
+            json!({"kind": "stream_end", "reason": "session_removed", "lastSeq": 4}),
+            "window_end(removed)",
+        ),
+        (json!({"kind": "a_kind_from_a_newer_host"}), ""),
+    ];
+    let mut p = Projector::new(false);
+    let now = Instant::now();
+    for (frame, expected) in table {
+        let body: FrameBody =
+            serde_json::from_value(frame.clone()).unwrap_or_else(|e| panic!("{frame}: {e}"));
+        let said: Vec<String> = p
+            .apply(body, now + Duration::from_secs(1))
+            .into_iter()
+            .map(|e| match e {
+                Effect::Show(u) => format!(
+                    "show[{}]",
+                    json_all(u)
+                        .iter()
+                        .map(|u| u["sessionUpdate"].as_str().unwrap_or("?").to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+                Effect::Ask(_) => "ask".into(),
+                Effect::EditorCall(_) => "editor_call".into(),
+                Effect::Withdraw(_) => "withdraw".into(),
+                Effect::Configuration { .. } => "configuration".into(),
+                Effect::Goal(_) => "goal".into(),
+                Effect::TurnEnded(_) => "turn_ended".into(),
+                Effect::WindowEnd {
+                    session_removed: false,
+                } => "window_end".into(),
+                Effect::WindowEnd {
+                    session_removed: true,
+                } => "window_end(removed)".into(),
+                Effect::Resync(_) => "resync".into(),
+            })
+            .collect();
+        assert_eq!(said.join(" "), expected, "{frame}");
+    }
+}
