@@ -546,8 +546,11 @@ fn codex_acp_from_npm_works_as_a_subagent_against_a_local_responses_api() {
         "codex@codex#1: what did I ask?",
         "codex: hang on",
     ];
+    // Its own HOME too: the commands it runs (and a login shell's profile) are the test's,
+    // and a cancel that kills one mid-way leaves nothing behind in the machine's home.
     let codex_decl = json!({"command": codex, "env": {
-        "CODEX_HOME": home.path(), "TMPDIR": home.path(), "MAKA_TEST_MARKER": marker}});
+        "CODEX_HOME": home.path(), "HOME": home.path(), "TMPDIR": home.path(),
+        "MAKA_TEST_MARKER": marker}});
     let mut a = parent(&data, &prompts, json!({ "codex": codex_decl }));
     let s = a.new_session(ws.path());
 

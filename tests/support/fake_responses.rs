@@ -2,8 +2,9 @@
 //! server-sent events), enough for codex to run against: it answers from the request itself,
 //! so a client that retries or reopens a conversation gets consistent answers.
 //!
-//! - a last user message containing "run three": `exec_command` calls `echo out-1` … `out-3`,
-//!   one per request, until three outputs came back; then a message "ran 3; heard: …"
+//! - a last user message containing "run three": `exec_command` calls `echo out-1` … `out-3`
+//!   (not in a login shell: the machine's profile is not the test's), one per request, until
+//!   three outputs came back; then a message "ran 3; heard: …"
 //! - containing "hang": the stream starts and then nothing more (held open for a minute)
 //! - anything else: a message "ran N; heard: A | B | …" naming the tail of every user message
 //!   in the request (so a continued conversation shows its earlier tasks)
@@ -80,7 +81,7 @@ fn serve(mut stream: TcpStream, log: &Mutex<Vec<Value>>) {
     let item = if task.contains("run three") && outputs < 3 {
         let k = outputs + 1;
         json!({"type": "function_call", "id": format!("fc_{k}"), "call_id": format!("call_{k}"),
-               "name": "exec_command", "arguments": json!({"cmd": format!("echo out-{k}")}).to_string()})
+               "name": "exec_command", "arguments": json!({"cmd": format!("echo out-{k}"), "login": false}).to_string()})
     } else {
         let heard: Vec<String> = items
             .iter()
