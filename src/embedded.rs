@@ -196,15 +196,13 @@ fn spawn(config: &AdapterConfig) -> Result<Started, Spawned> {
     };
     // Read the ready line on a helper thread so a silent child cannot hang us.
     let (tx, rx) = crossbeam_channel::bounded(1);
-    let _ = std::thread::Builder::new()
-        .name("host-ready".into())
-        .spawn(move || {
-            let mut line = String::new();
-            let r = std::io::BufReader::new(stdout)
-                .read_line(&mut line)
-                .map(|_| line);
-            let _ = tx.send(r);
-        });
+    let _ = crate::threads::spawn("host-ready", move || {
+        let mut line = String::new();
+        let r = std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .map(|_| line);
+        let _ = tx.send(r);
+    });
     let line = match rx.recv_timeout(READY_TIMEOUT) {
         Ok(Ok(line)) if !line.is_empty() => line,
         other => {

@@ -18,3 +18,4 @@ pub mod jsonrpc;
 #[cfg(feature = "host")]
 pub(crate) mod login;
 pub mod settings;
+pub(crate) mod threads;

@@ -18,12 +18,8 @@ use std::sync::Arc;
 
 pub fn spawn(session: Arc<AcpSession>, shared: Arc<Shared>, conn: Connected, call: Call) {
     let name = format!("acp-call-{}", call.invocation_id);
-    let spawned = std::thread::Builder::new()
-        .name(name)
-        .spawn(move || run(&session, &shared, &conn, call));
-    if let Err(e) = spawned {
-        log::error!("cannot start a client-call thread: {e}");
-    }
+    // Without it the call stays pending; the host times it out.
+    let _ = crate::threads::spawn(name, move || run(&session, &shared, &conn, call));
 }
 
 pub struct Call {

@@ -41,12 +41,8 @@ pub fn spawn(
     interaction: Interaction,
 ) {
     let name = format!("acp-ask-{}", interaction.interaction_id);
-    let spawned = std::thread::Builder::new()
-        .name(name)
-        .spawn(move || run(&session, &shared, &conn, interaction));
-    if let Err(e) = spawned {
-        log::error!("cannot start an interaction thread: {e}");
-    }
+    // Without it the dialog stays pending; the host closes it with the turn.
+    let _ = crate::threads::spawn(name, move || run(&session, &shared, &conn, interaction));
 }
 
 fn run(

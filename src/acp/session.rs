@@ -337,21 +337,19 @@ impl AcpSession {
             turn_id.to_string(),
             Arc::clone(&shared.link),
         );
-        let _ = std::thread::Builder::new()
-            .name("acp-turn-stop".into())
-            .spawn(move || match link.get() {
-                Ok(conn) => {
-                    let input = ops::TurnRef {
-                        session_id: id.clone(),
-                        turn_id: turn.clone(),
-                        run_id: None,
-                    };
-                    if let Err(e) = conn.client.call::<ops::TurnStop>(&input) {
-                        log::warn!("turn.stop for {id}/{turn}: {e}");
-                    }
+        let _ = crate::threads::spawn("acp-turn-stop", move || match link.get() {
+            Ok(conn) => {
+                let input = ops::TurnRef {
+                    session_id: id.clone(),
+                    turn_id: turn.clone(),
+                    run_id: None,
+                };
+                if let Err(e) = conn.client.call::<ops::TurnStop>(&input) {
+                    log::warn!("turn.stop for {id}/{turn}: {e}");
                 }
-                Err(e) => log::warn!("turn.stop for {id}/{turn}: {}", e.message),
-            });
+            }
+            Err(e) => log::warn!("turn.stop for {id}/{turn}: {}", e.message),
+        });
     }
 
     // ---- closing -------------------------------------------------------------------------
@@ -625,11 +623,10 @@ impl AcpSession {
             return;
         }
         let (s, sh, c) = (Arc::clone(self), Arc::clone(shared), conn.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("acp-session-{}", self.id))
-            .spawn(move || super::reader::run(s, sh, c, first));
-        if let Err(e) = spawned {
-            log::error!("cannot start the reader for {}: {e}", self.id);
+        let reader = crate::threads::spawn(format!("acp-session-{}", self.id), move || {
+            super::reader::run(s, sh, c, first)
+        });
+        if reader.is_none() {
             self.state().reader_running = false;
         }
     }

@@ -76,18 +76,16 @@ impl Subagent {
         let (done_tx, stderr_done) = crossbeam_channel::bounded::<()>(0);
         if let Some(err) = child.stderr.take() {
             let tail = Arc::clone(&stderr_tail);
-            let _ = std::thread::Builder::new()
-                .name(format!("agent-{}-stderr", spec.name))
-                .spawn(move || {
-                    let _done = done_tx;
-                    use std::io::BufRead;
-                    for line in BufReader::new(err).lines().map_while(Result::ok) {
-                        let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
-                        t.push_str(&line);
-                        t.push('\n');
-                        crate::host_api::keep_tail(&mut t, 2048);
-                    }
-                });
+            let _ = crate::threads::spawn(format!("agent-{}-stderr", spec.name), move || {
+                let _done = done_tx;
+                use std::io::BufRead;
+                for line in BufReader::new(err).lines().map_while(Result::ok) {
+                    let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+                    t.push_str(&line);
+                    t.push('\n');
+                    crate::host_api::keep_tail(&mut t, 2048);
+                }
+            });
         }
         let connection = Connection::from_io(BufReader::new(stdout), stdin);
         let mut agent = Subagent {

@@ -128,7 +128,7 @@ impl Terminals {
         .flatten()
         {
             let t = Arc::clone(&term);
-            readers.push(std::thread::spawn(move || {
+            readers.extend(crate::threads::spawn("agent-terminal-output", move || {
                 let mut pipe = pipe;
                 let mut buf = [0u8; 8192];
                 while let Ok(n) = pipe.read(&mut buf) {
@@ -143,7 +143,8 @@ impl Terminals {
             }));
         }
         let t = Arc::clone(&term);
-        std::thread::spawn(move || {
+        let pgid = term.pgid;
+        let watcher = crate::threads::spawn("agent-terminal-wait", move || {
             let status = child.wait().ok();
             // The output is complete once both pipes closed.
             for r in readers {
@@ -159,6 +160,14 @@ impl Terminals {
             ));
             t.exited.notify_all();
         });
+        if watcher.is_none() {
+            // Nobody could tell when it exits: it does not run.
+            kill_group(pgid);
+            crate::host::reaper::untrack(pgid);
+            return Err(ResponseError::internal(
+                "cannot start a thread to watch the command; it was stopped",
+            ));
+        }
         let id = crate::host::random_id("term");
         self.map.insert(id.clone(), term);
         Ok(json!({ "terminalId": id }))
@@ -179,7 +188,8 @@ impl Terminals {
         match self.term(params) {
             Err(e) => responder.respond(Err(e)),
             Ok(t) => {
-                std::thread::spawn(move || {
+                // Without the thread the responder is dropped, which answers with an error.
+                let _ = crate::threads::spawn("agent-terminal-exit", move || {
                     let mut out = t.lock();
                     while out.exit.is_none() {
                         out = t.exited.wait(out).unwrap_or_else(|p| p.into_inner());
