@@ -205,7 +205,7 @@ fn added_latency(frames: usize) -> (f64, f64, f64, f64) {
         "127.0.0.1:0".parse().unwrap(),
         &data,
         TOKEN.into(),
-        maka_acp::settings::Tunables::default(),
+        maka_acp::tunables::Tunables::default(),
     )
     .unwrap();
     let (h, port) = (bound.host.clone(), bound.port);

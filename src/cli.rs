@@ -32,7 +32,7 @@ pub(crate) struct HostArgs {
     pub watch_stdin: bool,
     /// `--token-stdin`: the token is the first line of stdin.
     pub token_stdin: bool,
-    pub tunables: crate::settings::Tunables,
+    pub tunables: crate::tunables::Tunables,
 }
 
 impl PartialEq for AdapterConfig {
@@ -59,7 +59,7 @@ pub(crate) struct Env {
     /// `MAKA_HOST_CA`: a PEM file of authorities for an `https://` host.
     pub host_ca: Option<String>,
     pub data_dir: Option<String>,
-    pub tunables: crate::settings::Tunables,
+    pub tunables: crate::tunables::Tunables,
 }
 
 impl Env {
@@ -70,7 +70,7 @@ impl Env {
             host_token: var("MAKA_HOST_TOKEN"),
             host_ca: var("MAKA_HOST_CA"),
             data_dir: var("MAKA_DATA_DIR"),
-            tunables: crate::settings::Tunables::from_env(),
+            tunables: crate::tunables::Tunables::from_env(),
         }
     }
 }
@@ -326,7 +326,7 @@ fn run_host(args: HostArgs) -> i32 {
         listen: args.listen,
         data_dir: args
             .data_dir
-            .unwrap_or_else(crate::settings::default_data_dir),
+            .unwrap_or_else(crate::tunables::default_data_dir),
         tunables: args.tunables,
         watch_stdin: args.watch_stdin,
         token_stdin: args.token_stdin,

@@ -24,7 +24,7 @@ pub fn config_file_path() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CONFIG_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .or_else(|| crate::settings::home().map(|h| h.join(".config")))?;
+        .or_else(|| crate::tunables::home().map(|h| h.join(".config")))?;
     Some(base.join("maka-acp").join("config.json"))
 }
 

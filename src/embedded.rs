@@ -49,7 +49,7 @@ impl LocalHost for Embedded {
         let data_dir = config
             .data_dir
             .clone()
-            .unwrap_or_else(crate::settings::default_data_dir);
+            .unwrap_or_else(crate::tunables::default_data_dir);
         let timeout = config.tunables.host_stream_timeout;
         if let Some(found) = discover(&data_dir, timeout) {
             return Ok(found);

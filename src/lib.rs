@@ -17,5 +17,5 @@ pub mod host_api;
 pub mod jsonrpc;
 #[cfg(feature = "host")]
 pub(crate) mod login;
-pub mod settings;
 pub(crate) mod threads;
+pub mod tunables;

@@ -32,7 +32,7 @@ pub struct AdapterConfig {
     pub data_dir: Option<PathBuf>,
     /// `--log-level`, passed on to the embedded host.
     pub log_level: Option<String>,
-    pub tunables: crate::settings::Tunables,
+    pub tunables: crate::tunables::Tunables,
 }
 
 /// How long the requests read before stdin closed may take to be answered.

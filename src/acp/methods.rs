@@ -19,10 +19,10 @@
 use super::agent::Ctx;
 use super::initialize::{self, InitializeParams};
 use super::params::{ParamResult, Params};
-use super::requests as read;
+use super::read;
 use super::turns::{self, Registered, TurnKind};
 use super::types::to_json;
-use super::{maka, sessions, settings};
+use super::{configure, lifecycle, maka};
 use crate::host_api::ops::{self, Operation};
 use crate::jsonrpc::{Responder, ResponseError};
 use serde_json::Value;
@@ -62,18 +62,18 @@ const fn m(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
 #[rustfmt::skip]
 pub static METHODS: &[Method] = &[
     m("initialize",                     |v| Ok(Job::Initialize(initialize::parse(v)?))),
-    m("authenticate",                   |v| answer(v, read::method_id, |c, id| settings::authenticate(c, &id))),
-    Method { local_only: true, ..m("logout", |v| answer(v, read::nothing, |c, ()| settings::logout(c))) },
-    m("session/new",                    |v| work(v, read::new_session, sessions::new)),
-    m("session/fork",                   |v| work(v, read::fork_session, sessions::fork)),
-    m("session/load",                   |v| work(v, |p| read::open_session(p, true), sessions::open)),
-    m("session/resume",                 |v| work(v, |p| read::open_session(p, false), sessions::open)),
-    m("session/list",                   |v| answer(v, read::list_sessions, sessions::list)),
-    m("session/close",                  |v| answer(v, read::session_id, |c, id| sessions::close(c, &id))),
-    m("session/delete",                 |v| answer(v, read::session_id, |c, id| sessions::delete(c, &id))),
-    m("session/set_config_option",      |v| work(v, read::config_option, settings::set_config_option)),
-    m("session/set_model",              |v| work(v, read::set_model, settings::set_config_option)),
-    m("session/set_mode",               |v| work(v, read::set_mode, settings::set_mode)),
+    m("authenticate",                   |v| answer(v, read::method_id, |c, id| configure::authenticate(c, &id))),
+    Method { local_only: true, ..m("logout", |v| answer(v, read::nothing, |c, ()| configure::logout(c))) },
+    m("session/new",                    |v| work(v, read::new_session, lifecycle::new)),
+    m("session/fork",                   |v| work(v, read::fork_session, lifecycle::fork)),
+    m("session/load",                   |v| work(v, |p| read::open_session(p, true), lifecycle::open)),
+    m("session/resume",                 |v| work(v, |p| read::open_session(p, false), lifecycle::open)),
+    m("session/list",                   |v| answer(v, read::list_sessions, lifecycle::list)),
+    m("session/close",                  |v| answer(v, read::session_id, |c, id| lifecycle::close(c, &id))),
+    m("session/delete",                 |v| answer(v, read::session_id, |c, id| lifecycle::delete(c, &id))),
+    m("session/set_config_option",      |v| work(v, read::config_option, configure::set_config_option)),
+    m("session/set_model",              |v| work(v, read::set_model, configure::set_config_option)),
+    m("session/set_mode",               |v| work(v, read::set_mode, configure::set_mode)),
     m("session/prompt",                 |v| turn(v, read::prompt, turns::register)),
     m("_maka/session/turns",            |v| forward::<ops::SessionTurns>(v, read::session_ref)),
     m("_maka/session/branch",           |v| answer(v, maka::read_branch, maka::branch)),

@@ -11,7 +11,7 @@
 //!   in the order they were made. Only session threads (the reader, a load's worker, a call's
 //!   thread) take it; the dispatcher never does. Lock order: `view`, then `state`.
 //!
-//! The reader thread that follows the host's stream lives in `reader.rs`.
+//! The reader thread that follows the host's stream lives in `follow.rs`.
 
 use super::config_options::{self, Catalog, SessionConfig};
 use super::errors;
@@ -624,7 +624,7 @@ impl AcpSession {
         }
         let (s, sh, c) = (Arc::clone(self), Arc::clone(shared), conn.clone());
         let reader = crate::threads::spawn(format!("acp-session-{}", self.id), move || {
-            super::reader::run(s, sh, c, first)
+            super::follow::run(s, sh, c, first)
         });
         if reader.is_none() {
             self.state().reader_running = false;

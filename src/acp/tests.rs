@@ -205,7 +205,7 @@ fn delete_gives_up_after_three_conflicting_writes_with_a_retryable_error() {
         shared,
         sessions: Arc::default(),
     };
-    let e = super::sessions::delete(&ctx, "s").unwrap_err();
+    let e = super::lifecycle::delete(&ctx, "s").unwrap_err();
     let data = e.data.unwrap_or_default();
     assert_eq!(
         (data["makaCode"].as_str(), data["retryable"].as_bool()),

@@ -7,7 +7,7 @@ use super::errors;
 use super::errors::MakaCode;
 use super::host_link::Connected;
 use super::prompt;
-use super::requests::Prompt;
+use super::read::Prompt;
 use super::session::AcpSession;
 use crate::host_api::ops::{self, OpenInput, ResumeDisposition, StartOutcome, TurnStartInput};
 use crate::host_api::random_hex;

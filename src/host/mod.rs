@@ -66,7 +66,7 @@ pub struct Host {
     pub attached: owner::Attached,
     pub data_dir: PathBuf,
     /// Read once at start; see `crate::settings`.
-    pub tunables: crate::settings::Tunables,
+    pub tunables: crate::tunables::Tunables,
     /// Held for the host's whole life: one data dir, one host.
     _lock: owner::DataDirLock,
 }
@@ -280,7 +280,7 @@ pub struct HostOptions {
     pub watch_stdin: bool,
     /// The token is the first line of stdin (the embedded host), not `MAKA_HOST_TOKEN`.
     pub token_stdin: bool,
-    pub tunables: crate::settings::Tunables,
+    pub tunables: crate::tunables::Tunables,
 }
 
 /// A bound, ready host: serve it with [`serve`].
@@ -312,7 +312,7 @@ pub fn bind(
     listen: SocketAddr,
     data_dir: &std::path::Path,
     token: String,
-    tunables: crate::settings::Tunables,
+    tunables: crate::tunables::Tunables,
 ) -> Result<Bound, BindError> {
     if !listen.ip().is_loopback() {
         return Err(BindError {

@@ -89,18 +89,24 @@ impl Connection {
     pub fn stdio() -> Connection {
         // Stdin is buffered internally; a larger BufReader on top reads big lines in fewer calls.
         Connection::from_io(
+            "acp",
             io::BufReader::with_capacity(64 * 1024, io::stdin()),
             io::stdout(),
         )
     }
 
-    pub fn from_io<R, W>(input: R, output: W) -> Connection
+    /// A connection over `input` and `output`, its two threads named `<name>-reader` and
+    /// `<name>-writer` (`acp` for the client on stdio; the host names its MCP servers and
+    /// subagents).
+    pub fn from_io<R, W>(name: &str, input: R, output: W) -> Connection
     where
         R: BufRead + Send + 'static,
         W: Write + Send + 'static,
     {
         let (out_tx, out_rx) = bounded(OUTBOX_CAPACITY);
-        let writer = spawn_named("acp-writer", move || write_lines(output, out_rx));
+        let writer = spawn_named(&format!("{name}-writer"), move || {
+            write_lines(output, out_rx)
+        });
         let outbox = Outbox { tx: out_tx.clone() };
         let client_calls = Arc::new(ClientCalls::new(outbox.clone()));
         let incoming = IncomingRequests::new(outbox.clone());
@@ -113,7 +119,9 @@ impl Connection {
         };
         // The reader is never joined: it may be blocked in read() on a stdin that stays open.
         // It exits by itself at EOF, and the process does not wait for it.
-        let _reader = spawn_named("acp-reader", move || read_lines(input, reader_state));
+        let _reader = spawn_named(&format!("{name}-reader"), move || {
+            read_lines(input, reader_state)
+        });
         Connection {
             outbox,
             client_calls,

@@ -347,7 +347,7 @@ fn start_stdio(spec: &Value, cwd: &str, name: &str) -> Result<StdioTransport, St
         let _ = child.kill();
         return Err("the server's pipes could not be opened".into());
     };
-    let connection = Connection::from_io(BufReader::new(stdout), stdin);
+    let connection = Connection::from_io(&format!("mcp-{name}"), BufReader::new(stdout), stdin);
     let tools_changed: Arc<AtomicBool> = Arc::default();
     let (inbox, changed, server) = (
         connection.inbox.clone(),

@@ -87,7 +87,11 @@ impl Subagent {
                 }
             });
         }
-        let connection = Connection::from_io(BufReader::new(stdout), stdin);
+        let connection = Connection::from_io(
+            &format!("agent-{}", spec.name),
+            BufReader::new(stdout),
+            stdin,
+        );
         let mut agent = Subagent {
             name: spec.name.clone(),
             child,

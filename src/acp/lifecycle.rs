@@ -7,7 +7,7 @@ use super::client_call;
 use super::config_options::{self, Catalog, SessionConfig};
 use super::errors::{self, MakaCode};
 use super::projection::iso8601;
-use super::requests::{ForkSession, ListSessions, NewSession, OpenSession};
+use super::read::{ForkSession, ListSessions, NewSession, OpenSession};
 use super::session::AcpSession;
 use super::types::{
     to_json, AvailableCommand, Chunk, CommandInput, Empty, InterruptedTurnNotification,
@@ -204,7 +204,7 @@ pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
                 session.follow_goal(&ctx.shared, &conn, goal);
             }
             // Dialogs and editor calls still waiting (the same start as a reader's catch-up).
-            super::reader::start_pending(&session, &ctx.shared, &conn, &snapshot);
+            super::follow::start_pending(&session, &ctx.shared, &conn, &snapshot);
         }
         Err(e) => responder.respond(Err(e)),
     }

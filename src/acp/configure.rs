@@ -6,7 +6,7 @@ use super::auth;
 use super::config_options::{self, CasStep, Catalog, SessionConfig};
 use super::errors::{self, MakaCode};
 use super::params::Params;
-use super::requests;
+use super::read;
 use super::session::AcpSession;
 use super::types::{to_json, ConfigOption, ConfigOptionsResponse, Empty, SessionUpdate};
 use crate::host_api::ops::{self, CasOutcome, ConfigUpdateInput, SessionRef};
@@ -90,8 +90,8 @@ fn change_config(
 /// option (`as_set_model`): checked against the offered options; `set_config_option` answers
 /// with the options, `set_model` answers `{}` as that method did, and the option view follows
 /// as an update.
-pub fn set_config_option(ctx: &Ctx, p: requests::ConfigOption, responder: Responder) {
-    let requests::ConfigOption {
+pub fn set_config_option(ctx: &Ctx, p: read::ConfigOption, responder: Responder) {
+    let read::ConfigOption {
         session_id,
         params,
         as_set_model,
@@ -127,7 +127,7 @@ pub fn set_config_option(ctx: &Ctx, p: requests::ConfigOption, responder: Respon
     session.end_config_write(&ctx.shared, None);
 }
 
-pub fn set_mode(ctx: &Ctx, p: requests::SetMode, responder: Responder) {
+pub fn set_mode(ctx: &Ctx, p: read::SetMode, responder: Responder) {
     let (session_id, mode) = (&p.session_id, p.mode_id.as_str());
     let session = match attached(ctx, session_id) {
         Ok(s) => s,
