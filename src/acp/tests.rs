@@ -77,24 +77,21 @@ fn shared(host: Arc<FakeHost>) -> (Arc<Shared>, TestLines) {
 fn lines_until(lines: &TestLines, done: impl Fn(&Value) -> bool) -> Vec<Value> {
     let mut out = vec![];
     let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        for l in lines.try_iter() {
-            let v: Value = serde_json::from_str(&l).unwrap();
-            let stop = done(&v);
-            out.push(v);
-            if stop {
-                return out;
-            }
+    while let Some(l) = lines.next_before(deadline) {
+        let v: Value = serde_json::from_str(&l).unwrap();
+        let stop = done(&v);
+        out.push(v);
+        if stop {
+            return out;
         }
-        std::thread::sleep(Duration::from_millis(2));
     }
     panic!("gave up waiting; got {out:?}");
 }
 
 #[test]
 fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_response_comes_last() {
-    let host = Arc::new(FakeHost::new(|key, _| match key {
-        "session.open" => Ok(crate::acp::types::to_json(&ops::OpenSnapshot {
+    let host = Arc::new(FakeHost::default().answer::<ops::SessionOpen>(|_| {
+        Ok(ops::OpenSnapshot {
             host_epoch: "e1".into(),
             seq: 4,
             session: record(2),
@@ -126,8 +123,7 @@ fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_res
                 through_message_seq: 0,
             },
             goal: None,
-        })),
-        other => panic!("unexpected operation {other}"),
+        })
     }));
     host.window(vec![
         frame(
@@ -191,15 +187,26 @@ fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_res
 
 #[test]
 fn delete_gives_up_after_three_conflicting_writes_with_a_retryable_error() {
-    let host = Arc::new(FakeHost::new(|key, _| match key {
-        "session.get" => Ok(json!({"session": {
-            "id": "s", "revision": 3, "workspace": {"kind": "host_path", "path": "/w"},
-            "name": null, "isArchived": false, "createdAt": 0, "lastUsedAt": 0,
-            "configuration": Configuration::default(), "status": "idle", "activeTurnId": null,
-        }})),
-        "session.remove" => Ok(json!({"kind": "revision_conflict", "expected": 3, "actual": 4})),
-        other => panic!("unexpected operation {other}"),
-    }));
+    let host = Arc::new(
+        FakeHost::default()
+            .answer::<ops::SessionGet>(|_| {
+                Ok(ops::SessionLookup {
+                    session: Some(Session {
+                        revision: 3,
+                        status: SessionStatus::Idle,
+                        active_turn_id: None,
+                        ..record(3)
+                    }),
+                    transcript_quarantine: vec![],
+                })
+            })
+            .answer::<ops::SessionRemove>(|_| {
+                Ok(ops::RemoveOutcome::RevisionConflict {
+                    expected: 3,
+                    actual: 4,
+                })
+            }),
+    );
     let (shared, _lines) = shared(Arc::clone(&host));
     let ctx = Ctx {
         shared,

@@ -1,31 +1,39 @@
 //! A scripted Runtime Host for in-process tests of the adapter (xi-rpc's `DummyPeer` idea):
-//! operations are answered by a closure, event-stream windows are served from a queue, and
-//! every call is recorded. No process, no socket, no timeout.
+//! each operation is answered by a typed closure ([`FakeHost::answer`]), event-stream windows
+//! are served from a queue, and every call is recorded. No process, no socket, no timeout. An
+//! operation with no answer is a host error naming it.
 
 use super::client::{ClientError, EventStream, HostApi};
+use super::ops::Operation;
 use super::wire::{Envelope, Frame, HostError};
 use serde_json::Value;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
-type Handler = dyn Fn(&str, &Value) -> Result<Value, HostError> + Send + Sync;
+type Handler = dyn Fn(&Value) -> Result<Value, HostError> + Send + Sync;
 
+#[derive(Default)]
 pub struct FakeHost {
-    handler: Box<Handler>,
+    answers: HashMap<&'static str, Box<Handler>>,
     windows: Mutex<VecDeque<Vec<Frame>>>,
     /// Every operation called, with its input, in order.
     pub calls: Mutex<Vec<(String, Value)>>,
 }
 
 impl FakeHost {
-    pub fn new(
-        handler: impl Fn(&str, &Value) -> Result<Value, HostError> + Send + Sync + 'static,
+    /// Answers operation `O` with `f` (its input decoded, its output encoded, as the real host
+    /// and client do).
+    pub fn answer<O: Operation>(
+        mut self,
+        f: impl Fn(O::Input) -> Result<O::Output, HostError> + Send + Sync + 'static,
     ) -> FakeHost {
-        FakeHost {
-            handler: Box::new(handler),
-            windows: Mutex::new(VecDeque::new()),
-            calls: Mutex::new(Vec::new()),
-        }
+        let handler = move |input: &Value| {
+            let input = serde_json::from_value::<O::Input>(input.clone())
+                .map_err(|e| HostError::internal(format!("{}: bad input: {e}", O::KEY)))?;
+            f(input).map(|out| serde_json::to_value(out).unwrap_or(Value::Null))
+        };
+        self.answers.insert(O::KEY, Box::new(handler));
+        self
     }
 
     /// The frames of the next event-stream window a reader opens.
@@ -46,7 +54,13 @@ impl HostApi for FakeHost {
     fn post(&self, key: &str, body: String) -> Result<(u16, String), ClientError> {
         let input: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
         crate::jsonrpc::lock(&self.calls).push((key.to_string(), input.clone()));
-        let envelope = match (self.handler)(key, &input) {
+        let answer = match self.answers.get(key) {
+            Some(handler) => handler(&input),
+            None => Err(HostError::internal(format!(
+                "the fake host has no answer for {key}"
+            ))),
+        };
+        let envelope = match answer {
             Ok(result) => Envelope {
                 ok: true,
                 result: Some(result),

@@ -281,4 +281,15 @@ impl TestLines {
             Outgoing::Stop => None,
         })
     }
+
+    /// The next line written, waiting until `deadline` at most.
+    pub fn next_before(&self, deadline: std::time::Instant) -> Option<String> {
+        loop {
+            match self.0.recv_deadline(deadline) {
+                Ok(Outgoing::Line(l)) => return Some(l),
+                Ok(Outgoing::Stop) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
 }
