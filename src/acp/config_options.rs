@@ -183,45 +183,7 @@ pub fn options(c: &Configuration, catalog: &Catalog, boolean_options: bool) -> V
         SelectOptions::Flat(modes),
     )];
 
-    let default_name = match catalog.resolve(&ModelTarget::Default) {
-        Some(m) => format!("Default ({})", m.label),
-        None => "Default".into(),
-    };
-    let default_option = choice("default", &default_name, Some("The host's default model"));
-    let model_options = |conn: &CatalogConnection| -> Vec<SelectOption> {
-        conn.models
-            .iter()
-            .map(|m| choice(&format!("{}/{}", conn.slug, m.id), &m.label, None))
-            .collect()
-    };
-    // Grouped by provider only when there is more than one: some clients (avante) cannot
-    // pick from groups, and one group says nothing.
-    let models = if catalog.connections.len() <= 1 {
-        let mut flat = vec![default_option];
-        if let Some(conn) = catalog.connections.first() {
-            flat.extend(model_options(conn));
-        }
-        SelectOptions::Flat(flat)
-    } else {
-        let mut groups = vec![SelectGroup {
-            group: "default".into(),
-            name: "Default".into(),
-            options: vec![default_option],
-        }];
-        for conn in &catalog.connections {
-            groups.push(SelectGroup {
-                group: conn.slug.clone(),
-                name: if conn.label.is_empty() {
-                    &conn.slug
-                } else {
-                    &conn.label
-                }
-                .clone(),
-                options: model_options(conn),
-            });
-        }
-        SelectOptions::Grouped(groups)
-    };
+    let models = model_choices(catalog);
     out.push(select(
         "model",
         "Model",
@@ -278,6 +240,49 @@ pub fn options(c: &Configuration, catalog: &Catalog, boolean_options: bool) -> V
         out.push(orchestration(c));
     }
     out
+}
+
+/// The models to choose from: the host's default first; grouped by provider only when there
+/// is more than one (some clients, avante, cannot pick from groups, and one group says
+/// nothing).
+fn model_choices(catalog: &Catalog) -> SelectOptions {
+    let default_name = match catalog.resolve(&ModelTarget::Default) {
+        Some(m) => format!("Default ({})", m.label),
+        None => "Default".into(),
+    };
+    let default_option = choice("default", &default_name, Some("The host's default model"));
+    let model_options = |conn: &CatalogConnection| -> Vec<SelectOption> {
+        conn.models
+            .iter()
+            .map(|m| choice(&format!("{}/{}", conn.slug, m.id), &m.label, None))
+            .collect()
+    };
+    if catalog.connections.len() <= 1 {
+        let mut flat = vec![default_option];
+        if let Some(conn) = catalog.connections.first() {
+            flat.extend(model_options(conn));
+        }
+        SelectOptions::Flat(flat)
+    } else {
+        let mut groups = vec![SelectGroup {
+            group: "default".into(),
+            name: "Default".into(),
+            options: vec![default_option],
+        }];
+        for conn in &catalog.connections {
+            groups.push(SelectGroup {
+                group: conn.slug.clone(),
+                name: if conn.label.is_empty() {
+                    &conn.slug
+                } else {
+                    &conn.label
+                }
+                .clone(),
+                options: model_options(conn),
+            });
+        }
+        SelectOptions::Grouped(groups)
+    }
 }
 
 /// How delegations to subagents run (only for sessions that have subagents).

@@ -156,9 +156,99 @@ fn absolute_locations<'a>(paths: impl Iterator<Item = &'a str>) -> Option<Vec<To
     (!locs.is_empty()).then_some(locs)
 }
 
+/// The choices a permission dialog offers: what `rule` can keep, named so the person sees what
+/// "always" covers.
+fn permission_options(
+    rule: &Option<crate::host_api::wire::RuleTarget>,
+    review: Review,
+) -> Vec<PermissionOption> {
+    use PermissionOptionKind::{AllowAlways, AllowOnce, RejectAlways, RejectOnce};
+    if let Some(agent @ crate::host_api::wire::RuleTarget::Agent { .. }) = rule {
+        // A subagent's trust: once, or always for this very declaration, by name.
+        vec![
+            option(ALLOW_ONCE, "Allow once", AllowOnce),
+            option(
+                ALLOW_WORKSPACE,
+                &format!("Always allow {} in this workspace", agent.describe()),
+                AllowAlways,
+            ),
+            option(REJECT, "Reject", RejectOnce),
+        ]
+    } else if let Some(crate::host_api::wire::RuleTarget::InAgent {
+        name,
+        allow_always,
+        reject_always,
+        no_allow_once,
+        no_reject_once,
+    }) = rule
+    {
+        // A subagent's own dialog: its lasting options are its own to keep, and
+        // say so, with its words; only the choices it offered.
+        let mut options = vec![];
+        if !no_allow_once {
+            options.push(option(ALLOW_ONCE, "Allow once", AllowOnce));
+        }
+        if let Some(label) = allow_always {
+            options.push(option(
+                ALLOW_WORKSPACE,
+                &format!("Always allow in {name} ({label}; {name} remembers it)"),
+                AllowAlways,
+            ));
+        }
+        if !no_reject_once {
+            options.push(option(REJECT, "Reject", RejectOnce));
+        }
+        if let Some(label) = reject_always {
+            options.push(option(
+                REJECT_WORKSPACE,
+                &format!("Always reject in {name} ({label}; {name} remembers it)"),
+                RejectAlways,
+            ));
+        }
+        options
+    } else if let (Some(rule), false) = (rule, review == Review::Plan) {
+        // The rules the host can keep, named so the person sees what "always"
+        // covers. `allow_once` comes first and is the only one of its kind: clients
+        // that map options by kind, and auto-approvers, take the first `allow_once`,
+        // so nothing lasting is granted without being picked by name.
+        let what = rule.describe();
+        vec![
+            option(ALLOW_ONCE, "Allow once", AllowOnce),
+            option(
+                ALLOW_SESSION,
+                &format!("Allow {what} for this session"),
+                AllowAlways,
+            ),
+            option(
+                ALLOW_WORKSPACE,
+                &format!("Always allow {what} in this workspace"),
+                AllowAlways,
+            ),
+            option(REJECT, "Reject", RejectOnce),
+            option(
+                REJECT_WORKSPACE,
+                &format!("Always reject {what} in this workspace"),
+                RejectAlways,
+            ),
+        ]
+    } else if review == Review::Plan {
+        // Plan mode: approving the plan is what lets the agent start changing things.
+        vec![
+            option(ALLOW_ONCE, "Approve the plan and start", AllowOnce),
+            option(REJECT, "Keep planning", RejectOnce),
+        ]
+    } else {
+        // No rule can cover this call (a compound command, a file outside the
+        // working directory): once or not at all. Bypass mode stops the questions.
+        vec![
+            option(ALLOW_ONCE, "Allow once", AllowOnce),
+            option(REJECT, "Reject", RejectOnce),
+        ]
+    }
+}
 /// The dialog for a permission or a sandbox boundary (`question`s never get one).
 fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestPermission {
-    use PermissionOptionKind::{AllowAlways, AllowOnce, RejectAlways, RejectOnce};
+    use PermissionOptionKind::{AllowOnce, RejectOnce};
     let (tool_call, options) = match request {
         InteractionRequest::Permission {
             tool_call_id,
@@ -184,89 +274,7 @@ fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestP
                 content: d.as_ref().map(|d| vec![diff(d)]),
                 ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending)
             };
-            let options =
-                if let Some(agent @ crate::host_api::wire::RuleTarget::Agent { .. }) = rule {
-                    // A subagent's trust: once, or always for this very declaration, by name.
-                    vec![
-                        option(ALLOW_ONCE, "Allow once", AllowOnce),
-                        option(
-                            ALLOW_WORKSPACE,
-                            &format!("Always allow {} in this workspace", agent.describe()),
-                            AllowAlways,
-                        ),
-                        option(REJECT, "Reject", RejectOnce),
-                    ]
-                } else if let Some(crate::host_api::wire::RuleTarget::InAgent {
-                    name,
-                    allow_always,
-                    reject_always,
-                    no_allow_once,
-                    no_reject_once,
-                }) = rule
-                {
-                    // A subagent's own dialog: its lasting options are its own to keep, and
-                    // say so, with its words; only the choices it offered.
-                    let mut options = vec![];
-                    if !no_allow_once {
-                        options.push(option(ALLOW_ONCE, "Allow once", AllowOnce));
-                    }
-                    if let Some(label) = allow_always {
-                        options.push(option(
-                            ALLOW_WORKSPACE,
-                            &format!("Always allow in {name} ({label}; {name} remembers it)"),
-                            AllowAlways,
-                        ));
-                    }
-                    if !no_reject_once {
-                        options.push(option(REJECT, "Reject", RejectOnce));
-                    }
-                    if let Some(label) = reject_always {
-                        options.push(option(
-                            REJECT_WORKSPACE,
-                            &format!("Always reject in {name} ({label}; {name} remembers it)"),
-                            RejectAlways,
-                        ));
-                    }
-                    options
-                } else if let (Some(rule), false) = (rule, *review == Review::Plan) {
-                    // The rules the host can keep, named so the person sees what "always"
-                    // covers. `allow_once` comes first and is the only one of its kind: clients
-                    // that map options by kind, and auto-approvers, take the first `allow_once`,
-                    // so nothing lasting is granted without being picked by name.
-                    let what = rule.describe();
-                    vec![
-                        option(ALLOW_ONCE, "Allow once", AllowOnce),
-                        option(
-                            ALLOW_SESSION,
-                            &format!("Allow {what} for this session"),
-                            AllowAlways,
-                        ),
-                        option(
-                            ALLOW_WORKSPACE,
-                            &format!("Always allow {what} in this workspace"),
-                            AllowAlways,
-                        ),
-                        option(REJECT, "Reject", RejectOnce),
-                        option(
-                            REJECT_WORKSPACE,
-                            &format!("Always reject {what} in this workspace"),
-                            RejectAlways,
-                        ),
-                    ]
-                } else if *review == Review::Plan {
-                    // Plan mode: approving the plan is what lets the agent start changing things.
-                    vec![
-                        option(ALLOW_ONCE, "Approve the plan and start", AllowOnce),
-                        option(REJECT, "Keep planning", RejectOnce),
-                    ]
-                } else {
-                    // No rule can cover this call (a compound command, a file outside the
-                    // working directory): once or not at all. Bypass mode stops the questions.
-                    vec![
-                        option(ALLOW_ONCE, "Allow once", AllowOnce),
-                        option(REJECT, "Reject", RejectOnce),
-                    ]
-                };
+            let options = permission_options(rule, *review);
             (tool_call, options)
         }
         InteractionRequest::SandboxBoundary {

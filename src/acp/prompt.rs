@@ -83,33 +83,7 @@ pub fn to_message(blocks: &[Value]) -> Result<MessageContent, ResponseError> {
                     }
                 }
             }
-            Some("resource") => {
-                let r = block
-                    .get("resource")
-                    .ok_or_else(|| bad(i, "a resource block needs `resource`".into()))?;
-                let uri = r
-                    .get("uri")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| bad(i, "`resource.uri` is required".into()))?;
-                let mime = r.get("mimeType").and_then(Value::as_str).map(String::from);
-                let (kind, text_part, blob) = match (
-                    r.get("text").and_then(Value::as_str),
-                    r.get("blob").and_then(Value::as_str),
-                ) {
-                    (Some(t), _) => ("text", Some(t.to_string()), None),
-                    (None, Some(b)) => ("blob", None, Some(b.to_string())),
-                    _ => return Err(bad(i, "`resource` needs `text` or `blob`".into())),
-                };
-                attachments.push(Attachment {
-                    kind: kind.into(),
-                    name: uri.rsplit('/').next().unwrap_or(uri).to_string(),
-                    uri: Some(uri.into()),
-                    mime_type: mime,
-                    text: text_part,
-                    data_base64: blob,
-                    artifact_id: None,
-                });
-            }
+            Some("resource") => attachments.push(embedded(block).map_err(|e| bad(i, e.into()))?),
             Some("audio") => {
                 return Err(bad(
                     i,
@@ -124,6 +98,35 @@ pub fn to_message(blocks: &[Value]) -> Result<MessageContent, ResponseError> {
         return Err(ResponseError::invalid_params("`prompt` is empty"));
     }
     Ok(MessageContent { text, attachments })
+}
+
+/// An embedded `resource` block (its text, or its base64 blob) as an attachment.
+fn embedded(block: &Value) -> Result<Attachment, &'static str> {
+    let r = block
+        .get("resource")
+        .ok_or("a resource block needs `resource`")?;
+    let uri = r
+        .get("uri")
+        .and_then(Value::as_str)
+        .ok_or("`resource.uri` is required")?;
+    let mime = r.get("mimeType").and_then(Value::as_str).map(String::from);
+    let (kind, text, blob) = match (
+        r.get("text").and_then(Value::as_str),
+        r.get("blob").and_then(Value::as_str),
+    ) {
+        (Some(t), _) => ("text", Some(t.to_string()), None),
+        (None, Some(b)) => ("blob", None, Some(b.to_string())),
+        _ => return Err("`resource` needs `text` or `blob`"),
+    };
+    Ok(Attachment {
+        kind: kind.into(),
+        name: uri.rsplit('/').next().unwrap_or(uri).to_string(),
+        uri: Some(uri.into()),
+        mime_type: mime,
+        text,
+        data_base64: blob,
+        artifact_id: None,
+    })
 }
 
 /// The text of a readable local file behind a `file://` URI.

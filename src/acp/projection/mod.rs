@@ -216,183 +216,22 @@ impl Projector {
                 Some(t) => vec![SessionUpdate::AgentThoughtChunk(Chunk::text(message_id, t))],
                 None => vec![],
             },
-            FrameBody::ToolStart {
-                tool_call_id,
-                tool_name,
-                title,
-                activity_kind,
-                args,
-                args_truncated,
-                locations: tool_locations,
-                parent_tool_call_id,
-                ..
-            } => {
-                if !self.shown_tools.insert(tool_call_id.clone()) {
-                    return vec![]; // shown already (a catch-up replays it)
-                }
-                let display = self.display_terminal && activity_kind == "command";
-                let hidden = tool_name == PLAN_TOOL;
-                let state = ToolState {
-                    command: (activity_kind == "command").then(|| title.clone()),
-                    display,
-                    hidden,
-                    ..ToolState::default()
-                };
-                if self.tools.insert(tool_call_id.clone(), state).is_none() {
-                    self.order.push(tool_call_id.clone());
-                }
-                if hidden {
-                    return vec![];
-                }
-                let mut maka = serde_json::Map::new();
-                if *args_truncated {
-                    maka.insert("argsTruncated".into(), json!(true));
-                }
-                if let Some(parent) = parent_tool_call_id {
-                    // A subagent's tool call, shown under the `delegate` call that ran it.
-                    maka.insert("parentToolCallId".into(), json!(parent));
-                }
-                let mut meta = (!maka.is_empty()).then(|| json!({ "maka": maka }));
-                let mut content = vec![];
-                if display {
-                    content.push(ToolCallContent::terminal(tool_call_id));
-                    meta.get_or_insert_with(|| json!({}))["terminal_info"] =
-                        json!({"terminal_id": tool_call_id});
-                }
-                vec![SessionUpdate::ToolCall(ToolCall {
-                    tool_call_id: tool_call_id.clone(),
-                    title: title.clone(),
-                    kind: tool_kind(activity_kind, tool_name),
-                    status: ToolCallStatus::Pending,
-                    raw_input: args.clone(),
-                    locations: locations(tool_locations),
-                    content,
-                    meta,
-                })]
-            }
+            FrameBody::ToolStart { .. } => self.tool_start(body),
             // The provider is being retried: said as a thought (ACP v1 has no status update),
             // so the person does not stare at nothing. Live only; never replayed.
             FrameBody::TurnStatus {
                 turn_id,
                 provider_retry: Some(r),
                 ..
-            } => {
-                let attempt = r["attempt"].as_u64().unwrap_or(1);
-                let wait = wait_words(r["delayMs"].as_u64().unwrap_or(0));
-                let why = r["reason"].as_str().unwrap_or("it failed");
-                vec![SessionUpdate::AgentThoughtChunk(Chunk::text(
-                    format!("retry_{turn_id}_{attempt}"),
-                    format!("The model provider did not answer ({why}); retrying in {wait} (attempt {} of 5).\n", attempt + 1),
-                ))]
-            }
+            } => vec![retry_thought(turn_id, r)],
             FrameBody::ToolRunning { tool_call_id, .. } => match self.tools.get(tool_call_id) {
                 Some(t) if !t.terminal && !t.hidden => vec![SessionUpdate::ToolCallUpdate(
                     ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress),
                 )],
                 _ => vec![],
             },
-            FrameBody::ToolOutputDelta {
-                tool_call_id,
-                chunk,
-                ..
-            } => {
-                let Some(t) = self.tools.get_mut(tool_call_id) else {
-                    return vec![];
-                };
-                if t.terminal || t.hidden || t.client_terminal.is_some() {
-                    return vec![];
-                }
-                if t.display {
-                    t.streamed = true;
-                    return vec![SessionUpdate::ToolCallUpdate(ToolCallUpdate {
-                        meta: Some(
-                            json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}}),
-                        ),
-                        ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
-                    })];
-                }
-                t.output.push_str(chunk);
-                t.truncated |= crate::host_api::keep_tail(&mut t.output, OUTPUT_TAIL_BYTES);
-                t.dirty = true;
-                if t.last_sent
-                    .is_some_and(|at| now.duration_since(at) < OUTPUT_THROTTLE)
-                {
-                    return vec![];
-                }
-                t.last_sent = Some(now);
-                t.dirty = false;
-                let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
-                vec![SessionUpdate::ToolCallUpdate(
-                    ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
-                        .with_content(vec![ToolCallContent::text(text)]),
-                )]
-            }
-            FrameBody::ToolResult {
-                tool_call_id,
-                status,
-                result,
-                truncated,
-                ..
-            } => {
-                let acp_status = if *status == ToolStatus::Completed {
-                    ToolCallStatus::Completed
-                } else {
-                    ToolCallStatus::Failed
-                };
-                let t = self.tools.entry(tool_call_id.clone()).or_default();
-                if t.terminal {
-                    return vec![];
-                }
-                t.terminal = true;
-                if t.hidden {
-                    return vec![];
-                }
-                let mut update = ToolCallUpdate {
-                    content: Some(result_content(result, *status)),
-                    raw_output: Some(match result {
-                        // A subagent's call: its own rawOutput, as it sent it.
-                        ToolResultContent::Agent {
-                            raw_output: Some(raw),
-                            ..
-                        } => raw.clone(),
-                        _ => serde_json::to_value(result).unwrap_or(Value::Null),
-                    }),
-                    ..ToolCallUpdate::new(tool_call_id, acp_status)
-                };
-                if let ToolResultContent::Terminal {
-                    output,
-                    exit_code,
-                    signal,
-                    timed_out,
-                    ..
-                } = result
-                {
-                    if let Some(tid) = &t.client_terminal {
-                        // The editor keeps showing its terminal after release.
-                        let verdict =
-                            terminal_verdict(*status, *exit_code, signal.as_deref(), *timed_out);
-                        update.content = Some(vec![
-                            ToolCallContent::terminal(tid),
-                            ToolCallContent::text(verdict),
-                        ]);
-                    } else if t.display {
-                        update.content = Some(vec![ToolCallContent::terminal(tool_call_id)]);
-                        let mut meta = json!({"terminal_exit": {"terminal_id": tool_call_id, "exit_code": exit_code, "signal": signal}});
-                        if !t.streamed {
-                            // Replay (or output that never streamed): show it all at once.
-                            meta["terminal_output"] =
-                                json!({"terminal_id": tool_call_id, "data": output});
-                        }
-                        update.meta = Some(meta);
-                    }
-                }
-                update.locations = result_locations(result);
-                if *truncated {
-                    // Merged: a display terminal's `terminal_exit` is already in `_meta`.
-                    update.meta.get_or_insert_with(|| json!({}))["maka"]["truncated"] = json!(true);
-                }
-                vec![SessionUpdate::ToolCallUpdate(update)]
-            }
+            FrameBody::ToolOutputDelta { .. } => self.tool_output(body, now),
+            FrameBody::ToolResult { .. } => self.tool_result(body),
             FrameBody::PlanUpdate { entries, .. } => vec![SessionUpdate::Plan {
                 entries: plan(entries),
             }],
@@ -437,6 +276,177 @@ impl Projector {
         }
     }
 
+    /// A tool call starts: shown once (a catch-up may replay its start).
+    fn tool_start(&mut self, body: &FrameBody) -> Vec<SessionUpdate> {
+        let FrameBody::ToolStart {
+            tool_call_id,
+            tool_name,
+            title,
+            activity_kind,
+            args,
+            args_truncated,
+            locations: tool_locations,
+            parent_tool_call_id,
+            ..
+        } = body
+        else {
+            return vec![];
+        };
+        if !self.shown_tools.insert(tool_call_id.clone()) {
+            return vec![]; // shown already (a catch-up replays it)
+        }
+        let display = self.display_terminal && activity_kind == "command";
+        let hidden = tool_name == PLAN_TOOL;
+        let state = ToolState {
+            command: (activity_kind == "command").then(|| title.clone()),
+            display,
+            hidden,
+            ..ToolState::default()
+        };
+        if self.tools.insert(tool_call_id.clone(), state).is_none() {
+            self.order.push(tool_call_id.clone());
+        }
+        if hidden {
+            return vec![];
+        }
+        let mut maka = serde_json::Map::new();
+        if *args_truncated {
+            maka.insert("argsTruncated".into(), json!(true));
+        }
+        if let Some(parent) = parent_tool_call_id {
+            // A subagent's tool call, shown under the `delegate` call that ran it.
+            maka.insert("parentToolCallId".into(), json!(parent));
+        }
+        let mut meta = (!maka.is_empty()).then(|| json!({ "maka": maka }));
+        let mut content = vec![];
+        if display {
+            content.push(ToolCallContent::terminal(tool_call_id));
+            meta.get_or_insert_with(|| json!({}))["terminal_info"] =
+                json!({"terminal_id": tool_call_id});
+        }
+        vec![SessionUpdate::ToolCall(ToolCall {
+            tool_call_id: tool_call_id.clone(),
+            title: title.clone(),
+            kind: tool_kind(activity_kind, tool_name),
+            status: ToolCallStatus::Pending,
+            raw_input: args.clone(),
+            locations: locations(tool_locations),
+            content,
+            meta,
+        })]
+    }
+
+    /// Live command output: throttled, or through the display terminal.
+    fn tool_output(&mut self, body: &FrameBody, now: Instant) -> Vec<SessionUpdate> {
+        let FrameBody::ToolOutputDelta {
+            tool_call_id,
+            chunk,
+            ..
+        } = body
+        else {
+            return vec![];
+        };
+        let Some(t) = self.tools.get_mut(tool_call_id) else {
+            return vec![];
+        };
+        if t.terminal || t.hidden || t.client_terminal.is_some() {
+            return vec![];
+        }
+        if t.display {
+            t.streamed = true;
+            return vec![SessionUpdate::ToolCallUpdate(ToolCallUpdate {
+                meta: Some(
+                    json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}}),
+                ),
+                ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
+            })];
+        }
+        t.output.push_str(chunk);
+        t.truncated |= crate::host_api::keep_tail(&mut t.output, OUTPUT_TAIL_BYTES);
+        t.dirty = true;
+        if t.last_sent
+            .is_some_and(|at| now.duration_since(at) < OUTPUT_THROTTLE)
+        {
+            return vec![];
+        }
+        t.last_sent = Some(now);
+        t.dirty = false;
+        let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
+        vec![SessionUpdate::ToolCallUpdate(
+            ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
+                .with_content(vec![ToolCallContent::text(text)]),
+        )]
+    }
+
+    /// A tool call settled: its content, its raw output, its locations.
+    fn tool_result(&mut self, body: &FrameBody) -> Vec<SessionUpdate> {
+        let FrameBody::ToolResult {
+            tool_call_id,
+            status,
+            result,
+            truncated,
+            ..
+        } = body
+        else {
+            return vec![];
+        };
+        let acp_status = if *status == ToolStatus::Completed {
+            ToolCallStatus::Completed
+        } else {
+            ToolCallStatus::Failed
+        };
+        let t = self.tools.entry(tool_call_id.clone()).or_default();
+        if t.terminal {
+            return vec![];
+        }
+        t.terminal = true;
+        if t.hidden {
+            return vec![];
+        }
+        let mut update = ToolCallUpdate {
+            content: Some(result_content(result, *status)),
+            raw_output: Some(match result {
+                // A subagent's call: its own rawOutput, as it sent it.
+                ToolResultContent::Agent {
+                    raw_output: Some(raw),
+                    ..
+                } => raw.clone(),
+                _ => serde_json::to_value(result).unwrap_or(Value::Null),
+            }),
+            ..ToolCallUpdate::new(tool_call_id, acp_status)
+        };
+        if let ToolResultContent::Terminal {
+            output,
+            exit_code,
+            signal,
+            timed_out,
+            ..
+        } = result
+        {
+            if let Some(tid) = &t.client_terminal {
+                // The editor keeps showing its terminal after release.
+                let verdict = terminal_verdict(*status, *exit_code, signal.as_deref(), *timed_out);
+                update.content = Some(vec![
+                    ToolCallContent::terminal(tid),
+                    ToolCallContent::text(verdict),
+                ]);
+            } else if t.display {
+                update.content = Some(vec![ToolCallContent::terminal(tool_call_id)]);
+                let mut meta = json!({"terminal_exit": {"terminal_id": tool_call_id, "exit_code": exit_code, "signal": signal}});
+                if !t.streamed {
+                    // Replay (or output that never streamed): show it all at once.
+                    meta["terminal_output"] = json!({"terminal_id": tool_call_id, "data": output});
+                }
+                update.meta = Some(meta);
+            }
+        }
+        update.locations = result_locations(result);
+        if *truncated {
+            // Merged: a display terminal's `terminal_exit` is already in `_meta`.
+            update.meta.get_or_insert_with(|| json!({}))["maka"]["truncated"] = json!(true);
+        }
+        vec![SessionUpdate::ToolCallUpdate(update)]
+    }
     /// Settles every tool call still open (a turn ended without their result): `failed`.
     pub fn close_open_tools(&mut self, why: &str) -> Vec<SessionUpdate> {
         let mut out = vec![];
@@ -562,6 +572,20 @@ fn user_chunk(turn_id: &str, message_id: &str, text: &str) -> Vec<SessionUpdate>
         meta: Some(json!({"maka": {"turnId": turn_id}})),
         ..Chunk::text(message_id, text)
     })]
+}
+
+/// "The model provider did not answer (…); retrying in 2 s (attempt 2 of 5)."
+fn retry_thought(turn_id: &str, r: &Value) -> SessionUpdate {
+    let attempt = r["attempt"].as_u64().unwrap_or(1);
+    let wait = wait_words(r["delayMs"].as_u64().unwrap_or(0));
+    let why = r["reason"].as_str().unwrap_or("it failed");
+    SessionUpdate::AgentThoughtChunk(Chunk::text(
+        format!("retry_{turn_id}_{attempt}"),
+        format!(
+            "The model provider did not answer ({why}); retrying in {wait} (attempt {} of 5).\n",
+            attempt + 1
+        ),
+    ))
 }
 
 /// A wait as a person reads it, exactly: "500 ms", "2 s", "1.5 s".

@@ -54,6 +54,40 @@ pub fn snapshot_frames(open: &OpenSnapshot) -> Vec<FrameBody> {
     frames
 }
 
+/// An assistant message as it streamed: its thinking (under the id the live stream gave it),
+/// then its text.
+fn assistant_frames(
+    turn_id: String,
+    message_id: &str,
+    text: Option<&str>,
+    thinking: Option<&str>,
+) -> Vec<FrameBody> {
+    let mut out = vec![];
+    if let Some(t) = thinking {
+        let thinking_id = message_id
+            .strip_prefix("m_")
+            .map(|rest| format!("th_{rest}"))
+            .unwrap_or_else(|| format!("{message_id}_th"));
+        out.push(FrameBody::ThinkingDelta {
+            turn_id: turn_id.clone(),
+            message_id: thinking_id,
+            start_offset: 0,
+            text: t.to_string(),
+            complete: true,
+        });
+    }
+    if let Some(t) = text {
+        out.push(FrameBody::TextDelta {
+            turn_id,
+            message_id: message_id.to_string(),
+            start_offset: 0,
+            text: t.to_string(),
+            complete: true,
+        });
+    }
+    out
+}
+
 /// The frames a durable transcript item was (or stands for) when live.
 pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
     let turn_id = item.turn_id.clone();
@@ -78,32 +112,7 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             message_id,
             text,
             thinking,
-        } => {
-            let mut out = vec![];
-            if let Some(t) = thinking {
-                let thinking_id = message_id
-                    .strip_prefix("m_")
-                    .map(|rest| format!("th_{rest}"))
-                    .unwrap_or_else(|| format!("{message_id}_th"));
-                out.push(FrameBody::ThinkingDelta {
-                    turn_id: turn_id.clone(),
-                    message_id: thinking_id,
-                    start_offset: 0,
-                    text: t.clone(),
-                    complete: true,
-                });
-            }
-            if let Some(t) = text {
-                out.push(FrameBody::TextDelta {
-                    turn_id,
-                    message_id: message_id.clone(),
-                    start_offset: 0,
-                    text: t.clone(),
-                    complete: true,
-                });
-            }
-            out
-        }
+        } => assistant_frames(turn_id, message_id, text.as_deref(), thinking.as_deref()),
         TranscriptBody::ToolCall {
             tool_call_id,
             tool_name,
