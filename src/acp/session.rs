@@ -58,9 +58,21 @@ struct PendingPrompt {
     cancel_requested: bool,
 }
 
+/// What the session's threads share (behind `state`): seven plain parts.
 #[derive(Default)]
 struct SessionState {
     reader_running: bool,
+    closed: bool,
+    prompt: Option<PendingPrompt>,
+    position: Position,
+    editor: EditorRequests,
+    config: ConfigState,
+    goal: GoalState,
+}
+
+/// Where this connection is in the session's stream.
+#[derive(Default)]
+struct Position {
     /// The last frame seen and the host epoch it belongs to.
     last_seq: u64,
     epoch: Option<String>,
@@ -69,15 +81,25 @@ struct SessionState {
     /// The last durable transcript item this connection has seen (live or replayed): a
     /// catch-up after a gap starts after it.
     through: u64,
-    prompt: Option<PendingPrompt>,
+}
+
+/// What this session asks of the editor.
+#[derive(Default)]
+struct EditorRequests {
     /// Host interaction or invocation id → the ACP request in flight for it.
     outstanding: HashMap<String, RequestId>,
     /// Editor terminals created for this session and not yet released.
-    live_terminals: HashSet<String>,
-    closed: bool,
-    /// The session's configuration as last read or seen (highest revision wins), and the
-    /// model catalog it is shown against.
-    config: Option<SessionConfig>,
+    terminals: HashSet<String>,
+    /// Host operations in flight that may call the editor (a rewind restoring files through
+    /// it): the reader follows the stream meanwhile, to forward those calls.
+    ops: usize,
+}
+
+/// The session's configuration and what the client was told of it.
+#[derive(Default)]
+struct ConfigState {
+    /// As last read or seen (highest revision wins), and the model catalog it is shown against.
+    current: Option<SessionConfig>,
     catalog: Catalog,
     /// What the client was last told: a change is announced only when it differs from this
     /// (so a client's own change is never echoed back). Options kept serialized: a string is a
@@ -86,14 +108,16 @@ struct SessionState {
     sent_mode: Option<PermissionMode>,
     /// Configuration writes of this client in flight: a change seen meanwhile is announced by
     /// the writer after its response (it may be the writer's own).
-    config_writers: usize,
-    /// Host operations in flight that may call the editor (a rewind restoring files through
-    /// it): the reader follows the stream meanwhile, to forward those calls.
-    editor_ops: usize,
-    /// The session's goal is live: its turns are followed (and shown) as they come.
-    goal_live: bool,
-    /// The goal's revision `goal_live` was decided from (older states are ignored).
-    goal_revision: u64,
+    writers: usize,
+}
+
+/// The session's goal, as far as following its turns goes.
+#[derive(Default)]
+struct GoalState {
+    /// Live: its turns are followed (and shown) as they come.
+    live: bool,
+    /// The revision `live` was decided from (older states are ignored).
+    revision: u64,
 }
 
 /// How long a prompt waits for the cancelled one before it to settle.
@@ -319,7 +343,7 @@ impl AcpSession {
             let (turn, started) = (p.turn_id.clone(), p.started);
             // Taken out of the table: each is withdrawn exactly once, and its waiter sees
             // that it was withdrawn.
-            let ids: Vec<RequestId> = st.outstanding.drain().map(|(_, r)| r).collect();
+            let ids: Vec<RequestId> = st.editor.outstanding.drain().map(|(_, r)| r).collect();
             (turn, started, ids)
         };
         for id in &outstanding {
@@ -374,7 +398,7 @@ impl AcpSession {
         let ids: Vec<RequestId> = {
             let mut st = self.state();
             st.closed = true;
-            st.outstanding.drain().map(|(_, r)| r).collect()
+            st.editor.outstanding.drain().map(|(_, r)| r).collect()
         };
         for id in ids {
             shared.calls.cancel(&id);
@@ -392,22 +416,22 @@ impl AcpSession {
         if st.closed {
             return false;
         }
-        st.outstanding.insert(key.to_string(), request);
+        st.editor.outstanding.insert(key.to_string(), request);
         true
     }
 
     /// Forgets `key`; true when it was still tracked (nobody withdrew it).
     pub fn untrack(&self, key: &str) -> bool {
-        self.state().outstanding.remove(key).is_some()
+        self.state().editor.outstanding.remove(key).is_some()
     }
 
     pub fn is_tracked(&self, key: &str) -> bool {
-        self.state().outstanding.contains_key(key)
+        self.state().editor.outstanding.contains_key(key)
     }
 
     /// The host closed `key` (answered elsewhere, withdrawn): withdraws its client request.
     pub fn withdraw(&self, shared: &Shared, key: &str) {
-        let request = self.state().outstanding.remove(key);
+        let request = self.state().editor.outstanding.remove(key);
         if let Some(r) = request {
             shared.calls.cancel(&r);
         }
@@ -416,15 +440,15 @@ impl AcpSession {
     // ---- editor terminals -----------------------------------------------------------------
 
     pub fn add_terminal(&self, id: &str) {
-        self.state().live_terminals.insert(id.to_string());
+        self.state().editor.terminals.insert(id.to_string());
     }
 
     pub fn forget_terminal(&self, id: &str) {
-        self.state().live_terminals.remove(id);
+        self.state().editor.terminals.remove(id);
     }
 
     pub fn take_terminals(&self) -> Vec<String> {
-        self.state().live_terminals.drain().collect()
+        self.state().editor.terminals.drain().collect()
     }
 
     // ---- the stream position --------------------------------------------------------------
@@ -432,33 +456,35 @@ impl AcpSession {
     /// Records the position a `session.open` snapshot gave.
     pub fn set_position(&self, seq: u64, epoch: &str, active_turn: Option<String>) {
         let mut st = self.state();
-        st.last_seq = seq;
-        st.epoch = Some(epoch.to_string());
-        st.active_turn = active_turn;
+        st.position.last_seq = seq;
+        st.position.epoch = Some(epoch.to_string());
+        st.position.active_turn = active_turn;
     }
 
     /// Whether the stream position is valid for this host epoch (else `session.open` first).
     pub fn positioned_for(&self, epoch: &str) -> bool {
-        self.state().epoch.as_deref() == Some(epoch)
+        self.state().position.epoch.as_deref() == Some(epoch)
     }
 
     pub fn last_seq(&self) -> u64 {
-        self.state().last_seq
+        self.state().position.last_seq
     }
 
     /// Records a frame's sequence number and what it says about the turn and the transcript.
     pub fn observe_frame(&self, seq: Option<u64>, body: &FrameBody) {
         let mut st = self.state();
         if let Some(seq) = seq {
-            st.last_seq = seq;
+            st.position.last_seq = seq;
         }
         match body {
-            FrameBody::TurnStarted { turn_id, .. } => st.active_turn = Some(turn_id.clone()),
+            FrameBody::TurnStarted { turn_id, .. } => {
+                st.position.active_turn = Some(turn_id.clone())
+            }
             FrameBody::TranscriptAdvanced {
                 through_message_seq,
-            } => st.through = st.through.max(*through_message_seq),
+            } => st.position.through = st.position.through.max(*through_message_seq),
             FrameBody::SessionUpdated { revision, .. } => {
-                if let Some(c) = st.config.as_mut() {
+                if let Some(c) = st.config.current.as_mut() {
                     c.revision = c.revision.max(*revision);
                 }
             }
@@ -469,8 +495,8 @@ impl AcpSession {
     /// The turn ended: no longer active. Returns whether it was this connection's prompt.
     pub fn turn_ended(&self, turn_id: &str) -> bool {
         let mut st = self.state();
-        if st.active_turn.as_deref() == Some(turn_id) {
-            st.active_turn = None;
+        if st.position.active_turn.as_deref() == Some(turn_id) {
+            st.position.active_turn = None;
         }
         st.prompt.as_ref().is_some_and(|p| p.turn_id == turn_id)
     }
@@ -478,22 +504,22 @@ impl AcpSession {
     /// The host is gone: the position means nothing any more.
     pub fn forget_position(&self) {
         let mut st = self.state();
-        st.epoch = None;
-        st.active_turn = None;
+        st.position.epoch = None;
+        st.position.active_turn = None;
     }
 
     pub fn active_turn(&self) -> Option<String> {
-        self.state().active_turn.clone()
+        self.state().position.active_turn.clone()
     }
 
     /// The last durable item seen.
     pub fn through(&self) -> u64 {
-        self.state().through
+        self.state().position.through
     }
 
     pub fn saw_through(&self, seq: u64) {
         let mut st = self.state();
-        st.through = st.through.max(seq);
+        st.position.through = st.position.through.max(seq);
     }
 
     // ---- the reader ----------------------------------------------------------------------
@@ -507,7 +533,7 @@ impl AcpSession {
     pub fn release_reader(&self) {
         let mut st = self.state();
         st.reader_running = false;
-        st.active_turn = None;
+        st.position.active_turn = None;
     }
 
     /// The reader's next step, decided (and, for `Stop`, recorded) in one section.
@@ -518,17 +544,18 @@ impl AcpSession {
         }
         if st.closed
             || (st.prompt.is_none()
-                && st.active_turn.is_none()
-                && st.editor_ops == 0
-                && !st.goal_live)
+                && st.position.active_turn.is_none()
+                && st.editor.ops == 0
+                && !st.goal.live)
         {
             st.reader_running = false;
             return ReaderStep::Stop;
         }
         ReaderStep::Follow {
-            after: st.last_seq,
+            after: st.position.last_seq,
             epoch: Some(
-                st.epoch
+                st.position
+                    .epoch
                     .clone()
                     .unwrap_or_else(|| default_epoch.to_string()),
             ),
@@ -538,7 +565,10 @@ impl AcpSession {
     /// Whether nothing is left to follow (the followed turn is over, no prompt waits).
     pub fn idle(&self) -> bool {
         let st = self.state();
-        st.prompt.is_none() && st.active_turn.is_none() && st.editor_ops == 0 && !st.goal_live
+        st.prompt.is_none()
+            && st.position.active_turn.is_none()
+            && st.editor.ops == 0
+            && !st.goal.live
     }
 
     /// Follows the session's turns while its goal is live (they start without a prompt here).
@@ -558,11 +588,11 @@ impl AcpSession {
     /// must not undo a resume the client just made). Returns whether it was applied.
     pub fn goal_seen(&self, goal: &crate::host_api::wire::Goal) -> bool {
         let mut st = self.state();
-        if goal.revision < st.goal_revision {
+        if goal.revision < st.goal.revision {
             return false;
         }
-        st.goal_revision = goal.revision;
-        st.goal_live = goal.is_live();
+        st.goal.revision = goal.revision;
+        st.goal.live = goal.is_live();
         true
     }
 
@@ -574,10 +604,10 @@ impl AcpSession {
         conn: &Connected,
         op: impl FnOnce() -> T,
     ) -> T {
-        self.state().editor_ops += 1;
+        self.state().editor.ops += 1;
         self.ensure_reader(shared, conn, None);
         let out = op();
-        self.state().editor_ops -= 1;
+        self.state().editor.ops -= 1;
         out
     }
 
@@ -591,8 +621,11 @@ impl AcpSession {
                 return Ok(None);
             }
             (
-                st.last_seq,
-                st.epoch.clone().unwrap_or_else(|| conn.epoch.clone()),
+                st.position.last_seq,
+                st.position
+                    .epoch
+                    .clone()
+                    .unwrap_or_else(|| conn.epoch.clone()),
             )
         };
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -686,8 +719,8 @@ impl AcpSession {
     /// The models to show (whether the session has subagents is kept).
     pub fn set_catalog(&self, catalog: Catalog) {
         let mut st = self.state();
-        let subagents = st.catalog.subagents;
-        st.catalog = Catalog {
+        let subagents = st.config.catalog.subagents;
+        st.config.catalog = Catalog {
             subagents,
             ..catalog
         };
@@ -695,13 +728,13 @@ impl AcpSession {
 
     /// Whether the session's folder declares subagents (the orchestration option shows).
     pub fn set_subagents(&self, declared: bool) {
-        self.state().catalog.subagents = declared;
+        self.state().config.catalog.subagents = declared;
     }
 
     /// The configuration as known, and the catalog it is shown against.
     pub fn config(&self) -> (Option<SessionConfig>, Catalog) {
         let st = self.state();
-        (st.config.clone(), st.catalog.clone())
+        (st.config.current.clone(), st.config.catalog.clone())
     }
 
     /// Records a configuration read from the host (newer revisions only) and returns the
@@ -715,26 +748,28 @@ impl AcpSession {
         if let Some(c) = config {
             if st
                 .config
+                .current
                 .as_ref()
                 .is_none_or(|old| c.revision >= old.revision)
             {
-                st.config = Some(c);
+                st.config.current = Some(c);
             }
         }
-        let c = st.config.as_ref()?;
-        let options = config_options::options(&c.configuration, &st.catalog, boolean_options);
-        st.sent_options = serde_json::to_string(&options).unwrap_or_default();
+        let c = st.config.current.as_ref()?;
+        let options =
+            config_options::options(&c.configuration, &st.config.catalog, boolean_options);
+        st.config.sent_options = serde_json::to_string(&options).unwrap_or_default();
         Some(options)
     }
 
     /// The client has been shown `mode` as the legacy mode (`modes` in a result).
     pub fn told_mode(&self, mode: PermissionMode) {
-        self.state().sent_mode = Some(mode);
+        self.state().config.sent_mode = Some(mode);
     }
 
     /// A configuration write of this client begins; changes seen meanwhile wait for it.
     pub fn begin_config_write(&self) {
-        self.state().config_writers += 1;
+        self.state().config.writers += 1;
     }
 
     /// The write is over (its response is queued): the client has been told `told_mode` as its
@@ -742,11 +777,11 @@ impl AcpSession {
     pub fn end_config_write(&self, shared: &Shared, told_mode: Option<PermissionMode>) {
         self.emit(shared, |_| {
             let mut st = self.state();
-            st.config_writers = st.config_writers.saturating_sub(1);
+            st.config.writers = st.config.writers.saturating_sub(1);
             if let Some(m) = told_mode {
-                st.sent_mode = Some(m);
+                st.config.sent_mode = Some(m);
             }
-            let updates = if st.config_writers == 0 {
+            let updates = if st.config.writers == 0 {
                 announcements(&mut st, shared.caps.boolean_config_options)
             } else {
                 vec![]
@@ -761,17 +796,17 @@ impl AcpSession {
     pub fn config_changed(&self, shared: &Shared, revision: u64, configuration: Configuration) {
         self.emit(shared, |_| {
             let mut st = self.state();
-            let Some(known) = st.config.as_ref() else {
+            let Some(known) = st.config.current.as_ref() else {
                 return (vec![], ());
             };
             if revision <= known.revision {
                 return (vec![], ()); // this client's own change, or one it has re-read
             }
-            st.config = Some(SessionConfig {
+            st.config.current = Some(SessionConfig {
                 revision,
                 configuration,
             });
-            if st.config_writers > 0 {
+            if st.config.writers > 0 {
                 return (vec![], ());
             }
             (
@@ -794,21 +829,21 @@ impl AcpSession {
 
 /// The updates that bring the client's view of the configuration up to date.
 fn announcements(st: &mut SessionState, boolean_options: bool) -> Vec<SessionUpdate> {
-    let Some(c) = st.config.as_ref() else {
+    let Some(c) = st.config.current.as_ref() else {
         return vec![];
     };
     let mode = c.configuration.permission_mode;
-    let options = config_options::options(&c.configuration, &st.catalog, boolean_options);
+    let options = config_options::options(&c.configuration, &st.config.catalog, boolean_options);
     let serialized = serde_json::to_string(&options).unwrap_or_default();
     let mut out = vec![];
-    if serialized != st.sent_options {
-        st.sent_options = serialized;
+    if serialized != st.config.sent_options {
+        st.config.sent_options = serialized;
         out.push(SessionUpdate::ConfigOptionUpdate {
             config_options: options,
         });
     }
-    if st.sent_mode != Some(mode) {
-        st.sent_mode = Some(mode);
+    if st.config.sent_mode != Some(mode) {
+        st.config.sent_mode = Some(mode);
         out.push(SessionUpdate::CurrentModeUpdate {
             current_mode_id: config_options::mode_id(mode).into(),
         });
