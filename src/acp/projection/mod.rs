@@ -575,10 +575,14 @@ fn user_chunk(turn_id: &str, message_id: &str, text: &str) -> Vec<SessionUpdate>
 }
 
 /// "The model provider did not answer (…); retrying in 2 s (attempt 2 of 5)."
-fn retry_thought(turn_id: &str, r: &Value) -> SessionUpdate {
-    let attempt = r["attempt"].as_u64().unwrap_or(1);
-    let wait = wait_words(r["delayMs"].as_u64().unwrap_or(0));
-    let why = r["reason"].as_str().unwrap_or("it failed");
+fn retry_thought(turn_id: &str, r: &crate::host_api::wire::ProviderRetry) -> SessionUpdate {
+    let attempt = r.attempt;
+    let wait = wait_words(r.delay_ms);
+    let why = if r.reason.is_empty() {
+        "it failed"
+    } else {
+        r.reason.as_str()
+    };
     SessionUpdate::AgentThoughtChunk(Chunk::text(
         format!("retry_{turn_id}_{attempt}"),
         format!(

@@ -332,9 +332,11 @@ fn retry_notices_name_the_exact_wait() {
         turn_id: "t1".into(),
         run_id: "r1".into(),
         status: crate::host_api::wire::TurnStatus::Running,
-        provider_retry: Some(
-            serde_json::json!({"attempt": 1, "delayMs": 500, "reason": "HTTP 500"}),
-        ),
+        provider_retry: Some(crate::host_api::wire::ProviderRetry {
+            attempt: 1,
+            delay_ms: 500,
+            reason: "HTTP 500".into(),
+        }),
     };
     let text = shown(&mut p, &body, Instant::now())[0]["content"]["text"].clone();
     assert_eq!(

@@ -294,9 +294,11 @@ impl Turn {
                         turn_id: self.spec.turn_id.clone(),
                         run_id: self.spec.run_id.clone(),
                         status: TurnStatus::Running,
-                        provider_retry: Some(
-                            json!({"attempt": attempt, "delayMs": delay_ms, "reason": reason}),
-                        ),
+                        provider_retry: Some(crate::host_api::wire::ProviderRetry {
+                            attempt: attempt.into(),
+                            delay_ms,
+                            reason,
+                        }),
                     };
                     self.cell.emit(&mut st, body);
                 }

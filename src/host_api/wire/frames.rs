@@ -46,7 +46,7 @@ pub enum FrameBody {
         run_id: String,
         status: TurnStatus,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        provider_retry: Option<Value>,
+        provider_retry: Option<ProviderRetry>,
     },
     #[serde(rename_all = "camelCase")]
     TextDelta {
@@ -202,4 +202,16 @@ pub enum FrameBody {
     /// A kind this build does not know (a newer host): skipped by readers.
     #[serde(other)]
     Unknown,
+}
+
+/// The model endpoint failed (429, 5xx, unreachable) and the call is retried.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderRetry {
+    /// The attempt that failed (1 = the first call).
+    pub attempt: u64,
+    /// How long the host waits before the next one.
+    pub delay_ms: u64,
+    /// What went wrong, in a few words ("HTTP 503").
+    pub reason: String,
 }
