@@ -5,6 +5,7 @@
 pub(crate) mod artifacts;
 pub(crate) mod changes;
 pub(crate) mod child_env;
+pub(crate) mod child_peer;
 pub mod codec;
 pub(crate) mod commands;
 pub(crate) mod goals;

@@ -3,16 +3,12 @@
 //! writer and request tables as the ACP side, with the child's pipes for stdin and stdout);
 //! over streamable HTTP each message is a POST whose answer is JSON or an SSE stream.
 
+use crate::host::child_peer::ChildPeer;
 use crate::host::sse::{SseItem, SseReader};
-use crate::host::tools::shell::kill_group;
 use crate::jsonrpc::message::parse_line;
-use crate::jsonrpc::{
-    code, ClientCalls, Connection, Incoming, Message, Outbox, Response, ResponseError,
-};
+use crate::jsonrpc::{code, Incoming, Message, Response, ResponseError};
 use serde_json::{json, Value};
-use std::io::BufReader;
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,11 +37,7 @@ enum Transport {
 }
 
 struct StdioTransport {
-    child: Child,
-    /// `None` once stopped.
-    connection: Option<Connection>,
-    outbox: Outbox,
-    calls: Arc<ClientCalls>,
+    peer: ChildPeer,
     /// Set on `notifications/tools/list_changed`.
     tools_changed: Arc<AtomicBool>,
 }
@@ -206,7 +198,7 @@ impl McpServer {
     fn notify(&mut self, method: &str, params: Value) {
         match &mut self.transport {
             Transport::Stdio(t) => {
-                t.outbox.send(&Message::notification(method, params));
+                t.peer.outbox.send(&Message::notification(method, params));
             }
             Transport::Sse(t) => {
                 t.outbox.send(&Message::notification(method, params));
@@ -227,6 +219,7 @@ impl McpServer {
         let who = format!("MCP server {}", self.name);
         match &mut self.transport {
             Transport::Stdio(t) => t
+                .peer
                 .calls
                 .request(method, params, timeout)
                 .map_err(|e| e.describe(&who, method, timeout)),
@@ -294,9 +287,10 @@ impl McpServer {
     /// Why the server stopped, if it did.
     pub fn dead(&self) -> Option<String> {
         match &self.transport {
-            Transport::Stdio(t) if t.calls.is_closed() => {
-                Some(format!("MCP server {} stopped", self.name))
-            }
+            Transport::Stdio(t) if t.peer.calls.is_closed() => Some(match t.peer.last_words() {
+                Some(last) => format!("MCP server {} stopped (it said: {last})", self.name),
+                None => format!("MCP server {} stopped", self.name),
+            }),
             Transport::Sse(t) if t.calls.is_closed() => Some(format!(
                 "MCP server {} is unreachable (its event stream dropped and could not be reopened)",
                 self.name
@@ -310,14 +304,7 @@ impl McpServer {
             t.stop();
         }
         if let Transport::Stdio(t) = &mut self.transport {
-            kill_group(t.child.id());
-            let _ = t.child.kill();
-            let _ = t.child.wait();
-            crate::host::reaper::untrack(t.child.id());
-            // Its stdin is closed with the process: the writer ends at once.
-            if let Some(c) = t.connection.take() {
-                c.finish();
-            }
+            t.peer.stop();
         }
     }
 }
@@ -332,25 +319,13 @@ fn start_stdio(spec: &Value, cwd: &str, name: &str) -> Result<StdioTransport, St
         .ok_or("a stdio server needs `command`")?;
     let args = crate::host_api::string_list(spec.get("args"));
     let mut cmd = Command::new(command);
-    cmd.args(&args)
-        .current_dir(cwd)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .process_group(0);
+    cmd.args(&args).current_dir(cwd);
     crate::host::child_env::apply(&mut cmd, pairs(spec, "env"));
-    let mut child = cmd
-        .spawn()
+    let peer = ChildPeer::spawn(&format!("mcp-{name}"), cmd)
         .map_err(|e| format!("cannot start `{command}`: {e}"))?;
-    crate::host::reaper::track(child.id());
-    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        let _ = child.kill();
-        return Err("the server's pipes could not be opened".into());
-    };
-    let connection = Connection::from_io(&format!("mcp-{name}"), BufReader::new(stdout), stdin);
     let tools_changed: Arc<AtomicBool> = Arc::default();
     let (inbox, changed, server) = (
-        connection.inbox.clone(),
+        peer.incoming.clone(),
         Arc::clone(&tools_changed),
         name.to_string(),
     );
@@ -377,10 +352,7 @@ fn start_stdio(spec: &Value, cwd: &str, name: &str) -> Result<StdioTransport, St
         log::warn!("MCP server {name}: cannot start its message thread: {e}");
     }
     Ok(StdioTransport {
-        child,
-        outbox: connection.outbox.clone(),
-        calls: Arc::clone(&connection.client_calls),
-        connection: Some(connection),
+        peer,
         tools_changed,
     })
 }
