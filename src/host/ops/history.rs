@@ -6,7 +6,7 @@
 //! transcript. A rewind writes a `rewind` item naming the turns it abandons: their items stay
 //! in the file (nothing is silently deleted) but leave the model's context and the replay.
 
-use super::sessions::{emit_session_updated, save};
+use super::sessions::{admit, emit_session_updated, save, Admitted};
 use super::{check_id, open_state};
 use crate::host::changes::{self, Before, Fingerprint, Undo};
 use crate::host::session::{SessionCell, SessionState};
@@ -533,45 +533,25 @@ pub fn branch(host: &Arc<Host>, input: BranchInput) -> Result<BranchOutcome, Hos
             branch_of_turn_id: through,
         }),
     };
-    let cell = SessionCell::new(session.clone());
-    let st = cell.lock();
-    {
-        let mut sessions = host.sessions_lock();
-        if sessions.contains_key(&session.id) {
-            return Err(HostError::new(
-                ErrorCode::OperationConflict,
-                format!("session {} already exists", session.id),
-            ));
-        }
-        sessions.insert(cell.id.clone(), Arc::clone(&cell));
-    }
     // The transcript first: a directory without `session.json` is not a session, so a crash
     // in between leaves nothing half-made.
-    let written = host
-        .store
-        .write_transcript(&session.id, &items)
-        .map_err(|e| {
-            HostError::new(
-                ErrorCode::PersistenceFailed,
-                format!("cannot write the branch's transcript: {e}"),
-            )
-        })
-        .and_then(|()| save(host, &session));
-    if let Err(e) = written {
-        drop(st);
-        host.sessions_lock().remove(&cell.id);
-        return Err(e);
-    }
-    let mut st = st;
-    if !session.mcp_servers.is_empty() {
-        st.mcp = Some(crate::host::mcp::McpSet::start(
-            &session.mcp_servers,
-            session.workspace.path(),
-            host.tunables.mcp_start_timeout,
+    let write = || {
+        host.store
+            .write_transcript(&session.id, &items)
+            .map_err(|e| {
+                HostError::new(
+                    ErrorCode::PersistenceFailed,
+                    format!("cannot write the branch's transcript: {e}"),
+                )
+            })
+            .and_then(|()| save(host, &session))
+    };
+    if let Admitted::Exists(_) = admit(host, &session, write)? {
+        return Err(HostError::new(
+            ErrorCode::OperationConflict,
+            format!("session {} already exists", session.id),
         ));
     }
-    drop(st);
-    host.bump_catalog();
     log::info!(
         "session {}: branched from {} ({} turn(s))",
         session.id,

@@ -59,21 +59,39 @@ pub(super) fn create(host: &Arc<Host>, input: CreateInput) -> Result<Session, Ho
         turn_count: 0,
         lineage: None,
     };
+    match admit(host, &session, || save(host, &session))? {
+        Admitted::New => Ok(session),
+        Admitted::Exists(existing) => retried_create(&existing, &session),
+    }
+}
+
+/// What [`admit`] found.
+pub(super) enum Admitted {
+    New,
+    /// A session of that id exists (or is being admitted by another call).
+    Exists(Arc<SessionCell>),
+}
+
+/// Admits a new session — `session.create` and `branch.create` alike: its cell goes into the
+/// table under the global lock with the cell itself locked, so a racing admission of the same
+/// id finds it and waits on the cell, while `write` — the fsyncs that make it durable — runs
+/// without the global lock. A failed write takes it out again, marked removed (a waiter must
+/// not take it for made). Then its MCP servers start.
+pub(super) fn admit(
+    host: &Arc<Host>,
+    session: &Session,
+    write: impl FnOnce() -> Result<(), HostError>,
+) -> Result<Admitted, HostError> {
     let cell = SessionCell::new(session.clone());
-    // Admitted under the global lock with the new cell locked: a racing create of the same id
-    // finds it (and waits on the cell), while the save below — an fsync — runs without the
-    // global lock.
     let mut st = cell.lock();
     {
         let mut sessions = host.sessions_lock();
-        if let Some(existing) = sessions.get(&input.session_id).cloned() {
-            drop(sessions);
-            drop(st);
-            return retried_create(&existing, &session);
+        if let Some(existing) = sessions.get(&session.id).cloned() {
+            return Ok(Admitted::Exists(existing));
         }
         sessions.insert(cell.id.clone(), Arc::clone(&cell));
     }
-    if let Err(e) = save(host, &session) {
+    if let Err(e) = write() {
         st.removed = true;
         drop(st);
         host.sessions_lock().remove(&cell.id);
@@ -88,7 +106,7 @@ pub(super) fn create(host: &Arc<Host>, input: CreateInput) -> Result<Session, Ho
     }
     drop(st);
     host.bump_catalog();
-    Ok(session)
+    Ok(Admitted::New)
 }
 
 /// A create for an id that exists: the same answer when it is a retry with the same settings.
