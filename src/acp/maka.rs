@@ -213,19 +213,25 @@ pub fn abandon(ctx: &Ctx, input: ops::AbandonInput) -> Result<Value, ResponseErr
 
 /// Arms a goal; the session follows it (its turns are shown as they run).
 pub fn goal_arm(ctx: &Ctx, input: ops::GoalArmInput) -> Result<Value, ResponseError> {
-    let conn = ctx.host()?;
-    let goal = ctx.call::<ops::GoalArm>(&conn, &input)?;
-    if let Some(s) = ctx.session(&input.session_id) {
-        s.follow_goal(&ctx.shared, &conn, &goal);
-    }
-    Ok(to_json(&goal))
+    let id = input.session_id.clone();
+    goal_change::<ops::GoalArm>(ctx, &id, &input)
 }
 
 /// Pauses, resumes or cancels the goal; the session follows what it becomes.
 pub fn goal_control(ctx: &Ctx, input: ops::GoalControlInput) -> Result<Value, ResponseError> {
+    let id = input.session_id.clone();
+    goal_change::<ops::GoalControl>(ctx, &id, &input)
+}
+
+/// A goal operation of session `session_id`: the session follows the goal it returns.
+fn goal_change<O: ops::Operation<Output = crate::host_api::wire::Goal>>(
+    ctx: &Ctx,
+    session_id: &str,
+    input: &O::Input,
+) -> Result<Value, ResponseError> {
     let conn = ctx.host()?;
-    let goal = ctx.call::<ops::GoalControl>(&conn, &input)?;
-    if let Some(s) = ctx.session(&input.session_id) {
+    let goal = ctx.call::<O>(&conn, input)?;
+    if let Some(s) = ctx.session(session_id) {
         s.follow_goal(&ctx.shared, &conn, &goal);
     }
     Ok(to_json(&goal))

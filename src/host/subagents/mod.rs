@@ -252,8 +252,12 @@ pub struct Continuity {
 
 impl Continuity {
     pub fn read(session_dir: &Path) -> Continuity {
+        Continuity::from_json(read_json(&session_dir.join("subagents.json"), session_dir))
+    }
+
+    fn from_json(v: Option<Value>) -> Continuity {
         let mut c = Continuity::default();
-        let Some(v) = read_json(&session_dir.join("subagents.json"), session_dir) else {
+        let Some(v) = v else {
             return c;
         };
         if let Some(sessions) = v.get("sessions").and_then(Value::as_object) {
@@ -324,7 +328,8 @@ impl Continuity {
     /// past [`MAX_SESSIONS`], the oldest sessions that are no agent's latest are forgotten.
     pub fn record(session_dir: &Path, handle: &str, agent: &str, session_id: &str) {
         let path = session_dir.join("subagents.json");
-        if path.exists() && read_json(&path, session_dir).is_none() {
+        let stored = read_json(&path, session_dir);
+        if stored.is_none() && path.exists() {
             // One kept aside at most (the latest): a file that keeps failing does not pile up.
             let aside = session_dir.join("subagents.unreadable.json");
             log::warn!(
@@ -334,7 +339,7 @@ impl Continuity {
             );
             let _ = std::fs::rename(&path, &aside);
         }
-        let mut c = Continuity::read(session_dir);
+        let mut c = Continuity::from_json(stored);
         c.sessions.insert(
             handle.to_string(),
             (agent.to_string(), session_id.to_string()),
