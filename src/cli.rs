@@ -310,8 +310,16 @@ pub fn main() -> i32 {
         Command::Version => print_stdout(&format!("maka-acp {}\n", env!("CARGO_PKG_VERSION"))),
         Command::Agent { config, log_level } => {
             init_logging(log_level.as_deref());
-            acp::serve(Connection::stdio(), config, local_host());
-            0
+            match Connection::stdio() {
+                Ok(conn) => {
+                    acp::serve(conn, config, local_host());
+                    0
+                }
+                Err(e) => {
+                    eprintln!("maka-acp: cannot start the threads that read and write stdio ({e}); the system is out of threads or memory");
+                    1
+                }
+            }
         }
         Command::Host(args) => run_host(args),
         Command::Demo => run_demo(),

@@ -39,10 +39,7 @@ impl ChildPeer {
         let mut child = cmd.spawn().map_err(|e| e.to_string())?;
         crate::host::reaper::track(child.id());
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            crate::host::reaper::kill_tree(child.id());
-            let _ = child.kill();
-            let _ = child.wait();
-            crate::host::reaper::untrack(child.id());
+            end(&mut child);
             return Err("its pipes could not be opened".into());
         };
         let stderr_tail: Arc<Mutex<String>> = Arc::default();
@@ -60,7 +57,13 @@ impl ChildPeer {
                 }
             });
         }
-        let connection = Connection::from_io(name, BufReader::new(stdout), stdin);
+        let connection = match Connection::from_io(name, BufReader::new(stdout), stdin) {
+            Ok(c) => c,
+            Err(e) => {
+                end(&mut child);
+                return Err(format!("the threads that talk to it could not start ({e})"));
+            }
+        };
         Ok(ChildPeer {
             child,
             outbox: connection.outbox.clone(),
@@ -82,10 +85,7 @@ impl ChildPeer {
     /// Ends it: its whole process tree (its group, and what left the group with `setsid`),
     /// then our side of the pipes.
     pub fn stop(&mut self) {
-        crate::host::reaper::kill_tree(self.child.id());
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        crate::host::reaper::untrack(self.child.id());
+        end(&mut self.child);
         if let Some(c) = self.connection.take() {
             c.finish();
         }
@@ -98,4 +98,13 @@ impl Drop for ChildPeer {
             self.stop();
         }
     }
+}
+
+/// Kills a child's whole process tree (its group, and what left the group with `setsid`), reaps
+/// it, and stops tracking it.
+fn end(child: &mut std::process::Child) {
+    crate::host::reaper::kill_tree(child.id());
+    let _ = child.kill();
+    let _ = child.wait();
+    crate::host::reaper::untrack(child.id());
 }

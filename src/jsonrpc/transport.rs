@@ -86,7 +86,7 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub fn stdio() -> Connection {
+    pub fn stdio() -> io::Result<Connection> {
         // Stdin is buffered internally; a larger BufReader on top reads big lines in fewer calls.
         Connection::from_io(
             "acp",
@@ -97,16 +97,17 @@ impl Connection {
 
     /// A connection over `input` and `output`, its two threads named `<name>-reader` and
     /// `<name>-writer` (`acp` for the client on stdio; the host names its MCP servers and
-    /// subagents).
-    pub fn from_io<R, W>(name: &str, input: R, output: W) -> Connection
+    /// subagents). Fails when the system refuses a thread: the caller decides what that costs
+    /// (the agent cannot serve at all; the host fails that one child).
+    pub fn from_io<R, W>(name: &str, input: R, output: W) -> io::Result<Connection>
     where
         R: BufRead + Send + 'static,
         W: Write + Send + 'static,
     {
         let (out_tx, out_rx) = bounded(OUTBOX_CAPACITY);
-        let writer = spawn_named(&format!("{name}-writer"), move || {
-            write_lines(output, out_rx)
-        });
+        let writer = thread::Builder::new()
+            .name(format!("{name}-writer"))
+            .spawn(move || write_lines(output, out_rx))?;
         let outbox = Outbox { tx: out_tx.clone() };
         let client_calls = Arc::new(ClientCalls::new(outbox.clone()));
         let incoming = IncomingRequests::new(outbox.clone());
@@ -119,17 +120,18 @@ impl Connection {
         };
         // The reader is never joined: it may be blocked in read() on a stdin that stays open.
         // It exits by itself at EOF, and the process does not wait for it.
-        let _reader = spawn_named(&format!("{name}-reader"), move || {
-            read_lines(input, reader_state)
-        });
-        Connection {
+        // Should it not start, the writer ends with the last sender of its queue, dropped here.
+        thread::Builder::new()
+            .name(format!("{name}-reader"))
+            .spawn(move || read_lines(input, reader_state))?;
+        Ok(Connection {
             outbox,
             client_calls,
             incoming,
             inbox: in_rx,
             writer,
             stop: out_tx,
-        }
+        })
     }
 
     /// Writes everything already enqueued, then stops the writer and waits for it.
@@ -138,17 +140,6 @@ impl Connection {
         let _ = self.stop.send(Outgoing::Stop);
         if self.writer.join().is_err() {
             log::error!("the stdout writer thread panicked");
-        }
-    }
-}
-
-fn spawn_named<F: FnOnce() + Send + 'static>(name: &str, f: F) -> JoinHandle<()> {
-    match thread::Builder::new().name(name.to_string()).spawn(f) {
-        Ok(h) => h,
-        // Without threads the agent cannot work at all; say so on stderr and stop.
-        Err(e) => {
-            log::error!("cannot start thread {name}: {e}");
-            std::process::exit(1);
         }
     }
 }
