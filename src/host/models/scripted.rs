@@ -25,6 +25,7 @@ use super::{send, Finish, ModelEvent, ModelRequest};
 use crate::host::session::CancelToken;
 use crate::host_api::wire::FailureClass;
 use crossbeam_channel::Sender;
+use serde::Deserialize;
 use serde_json::Value;
 use std::time::Duration;
 
@@ -51,10 +52,86 @@ impl super::Provider for Script {
 }
 
 pub struct Script {
-    rules: Vec<(String, Vec<Vec<Value>>)>,
-    default: Vec<Vec<Value>>,
+    rules: Vec<Rule>,
+    default: Vec<Vec<Step>>,
     pub thinking_levels: Vec<String>,
     models: Vec<super::ModelInfo>,
+}
+
+/// The script as written (module docs); read once, when the provider is set up.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ScriptFile {
+    #[serde(default)]
+    rules: Vec<Rule>,
+    #[serde(default)]
+    default: Vec<Vec<Step>>,
+    #[serde(default)]
+    thinking_levels: Vec<String>,
+    #[serde(default)]
+    models: Vec<ScriptModel>,
+}
+
+#[derive(Deserialize)]
+struct Rule {
+    when: String,
+    #[serde(default)]
+    responses: Vec<Vec<Step>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ScriptModel {
+    id: String,
+    label: Option<String>,
+    #[serde(default)]
+    thinking_levels: Vec<String>,
+    context_window: Option<u64>,
+}
+
+/// One step of a response: the first of its keys in the module docs' order is what it does.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Step {
+    text: Option<String>,
+    echo: Option<Value>,
+    thinking: Option<String>,
+    repeat: Option<Repeat>,
+    tool: Option<String>,
+    args: Option<Value>,
+    id: Option<String>,
+    delay_ms: Option<u64>,
+    usage: Option<Usage>,
+    fail: Option<FailureClass>,
+    message: Option<String>,
+    finish: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Repeat {
+    #[serde(default = "Repeat::x")]
+    text: String,
+    #[serde(default = "Repeat::once")]
+    times: u64,
+}
+
+impl Repeat {
+    fn x() -> String {
+        "x".into()
+    }
+    fn once() -> u64 {
+        1
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct Usage {
+    #[serde(default)]
+    input: u64,
+    #[serde(default)]
+    output: u64,
+    #[serde(default)]
+    cached: u64,
 }
 
 impl Script {
@@ -65,64 +142,27 @@ impl Script {
         } else {
             std::fs::read_to_string(src).map_err(|e| format!("cannot read {src}: {e}"))?
         };
-        let v: Value = serde_json::from_str(&text).map_err(|e| format!("not valid JSON: {e}"))?;
-        let responses = |v: &Value| -> Result<Vec<Vec<Value>>, String> {
-            match v {
-                Value::Null => Ok(vec![]),
-                Value::Array(list) => list
-                    .iter()
-                    .map(|r| {
-                        r.as_array()
-                            .cloned()
-                            .ok_or("a response must be an array of steps".to_string())
-                    })
-                    .collect(),
-                _ => Err("`responses` must be an array".into()),
+        let file: ScriptFile = serde_json::from_str(&text).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => {
+                format!("not a script (its format: src/host/models/scripted.rs): {e}")
             }
-        };
-        let mut rules = Vec::new();
-        for r in v
-            .get("rules")
-            .and_then(Value::as_array)
+            _ => format!("not valid JSON: {e}"),
+        })?;
+        let models = file
+            .models
             .into_iter()
-            .flatten()
-        {
-            let when = r
-                .get("when")
-                .and_then(Value::as_str)
-                .ok_or("each rule needs a `when` string")?;
-            rules.push((
-                when.to_string(),
-                responses(r.get("responses").unwrap_or(&Value::Null))?,
-            ));
-        }
-        let strings = crate::host_api::string_list;
-        let mut models = Vec::new();
-        for m in v
-            .get("models")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let id = m
-                .get("id")
-                .and_then(Value::as_str)
-                .ok_or("each model needs an `id` string")?;
-            models.push(super::ModelInfo {
-                id: id.to_string(),
-                label: m.get("label").and_then(Value::as_str).unwrap_or(id).into(),
-                thinking_levels: strings(m.get("thinkingLevels")),
-                context_window: m
-                    .get("contextWindow")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(128_000),
-            });
-        }
+            .map(|m| super::ModelInfo {
+                label: m.label.unwrap_or_else(|| m.id.clone()),
+                id: m.id,
+                thinking_levels: m.thinking_levels,
+                context_window: m.context_window.unwrap_or(128_000),
+            })
+            .collect();
         Ok(Script {
             models,
-            rules,
-            default: responses(v.get("default").unwrap_or(&Value::Null))?,
-            thinking_levels: strings(v.get("thinkingLevels")),
+            rules: file.rules,
+            default: file.default,
+            thinking_levels: file.thinking_levels,
         })
     }
 
@@ -139,12 +179,12 @@ impl Script {
         }]
     }
 
-    fn response_for(&self, prompt: &str, step: usize) -> Option<&Vec<Value>> {
+    fn response_for(&self, prompt: &str, step: usize) -> Option<&Vec<Step>> {
         let list = self
             .rules
             .iter()
-            .find(|(when, _)| when == "*" || prompt.contains(when.as_str()))
-            .map(|(_, r)| r)
+            .find(|r| r.when == "*" || prompt.contains(r.when.as_str()))
+            .map(|r| &r.responses)
             .unwrap_or(&self.default);
         list.get(step)
     }
@@ -162,10 +202,10 @@ impl Script {
             if cancel.is_cancelled() {
                 return;
             }
-            let ok = if let Some(text) = step.get("text").and_then(Value::as_str) {
+            let ok = if let Some(text) = &step.text {
                 output_chars += text.len() as u64;
                 words(text).all(|w| send(tx, ModelEvent::Text(w.to_string())))
-            } else if step.get("echo").is_some() {
+            } else if step.echo.is_some() {
                 // What the person said, as the model was sent it: proves what is in its context.
                 let said: Vec<&str> = req
                     .messages
@@ -174,62 +214,54 @@ impl Script {
                     .map(|m| m["content"].as_str().unwrap_or_default())
                     .collect();
                 send(tx, ModelEvent::Text(format!("heard: {}", said.join(" | "))))
-            } else if let Some(text) = step.get("thinking").and_then(Value::as_str) {
+            } else if let Some(text) = &step.thinking {
                 words(text).all(|w| send(tx, ModelEvent::Thinking(w.to_string())))
-            } else if let Some(r) = step.get("repeat") {
-                let text = r.get("text").and_then(Value::as_str).unwrap_or("x");
-                let times = r.get("times").and_then(Value::as_u64).unwrap_or(1);
-                output_chars += text.len() as u64 * times;
-                (0..times).all(|_| send(tx, ModelEvent::Text(text.to_string())))
-            } else if let Some(name) = step.get("tool").and_then(Value::as_str) {
+            } else if let Some(r) = &step.repeat {
+                output_chars += r.text.len() as u64 * r.times;
+                (0..r.times).all(|_| send(tx, ModelEvent::Text(r.text.clone())))
+            } else if let Some(name) = &step.tool {
                 finish = Finish::ToolCalls;
                 let id = step
-                    .get("id")
-                    .and_then(Value::as_str)
-                    .map(String::from)
+                    .id
+                    .clone()
                     .unwrap_or_else(|| format!("call_{}_{i}", req.step));
                 let args = step
-                    .get("args")
-                    .cloned()
+                    .args
+                    .clone()
                     .unwrap_or(Value::Object(Default::default()));
                 send(
                     tx,
                     ModelEvent::ToolCall {
                         id,
-                        name: name.to_string(),
+                        name: name.clone(),
                         arguments: args.to_string(),
                     },
                 )
-            } else if let Some(ms) = step.get("delayMs").and_then(Value::as_u64) {
+            } else if let Some(ms) = step.delay_ms {
                 cancel.sleep(Duration::from_millis(ms))
-            } else if let Some(u) = step.get("usage") {
+            } else if let Some(u) = &step.usage {
                 usage_sent = true;
                 send(
                     tx,
                     ModelEvent::Usage {
-                        input: u.get("input").and_then(Value::as_u64).unwrap_or(0),
-                        output: u.get("output").and_then(Value::as_u64).unwrap_or(0),
-                        cached: u.get("cached").and_then(Value::as_u64).unwrap_or(0),
+                        input: u.input,
+                        output: u.output,
+                        cached: u.cached,
                     },
                 )
-            } else if let Some(class) = step.get("fail").and_then(Value::as_str) {
-                let message = step
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("scripted failure");
+            } else if let Some(class) = step.fail {
+                let message = step.message.as_deref().unwrap_or("scripted failure");
                 let _ = send(
                     tx,
                     ModelEvent::Error {
-                        // An unknown class reads as `other`.
-                        class: serde_json::from_value(Value::String(class.into()))
-                            .unwrap_or(FailureClass::Other),
+                        class,
                         message: message.to_string(),
                         details: None,
                     },
                 );
                 return;
-            } else if let Some(f) = step.get("finish").and_then(Value::as_str) {
-                finish = match f {
+            } else if let Some(f) = &step.finish {
+                finish = match f.as_str() {
                     "max_tokens" | "length" => Finish::Length,
                     "refusal" => Finish::Refusal,
                     _ => Finish::Stop,
@@ -241,7 +273,7 @@ impl Script {
                     ModelEvent::Error {
                         class: FailureClass::ProviderError,
                         message: format!(
-                            "the script has a step this provider does not understand: {step}"
+                            "the script has a step this provider does not understand: {step:?}"
                         ),
                         details: None,
                     },
@@ -307,9 +339,23 @@ mod tests {
     #[test]
     fn rules_pick_responses_by_prompt_and_step() {
         let s = Script::load(r#"{"rules":[{"when":"edit","responses":[[{"text":"a"}],[{"text":"b"}]]}],"default":[[{"text":"d"}]]}"#).unwrap();
-        assert_eq!(s.response_for("please edit", 1).unwrap()[0]["text"], "b");
-        assert_eq!(s.response_for("hi", 0).unwrap()[0]["text"], "d");
+        let text = |prompt, step| s.response_for(prompt, step).unwrap()[0].text.clone();
+        assert_eq!(text("please edit", 1).as_deref(), Some("b"));
+        assert_eq!(text("hi", 0).as_deref(), Some("d"));
         assert!(s.response_for("hi", 1).is_none());
-        assert!(Script::load(r#"{"rules":[{"responses":[]}]}"#).is_err());
+        let no_when = Script::load(r#"{"rules":[{"responses":[]}]}"#)
+            .err()
+            .unwrap();
+        assert!(no_when.contains("missing field `when`"), "{no_when}");
+        let bad_delay = r#"{"default":[[{"delayMs":"soon"}]]}"#;
+        let e = Script::load(bad_delay).err().unwrap();
+        assert!(
+            e.starts_with("not a script") && e.contains("expected u64"),
+            "{e}"
+        );
+        assert!(Script::load("{not json")
+            .err()
+            .unwrap()
+            .starts_with("not valid JSON"));
     }
 }
