@@ -133,20 +133,8 @@ fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed()
     let mut asked = vec![];
     let t = a.prompt(&s, "ask the helper", |r| {
         asked.push(r["params"]["toolCall"]["title"].clone());
-        let options: Vec<(&str, &str, &str)> = r["params"]["options"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| {
-                (
-                    o["optionId"].as_str().unwrap(),
-                    o["kind"].as_str().unwrap(),
-                    o["name"].as_str().unwrap(),
-                )
-            })
-            .collect();
         assert_eq!(
-            options,
+            support::options_offered(&r["params"]["options"]),
             [
                 ("allow_once", "allow_once", "Allow once"),
                 (

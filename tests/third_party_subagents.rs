@@ -473,24 +473,14 @@ fn a_subagents_own_lasting_choices_reach_the_person() {
         ("allow_once", "approved"),
         ("reject", "abort"),
     ] {
-        let mut options = vec![];
+        let mut options = Value::Null;
         let t = a.prompt(&s, prompts[0], |r| {
-            options = r["params"]["options"].as_array().unwrap().clone();
+            options = r["params"]["options"].clone();
             select(pick)
         });
         ended(&t);
-        let named: Vec<(&str, &str, &str)> = options
-            .iter()
-            .map(|o| {
-                (
-                    o["optionId"].as_str().unwrap(),
-                    o["kind"].as_str().unwrap(),
-                    o["name"].as_str().unwrap(),
-                )
-            })
-            .collect();
         assert_eq!(
-            named,
+            support::options_offered(&options),
             [
                 ("allow_once", "allow_once", "Allow once"),
                 (

@@ -529,6 +529,21 @@ pub fn select(option_id: &str) -> Reply {
     Reply::Result(json!({"outcome": {"outcome": "selected", "optionId": option_id}}))
 }
 
+/// A permission request's options as `(optionId, kind, name)`, in the order offered.
+pub fn options_offered(options: &Value) -> Vec<(&str, &str, &str)> {
+    fn text<'a>(o: &'a Value, field: &str) -> &'a str {
+        o[field].as_str().unwrap_or("")
+    }
+    options
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .map(|o| (text(o, "optionId"), text(o, "kind"), text(o, "name")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 impl Drop for AgentProcess {
     fn drop(&mut self) {
         self.stdin = None;
