@@ -17,14 +17,15 @@ use super::host_link::Connected;
 use super::projection::diff;
 use super::session::{AcpSession, Shared};
 use super::types::{
-    to_json, PermissionOption, PermissionOptionKind, RequestPermission, ToolCallContent,
-    ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
+    to_json, PermissionOption, PermissionOptionKind, PermissionOutcome, PermissionReply,
+    RequestPermission, ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
 };
 use crate::host_api::ops::{AnswerInput, InteractionAnswerOp};
 use crate::host_api::wire::{
     Decision, Interaction, InteractionAnswer, InteractionRequest, Question, Review, RuleScope,
 };
 use crate::jsonrpc::CallResult;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -353,30 +354,24 @@ fn permission_answer(request: &InteractionRequest, reply: &Value) -> Interaction
         .into_iter()
         .map(|o| o.option_id)
         .collect();
-    let selected = match reply.pointer("/outcome/outcome").and_then(Value::as_str) {
-        Some("selected") => match reply.pointer("/outcome/optionId").and_then(Value::as_str) {
-            Some(id) if offered.iter().any(|o| o == id) => Some(id),
-            _ => None,
-        },
+    let selected = match PermissionReply::deserialize(reply).map(|r| r.outcome) {
+        Ok(PermissionOutcome::Selected { option_id }) if offered.contains(&option_id) => {
+            Some(option_id)
+        }
         // The person dismissed the dialog: a refusal.
-        Some("cancelled") => None,
-        _ => None,
+        Ok(PermissionOutcome::Cancelled) => None,
+        _ => {
+            let shown = cut_reply(reply);
+            log::warn!(
+                "the client's answer to a permission request is not one of its outcomes (selected with an offered optionId, or cancelled): {shown}"
+            );
+            return failed(
+                request,
+                format!("the editor's reply could not be read: {shown}"),
+            );
+        }
     };
-    let readable = matches!(
-        reply.pointer("/outcome/outcome").and_then(Value::as_str),
-        Some("cancelled")
-    ) || selected.is_some();
-    if !readable {
-        let shown = cut_reply(reply);
-        log::warn!(
-            "the client's answer to a permission request is not one of its outcomes (selected with an offered optionId, or cancelled): {shown}"
-        );
-        return failed(
-            request,
-            format!("the editor's reply could not be read: {shown}"),
-        );
-    }
-    match (request, selected) {
+    match (request, selected.as_deref()) {
         (InteractionRequest::SandboxBoundary { .. }, Some(ALLOW_ONCE)) => {
             InteractionAnswer::SandboxBoundary {
                 decision: Decision::Allow,

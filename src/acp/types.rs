@@ -1,11 +1,12 @@
 //! The ACP v1 types this agent writes, as plain serde structs (the field names are the
-//! schema's, `../shared/acp/schema-v1/schema.json`). Only what this agent sends is here; the
-//! integration tests validate every line against the official schema as a cross-check.
+//! schema's, `../shared/acp/schema-v1/schema.json`), and the one reply it reads back typed (a
+//! permission answer). Only what this agent sends is here; the integration tests validate every
+//! line against the official schema as a cross-check.
 //!
 //! `_meta` stays free-form `Value`: it is ACP's extension point, and what goes in it is an
 //! agreement with particular clients (Zed's `terminal_*`, this agent's `maka`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The value of `params.update` in a `session/update` notification.
@@ -401,6 +402,23 @@ pub enum PermissionOptionKind {
     AllowAlways,
     RejectOnce,
     RejectAlways,
+}
+
+/// The client's answer to `session/request_permission` (`RequestPermissionResponse`): the one
+/// ACP type this agent reads back. Anything else in it is ignored.
+#[derive(Debug, Deserialize)]
+pub struct PermissionReply {
+    pub outcome: PermissionOutcome,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum PermissionOutcome {
+    Selected {
+        #[serde(rename = "optionId")]
+        option_id: String,
+    },
+    Cancelled,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
