@@ -249,7 +249,7 @@ fn added_latency(frames: usize) -> (f64, f64, f64, f64) {
         let mut line = String::new();
         while got.len() < frames && r.read_line(&mut line).unwrap_or(0) > 0 {
             let at = Instant::now();
-            if let Ok(f) = serde_json::from_str::<Frame>(&line) {
+            if let Ok(f) = Frame::parse(line.as_bytes()) {
                 if let FrameBody::TextDelta { text, .. } = f.body {
                     got.insert(text, at);
                 }

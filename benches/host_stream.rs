@@ -105,7 +105,7 @@ fn read_until_terminal(port: u16, session: &str, mut after: u64) -> (u64, Instan
             if reader.read_line(&mut line).unwrap_or(0) == 0 {
                 break;
             }
-            let f: Frame = serde_json::from_str(&line).unwrap();
+            let f = Frame::parse(line.as_bytes()).unwrap();
             match f.body {
                 FrameBody::StreamEnd { reason, .. } => {
                     assert_ne!(
@@ -201,7 +201,7 @@ fn latency(frames: usize) -> (f64, f64, f64) {
             if reader.read_line(&mut line).unwrap_or(0) == 0 {
                 break;
             }
-            let f: Frame = serde_json::from_str(&line).unwrap();
+            let f = Frame::parse(line.as_bytes()).unwrap();
             if let Some(seq) = f.seq {
                 arrivals.push((seq, Instant::now()));
             }

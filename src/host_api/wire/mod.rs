@@ -380,6 +380,34 @@ mod tests {
     }
 
     #[test]
+    fn the_delta_fast_path_reads_exactly_what_the_derived_reader_reads() {
+        let lines = [
+            // The two kinds it takes, in the host's field order and in another.
+            r#"{"seq":3,"sessionId":"s","ts":1,"kind":"text_delta","turnId":"t","messageId":"m","startOffset":0,"text":"hi"}"#,
+            r#"{"text":"é \"x\"\n","kind":"thinking_delta","complete":true,"startOffset":9,"messageId":"m","turnId":"t","ts":2,"seq":null}"#,
+            r#"{"seq":5,"ts":0,"kind":"text_delta","turnId":"t","messageId":"m","startOffset":1,"text":"a","future":{"x":1}}"#,
+            // Not a delta though the text says so; a delta the flat struct cannot read.
+            r#"{"seq":6,"ts":0,"kind":"user_message","turnId":"t","messageId":"m","content":{"text":"\"kind\":\"text_delta\""}}"#,
+            r#"{"seq":7,"ts":0,"kind":"tool_running","turnId":"t","toolCallId":"c","x":{"kind":"text_delta"}}"#,
+            r#"{"seq":8,"ts":0,"kind":"text_delta","turnId":"t","startOffset":0,"text":"no message id"}"#,
+            r#"{"seq":9,"ts":0,"kind":"text_delta","turnId":"t","messageId":"m","startOffset":-1,"text":"x"}"#,
+        ];
+        for line in lines {
+            let derived = serde_json::from_str::<Frame>(line).map_err(|e| e.to_string());
+            let fast = Frame::parse(line.as_bytes()).map_err(|e| e.to_string());
+            assert_eq!(fast, derived, "{line}");
+        }
+        assert!(matches!(
+            Frame::parse(lines[1].as_bytes()).unwrap().body,
+            FrameBody::ThinkingDelta {
+                complete: true,
+                start_offset: 9,
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn configuration_patch_distinguishes_null_from_absent() {
         let p: ConfigurationPatch = serde_json::from_value(json!({"thinkingLevel": null})).unwrap();
         assert_eq!(p.thinking_level, Some(None));
