@@ -84,6 +84,7 @@ pub fn build_messages(
     let mut open_calls: Vec<String> = Vec::new();
     // Host id → the id the model gave the call (the model sees only its own ids).
     let mut provider_ids: std::collections::HashMap<&str, &str> = Default::default();
+    let mut delegated: std::collections::HashSet<&str> = Default::default();
     let close_open = |msgs: &mut Vec<Value>, open: &mut Vec<String>| {
         for id in open.drain(..) {
             msgs.push(json!({"role": "tool", "tool_call_id": id, "content": "[no result: the turn was stopped]"}));
@@ -104,6 +105,17 @@ pub fn build_messages(
                     json!({"role": "assistant", "content": text.clone().unwrap_or_default()}),
                 );
             }
+            // A subagent's own call (and, below, its result) is its agent's work, not the
+            // model's: the model made the `delegate` call, whose result says what came of it.
+            TranscriptBody::ToolCall {
+                tool_call_id,
+                parent_tool_call_id: Some(_),
+                ..
+            } => {
+                delegated.insert(tool_call_id.as_str());
+            }
+            TranscriptBody::ToolResult { tool_call_id, .. }
+                if delegated.contains(tool_call_id.as_str()) => {}
             TranscriptBody::ToolCall {
                 tool_call_id,
                 tool_name,
@@ -163,4 +175,70 @@ pub(super) fn user_text(content: &MessageContent) -> String {
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host_api::wire::{ToolResultContent, ToolStatus, TranscriptItem};
+
+    fn item(n: u64, body: TranscriptBody) -> TranscriptItem {
+        TranscriptItem {
+            message_seq: n,
+            ts: 0,
+            turn_id: "t".into(),
+            body,
+        }
+    }
+
+    fn call(id: &str, name: &str, parent: Option<&str>) -> TranscriptBody {
+        TranscriptBody::ToolCall {
+            tool_call_id: id.into(),
+            tool_name: name.into(),
+            title: id.into(),
+            activity_kind: "tool".into(),
+            args: json!({"id": id}),
+            locations: vec![],
+            provider_call_id: None,
+            parent_tool_call_id: parent.map(String::from),
+            mcp: None,
+        }
+    }
+
+    fn result(id: &str) -> TranscriptBody {
+        TranscriptBody::ToolResult {
+            tool_call_id: id.into(),
+            status: ToolStatus::Completed,
+            result: ToolResultContent::Text {
+                text: format!("{id} done"),
+            },
+            truncated: false,
+            ran: true,
+        }
+    }
+
+    /// The model sees the delegation it made and its result, never the subagent's own calls
+    /// (which the host records under the delegate call, named as their agent named them).
+    #[test]
+    fn a_subagents_calls_are_not_the_models() {
+        let items = [
+            item(1, call("d", "delegate", None)),
+            item(2, call("d.1", "shell", Some("d"))),
+            item(3, call("d.2", "", Some("d"))),
+            item(4, result("d.1")),
+            item(5, result("d.2")),
+            item(6, result("d")),
+        ];
+        let msgs = build_messages(Path::new("/w"), "", &items);
+        let calls: Vec<&Value> = msgs
+            .iter()
+            .filter_map(|m| m.get("tool_calls"))
+            .flat_map(|c| c.as_array().into_iter().flatten())
+            .collect();
+        assert_eq!(calls.len(), 1, "{msgs:#?}");
+        assert_eq!(calls[0]["function"]["name"], "delegate");
+        let results: Vec<&Value> = msgs.iter().filter(|m| m["role"] == "tool").collect();
+        assert_eq!(results.len(), 1, "{msgs:#?}");
+        assert_eq!(results[0]["tool_call_id"], "d");
+    }
 }
