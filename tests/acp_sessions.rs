@@ -175,6 +175,10 @@ fn a_turn_with_tools_streams_everything_and_settles_every_tool_call() {
         .find(|u| u["sessionUpdate"] == "tool_call" && u["kind"] == "read")
         .unwrap();
     assert_eq!(read["title"], "Read a.txt");
+    assert_eq!(
+        read["name"], "read_file",
+        "ACP ToolCall.name: the tool's own name"
+    );
     assert_eq!(read["locations"][0]["path"], rev.display().to_string());
     let read_id = read["toolCallId"].as_str().unwrap();
     assert_eq!(status[read_id], "completed");
@@ -183,6 +187,7 @@ fn a_turn_with_tools_streams_everything_and_settles_every_tool_call() {
         .find(|u| u["sessionUpdate"] == "tool_call" && u["kind"] == "execute")
         .unwrap();
     let cmd_id = cmd["toolCallId"].as_str().unwrap();
+    assert_eq!(cmd["name"], "run_command");
     assert_eq!(status[cmd_id], "failed", "exit code 3");
     let last = ups
         .iter()
@@ -449,7 +454,7 @@ fn normalize(updates: &[Value]) -> Vec<Value> {
             }
             "tool_call" => {
                 tools.insert(u["toolCallId"].as_str().unwrap().into(), out.len());
-                out.push(json!({"kind": "tool", "title": u["title"], "toolKind": u["kind"], "rawInput": u["rawInput"], "status": u["status"], "content": null}));
+                out.push(json!({"kind": "tool", "title": u["title"], "name": u["name"], "toolKind": u["kind"], "rawInput": u["rawInput"], "status": u["status"], "content": null}));
             }
             "tool_call_update" => {
                 let i = tools[u["toolCallId"].as_str().unwrap()];

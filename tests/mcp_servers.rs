@@ -97,13 +97,35 @@ fn real_servers_from_npm_and_pypi_become_tools() {
         "{}",
         t.response
     );
-    let calls: Vec<String> = t
-        .updates_for(&sid)
-        .into_iter()
-        .filter(|u| u["sessionUpdate"] == "tool_call")
-        .map(|u| u["title"].as_str().unwrap().to_string())
+    // Each call named by its server's names (ACP `ToolCall.name`), not the model's
+    // `server__tool`, live and when `session/load` replays it.
+    let calls = |updates: Vec<&Value>| -> Vec<(String, Value)> {
+        updates
+            .into_iter()
+            .filter(|u| u["sessionUpdate"] == "tool_call")
+            .map(|u| (u["title"].as_str().unwrap().to_string(), u["name"].clone()))
+            .collect()
+    };
+    let expected = vec![
+        ("everything: echo".to_string(), json!("everything/echo")),
+        (
+            "time: get_current_time".to_string(),
+            json!("time/get_current_time"),
+        ),
+    ];
+    assert_eq!(calls(t.updates_for(&sid)), expected);
+    a.call_ok("session/close", json!({"sessionId": sid}));
+    let (loaded, replayed) = a.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": ws.path(), "mcpServers": []}),
+    );
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let replayed: Vec<&Value> = replayed
+        .iter()
+        .filter(|l| l["method"] == "session/update")
+        .map(|l| &l["params"]["update"])
         .collect();
-    assert_eq!(calls, vec!["everything: echo", "time: get_current_time"]);
+    assert_eq!(calls(replayed), expected);
     let done = results(&t, &sid);
     assert_eq!(done.len(), 2, "{done:#?}");
     assert!(done.iter().all(|u| u["status"] == "completed"), "{done:#?}");

@@ -156,6 +156,23 @@ fn every_child_call_is_shown_under_its_own_id_and_replayed_the_same() {
         [1, 2, 3].map(|k| format!("{delegate}.call_{k}")),
         "one id per call, from the agent's"
     );
+    // ACP `ToolCall.name`: `delegate` for the delegation, the agent's own for its calls when
+    // it is a plain name, none otherwise.
+    let names = |updates: &[&Value]| -> Vec<Value> {
+        let mut ids = vec![delegate.clone()];
+        ids.extend(children(updates, &delegate).into_iter().map(|(id, _)| id));
+        ids.iter()
+            .map(|id| {
+                updates
+                    .iter()
+                    .find(|u| u["sessionUpdate"] == "tool_call" && u["toolCallId"] == id.as_str())
+                    .map(|u| u["name"].clone())
+                    .unwrap_or_default()
+            })
+            .collect()
+    };
+    let expected = [json!("delegate"), json!("shell"), Value::Null, Value::Null];
+    assert_eq!(names(&updates), expected);
     for (k, id) in ids.iter().enumerate() {
         assert_eq!(text_of(settled(&updates, id)), format!("out {}", k + 1));
         assert_eq!(
@@ -182,6 +199,7 @@ fn every_child_call_is_shown_under_its_own_id_and_replayed_the_same() {
         .map(|m| &m["params"]["update"])
         .collect();
     assert_eq!(children(&replayed, &delegate), kids);
+    assert_eq!(names(&replayed), expected);
     for (k, id) in ids.iter().enumerate() {
         assert_eq!(text_of(settled(&replayed, id)), format!("out {}", k + 1));
     }

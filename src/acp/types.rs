@@ -103,6 +103,10 @@ pub enum ToolCallStatus {
 #[serde(rename_all = "camelCase")]
 pub struct ToolCall {
     pub tool_call_id: String,
+    /// The tool's programmatic name (`write_file`, `<server>/<tool>` for an MCP tool,
+    /// `delegate`; a subagent's own call: the name its agent gave it, if any).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub title: String,
     pub kind: ToolKind,
     pub status: ToolCallStatus,

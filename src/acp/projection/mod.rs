@@ -287,6 +287,7 @@ impl Projector {
             args_truncated,
             locations: tool_locations,
             parent_tool_call_id,
+            mcp,
             ..
         } = body
         else {
@@ -324,8 +325,14 @@ impl Projector {
             meta.get_or_insert_with(|| json!({}))["terminal_info"] =
                 json!({"terminal_id": tool_call_id});
         }
+        // A subagent's own call has the name the agent gave it, or none.
+        let name = match mcp {
+            Some(m) => Some(format!("{}/{}", m.server, m.tool)),
+            None => Some(tool_name.clone()).filter(|n| !n.is_empty()),
+        };
         vec![SessionUpdate::ToolCall(ToolCall {
             tool_call_id: tool_call_id.clone(),
+            name,
             title: title.clone(),
             kind: tool_kind(activity_kind, tool_name),
             status: ToolCallStatus::Pending,

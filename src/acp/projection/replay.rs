@@ -40,6 +40,7 @@ pub fn snapshot_frames(open: &OpenSnapshot) -> Vec<FrameBody> {
             args_truncated: false,
             locations: t.locations.clone(),
             parent_tool_call_id: None,
+            mcp: t.mcp.clone(),
         });
         if !t.output_tail.is_empty() {
             frames.push(FrameBody::ToolOutputDelta {
@@ -121,6 +122,7 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             args,
             locations,
             parent_tool_call_id,
+            mcp,
             ..
         } => vec![FrameBody::ToolStart {
             turn_id,
@@ -132,6 +134,7 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             args_truncated: false,
             locations: locations.clone(),
             parent_tool_call_id: parent_tool_call_id.clone(),
+            mcp: mcp.clone(),
         }],
         TranscriptBody::ToolResult {
             tool_call_id,

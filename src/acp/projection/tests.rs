@@ -29,6 +29,7 @@ fn start(id: &str, kind: &str, name: &str, title: &str) -> FrameBody {
         args: json!({"command": title}),
         args_truncated: false,
         parent_tool_call_id: None,
+        mcp: None,
         locations: vec![
             Location {
                 path: "/w/a.rs".into(),
@@ -182,6 +183,32 @@ fn a_command_streams_throttled_output_then_its_result() {
         "nothing after the terminal status"
     );
     assert!(p.close_open_tools("x").is_empty());
+}
+
+#[test]
+fn every_tool_call_is_named_by_its_tool() {
+    let mut p = Projector::default();
+    let now = Instant::now();
+    let name_of = |u: &[Value]| u[0]["name"].clone();
+    let u = shown(&mut p, &start("a", "edit", "write_file", "Write a.rs"), now);
+    assert_eq!(name_of(&u), json!("write_file"));
+    let u = shown(&mut p, &start("b", "tool", "delegate", "helper: look"), now);
+    assert_eq!(name_of(&u), json!("delegate"));
+    // An MCP tool by the server's names, not the model's `server__tool`.
+    let mut mcp = start("c", "tool", "every_thing__echo", "every-thing: echo");
+    if let FrameBody::ToolStart { mcp: m, .. } = &mut mcp {
+        *m = Some(crate::host_api::wire::McpTool {
+            server: "every-thing".into(),
+            tool: "echo".into(),
+        });
+    }
+    assert_eq!(
+        name_of(&shown(&mut p, &mcp, now)),
+        json!("every-thing/echo")
+    );
+    // A subagent's own call whose agent gave it no name.
+    let u = shown(&mut p, &start("d", "read", "", "helper: Read x"), now);
+    assert!(u[0].get("name").is_none(), "{}", u[0]);
 }
 
 #[test]

@@ -67,6 +67,12 @@ impl Turn {
         locations: &[Location],
     ) {
         let (inline, truncated) = bounded_args(args);
+        let mcp = self.mcp_tools.iter().find(|t| t.exposed == name).map(|t| {
+            crate::host_api::wire::McpTool {
+                server: t.server.clone(),
+                tool: t.name.clone(),
+            }
+        });
         let mut st = self.cell.lock();
         if let Some(a) = st.active.as_mut() {
             a.tools.push(crate::host_api::ops::ActiveTool {
@@ -77,6 +83,7 @@ impl Turn {
                 args: inline.clone(),
                 locations: locations.to_vec(),
                 output_tail: String::new(),
+                mcp: mcp.clone(),
             });
         }
         let body = FrameBody::ToolStart {
@@ -89,6 +96,7 @@ impl Turn {
             args_truncated: truncated,
             locations: locations.to_vec(),
             parent_tool_call_id: self.delegating.clone(),
+            mcp: mcp.clone(),
         };
         self.cell.emit(&mut st, body);
         let item = TranscriptBody::ToolCall {
@@ -101,6 +109,7 @@ impl Turn {
             provider_call_id: (!provider_id.is_empty() && provider_id != id)
                 .then(|| provider_id.to_string()),
             parent_tool_call_id: self.delegating.clone(),
+            mcp,
         };
         self.append(&mut st, vec![item]);
     }

@@ -951,10 +951,21 @@ impl Turn {
                 _ => "tool",
             };
             let args = u.get("rawInput").cloned().unwrap_or(json!({}));
+            // Its tool's name as the agent gives it (ACP `ToolCall.name`), when it is a plain
+            // name; the host never calls it, so it is only shown.
+            let tool = u
+                .get("name")
+                .and_then(Value::as_str)
+                .filter(|n| {
+                    (1..=64).contains(&n.len())
+                        && n.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "_-./:".contains(c))
+                })
+                .unwrap_or("");
             self.start_tool(
                 &ours,
                 "",
-                "delegate",
+                tool,
                 &format!("{name}: {title}"),
                 kind,
                 &args,

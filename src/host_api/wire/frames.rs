@@ -150,6 +150,9 @@ pub enum FrameBody {
         /// A subagent's tool call: the `delegate` call it runs under.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent_tool_call_id: Option<String>,
+        /// An MCP server's tool: which one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mcp: Option<McpTool>,
     },
     /// The tool passed its permission gate and is running now.
     #[serde(rename_all = "camelCase")]

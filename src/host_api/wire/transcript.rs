@@ -50,6 +50,9 @@ pub enum TranscriptBody {
         /// A subagent's tool call: the `delegate` call it ran under (not the model's own call).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent_tool_call_id: Option<String>,
+        /// An MCP server's tool: which one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mcp: Option<McpTool>,
     },
     #[serde(rename_all = "camelCase")]
     ToolResult {
