@@ -157,7 +157,8 @@ fn every_child_call_is_shown_under_its_own_id_and_replayed_the_same() {
         "one id per call, from the agent's"
     );
     // ACP `ToolCall.name`: `delegate` for the delegation, the agent's own for its calls when
-    // it is a plain name, none otherwise.
+    // it is a plain name (one with a `/` would pass for an MCP tool of this session: none);
+    // a call the agent names `update_plan` is shown like any other (above: all three are).
     let names = |updates: &[&Value]| -> Vec<Value> {
         let mut ids = vec![delegate.clone()];
         ids.extend(children(updates, &delegate).into_iter().map(|(id, _)| id));
@@ -171,7 +172,12 @@ fn every_child_call_is_shown_under_its_own_id_and_replayed_the_same() {
             })
             .collect()
     };
-    let expected = [json!("delegate"), json!("shell"), Value::Null, Value::Null];
+    let expected = [
+        json!("delegate"),
+        json!("shell"),
+        Value::Null,
+        json!("update_plan"),
+    ];
     assert_eq!(names(&updates), expected);
     for (k, id) in ids.iter().enumerate() {
         assert_eq!(text_of(settled(&updates, id)), format!("out {}", k + 1));

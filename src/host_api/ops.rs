@@ -861,9 +861,9 @@ pub struct ActiveTool {
     /// The last 64 KiB of its output so far.
     #[serde(default)]
     pub output_tail: String,
-    /// An MCP server's tool: which one.
+    /// As `tool_start`'s `name`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mcp: Option<super::wire::McpTool>,
+    pub name: Option<String>,
 }
 
 /// A call into the editor waiting for an answer; its input is read with `client.call.input`.

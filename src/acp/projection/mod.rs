@@ -287,7 +287,7 @@ impl Projector {
             args_truncated,
             locations: tool_locations,
             parent_tool_call_id,
-            mcp,
+            name,
             ..
         } = body
         else {
@@ -297,7 +297,9 @@ impl Projector {
             return vec![]; // shown already (a catch-up replays it)
         }
         let display = self.display_terminal && activity_kind == "command";
-        let hidden = tool_name == PLAN_TOOL;
+        // The plan tool is the model's own (a subagent's call is named by its agent, if at all).
+        let plan_tool = tool_name == PLAN_TOOL && parent_tool_call_id.is_none();
+        let hidden = plan_tool;
         let state = ToolState {
             command: (activity_kind == "command").then(|| title.clone()),
             display,
@@ -325,16 +327,16 @@ impl Projector {
             meta.get_or_insert_with(|| json!({}))["terminal_info"] =
                 json!({"terminal_id": tool_call_id});
         }
-        // A subagent's own call has the name the agent gave it, or none.
-        let name = match mcp {
-            Some(m) => Some(format!("{}/{}", m.server, m.tool)),
-            None => Some(tool_name.clone()).filter(|n| !n.is_empty()),
-        };
+        // The host's name for clients when it has one (an MCP tool, a subagent's call); else
+        // the tool's own — but a delegation's calls have no other name.
+        let name = name
+            .clone()
+            .or_else(|| parent_tool_call_id.is_none().then(|| tool_name.clone()));
         vec![SessionUpdate::ToolCall(ToolCall {
             tool_call_id: tool_call_id.clone(),
             name,
             title: title.clone(),
-            kind: tool_kind(activity_kind, tool_name),
+            kind: tool_kind(activity_kind, if plan_tool { PLAN_TOOL } else { "" }),
             status: ToolCallStatus::Pending,
             raw_input: args.clone(),
             locations: locations(tool_locations),

@@ -40,7 +40,7 @@ pub fn snapshot_frames(open: &OpenSnapshot) -> Vec<FrameBody> {
             args_truncated: false,
             locations: t.locations.clone(),
             parent_tool_call_id: None,
-            mcp: t.mcp.clone(),
+            name: t.name.clone(),
         });
         if !t.output_tail.is_empty() {
             frames.push(FrameBody::ToolOutputDelta {
@@ -122,7 +122,7 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             args,
             locations,
             parent_tool_call_id,
-            mcp,
+            name,
             ..
         } => vec![FrameBody::ToolStart {
             turn_id,
@@ -134,7 +134,7 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             args_truncated: false,
             locations: locations.clone(),
             parent_tool_call_id: parent_tool_call_id.clone(),
-            mcp: mcp.clone(),
+            name: name.clone(),
         }],
         TranscriptBody::ToolResult {
             tool_call_id,

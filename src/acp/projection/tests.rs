@@ -29,7 +29,7 @@ fn start(id: &str, kind: &str, name: &str, title: &str) -> FrameBody {
         args: json!({"command": title}),
         args_truncated: false,
         parent_tool_call_id: None,
-        mcp: None,
+        name: None,
         locations: vec![
             Location {
                 path: "/w/a.rs".into(),
@@ -194,21 +194,37 @@ fn every_tool_call_is_named_by_its_tool() {
     assert_eq!(name_of(&u), json!("write_file"));
     let u = shown(&mut p, &start("b", "tool", "delegate", "helper: look"), now);
     assert_eq!(name_of(&u), json!("delegate"));
-    // An MCP tool by the server's names, not the model's `server__tool`.
+    // The host's name for clients wins (an MCP tool by its server's names).
     let mut mcp = start("c", "tool", "every_thing__echo", "every-thing: echo");
-    if let FrameBody::ToolStart { mcp: m, .. } = &mut mcp {
-        *m = Some(crate::host_api::wire::McpTool {
-            server: "every-thing".into(),
-            tool: "echo".into(),
-        });
+    if let FrameBody::ToolStart { name, .. } = &mut mcp {
+        *name = Some("every-thing/echo".into());
     }
     assert_eq!(
         name_of(&shown(&mut p, &mcp, now)),
         json!("every-thing/echo")
     );
-    // A subagent's own call whose agent gave it no name.
-    let u = shown(&mut p, &start("d", "read", "", "helper: Read x"), now);
+    // A delegation's call the host gave no name (its agent named it nothing usable); one its
+    // agent named `update_plan` is still shown, and not as the plan tool.
+    let child = |id: &str, name: Option<&str>| {
+        let mut f = start(id, "command", "delegate", "helper: step");
+        if let FrameBody::ToolStart {
+            parent_tool_call_id,
+            name: n,
+            ..
+        } = &mut f
+        {
+            *parent_tool_call_id = Some("b".into());
+            *n = name.map(String::from);
+        }
+        f
+    };
+    let u = shown(&mut p, &child("d", None), now);
     assert!(u[0].get("name").is_none(), "{}", u[0]);
+    let u = shown(&mut p, &child("e", Some("update_plan")), now);
+    assert_eq!(
+        (name_of(&u), u[0]["kind"].clone()),
+        (json!("update_plan"), json!("execute"))
+    );
 }
 
 #[test]

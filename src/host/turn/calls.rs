@@ -38,7 +38,7 @@ impl Turn {
             Ok(p) => (p.title.clone(), p.activity_kind, p.locations.clone()),
             Err(_) => (name.to_string(), "tool", vec![]),
         };
-        self.start_tool(id, provider_id, name, &title, kind, &args, &locations);
+        self.start_tool(id, provider_id, name, None, &title, kind, &args, &locations);
         self.current_tool = Some(id.to_string());
         self.current_ran = false;
         let started = std::time::Instant::now();
@@ -61,18 +61,25 @@ impl Turn {
         id: &str,
         provider_id: &str,
         name: &str,
+        shown: Option<&str>,
         title: &str,
         kind: &str,
         args: &Value,
         locations: &[Location],
     ) {
         let (inline, truncated) = bounded_args(args);
-        let mcp = self.mcp_tools.iter().find(|t| t.exposed == name).map(|t| {
-            crate::host_api::wire::McpTool {
-                server: t.server.clone(),
-                tool: t.name.clone(),
-            }
-        });
+        // What clients call the tool: an MCP tool by its server's names (the model's
+        // `<server>__<tool>` is sanitized and cut: it cannot be read back). Not for the calls
+        // of a delegation: their names are the delegating code's to give (`shown`).
+        let shown = match shown {
+            Some(n) => Some(n.to_string()),
+            None if self.delegating.is_none() => self
+                .mcp_tools
+                .iter()
+                .find(|t| t.exposed == name)
+                .map(|t| format!("{}/{}", t.server, t.name)),
+            None => None,
+        };
         let mut st = self.cell.lock();
         if let Some(a) = st.active.as_mut() {
             a.tools.push(crate::host_api::ops::ActiveTool {
@@ -83,7 +90,7 @@ impl Turn {
                 args: inline.clone(),
                 locations: locations.to_vec(),
                 output_tail: String::new(),
-                mcp: mcp.clone(),
+                name: shown.clone(),
             });
         }
         let body = FrameBody::ToolStart {
@@ -96,7 +103,7 @@ impl Turn {
             args_truncated: truncated,
             locations: locations.to_vec(),
             parent_tool_call_id: self.delegating.clone(),
-            mcp: mcp.clone(),
+            name: shown.clone(),
         };
         self.cell.emit(&mut st, body);
         let item = TranscriptBody::ToolCall {
@@ -109,7 +116,7 @@ impl Turn {
             provider_call_id: (!provider_id.is_empty() && provider_id != id)
                 .then(|| provider_id.to_string()),
             parent_tool_call_id: self.delegating.clone(),
-            mcp,
+            name: shown,
         };
         self.append(&mut st, vec![item]);
     }

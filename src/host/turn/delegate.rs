@@ -192,6 +192,7 @@ impl Turn {
                 id,
                 provider_id,
                 "delegate",
+                None,
                 &plan.title,
                 plan.activity_kind,
                 args,
@@ -301,6 +302,7 @@ impl Turn {
                 child,
                 "",
                 "delegate",
+                Some("delegate"),
                 &format!("{}: {}", t.agent, tool_fs::cut_words(&t.task, 60)),
                 "tool",
                 &json!({"agent": t.agent, "task": t.task}),
@@ -499,6 +501,7 @@ impl Turn {
                 .map(|s| {
                     let (ready, thread) = s?;
                     let started = match thread {
+                        // (An Err from join: a panic, which only unwinds in test builds.)
                         Ok(t) => t
                             .join()
                             .unwrap_or_else(|_| Err("its start failed unexpectedly".to_string())),
@@ -951,20 +954,17 @@ impl Turn {
                 _ => "tool",
             };
             let args = u.get("rawInput").cloned().unwrap_or(json!({}));
-            // Its tool's name as the agent gives it (ACP `ToolCall.name`), when it is a plain
-            // name; the host never calls it, so it is only shown.
-            let tool = u
-                .get("name")
-                .and_then(Value::as_str)
-                .filter(|n| {
-                    (1..=64).contains(&n.len())
-                        && n.chars()
-                            .all(|c| c.is_ascii_alphanumeric() || "_-./:".contains(c))
-                })
-                .unwrap_or("");
+            // Its tool's name as the agent gives it (ACP `ToolCall.name`), only shown, when
+            // it is a plain name — no `/`, so it never reads as one of this session's MCP tools.
+            let tool = u.get("name").and_then(Value::as_str).filter(|n| {
+                (1..=64).contains(&n.len())
+                    && n.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            });
             self.start_tool(
                 &ours,
                 "",
+                "delegate",
                 tool,
                 &format!("{name}: {title}"),
                 kind,

@@ -201,7 +201,7 @@ mod tests {
             locations: vec![],
             provider_call_id: None,
             parent_tool_call_id: parent.map(String::from),
-            mcp: None,
+            name: None,
         }
     }
 

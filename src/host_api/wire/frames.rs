@@ -23,7 +23,9 @@ impl Frame {
     /// through a plain struct: the derived reader of an internally tagged enum first copies every
     /// field into an intermediate tree, which at this crate's size-optimized profile was most of
     /// a reader's time per frame. Any other line, or a delta the plain struct cannot read, takes
-    /// the derived path, so both read exactly the same frames.
+    /// the derived path, so both give the same frame for every line the derived reader reads;
+    /// the fast path only checks fields it does not know less strictly (it skips them unread: a
+    /// lone surrogate or an out-of-range number there is not an error).
     pub fn parse(line: &[u8]) -> serde_json::Result<Frame> {
         let delta = |kind: &[u8]| line.windows(kind.len()).any(|w| w == kind);
         if delta(br#""kind":"text_delta""#) || delta(br#""kind":"thinking_delta""#) {
@@ -150,9 +152,10 @@ pub enum FrameBody {
         /// A subagent's tool call: the `delegate` call it runs under.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent_tool_call_id: Option<String>,
-        /// An MCP server's tool: which one.
+        /// The tool's name as clients show it (ACP `ToolCall.name`) when it is not `toolName`:
+        /// an MCP tool's `<server>/<tool>`, a subagent's own tool as its agent named it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        mcp: Option<McpTool>,
+        name: Option<String>,
     },
     /// The tool passed its permission gate and is running now.
     #[serde(rename_all = "camelCase")]

@@ -11,15 +11,6 @@ pub struct Location {
     pub line: Option<u32>,
 }
 
-/// An MCP server's tool, as the server names it (the model calls it `toolName`: the two
-/// joined by `__`, sanitized and cut to 64 characters, so it cannot be read back from it).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct McpTool {
-    pub server: String,
-    pub tool: String,
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FileDiff {

@@ -50,9 +50,10 @@ pub enum TranscriptBody {
         /// A subagent's tool call: the `delegate` call it ran under (not the model's own call).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         parent_tool_call_id: Option<String>,
-        /// An MCP server's tool: which one.
+        /// The tool's name as clients show it (ACP `ToolCall.name`) when it is not `toolName`:
+        /// an MCP tool's `<server>/<tool>`, a subagent's own tool as its agent named it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        mcp: Option<McpTool>,
+        name: Option<String>,
     },
     #[serde(rename_all = "camelCase")]
     ToolResult {
