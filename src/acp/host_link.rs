@@ -151,7 +151,8 @@ impl HostLink {
         }
         *starting = true;
         drop(starting);
-        // Whatever happens below (even a panic), the waiters are released.
+        // Whatever happens below (an early return; a panic where panics unwind), the waiters
+        // are released.
         struct Done<'a>(&'a HostLink);
         impl Drop for Done<'_> {
             fn drop(&mut self) {

@@ -61,13 +61,26 @@ impl Workers {
                 let job = rx.recv();
                 idle.fetch_sub(1, Ordering::AcqRel);
                 let Ok(job) = job else { return };
-                // No catch_unwind: a panic is a bug and ends the process (Cargo.toml's
-                // release profile aborts; see why there).
-                job();
+                run_job(job);
             });
         match spawned {
             Ok(_) => self.started += 1,
             Err(e) => log::error!("cannot start worker {n}: {e}"),
         }
     }
+}
+
+/// Release builds abort on a panic (Cargo.toml says why), so there a panicking job ends the
+/// process. Where panics unwind (tests, debug builds) the worker survives it — the pool never
+/// shrinks — and the job's responder, dropped in the unwind, answers -32603.
+#[cfg(panic = "unwind")]
+fn run_job(job: Job) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(job)).is_err() {
+        log::error!("a request handler panicked; the worker goes on");
+    }
+}
+
+#[cfg(not(panic = "unwind"))]
+fn run_job(job: Job) {
+    job()
 }

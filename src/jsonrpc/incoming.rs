@@ -147,8 +147,8 @@ impl Responder {
 }
 
 impl Drop for Responder {
-    /// A handler that forgot to answer (or panicked) still produces a response, so the
-    /// client never waits forever.
+    /// A handler that forgot to answer (or, where panics unwind, panicked) still produces a
+    /// response, so the client never waits forever.
     fn drop(&mut self) {
         if let Some(id) = self.id.take() {
             log::error!(
