@@ -64,8 +64,9 @@ pub struct Script {
 struct ScriptFile {
     #[serde(default)]
     rules: Vec<Rule>,
+    /// `null` as absent, as for a rule's `responses`.
     #[serde(default)]
-    default: Vec<Vec<Step>>,
+    default: Option<Vec<Vec<Step>>>,
     #[serde(default)]
     thinking_levels: Vec<String>,
     #[serde(default)]
@@ -75,8 +76,12 @@ struct ScriptFile {
 #[derive(Deserialize)]
 struct Rule {
     when: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_empty")]
     responses: Vec<Vec<Step>>,
+}
+
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Vec<Step>>, D::Error> {
+    Ok(Option::deserialize(d)?.unwrap_or_default())
 }
 
 #[derive(Deserialize)]
@@ -105,6 +110,9 @@ struct Step {
     fail: Option<FailureClass>,
     message: Option<String>,
     finish: Option<String>,
+    /// Keys no step has: a step with none of the above is refused, naming them.
+    #[serde(flatten)]
+    unknown: serde_json::Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -161,7 +169,7 @@ impl Script {
         Ok(Script {
             models,
             rules: file.rules,
-            default: file.default,
+            default: file.default.unwrap_or_default(),
             thinking_levels: file.thinking_levels,
         })
     }
@@ -273,7 +281,8 @@ impl Script {
                     ModelEvent::Error {
                         class: FailureClass::ProviderError,
                         message: format!(
-                            "the script has a step this provider does not understand: {step:?}"
+                            "the script has a step this provider does not understand: {}",
+                            Value::Object(step.unknown.clone())
                         ),
                         details: None,
                     },
@@ -357,5 +366,13 @@ mod tests {
             .err()
             .unwrap()
             .starts_with("not valid JSON"));
+        let nulls = Script::load(r#"{"rules":[{"when":"x","responses":null}],"default":null}"#);
+        assert!(nulls.is_ok_and(|s| s.response_for("x", 0).is_none()));
+        // An unknown step is named by its keys when it is played.
+        let odd = Script::load(r#"{"default":[[{"sing":"la"}]]}"#).unwrap();
+        assert_eq!(
+            odd.default[0][0].unknown.get("sing"),
+            Some(&Value::from("la"))
+        );
     }
 }
