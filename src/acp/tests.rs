@@ -230,3 +230,59 @@ fn delete_gives_up_after_three_conflicting_writes_with_a_retryable_error() {
         ]
     );
 }
+
+/// A subagent's call still running when a client opens the session is shown where it runs —
+/// under its delegate call, with the name the host gave it — as it was live.
+#[test]
+fn a_running_subagent_call_in_a_snapshot_is_shown_under_its_delegate_call() {
+    let tool = |id: &str, name: &str, shown: Option<&str>, parent: Option<&str>| ops::ActiveTool {
+        tool_call_id: id.into(),
+        tool_name: name.into(),
+        title: id.into(),
+        activity_kind: "command".into(),
+        args: json!({}),
+        locations: vec![],
+        output_tail: String::new(),
+        name: shown.map(String::from),
+        parent_tool_call_id: parent.map(String::from),
+    };
+    let open = ops::OpenSnapshot {
+        host_epoch: "e1".into(),
+        seq: 4,
+        session: record(2),
+        active_turn: None,
+        active_streams: vec![],
+        active_tools: vec![
+            tool("d", "delegate", None, None),
+            tool("d.1", "delegate", Some("shell"), Some("d")),
+        ],
+        pending_interactions: vec![],
+        pending_client_calls: vec![],
+        usage: json!({}),
+        transcript: ops::TranscriptPosition {
+            through_message_seq: 0,
+        },
+        goal: None,
+    };
+    let mut view = super::projection::Projector::default();
+    let shown: Vec<Value> = super::projection::snapshot_frames(&open)
+        .iter()
+        .flat_map(|f| view.frame(f, Instant::now()))
+        .map(|u| super::types::to_json(&u))
+        .collect();
+    let calls: Vec<(Value, Value, Value)> = shown
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .map(|u| {
+            let parent = u["_meta"]["maka"]["parentToolCallId"].clone();
+            (u["toolCallId"].clone(), u["name"].clone(), parent)
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (json!("d"), json!("delegate"), Value::Null),
+            (json!("d.1"), json!("shell"), json!("d")),
+        ]
+    );
+}

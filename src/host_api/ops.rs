@@ -861,9 +861,11 @@ pub struct ActiveTool {
     /// The last 64 KiB of its output so far.
     #[serde(default)]
     pub output_tail: String,
-    /// As `tool_start`'s `name`.
+    /// As `tool_start`'s `name` and `parentToolCallId`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_tool_call_id: Option<String>,
 }
 
 /// A call into the editor waiting for an answer; its input is read with `client.call.input`.

@@ -39,7 +39,7 @@ pub fn snapshot_frames(open: &OpenSnapshot) -> Vec<FrameBody> {
             args: t.args.clone(),
             args_truncated: false,
             locations: t.locations.clone(),
-            parent_tool_call_id: None,
+            parent_tool_call_id: t.parent_tool_call_id.clone(),
             name: t.name.clone(),
         });
         if !t.output_tail.is_empty() {

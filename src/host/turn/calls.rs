@@ -91,6 +91,7 @@ impl Turn {
                 locations: locations.to_vec(),
                 output_tail: String::new(),
                 name: shown.clone(),
+                parent_tool_call_id: self.delegating.clone(),
             });
         }
         let body = FrameBody::ToolStart {
