@@ -373,6 +373,11 @@ fn terminals_are_released_at_stdin_eof_with_an_external_host() {
 }
 
 fn provider_agent(port: u16, data: &TempDir) -> AgentProcess {
+    provider_agent_for(port, data, json!({}))
+}
+
+/// As [`provider_agent`], for a client that advertises `capabilities`.
+fn provider_agent_for(port: u16, data: &TempDir, capabilities: Value) -> AgentProcess {
     let mut agent = AgentProcess::spawn_with(Spawn {
         args: vec![],
         env: vec![
@@ -389,7 +394,10 @@ fn provider_agent(port: u16, data: &TempDir) -> AgentProcess {
             ),
         ],
     });
-    agent.initialize();
+    agent.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": capabilities}),
+    );
     agent
 }
 
@@ -446,6 +454,12 @@ fn provider_failures_are_sentences_and_retries_are_shown() {
         })
         .count();
     assert_eq!(retries, 4, "each retry is shown");
+    assert!(
+        !t.updates_for(&id)
+            .iter()
+            .any(|u| u["sessionUpdate"] == "notice"),
+        "no notice to a client that did not advertise session.notices"
+    );
 
     let t = agent.prompt(&id, "again", |r| panic!("{r}"));
     let msg = error_of(&t.response)["message"]
@@ -458,6 +472,57 @@ fn provider_failures_are_sentences_and_retries_are_shown() {
             && msg.contains("MAKA_MODEL"),
         "{msg}"
     );
+}
+
+/// ACP `notice` (issue 26 item 2): a client that advertises `session.notices` is told of each
+/// provider retry as a warning notice — live only, as notices are — and not as a thought.
+#[test]
+fn provider_retries_are_notices_to_clients_that_show_notices() {
+    let busy = "{\"error\":{\"message\":\"busy\"}}";
+    let mut responses: Vec<String> = (0..2)
+        .map(|_| raw(503, "application/json", busy, "Retry-After: 0\r\n"))
+        .collect();
+    responses.push(sse(&[
+        json!({"choices": [{"delta": {"content": "Hello after all."}}]}),
+        json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+    ]));
+    let (port, _) = fake_server(responses);
+    let data = TempDir::new("ed-notice-data");
+    let ws = TempDir::new("ed-notice-ws");
+    let mut agent = provider_agent_for(port, &data, json!({"session": {"notices": {}}}));
+    let id = agent.new_session(ws.path());
+    let t = agent.prompt(&id, "hi", |r| panic!("{r}"));
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{}",
+        t.response
+    );
+    let updates = t.updates_for(&id);
+    let notices: Vec<(&str, &str)> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "notice")
+        .map(|u| {
+            (
+                u["severity"].as_str().unwrap(),
+                u["title"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(notices.len(), 2, "{updates:#?}");
+    for (k, (severity, title)) in notices.iter().enumerate() {
+        assert_eq!(*severity, "warning");
+        assert!(
+            title.contains("HTTP 503") && title.contains(&format!("attempt {} of 5", k + 2)),
+            "{title}"
+        );
+    }
+    assert!(
+        !updates
+            .iter()
+            .any(|u| u["sessionUpdate"] == "agent_thought_chunk"),
+        "retries are not thoughts for this client: {updates:#?}"
+    );
+    assert_eq!(t.text(), "Hello after all.");
 }
 
 /// (item 10) MCP start-up problems are told to the person but never enter the model's context (a

@@ -88,8 +88,13 @@ impl Ctx {
 
     /// Command output through Zed's display-only `_meta.terminal_*` convention: only for a
     /// client that asks for it and has no real terminals.
-    pub fn display_terminal(&self) -> bool {
-        !self.shared.caps.terminal && self.shared.caps.terminal_output_meta
+    /// What this client can show beyond ACP's baseline (the view's choices).
+    pub fn shows(&self) -> super::projection::Shows {
+        let caps = &self.shared.caps;
+        super::projection::Shows {
+            display_terminal: !caps.terminal && caps.terminal_output_meta,
+            notices: caps.notices,
+        }
     }
 
     /// Tells the host what it may delegate to this client for `session_id` (files, terminals).

@@ -50,7 +50,7 @@ fn attach_new(
 ) -> Result<(SessionSetup, Arc<AcpSession>), ResponseError> {
     let id = record.id.clone();
     ctx.register_services(conn, &id)?;
-    let session = AcpSession::new(&id, ctx.display_terminal());
+    let session = AcpSession::new(&id, ctx.shows());
     let mut result = attach_config(ctx, &session, record, models);
     result.session_id = Some(id.clone());
     lock(&ctx.sessions).insert(id, Arc::clone(&session));
@@ -280,7 +280,7 @@ fn attach(
     };
     let open = ctx.call::<ops::SessionOpen>(&conn, &open_input)?;
     ctx.register_services(&conn, &id)?;
-    let session = AcpSession::new(&id, ctx.display_terminal());
+    let session = AcpSession::new(&id, ctx.shows());
     let models = ctx.call::<ops::ModelsList>(&conn, &ops::Empty {})?;
     let result = attach_config(ctx, &session, &record, Some(&models));
     let active_turn = open.active_turn.as_ref().map(|t| t.turn_id.clone());

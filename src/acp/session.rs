@@ -141,13 +141,12 @@ pub enum ReaderStep {
 }
 
 impl AcpSession {
-    /// `display_terminal`: the client shows command output through Zed's `_meta.terminal_*`
-    /// convention (it set `_meta.terminal_output` and has no real terminals).
-    pub fn new(id: &str, display_terminal: bool) -> Arc<AcpSession> {
+    /// `shows`: what the client can show beyond ACP's baseline.
+    pub fn new(id: &str, shows: projection::Shows) -> Arc<AcpSession> {
         Arc::new(AcpSession {
             id: id.to_string(),
             state: Mutex::new(SessionState::default()),
-            view: Mutex::new(Projector::new(display_terminal)),
+            view: Mutex::new(Projector::new(shows)),
             prompt_done: Condvar::new(),
         })
     }

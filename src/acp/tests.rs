@@ -158,7 +158,7 @@ fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_res
         ),
     ]);
     let (shared, lines) = shared(Arc::clone(&host));
-    let session = AcpSession::new("s", false);
+    let session = AcpSession::new("s", Default::default());
     session.set_position(0, "e1", None);
     let requests = IncomingRequests::new(shared.outbox.clone());
     let responder = requests

@@ -40,6 +40,14 @@ pub enum SessionUpdate {
         title: Option<String>,
         updated_at: String,
     },
+    /// Live information for the person, not session history (only to clients that advertise
+    /// `clientCapabilities.session.notices`).
+    Notice {
+        severity: NoticeSeverity,
+        title: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+    },
     UsageUpdate {
         used: u64,
         size: u64,
@@ -50,6 +58,13 @@ pub enum SessionUpdate {
 }
 
 /// One piece of a message (`user_message_chunk`, `agent_message_chunk`, `agent_thought_chunk`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeSeverity {
+    /// The one this agent sends so far (ACP also has `info` and `error`).
+    Warning,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Chunk {

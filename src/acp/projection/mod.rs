@@ -17,7 +17,7 @@ pub use content::{diff, iso8601, plan as plan_entries, tool_kind};
 pub use replay::{replay_frames, snapshot_frames};
 
 use crate::acp::types::{
-    Chunk, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
+    Chunk, NoticeSeverity, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
 };
 use crate::host_api::wire::{
     Configuration, FailureClass, FrameBody, Goal, Interaction, StreamEndReason, ToolResultContent,
@@ -71,12 +71,25 @@ pub struct Projector {
     own_turns: HashSet<String>,
     /// Command output goes through Zed's display-only `_meta.terminal_*` convention.
     display_terminal: bool,
+    /// The client shows ACP `notice`s (`clientCapabilities.session.notices`).
+    notices: bool,
+}
+
+/// What the client can show beyond ACP's baseline, as far as the view's choices go.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Shows {
+    /// Command output through Zed's display-only `_meta.terminal_*` convention (the client set
+    /// `_meta.terminal_output` and has no real terminals).
+    pub display_terminal: bool,
+    /// `notice` updates (`clientCapabilities.session.notices`).
+    pub notices: bool,
 }
 
 impl Projector {
-    pub fn new(display_terminal: bool) -> Projector {
+    pub fn new(shows: Shows) -> Projector {
         Projector {
-            display_terminal,
+            display_terminal: shows.display_terminal,
+            notices: shows.notices,
             ..Projector::default()
         }
     }
@@ -223,7 +236,7 @@ impl Projector {
                 turn_id,
                 provider_retry: Some(r),
                 ..
-            } => vec![retry_thought(turn_id, r)],
+            } => vec![retry_update(turn_id, r, self.notices)],
             FrameBody::ToolRunning { tool_call_id, .. } => match self.tools.get(tool_call_id) {
                 Some(t) if !t.terminal && !t.hidden => vec![SessionUpdate::ToolCallUpdate(
                     ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress),
@@ -584,7 +597,13 @@ fn user_chunk(turn_id: &str, message_id: &str, text: &str) -> Vec<SessionUpdate>
 }
 
 /// "The model provider did not answer (…); retrying in 2 s (attempt 2 of 5)."
-fn retry_thought(turn_id: &str, r: &crate::host_api::wire::ProviderRetry) -> SessionUpdate {
+/// A provider call being retried: a `notice` to clients that show them (live only, as notices
+/// are); else a thought, so the person does not stare at nothing (ACP's baseline has no status).
+fn retry_update(
+    turn_id: &str,
+    r: &crate::host_api::wire::ProviderRetry,
+    notices: bool,
+) -> SessionUpdate {
     let attempt = r.attempt;
     let wait = wait_words(r.delay_ms);
     let why = if r.reason.is_empty() {
@@ -592,12 +611,20 @@ fn retry_thought(turn_id: &str, r: &crate::host_api::wire::ProviderRetry) -> Ses
     } else {
         r.reason.as_str()
     };
+    let said = format!(
+        "The model provider did not answer ({why}); retrying in {wait} (attempt {} of 5).",
+        attempt + 1
+    );
+    if notices {
+        return SessionUpdate::Notice {
+            severity: NoticeSeverity::Warning,
+            title: said,
+            description: None,
+        };
+    }
     SessionUpdate::AgentThoughtChunk(Chunk::text(
         format!("retry_{turn_id}_{attempt}"),
-        format!(
-            "The model provider did not answer ({why}); retrying in {wait} (attempt {} of 5).\n",
-            attempt + 1
-        ),
+        format!("{said}\n"),
     ))
 }
 

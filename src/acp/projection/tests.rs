@@ -509,7 +509,7 @@ fn every_kind_of_frame_has_its_effects() {
         ),
         (json!({"kind": "a_kind_from_a_newer_host"}), ""),
     ];
-    let mut p = Projector::new(false);
+    let mut p = Projector::new(Shows::default());
     let now = Instant::now();
     for (frame, expected) in table {
         let body: FrameBody =
