@@ -41,6 +41,25 @@ fn text(seq: u64, offset: u64, t: &str) -> Frame {
     )
 }
 
+/// A `session.open` snapshot of session `s` at seq 4 with nothing in flight.
+fn snapshot() -> ops::OpenSnapshot {
+    ops::OpenSnapshot {
+        host_epoch: "e1".into(),
+        seq: 4,
+        session: record(2),
+        active_turn: None,
+        active_streams: vec![],
+        active_tools: vec![],
+        pending_interactions: vec![],
+        pending_client_calls: vec![],
+        usage: json!({}),
+        transcript: ops::TranscriptPosition {
+            through_message_seq: 0,
+        },
+        goal: None,
+    }
+}
+
 fn record(revision: u64) -> Session {
     Session {
         id: "s".into(),
@@ -92,9 +111,6 @@ fn lines_until(lines: &TestLines, done: impl Fn(&Value) -> bool) -> Vec<Value> {
 fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_response_comes_last() {
     let host = Arc::new(FakeHost::default().answer::<ops::SessionOpen>(|_| {
         Ok(ops::OpenSnapshot {
-            host_epoch: "e1".into(),
-            seq: 4,
-            session: record(2),
             active_turn: Some(TurnSnapshot {
                 session_id: "s".into(),
                 turn_id: "t1".into(),
@@ -115,14 +131,7 @@ fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_res
                 message_id: "m1".into(),
                 text: "Hello".into(),
             }],
-            active_tools: vec![],
-            pending_interactions: vec![],
-            pending_client_calls: vec![],
-            usage: json!({}),
-            transcript: ops::TranscriptPosition {
-                through_message_seq: 0,
-            },
-            goal: None,
+            ..snapshot()
         })
     }));
     host.window(vec![
@@ -247,22 +256,11 @@ fn a_running_subagent_call_in_a_snapshot_is_shown_under_its_delegate_call() {
         parent_tool_call_id: parent.map(String::from),
     };
     let open = ops::OpenSnapshot {
-        host_epoch: "e1".into(),
-        seq: 4,
-        session: record(2),
-        active_turn: None,
-        active_streams: vec![],
         active_tools: vec![
             tool("d", "delegate", None, None),
             tool("d.1", "delegate", Some("shell"), Some("d")),
         ],
-        pending_interactions: vec![],
-        pending_client_calls: vec![],
-        usage: json!({}),
-        transcript: ops::TranscriptPosition {
-            through_message_seq: 0,
-        },
-        goal: None,
+        ..snapshot()
     };
     let mut view = super::projection::Projector::default();
     let shown: Vec<Value> = super::projection::snapshot_frames(&open)

@@ -99,7 +99,6 @@ pub enum ToolKind {
     Edit,
     Search,
     Execute,
-    Think,
     Fetch,
     SwitchMode,
     Other,

@@ -6,15 +6,14 @@ use crate::acp::types::{
 use crate::host_api::wire::{self, FileDiff, Location, ToolResultContent, ToolStatus};
 use serde_json::Value;
 
-/// Host activity kind → ACP `ToolKind`.
-pub fn tool_kind(activity_kind: &str, tool_name: &str) -> ToolKind {
-    match (activity_kind, tool_name) {
-        (_, "update_plan") => ToolKind::Think,
-        ("read", _) => ToolKind::Read,
-        ("edit", _) => ToolKind::Edit,
-        ("search" | "explore" | "websearch", _) => ToolKind::Search,
-        ("command" | "computer", _) => ToolKind::Execute,
-        ("webfetch" | "browser", _) => ToolKind::Fetch,
+/// Host activity kind → ACP `ToolKind` (the plan tool is never shown as a call).
+pub fn tool_kind(activity_kind: &str) -> ToolKind {
+    match activity_kind {
+        "read" => ToolKind::Read,
+        "edit" => ToolKind::Edit,
+        "search" | "explore" | "websearch" => ToolKind::Search,
+        "command" | "computer" => ToolKind::Execute,
+        "webfetch" | "browser" => ToolKind::Fetch,
         _ => ToolKind::Other,
     }
 }

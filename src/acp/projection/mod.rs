@@ -13,7 +13,7 @@ mod replay;
 #[cfg(test)]
 mod tests;
 
-pub use content::{diff, iso8601, plan as plan_entries, tool_kind};
+pub use content::{diff, iso8601, plan as plan_entries};
 pub use replay::{replay_frames, snapshot_frames};
 
 use crate::acp::types::{
@@ -23,7 +23,9 @@ use crate::host_api::wire::{
     Configuration, FailureClass, FrameBody, Goal, Interaction, StreamEndReason, ToolResultContent,
     ToolStatus, TurnOutcome,
 };
-use content::{fenced_output, locations, plan, result_content, result_locations, terminal_verdict};
+use content::{
+    fenced_output, locations, plan, result_content, result_locations, terminal_verdict, tool_kind,
+};
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -69,10 +71,8 @@ pub struct Projector {
     order: Vec<String>,
     /// Turns started by this connection's prompts: their user message is not echoed back.
     own_turns: HashSet<String>,
-    /// Command output goes through Zed's display-only `_meta.terminal_*` convention.
-    display_terminal: bool,
-    /// The client shows ACP `notice`s (`clientCapabilities.session.notices`).
-    notices: bool,
+    /// What the client can show beyond ACP's baseline.
+    shows: Shows,
 }
 
 /// What the client can show beyond ACP's baseline, as far as the view's choices go.
@@ -88,8 +88,7 @@ pub struct Shows {
 impl Projector {
     pub fn new(shows: Shows) -> Projector {
         Projector {
-            display_terminal: shows.display_terminal,
-            notices: shows.notices,
+            shows,
             ..Projector::default()
         }
     }
@@ -236,7 +235,7 @@ impl Projector {
                 turn_id,
                 provider_retry: Some(r),
                 ..
-            } => vec![retry_update(turn_id, r, self.notices)],
+            } => vec![retry_update(turn_id, r, self.shows.notices)],
             FrameBody::ToolRunning { tool_call_id, .. } => match self.tools.get(tool_call_id) {
                 Some(t) if !t.terminal && !t.hidden => vec![SessionUpdate::ToolCallUpdate(
                     ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress),
@@ -309,10 +308,10 @@ impl Projector {
         if !self.shown_tools.insert(tool_call_id.clone()) {
             return vec![]; // shown already (a catch-up replays it)
         }
-        let display = self.display_terminal && activity_kind == "command";
-        // The plan tool is the model's own (a subagent's call is named by its agent, if at all).
-        let plan_tool = tool_name == PLAN_TOOL && parent_tool_call_id.is_none();
-        let hidden = plan_tool;
+        let display = self.shows.display_terminal && activity_kind == "command";
+        // The plan tool (shown as the plan, not as a call) is the model's own, never a
+        // delegation's call, whatever its agent named it.
+        let hidden = tool_name == PLAN_TOOL && parent_tool_call_id.is_none();
         let state = ToolState {
             command: (activity_kind == "command").then(|| title.clone()),
             display,
@@ -349,7 +348,7 @@ impl Projector {
             tool_call_id: tool_call_id.clone(),
             name,
             title: title.clone(),
-            kind: tool_kind(activity_kind, if plan_tool { PLAN_TOOL } else { "" }),
+            kind: tool_kind(activity_kind),
             status: ToolCallStatus::Pending,
             raw_input: args.clone(),
             locations: locations(tool_locations),

@@ -27,8 +27,15 @@ impl Frame {
     /// the fast path only checks fields it does not know less strictly (it skips them unread: a
     /// lone surrogate or an out-of-range number there is not an error).
     pub fn parse(line: &[u8]) -> serde_json::Result<Frame> {
-        let delta = |kind: &[u8]| line.windows(kind.len()).any(|w| w == kind);
-        if delta(br#""kind":"text_delta""#) || delta(br#""kind":"thinking_delta""#) {
+        // One pass over the line: where a `"kind":"` key starts, is its value a delta's?
+        const KIND: &[u8] = br#""kind":""#;
+        let delta = (0..line.len().saturating_sub(KIND.len())).any(|i| {
+            line[i..].starts_with(KIND) && {
+                let value = &line[i + KIND.len()..];
+                value.starts_with(br#"text_delta""#) || value.starts_with(br#"thinking_delta""#)
+            }
+        });
+        if delta {
             if let Ok(DeltaLine {
                 seq,
                 session_id,
