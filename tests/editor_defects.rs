@@ -460,6 +460,23 @@ fn provider_failures_are_sentences_and_retries_are_shown() {
             .any(|u| u["sessionUpdate"] == "notice"),
         "no notice to a client that did not advertise session.notices"
     );
+    // What was streamed is what a reload replays: the same retry thoughts, byte for byte.
+    let thoughts = |updates: Vec<&Value>| -> Vec<Value> {
+        updates
+            .into_iter()
+            .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+            .cloned()
+            .collect()
+    };
+    let live = thoughts(t.updates_for(&id));
+    let mut other = provider_agent(port, &data);
+    let (_, replay) = other.call(
+        "session/load",
+        json!({"sessionId": id, "cwd": ws.path(), "mcpServers": []}),
+    );
+    let replayed = thoughts(replay.iter().map(|l| &l["params"]["update"]).collect());
+    assert_eq!(replayed, live);
+    drop(other);
 
     let t = agent.prompt(&id, "again", |r| panic!("{r}"));
     let msg = error_of(&t.response)["message"]
@@ -523,6 +540,35 @@ fn provider_retries_are_notices_to_clients_that_show_notices() {
         "retries are not thoughts for this client: {updates:#?}"
     );
     assert_eq!(t.text(), "Hello after all.");
+    // Notices are live events, not history: a reload by such a client replays none of them
+    // (and no thought either); a client without notices replays the retries as thoughts.
+    let load = |caps: Value| -> Vec<Value> {
+        let mut other = provider_agent_for(port, &data, caps);
+        let (_, replay) = other.call(
+            "session/load",
+            json!({"sessionId": id, "cwd": ws.path(), "mcpServers": []}),
+        );
+        replay
+            .iter()
+            .map(|l| l["params"]["update"].clone())
+            .filter(|u| {
+                u["sessionUpdate"] == "notice" || u["sessionUpdate"] == "agent_thought_chunk"
+            })
+            .collect()
+    };
+    assert_eq!(
+        load(json!({"session": {"notices": {}}})),
+        Vec::<Value>::new()
+    );
+    let thoughts = load(json!({}));
+    assert_eq!(thoughts.len(), 2, "{thoughts:#?}");
+    assert!(
+        thoughts
+            .iter()
+            .all(|u| u["sessionUpdate"] == "agent_thought_chunk"
+                && u["content"]["text"].as_str().unwrap().contains("HTTP 503")),
+        "{thoughts:#?}"
+    );
 }
 
 /// (item 10) MCP start-up problems are told to the person but never enter the model's context (a
@@ -585,4 +631,51 @@ fn mcp_startup_warnings_stay_out_of_the_models_context() {
         .map(|l| l["params"]["update"]["content"]["text"].as_str().unwrap())
         .collect();
     assert!(replayed.contains("broken"), "{replayed}");
+}
+
+/// The same MCP failure to a client that shows notices (issue 26 item 2): a warning notice
+/// naming the server, no agent text, and nothing of it on a reload (notices are not history).
+#[test]
+fn mcp_startup_failures_are_notices_to_clients_that_show_notices() {
+    let (port, _) = fake_server(vec![sse(&[
+        json!({"choices": [{"delta": {"content": "Hi there."}}]}),
+        json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+    ])]);
+    let data = TempDir::new("ed-mcp-notice-data");
+    let ws = TempDir::new("ed-mcp-notice-ws");
+    let caps = json!({"session": {"notices": {}}});
+    let mut agent = provider_agent_for(port, &data, caps.clone());
+    let broken =
+        json!([{"name": "broken", "command": "/nonexistent/mcp-server", "args": [], "env": []}]);
+    let r = agent.call_ok(
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": broken}),
+    );
+    let id = r["sessionId"].as_str().unwrap().to_string();
+    agent.expect_commands(&id);
+    let t = agent.prompt(&id, "hello", |r| panic!("{r}"));
+    assert_eq!(t.text(), "Hi there.", "no agent text but the reply");
+    let notices: Vec<&Value> = t
+        .updates_for(&id)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "notice")
+        .collect();
+    assert_eq!(notices.len(), 1, "{notices:#?}");
+    assert_eq!(notices[0]["severity"], "warning");
+    let title = notices[0]["title"].as_str().unwrap();
+    assert!(
+        title.contains("`broken`") && title.ends_with('.'),
+        "{title}"
+    );
+    let mut other = provider_agent_for(port, &data, caps);
+    let (_, replay) = other.call(
+        "session/load",
+        json!({"sessionId": id, "cwd": ws.path(), "mcpServers": []}),
+    );
+    let shown: Vec<&Value> = replay
+        .iter()
+        .map(|l| &l["params"]["update"])
+        .filter(|u| u["sessionUpdate"] == "notice" || u.to_string().contains("broken"))
+        .collect();
+    assert!(shown.is_empty(), "{shown:#?}");
 }

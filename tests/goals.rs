@@ -163,6 +163,12 @@ fn a_goal_is_paused_resumed_and_stopped_by_its_turn_limit() {
     let last = &lines.last().unwrap()["params"]["goal"];
     assert_eq!(last["reason"], "turn_limit");
     assert_eq!(last["turnsRun"], 10, "the default limit: {last}");
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l["params"]["update"]["sessionUpdate"] == "notice"),
+        "no notice to a client that did not advertise session.notices"
+    );
     let t = a.prompt(&s, "/goal", |r| panic!("unexpected {r}"));
     assert!(
         t.text()
@@ -283,4 +289,36 @@ fn a_goal_survives_the_editor_leaving_normally_or_not() {
         );
         assert_eq!(resumed["status"], "active", "{how}");
     }
+}
+
+/// ACP `notice` (issue 26 item 2): a client that shows notices is told, as a warning, that the
+/// goal stopped at its limit before it was met — before the `_maka/goal_update` that says so.
+#[test]
+fn a_goal_stopped_at_its_limit_is_a_notice_to_clients_that_show_notices() {
+    let data = TempDir::new("goal4-data");
+    let ws = TempDir::new("goal4-ws");
+    let mut a = AgentProcess::scripted(&script(), data.path());
+    a.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"session": {"notices": {}}}}),
+    );
+    let s = a.new_session(ws.path());
+    let (resp, early) = a.call(
+        "_maka/goal/arm",
+        json!({"sessionId": s, "objective": "never ends", "maxTurns": 2}),
+    );
+    assert_eq!(resp["result"]["status"], "active", "{resp}");
+    let mut lines = early;
+    lines.extend(until_goal(&mut a, "stopped"));
+    let notices: Vec<&Value> = lines
+        .iter()
+        .map(|l| &l["params"]["update"])
+        .filter(|u| u["sessionUpdate"] == "notice")
+        .collect();
+    assert_eq!(notices.len(), 1, "{lines:#?}");
+    assert_eq!(notices[0]["severity"], "warning");
+    assert_eq!(
+        notices[0]["title"],
+        "The goal stopped at its limit of 2 turns before it was met."
+    );
 }

@@ -323,3 +323,51 @@ fn usage_is_counted_per_turn_and_model_and_priced_when_prices_are_set() {
     let (resp, _) = b.call("_maka/usage/query", json!({"sessionId": "nope"}));
     assert_eq!(error_of(&resp)["code"], -32002);
 }
+
+/// ACP `notice` (issue 26 item 2): an instruction file the host will not read (here a link out
+/// of the workspace) is told once per session to a client that shows notices — not at every
+/// turn — and to no other client.
+#[test]
+fn a_skipped_instruction_file_is_told_once_to_clients_that_show_notices() {
+    let data = TempDir::new("instr-data");
+    let ws = TempDir::new("instr-ws");
+    let outside = TempDir::new("instr-outside");
+    std::fs::write(outside.path().join("secret.md"), "not for the model\n").unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.md"),
+        ws.path().join("AGENTS.md"),
+    )
+    .unwrap();
+    let notices = |a: &mut AgentProcess, s: &str| -> Vec<Value> {
+        let t = a.prompt(s, "hi", |r| panic!("{r}"));
+        assert_eq!(t.text(), "Hello.");
+        t.updates_for(s)
+            .into_iter()
+            .filter(|u| u["sessionUpdate"] == "notice")
+            .cloned()
+            .collect()
+    };
+    let mut plain = scripted(data.path());
+    let s = plain.new_session(ws.path());
+    assert_eq!(notices(&mut plain, &s), Vec::<Value>::new());
+    drop(plain);
+
+    let script = json!({"default": [[{"text": "Hello."}]]});
+    let mut a = AgentProcess::scripted(&script, data.path());
+    a.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"session": {"notices": {}}}}),
+    );
+    let s = a.new_session(ws.path());
+    let first = notices(&mut a, &s);
+    assert_eq!(first.len(), 1, "{first:#?}");
+    assert_eq!(first[0]["severity"], "warning");
+    let title = first[0]["title"].as_str().unwrap();
+    assert!(
+        title.starts_with("The instruction file ")
+            && title.contains("AGENTS.md was not read")
+            && title.ends_with('.'),
+        "{title}"
+    );
+    assert_eq!(notices(&mut a, &s), Vec::<Value>::new(), "told once");
+}

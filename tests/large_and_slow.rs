@@ -157,6 +157,30 @@ fn a_ten_mib_editor_write_travels_by_reference() {
 /// the adapter catches up from the transcript: every byte arrives, the host lives.
 #[test]
 fn a_client_that_stops_reading_loses_no_text() {
+    let notices = stop_reading(json!({}));
+    assert!(notices.is_empty(), "{notices:#?}");
+}
+
+/// ACP `notice` (issue 26 item 2): the same stall, to a client that shows notices: one info
+/// notice says the updates were interrupted and caught up (the text is still all there).
+#[test]
+fn a_catch_up_after_a_stall_is_a_notice_to_clients_that_show_notices() {
+    let notices = stop_reading(json!({"session": {"notices": {}}}));
+    let titles: Vec<(&Value, &Value)> = notices
+        .iter()
+        .map(|n| (&n["severity"], &n["title"]))
+        .collect();
+    assert!(
+        !titles.is_empty()
+            && titles.iter().all(|(s, t)| *s == "info"
+                && *t == "The agent's updates were interrupted; caught up from the saved session."),
+        "{notices:#?}"
+    );
+}
+
+/// Floods a turn while the client does not read; returns the notices it was shown after every
+/// byte of the text arrived and the host lived.
+fn stop_reading(capabilities: Value) -> Vec<Value> {
     let data = TempDir::new("slow-data");
     let ws = TempDir::new("slow-ws");
     let chunk = "0123456789".repeat(100); // 1000 bytes
@@ -202,7 +226,11 @@ fn a_client_that_stops_reading_loses_no_text() {
             Err(e) => panic!("invalid line: {e}"),
         }
     };
-    send(0, "initialize", json!({"protocolVersion": 1}));
+    send(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": capabilities}),
+    );
     read(&mut out);
     send(
         1,
@@ -221,10 +249,14 @@ fn a_client_that_stops_reading_loses_no_text() {
     // Stop reading: well past the host's 2 s flow-control wait and the 2 s stream timeout.
     std::thread::sleep(Duration::from_secs(6));
     let mut text = 0usize;
+    let mut notices = vec![];
     let response = loop {
         let v = read(&mut out);
         if v["id"] == 2 {
             break v;
+        }
+        if v["params"]["update"]["sessionUpdate"] == "notice" {
+            notices.push(v["params"]["update"].clone());
         }
         if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
             text += v["params"]["update"]["content"]["text"]
@@ -247,4 +279,5 @@ fn a_client_that_stops_reading_loses_no_text() {
         log.contains("catching up"),
         "the stall did make the adapter fall behind (else this test proves nothing)\n{log}"
     );
+    notices
 }

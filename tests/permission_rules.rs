@@ -264,3 +264,70 @@ fn a_kept_rule_does_not_stretch_to_a_planted_program() {
         assert!(!marker.exists(), "{prompt}: the planted program ran");
     }
 }
+
+/// ACP `notice` (issue 26 item 2): when a kept rule, not a dialog, decides a call, a client that
+/// advertises `session.notices` is told which rule did (info for an allowance, warning for a
+/// refusal); a client that does not sees exactly what it saw before: no notice, no extra text.
+#[test]
+fn a_kept_rule_that_decides_a_call_is_told_to_clients_that_show_notices() {
+    let data = TempDir::new("rules-notice-data");
+    let ws = TempDir::new("rules-notice-ws");
+    let mut plain = agent(&data);
+    let s = plain.new_session(ws.path());
+    run(&mut plain, &s, "echo once", &["allow_workspace"]);
+    run(&mut plain, &s, "write-a", &["reject_workspace"]);
+    let (t, _) = run(&mut plain, &s, "echo once", &[]);
+    let without: Vec<Value> = t.updates_for(&s).into_iter().cloned().collect();
+    assert!(
+        !without.iter().any(|u| u["sessionUpdate"] == "notice"),
+        "{without:#?}"
+    );
+    drop(plain);
+
+    let mut a = AgentProcess::scripted(&script(), data.path());
+    a.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"session": {"notices": {}}}}),
+    );
+    let s = a.new_session(ws.path());
+    let notices = |t: &Transcript| -> Vec<(String, String)> {
+        t.updates_for(&s)
+            .iter()
+            .filter(|u| u["sessionUpdate"] == "notice")
+            .map(|u| {
+                (
+                    u["severity"].as_str().unwrap().to_string(),
+                    u["title"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let (t, _) = run(&mut a, &s, "echo once", &[]);
+    assert_eq!(
+        notices(&t),
+        [(
+            "info".to_string(),
+            "Allowed by your rule: commands starting with `ls` in this workspace.".to_string()
+        )]
+    );
+    // Apart from the notice (and a new session's title), the turn shows what the other
+    // client saw.
+    let kinds = |us: Vec<&Value>| -> Vec<String> {
+        us.iter()
+            .map(|u| u["sessionUpdate"].as_str().unwrap().to_string())
+            .filter(|k| k != "notice" && k != "session_info_update")
+            .collect()
+    };
+    assert_eq!(kinds(t.updates_for(&s)), kinds(without.iter().collect()));
+    let (t, _) = run(&mut a, &s, "write-a", &[]);
+    assert_eq!(
+        notices(&t),
+        [(
+            "warning".to_string(),
+            "Refused by your rule: file changes under `src/` in this workspace.".to_string()
+        )]
+    );
+    // A dialog the person answers is no rule's decision: no notice.
+    let (t, _) = run(&mut a, &s, "compound", &["allow_once"]);
+    assert!(notices(&t).is_empty(), "{:#?}", t.updates_for(&s));
+}

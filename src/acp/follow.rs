@@ -18,7 +18,8 @@ use super::types::{PromptResponse, StopReason, TurnStateNotification};
 use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot, TurnRef};
 use crate::host_api::wire::{
-    ErrorCode, FailureClass, Frame, FrameBody, TurnOutcome, TurnSnapshot, TurnStatus,
+    ErrorCode, FailureClass, Frame, FrameBody, Notice, NoticeFallback, NoticeSeverity, TurnOutcome,
+    TurnSnapshot, TurnStatus,
 };
 use crate::jsonrpc::ResponseError;
 use serde_json::{json, Value};
@@ -200,8 +201,25 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
         Err(e) => return recover(session, shared, conn, &e),
     };
     session.observe_snapshot(shared, &open);
-    if let Err(e) = catch_up(session, shared, conn, &open) {
-        log::error!("session {}: catching up failed: {e}", session.id);
+    match catch_up(session, shared, conn, &open) {
+        // Told as the host's notices are (only to a client that shows notices).
+        Ok(()) => {
+            let notice = FrameBody::Notice {
+                turn_id: String::new(),
+                notice: Notice {
+                    message_id: String::new(),
+                    severity: NoticeSeverity::Info,
+                    title:
+                        "The agent's updates were interrupted; caught up from the saved session."
+                            .into(),
+                    description: None,
+                    otherwise: NoticeFallback::Nothing,
+                    text: String::new(),
+                },
+            };
+            session.apply(shared, notice);
+        }
+        Err(e) => log::error!("session {}: catching up failed: {e}", session.id),
     }
     let active = open.active_turn.as_ref().map(|t| t.turn_id.clone());
     let waiting_turn = session.prompt_turn();

@@ -61,8 +61,9 @@ pub enum SessionUpdate {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoticeSeverity {
-    /// The one this agent sends so far (ACP also has `info` and `error`).
+    Info,
     Warning,
+    Error,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -238,6 +238,13 @@ fn driver(host: Arc<Host>, cell: Arc<SessionCell>, goal_id: String) {
                 None
             };
             if let Some(reason) = limit {
+                let at = match reason {
+                    "turn_limit" => goal.limits.max_turns.into(),
+                    "token_limit" => goal.limits.max_tokens.unwrap_or_default(),
+                    _ => goal.limits.max_minutes.unwrap_or_default(),
+                };
+                let notice = super::notices::goal_limit(super::random_id("n"), reason, at);
+                cell.notice(&mut st, "", notice);
                 ended(&mut goal, "stopped", reason);
                 save(&host, &cell, &mut st, goal);
                 st.goal_driver = false;

@@ -194,8 +194,9 @@ fn user_instructions() -> Option<PathBuf> {
 }
 
 /// What the system prompt adds for `session`: its instruction files, then its memory, each
-/// within its budget (cut with a note saying so).
-pub fn compose(session: &Session, entries: &[MemoryEntry]) -> String {
+/// within its budget (cut with a note saying so); and the instruction files the person should
+/// hear about (skipped, or cut), one sentence each.
+pub fn compose(session: &Session, entries: &[MemoryEntry]) -> (String, Vec<String>) {
     // Each file with the folders it must stay inside: the workspace's in the session's
     // folders.
     let folders: Vec<PathBuf> = std::iter::once(session.workspace.path())
@@ -214,6 +215,7 @@ pub fn compose(session: &Session, entries: &[MemoryEntry]) -> String {
             .map(|d| (d.join(INSTRUCTION_FILE), folders.clone())),
     );
     let mut out = String::new();
+    let mut problems = vec![];
     let mut budget = INSTRUCTIONS_BUDGET;
     for (path, roots) in files {
         // Bounded read: never more than what is left of the budget (plus one byte to know).
@@ -222,6 +224,10 @@ pub fn compose(session: &Session, entries: &[MemoryEntry]) -> String {
             Ok(None) => continue,
             Err(why) => {
                 log::warn!("instruction file {} skipped: {why}", path.display());
+                problems.push(format!(
+                    "The instruction file {} was not read: {why}",
+                    path.display()
+                ));
                 continue;
             }
         };
@@ -233,6 +239,10 @@ pub fn compose(session: &Session, entries: &[MemoryEntry]) -> String {
         }
         out.push_str(&format!("\n\n## {}\n", path.display()));
         if text.len() > budget {
+            problems.push(format!(
+                "The instruction file {} was cut: instruction files may use {INSTRUCTIONS_BUDGET} bytes in all",
+                path.display()
+            ));
             out.push_str(cut(&text, budget));
             out.push_str(&format!(
                 "\n[the rest is cut: instruction files may use {INSTRUCTIONS_BUDGET} bytes in all]"
@@ -266,7 +276,7 @@ pub fn compose(session: &Session, entries: &[MemoryEntry]) -> String {
             out.push_str(&line);
         }
     }
-    out
+    (out, problems)
 }
 
 /// The longest prefix of `s` within `max` bytes, on a character boundary.
@@ -348,7 +358,7 @@ mod tests {
         let mut other = session(Path::new("/elsewhere"));
         other.id = "s2".into();
         assert_eq!(again.view(Some(&other)).entries.len(), 1, "user scope only");
-        let text = compose(&other, &again.view(Some(&other)).entries);
+        let text = compose(&other, &again.view(Some(&other)).entries).0;
         assert!(text.contains("- [user] answer in English"), "{text}");
         assert!(!text.contains("tabs"));
         std::fs::remove_dir_all(&dir).unwrap();
@@ -426,7 +436,7 @@ mod tests {
             std::fs::create_dir_all(&outside).unwrap();
             std::fs::write(outside.join("id_rsa"), "SECRET KEY").unwrap();
             make(&ws, &outside);
-            let text = compose(&session(&ws), &[]);
+            let text = compose(&session(&ws), &[]).0;
             assert_eq!(text.contains("SECRET"), *shown, "{what}: {text}");
         }
         std::fs::remove_dir_all(&base).unwrap();
@@ -442,13 +452,13 @@ mod tests {
             "Run `make check` before finishing.\n",
         )
         .unwrap();
-        let text = compose(&session(&dir), &[]);
+        let text = compose(&session(&dir), &[]).0;
         assert!(
             text.contains("Run `make check` before finishing."),
             "{text}"
         );
         std::fs::write(dir.join(INSTRUCTION_FILE), "é".repeat(INSTRUCTIONS_BUDGET)).unwrap();
-        let text = compose(&session(&dir), &[]);
+        let text = compose(&session(&dir), &[]).0;
         assert!(text.contains("the rest is cut"));
         assert!(text.len() < INSTRUCTIONS_BUDGET + 1024);
         std::fs::remove_dir_all(&dir).unwrap();

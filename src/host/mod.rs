@@ -13,6 +13,7 @@ pub(crate) mod http;
 pub(crate) mod mcp;
 pub(crate) mod memory;
 pub(crate) mod models;
+pub(crate) mod notices;
 pub mod ops;
 pub(crate) mod owner;
 pub(crate) mod permissions;

@@ -7,7 +7,8 @@
 use super::store::{Store, TranscriptFile};
 use crate::host_api::wire::{
     now_ms, ErrorCode, FailureClass, Frame, FrameBody, HostError, Interaction, InteractionOutcome,
-    MessageContent, Session, TokenUsage, TranscriptBody, TranscriptItem, TurnSnapshot, TurnStatus,
+    MessageContent, Notice, Session, TokenUsage, TranscriptBody, TranscriptItem, TurnSnapshot,
+    TurnStatus,
 };
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde_json::Value;
@@ -61,6 +62,9 @@ pub struct SessionState {
     pub mcp: Option<Arc<super::mcp::McpSet>>,
     /// Permission rules kept "for this session" (in memory: a host restart asks again).
     pub permission_rules: Vec<crate::host_api::wire::PermissionRule>,
+    /// Problems the person was told of once (instruction files, agent declarations): not told
+    /// again each turn. In memory, bounded: a host restart tells them again.
+    pub told: HashSet<String>,
 }
 
 /// A call delegated to the client (`client_call` frame), waiting for `client.call.result`.
@@ -216,6 +220,7 @@ impl SessionCell {
                 producer_waiting: false,
                 mcp: None,
                 permission_rules: Vec::new(),
+                told: HashSet::new(),
             }),
             changed: Condvar::new(),
         })
@@ -223,6 +228,30 @@ impl SessionCell {
 
     pub fn lock(&self) -> MutexGuard<'_, SessionState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Tells the person `notice` (during turn `turn_id`, or none): its `notice` frame now, and a
+    /// durable item that a reload replays and the model never sees. One path for every notice,
+    /// so what a client is shown live is what a reload shows it.
+    pub fn notice(&self, st: &mut SessionState, turn_id: &str, notice: Notice) {
+        self.emit(
+            st,
+            FrameBody::Notice {
+                turn_id: turn_id.to_string(),
+                notice: notice.clone(),
+            },
+        );
+        match st.append_transcript(vec![(turn_id.to_string(), TranscriptBody::Notice(notice))]) {
+            Ok(through) => {
+                self.emit(
+                    st,
+                    FrameBody::TranscriptAdvanced {
+                        through_message_seq: through,
+                    },
+                );
+            }
+            Err(e) => log::error!("session {}: a notice was not kept: {e}", self.id),
+        }
     }
 
     /// Appends a frame and wakes the stream readers. Returns its `seq`.

@@ -20,8 +20,8 @@ use crate::acp::types::{
     Chunk, NoticeSeverity, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
 };
 use crate::host_api::wire::{
-    Configuration, FailureClass, FrameBody, Goal, Interaction, StreamEndReason, ToolResultContent,
-    ToolStatus, TurnOutcome,
+    Configuration, FailureClass, FrameBody, Goal, Interaction, Notice, NoticeFallback,
+    StreamEndReason, ToolResultContent, ToolStatus, TurnOutcome,
 };
 use content::{
     fenced_output, locations, plan, result_content, result_locations, terminal_verdict, tool_kind,
@@ -129,6 +129,9 @@ impl Projector {
                 out.extend(self.frame(&body, now));
                 show(out)
             }
+            // Live: a `notice` to a client that shows them; else its fallback, as on replay.
+            F::Notice { notice, .. } if self.shows.notices => show(live_notice(notice)),
+            F::Notice { .. } => show(self.frame(&body, now)),
             F::InteractionRequest { interaction } => vec![Effect::Ask(interaction)],
             F::ClientCall {
                 invocation_id,
@@ -229,13 +232,31 @@ impl Projector {
                 None => vec![],
             },
             FrameBody::ToolStart { .. } => self.tool_start(body),
-            // The provider is being retried: said as a thought (ACP v1 has no status update),
-            // so the person does not stare at nothing. Live only; never replayed.
-            FrameBody::TurnStatus {
-                turn_id,
-                provider_retry: Some(r),
-                ..
-            } => vec![retry_update(turn_id, r, self.shows.notices)],
+            // Notices are live events, not history: a client that shows them was shown this
+            // one live ([`Projector::apply`]); one that does not sees its fallback, live and
+            // replayed alike, once.
+            FrameBody::Notice { .. } if self.shows.notices => vec![],
+            FrameBody::Notice { notice, .. } => {
+                let Notice {
+                    message_id,
+                    otherwise,
+                    text,
+                    ..
+                } = notice;
+                let unseen = match otherwise {
+                    NoticeFallback::Nothing => None,
+                    _ => self.unseen(message_id, 0, text),
+                };
+                match (unseen, otherwise) {
+                    (Some(t), NoticeFallback::Thought) => {
+                        vec![SessionUpdate::AgentThoughtChunk(Chunk::text(message_id, t))]
+                    }
+                    (Some(t), _) => {
+                        vec![SessionUpdate::AgentMessageChunk(Chunk::text(message_id, t))]
+                    }
+                    (None, _) => vec![],
+                }
+            }
             FrameBody::ToolRunning { tool_call_id, .. } => match self.tools.get(tool_call_id) {
                 Some(t) if !t.terminal && !t.hidden => vec![SessionUpdate::ToolCallUpdate(
                     ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress),
@@ -595,43 +616,24 @@ fn user_chunk(turn_id: &str, message_id: &str, text: &str) -> Vec<SessionUpdate>
     })]
 }
 
-/// "The model provider did not answer (…); retrying in 2 s (attempt 2 of 5)."
-/// A provider call being retried: a `notice` to clients that show them (live only, as notices
-/// are); else a thought, so the person does not stare at nothing (ACP's baseline has no status).
-fn retry_update(
-    turn_id: &str,
-    r: &crate::host_api::wire::ProviderRetry,
-    notices: bool,
-) -> SessionUpdate {
-    let attempt = r.attempt;
-    let wait = wait_words(r.delay_ms);
-    let why = if r.reason.is_empty() {
-        "it failed"
+/// A notice as ACP shows it (`title` is empty only in items older than notices' titles).
+fn live_notice(n: Notice) -> Vec<SessionUpdate> {
+    let title = if n.title.is_empty() {
+        n.text.trim().to_string()
     } else {
-        r.reason.as_str()
+        n.title
     };
-    let said = format!(
-        "The model provider did not answer ({why}); retrying in {wait} (attempt {} of 5).",
-        attempt + 1
-    );
-    if notices {
-        return SessionUpdate::Notice {
-            severity: NoticeSeverity::Warning,
-            title: said,
-            description: None,
-        };
+    if title.is_empty() {
+        return vec![];
     }
-    SessionUpdate::AgentThoughtChunk(Chunk::text(
-        format!("retry_{turn_id}_{attempt}"),
-        format!("{said}\n"),
-    ))
-}
-
-/// A wait as a person reads it, exactly: "500 ms", "2 s", "1.5 s".
-fn wait_words(ms: u64) -> String {
-    match ms {
-        ms if ms < 1000 => format!("{ms} ms"),
-        ms if ms % 1000 == 0 => format!("{} s", ms / 1000),
-        ms => format!("{:.1} s", ms as f64 / 1000.0),
-    }
+    let severity = match n.severity {
+        crate::host_api::wire::NoticeSeverity::Info => NoticeSeverity::Info,
+        crate::host_api::wire::NoticeSeverity::Warning => NoticeSeverity::Warning,
+        crate::host_api::wire::NoticeSeverity::Error => NoticeSeverity::Error,
+    };
+    vec![SessionUpdate::Notice {
+        severity,
+        title,
+        description: n.description,
+    }]
 }

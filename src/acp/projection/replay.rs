@@ -160,12 +160,9 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             });
             out
         }
-        TranscriptBody::Notice { message_id, text } => vec![FrameBody::TextDelta {
+        TranscriptBody::Notice(notice) => vec![FrameBody::Notice {
             turn_id,
-            message_id: message_id.clone(),
-            start_offset: 0,
-            text: text.clone(),
-            complete: true,
+            notice: notice.clone(),
         }],
         TranscriptBody::Plan { entries } => vec![FrameBody::PlanUpdate {
             turn_id,

@@ -367,27 +367,84 @@ fn replay_of_an_item_equals_its_live_projection() {
     );
 }
 
-/// A retry notice says the wait the host will really take (the first one is 500 ms, not "1 s").
+/// A notice is a live `notice` to a client that shows them, and nothing when replayed (notices
+/// are not history); a client that does not sees its fallback live and replayed alike, once
+/// (a catch-up from the transcript does not repeat it).
 #[test]
-fn retry_notices_name_the_exact_wait() {
-    let mut p = Projector::default();
-    let body = FrameBody::TurnStatus {
-        turn_id: "t1".into(),
-        run_id: "r1".into(),
-        status: crate::host_api::wire::TurnStatus::Running,
-        provider_retry: Some(crate::host_api::wire::ProviderRetry {
-            attempt: 1,
-            delay_ms: 500,
-            reason: "HTTP 500".into(),
-        }),
+fn notices_are_live_to_clients_that_show_them_and_the_same_fallback_otherwise() {
+    let live = serde_json::from_value::<FrameBody>(json!({"kind": "notice", "turnId": "t",
+        "notice": {"messageId": "retry_t_1", "severity": "warning",
+            "title": "The model provider did not answer (HTTP 500); retrying in 500 ms (attempt 2 of 5).",
+            "otherwise": "thought",
+            "text": "The model provider did not answer (HTTP 500); retrying in 500 ms (attempt 2 of 5).\n"}}))
+    .unwrap();
+    let item: TranscriptItem = serde_json::from_value(json!({"messageSeq": 3, "ts": 0,
+        "turnId": "t", "type": "notice", "messageId": "retry_t_1", "severity": "warning",
+        "title": "The model provider did not answer (HTTP 500); retrying in 500 ms (attempt 2 of 5).",
+        "otherwise": "thought",
+        "text": "The model provider did not answer (HTTP 500); retrying in 500 ms (attempt 2 of 5).\n"}))
+    .unwrap();
+    let now = Instant::now();
+    let updates = |p: &mut Projector, frames: Vec<FrameBody>, live: bool| -> Vec<Value> {
+        frames
+            .into_iter()
+            .flat_map(|f| {
+                if live {
+                    p.apply(f, now)
+                        .into_iter()
+                        .flat_map(|e| match e {
+                            Effect::Show(u) => u,
+                            _ => vec![],
+                        })
+                        .collect::<Vec<_>>()
+                } else {
+                    p.frame(&f, now)
+                }
+            })
+            .map(|u| serde_json::to_value(u).unwrap())
+            .collect()
     };
-    let text = shown(&mut p, &body, Instant::now())[0]["content"]["text"].clone();
+    let notices = Shows {
+        notices: true,
+        ..Shows::default()
+    };
+    // A client that shows notices: the notice live, nothing on a catch-up or a reload.
+    let mut p = Projector::new(notices);
+    let shown = updates(&mut p, vec![live.clone()], true);
     assert_eq!(
-        text,
-        "The model provider did not answer (HTTP 500); retrying in 500 ms (attempt 2 of 5).\n"
+        shown,
+        [json!({"sessionUpdate": "notice", "severity": "warning",
+            "title": "The model provider did not answer (HTTP 500); retrying in 500 ms (attempt 2 of 5)."})]
     );
-    assert_eq!(wait_words(2000), "2 s");
-    assert_eq!(wait_words(1500), "1.5 s");
+    assert!(updates(&mut p, replay_frames(&item), false).is_empty());
+    assert!(updates(&mut Projector::new(notices), replay_frames(&item), false).is_empty());
+    // Any other client: the same thought live and on reload, and a catch-up adds nothing.
+    let mut p = Projector::default();
+    let live_shown = updates(&mut p, vec![live], true);
+    assert_eq!(
+        live_shown,
+        [
+            json!({"sessionUpdate": "agent_thought_chunk", "messageId": "retry_t_1",
+            "content": {"type": "text",
+                "text": "The model provider did not answer (HTTP 500); retrying in 500 ms (attempt 2 of 5).\n"}})
+        ]
+    );
+    assert!(updates(&mut p, replay_frames(&item), false).is_empty());
+    assert_eq!(
+        updates(&mut Projector::default(), replay_frames(&item), false),
+        live_shown
+    );
+    // An item written before notices had titles (an MCP failure): agent text, as it always was.
+    let old: TranscriptItem = serde_json::from_value(json!({"messageSeq": 4, "ts": 0,
+        "turnId": "t", "type": "notice", "messageId": "n_1", "text": "⚠ gone\n\n"}))
+    .unwrap();
+    assert_eq!(
+        updates(&mut Projector::default(), replay_frames(&old), false),
+        [
+            json!({"sessionUpdate": "agent_message_chunk", "messageId": "n_1",
+            "content": {"type": "text", "text": "⚠ gone\n\n"}})
+        ]
+    );
 }
 
 /// Every kind of frame, as the host writes it, and what a live one does: the effect kinds in
@@ -411,10 +468,28 @@ fn every_kind_of_frame_has_its_effects() {
             json!({"kind": "user_message", "turnId": "t", "messageId": "m0", "content": {"text": "more"}}),
             "show[user_message_chunk]",
         ),
+        // The retry itself is told by its `notice` frame.
         (
             json!({"kind": "turn_status", "turnId": "t", "runId": "r", "status": "running",
                 "providerRetry": {"attempt": 1, "delayMs": 500, "reason": "HTTP 503"}}),
+            "show[]",
+        ),
+        (
+            json!({"kind": "notice", "turnId": "t", "notice": {"messageId": "retry_t_1",
+                "severity": "warning", "title": "Retrying.", "otherwise": "thought",
+                "text": "Retrying.\n"}}),
             "show[agent_thought_chunk]",
+        ),
+        (
+            json!({"kind": "notice", "turnId": "t", "notice": {"messageId": "n1",
+                "severity": "warning", "title": "MCP server `x` did not start.",
+                "text": "⚠ MCP server `x` did not start\n\n"}}),
+            "show[agent_message_chunk]",
+        ),
+        (
+            json!({"kind": "notice", "turnId": "t", "notice": {"messageId": "n2",
+                "severity": "info", "title": "Allowed by your rule.", "otherwise": "nothing"}}),
+            "show[]",
         ),
         (
             json!({"kind": "text_delta", "turnId": "t", "messageId": "m", "startOffset": 0,

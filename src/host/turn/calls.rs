@@ -209,6 +209,21 @@ impl Turn {
             let kept: Vec<&PermissionRule> = session_rules.iter().chain(&workspace_rules).collect();
             permissions::verdict(&kept, &self.rule_call(review, name, args, plan)).cloned()
         });
+        // The person is told when a kept rule, not a question, decided: a refusal (unless
+        // explore mode refuses first) or an allowance where ask mode would have asked.
+        let told = decided.as_ref().filter(|r| match r.decision {
+            Decision::Deny => mode != PermissionMode::Explore,
+            Decision::Allow => mode == PermissionMode::Ask && !remembered && !shown,
+        });
+        let rule_notice = told.map(|r| {
+            crate::host::notices::rule_decided(
+                random_id("n"),
+                r.decision == Decision::Allow,
+                &r.target.describe(),
+                session_rules.contains(r),
+                &plan.title,
+            )
+        });
         let facts = gate::Facts {
             mode,
             collaboration,
@@ -227,7 +242,12 @@ impl Turn {
                 .map(|r| r.target.describe()),
         };
         let checks = match gate::decide(name, &facts) {
-            gate::Gate::Refuse(why) => return Some(ToolOutcome::failed(why)),
+            gate::Gate::Refuse(why) => {
+                if let Some(n) = rule_notice.filter(|_| facts.rejected.is_some()) {
+                    self.notice(n);
+                }
+                return Some(ToolOutcome::failed(why));
+            }
             gate::Gate::Ask(checks) => checks,
         };
         for check in checks {
@@ -241,6 +261,9 @@ impl Turn {
             if refused.is_some() {
                 return refused;
             }
+        }
+        if let Some(n) = rule_notice {
+            self.notice(n);
         }
         None
     }
@@ -423,8 +446,10 @@ impl Turn {
                 let what = rule.target.describe();
                 if let Err(e) = self.host.permissions.add(&self.workspace_key(), rule) {
                     log::error!("cannot save a permission rule: {e}");
-                    self.notice(format!(
-                        "Could not save the rule for {what} ({e}); it was not kept."
+                    self.notice(crate::host::notices::rule_not_saved(
+                        random_id("n"),
+                        &what,
+                        &e.to_string(),
                     ));
                 }
             }

@@ -15,24 +15,11 @@ impl Turn {
             .map_err(|e| e.message)
     }
 
-    /// Tells the person something that is not part of the model's conversation: streamed like
-    /// agent text, stored as a notice (replayed, never sent to the model).
-    pub(super) fn notice(&self, text: String) {
-        let id = random_id("n");
-        let mut acc = String::new();
-        self.delta(true, &id, &mut acc, text);
+    /// Tells the person something that is not part of the model's conversation
+    /// ([`crate::host::session::SessionCell::notice`]).
+    pub(super) fn notice(&self, notice: crate::host_api::wire::Notice) {
         let mut st = self.cell.lock();
-        self.close_stream(&mut st, true, id.clone(), acc.len());
-        if let Some(a) = st.active.as_mut() {
-            a.streams.retain(|s| s.message_id != id);
-        }
-        self.append(
-            &mut st,
-            vec![TranscriptBody::Notice {
-                message_id: id,
-                text: acc,
-            }],
-        );
+        self.cell.notice(&mut st, &self.spec.turn_id, notice);
     }
 
     /// Answers with agent text, streamed and made durable like a model reply.

@@ -131,11 +131,14 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         (cwd, roots, st.session.clone(), tokens)
     };
     // Files are read here, outside the session's lock.
-    let context = super::memory::compose(&session, &host.memory.view(Some(&session)).entries);
-    let (agents, problems) = super::subagents::declared(Path::new(session.workspace.path()));
-    for p in problems {
+    let (context, mut problems) =
+        super::memory::compose(&session, &host.memory.view(Some(&session)).entries);
+    let (agents, declared) = super::subagents::declared(Path::new(session.workspace.path()));
+    for p in &declared {
         log::warn!("session {}: {p}", cell.id);
     }
+    problems.extend(declared);
+    tell_once(&cell, &spec.turn_id, problems);
     let mut turn = Turn {
         host,
         cell,
@@ -163,6 +166,20 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
     turn.finish(terminal);
 }
 
+/// Tells the person of each problem with the files a turn reads (instruction files, agent
+/// declarations) once per session, not at every turn.
+fn tell_once(cell: &SessionCell, turn_id: &str, problems: Vec<String>) {
+    const TOLD_AT_MOST: usize = 256;
+    let mut st = cell.lock();
+    for p in problems {
+        if st.told.len() >= TOLD_AT_MOST || !st.told.insert(p.clone()) {
+            continue;
+        }
+        let notice = super::notices::file_problem(random_id("n"), &p);
+        cell.notice(&mut st, turn_id, notice);
+    }
+}
+
 impl Turn {
     pub(super) fn agent_loop(&mut self) -> Terminal {
         // The session's MCP servers: wait (bounded) for them, and say which are missing.
@@ -173,7 +190,10 @@ impl Turn {
             if !problems.is_empty() {
                 // Told to the person, kept out of the model's context (a trailing assistant
                 // message after the prompt would make some servers continue it).
-                self.notice(format!("⚠ {}\n\n", problems.join("\n⚠ ")));
+                self.notice(crate::host::notices::mcp_problems(
+                    random_id("n"),
+                    &problems,
+                ));
             }
         }
         for step in 0..self.spec.max_steps {
@@ -289,6 +309,12 @@ impl Turn {
                     delay_ms,
                     reason,
                 } => {
+                    let notice = crate::host::notices::provider_retry(
+                        &self.spec.turn_id,
+                        attempt.into(),
+                        delay_ms,
+                        &reason,
+                    );
                     let mut st = self.cell.lock();
                     let body = FrameBody::TurnStatus {
                         turn_id: self.spec.turn_id.clone(),
@@ -301,6 +327,7 @@ impl Turn {
                         }),
                     };
                     self.cell.emit(&mut st, body);
+                    self.cell.notice(&mut st, &self.spec.turn_id, notice);
                 }
                 ModelEvent::Progress => {}
                 ModelEvent::Finish(f) => break f,

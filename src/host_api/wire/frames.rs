@@ -260,6 +260,14 @@ pub enum FrameBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failure_details: Option<Value>,
     },
+    /// Something the person is told that is not part of the conversation (a provider retry,
+    /// an MCP server that did not start, a kept rule that decided a call, …); also a durable
+    /// `notice` item of the transcript.
+    #[serde(rename_all = "camelCase")]
+    Notice {
+        turn_id: String,
+        notice: Notice,
+    },
     /// The session's goal changed state (armed, a turn ran, waiting, ended).
     GoalUpdated {
         goal: Goal,
@@ -284,6 +292,50 @@ pub enum FrameBody {
     /// A kind this build does not know (a newer host): skipped by readers.
     #[serde(other)]
     Unknown,
+}
+
+/// A notice: the `notice` frame's and the `notice` transcript item's content.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Notice {
+    /// Unique within the session: the message id of the fallback text.
+    pub message_id: String,
+    /// Items written before notices had a severity are warnings.
+    #[serde(default)]
+    pub severity: NoticeSeverity,
+    /// One sentence that stands alone (empty only in items written before notices had one).
+    #[serde(default)]
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// What a client that shows no notices is shown instead, live and on replay alike.
+    #[serde(default)]
+    pub otherwise: NoticeFallback,
+    /// The fallback's text (`message` and `thought`), exactly as such clients see it.
+    #[serde(default)]
+    pub text: String,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeSeverity {
+    Info,
+    #[default]
+    Warning,
+    Error,
+}
+
+/// How a notice reaches a client that shows no notices.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NoticeFallback {
+    /// As agent text (an MCP server that did not start: the person must see it).
+    #[default]
+    Message,
+    /// As a thought (a provider retry: shown, but not part of the reply).
+    Thought,
+    /// Not at all (what such clients were never told: a rule that decided a call).
+    Nothing,
 }
 
 /// The model endpoint failed (429, 5xx, unreachable) and the call is retried.

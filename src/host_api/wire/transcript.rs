@@ -67,12 +67,9 @@ pub enum TranscriptBody {
         ran: bool,
     },
     /// Something the person is told that is not part of the model's conversation (an MCP
-    /// server that did not start): replayed as agent text, never sent to the model.
-    #[serde(rename_all = "camelCase")]
-    Notice {
-        message_id: String,
-        text: String,
-    },
+    /// server that did not start, a provider retry): replayed as its `notice` frame, never
+    /// sent to the model.
+    Notice(Notice),
     Interaction {
         interaction: Interaction,
     },
