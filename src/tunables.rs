@@ -22,6 +22,10 @@ pub struct Tunables {
     pub mcp_start_timeout: Duration,
     /// Host: fsync transcript appends and session records (`MAKA_HOST_FSYNC`, `0` = off; on).
     pub fsync: bool,
+    /// Host: a turn compacts the conversation before it by itself when a step's input reaches
+    /// this share of the model's context window (`MAKA_COMPACT_AT_PERCENT`, 10–100, `0` =
+    /// never; 80).
+    pub compact_at_percent: u8,
 }
 
 impl Default for Tunables {
@@ -32,6 +36,7 @@ impl Default for Tunables {
             provider_idle_timeout: Duration::from_secs(180),
             mcp_start_timeout: Duration::from_secs(30),
             fsync: true,
+            compact_at_percent: 80,
         }
     }
 }
@@ -70,6 +75,9 @@ impl Tunables {
                 d.mcp_start_timeout,
             ),
             fsync: var("MAKA_HOST_FSYNC").is_none_or(|v| v != "0"),
+            compact_at_percent: number("MAKA_COMPACT_AT_PERCENT")
+                .filter(|p| *p == 0 || (10..=100).contains(p))
+                .map_or(d.compact_at_percent, |p| p as u8),
         }
     }
 }

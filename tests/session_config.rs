@@ -529,10 +529,100 @@ fn compact_summarises_a_long_session_and_reports_the_smaller_context() {
         .filter(|u| u["sessionUpdate"] == "usage_update")
         .collect();
     assert_eq!(usage.last().unwrap()["used"], figures[1], "{usage:?}");
+    // What was streamed is what a reload replays: the same reply, byte for byte.
+    let reply: Vec<&Value> = t
+        .updates_for(&id)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .collect();
+    let mut other = AgentProcess::scripted(&script(), s._data.path());
+    other.initialize();
+    let (_, replay) = other.call(
+        "session/load",
+        json!({"sessionId": id, "cwd": s.ws.path(), "mcpServers": []}),
+    );
+    let replayed: Vec<&Value> = replay
+        .iter()
+        .map(|l| &l["params"]["update"])
+        .filter(|u| {
+            u["sessionUpdate"] == "agent_message_chunk"
+                && u["content"]["text"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with("Compacted"))
+        })
+        .collect();
+    assert_eq!(replayed, reply);
     // Too little to compact on a fresh session.
     let (fresh, _) = new_session(&mut s);
     let t = s.agent.prompt(&fresh, "/compact", no_requests);
     assert_eq!(t.text(), "Nothing to compact yet.");
+}
+
+/// `/compact` to a client that advertises `session.compaction` (issue 26 item 3): the
+/// compaction's state and summary as ACP compaction updates, no agent text; the reload
+/// replays the completed compaction once.
+#[test]
+fn compact_is_a_compaction_to_clients_that_show_compactions() {
+    let caps = json!({"session": {"compaction": {}}});
+    let mut s = setup("compact-caps", caps.clone());
+    let (id, _) = new_session(&mut s);
+    for i in 0..3 {
+        s.agent
+            .prompt(&id, &format!("hello number {i}"), no_requests);
+    }
+    let t = s.agent.prompt(&id, "/compact", no_requests);
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    assert_eq!(t.text(), "", "no agent text");
+    let shown: Vec<(String, String)> = t
+        .updates_for(&id)
+        .into_iter()
+        .filter(|u| {
+            u["sessionUpdate"]
+                .as_str()
+                .unwrap()
+                .starts_with("compaction")
+        })
+        .map(|u| {
+            let what = u["status"]
+                .as_str()
+                .or(u["content"]["text"].as_str())
+                .unwrap();
+            (
+                u["sessionUpdate"].as_str().unwrap().to_string(),
+                what.to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("compaction_update", "in_progress"),
+        (
+            "compaction_summary_chunk",
+            "The user greeted me several times.",
+        ),
+        ("compaction_update", "completed"),
+    ]
+    .map(|(a, b)| (a.to_string(), b.to_string()));
+    assert_eq!(shown, expected);
+    let mut other = AgentProcess::scripted(&script(), s._data.path());
+    other.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": caps}),
+    );
+    let (_, replay) = other.call(
+        "session/load",
+        json!({"sessionId": id, "cwd": s.ws.path(), "mcpServers": []}),
+    );
+    let replayed: Vec<&str> = replay
+        .iter()
+        .filter_map(|l| l["params"]["update"]["sessionUpdate"].as_str())
+        .filter(|k| k.starts_with("compaction"))
+        .collect();
+    assert_eq!(replayed, ["compaction_summary_chunk", "compaction_update"]);
+    assert!(!replay
+        .iter()
+        .any(|l| l["params"]["update"]["content"]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("Compacted"))));
 }
 
 // ---- authentication ----------------------------------------------------------------------

@@ -94,6 +94,7 @@ impl Ctx {
         super::projection::Shows {
             display_terminal: !caps.terminal && caps.terminal_output_meta,
             notices: caps.notices,
+            compaction: caps.compaction,
         }
     }
 

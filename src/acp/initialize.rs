@@ -25,6 +25,8 @@ pub struct ClientCapabilities {
     pub boolean_config_options: bool,
     /// `session.notices`: it shows ACP `notice` updates.
     pub notices: bool,
+    /// `session.compaction`: it shows `compaction_update` and `compaction_summary_chunk`.
+    pub compaction: bool,
     /// Zed's display-only terminal convention (`_meta.terminal_output: true`).
     pub terminal_output_meta: bool,
 }
@@ -66,6 +68,7 @@ pub fn parse(params: &Value) -> ParamResult<InitializeParams> {
                 caps.boolean_config_options = co.marker("boolean")?;
             }
             caps.notices = s.marker("notices")?;
+            caps.compaction = s.marker("compaction")?;
         }
         if let Some(meta) = c.optional_object("_meta", "clientCapabilities._meta")? {
             // A convention, not a spec field: tolerate any type, use only `true`.
@@ -154,7 +157,7 @@ mod tests {
                 "fs": {"readTextFile": true, "writeTextFile": null},
                 "terminal": true,
                 "elicitation": {"form": {}, "url": null},
-                "session": {"configOptions": {"boolean": {}}, "notices": {}},
+                "session": {"configOptions": {"boolean": {}}, "notices": {}, "compaction": {}},
                 "_meta": {"terminal_output": true}
             },
             "clientInfo": {"name": "zed", "version": "1"}
@@ -164,7 +167,7 @@ mod tests {
         let c = &p.capabilities;
         assert!(c.fs_read_text_file && !c.fs_write_text_file && c.terminal);
         assert!(c.elicitation_form && !c.elicitation_url && c.boolean_config_options);
-        assert!(c.terminal_output_meta && !c.auth_terminal && c.notices);
+        assert!(c.terminal_output_meta && !c.auth_terminal && c.notices && c.compaction);
         let e = parse(&json!({"protocolVersion": 1, "clientCapabilities": {"terminal": "yes"}}))
             .unwrap_err();
         assert!(

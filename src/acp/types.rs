@@ -48,6 +48,21 @@ pub enum SessionUpdate {
         #[serde(skip_serializing_if = "Option::is_none")]
         description: Option<String>,
     },
+    /// A context compaction's state (only to clients that advertise
+    /// `clientCapabilities.session.compaction`; the status values are the host's).
+    #[serde(rename_all = "camelCase")]
+    CompactionUpdate {
+        compaction_id: String,
+        status: crate::host_api::wire::CompactionStatus,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A piece of a compaction's summary (to the same clients).
+    #[serde(rename_all = "camelCase")]
+    CompactionSummaryChunk {
+        compaction_id: String,
+        content: ContentBlock,
+    },
     UsageUpdate {
         used: u64,
         size: u64,
@@ -57,7 +72,6 @@ pub enum SessionUpdate {
     },
 }
 
-/// One piece of a message (`user_message_chunk`, `agent_message_chunk`, `agent_thought_chunk`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NoticeSeverity {
@@ -66,6 +80,7 @@ pub enum NoticeSeverity {
     Error,
 }
 
+/// One piece of a message (`user_message_chunk`, `agent_message_chunk`, `agent_thought_chunk`).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Chunk {

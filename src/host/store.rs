@@ -369,6 +369,10 @@ mod tests {
             turn_id: "t".into(),
             body: TranscriptBody::Summary {
                 text: format!("item {seq}"),
+                compaction_id: String::new(),
+                trigger: Default::default(),
+                through_message_seq: None,
+                fallback: None,
             },
         }
     }

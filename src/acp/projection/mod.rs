@@ -17,11 +17,12 @@ pub use content::{diff, iso8601, plan as plan_entries};
 pub use replay::{replay_frames, snapshot_frames};
 
 use crate::acp::types::{
-    Chunk, NoticeSeverity, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus, ToolCallUpdate,
+    Chunk, ContentBlock, NoticeSeverity, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus,
+    ToolCallUpdate,
 };
 use crate::host_api::wire::{
-    Configuration, FailureClass, FrameBody, Goal, Interaction, Notice, NoticeFallback,
-    StreamEndReason, ToolResultContent, ToolStatus, TurnOutcome,
+    Compaction, CompactionStatus, Configuration, FailureClass, FrameBody, Goal, Interaction,
+    Notice, NoticeFallback, StreamEndReason, ToolResultContent, ToolStatus, TurnOutcome,
 };
 use content::{
     fenced_output, locations, plan, result_content, result_locations, terminal_verdict, tool_kind,
@@ -71,6 +72,8 @@ pub struct Projector {
     order: Vec<String>,
     /// Turns started by this connection's prompts: their user message is not echoed back.
     own_turns: HashSet<String>,
+    /// Compactions shown completed (to a client that shows compactions).
+    compactions: HashSet<String>,
     /// What the client can show beyond ACP's baseline.
     shows: Shows,
 }
@@ -83,6 +86,8 @@ pub struct Shows {
     pub display_terminal: bool,
     /// `notice` updates (`clientCapabilities.session.notices`).
     pub notices: bool,
+    /// `compaction_update` and `compaction_summary_chunk` (`session.compaction`).
+    pub compaction: bool,
 }
 
 impl Projector {
@@ -131,7 +136,7 @@ impl Projector {
             }
             // Live: a `notice` to a client that shows them; else its fallback, as on replay.
             F::Notice { notice, .. } if self.shows.notices => show(live_notice(notice)),
-            F::Notice { .. } => show(self.frame(&body, now)),
+            F::Notice { .. } | F::Compaction { .. } => show(self.frame(&body, now)),
             F::InteractionRequest { interaction } => vec![Effect::Ask(interaction)],
             F::ClientCall {
                 invocation_id,
@@ -236,27 +241,10 @@ impl Projector {
             // one live ([`Projector::apply`]); one that does not sees its fallback, live and
             // replayed alike, once.
             FrameBody::Notice { .. } if self.shows.notices => vec![],
-            FrameBody::Notice { notice, .. } => {
-                let Notice {
-                    message_id,
-                    otherwise,
-                    text,
-                    ..
-                } = notice;
-                let unseen = match otherwise {
-                    NoticeFallback::Nothing => None,
-                    _ => self.unseen(message_id, 0, text),
-                };
-                match (unseen, otherwise) {
-                    (Some(t), NoticeFallback::Thought) => {
-                        vec![SessionUpdate::AgentThoughtChunk(Chunk::text(message_id, t))]
-                    }
-                    (Some(t), _) => {
-                        vec![SessionUpdate::AgentMessageChunk(Chunk::text(message_id, t))]
-                    }
-                    (None, _) => vec![],
-                }
+            FrameBody::Notice { notice: n, .. } => {
+                self.fallback(&n.message_id, n.otherwise, &n.text)
             }
+            FrameBody::Compaction { compaction, .. } => self.compaction(compaction),
             FrameBody::ToolRunning { tool_call_id, .. } => match self.tools.get(tool_call_id) {
                 Some(t) if !t.terminal && !t.hidden => vec![SessionUpdate::ToolCallUpdate(
                     ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress),
@@ -307,6 +295,63 @@ impl Projector {
             | FrameBody::StreamEnd { .. }
             | FrameBody::Unknown => vec![],
         }
+    }
+
+    /// Text in place of an update the client does not show: agent text or a thought, once
+    /// (a catch-up or a replay may bring it again).
+    fn fallback(
+        &mut self,
+        message_id: &str,
+        otherwise: NoticeFallback,
+        text: &str,
+    ) -> Vec<SessionUpdate> {
+        let unseen = match otherwise {
+            NoticeFallback::Nothing => None,
+            _ => self.unseen(message_id, 0, text),
+        };
+        match (unseen, otherwise) {
+            (Some(t), NoticeFallback::Thought) => {
+                vec![SessionUpdate::AgentThoughtChunk(Chunk::text(message_id, t))]
+            }
+            (Some(t), _) => vec![SessionUpdate::AgentMessageChunk(Chunk::text(message_id, t))],
+            (None, _) => vec![],
+        }
+    }
+
+    /// A compaction: its state and summary to a client that shows compactions (a completed
+    /// one once: a catch-up or a replay may bring it again); to any other, the completed one's
+    /// fallback text (`/compact`'s reply).
+    fn compaction(&mut self, c: &Compaction) -> Vec<SessionUpdate> {
+        let id = &c.compaction_id;
+        if !self.shows.compaction {
+            return match (&c.status, &c.fallback) {
+                (CompactionStatus::Completed, Some(f)) => {
+                    self.fallback(&f.message_id, f.otherwise, &f.text)
+                }
+                _ => vec![],
+            };
+        }
+        if self.compactions.contains(id) {
+            return vec![];
+        }
+        let mut out = vec![];
+        if c.status == CompactionStatus::Completed {
+            self.compactions.insert(id.clone());
+            if let Some(summary) = c.summary.as_ref().filter(|s| !s.is_empty()) {
+                out.push(SessionUpdate::CompactionSummaryChunk {
+                    compaction_id: id.clone(),
+                    content: ContentBlock::Text {
+                        text: summary.clone(),
+                    },
+                });
+            }
+        }
+        out.push(SessionUpdate::CompactionUpdate {
+            compaction_id: id.clone(),
+            status: c.status,
+            error: c.error.clone(),
+        });
+        out
     }
 
     /// A tool call starts: shown once (a catch-up may replay its start).

@@ -3,7 +3,9 @@
 //! projection ([`super::Projector::frame`]), so a replayed turn shows what was streamed.
 
 use crate::host_api::ops::OpenSnapshot;
-use crate::host_api::wire::{FrameBody, TranscriptBody, TranscriptItem};
+use crate::host_api::wire::{
+    Compaction, CompactionStatus, FrameBody, TranscriptBody, TranscriptItem,
+};
 
 /// What a `session.open` snapshot says is in flight (streamed but not yet durable text, running
 /// tools with their output tail), as frames.
@@ -168,8 +170,29 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             turn_id,
             entries: entries.clone(),
         }],
-        // The `/compact` reply that produced a summary already shows its text.
-        TranscriptBody::Summary { .. } => vec![],
+        // A compaction, as it completed (items from before compactions had ids and fallbacks
+        // kept `/compact`'s reply as an assistant item of its own).
+        TranscriptBody::Summary {
+            text,
+            compaction_id,
+            trigger,
+            fallback,
+            ..
+        } => vec![FrameBody::Compaction {
+            turn_id,
+            compaction: Compaction {
+                compaction_id: if compaction_id.is_empty() {
+                    format!("c{}", item.message_seq)
+                } else {
+                    compaction_id.clone()
+                },
+                status: CompactionStatus::Completed,
+                trigger: *trigger,
+                summary: Some(text.clone()),
+                error: None,
+                fallback: fallback.clone(),
+            },
+        }],
         // Past dialogs and turn bookkeeping are not shown again.
         TranscriptBody::Interaction { .. } | TranscriptBody::TurnState { .. } => vec![],
         // Rewind points and markers are history bookkeeping (`_maka/session/revisions`).

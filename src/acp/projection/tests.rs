@@ -487,6 +487,17 @@ fn every_kind_of_frame_has_its_effects() {
             "show[agent_message_chunk]",
         ),
         (
+            json!({"kind": "compaction", "turnId": "t", "compaction": {"compactionId": "c1",
+                "status": "in_progress", "trigger": "automatic"}}),
+            "show[]",
+        ),
+        (
+            json!({"kind": "compaction", "turnId": "t", "compaction": {"compactionId": "c1",
+                "status": "completed", "trigger": "automatic", "summary": "S.",
+                "fallback": {"messageId": "compact_c1", "otherwise": "thought", "text": "Compacted.\n"}}}),
+            "show[agent_thought_chunk]",
+        ),
+        (
             json!({"kind": "notice", "turnId": "t", "notice": {"messageId": "n2",
                 "severity": "info", "title": "Allowed by your rule.", "otherwise": "nothing"}}),
             "show[]",
@@ -618,4 +629,72 @@ fn every_kind_of_frame_has_its_effects() {
             .collect();
         assert_eq!(said.join(" "), expected, "{frame}");
     }
+}
+
+/// A compaction to a client that shows compactions: each state as it comes, a completed one
+/// with its summary once (a catch-up or reload brings it again), nothing after it is done.
+#[test]
+fn compactions_are_shown_once_to_clients_that_show_them() {
+    let frame = |status: &str, extra: Value| -> FrameBody {
+        let mut c = json!({"compactionId": "c1", "status": status, "trigger": "manual"});
+        if let (Some(c), Some(extra)) = (c.as_object_mut(), extra.as_object()) {
+            c.extend(extra.clone());
+        }
+        serde_json::from_value(json!({"kind": "compaction", "turnId": "t", "compaction": c}))
+            .unwrap()
+    };
+    let mut p = Projector::new(Shows {
+        compaction: true,
+        ..Shows::default()
+    });
+    let now = Instant::now();
+    let kinds = |p: &mut Projector, f: &FrameBody| -> Vec<String> {
+        shown(p, f, now)
+            .iter()
+            .map(|u| {
+                format!(
+                    "{}:{}",
+                    u["sessionUpdate"].as_str().unwrap(),
+                    u["status"].as_str().unwrap_or("")
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        kinds(&mut p, &frame("in_progress", json!({}))),
+        ["compaction_update:in_progress"]
+    );
+    let done = frame("completed", json!({"summary": "S."}));
+    assert_eq!(
+        kinds(&mut p, &done),
+        ["compaction_summary_chunk:", "compaction_update:completed"]
+    );
+    assert!(kinds(&mut p, &done).is_empty(), "a catch-up shows it again");
+    assert!(kinds(&mut p, &frame("failed", json!({"error": "e"}))).is_empty());
+    let failed = shown(
+        &mut Projector::new(Shows {
+            compaction: true,
+            ..Shows::default()
+        }),
+        &frame(
+            "failed",
+            json!({"error": "The model returned an empty summary."}),
+        ),
+        now,
+    );
+    assert_eq!(
+        failed,
+        [
+            json!({"sessionUpdate": "compaction_update", "compactionId": "c1", "status": "failed",
+            "error": "The model returned an empty summary."})
+        ]
+    );
+    // Any other client: nothing but a completed one's fallback.
+    let mut other = Projector::default();
+    assert!(shown(&mut other, &frame("in_progress", json!({})), now).is_empty());
+    assert!(shown(&mut other, &frame("failed", json!({"error": "e"})), now).is_empty());
+    assert!(
+        shown(&mut other, &done, now).is_empty(),
+        "no fallback: an old item"
+    );
 }

@@ -1,7 +1,6 @@
 //! Slash commands the host runs itself (`/mode`, `/model`, `/title`, `/compact`, …), and the
 //! agent's own configuration changes and notices.
 
-use super::history::estimate_tokens;
 use super::*;
 
 impl Turn {
@@ -413,111 +412,7 @@ impl Turn {
             Err(e) => format!("Could not change the model: {e}"),
         }
     }
-
-    /// `/compact`: the model summarises the conversation so far; the summary replaces it in the
-    /// context of later turns (the transcript keeps everything for replay).
-    pub(super) fn compact(&mut self) -> Terminal {
-        let (configuration, mut messages) = {
-            let st = self.cell.lock();
-            (
-                st.session.configuration.clone(),
-                build_messages(&self.cwd, &self.context, st.transcript_items()),
-            )
-        };
-        // The system prompt and this turn's own "/compact" do not count.
-        if messages.len() <= 3 {
-            self.say("Nothing to compact yet.".into());
-            return Terminal::completed("end_turn");
-        }
-        messages.pop();
-        let before = estimate_tokens(&messages);
-        let compacted = messages.len() - 1;
-        messages.push(json!({"role": "user", "content": COMPACT_REQUEST}));
-        let providers = self.host.providers();
-        let (conn, model) = match providers.resolve(&configuration.model_target) {
-            Ok(x) => x,
-            Err(e) => return Terminal::failed(FailureClass::CapabilityUnavailable, e.message),
-        };
-        let window = model.context_window;
-        let request = ModelRequest {
-            model: model.id.clone(),
-            messages,
-            tools: vec![],
-            thinking_level: configuration.thinking_level.clone(),
-            turn_prompt: self.spec.prompt_text.clone(),
-            step: 0,
-        };
-        let rx = models::start_step(conn, request, self.spec.cancel.clone());
-        let mut summary = String::new();
-        loop {
-            let idle = self.host.tunables.provider_idle_timeout;
-            let event = select! {
-                recv(rx) -> ev => ev.ok(),
-                recv(self.spec.cancel.receiver()) -> _ => return Terminal::cancelled(),
-                default(idle) => return Terminal::failed(FailureClass::ProviderTimeout, idle_message(idle)),
-            };
-            match event {
-                Some(ModelEvent::Text(t)) => summary.push_str(&t),
-                Some(ModelEvent::Usage {
-                    input,
-                    output,
-                    cached,
-                }) => self.usage(&model.id, TokenUsage::new(input, output, cached), window),
-                Some(ModelEvent::Finish(_)) => break,
-                Some(ModelEvent::Error {
-                    class,
-                    message,
-                    details,
-                }) => return Terminal::failed(class, message).with_details(details),
-                Some(_) => {}
-                None if self.spec.cancel.is_cancelled() => return Terminal::cancelled(),
-                None => {
-                    return Terminal::failed(
-                        FailureClass::ProviderError,
-                        "the model stream ended without finishing",
-                    )
-                }
-            }
-        }
-        let summary = summary.trim().to_string();
-        if summary.is_empty() {
-            self.say("The model returned an empty summary; nothing was compacted.".into());
-            return Terminal::completed("end_turn");
-        }
-        let after = {
-            let mut st = self.cell.lock();
-            self.append(
-                &mut st,
-                vec![TranscriptBody::Summary {
-                    text: summary.clone(),
-                }],
-            );
-            let after = estimate_tokens(&build_messages(
-                &self.cwd,
-                &self.context,
-                st.transcript_items(),
-            ));
-            let body = FrameBody::Usage {
-                turn_id: Some(self.spec.turn_id.clone()),
-                delta: TokenUsage::default(),
-                totals: st.usage_totals.clone(),
-                context: Some(ContextUsage {
-                    used_tokens: after,
-                    window_tokens: window,
-                }),
-                cost: st.cost(&self.host.providers().prices),
-            };
-            self.cell.emit(&mut st, body);
-            after
-        };
-        self.say(format!(
-            "Compacted {compacted} earlier messages into a summary (context ≈{before} → ≈{after} tokens).\n\n{summary}"
-        ));
-        Terminal::completed("end_turn")
-    }
 }
-
-const COMPACT_REQUEST: &str = "Summarise the conversation so far for your own later use: the user's goals, decisions made, files and commands involved, and open tasks. Reply with the summary only.";
 
 fn mode_name(m: PermissionMode) -> &'static str {
     match m {

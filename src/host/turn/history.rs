@@ -77,10 +77,31 @@ pub fn build_messages(
             cwd.display()
         )
     })];
-    let start = items
+    // The last summary stands for what came before it, or, automatic, for the items through
+    // `throughMessageSeq` (the running turn's items stay after it).
+    let summary = items
         .iter()
-        .rposition(|i| matches!(i.body, TranscriptBody::Summary { .. }))
-        .unwrap_or(0);
+        .rposition(|i| matches!(i.body, TranscriptBody::Summary { .. }));
+    let (start, kept_after) = match summary.map(|at| (at, &items[at])) {
+        Some((
+            at,
+            crate::host_api::wire::TranscriptItem {
+                body:
+                    TranscriptBody::Summary {
+                        text,
+                        through_message_seq: Some(through),
+                        ..
+                    },
+                ..
+            },
+        )) => {
+            msgs.push(json!({"role": "user", "content": format!("Summary of the earlier conversation:\n{text}")}));
+            let first = items.partition_point(|i| i.message_seq <= *through);
+            (first.min(at), Some(at))
+        }
+        Some((at, _)) => (at, None),
+        None => (0, None),
+    };
     let mut open_calls: Vec<String> = Vec::new();
     // Host id → the id the model gave the call (the model sees only its own ids).
     let mut provider_ids: std::collections::HashMap<&str, &str> = Default::default();
@@ -90,9 +111,11 @@ pub fn build_messages(
             msgs.push(json!({"role": "tool", "tool_call_id": id, "content": "[no result: the turn was stopped]"}));
         }
     };
-    for item in &items[start..] {
+    for (at, item) in items.iter().enumerate().skip(start) {
         match &item.body {
-            TranscriptBody::Summary { text } => {
+            // Already in front (an automatic compaction's summary).
+            TranscriptBody::Summary { .. } if kept_after == Some(at) => {}
+            TranscriptBody::Summary { text, .. } => {
                 msgs.push(json!({"role": "user", "content": format!("Summary of the earlier conversation:\n{text}")}));
             }
             TranscriptBody::User { content, .. } => {

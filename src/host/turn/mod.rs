@@ -4,6 +4,7 @@
 
 mod calls;
 mod commands;
+mod compaction;
 mod delegate;
 mod dialogs;
 mod env;
@@ -113,6 +114,8 @@ struct Turn {
     agents: Vec<super::subagents::AgentSpec>,
     /// While a `delegate` call runs: its id (the subagent's tool calls are shown under it).
     delegating: Option<String>,
+    /// This turn compacted the context by itself already (or tried to).
+    compacted: bool,
 }
 
 /// Runs an admitted turn to its terminal frame (on the caller's thread).
@@ -154,6 +157,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         tokens_at_start,
         agents,
         delegating: None,
+        compacted: false,
     };
     let command = super::commands::parse(&turn.spec.prompt_text)
         .map(|(name, rest)| (name.to_string(), rest.to_string()));
@@ -213,7 +217,8 @@ impl Turn {
         Terminal::completed("step_limit")
     }
 
-    pub(super) fn model_step(&mut self, step: usize) -> Result<StepResult, Terminal> {
+    /// The session's configuration and the model's input for the next step.
+    fn step_input(&mut self) -> (crate::host_api::wire::Configuration, Vec<Value>) {
         let (configuration, mut messages) = {
             let mut st = self.cell.lock();
             self.take_in_steering(&mut st);
@@ -228,7 +233,19 @@ impl Turn {
                 system["content"] = json!(format!("{text} {PLAN_MODE_NOTE}"));
             }
         }
+        (configuration, messages)
+    }
+
+    pub(super) fn model_step(&mut self, step: usize) -> Result<StepResult, Terminal> {
+        let (mut configuration, mut messages) = self.step_input();
         let providers = self.host.providers();
+        let window = providers
+            .resolve(&configuration.model_target)
+            .map(|(_, m)| m.context_window)
+            .unwrap_or_default();
+        if self.compact_if_full(&messages, window)? {
+            (configuration, messages) = self.step_input();
+        }
         let (conn, model) = providers
             .resolve(&configuration.model_target)
             .map_err(|e| Terminal::failed(FailureClass::CapabilityUnavailable, e.message))?;

@@ -268,6 +268,14 @@ pub enum FrameBody {
         turn_id: String,
         notice: Notice,
     },
+    /// The model's context is being compacted into a summary, or was (`/compact`, or by
+    /// itself when a turn's input neared the model's context window). A completed one is also
+    /// the `summary` item of the transcript.
+    #[serde(rename_all = "camelCase")]
+    Compaction {
+        turn_id: String,
+        compaction: Compaction,
+    },
     /// The session's goal changed state (armed, a turn ran, waiting, ended).
     GoalUpdated {
         goal: Goal,
@@ -336,6 +344,55 @@ pub enum NoticeFallback {
     Thought,
     /// Not at all (what such clients were never told: a rule that decided a call).
     Nothing,
+}
+
+/// One compaction's state: the `compaction` frame's content.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Compaction {
+    /// Unique within the session.
+    pub compaction_id: String,
+    pub status: CompactionStatus,
+    pub trigger: CompactionTrigger,
+    /// The summary (`completed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Why it failed, one sentence (`failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// What a client that shows no compactions is shown when it completed, live and on
+    /// replay alike.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fallback: Option<Fallback>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionStatus {
+    InProgress,
+    Completed,
+    Failed,
+    Cancelled,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CompactionTrigger {
+    /// `/compact`.
+    #[default]
+    Manual,
+    /// The turn's input neared the model's context window.
+    Automatic,
+}
+
+/// Text a client is shown in place of an update it does not support.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Fallback {
+    pub message_id: String,
+    /// `message` (agent text) or `thought`.
+    pub otherwise: NoticeFallback,
+    pub text: String,
 }
 
 /// The model endpoint failed (429, 5xx, unreachable) and the call is retried.

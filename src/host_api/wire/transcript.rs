@@ -94,9 +94,25 @@ pub enum TranscriptBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         resumed_from_run_id: Option<String>,
     },
-    /// A summary replacing older context (`/compact`).
+    /// A summary replacing older context (`/compact`, or automatic compaction). The model's
+    /// context is then the summary followed by the items after `throughMessageSeq` (this one
+    /// excepted), or, without it, by the items after this one.
+    #[serde(rename_all = "camelCase")]
     Summary {
         text: String,
+        /// Empty in items written before compactions had ids (they are `c<messageSeq>`).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        compaction_id: String,
+        #[serde(default)]
+        trigger: CompactionTrigger,
+        /// The last item the summary stands for (automatic compaction keeps the running
+        /// turn's items after it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        through_message_seq: Option<u64>,
+        /// What a client that shows no compactions was shown (none in items written before:
+        /// their `/compact` reply is an `assistant` item of its own).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        fallback: Option<Fallback>,
     },
     /// A named point to rewind to (`session.revision.create`); its `messageSeq` is where it
     /// stands. Every turn's start is also a revision (`rev_<turnId>`) without an item.
