@@ -193,3 +193,111 @@ fn approving_through_the_extension_answers_the_open_approval_dialog() {
     let (resp, _) = a.call("_maka/plan/query", json!({"sessionId": "nope"}));
     assert_eq!(error_of(&resp)["code"], -32002);
 }
+
+/// ACP `plan_update` / `plan_removed` (issue 26 item 5, unstable): a client that advertises
+/// `clientCapabilities.plan` sees the stored plan by id — proposed, then approved (its revision
+/// and status in `_meta.maka`), removed when a rewind leaves none — and no legacy `plan`; a
+/// reload replays it so. A client without the capability sees the legacy `plan` as before.
+/// Lines are checked against the unstable schema.
+#[test]
+fn a_client_that_shows_plans_by_id_follows_the_stored_plan() {
+    let data = TempDir::new("plans-id-data");
+    let ws = TempDir::new("plans-id-ws");
+    let plan_client = |data: &TempDir| {
+        let mut a = AgentProcess::scripted(&script(), data.path());
+        a.call_ok(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {"plan": {}}}),
+        );
+        a
+    };
+    let mut a = plan_client(&data);
+    let s = a.new_session(ws.path());
+    set(&mut a, &s, "mode", "bypass");
+    a.recv(); // current_mode_update
+    set(&mut a, &s, "collaboration_mode", "plan");
+    let t = a.prompt(&s, "plan the work", |r| panic!("unexpected {r}"));
+    let updates: Vec<&Value> = t.updates_for(&s);
+    assert!(
+        !updates.iter().any(|u| u["sessionUpdate"] == "plan"),
+        "no legacy plan: {updates:#?}"
+    );
+    let plans: Vec<&&Value> = updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "plan_update")
+        .collect();
+    assert_eq!(plans.len(), 1, "{updates:#?}");
+    let rev = a.call_ok("_maka/plan/query", json!({"sessionId": s}))["revision"].clone();
+    assert_eq!(
+        *plans[0],
+        &json!({"sessionUpdate": "plan_update", "plan": {"type": "items", "planId": "plan",
+            "entries": [{"content": "Write notes", "priority": "medium", "status": "pending"}],
+            "_meta": {"maka": {"revision": rev, "status": "proposed"}}}})
+    );
+
+    // Approved outside the dialog: the same plan, its status changed.
+    let (resp, mut lines) = a.call(
+        "_maka/plan/control",
+        json!({"sessionId": s, "expectedRevision": rev, "action": "approve"}),
+    );
+    assert_eq!(resp["result"]["plan"]["status"], "approved", "{resp}");
+    while let Some(l) = a.recv_timeout(std::time::Duration::from_millis(500)) {
+        lines.push(l);
+    }
+    let statuses = |lines: &[Value]| -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| &l["params"]["update"])
+            .filter(|u| u["sessionUpdate"] == "plan_update")
+            .map(|u| {
+                u["plan"]["_meta"]["maka"]["status"]
+                    .as_str()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    assert_eq!(statuses(&lines), ["approved"], "{lines:#?}");
+
+    // A reload replays the plan as it went: proposed, then approved; another client the
+    // legacy plan once.
+    let mut b = plan_client(&data);
+    let (_, replay) = b.call(
+        "session/load",
+        json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+    );
+    assert_eq!(statuses(&replay), ["proposed", "approved"]);
+    drop(b);
+    let mut c = AgentProcess::scripted(&script(), data.path());
+    c.initialize();
+    let (_, replay) = c.call(
+        "session/load",
+        json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+    );
+    let kinds: Vec<&str> = replay
+        .iter()
+        .filter_map(|l| l["params"]["update"]["sessionUpdate"].as_str())
+        .filter(|k| k.starts_with("plan"))
+        .collect();
+    assert_eq!(kinds, ["plan"]);
+    drop(c);
+
+    // Rewound past the turn that proposed it: the plan is gone.
+    let turns = a.call_ok("_maka/session/turns", json!({"sessionId": s}));
+    let t1 = turns["turns"][0]["turnId"].as_str().unwrap().to_string();
+    let (resp, lines) = a.call(
+        "_maka/session/revision/abandon",
+        json!({"sessionId": s, "revisionId": format!("rev_{t1}")}),
+    );
+    assert_eq!(resp["result"]["abandonedTurnIds"], json!([t1]), "{resp}");
+    let removed: Vec<&Value> = lines
+        .iter()
+        .map(|l| &l["params"]["update"])
+        .filter(|u| u["sessionUpdate"] == "plan_removed")
+        .collect();
+    assert_eq!(
+        removed,
+        [&json!({"sessionUpdate": "plan_removed", "planId": "plan"})],
+        "{lines:#?}"
+    );
+}

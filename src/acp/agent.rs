@@ -95,6 +95,7 @@ impl Ctx {
             display_terminal: !caps.terminal && caps.terminal_output_meta,
             notices: caps.notices,
             compaction: caps.compaction,
+            plan: caps.plan,
         }
     }
 

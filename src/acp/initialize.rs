@@ -27,6 +27,8 @@ pub struct ClientCapabilities {
     pub notices: bool,
     /// `session.compaction`: it shows `compaction_update` and `compaction_summary_chunk`.
     pub compaction: bool,
+    /// `plan` (unstable): it shows `plan_update` and `plan_removed`.
+    pub plan: bool,
     /// Zed's display-only terminal convention (`_meta.terminal_output: true`).
     pub terminal_output_meta: bool,
 }
@@ -70,6 +72,7 @@ pub fn parse(params: &Value) -> ParamResult<InitializeParams> {
             caps.notices = s.marker("notices")?;
             caps.compaction = s.marker("compaction")?;
         }
+        caps.plan = c.marker("plan")?;
         if let Some(meta) = c.optional_object("_meta", "clientCapabilities._meta")? {
             // A convention, not a spec field: tolerate any type, use only `true`.
             caps.terminal_output_meta = meta.get("terminal_output") == Some(&Value::Bool(true));
@@ -158,6 +161,7 @@ mod tests {
                 "terminal": true,
                 "elicitation": {"form": {}, "url": null},
                 "session": {"configOptions": {"boolean": {}}, "notices": {}, "compaction": {}},
+                "plan": {},
                 "_meta": {"terminal_output": true}
             },
             "clientInfo": {"name": "zed", "version": "1"}
@@ -167,7 +171,7 @@ mod tests {
         let c = &p.capabilities;
         assert!(c.fs_read_text_file && !c.fs_write_text_file && c.terminal);
         assert!(c.elicitation_form && !c.elicitation_url && c.boolean_config_options);
-        assert!(c.terminal_output_meta && !c.auth_terminal && c.notices && c.compaction);
+        assert!(c.terminal_output_meta && !c.auth_terminal && c.notices && c.compaction && c.plan);
         let e = parse(&json!({"protocolVersion": 1, "clientCapabilities": {"terminal": "yes"}}))
             .unwrap_err();
         assert!(

@@ -11,6 +11,7 @@ use super::types::to_json;
 use crate::host_api::client::ClientError;
 use crate::host_api::ops;
 use crate::host_api::random_hex;
+use crate::host_api::wire::FrameBody;
 use crate::jsonrpc::ResponseError;
 use serde_json::{json, Value};
 
@@ -204,6 +205,28 @@ pub fn abandon(ctx: &Ctx, input: ops::AbandonInput) -> Result<Value, ResponseErr
         Some(s) => s.with_editor_calls(&ctx.shared, &conn, call)?,
         None => call()?,
     };
+    // The plan may be gone with the turns: a client that shows plans by id is told before the
+    // answer (shown once, whether or not a reader also saw the host's frame).
+    if let Some(s) = ctx.session(&input.session_id).filter(|_| ctx.shows().plan) {
+        let session = ops::SessionRef {
+            session_id: input.session_id.clone(),
+        };
+        match ctx.call::<ops::PlanQuery>(&conn, &session) {
+            Ok(plan) => s.show(
+                &ctx.shared,
+                &[FrameBody::PlanState {
+                    revision: plan.revision,
+                    status: plan.status,
+                    entries: plan.entries,
+                }],
+            ),
+            Err(e) => log::warn!(
+                "session {}: plan not re-read after a rewind: {}",
+                s.id,
+                e.message
+            ),
+        }
+    }
     Ok(json!({
         "abandonedTurnIds": o.abandoned_turn_ids,
         "restored": o.restored,
@@ -243,14 +266,25 @@ pub fn plan_control(ctx: &Ctx, input: ops::PlanControlInput) -> Result<Value, Re
     let conn = ctx.host()?;
     let revised = matches!(input.action, ops::PlanAction::Revise { .. });
     let outcome = ctx.call::<ops::PlanControl>(&conn, &input)?;
-    if let (true, ops::PlanOutcome::Committed { plan }, Some(s)) =
-        (revised, &outcome, ctx.session(&input.session_id))
+    if let (ops::PlanOutcome::Committed { plan }, Some(s)) =
+        (&outcome, ctx.session(&input.session_id))
     {
+        // No reader follows the session between turns: the change is shown here, as the
+        // frames the host emitted for it would be (a revision is also the legacy `plan`).
         if !s.has_prompt() {
-            let entries = super::projection::plan_entries(&plan.entries);
-            s.emit(&ctx.shared, |_| {
-                (vec![super::types::SessionUpdate::Plan { entries }], ())
+            let mut frames = vec![];
+            if revised {
+                frames.push(FrameBody::PlanUpdate {
+                    turn_id: String::new(),
+                    entries: plan.entries.clone(),
+                });
+            }
+            frames.push(FrameBody::PlanState {
+                revision: plan.revision,
+                status: plan.status.clone(),
+                entries: plan.entries.clone(),
             });
+            s.show(&ctx.shared, &frames);
         }
     }
     Ok(to_json(&outcome))

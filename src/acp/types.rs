@@ -21,6 +21,15 @@ pub enum SessionUpdate {
     Plan {
         entries: Vec<PlanEntry>,
     },
+    /// The session's plan by id (unstable; only to clients that advertise
+    /// `clientCapabilities.plan`), with its revision and approval status in `_meta.maka`.
+    PlanUpdate {
+        plan: PlanItems,
+    },
+    #[serde(rename_all = "camelCase")]
+    PlanRemoved {
+        plan_id: String,
+    },
     #[serde(rename_all = "camelCase")]
     AvailableCommandsUpdate {
         available_commands: Vec<AvailableCommand>,
@@ -248,6 +257,16 @@ pub struct PlanEntry {
     pub content: String,
     pub priority: PlanPriority,
     pub status: PlanStatus,
+}
+
+/// `plan_update`'s content: a plan as structured entries (`type: "items"`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename = "items", rename_all = "camelCase")]
+pub struct PlanItems {
+    pub plan_id: String,
+    pub entries: Vec<PlanEntry>,
+    #[serde(rename = "_meta")]
+    pub meta: Value,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

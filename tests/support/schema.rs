@@ -15,6 +15,15 @@ const SCHEMA: &str = include_str!("../schema/schema.json");
 const UNSTABLE: &str = include_str!("../schema/schema.unstable.json");
 /// Methods whose lines are checked against the unstable schema.
 const UNSTABLE_METHODS: &[&str] = &["session/fork"];
+/// `session/update` kinds only the unstable schema has (sent only to clients that negotiated
+/// them): their lines are checked against it.
+const UNSTABLE_UPDATES: &[&str] = &[
+    "plan_update",
+    "plan_removed",
+    "subagent_update",
+    "session_message",
+    "session_message_chunk",
+];
 
 struct Schema {
     defs: Value,
@@ -207,7 +216,15 @@ pub fn validate_agent_line(
             if method.starts_with('_') {
                 return Ok(v);
             }
-            let s = schema_for(method);
+            let kind = v
+                .pointer("/params/update/sessionUpdate")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let s = if method == "session/update" && UNSTABLE_UPDATES.contains(&kind) {
+                unstable()
+            } else {
+                schema_for(method)
+            };
             let ty = s
                 .types
                 .get(&(method.to_string(), "notification"))

@@ -13,7 +13,7 @@ mod replay;
 #[cfg(test)]
 mod tests;
 
-pub use content::{diff, iso8601, plan as plan_entries};
+pub use content::{diff, iso8601};
 pub use replay::{replay_frames, snapshot_frames};
 
 use crate::acp::types::{
@@ -74,6 +74,8 @@ pub struct Projector {
     own_turns: HashSet<String>,
     /// Compactions shown completed (to a client that shows compactions).
     compactions: HashSet<String>,
+    /// The plan last shown by id (revision, status, entries), to a client that shows plans so.
+    plan: Option<(u64, String, Vec<crate::host_api::wire::PlanEntry>)>,
     /// What the client can show beyond ACP's baseline.
     shows: Shows,
 }
@@ -88,6 +90,8 @@ pub struct Shows {
     pub notices: bool,
     /// `compaction_update` and `compaction_summary_chunk` (`session.compaction`).
     pub compaction: bool,
+    /// `plan_update` and `plan_removed` (`plan`, unstable) instead of the legacy `plan`.
+    pub plan: bool,
 }
 
 impl Projector {
@@ -126,6 +130,7 @@ impl Projector {
             | F::ToolRunning { .. }
             | F::ToolOutputDelta { .. }
             | F::PlanUpdate { .. }
+            | F::PlanState { .. }
             | F::Usage { .. }
             | F::SessionUpdated { .. } => show(self.frame(&body, now)),
             F::ToolResult { .. } => {
@@ -253,9 +258,17 @@ impl Projector {
             },
             FrameBody::ToolOutputDelta { .. } => self.tool_output(body, now),
             FrameBody::ToolResult { .. } => self.tool_result(body),
+            // A client that shows plans by id follows `plan_state`; any other the legacy plan.
+            FrameBody::PlanUpdate { .. } if self.shows.plan => vec![],
             FrameBody::PlanUpdate { entries, .. } => vec![SessionUpdate::Plan {
                 entries: plan(entries),
             }],
+            FrameBody::PlanState { .. } if !self.shows.plan => vec![],
+            FrameBody::PlanState {
+                revision,
+                status,
+                entries,
+            } => self.plan_state(*revision, status, entries),
             FrameBody::Usage {
                 context: Some(c),
                 cost,
@@ -352,6 +365,47 @@ impl Projector {
             error: c.error.clone(),
         });
         out
+    }
+
+    /// The session's plan, by id: updated when its revision or status changes (a replayed
+    /// decision names only its revision: its entries are that revision's), removed when a
+    /// rewind leaves none.
+    fn plan_state(
+        &mut self,
+        revision: u64,
+        status: &str,
+        entries: &[crate::host_api::wire::PlanEntry],
+    ) -> Vec<SessionUpdate> {
+        if revision == 0 {
+            return match self.plan.take() {
+                Some(_) => vec![SessionUpdate::PlanRemoved {
+                    plan_id: PLAN_ID.into(),
+                }],
+                None => vec![],
+            };
+        }
+        let entries = match (&self.plan, entries.is_empty()) {
+            (_, false) => entries.to_vec(),
+            (Some((r, _, known)), true) if *r == revision => known.clone(),
+            // A decision on a revision this view never saw: nothing to show it with.
+            _ => return vec![],
+        };
+        if self
+            .plan
+            .as_ref()
+            .is_some_and(|(r, s, e)| *r == revision && s == status && *e == entries)
+        {
+            return vec![]; // shown already (a catch-up replays it)
+        }
+        let update = SessionUpdate::PlanUpdate {
+            plan: crate::acp::types::PlanItems {
+                plan_id: PLAN_ID.into(),
+                entries: plan(&entries),
+                meta: json!({"maka": {"revision": revision, "status": status}}),
+            },
+        };
+        self.plan = Some((revision, status.to_string(), entries));
+        vec![update]
     }
 
     /// A tool call starts: shown once (a catch-up may replay its start).
@@ -660,6 +714,9 @@ fn user_chunk(turn_id: &str, message_id: &str, text: &str) -> Vec<SessionUpdate>
         ..Chunk::text(message_id, text)
     })]
 }
+
+/// A session has one plan, revised in place: its id.
+const PLAN_ID: &str = "plan";
 
 /// A notice as ACP shows it (`title` is empty only in items older than notices' titles).
 fn live_notice(n: Notice) -> Vec<SessionUpdate> {

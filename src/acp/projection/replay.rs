@@ -166,9 +166,21 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             turn_id,
             notice: notice.clone(),
         }],
-        TranscriptBody::Plan { entries } => vec![FrameBody::PlanUpdate {
-            turn_id,
-            entries: entries.clone(),
+        TranscriptBody::Plan { entries } => vec![
+            FrameBody::PlanUpdate {
+                turn_id,
+                entries: entries.clone(),
+            },
+            FrameBody::PlanState {
+                revision: item.message_seq,
+                status: "proposed".into(),
+                entries: entries.clone(),
+            },
+        ],
+        TranscriptBody::PlanDecision { revision, status } => vec![FrameBody::PlanState {
+            revision: *revision,
+            status: status.clone(),
+            entries: vec![],
         }],
         // A compaction, as it completed (items from before compactions had ids and fallbacks
         // kept `/compact`'s reply as an assistant item of its own).
@@ -199,8 +211,6 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
         TranscriptBody::Revision { .. } | TranscriptBody::Rewind { .. } => vec![],
         // Usage is not replayed (`_maka/usage/query` reports it).
         TranscriptBody::Usage { .. } => vec![],
-        // The plan shown is the plan; decisions are `_maka/plan/query`'s.
-        TranscriptBody::PlanDecision { .. } => vec![],
         // Written by a newer host: nothing this build knows how to show.
         TranscriptBody::Unknown => vec![],
     }

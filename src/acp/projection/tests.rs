@@ -486,6 +486,12 @@ fn every_kind_of_frame_has_its_effects() {
                 "text": "⚠ MCP server `x` did not start\n\n"}}),
             "show[agent_message_chunk]",
         ),
+        // The plan by id is for clients that show it so; this one gets the legacy `plan`.
+        (
+            json!({"kind": "plan_state", "revision": 4, "status": "approved",
+                "entries": [{"content": "a", "status": "pending", "priority": "medium"}]}),
+            "show[]",
+        ),
         (
             json!({"kind": "compaction", "turnId": "t", "compaction": {"compactionId": "c1",
                 "status": "in_progress", "trigger": "automatic"}}),
@@ -697,4 +703,52 @@ fn compactions_are_shown_once_to_clients_that_show_them() {
         shown(&mut other, &done, now).is_empty(),
         "no fallback: an old item"
     );
+}
+
+/// The plan by id: a replayed decision takes its revision's entries; one on a revision never
+/// seen shows nothing; the same state twice (a catch-up) once; revision 0 removes it, once.
+#[test]
+fn the_plan_by_id_follows_revisions_and_decisions() {
+    let entry = json!([{"content": "a", "status": "pending", "priority": "high"}]);
+    let state = |revision: u64, status: &str, entries: &Value| -> FrameBody {
+        serde_json::from_value(json!({"kind": "plan_state", "revision": revision,
+            "status": status, "entries": entries}))
+        .unwrap()
+    };
+    let mut p = Projector::new(Shows {
+        plan: true,
+        ..Shows::default()
+    });
+    let now = Instant::now();
+    assert!(shown(&mut p, &state(3, "approved", &json!([])), now).is_empty());
+    let proposed = shown(&mut p, &state(5, "proposed", &entry), now);
+    assert_eq!(
+        proposed,
+        [
+            json!({"sessionUpdate": "plan_update", "plan": {"type": "items", "planId": "plan",
+            "entries": [{"content": "a", "priority": "high", "status": "pending"}],
+            "_meta": {"maka": {"revision": 5, "status": "proposed"}}}})
+        ]
+    );
+    assert!(shown(&mut p, &state(5, "proposed", &entry), now).is_empty());
+    let approved = shown(&mut p, &state(5, "approved", &json!([])), now);
+    assert_eq!(
+        approved[0]["plan"]["entries"],
+        proposed[0]["plan"]["entries"]
+    );
+    assert_eq!(approved[0]["plan"]["_meta"]["maka"]["status"], "approved");
+    let legacy = FrameBody::PlanUpdate {
+        turn_id: "t".into(),
+        entries: serde_json::from_value(entry.clone()).unwrap(),
+    };
+    assert!(shown(&mut p, &legacy, now).is_empty(), "no legacy plan");
+    assert_eq!(
+        shown(&mut p, &state(0, "none", &json!([])), now),
+        [json!({"sessionUpdate": "plan_removed", "planId": "plan"})]
+    );
+    assert!(shown(&mut p, &state(0, "none", &json!([])), now).is_empty());
+    // A client without the capability: the legacy plan, nothing for plan states.
+    let mut other = Projector::default();
+    assert!(shown(&mut other, &state(5, "proposed", &entry), now).is_empty());
+    assert_eq!(shown(&mut other, &legacy, now)[0]["sessionUpdate"], "plan");
 }

@@ -244,8 +244,12 @@ pub fn rewind(
                 session: Box::new(st.session.clone()),
             });
         }
+        let plan_before = super::knowledge::plan_view(&st).revision;
         st.abandon_turns(&revision_id, abandoned.clone())?;
         finish_commit(host, cell, &mut st)?;
+        if super::knowledge::plan_view(&st).revision != plan_before {
+            super::knowledge::emit_plan_state(cell, &mut st);
+        }
         let plan = if restore_files {
             let recorded = changes::read_for(&host.store.session_dir(&cell.id), &abandoned);
             changes::undo_plan(&recorded, &abandoned)

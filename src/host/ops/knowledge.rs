@@ -132,6 +132,27 @@ pub(crate) fn plan_view(st: &crate::host::session::SessionState) -> PlanView {
     }
 }
 
+/// Tells the session's readers where its plan stands now (a `plan_state` frame).
+pub(crate) fn emit_plan_state(
+    cell: &crate::host::session::SessionCell,
+    st: &mut crate::host::session::SessionState,
+) {
+    let PlanView {
+        revision,
+        status,
+        entries,
+        ..
+    } = plan_view(st);
+    cell.emit(
+        st,
+        FrameBody::PlanState {
+            revision,
+            status,
+            entries,
+        },
+    );
+}
+
 pub(super) fn plan_query(host: &Host, input: SessionRef) -> Result<PlanView, HostError> {
     let cell = host.cell(&input.session_id)?;
     let st = super::open_state(host, &cell)?;
@@ -223,6 +244,7 @@ pub(super) fn plan_control(host: &Host, input: PlanControlInput) -> Result<PlanO
                 );
             }
         }
+        emit_plan_state(&cell, &mut st);
         plan_view(&st)
     };
     // Answered outside the session's lock, like any client answer.

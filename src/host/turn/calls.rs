@@ -519,6 +519,7 @@ impl Turn {
                         e.message
                     );
                 }
+                crate::host::ops::knowledge::emit_plan_state(&self.cell, &mut st);
             }
         }
         match answer {
@@ -728,6 +729,7 @@ impl Turn {
                 entries: entries.clone(),
             }],
         );
+        crate::host::ops::knowledge::emit_plan_state(&self.cell, &mut st);
         ToolOutcome::completed(format!("Plan updated ({} steps).", entries.len()), false)
     }
 

@@ -203,6 +203,17 @@ pub enum FrameBody {
         turn_id: String,
         entries: Vec<PlanEntry>,
     },
+    /// The session's plan as it now stands (`plan.query`'s view), after a proposal, a
+    /// revision, a decision or a rewind that changed it; `revision` 0: no plan any more.
+    #[serde(rename_all = "camelCase")]
+    PlanState {
+        revision: u64,
+        /// `proposed`, `approved`, `rejected` (`none` with revision 0).
+        status: String,
+        /// Empty when replayed from a decision: the entries are the revision's.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        entries: Vec<PlanEntry>,
+    },
     #[serde(rename_all = "camelCase")]
     Usage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
