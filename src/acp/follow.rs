@@ -189,6 +189,7 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
     let input = ops::OpenInput {
         session_id: session.id.clone(),
         mcp_servers: None,
+        system_prompt: None,
     };
     let open = match conn.client.call::<ops::SessionOpen>(&input) {
         Ok(o) => o,

@@ -118,6 +118,7 @@ pub fn agent_capabilities(can_log_out: bool) -> AgentCapabilities {
             close: Empty {},
             delete: Empty {},
             additional_directories: Empty {},
+            system_prompt: json!({"mode": {"override": {}}}),
         },
         // `logout` removes the key `maka-acp login` stored: only a build with the login flow
         // has it.

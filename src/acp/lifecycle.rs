@@ -74,6 +74,7 @@ fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), R
             labels: vec![],
             configuration: None,
             mcp_servers: p.mcp_servers,
+            system_prompt: p.system_prompt,
         },
     )?;
     attach_new(ctx, &conn, &record, models.as_ref())
@@ -101,6 +102,7 @@ fn fork_session(
         workspace: Some(Workspace::HostPath { path: p.cwd }),
         additional_directories: Some(p.additional_directories),
         mcp_servers: p.mcp_servers,
+        system_prompt: p.system_prompt,
     };
     let record = match conn.client.call::<ops::BranchCreate>(&input) {
         Ok(ops::BranchOutcome::Committed { session }) => *session,
@@ -277,6 +279,7 @@ fn attach(
     let open_input = ops::OpenInput {
         session_id: id.clone(),
         mcp_servers: p.mcp_servers,
+        system_prompt: p.system_prompt,
     };
     let open = ctx.call::<ops::SessionOpen>(&conn, &open_input)?;
     ctx.register_services(&conn, &id)?;

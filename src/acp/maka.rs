@@ -180,6 +180,7 @@ pub fn branch(ctx: &Ctx, b: Branch) -> Result<Value, ResponseError> {
         workspace: None,
         additional_directories: None,
         mcp_servers: vec![],
+        system_prompt: None,
     };
     match ctx.call::<ops::BranchCreate>(&conn, &input)? {
         ops::BranchOutcome::Committed { session } => Ok(json!({

@@ -5,6 +5,7 @@
 
 use super::params::{ParamResult, Params};
 use crate::host_api::ops::SessionRef;
+use crate::host_api::wire::{SystemPrompt, SystemPromptMode};
 use crate::jsonrpc::ResponseError;
 use serde_json::Value;
 use std::path::Path;
@@ -14,6 +15,8 @@ pub struct NewSession {
     pub additional_directories: Vec<String>,
     /// ACP `McpServer` objects, passed to the host as they are.
     pub mcp_servers: Vec<Value>,
+    /// ACP `systemPrompt` (unstable), stored with the session.
+    pub system_prompt: Option<SystemPrompt>,
 }
 
 pub struct ForkSession {
@@ -21,6 +24,7 @@ pub struct ForkSession {
     pub cwd: String,
     pub additional_directories: Vec<String>,
     pub mcp_servers: Vec<Value>,
+    pub system_prompt: Option<SystemPrompt>,
 }
 
 pub struct OpenSession {
@@ -31,6 +35,8 @@ pub struct OpenSession {
     /// `session/load` requires the list; `session/resume` may omit it (then what runs keeps
     /// running).
     pub mcp_servers: Option<Vec<Value>>,
+    /// Replaces the stored one when given.
+    pub system_prompt: Option<SystemPrompt>,
 }
 
 pub struct ListSessions {
@@ -82,6 +88,7 @@ pub fn new_session(p: &Params) -> ParamResult<NewSession> {
         additional_directories: directories(p)?,
         // Required by the schema; tolerated when absent (some clients omit an empty list).
         mcp_servers: p.optional_array("mcpServers")?.cloned().unwrap_or_default(),
+        system_prompt: system_prompt(p)?,
     })
 }
 
@@ -91,6 +98,7 @@ pub fn fork_session(p: &Params) -> ParamResult<ForkSession> {
         cwd: absolute(p, "cwd")?,
         additional_directories: directories(p)?,
         mcp_servers: p.optional_array("mcpServers")?.cloned().unwrap_or_default(),
+        system_prompt: system_prompt(p)?,
     })
 }
 
@@ -154,7 +162,61 @@ pub fn open_session(p: &Params, replay: bool) -> ParamResult<OpenSession> {
         cwd,
         replay,
         mcp_servers: p.optional_array("mcpServers")?.cloned(),
+        system_prompt: system_prompt(p)?,
     })
+}
+
+/// The most text a `systemPrompt` may carry (the model's every request includes it).
+const SYSTEM_PROMPT_BYTES: usize = 64 * 1024;
+
+/// ACP `systemPrompt` (unstable): `{mode: append|override, content: [text blocks]}`. A mode or
+/// a block this agent does not support, an empty or oversized prompt, is `-32602` — the
+/// session is then not created, loaded or resumed, as ACP requires.
+fn system_prompt(p: &Params) -> ParamResult<Option<SystemPrompt>> {
+    let Some(sp) = p.optional_object("systemPrompt", "systemPrompt")? else {
+        return Ok(None);
+    };
+    let mode = match sp.required_str("mode")? {
+        "append" => SystemPromptMode::Append,
+        "override" => SystemPromptMode::Override,
+        other => {
+            return Err(ResponseError::invalid_params(format_args!(
+                "`systemPrompt.mode` {other:?} is not supported: use append or override"
+            )))
+        }
+    };
+    let blocks = sp.required_array("content")?;
+    if blocks.is_empty() {
+        return Err(ResponseError::invalid_params(
+            "`systemPrompt.content` is empty: give at least one text block",
+        ));
+    }
+    let mut text = String::new();
+    for (i, b) in blocks.iter().enumerate() {
+        match (
+            b.get("type").and_then(Value::as_str),
+            b.get("text").and_then(Value::as_str),
+        ) {
+            (Some("text"), Some(t)) => {
+                if !text.is_empty() {
+                    text.push_str("\n\n");
+                }
+                text.push_str(t);
+            }
+            _ => {
+                return Err(ResponseError::invalid_params(format_args!(
+                    "`systemPrompt.content[{i}]` is not a text block: only text is supported"
+                )))
+            }
+        }
+    }
+    if text.len() > SYSTEM_PROMPT_BYTES {
+        return Err(ResponseError::invalid_params(format_args!(
+            "`systemPrompt` is {} bytes; at most {SYSTEM_PROMPT_BYTES} are accepted",
+            text.len()
+        )));
+    }
+    Ok(Some(SystemPrompt { mode, text }))
 }
 
 fn absolute(p: &Params, field: &str) -> ParamResult<String> {

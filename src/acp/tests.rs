@@ -77,6 +77,7 @@ fn record(revision: u64) -> Session {
         mcp_servers: vec![],
         turn_count: 1,
         lineage: None,
+        system_prompt: None,
     }
 }
 

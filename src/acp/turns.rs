@@ -101,6 +101,7 @@ pub fn start(ctx: &Ctx, r: Registered) {
         let input = OpenInput {
             session_id: id.clone(),
             mcp_servers: None,
+            system_prompt: None,
         };
         match ctx.call::<ops::SessionOpen>(&conn, &input) {
             Ok(open) => {

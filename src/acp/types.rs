@@ -522,6 +522,9 @@ pub struct SessionCapabilities {
     pub close: Empty,
     pub delete: Empty,
     pub additional_directories: Empty,
+    /// `systemPrompt` on new/load/resume/fork (ACP unstable), `append` and `override`:
+    /// `{"mode": {"override": {}}}`.
+    pub system_prompt: Value,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

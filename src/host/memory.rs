@@ -312,6 +312,7 @@ mod tests {
             mcp_servers: vec![],
             turn_count: 0,
             lineage: None,
+            system_prompt: None,
         }
     }
 

@@ -460,6 +460,9 @@ pub struct BranchInput {
     pub additional_directories: Option<Vec<String>>,
     #[serde(default)]
     pub mcp_servers: Vec<Value>,
+    /// Defaults to the source's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<super::wire::SystemPrompt>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -579,8 +582,12 @@ pub struct Discovery {
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct TurnList {
     pub turns: Vec<TurnSummary>,
+    /// The client's system prompt the session's turns run with, if it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<super::wire::SystemPrompt>,
 }
 
 /// One turn as a history lists it.
@@ -757,6 +764,8 @@ pub struct CreateInput {
     /// ACP `McpServer` objects, as the client sent them.
     #[serde(default)]
     pub mcp_servers: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<super::wire::SystemPrompt>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -808,6 +817,9 @@ pub struct OpenInput {
     /// MCP servers to (re)connect for this attachment; absent = keep what runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mcp_servers: Option<Vec<Value>>,
+    /// Replaces the session's stored system prompt; absent = keep it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<super::wire::SystemPrompt>,
 }
 
 /// What a client needs to follow a session from `seq`: the durable position and everything in

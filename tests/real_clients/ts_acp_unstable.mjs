@@ -1,7 +1,8 @@
 // ACP's unstable surface as it stands now (issue 26, items 4–6) through the official TypeScript
 // SDK 2.4's `/unstable` entry point: a client that advertises `plan` follows the stored plan by
 // id (`plan_update` proposed, then approved through `_maka/plan/control`; replayed so by
-// `session/load`) and never sees the legacy `plan`. The SDK parses every notification.
+// `session/load`) and never sees the legacy `plan`; `systemPrompt` is advertised, stored with the
+// session (`_maka/session/turns`), and an unknown mode refused. The SDK parses every message.
 // usage: node ts_acp_unstable.mjs AGENT_BINARY WORKSPACE  → prints the observation summary as JSON.
 import * as acp from "@agentclientprotocol/sdk/unstable";
 import { spawn } from "node:child_process";
@@ -35,11 +36,33 @@ const plans = () =>
 
 const summary = await app.connectWith(stream, async (agent) => {
   const out = {};
-  await agent.request(acp.methods.agent.initialize, {
+  const init = await agent.request(acp.methods.agent.initialize, {
     protocolVersion: 1,
     clientCapabilities: { plan: {} },
     clientInfo: { name: "maka-real-client-ts-unstable", version: "1" },
   });
+  // A session with the client's system prompt (append), stored with it.
+  const withPrompt = await agent.request(acp.methods.agent.session.new, {
+    cwd: ws,
+    mcpServers: [],
+    systemPrompt: { mode: "append", content: [{ type: "text", text: "Answer briefly." }] },
+  });
+  const stored = await agent.request("_maka/session/turns", { sessionId: withPrompt.sessionId });
+  let refused = null;
+  try {
+    await agent.request(acp.methods.agent.session.new, {
+      cwd: ws,
+      mcpServers: [],
+      systemPrompt: { mode: "_custom", content: [{ type: "text", text: "x" }] },
+    });
+  } catch (e) {
+    refused = e.code ?? null;
+  }
+  out.sysPrompt = {
+    advertised: init.agentCapabilities.sessionCapabilities.systemPrompt ?? null,
+    stored: stored.systemPrompt ?? null,
+    unknownModeRefused: refused,
+  };
   const { sessionId } = await agent.request(acp.methods.agent.session.new, { cwd: ws, mcpServers: [] });
   const set = (configId, value) =>
     agent.request(acp.methods.agent.session.setConfigOption, { sessionId, configId, value });

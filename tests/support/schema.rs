@@ -272,7 +272,7 @@ pub fn validate_agent_line(
     Ok(v)
 }
 
-/// `initialize`'s result advertises `sessionCapabilities.fork`, which only the unstable schema
+/// `initialize`'s result advertises `sessionCapabilities.fork` and `.systemPrompt`, which only the unstable schema
 /// has: valid against that one, and against the stable one without it (so nothing else
 /// unstable slips in).
 fn check_initialize(result: &Value) -> Result<(), String> {
@@ -283,6 +283,7 @@ fn check_initialize(result: &Value) -> Result<(), String> {
         .and_then(Value::as_object_mut)
     {
         caps.remove("fork");
+        caps.remove("systemPrompt");
     }
     check(schema(), "InitializeResponse", &stable)
 }

@@ -536,6 +536,7 @@ pub fn branch(host: &Arc<Host>, input: BranchInput) -> Result<BranchOutcome, Hos
             parent_session_id: src.id.clone(),
             branch_of_turn_id: through,
         }),
+        system_prompt: input.system_prompt.or_else(|| src.system_prompt.clone()),
     };
     // The transcript first: a directory without `session.json` is not a session, so a crash
     // in between leaves nothing half-made.

@@ -58,6 +58,7 @@ pub(super) fn create(host: &Arc<Host>, input: CreateInput) -> Result<Session, Ho
         mcp_servers: input.mcp_servers,
         turn_count: 0,
         lineage: None,
+        system_prompt: input.system_prompt,
     };
     match admit(host, &session, || save(host, &session))? {
         Admitted::New => Ok(session),
@@ -223,6 +224,17 @@ pub(super) fn list(host: &Host, input: ListInput) -> Result<SessionPage, HostErr
 pub(super) fn open(host: &Host, input: OpenInput) -> Result<OpenSnapshot, HostError> {
     let cell = host.cell(&input.session_id)?;
     let mut st = open_state(host, &cell)?;
+    if let Some(prompt) = input
+        .system_prompt
+        .filter(|p| st.session.system_prompt.as_ref() != Some(p))
+    {
+        // The client's instructions for later turns (a running one keeps what it started with).
+        let mut session = st.session.clone();
+        session.system_prompt = Some(prompt);
+        session.revision += 1;
+        save(host, &session)?;
+        st.session = session;
+    }
     let mut replaced = None;
     if let Some(specs) = input.mcp_servers {
         replaced = st.mcp.take();

@@ -446,6 +446,7 @@ pub(super) fn resume_start(
 pub(super) fn list(host: &Host, input: SessionRef) -> Result<TurnList, HostError> {
     let cell = host.cell(&input.session_id)?;
     let st = open_state(host, &cell)?;
+    let system_prompt = st.session.system_prompt.clone();
     let mut turns: Vec<TurnSummary> = Vec::new();
     let mut index: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     // History markers (revisions, rewinds) belong to no turn.
@@ -503,7 +504,10 @@ pub(super) fn list(host: &Host, input: SessionRef) -> Result<TurnList, HostError
             }
         }
     }
-    Ok(TurnList { turns })
+    Ok(TurnList {
+        turns,
+        system_prompt,
+    })
 }
 
 /// Steering: a message for the running turn, taken in at its next model step.

@@ -306,6 +306,7 @@ impl Turn {
             workspace: None,
             additional_directories: None,
             mcp_servers: self.cell.lock().session.mcp_servers.clone(),
+            system_prompt: None,
         };
         match crate::host::ops::history::branch(&self.host, input) {
             Ok(BranchOutcome::Committed { session }) => format!(

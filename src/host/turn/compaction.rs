@@ -82,12 +82,10 @@ impl Turn {
                 .unwrap_or(items.len());
             let (before, kept) = match trigger {
                 // Everything: the turn's own "/compact" is dropped below.
-                CompactionTrigger::Manual => {
-                    (build_messages(&self.cwd, &self.context, items), vec![])
-                }
+                CompactionTrigger::Manual => (build_messages(&self.system, items), vec![]),
                 CompactionTrigger::Automatic => (
-                    build_messages(&self.cwd, &self.context, &items[..first]),
-                    build_messages(&self.cwd, &self.context, &items[first..]),
+                    build_messages(&self.system, &items[..first]),
+                    build_messages(&self.system, &items[first..]),
                 ),
             };
             let through = match trigger {

@@ -2,7 +2,7 @@
 //! tool returned.
 
 use super::*;
-use crate::host_api::wire::ToolStatus;
+use crate::host_api::wire::{SystemPrompt, SystemPromptMode, ToolStatus};
 
 /// What the model is told a tool returned.
 pub fn result_for_model(status: ToolStatus, result: &ToolResultContent) -> String {
@@ -59,24 +59,40 @@ pub(super) fn estimate_tokens(messages: &[Value]) -> u64 {
         / 4
 }
 
+/// The system prompt of a session's turns. The built-in base prompt; `context` (instruction
+/// files and memory, `host::memory::compose`); and the client's own (`systemPrompt`): `append`
+/// adds it after all of these, `override` takes the base prompt's place. What the client
+/// cannot replace is said in both modes: the host's rules (the workspace, the gate), and the
+/// instruction files and memory. The gate itself is code, not words: no prompt lifts it.
+pub fn system_text(cwd: &Path, context: &str, client: Option<&SystemPrompt>) -> String {
+    let base = format!(
+        "You are Maka, a careful coding agent. You work in {} and use the tools to read, search, edit and run things there. \
+         Keep the user informed briefly; use update_plan for multi-step work; ask_user when a decision is theirs; \
+         remember what the user asks you to keep in mind across sessions.",
+        cwd.display()
+    );
+    match client {
+        None => format!("{base}{context}"),
+        Some(SystemPrompt {
+            mode: SystemPromptMode::Append,
+            text,
+        }) => format!("{base}{context}\n\nInstructions from the client:\n{text}"),
+        Some(SystemPrompt {
+            mode: SystemPromptMode::Override,
+            text,
+        }) => format!(
+            "{text}\n\nHost rules (always in force): you work in {}. Every tool call passes the session's permission mode and folder boundary; a call that is refused is final, so do not try to reach the same effect another way.{context}",
+            cwd.display()
+        ),
+    }
+}
+
 /// The model's context: a system prompt plus the transcript as chat messages. Tool calls that
 /// never got a result (a stopped turn) get a placeholder result so the history stays valid.
 /// `context` is appended to the system prompt: instruction files and memory
 /// (`host::memory::compose`).
-pub fn build_messages(
-    cwd: &Path,
-    context: &str,
-    items: &[crate::host_api::wire::TranscriptItem],
-) -> Vec<Value> {
-    let mut msgs = vec![json!({
-        "role": "system",
-        "content": format!(
-            "You are Maka, a careful coding agent. You work in {} and use the tools to read, search, edit and run things there. \
-             Keep the user informed briefly; use update_plan for multi-step work; ask_user when a decision is theirs; \
-             remember what the user asks you to keep in mind across sessions.{context}",
-            cwd.display()
-        )
-    })];
+pub fn build_messages(system: &str, items: &[crate::host_api::wire::TranscriptItem]) -> Vec<Value> {
+    let mut msgs = vec![json!({"role": "system", "content": system})];
     // The last summary stands for what came before it, or, automatic, for the items through
     // `throughMessageSeq` (the running turn's items stay after it).
     let summary = items
@@ -252,7 +268,7 @@ mod tests {
             item(5, result("d.2")),
             item(6, result("d")),
         ];
-        let msgs = build_messages(Path::new("/w"), "", &items);
+        let msgs = build_messages(&system_text(Path::new("/w"), "", None), &items);
         let calls: Vec<&Value> = msgs
             .iter()
             .filter_map(|m| m.get("tool_calls"))

@@ -106,8 +106,9 @@ struct Turn {
     mcp_tools: Vec<super::mcp::McpTool>,
     /// Files this turn's tools wrote (their earlier content is recorded once).
     changed_paths: std::collections::HashSet<PathBuf>,
-    /// Instruction files and memory, read at the turn's start (the system prompt's tail).
-    context: String,
+    /// The system prompt, composed at the turn's start (instruction files and memory read
+    /// then, the client's own as the session stores it).
+    system: String,
     /// The session's input + output tokens when the turn started (a goal counts its turns').
     tokens_at_start: u64,
     /// The agents this session may delegate to (declared at the turn's start).
@@ -136,6 +137,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
     // Files are read here, outside the session's lock.
     let (context, mut problems) =
         super::memory::compose(&session, &host.memory.view(Some(&session)).entries);
+    let system = history::system_text(&cwd, &context, session.system_prompt.as_ref());
     let (agents, declared) = super::subagents::declared(Path::new(session.workspace.path()));
     for p in &declared {
         log::warn!("session {}: {p}", cell.id);
@@ -153,7 +155,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         out_seq: 0,
         mcp_tools: vec![],
         changed_paths: Default::default(),
-        context,
+        system,
         tokens_at_start,
         agents,
         delegating: None,
@@ -224,7 +226,7 @@ impl Turn {
             self.take_in_steering(&mut st);
             (
                 st.session.configuration.clone(),
-                build_messages(&self.cwd, &self.context, st.transcript_items()),
+                build_messages(&self.system, st.transcript_items()),
             )
         };
         if configuration.collaboration_mode == CollaborationMode::Plan {

@@ -320,6 +320,25 @@ pub struct Session {
     /// Where a branch came from (`session.branch.create`); absent for an original session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lineage: Option<Lineage>,
+    /// Instructions the client gave for the session's system prompt (ACP `systemPrompt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<SystemPrompt>,
+}
+
+/// A client's system prompt: added to the composed instructions, or in place of the built-in
+/// base prompt (the host's rules stay in both: `host::turn::history::system_text`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SystemPrompt {
+    pub mode: SystemPromptMode,
+    pub text: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SystemPromptMode {
+    Append,
+    Override,
 }
 
 /// A branch's source: the session and the last turn it copied.
