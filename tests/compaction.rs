@@ -65,6 +65,7 @@ fn run(caps: Value) -> Run {
         answer("Noted the long brief.", 900),
         answer("The user sent a long brief about lighthouses.", 950),
         answer("Lighthouses guide ships.", 200),
+        answer("They shine at night.", 250),
     ]);
     let data = TempDir::new("compaction-data");
     let ws = TempDir::new("compaction-ws");
@@ -80,6 +81,10 @@ fn run(caps: Value) -> Run {
         "{}",
         t2.text()
     );
+    // A later turn: the summary, the turn it kept, then its own prompt (no second compaction:
+    // what came before it is small now).
+    let t3 = a.prompt(&id, "and at night?", |r| panic!("{r}"));
+    assert_eq!(t3.text(), "They shine at night.");
     let usage = a.call_ok("_maka/usage/query", json!({"sessionId": id}));
     let replay = |caps: Value| -> Vec<Value> {
         let mut other = agent(port, &data, caps);
@@ -118,8 +123,31 @@ fn of_kind<'a>(updates: &'a [Value], kind: &str) -> Vec<&'a Value> {
 #[test]
 fn a_turn_near_the_window_compacts_what_came_before_it_and_keeps_its_own_prompt() {
     let r = run(json!({"session": {"compaction": {}}}));
-    // Three model calls: turn 1, the summary (no tools, the brief in it), turn 2's step.
-    assert_eq!(r.requests.len(), 3, "{:#?}", r.requests);
+    // Four model calls: turn 1, the summary (no tools, the brief in it), turn 2's step, turn 3.
+    assert_eq!(r.requests.len(), 4, "{:#?}", r.requests);
+    let roles_and_text: Vec<(String, String)> = r.requests[3]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let pairs = [
+        (
+            "user",
+            "Summary of the earlier conversation:\nThe user sent a long brief about lighthouses.",
+        ),
+        ("user", "what do they do?"),
+        ("assistant", "Lighthouses guide ships."),
+        ("user", "and at night?"),
+    ]
+    .map(|(a, b)| (a.to_string(), b.to_string()));
+    assert_eq!(roles_and_text, pairs);
     let summary_request = &r.requests[1];
     assert!(
         summary_request
@@ -143,8 +171,8 @@ fn a_turn_near_the_window_compacts_what_came_before_it_and_keeps_its_own_prompt(
         "Summary of the earlier conversation:\nThe user sent a long brief about lighthouses."
     );
     assert_eq!(next[2]["content"], "what do they do?");
-    // The summary's call is counted: 7 output tokens for each of the three calls.
-    assert_eq!(r.usage_output_tokens, 21);
+    // The summary's call is counted: 7 output tokens for each of the four calls.
+    assert_eq!(r.usage_output_tokens, 28);
 
     // Live: in progress, then the summary and completed, under one id, before the reply.
     let updates = &r.second_turn;
@@ -196,7 +224,7 @@ fn a_turn_near_the_window_compacts_what_came_before_it_and_keeps_its_own_prompt(
 #[test]
 fn a_client_without_compaction_sees_a_thought_live_and_replayed_alike() {
     let r = run(json!({}));
-    assert_eq!(r.requests.len(), 3);
+    assert_eq!(r.requests.len(), 4);
     let updates = &r.second_turn;
     assert!(
         of_kind(updates, "compaction_update").is_empty(),

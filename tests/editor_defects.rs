@@ -491,6 +491,60 @@ fn provider_failures_are_sentences_and_retries_are_shown() {
     );
 }
 
+/// Retries in two model calls of one turn (before a tool call and after it) are each shown
+/// whole, under ids of their own: attempts count from 1 in every call, and the same id twice
+/// would show the second retry as a cut tail of the first, or not at all.
+#[test]
+fn retries_in_later_steps_of_a_turn_are_shown_whole() {
+    let busy = "{\"error\":{\"message\":\"busy\"}}";
+    let responses = vec![
+        raw(503, "application/json", busy, "Retry-After: 0\r\n"),
+        sse(&[
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                "function": {"name": "read_file", "arguments": "{\"path\": \"notes.txt\"}"}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        ]),
+        raw(502, "application/json", busy, "Retry-After: 0\r\n"),
+        sse(&[
+            json!({"choices": [{"delta": {"content": "Read it."}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+        ]),
+    ];
+    let (port, _) = fake_server(responses);
+    let data = TempDir::new("ed-retry2-data");
+    let ws = TempDir::new("ed-retry2-ws");
+    std::fs::write(ws.path().join("notes.txt"), "n\n").unwrap();
+    let mut agent = provider_agent(port, &data);
+    let id = agent.new_session(ws.path());
+    let t = agent.prompt(&id, "read the notes", |r| panic!("{r}"));
+    assert_eq!(t.text(), "Read it.");
+    let thoughts: Vec<(String, String)> = t
+        .updates_for(&id)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .map(|u| {
+            (
+                u["messageId"].as_str().unwrap().to_string(),
+                u["content"]["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(thoughts.len(), 2, "{thoughts:#?}");
+    assert_ne!(thoughts[0].0, thoughts[1].0);
+    assert!(
+        thoughts[0]
+            .1
+            .starts_with("The model provider did not answer (HTTP 503"),
+        "{thoughts:#?}"
+    );
+    assert!(
+        thoughts[1]
+            .1
+            .starts_with("The model provider did not answer (HTTP 502"),
+        "{thoughts:#?}"
+    );
+}
+
 /// ACP `notice` (issue 26 item 2): a client that advertises `session.notices` is told of each
 /// provider retry as a warning notice — live only, as notices are — and not as a thought.
 #[test]

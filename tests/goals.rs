@@ -316,6 +316,13 @@ fn a_goal_stopped_at_its_limit_is_a_notice_to_clients_that_show_notices() {
         .filter(|u| u["sessionUpdate"] == "notice")
         .collect();
     assert_eq!(notices.len(), 1, "{lines:#?}");
+    let at = lines
+        .iter()
+        .position(|l| l["params"]["update"]["sessionUpdate"] == "notice");
+    assert!(
+        at < Some(lines.len() - 1),
+        "before the goal_update that says it stopped"
+    );
     assert_eq!(notices[0]["severity"], "warning");
     assert_eq!(
         notices[0]["title"],

@@ -494,6 +494,8 @@ fn slash_commands_are_listed_after_the_response_and_run_by_the_host() {
 #[test]
 fn compact_summarises_a_long_session_and_reports_the_smaller_context() {
     let mut s = setup("compact", json!({}));
+    // Instructions the system prompt carries: the context after compaction still holds them.
+    std::fs::write(s.ws.path().join("AGENTS.md"), "Keep it short. ".repeat(300)).unwrap();
     let (id, _) = new_session(&mut s);
     for i in 0..8 {
         s.agent
@@ -522,6 +524,10 @@ fn compact_summarises_a_long_session_and_reports_the_smaller_context() {
         })
         .collect();
     assert!(figures[1] < figures[0], "context did not shrink: {text}");
+    assert!(
+        figures[1] > 4500 / 4,
+        "the system prompt (with AGENTS.md) is counted after compaction: {text}"
+    );
     let usage: Vec<&Value> = t
         .updates
         .iter()

@@ -208,7 +208,7 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
             let notice = FrameBody::Notice {
                 turn_id: String::new(),
                 notice: Notice {
-                    message_id: String::new(),
+                    message_id: format!("caught_up_{}", open.seq),
                     severity: NoticeSeverity::Info,
                     title:
                         "The agent's updates were interrupted; caught up from the saved session."
@@ -252,7 +252,8 @@ fn catch_up(
     open: &OpenSnapshot,
 ) -> Result<(), ClientError> {
     let through = open.transcript.through_message_seq;
-    session.replay_transcript(shared, &*conn.client, session.through(), through, &|| false)?;
+    let after = session.through();
+    session.replay_transcript(shared, &*conn.client, after, through, true, &|| false)?;
     session.show_in_flight(shared, open);
     start_pending(session, shared, conn, open);
     Ok(())

@@ -295,7 +295,7 @@ fn attach(
         // A `$/cancel_request` for this load has already been answered; stop working.
         let cancel = responder.cancel_flag();
         let done = session
-            .replay_transcript(&ctx.shared, &*conn.client, 0, through, &|| {
+            .replay_transcript(&ctx.shared, &*conn.client, 0, through, false, &|| {
                 cancel.is_cancelled()
             })
             .map_err(|e| ctx.host_error(&conn, &e))?;

@@ -175,6 +175,20 @@ impl AcpSession {
     /// Projects frames and enqueues their updates. A turn this connection's prompt started is
     /// not echoed back as a user message.
     pub fn show(&self, shared: &Shared, frames: &[FrameBody]) {
+        self.show_as(shared, frames, Projector::frame)
+    }
+
+    /// As [`AcpSession::show`], for a catch-up ([`Projector::caught_up`]).
+    fn show_caught_up(&self, shared: &Shared, frames: &[FrameBody]) {
+        self.show_as(shared, frames, Projector::caught_up)
+    }
+
+    fn show_as(
+        &self,
+        shared: &Shared,
+        frames: &[FrameBody],
+        project: fn(&mut Projector, &FrameBody, Instant) -> Vec<SessionUpdate>,
+    ) {
         let now = Instant::now();
         self.emit(shared, |view| {
             let mut out = vec![];
@@ -185,7 +199,7 @@ impl AcpSession {
                         view.mark_own_turn(turn_id);
                     }
                 }
-                out.extend(view.frame(frame, now));
+                out.extend(project(view, frame, now));
             }
             (out, ())
         })
@@ -674,6 +688,7 @@ impl AcpSession {
         client: &dyn HostApi,
         after: u64,
         through: u64,
+        catching_up: bool,
         stop: &dyn Fn() -> bool,
     ) -> Result<bool, ClientError> {
         let mut from = after;
@@ -697,7 +712,11 @@ impl AcpSession {
                 .iter()
                 .flat_map(projection::replay_frames)
                 .collect();
-            self.show(shared, &frames);
+            if catching_up {
+                self.show_caught_up(shared, &frames);
+            } else {
+                self.show(shared, &frames);
+            }
             self.saw_through(last);
             from = last;
             if page.next_cursor.is_none() {

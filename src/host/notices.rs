@@ -22,8 +22,15 @@ fn notice(
 }
 
 /// A model call failed and is retried: a thought for other clients, so the person does not
-/// stare at nothing (ACP's baseline has no status update).
-pub fn provider_retry(turn_id: &str, attempt: u64, delay_ms: u64, reason: &str) -> Notice {
+/// stare at nothing (ACP's baseline has no status update). `step`: the turn's model call
+/// (attempts count from 1 in each, so a later step's retries need their own ids).
+pub fn provider_retry(
+    turn_id: &str,
+    step: usize,
+    attempt: u64,
+    delay_ms: u64,
+    reason: &str,
+) -> Notice {
     let why = if reason.is_empty() {
         "it failed"
     } else {
@@ -34,8 +41,12 @@ pub fn provider_retry(turn_id: &str, attempt: u64, delay_ms: u64, reason: &str) 
         wait_words(delay_ms),
         attempt + 1
     );
+    let message_id = match step {
+        0 => format!("retry_{turn_id}_{attempt}"),
+        _ => format!("retry_{turn_id}_{step}_{attempt}"),
+    };
     notice(
-        format!("retry_{turn_id}_{attempt}"),
+        message_id,
         NoticeSeverity::Warning,
         said.clone(),
         NoticeFallback::Thought,
@@ -179,7 +190,11 @@ mod tests {
 
     #[test]
     fn notices_read_as_sentences_and_fall_back_as_before() {
-        let r = provider_retry("t1", 1, 500, "HTTP 500");
+        let r = provider_retry("t1", 0, 1, 500, "HTTP 500");
+        assert_eq!(
+            provider_retry("t1", 3, 1, 500, "").message_id,
+            "retry_t1_3_1"
+        );
         assert_eq!(
             r.text,
             "The model provider did not answer (HTTP 500); retrying in 500 ms (attempt 2 of 5).\n"

@@ -72,6 +72,8 @@ pub struct Projector {
     order: Vec<String>,
     /// Turns started by this connection's prompts: their user message is not echoed back.
     own_turns: HashSet<String>,
+    /// Notices shown live (to a client that shows notices), by message id.
+    notices_shown: HashSet<String>,
     /// Compactions shown completed (to a client that shows compactions).
     compactions: HashSet<String>,
     /// The plan last shown by id (revision, status, entries), to a client that shows plans so.
@@ -140,7 +142,7 @@ impl Projector {
                 show(out)
             }
             // Live: a `notice` to a client that shows them; else its fallback, as on replay.
-            F::Notice { notice, .. } if self.shows.notices => show(live_notice(notice)),
+            F::Notice { notice, .. } if self.shows.notices => show(self.live_notice(notice)),
             F::Notice { .. } | F::Compaction { .. } => show(self.frame(&body, now)),
             F::InteractionRequest { interaction } => vec![Effect::Ask(interaction)],
             F::ClientCall {
@@ -203,6 +205,29 @@ impl Projector {
             | F::Heartbeat { .. }
             | F::Unknown => vec![],
         }
+    }
+
+    /// A durable item's frame during a catch-up (the live stream fell behind): as on replay,
+    /// except that a notice the client missed live is shown as the live notice it was.
+    pub fn caught_up(&mut self, body: &FrameBody, now: Instant) -> Vec<SessionUpdate> {
+        match body {
+            FrameBody::Notice { notice, .. } if self.shows.notices => {
+                self.live_notice(notice.clone())
+            }
+            _ => self.frame(body, now),
+        }
+    }
+
+    /// A notice, once (a catch-up may bring one that was shown live).
+    fn live_notice(&mut self, n: Notice) -> Vec<SessionUpdate> {
+        const REMEMBERED: usize = 4096;
+        if self.notices_shown.len() >= REMEMBERED {
+            self.notices_shown.clear();
+        }
+        if !self.notices_shown.insert(n.message_id.clone()) {
+            return vec![];
+        }
+        live_notice(n)
     }
 
     /// The updates (each the value of `params.update`) a frame shows.

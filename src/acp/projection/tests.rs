@@ -418,6 +418,16 @@ fn notices_are_live_to_clients_that_show_them_and_the_same_fallback_otherwise() 
     );
     assert!(updates(&mut p, replay_frames(&item), false).is_empty());
     assert!(updates(&mut Projector::new(notices), replay_frames(&item), false).is_empty());
+    // A catch-up: a notice it was shown live is not shown again; one it missed live is.
+    let caught_up = |p: &mut Projector| -> Vec<Value> {
+        replay_frames(&item)
+            .iter()
+            .flat_map(|f| p.caught_up(f, now))
+            .map(|u| serde_json::to_value(u).unwrap())
+            .collect()
+    };
+    assert!(caught_up(&mut p).is_empty());
+    assert_eq!(caught_up(&mut Projector::new(notices)), shown);
     // Any other client: the same thought live and on reload, and a catch-up adds nothing.
     let mut p = Projector::default();
     let live_shown = updates(&mut p, vec![live], true);

@@ -26,7 +26,7 @@ pub(super) enum Compacted {
 impl Turn {
     /// `/compact`: everything before this turn's prompt.
     pub(super) fn compact(&mut self) -> Terminal {
-        match self.compact_context(CompactionTrigger::Manual) {
+        match self.compact_context(CompactionTrigger::Manual, 0) {
             Ok(Compacted::Nothing) => self.say("Nothing to compact yet.".into()),
             Ok(Compacted::Empty) => {
                 self.say("The model returned an empty summary; nothing was compacted.".into())
@@ -54,7 +54,7 @@ impl Turn {
             return Ok(false);
         }
         self.compacted = true;
-        match self.compact_context(CompactionTrigger::Automatic) {
+        match self.compact_context(CompactionTrigger::Automatic, window) {
             Ok(Compacted::Done) => Ok(true),
             Ok(_) => Ok(false),
             Err(t) if t.outcome == TurnOutcome::Cancelled => Err(t),
@@ -70,16 +70,26 @@ impl Turn {
     }
 
     /// Summarises the conversation before this turn (`/compact`: before its own prompt) with
-    /// the session's model, and keeps the summary in its place.
-    fn compact_context(&mut self, trigger: CompactionTrigger) -> Result<Compacted, Terminal> {
+    /// the session's model, and keeps the summary in its place. `window`: the model's context
+    /// window (automatic compaction only).
+    fn compact_context(
+        &mut self,
+        trigger: CompactionTrigger,
+        window: u64,
+    ) -> Result<Compacted, Terminal> {
         let (configuration, mut messages, through, kept) = {
             let st = self.cell.lock();
             let items = st.transcript_items();
-            // This turn's items stay after the summary (its prompt, its steps so far).
-            let first = items
+            // This turn's items stay after the summary (its prompt, its steps so far) — from
+            // the prompt it works on: a resumed run's is the interrupted turn's.
+            let own = items
                 .iter()
                 .position(|i| i.turn_id == self.spec.turn_id)
                 .unwrap_or(items.len());
+            let prompt = items
+                .iter()
+                .rposition(|i| matches!(i.body, TranscriptBody::User { steered: false, .. }));
+            let first = prompt.map_or(own, |p| p.min(own));
             let (before, kept) = match trigger {
                 // Everything: the turn's own "/compact" is dropped below.
                 CompactionTrigger::Manual => (build_messages(&self.system, items), vec![]),
@@ -105,7 +115,15 @@ impl Turn {
             }
             CompactionTrigger::Automatic => {}
         }
-        let before = estimate_tokens(&messages) + estimate_tokens(kept.get(1..).unwrap_or(&[]));
+        let earlier = estimate_tokens(&messages);
+        if trigger == CompactionTrigger::Automatic && earlier * 10 < window {
+            // Not worth a model call: what would be summarised is under a tenth of the window
+            // (the running turn itself is what fills it).
+            return Ok(Compacted::Nothing);
+        }
+        let before = earlier + estimate_tokens(kept.get(1..).unwrap_or(&[]));
+        // The system message the context keeps (the same in every region).
+        let system = messages.first().cloned().unwrap_or_else(|| json!({}));
         let compacted = messages.len() - 1;
         let compaction_id = random_id("c");
         let state = |status, summary: Option<String>, error: Option<String>, fallback| Compaction {
@@ -135,7 +153,6 @@ impl Turn {
             return Ok(Compacted::Empty);
         }
         let summary_message = json!({"role": "user", "content": format!("Summary of the earlier conversation:\n{summary}")});
-        let system = kept.first().cloned().unwrap_or_else(|| json!({}));
         let after = estimate_tokens(&[system, summary_message])
             + estimate_tokens(kept.get(1..).unwrap_or(&[]));
         let fallback = match trigger {
@@ -162,16 +179,37 @@ impl Turn {
             .map(|(_, m)| m.context_window)
             .unwrap_or_default();
         let mut st = self.cell.lock();
-        self.append(
-            &mut st,
-            vec![TranscriptBody::Summary {
+        let kept_item = st.append_transcript(vec![(
+            self.spec.turn_id.clone(),
+            TranscriptBody::Summary {
                 text: summary.clone(),
                 compaction_id: compaction_id.clone(),
                 trigger,
                 through_message_seq: through,
                 fallback: Some(fallback.clone()),
-            }],
-        );
+            },
+        )]);
+        match kept_item {
+            Ok(seq) => {
+                let advanced = FrameBody::TranscriptAdvanced {
+                    through_message_seq: seq,
+                };
+                self.cell.emit(&mut st, advanced);
+            }
+            // Not kept: the context stays as it was, and the person is told so.
+            Err(e) => {
+                drop(st);
+                log::error!("session {}: the summary was not kept: {e}", self.cell.id);
+                let said = "The summary could not be saved; the conversation was not compacted.";
+                self.emit_compaction(state(
+                    CompactionStatus::Failed,
+                    None,
+                    Some(said.into()),
+                    None,
+                ));
+                return Err(Terminal::failed(FailureClass::RuntimeError, said));
+            }
+        }
         let usage = FrameBody::Usage {
             turn_id: Some(self.spec.turn_id.clone()),
             delta: TokenUsage::default(),

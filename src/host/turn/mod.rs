@@ -330,6 +330,7 @@ impl Turn {
                 } => {
                     let notice = crate::host::notices::provider_retry(
                         &self.spec.turn_id,
+                        step,
                         attempt.into(),
                         delay_ms,
                         &reason,
