@@ -208,25 +208,15 @@ pub fn abandon(ctx: &Ctx, input: ops::AbandonInput) -> Result<Value, ResponseErr
     };
     // The plan may be gone with the turns: a client that shows plans by id is told before the
     // answer (shown once, whether or not a reader also saw the host's frame).
-    if let Some(s) = ctx.session(&input.session_id).filter(|_| ctx.shows().plan) {
-        let session = ops::SessionRef {
-            session_id: input.session_id.clone(),
-        };
-        match ctx.call::<ops::PlanQuery>(&conn, &session) {
-            Ok(plan) => s.show(
-                &ctx.shared,
-                &[FrameBody::PlanState {
-                    revision: plan.revision,
-                    status: plan.status,
-                    entries: plan.entries,
-                }],
-            ),
-            Err(e) => log::warn!(
-                "session {}: plan not re-read after a rewind: {}",
-                s.id,
-                e.message
-            ),
-        }
+    if let (Some(s), Some(plan)) = (ctx.session(&input.session_id), &o.plan) {
+        s.show(
+            &ctx.shared,
+            &[FrameBody::PlanState {
+                revision: plan.revision,
+                status: plan.status.clone(),
+                entries: plan.entries.clone(),
+            }],
+        );
     }
     Ok(json!({
         "abandonedTurnIds": o.abandoned_turn_ids,

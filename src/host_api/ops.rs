@@ -527,6 +527,9 @@ pub struct AbandonOutcome {
     /// Files left alone, and why.
     pub conflicts: Vec<FileConflict>,
     pub session: Box<Session>,
+    /// The session's plan after the rewind (`plan.query`'s view).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<PlanView>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

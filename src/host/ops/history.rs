@@ -197,7 +197,7 @@ pub fn rewind(
     running: Option<&str>,
     cancel: &Receiver<()>,
 ) -> Result<AbandonOutcome, HostError> {
-    let (abandoned, plan, session) = {
+    let (abandoned, plan, session, plan_after) = {
         let mut st = open_state(host, cell)?;
         if let Some(a) = &st.active {
             if running != Some(a.turn_id.as_str()) {
@@ -242,12 +242,14 @@ pub fn rewind(
                 restored: vec![],
                 conflicts: vec![],
                 session: Box::new(st.session.clone()),
+                plan: Some(super::knowledge::plan_view(&st)),
             });
         }
         let plan_before = super::knowledge::plan_view(&st).revision;
         st.abandon_turns(&revision_id, abandoned.clone())?;
         finish_commit(host, cell, &mut st)?;
-        if super::knowledge::plan_view(&st).revision != plan_before {
+        let plan_after = super::knowledge::plan_view(&st);
+        if plan_after.revision != plan_before {
             super::knowledge::emit_plan_state(cell, &mut st);
         }
         let plan = if restore_files {
@@ -256,7 +258,7 @@ pub fn rewind(
         } else {
             vec![]
         };
-        (abandoned, plan, st.session.clone())
+        (abandoned, plan, st.session.clone(), plan_after)
     };
     log::info!(
         "session {}: rewound {} turn(s); restoring {} file(s)",
@@ -271,6 +273,7 @@ pub fn rewind(
         restored,
         conflicts,
         session: Box::new(session),
+        plan: Some(plan_after),
     })
 }
 

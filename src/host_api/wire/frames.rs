@@ -336,17 +336,18 @@ pub struct Notice {
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum NoticeSeverity {
     Info,
     #[default]
     Warning,
     Error,
 }
+wire_names!(NoticeSeverity, "notice severity", { Info = "info", Warning = "warning", Error = "error" });
 
 /// How a notice reaches a client that shows no notices.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum NoticeFallback {
     /// As agent text (an MCP server that did not start: the person must see it).
     #[default]
@@ -356,6 +357,7 @@ pub enum NoticeFallback {
     /// Not at all (what such clients were never told: a rule that decided a call).
     Nothing,
 }
+wire_names!(NoticeFallback, "notice fallback", { Message = "message", Thought = "thought", Nothing = "nothing" });
 
 /// One compaction's state: the `compaction` frame's content.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -378,16 +380,19 @@ pub struct Compaction {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum CompactionStatus {
     InProgress,
     Completed,
     Failed,
     Cancelled,
 }
+wire_names!(CompactionStatus, "compaction status", {
+    InProgress = "in_progress", Completed = "completed", Failed = "failed", Cancelled = "cancelled"
+});
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum CompactionTrigger {
     /// `/compact`.
     #[default]
@@ -395,6 +400,7 @@ pub enum CompactionTrigger {
     /// The turn's input neared the model's context window.
     Automatic,
 }
+wire_names!(CompactionTrigger, "compaction trigger", { Manual = "manual", Automatic = "automatic" });
 
 /// Text a client is shown in place of an update it does not support.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,6 +2,27 @@
 //! `docs/runtime-host-protocol.md` is the normative description; field names here are the
 //! JSON names (camelCase), unions are tagged with `kind`.
 
+/// `TryFrom<String>` for a unit enum, by its wire names, for `#[serde(try_from = "String")]`:
+/// one shared string reader and a match, where the derived reader of each unit enum costs
+/// about 1.5 KB of binary (the adapter-only build has a size budget; issue 25). The names must
+/// be the ones `Serialize` writes (`rename_all = "snake_case"`): a unit test reads back each.
+macro_rules! wire_names {
+    ($ty:ident, $what:literal, { $($variant:ident = $name:literal),+ $(,)? }) => {
+        impl TryFrom<String> for $ty {
+            type Error = String;
+            fn try_from(s: String) -> Result<$ty, String> {
+                match s.as_str() {
+                    $($name => Ok($ty::$variant),)+
+                    _ => Err(format!(
+                        concat!("unknown ", $what, " {:?}; expected one of: ", $($name, " "),+),
+                        s
+                    )),
+                }
+            }
+        }
+    };
+}
+
 mod frames;
 mod tools;
 mod transcript;
@@ -172,7 +193,7 @@ pub enum ModelTarget {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum PermissionMode {
     /// Read-only tools only; writes and commands are refused.
     Explore,
@@ -181,17 +202,19 @@ pub enum PermissionMode {
     /// No prompts (paths outside the roots still need a `sandbox_boundary` approval).
     Bypass,
 }
+wire_names!(PermissionMode, "permission mode", { Explore = "explore", Ask = "ask", Bypass = "bypass" });
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum CollaborationMode {
     Agent,
     Plan,
 }
+wire_names!(CollaborationMode, "collaboration mode", { Agent = "agent", Plan = "plan" });
 
 /// How the model's delegations to subagents run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum OrchestrationMode {
     /// One delegation at a time.
     #[default]
@@ -201,6 +224,7 @@ pub enum OrchestrationMode {
     /// A `delegate_graph` tool: tasks with dependencies, each started when its dependencies end.
     Graph,
 }
+wire_names!(OrchestrationMode, "orchestration mode", { Default = "default", Swarm = "swarm", Graph = "graph" });
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -287,12 +311,13 @@ pub struct McpServerConfig {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum SessionStatus {
     Idle,
     Running,
     WaitingForUser,
 }
+wire_names!(SessionStatus, "session status", { Idle = "idle", Running = "running", WaitingForUser = "waiting_for_user" });
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -335,11 +360,12 @@ pub struct SystemPrompt {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum SystemPromptMode {
     Append,
     Override,
 }
+wire_names!(SystemPromptMode, "system prompt mode", { Append = "append", Override = "override" });
 
 /// A branch's source: the session and the last turn it copied.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -372,6 +398,78 @@ pub fn valid_id(id: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Each name [`wire_names`] reads is the one `Serialize` writes, and an unknown one is an
+    /// error naming the value and the names.
+    #[test]
+    fn hand_read_names_are_the_written_ones() {
+        fn both_ways<T>(all: &[T])
+        where
+            T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+        {
+            for v in all {
+                let written = serde_json::to_value(v).unwrap();
+                assert_eq!(&serde_json::from_value::<T>(written).unwrap(), v);
+            }
+            let e = serde_json::from_value::<T>(json!("nonsense")).unwrap_err();
+            assert!(
+                e.to_string().contains("\"nonsense\"; expected one of"),
+                "{e}"
+            );
+        }
+        both_ways(&[SystemPromptMode::Append, SystemPromptMode::Override]);
+        both_ways(&[
+            NoticeSeverity::Info,
+            NoticeSeverity::Warning,
+            NoticeSeverity::Error,
+        ]);
+        both_ways(&[
+            NoticeFallback::Message,
+            NoticeFallback::Thought,
+            NoticeFallback::Nothing,
+        ]);
+        both_ways(&[
+            CompactionStatus::InProgress,
+            CompactionStatus::Completed,
+            CompactionStatus::Failed,
+            CompactionStatus::Cancelled,
+        ]);
+        both_ways(&[CompactionTrigger::Manual, CompactionTrigger::Automatic]);
+        use PermissionMode as P;
+        both_ways(&[P::Explore, P::Ask, P::Bypass]);
+        both_ways(&[CollaborationMode::Agent, CollaborationMode::Plan]);
+        use OrchestrationMode as O;
+        both_ways(&[O::Default, O::Swarm, O::Graph]);
+        use SessionStatus as S;
+        both_ways(&[S::Idle, S::Running, S::WaitingForUser]);
+        use TurnOutcome as T;
+        both_ways(&[
+            T::Completed,
+            T::Cancelled,
+            T::Failed,
+            T::MaxTokens,
+            T::Refused,
+        ]);
+        use TurnStatus as U;
+        both_ways(&[
+            U::Running,
+            U::WaitingForUser,
+            U::Completed,
+            U::Cancelled,
+            U::Failed,
+            U::MaxTokens,
+            U::Refused,
+        ]);
+        both_ways(&[RuleScope::Session, RuleScope::Workspace]);
+        use Review as R;
+        both_ways(&[R::Command, R::Edit, R::Write, R::Tool, R::Plan]);
+        both_ways(&[
+            ToolStatus::Completed,
+            ToolStatus::Failed,
+            ToolStatus::Cancelled,
+        ]);
+        both_ways(&[Decision::Allow, Decision::Deny]);
+    }
 
     #[test]
     fn frames_round_trip_and_unknown_kinds_are_tolerated() {

@@ -36,7 +36,7 @@ pub struct Attachment {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum TurnOutcome {
     Completed,
     Cancelled,
@@ -44,9 +44,10 @@ pub enum TurnOutcome {
     MaxTokens,
     Refused,
 }
+wire_names!(TurnOutcome, "turn outcome", { Completed = "completed", Cancelled = "cancelled", Failed = "failed", MaxTokens = "max_tokens", Refused = "refused" });
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum TurnStatus {
     Running,
     WaitingForUser,
@@ -56,6 +57,7 @@ pub enum TurnStatus {
     MaxTokens,
     Refused,
 }
+wire_names!(TurnStatus, "turn status", { Running = "running", WaitingForUser = "waiting_for_user", Completed = "completed", Cancelled = "cancelled", Failed = "failed", MaxTokens = "max_tokens", Refused = "refused" });
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -218,13 +220,14 @@ impl RuleTarget {
 
 /// How long an answer is kept.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum RuleScope {
     /// Until the session ends (or the host restarts).
     Session,
     /// For every session in this workspace, in `<data dir>/permissions.json`.
     Workspace,
 }
+wire_names!(RuleScope, "rule scope", { Session = "session", Workspace = "workspace" });
 
 /// One kept decision.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,7 +244,7 @@ pub struct PermissionRule {
 /// What a permission is asked for: the kind of action (ask mode asks once per kind; the user
 /// may allow a kind for the rest of the turn).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum Review {
     Command,
     Edit,
@@ -251,6 +254,7 @@ pub enum Review {
     /// Plan mode: approving the plan.
     Plan,
 }
+wire_names!(Review, "review", { Command = "command", Edit = "edit", Write = "write", Tool = "tool", Plan = "plan" });
 
 /// Why a turn failed, as a class clients can switch on (the message says it in words).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -277,13 +281,14 @@ pub enum FailureClass {
 
 /// How a tool call ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum ToolStatus {
     Completed,
     Failed,
     /// The turn was stopped while it waited or ran.
     Cancelled,
 }
+wire_names!(ToolStatus, "tool status", { Completed = "completed", Failed = "failed", Cancelled = "cancelled" });
 
 impl ToolStatus {
     pub const fn as_str(self) -> &'static str {
@@ -316,11 +321,12 @@ pub enum StreamEndReason {
 
 /// The user's answer to a permission or a boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", try_from = "String")]
 pub enum Decision {
     Allow,
     Deny,
 }
+wire_names!(Decision, "decision", { Allow = "allow", Deny = "deny" });
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
