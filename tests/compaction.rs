@@ -242,3 +242,54 @@ fn a_client_without_compaction_sees_a_thought_live_and_replayed_alike() {
     assert_eq!(replayed, thoughts, "the reload replays the same thought");
     assert!(of_kind(&r.replay_to_other_client, "compaction_update").is_empty());
 }
+
+/// A summary call that the provider refuses once (HTTP 503) is retried, and the retry is told
+/// like any model call's — here as a thought, under an id of its own — before the compaction.
+#[test]
+fn a_retried_summary_call_is_told_like_any_other() {
+    let (port, seen) = fake_server(vec![
+        answer("Noted the long brief.", 900),
+        support::fake_openai::http(
+            503,
+            "{\"error\":{\"message\":\"busy\"}}",
+            &[("Retry-After", "0")],
+        ),
+        answer("The user sent a long brief about lighthouses.", 950),
+        answer("Lighthouses guide ships.", 200),
+    ]);
+    let data = TempDir::new("compaction-retry-data");
+    let ws = TempDir::new("compaction-retry-ws");
+    let mut a = agent(port, &data, json!({}));
+    let id = a.new_session(ws.path());
+    let brief = format!("Here is a long brief: {}", "lighthouse ".repeat(300));
+    a.prompt(&id, &brief, |r| panic!("{r}"));
+    let t = a.prompt(&id, "what do they do?", |r| panic!("{r}"));
+    assert!(
+        t.text().ends_with("Lighthouses guide ships."),
+        "{}",
+        t.text()
+    );
+    assert_eq!(seen.lock().unwrap().len(), 4);
+    let thoughts: Vec<(String, String)> = t
+        .updates_for(&id)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+        .map(|u| {
+            (
+                u["messageId"].as_str().unwrap().to_string(),
+                u["content"]["text"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(thoughts.len(), 2, "{thoughts:#?}");
+    assert!(
+        thoughts[0]
+            .1
+            .starts_with("The model provider did not answer (HTTP 503"),
+        "{thoughts:#?}"
+    );
+    assert!(thoughts[1]
+        .1
+        .starts_with("The conversation neared the model's context window"));
+    assert_ne!(thoughts[0].0, thoughts[1].0);
+}

@@ -22,11 +22,12 @@ fn notice(
 }
 
 /// A model call failed and is retried: a thought for other clients, so the person does not
-/// stare at nothing (ACP's baseline has no status update). `step`: the turn's model call
-/// (attempts count from 1 in each, so a later step's retries need their own ids).
+/// stare at nothing (ACP's baseline has no status update). `call`: which of the turn's model
+/// calls, when not its first step's (attempts count from 1 in each call, so each needs its own
+/// ids: a later step's number, a compaction's id).
 pub fn provider_retry(
     turn_id: &str,
-    step: usize,
+    call: Option<&str>,
     attempt: u64,
     delay_ms: u64,
     reason: &str,
@@ -41,9 +42,9 @@ pub fn provider_retry(
         wait_words(delay_ms),
         attempt + 1
     );
-    let message_id = match step {
-        0 => format!("retry_{turn_id}_{attempt}"),
-        _ => format!("retry_{turn_id}_{step}_{attempt}"),
+    let message_id = match call {
+        None => format!("retry_{turn_id}_{attempt}"),
+        Some(call) => format!("retry_{turn_id}_{call}_{attempt}"),
     };
     notice(
         message_id,
@@ -190,9 +191,9 @@ mod tests {
 
     #[test]
     fn notices_read_as_sentences_and_fall_back_as_before() {
-        let r = provider_retry("t1", 0, 1, 500, "HTTP 500");
+        let r = provider_retry("t1", None, 1, 500, "HTTP 500");
         assert_eq!(
-            provider_retry("t1", 3, 1, 500, "").message_id,
+            provider_retry("t1", Some("3"), 1, 500, "").message_id,
             "retry_t1_3_1"
         );
         assert_eq!(

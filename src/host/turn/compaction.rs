@@ -135,7 +135,7 @@ impl Turn {
             fallback,
         };
         self.emit_compaction(state(CompactionStatus::InProgress, None, None, None));
-        let summary = match self.summarise(&configuration, messages) {
+        let summary = match self.summarise(&configuration, messages, &compaction_id) {
             Ok(s) => s,
             Err(t) => {
                 let status = if t.outcome == TurnOutcome::Cancelled {
@@ -248,11 +248,13 @@ impl Turn {
         );
     }
 
-    /// One model call without tools: the summary of `messages`, trimmed and bounded.
+    /// One model call without tools: the summary of `messages`, trimmed and bounded. Its
+    /// retries are told like a step's (under ids of compaction `id`).
     fn summarise(
         &mut self,
         configuration: &crate::host_api::wire::Configuration,
         mut messages: Vec<Value>,
+        id: &str,
     ) -> Result<String, Terminal> {
         messages.push(json!({"role": "user", "content": COMPACT_REQUEST}));
         let providers = self.host.providers();
@@ -288,6 +290,20 @@ impl Turn {
                     output,
                     cached,
                 }) => self.usage(&model.id, TokenUsage::new(input, output, cached), window),
+                Some(ModelEvent::Retry {
+                    attempt,
+                    delay_ms,
+                    reason,
+                }) => {
+                    let notice = crate::host::notices::provider_retry(
+                        &self.spec.turn_id,
+                        Some(id),
+                        attempt.into(),
+                        delay_ms,
+                        &reason,
+                    );
+                    self.notice(notice);
+                }
                 Some(ModelEvent::Finish(_)) => break,
                 Some(ModelEvent::Error {
                     class,

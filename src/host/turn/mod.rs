@@ -328,9 +328,10 @@ impl Turn {
                     delay_ms,
                     reason,
                 } => {
+                    let call = (step > 0).then(|| step.to_string());
                     let notice = crate::host::notices::provider_retry(
                         &self.spec.turn_id,
-                        step,
+                        call.as_deref(),
                         attempt.into(),
                         delay_ms,
                         &reason,
