@@ -159,6 +159,10 @@ fn a_system_prompt_this_agent_cannot_apply_creates_no_session() {
             "`systemPrompt.content` is empty",
         ),
         (
+            json!({"mode": "override", "content": [{"type": "text", "text": "  "}]}),
+            "`systemPrompt.content` has no text",
+        ),
+        (
             json!({"mode": "append", "content": [{"type": "image", "data": "", "mimeType": "image/png"}]}),
             "`systemPrompt.content[0]` is not a text block",
         ),

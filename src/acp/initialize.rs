@@ -173,6 +173,12 @@ mod tests {
         assert!(c.fs_read_text_file && !c.fs_write_text_file && c.terminal);
         assert!(c.elicitation_form && !c.elicitation_url && c.boolean_config_options);
         assert!(c.terminal_output_meta && !c.auth_terminal && c.notices && c.compaction && c.plan);
+        // A malformed capability marker is not advertised, and no error (ACP reads it so).
+        let lenient = parse(&json!({"protocolVersion": 1, "clientCapabilities": {
+            "plan": true, "session": {"notices": false, "compaction": "yes"}}}))
+        .unwrap();
+        let c = &lenient.capabilities;
+        assert!(!c.plan && !c.notices && !c.compaction);
         let e = parse(&json!({"protocolVersion": 1, "clientCapabilities": {"terminal": "yes"}}))
             .unwrap_err();
         assert!(

@@ -285,7 +285,7 @@ fn attach(
     ctx.register_services(&conn, &id)?;
     let session = AcpSession::new(&id, ctx.shows());
     let models = ctx.call::<ops::ModelsList>(&conn, &ops::Empty {})?;
-    let result = attach_config(ctx, &session, &record, Some(&models));
+    let result = attach_config(ctx, &session, &open.session, Some(&models));
     let active_turn = open.active_turn.as_ref().map(|t| t.turn_id.clone());
     session.set_position(open.seq, &conn.epoch, active_turn.clone());
     // Replayed (load) or not wanted (resume): a later catch-up starts after this point.

@@ -122,12 +122,11 @@ impl<'a> Params<'a> {
     }
 
     /// Whether a `{}`-style capability marker is present (`{}` = supported, absent/null = not).
+    /// A capability marker (`{}`: supported). ACP reads a malformed one as not advertised
+    /// (`x-deserialize-default-on-error`), so `true`, `false` or a string is not an error: only
+    /// an object advertises it.
     pub fn marker(&self, field: &str) -> ParamResult<bool> {
-        match self.get(field) {
-            None => Ok(false),
-            Some(Value::Object(_)) => Ok(true),
-            Some(other) => Err(self.wrong_type(field, "an object or null", other)),
-        }
+        Ok(matches!(self.get(field), Some(Value::Object(_))))
     }
 }
 

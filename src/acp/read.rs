@@ -210,6 +210,11 @@ fn system_prompt(p: &Params) -> ParamResult<Option<SystemPrompt>> {
             }
         }
     }
+    if text.trim().is_empty() {
+        return Err(ResponseError::invalid_params(
+            "`systemPrompt.content` has no text: give the instructions to use",
+        ));
+    }
     if text.len() > SYSTEM_PROMPT_BYTES {
         return Err(ResponseError::invalid_params(format_args!(
             "`systemPrompt` is {} bytes; at most {SYSTEM_PROMPT_BYTES} are accepted",

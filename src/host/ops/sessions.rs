@@ -234,6 +234,9 @@ pub(super) fn open(host: &Host, input: OpenInput) -> Result<OpenSnapshot, HostEr
         session.revision += 1;
         save(host, &session)?;
         st.session = session;
+        // Other readers learn of the new revision (their next CAS would conflict unexplained).
+        emit_session_updated(&cell, &mut st);
+        host.bump_catalog();
     }
     let mut replaced = None;
     if let Some(specs) = input.mcp_servers {

@@ -115,13 +115,14 @@ impl Turn {
             }
             CompactionTrigger::Automatic => {}
         }
-        let earlier = estimate_tokens(&messages);
+        // What would be summarised (the system prompt stays as it is).
+        let earlier = estimate_tokens(messages.get(1..).unwrap_or(&[]));
         if trigger == CompactionTrigger::Automatic && earlier * 10 < window {
             // Not worth a model call: what would be summarised is under a tenth of the window
             // (the running turn itself is what fills it).
             return Ok(Compacted::Nothing);
         }
-        let before = earlier + estimate_tokens(kept.get(1..).unwrap_or(&[]));
+        let before = estimate_tokens(&messages) + estimate_tokens(kept.get(1..).unwrap_or(&[]));
         // The system message the context keeps (the same in every region).
         let system = messages.first().cloned().unwrap_or_else(|| json!({}));
         let compacted = messages.len() - 1;

@@ -8,6 +8,10 @@
 /// be the ones `Serialize` writes (`rename_all = "snake_case"`): a unit test reads back each.
 macro_rules! wire_names {
     ($ty:ident, $what:literal, { $($variant:ident = $name:literal),+ $(,)? }) => {
+        // Every variant is named here: a new one that is not fails to compile.
+        const _: fn($ty) = |v| match v {
+            $($ty::$variant)|+ => (),
+        };
         impl TryFrom<String> for $ty {
             type Error = String;
             fn try_from(s: String) -> Result<$ty, String> {
