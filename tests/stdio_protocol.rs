@@ -160,10 +160,6 @@ fn wrong_params_are_invalid_params_naming_the_field() {
             json!({"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": "yes"}}}),
             "`clientCapabilities.fs.readTextFile`",
         ),
-        (
-            json!({"protocolVersion": 1, "clientCapabilities": {"elicitation": {"form": true}}}),
-            "`clientCapabilities.elicitation.form`",
-        ),
         (json!([1]), "params must be an object"),
     ] {
         let (resp, _) = agent.call("initialize", params.clone());
@@ -174,6 +170,14 @@ fn wrong_params_are_invalid_params_naming_the_field() {
             "{params}: {resp}"
         );
     }
+    // A capability marker that is not an object is read as not advertised, as ACP reads it
+    // (`x-deserialize-default-on-error`): no error, and the client is not sent the feature.
+    let (resp, _) = agent.call(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"elicitation": {"form": true},
+            "plan": true, "session": {"notices": false}}}),
+    );
+    assert_eq!(resp["result"]["protocolVersion"], 1, "{resp}");
     // Missing params entirely.
     agent.send(&json!({"jsonrpc": "2.0", "id": "no-params", "method": "initialize"}));
     let resp = agent.recv();
