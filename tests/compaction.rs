@@ -13,7 +13,7 @@ mod support;
 use serde_json::{json, Value};
 use support::fake_openai::{fake_server, sse};
 use support::host::TempDir;
-use support::{AgentProcess, Spawn};
+use support::AgentProcess;
 
 fn answer(text: &str, prompt_tokens: u64) -> String {
     sse(&[
@@ -25,22 +25,8 @@ fn answer(text: &str, prompt_tokens: u64) -> String {
 
 /// An agent on the fake provider with a 1 000-token context window, initialized with `caps`.
 fn agent(port: u16, data: &TempDir, caps: Value) -> AgentProcess {
-    let mut a = AgentProcess::spawn_with(Spawn {
-        args: vec![],
-        env: vec![
-            ("MAKA_DATA_DIR".into(), data.path().display().to_string()),
-            (
-                "MAKA_OPENAI_BASE_URL".into(),
-                format!("http://127.0.0.1:{port}/v1"),
-            ),
-            ("MAKA_MODEL".into(), "fake-model".into()),
-            ("MAKA_MODEL_CONTEXT_WINDOW".into(), "1000".into()),
-            (
-                "XDG_CONFIG_HOME".into(),
-                data.path().join("config").display().to_string(),
-            ),
-        ],
-    });
+    let mut a =
+        AgentProcess::on_fake_provider(port, data.path(), &[("MAKA_MODEL_CONTEXT_WINDOW", "1000")]);
     a.call_ok(
         "initialize",
         json!({"protocolVersion": 1, "clientCapabilities": caps}),
@@ -270,17 +256,7 @@ fn a_retried_summary_call_is_told_like_any_other() {
         t.text()
     );
     assert_eq!(seen.lock().unwrap().len(), 4);
-    let thoughts: Vec<(String, String)> = t
-        .updates_for(&id)
-        .into_iter()
-        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
-        .map(|u| {
-            (
-                u["messageId"].as_str().unwrap().to_string(),
-                u["content"]["text"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let thoughts = t.thoughts(&id);
     assert_eq!(thoughts.len(), 2, "{thoughts:#?}");
     assert!(
         thoughts[0]

@@ -378,22 +378,7 @@ fn provider_agent(port: u16, data: &TempDir) -> AgentProcess {
 
 /// As [`provider_agent`], for a client that advertises `capabilities`.
 fn provider_agent_for(port: u16, data: &TempDir, capabilities: Value) -> AgentProcess {
-    let mut agent = AgentProcess::spawn_with(Spawn {
-        args: vec![],
-        env: vec![
-            ("RUST_LOG".into(), "info".into()),
-            ("MAKA_DATA_DIR".into(), data.path().display().to_string()),
-            (
-                "MAKA_OPENAI_BASE_URL".into(),
-                format!("http://127.0.0.1:{port}/v1"),
-            ),
-            ("MAKA_MODEL".into(), "fake-model".into()),
-            (
-                "XDG_CONFIG_HOME".into(),
-                data.path().join("config").display().to_string(),
-            ),
-        ],
-    });
+    let mut agent = AgentProcess::on_fake_provider(port, data.path(), &[]);
     agent.call_ok(
         "initialize",
         json!({"protocolVersion": 1, "clientCapabilities": capabilities}),
@@ -518,17 +503,7 @@ fn retries_in_later_steps_of_a_turn_are_shown_whole() {
     let id = agent.new_session(ws.path());
     let t = agent.prompt(&id, "read the notes", |r| panic!("{r}"));
     assert_eq!(t.text(), "Read it.");
-    let thoughts: Vec<(String, String)> = t
-        .updates_for(&id)
-        .into_iter()
-        .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
-        .map(|u| {
-            (
-                u["messageId"].as_str().unwrap().to_string(),
-                u["content"]["text"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
+    let thoughts = t.thoughts(&id);
     assert_eq!(thoughts.len(), 2, "{thoughts:#?}");
     assert_ne!(thoughts[0].0, thoughts[1].0);
     assert!(
@@ -625,6 +600,19 @@ fn provider_retries_are_notices_to_clients_that_show_notices() {
     );
 }
 
+/// A session whose one MCP server cannot start (its command does not exist).
+fn session_with_a_broken_mcp_server(agent: &mut AgentProcess, ws: &TempDir) -> String {
+    let broken =
+        json!([{"name": "broken", "command": "/nonexistent/mcp-server", "args": [], "env": []}]);
+    let r = agent.call_ok(
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": broken}),
+    );
+    let id = r["sessionId"].as_str().unwrap().to_string();
+    agent.expect_commands(&id);
+    id
+}
+
 /// (item 10) MCP start-up problems are told to the person but never enter the model's context (a
 /// trailing assistant message made some servers continue it instead of answering).
 #[test]
@@ -642,14 +630,7 @@ fn mcp_startup_warnings_stay_out_of_the_models_context() {
     let data = TempDir::new("ed-mcp-data");
     let ws = TempDir::new("ed-mcp-ws");
     let mut agent = provider_agent(port, &data);
-    let broken =
-        json!([{"name": "broken", "command": "/nonexistent/mcp-server", "args": [], "env": []}]);
-    let r = agent.call_ok(
-        "session/new",
-        json!({"cwd": ws.path(), "mcpServers": broken}),
-    );
-    let id = r["sessionId"].as_str().unwrap().to_string();
-    agent.expect_commands(&id);
+    let id = session_with_a_broken_mcp_server(&mut agent, &ws);
     let t = agent.prompt(&id, "hello", |r| panic!("{r}"));
     assert_eq!(t.response["result"]["stopReason"], "end_turn");
     assert!(
@@ -699,14 +680,7 @@ fn mcp_startup_failures_are_notices_to_clients_that_show_notices() {
     let ws = TempDir::new("ed-mcp-notice-ws");
     let caps = json!({"session": {"notices": {}}});
     let mut agent = provider_agent_for(port, &data, caps.clone());
-    let broken =
-        json!([{"name": "broken", "command": "/nonexistent/mcp-server", "args": [], "env": []}]);
-    let r = agent.call_ok(
-        "session/new",
-        json!({"cwd": ws.path(), "mcpServers": broken}),
-    );
-    let id = r["sessionId"].as_str().unwrap().to_string();
-    agent.expect_commands(&id);
+    let id = session_with_a_broken_mcp_server(&mut agent, &ws);
     let t = agent.prompt(&id, "hello", |r| panic!("{r}"));
     assert_eq!(t.text(), "Hi there.", "no agent text but the reply");
     let notices: Vec<&Value> = t

@@ -13,7 +13,7 @@ mod support;
 use serde_json::{json, Value};
 use support::fake_openai::{fake_server, sse};
 use support::host::TempDir;
-use support::{error_of, AgentProcess, Spawn};
+use support::{error_of, AgentProcess};
 
 fn answer(text: &str) -> String {
     sse(&[
@@ -23,21 +23,7 @@ fn answer(text: &str) -> String {
 }
 
 fn agent(port: u16, data: &TempDir) -> AgentProcess {
-    let mut a = AgentProcess::spawn_with(Spawn {
-        args: vec![],
-        env: vec![
-            ("MAKA_DATA_DIR".into(), data.path().display().to_string()),
-            (
-                "MAKA_OPENAI_BASE_URL".into(),
-                format!("http://127.0.0.1:{port}/v1"),
-            ),
-            ("MAKA_MODEL".into(), "fake-model".into()),
-            (
-                "XDG_CONFIG_HOME".into(),
-                data.path().join("config").display().to_string(),
-            ),
-        ],
-    });
+    let mut a = AgentProcess::on_fake_provider(port, data.path(), &[]);
     let init = a.call_ok("initialize", json!({"protocolVersion": 1}));
     assert_eq!(
         init["agentCapabilities"]["sessionCapabilities"]["systemPrompt"],

@@ -209,14 +209,7 @@ pub fn abandon(ctx: &Ctx, input: ops::AbandonInput) -> Result<Value, ResponseErr
     // The plan may be gone with the turns: a client that shows plans by id is told before the
     // answer (shown once, whether or not a reader also saw the host's frame).
     if let (Some(s), Some(plan)) = (ctx.session(&input.session_id), &o.plan) {
-        s.show(
-            &ctx.shared,
-            &[FrameBody::PlanState {
-                revision: plan.revision,
-                status: plan.status.clone(),
-                entries: plan.entries.clone(),
-            }],
-        );
+        s.show(&ctx.shared, &[plan.frame()]);
     }
     Ok(json!({
         "abandonedTurnIds": o.abandoned_turn_ids,
@@ -270,11 +263,7 @@ pub fn plan_control(ctx: &Ctx, input: ops::PlanControlInput) -> Result<Value, Re
                     entries: plan.entries.clone(),
                 });
             }
-            frames.push(FrameBody::PlanState {
-                revision: plan.revision,
-                status: plan.status.clone(),
-                entries: plan.entries.clone(),
-            });
+            frames.push(plan.frame());
             s.show(&ctx.shared, &frames);
         }
     }

@@ -59,35 +59,32 @@ pub fn provider_retry(
 /// notice, agent text for other clients.
 pub fn mcp_problems(message_id: String, problems: &[String]) -> Notice {
     let text = format!("⚠ {}\n\n", problems.join("\n⚠ "));
-    let mut n = match problems {
-        [one] => notice(
-            message_id,
-            NoticeSeverity::Warning,
-            sentence(one),
-            NoticeFallback::Message,
-            text,
-        ),
-        _ => notice(
-            message_id,
-            NoticeSeverity::Warning,
+    let (title, description) = match problems {
+        [one] => (sentence(one), None),
+        _ => (
             format!(
                 "{} problems with this session's MCP servers: their tools are missing this turn.",
                 problems.len()
             ),
-            NoticeFallback::Message,
-            text,
+            Some(
+                problems
+                    .iter()
+                    .map(|p| sentence(p))
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            ),
         ),
     };
-    if problems.len() > 1 {
-        n.description = Some(
-            problems
-                .iter()
-                .map(|p| sentence(p))
-                .collect::<Vec<_>>()
-                .join("\n"),
-        );
+    Notice {
+        description,
+        ..notice(
+            message_id,
+            NoticeSeverity::Warning,
+            title,
+            NoticeFallback::Message,
+            text,
+        )
     }
-    n
 }
 
 /// A kept permission rule decided a call without asking (told only to clients that show

@@ -241,17 +241,27 @@ impl SessionCell {
                 notice: notice.clone(),
             },
         );
-        match st.append_transcript(vec![(turn_id.to_string(), TranscriptBody::Notice(notice))]) {
-            Ok(through) => {
-                self.emit(
-                    st,
-                    FrameBody::TranscriptAdvanced {
-                        through_message_seq: through,
-                    },
-                );
-            }
-            Err(e) => log::error!("session {}: a notice was not kept: {e}", self.id),
+        let item = vec![(turn_id.to_string(), TranscriptBody::Notice(notice))];
+        if let Err(e) = self.append(st, item) {
+            log::error!("session {}: a notice was not kept: {e}", self.id);
         }
+    }
+
+    /// Appends durable items (each with its turn id) and tells the readers
+    /// (`transcript_advanced`). Returns the last `messageSeq`.
+    pub fn append(
+        &self,
+        st: &mut SessionState,
+        items: Vec<(String, TranscriptBody)>,
+    ) -> Result<u64, HostError> {
+        let through = st.append_transcript(items)?;
+        self.emit(
+            st,
+            FrameBody::TranscriptAdvanced {
+                through_message_seq: through,
+            },
+        );
+        Ok(through)
     }
 
     /// Appends a frame and wakes the stream readers. Returns its `seq`.

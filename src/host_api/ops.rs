@@ -290,6 +290,17 @@ pub struct PlanView {
     pub updated_at: Option<u64>,
 }
 
+impl PlanView {
+    /// The `plan_state` frame saying the plan stands so.
+    pub fn frame(&self) -> super::wire::FrameBody {
+        super::wire::FrameBody::PlanState {
+            revision: self.revision,
+            status: self.status.clone(),
+            entries: self.entries.clone(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanControlInput {

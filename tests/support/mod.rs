@@ -375,6 +375,17 @@ impl Transcript {
             })
             .collect()
     }
+    /// The thoughts shown to `session`: (messageId, text), in order.
+    pub fn thoughts(&self, session: &str) -> Vec<(String, String)> {
+        self.updates_for(session)
+            .into_iter()
+            .filter(|u| u["sessionUpdate"] == "agent_thought_chunk")
+            .map(|u| {
+                let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+                (s(&u["messageId"]), s(&u["content"]["text"]))
+            })
+            .collect()
+    }
     pub fn text(&self) -> String {
         self.updates
             .iter()
@@ -403,6 +414,31 @@ impl AgentProcess {
                 ),
             ],
         })
+    }
+
+    /// An agent on the OpenAI-compatible provider at `http://127.0.0.1:{port}/v1` (a fake
+    /// server, `fake_openai`), model `fake-model`, with its own data dir (and no user config)
+    /// and `extra` variables.
+    pub fn on_fake_provider(
+        port: u16,
+        data: &std::path::Path,
+        extra: &[(&str, &str)],
+    ) -> AgentProcess {
+        let mut env: Vec<(String, String)> = vec![
+            ("RUST_LOG".into(), "info".into()),
+            ("MAKA_DATA_DIR".into(), data.display().to_string()),
+            (
+                "MAKA_OPENAI_BASE_URL".into(),
+                format!("http://127.0.0.1:{port}/v1"),
+            ),
+            ("MAKA_MODEL".into(), "fake-model".into()),
+            (
+                "XDG_CONFIG_HOME".into(),
+                data.join("config").display().to_string(),
+            ),
+        ];
+        env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        AgentProcess::spawn_with(Spawn { args: vec![], env })
     }
 
     /// `session/new`, then the `available_commands_update` that must follow its response.

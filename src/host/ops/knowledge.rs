@@ -137,20 +137,8 @@ pub(crate) fn emit_plan_state(
     cell: &crate::host::session::SessionCell,
     st: &mut crate::host::session::SessionState,
 ) {
-    let PlanView {
-        revision,
-        status,
-        entries,
-        ..
-    } = plan_view(st);
-    cell.emit(
-        st,
-        FrameBody::PlanState {
-            revision,
-            status,
-            entries,
-        },
-    );
+    let frame = plan_view(st).frame();
+    cell.emit(st, frame);
 }
 
 pub(super) fn plan_query(host: &Host, input: SessionRef) -> Result<PlanView, HostError> {

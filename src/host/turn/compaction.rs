@@ -26,7 +26,7 @@ pub(super) enum Compacted {
 impl Turn {
     /// `/compact`: everything before this turn's prompt.
     pub(super) fn compact(&mut self) -> Terminal {
-        match self.compact_context(CompactionTrigger::Manual, 0) {
+        match self.compact_context(CompactionTrigger::Manual) {
             Ok(Compacted::Nothing) => self.say("Nothing to compact yet.".into()),
             Ok(Compacted::Empty) => {
                 self.say("The model returned an empty summary; nothing was compacted.".into())
@@ -54,7 +54,7 @@ impl Turn {
             return Ok(false);
         }
         self.compacted = true;
-        match self.compact_context(CompactionTrigger::Automatic, window) {
+        match self.compact_context(CompactionTrigger::Automatic) {
             Ok(Compacted::Done) => Ok(true),
             Ok(_) => Ok(false),
             Err(t) if t.outcome == TurnOutcome::Cancelled => Err(t),
@@ -70,13 +70,8 @@ impl Turn {
     }
 
     /// Summarises the conversation before this turn (`/compact`: before its own prompt) with
-    /// the session's model, and keeps the summary in its place. `window`: the model's context
-    /// window (automatic compaction only).
-    fn compact_context(
-        &mut self,
-        trigger: CompactionTrigger,
-        window: u64,
-    ) -> Result<Compacted, Terminal> {
+    /// the session's model, and keeps the summary in its place.
+    fn compact_context(&mut self, trigger: CompactionTrigger) -> Result<Compacted, Terminal> {
         let (configuration, mut messages, through, kept) = {
             let st = self.cell.lock();
             let items = st.transcript_items();
@@ -115,6 +110,11 @@ impl Turn {
             }
             CompactionTrigger::Automatic => {}
         }
+        let providers = self.host.providers();
+        let (conn, model) = providers
+            .resolve(&configuration.model_target)
+            .map_err(|e| Terminal::failed(FailureClass::CapabilityUnavailable, e.message))?;
+        let window = model.context_window;
         // What would be summarised (the system prompt stays as it is).
         let earlier = estimate_tokens(messages.get(1..).unwrap_or(&[]));
         if trigger == CompactionTrigger::Automatic && earlier * 10 < window {
@@ -136,7 +136,8 @@ impl Turn {
             fallback,
         };
         self.emit_compaction(state(CompactionStatus::InProgress, None, None, None));
-        let summary = match self.summarise(&configuration, messages, &compaction_id) {
+        let summary = match self.summarise(&configuration, (conn, model), messages, &compaction_id)
+        {
             Ok(s) => s,
             Err(t) => {
                 let status = if t.outcome == TurnOutcome::Cancelled {
@@ -153,8 +154,7 @@ impl Turn {
             self.emit_compaction(state(CompactionStatus::Failed, None, Some(error), None));
             return Ok(Compacted::Empty);
         }
-        let summary_message = json!({"role": "user", "content": format!("Summary of the earlier conversation:\n{summary}")});
-        let after = estimate_tokens(&[system, summary_message])
+        let after = estimate_tokens(&[system, super::history::summary_message(&summary)])
             + estimate_tokens(kept.get(1..).unwrap_or(&[]));
         let fallback = match trigger {
             // Exactly the reply `/compact` always gave.
@@ -173,43 +173,29 @@ impl Turn {
                 ),
             },
         };
-        let window = self
-            .host
-            .providers()
-            .resolve(&configuration.model_target)
-            .map(|(_, m)| m.context_window)
-            .unwrap_or_default();
         let mut st = self.cell.lock();
-        let kept_item = st.append_transcript(vec![(
-            self.spec.turn_id.clone(),
-            TranscriptBody::Summary {
-                text: summary.clone(),
-                compaction_id: compaction_id.clone(),
-                trigger,
-                through_message_seq: through,
-                fallback: Some(fallback.clone()),
-            },
-        )]);
-        match kept_item {
-            Ok(seq) => {
-                let advanced = FrameBody::TranscriptAdvanced {
-                    through_message_seq: seq,
-                };
-                self.cell.emit(&mut st, advanced);
-            }
+        let item = TranscriptBody::Summary {
+            text: summary.clone(),
+            compaction_id: compaction_id.clone(),
+            trigger,
+            through_message_seq: through,
+            fallback: Some(fallback.clone()),
+        };
+        if let Err(e) = self
+            .cell
+            .append(&mut st, vec![(self.spec.turn_id.clone(), item)])
+        {
             // Not kept: the context stays as it was, and the person is told so.
-            Err(e) => {
-                drop(st);
-                log::error!("session {}: the summary was not kept: {e}", self.cell.id);
-                let said = "The summary could not be saved; the conversation was not compacted.";
-                self.emit_compaction(state(
-                    CompactionStatus::Failed,
-                    None,
-                    Some(said.into()),
-                    None,
-                ));
-                return Err(Terminal::failed(FailureClass::RuntimeError, said));
-            }
+            drop(st);
+            log::error!("session {}: the summary was not kept: {e}", self.cell.id);
+            let said = "The summary could not be saved; the conversation was not compacted.";
+            self.emit_compaction(state(
+                CompactionStatus::Failed,
+                None,
+                Some(said.into()),
+                None,
+            ));
+            return Err(Terminal::failed(FailureClass::RuntimeError, said));
         }
         let usage = FrameBody::Usage {
             turn_id: Some(self.spec.turn_id.clone()),
@@ -219,22 +205,17 @@ impl Turn {
                 used_tokens: after,
                 window_tokens: window,
             }),
-            cost: st.cost(&self.host.providers().prices),
+            cost: st.cost(&providers.prices),
         };
         self.cell.emit(&mut st, usage);
+        drop(st);
         let done = state(
             CompactionStatus::Completed,
             Some(summary),
             None,
             Some(fallback),
         );
-        self.cell.emit(
-            &mut st,
-            FrameBody::Compaction {
-                turn_id: self.spec.turn_id.clone(),
-                compaction: done,
-            },
-        );
+        self.emit_compaction(done);
         Ok(Compacted::Done)
     }
 
@@ -254,14 +235,11 @@ impl Turn {
     fn summarise(
         &mut self,
         configuration: &crate::host_api::wire::Configuration,
+        (conn, model): (&models::Connection, &models::ModelInfo),
         mut messages: Vec<Value>,
         id: &str,
     ) -> Result<String, Terminal> {
         messages.push(json!({"role": "user", "content": COMPACT_REQUEST}));
-        let providers = self.host.providers();
-        let (conn, model) = providers
-            .resolve(&configuration.model_target)
-            .map_err(|e| Terminal::failed(FailureClass::CapabilityUnavailable, e.message))?;
         let window = model.context_window;
         let request = ModelRequest {
             model: model.id.clone(),

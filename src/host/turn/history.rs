@@ -98,26 +98,25 @@ pub fn build_messages(system: &str, items: &[crate::host_api::wire::TranscriptIt
     let summary = items
         .iter()
         .rposition(|i| matches!(i.body, TranscriptBody::Summary { .. }));
-    let (start, kept_after) = match summary.map(|at| (at, &items[at])) {
-        Some((
-            at,
-            crate::host_api::wire::TranscriptItem {
-                body:
-                    TranscriptBody::Summary {
-                        text,
-                        through_message_seq: Some(through),
-                        ..
-                    },
-                ..
-            },
-        )) => {
-            msgs.push(json!({"role": "user", "content": format!("Summary of the earlier conversation:\n{text}")}));
-            let first = items.partition_point(|i| i.message_seq <= *through);
+    let through = summary.and_then(|at| match &items[at].body {
+        TranscriptBody::Summary {
+            through_message_seq,
+            ..
+        } => *through_message_seq,
+        _ => None,
+    });
+    let (start, kept_after) = match (summary, through) {
+        (Some(at), Some(through)) => {
+            let first = items.partition_point(|i| i.message_seq <= through);
             (first.min(at), Some(at))
         }
-        Some((at, _)) => (at, None),
-        None => (0, None),
+        (Some(at), None) => (at, None),
+        (None, _) => (0, None),
     };
+    // An automatic compaction's summary goes in front of the items it kept.
+    if let Some(at) = kept_after {
+        push_summary(&mut msgs, &items[at].body);
+    }
     let mut open_calls: Vec<String> = Vec::new();
     // Host id → the id the model gave the call (the model sees only its own ids).
     let mut provider_ids: std::collections::HashMap<&str, &str> = Default::default();
@@ -131,9 +130,7 @@ pub fn build_messages(system: &str, items: &[crate::host_api::wire::TranscriptIt
         match &item.body {
             // Already in front (an automatic compaction's summary).
             TranscriptBody::Summary { .. } if kept_after == Some(at) => {}
-            TranscriptBody::Summary { text, .. } => {
-                msgs.push(json!({"role": "user", "content": format!("Summary of the earlier conversation:\n{text}")}));
-            }
+            body @ TranscriptBody::Summary { .. } => push_summary(&mut msgs, body),
             TranscriptBody::User { content, .. } => {
                 close_open(&mut msgs, &mut open_calls);
                 msgs.push(json!({"role": "user", "content": user_text(content)}));
@@ -197,6 +194,18 @@ pub fn build_messages(system: &str, items: &[crate::host_api::wire::TranscriptIt
     }
     close_open(&mut msgs, &mut open_calls);
     msgs
+}
+
+/// A `summary` item as the model reads it.
+fn push_summary(msgs: &mut Vec<Value>, body: &TranscriptBody) {
+    if let TranscriptBody::Summary { text, .. } = body {
+        msgs.push(summary_message(text));
+    }
+}
+
+/// A compaction's summary as a message of the model's context.
+pub(super) fn summary_message(text: &str) -> Value {
+    json!({"role": "user", "content": format!("Summary of the earlier conversation:\n{text}")})
 }
 
 pub(super) fn user_text(content: &MessageContent) -> String {

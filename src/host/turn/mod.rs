@@ -241,17 +241,13 @@ impl Turn {
     pub(super) fn model_step(&mut self, step: usize) -> Result<StepResult, Terminal> {
         let (mut configuration, mut messages) = self.step_input();
         let providers = self.host.providers();
-        let window = providers
-            .resolve(&configuration.model_target)
-            .map(|(_, m)| m.context_window)
-            .unwrap_or_default();
-        if self.compact_if_full(&messages, window)? {
-            (configuration, messages) = self.step_input();
-        }
         let (conn, model) = providers
             .resolve(&configuration.model_target)
             .map_err(|e| Terminal::failed(FailureClass::CapabilityUnavailable, e.message))?;
         let context_window = model.context_window;
+        if self.compact_if_full(&messages, context_window)? {
+            (configuration, messages) = self.step_input();
+        }
         let model_id = model.id.clone();
         let request = ModelRequest {
             model: model.id.clone(),

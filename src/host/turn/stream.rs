@@ -154,16 +154,8 @@ impl Turn {
             .into_iter()
             .map(|b| (self.spec.turn_id.clone(), b))
             .collect();
-        match st.append_transcript(items) {
-            Ok(through) => {
-                self.cell.emit(
-                    st,
-                    FrameBody::TranscriptAdvanced {
-                        through_message_seq: through,
-                    },
-                );
-            }
-            Err(e) => log::error!("session {}: {e}", self.cell.id),
+        if let Err(e) = self.cell.append(st, items) {
+            log::error!("session {}: {e}", self.cell.id);
         }
     }
 }
