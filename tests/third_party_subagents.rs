@@ -666,3 +666,219 @@ fn a_command_hidden_after_a_newline_is_spelled_out_and_asked_again() {
     );
     assert!(!ws.path().join("pwned").exists(), "the hidden command ran");
 }
+
+/// Every line naming a session other than `parent` names a child announced before it (ACP:
+/// the announcing `subagent_update` comes before anything of the child); returns the children
+/// in the order announced.
+fn announced_before_use(lines: &[Value], parent: &str) -> Vec<String> {
+    let mut announced: Vec<String> = vec![];
+    for l in lines {
+        let Some(sid) = l.pointer("/params/sessionId").and_then(Value::as_str) else {
+            continue;
+        };
+        if sid == parent {
+            let u = &l["params"]["update"];
+            if u["sessionUpdate"] == "subagent_update" {
+                let child = u["sessionId"].as_str().unwrap().to_string();
+                if !announced.contains(&child) {
+                    announced.push(child);
+                }
+            }
+            continue;
+        }
+        assert!(
+            announced.iter().any(|c| c == sid),
+            "a line names session {sid} before it was announced: {l}"
+        );
+    }
+    announced
+}
+
+/// Issue 26 item 6: to a client that advertises `subagents`, a delegation is a child session:
+/// announced on the parent, the task its first message (from the parent), its calls and their
+/// dialogs under its own session id, its work state on the parent (running, waiting on a
+/// dialog, idle at the end), its answer a message to the parent. `session/load` shows the same
+/// child with the same calls and answer; a client without the capability still gets the calls
+/// under the delegate call. Every line is checked against the unstable schema.
+#[test]
+fn a_delegation_is_a_child_session_for_clients_that_show_subagents() {
+    let data = TempDir::new("tp-subagent-session-data");
+    let ws = TempDir::new("tp-subagent-session-ws");
+    let prompts = ["stub: tools 2 ask"];
+    let config = data.path().join("config.json");
+    std::fs::write(
+        &config,
+        json!({"agents": {"stub": stub(json!({}))}}).to_string(),
+    )
+    .unwrap();
+    let subagents_client = json!({"protocolVersion": 1, "clientCapabilities": {"subagents": {}},
+        "clientInfo": {"name": "harness", "version": "0"}});
+    let mut a = spawn(&parent_script(&prompts), &data, &config);
+    a.call_ok("initialize", subagents_client.clone());
+    let s = a.new_session(ws.path());
+    let mut dialogs = vec![];
+    let t = a.prompt(&s, prompts[0], |r| {
+        dialogs.push(r["params"].clone());
+        select("allow_once")
+    });
+    ended(&t);
+    let announced = announced_before_use(&t.lines, &s);
+    assert_eq!(announced.len(), 1, "one child: {announced:?}");
+    let child = &announced[0];
+    let parent_updates = t.updates_for(&s);
+    let kid_updates = t.updates_for(child);
+
+    // On the parent: the delegate call (linking its child), the child's states — and none of
+    // the agent's calls.
+    let delegate = parent_updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap();
+    assert_eq!(delegate["name"], "delegate");
+    assert_eq!(
+        delegate["_meta"]["maka"]["subagentSessionId"],
+        child.as_str()
+    );
+    let delegate_id = delegate["toolCallId"].as_str().unwrap().to_string();
+    assert!(parent_updates
+        .iter()
+        .filter(|u| u["toolCallId"].is_string())
+        .all(|u| u["toolCallId"] == delegate_id.as_str()));
+    let announce = parent_updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "subagent_update")
+        .unwrap();
+    assert_eq!(announce["title"], "stub");
+    assert_eq!(announce["description"], "tools 2 ask");
+    let states: Vec<&str> = parent_updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "subagent_update" && u["state"].is_object())
+        .map(|u| u["state"]["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        states,
+        [
+            "running",
+            "requires_action",
+            "running",
+            "requires_action",
+            "running",
+            "idle"
+        ],
+        "{parent_updates:#?}"
+    );
+    let last = parent_updates
+        .iter()
+        .rev()
+        .find(|u| u["sessionUpdate"] == "subagent_update")
+        .unwrap();
+    assert_eq!(last["state"]["stopReason"], "end_turn");
+
+    // In the child: the task from the parent, its two calls (no parent meta: they are the
+    // child's), each settled with its output, and the answer to the parent.
+    let task = kid_updates[0];
+    assert_eq!(task["sessionUpdate"], "session_message");
+    assert_eq!(task["senderSessionId"], s.as_str());
+    assert_eq!(task["content"][0]["text"], "tools 2 ask");
+    let calls: Vec<&str> = kid_updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .map(|u| u["toolCallId"].as_str().unwrap())
+        .collect();
+    let want: Vec<String> = [1, 2].map(|k| format!("{delegate_id}.call_{k}")).to_vec();
+    assert_eq!(calls, want);
+    assert!(kid_updates
+        .iter()
+        .all(|u| u["_meta"]["maka"]["parentToolCallId"].is_null()));
+    for (k, id) in want.iter().enumerate() {
+        assert_eq!(text_of(settled(&kid_updates, id)), format!("out {}", k + 1));
+        assert_eq!(dialogs[k]["sessionId"], child.as_str(), "dialog {k}");
+        assert_eq!(dialogs[k]["toolCall"]["toolCallId"], id.as_str());
+    }
+    let answer = kid_updates
+        .iter()
+        .rev()
+        .find(|u| u["sessionUpdate"] == "session_message")
+        .unwrap();
+    assert_eq!(answer["recipientSessionId"], s.as_str());
+    let answered = answer["content"][0]["text"].as_str().unwrap().to_string();
+    assert!(answered.contains("ran 2"), "{answered}");
+    // What streamed is the same answer.
+    let streamed: String = kid_updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "session_message_chunk")
+        .map(|u| u["content"]["text"].as_str().unwrap())
+        .collect();
+    assert!(
+        !streamed.is_empty() && answered.starts_with(streamed.trim_end()),
+        "{streamed:?} / {answered:?}"
+    );
+    // The delegate call settles with the answer the model got.
+    assert_eq!(text_of(settled(&parent_updates, &delegate_id)), answered);
+    // The child is driven through its parent only: no mutation of it is served.
+    let (refused, _) = a.call(
+        "session/prompt",
+        json!({"sessionId": child, "prompt": [{"type": "text", "text": "hi"}]}),
+    );
+    assert_eq!(refused["error"]["code"], -32002, "{refused}");
+
+    // Replayed in a new process: the same child, calls and answer.
+    drop(a);
+    let mut b = spawn(&parent_script(&prompts), &data, &config);
+    b.call_ok("initialize", subagents_client);
+    let (_, replay) = b.call(
+        "session/load",
+        json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+    );
+    assert_eq!(announced_before_use(&replay, &s), announced);
+    let replayed_kid: Vec<&Value> = replay
+        .iter()
+        .filter(|m| m["params"]["sessionId"] == child.as_str())
+        .map(|m| &m["params"]["update"])
+        .collect();
+    let replayed_calls: Vec<&str> = replayed_kid
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call")
+        .map(|u| u["toolCallId"].as_str().unwrap())
+        .collect();
+    assert_eq!(replayed_calls, want);
+    let replayed_answer = replayed_kid
+        .iter()
+        .rev()
+        .find(|u| u["sessionUpdate"] == "session_message")
+        .unwrap();
+    assert_eq!(replayed_answer["content"][0]["text"], answered.as_str());
+    drop(b);
+
+    // A client without the capability: no child, the calls under the delegate call.
+    let mut c = spawn(&parent_script(&prompts), &data, &config);
+    c.initialize();
+    let (_, replay) = c.call(
+        "session/load",
+        json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+    );
+    assert!(replay
+        .iter()
+        .filter(|m| m["method"] == "session/update")
+        .all(|m| m["params"]["sessionId"] == s.as_str()
+            && ![
+                "subagent_update",
+                "session_message",
+                "session_message_chunk"
+            ]
+            .contains(
+                &m["params"]["update"]["sessionUpdate"]
+                    .as_str()
+                    .unwrap_or("")
+            )));
+    let updates: Vec<&Value> = replay
+        .iter()
+        .filter(|m| m["method"] == "session/update")
+        .map(|m| &m["params"]["update"])
+        .collect();
+    let kids: Vec<String> = children(&updates, &delegate_id)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(kids, want);
+}

@@ -96,6 +96,7 @@ impl Ctx {
             notices: caps.notices,
             compaction: caps.compaction,
             plan: caps.plan,
+            subagents: caps.subagents,
         }
     }
 

@@ -268,11 +268,13 @@ pub(super) fn start_pending(
 ) {
     for i in &open.pending_interactions {
         if !session.is_tracked(&i.interaction_id) {
+            let shown_in = session.dialog(shared, i);
             interaction::spawn(
                 Arc::clone(session),
                 Arc::clone(shared),
                 conn.clone(),
                 i.clone(),
+                shown_in,
             );
         }
     }
@@ -313,9 +315,10 @@ fn handle_frame(
     for effect in session.apply(shared, body) {
         match effect {
             Effect::Show(_) => {} // shown by `apply`
-            Effect::Ask(i) => {
+            Effect::Ask(i, shown_in) => {
                 if !session.is_tracked(&i.interaction_id) {
-                    interaction::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), i);
+                    let (session, shared) = (Arc::clone(session), Arc::clone(shared));
+                    interaction::spawn(session, shared, conn.clone(), i, shown_in);
                 }
             }
             Effect::EditorCall(call) => {

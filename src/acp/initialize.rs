@@ -29,6 +29,9 @@ pub struct ClientCapabilities {
     pub compaction: bool,
     /// `plan` (unstable): it shows `plan_update` and `plan_removed`.
     pub plan: bool,
+    /// `subagents` (unstable): it shows a delegation as a child session (`subagent_update`,
+    /// `session_message`, the child's own updates under its id).
+    pub subagents: bool,
     /// Zed's display-only terminal convention (`_meta.terminal_output: true`).
     pub terminal_output_meta: bool,
 }
@@ -73,6 +76,7 @@ pub fn parse(params: &Value) -> ParamResult<InitializeParams> {
             caps.compaction = s.marker("compaction")?;
         }
         caps.plan = c.marker("plan")?;
+        caps.subagents = c.marker("subagents")?;
         if let Some(meta) = c.optional_object("_meta", "clientCapabilities._meta")? {
             // A convention, not a spec field: tolerate any type, use only `true`.
             caps.terminal_output_meta = meta.get("terminal_output") == Some(&Value::Bool(true));
@@ -162,7 +166,7 @@ mod tests {
                 "terminal": true,
                 "elicitation": {"form": {}, "url": null},
                 "session": {"configOptions": {"boolean": {}}, "notices": {}, "compaction": {}},
-                "plan": {},
+                "plan": {}, "subagents": {},
                 "_meta": {"terminal_output": true}
             },
             "clientInfo": {"name": "zed", "version": "1"}
@@ -172,13 +176,20 @@ mod tests {
         let c = &p.capabilities;
         assert!(c.fs_read_text_file && !c.fs_write_text_file && c.terminal);
         assert!(c.elicitation_form && !c.elicitation_url && c.boolean_config_options);
-        assert!(c.terminal_output_meta && !c.auth_terminal && c.notices && c.compaction && c.plan);
+        assert!(
+            c.terminal_output_meta
+                && !c.auth_terminal
+                && c.notices
+                && c.compaction
+                && c.plan
+                && c.subagents
+        );
         // A malformed capability marker is not advertised, and no error (ACP reads it so).
         let lenient = parse(&json!({"protocolVersion": 1, "clientCapabilities": {
-            "plan": true, "session": {"notices": false, "compaction": "yes"}}}))
+            "plan": true, "subagents": [], "session": {"notices": false, "compaction": "yes"}}}))
         .unwrap();
         let c = &lenient.capabilities;
-        assert!(!c.plan && !c.notices && !c.compaction);
+        assert!(!c.plan && !c.subagents && !c.notices && !c.compaction);
         let e = parse(&json!({"protocolVersion": 1, "clientCapabilities": {"terminal": "yes"}}))
             .unwrap_err();
         assert!(

@@ -40,22 +40,28 @@ pub fn spawn(
     shared: Arc<Shared>,
     conn: Connected,
     interaction: Interaction,
+    shown_in: Option<String>,
 ) {
     let name = format!("acp-ask-{}", interaction.interaction_id);
     // Without it the dialog stays pending; the host closes it with the turn.
-    let _ = crate::threads::spawn(name, move || run(&session, &shared, &conn, interaction));
+    let _ = crate::threads::spawn(name, move || {
+        run(&session, &shared, &conn, interaction, shown_in)
+    });
 }
 
+/// `shown_in`: the child session the dialog's call is shown in (else the session's own).
 fn run(
     session: &Arc<AcpSession>,
     shared: &Arc<Shared>,
     conn: &Connected,
     interaction: Interaction,
+    shown_in: Option<String>,
 ) {
     let id = interaction.interaction_id.clone();
     let answer = match &interaction.request {
         InteractionRequest::Permission { .. } | InteractionRequest::SandboxBoundary { .. } => {
-            let params = to_json(&permission_params(&session.id, &interaction.request));
+            let shown_in = shown_in.as_deref().unwrap_or(&session.id);
+            let params = to_json(&permission_params(shown_in, &interaction.request));
             match ask(session, shared, &id, "session/request_permission", params) {
                 Answered(v) => Some(permission_answer(&interaction.request, &v)),
                 Withdrawn => None,

@@ -36,8 +36,11 @@ pub struct Shared {
 }
 
 impl Shared {
-    /// Enqueues one `session/update`.
+    /// Enqueues one `session/update` (of a child session, for an update that belongs to one).
     pub fn update(&self, session_id: &str, update: &SessionUpdate) {
+        if let SessionUpdate::InChild { session_id, update } = update {
+            return self.update(session_id, update);
+        }
         #[derive(serde::Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Params<'a> {
@@ -146,7 +149,7 @@ impl AcpSession {
         Arc::new(AcpSession {
             id: id.to_string(),
             state: Mutex::new(SessionState::default()),
-            view: Mutex::new(Projector::new(shows)),
+            view: Mutex::new(Projector::new(id, shows)),
             prompt_done: Condvar::new(),
         })
     }
@@ -230,6 +233,16 @@ impl AcpSession {
             }
         }
         rest
+    }
+
+    /// A dialog found waiting (a catch-up): as a live one ([`Projector::dialog`]) — the child
+    /// session it is shown in, if any, its child's state shown.
+    pub fn dialog(
+        &self,
+        shared: &Shared,
+        interaction: &crate::host_api::wire::Interaction,
+    ) -> Option<String> {
+        self.emit(shared, |view| view.dialog(interaction))
     }
 
     /// Settles the tool calls still open (`failed`, saying `why`).

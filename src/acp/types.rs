@@ -79,6 +79,68 @@ pub enum SessionUpdate {
         #[serde(skip_serializing_if = "Option::is_none")]
         cost: Option<crate::host_api::wire::Cost>,
     },
+    /// A delegation's child session, announced on (and patched through) its parent session
+    /// (unstable; only to clients that advertise `clientCapabilities.subagents`).
+    SubagentUpdate(Subagent),
+    /// A message between a parent session and a child: the task sent, the answer returned
+    /// (to the same clients).
+    SessionMessage(SessionMessage),
+    /// A piece of such a message, as it streams.
+    #[serde(rename_all = "camelCase")]
+    SessionMessageChunk {
+        message_id: String,
+        content: ContentBlock,
+    },
+    /// Not a kind of its own: `update` belongs to the child session `session_id`, and the
+    /// `session/update` carrying it names that session ([`crate::acp::session::Shared::update`]).
+    #[serde(skip)]
+    InChild {
+        session_id: String,
+        update: Box<SessionUpdate>,
+    },
+}
+
+/// `subagent_update`: the child's id, its title and role, its work state.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Subagent {
+    pub session_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// `{"state": "running" | "requires_action" | "unknown"}`, or `idle` with its `stopReason`
+    /// (and an `error` when the delegation failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<Value>,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+}
+
+/// `session_message`: who sent it to whom, and (when known whole) its content.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionMessage {
+    pub message_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sender_session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recipient_session_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<ContentBlock>>,
+}
+
+impl SessionUpdate {
+    /// This update, shown in child session `session_id` (`None`: in the session itself).
+    pub fn in_session(self, session_id: Option<&str>) -> SessionUpdate {
+        match session_id {
+            Some(id) => SessionUpdate::InChild {
+                session_id: id.to_string(),
+                update: Box::new(self),
+            },
+            None => self,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

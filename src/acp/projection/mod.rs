@@ -10,6 +10,7 @@
 
 mod content;
 mod replay;
+mod subagents;
 #[cfg(test)]
 mod tests;
 
@@ -22,7 +23,8 @@ use crate::acp::types::{
 };
 use crate::host_api::wire::{
     Compaction, CompactionStatus, Configuration, FailureClass, FrameBody, Goal, Interaction,
-    Notice, NoticeFallback, StreamEndReason, ToolResultContent, ToolStatus, TurnOutcome,
+    InteractionRequest, Notice, NoticeFallback, StreamEndReason, ToolResultContent, ToolStatus,
+    TurnOutcome,
 };
 use content::{
     fenced_output, locations, plan, result_content, result_locations, terminal_verdict, tool_kind,
@@ -53,6 +55,14 @@ struct ToolState {
     terminal: bool,
     /// Not shown as a tool call (`update_plan`: the plan is shown as the plan).
     hidden: bool,
+    /// A `delegate_graph` call: its tasks are delegations.
+    graph: bool,
+    /// A delegation shown as a child session (to a client that shows subagents): the child's id.
+    child: Option<String>,
+    /// The work state that child was last shown in (`running`, `requires_action`), if any.
+    child_state: Option<&'static str>,
+    /// A delegation's own call, shown in its child session: (the delegation, the child).
+    in_child: Option<(String, String)>,
 }
 
 /// Per-session projection state: open tool calls and which turns this connection started.
@@ -80,6 +90,8 @@ pub struct Projector {
     plan: Option<(u64, String, Vec<crate::host_api::wire::PlanEntry>)>,
     /// What the client can show beyond ACP's baseline.
     shows: Shows,
+    /// The session this view is of (a child session's id is made from it).
+    session_id: String,
 }
 
 /// What the client can show beyond ACP's baseline, as far as the view's choices go.
@@ -94,12 +106,17 @@ pub struct Shows {
     pub compaction: bool,
     /// `plan_update` and `plan_removed` (`plan`, unstable) instead of the legacy `plan`.
     pub plan: bool,
+    /// A delegation as a child session (`subagents`, unstable) instead of its agent's text and
+    /// calls folded into the delegate call (`_meta.maka.parentToolCallId`).
+    pub subagents: bool,
 }
 
 impl Projector {
-    pub fn new(shows: Shows) -> Projector {
+    /// The view of session `session_id`.
+    pub fn new(session_id: &str, shows: Shows) -> Projector {
         Projector {
             shows,
+            session_id: session_id.to_string(),
             ..Projector::default()
         }
     }
@@ -108,10 +125,66 @@ impl Projector {
     pub fn attach_terminal(&mut self, tool_call_id: &str, terminal_id: &str) -> SessionUpdate {
         let t = self.tools.entry(tool_call_id.to_string()).or_default();
         t.client_terminal = Some(terminal_id.to_string());
+        let child = t.in_child.as_ref().map(|(_, c)| c.clone());
         SessionUpdate::ToolCallUpdate(
             ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
                 .with_content(vec![ToolCallContent::terminal(terminal_id)]),
         )
+        .in_session(child.as_deref())
+    }
+
+    /// The child session tool call `tool_call_id` is shown in, when it is a delegation's own
+    /// call shown so.
+    fn session_of(&self, tool_call_id: &str) -> Option<String> {
+        let t = self.tools.get(tool_call_id)?;
+        t.in_child.as_ref().map(|(_, c)| c.clone())
+    }
+
+    /// The delegation (and its child) that tool call `tool_call_id` belongs to: the delegation
+    /// itself, or one of its agent's calls.
+    fn delegation_of(&self, tool_call_id: &str) -> Option<(String, String)> {
+        let t = self.tools.get(tool_call_id)?;
+        match (&t.child, &t.in_child) {
+            (Some(c), _) => Some((tool_call_id.to_string(), c.clone())),
+            (None, Some(d)) => Some(d.clone()),
+            (None, None) => None,
+        }
+    }
+
+    /// A dialog is put to the person: the session it is shown in (a delegation's child, for one
+    /// of its agent's calls), and — when it is about a delegation — that child's state
+    /// `requires_action`.
+    pub fn dialog(&mut self, interaction: &Interaction) -> (Vec<SessionUpdate>, Option<String>) {
+        let (InteractionRequest::Permission { tool_call_id, .. }
+        | InteractionRequest::SandboxBoundary { tool_call_id, .. }
+        | InteractionRequest::Question { tool_call_id, .. }) = &interaction.request;
+        let shown_in = self.session_of(tool_call_id);
+        let updates = match self.delegation_of(tool_call_id) {
+            Some((d, _)) => self.child_state(&d, "requires_action"),
+            None => vec![],
+        };
+        (updates, shown_in)
+    }
+
+    /// The child of delegation `delegation` is in `state` now: shown when it was not already.
+    fn child_state(&mut self, delegation: &str, state: &'static str) -> Vec<SessionUpdate> {
+        match self.tools.get_mut(delegation) {
+            Some(d) if !d.terminal && d.child_state != Some(state) => {
+                d.child_state = Some(state);
+                let child = d.child.clone().unwrap_or_default();
+                vec![subagents::state(&child, json!({ "state": state }))]
+            }
+            _ => vec![],
+        }
+    }
+
+    /// Something of a delegation's agent happened (its text, one of its calls): its child is
+    /// `running` (after a dialog, or for a graph's task that never said so).
+    fn child_works(&mut self, tool_call_id: &str) -> Vec<SessionUpdate> {
+        match self.delegation_of(tool_call_id) {
+            Some((d, _)) => self.child_state(&d, "running"),
+            None => vec![],
+        }
     }
 
     pub fn mark_own_turn(&mut self, turn_id: &str) {
@@ -144,7 +217,16 @@ impl Projector {
             // Live: a `notice` to a client that shows them; else its fallback, as on replay.
             F::Notice { notice, .. } if self.shows.notices => show(self.live_notice(notice)),
             F::Notice { .. } | F::Compaction { .. } => show(self.frame(&body, now)),
-            F::InteractionRequest { interaction } => vec![Effect::Ask(interaction)],
+            F::InteractionRequest { interaction } => {
+                let (waits, shown_in) = self.dialog(&interaction);
+                let mut out = if waits.is_empty() {
+                    vec![]
+                } else {
+                    show(waits)
+                };
+                out.push(Effect::Ask(interaction, shown_in));
+                out
+            }
             F::ClientCall {
                 invocation_id,
                 tool_call_id,
@@ -275,12 +357,7 @@ impl Projector {
                 self.fallback(&n.message_id, n.otherwise, &n.text)
             }
             FrameBody::Compaction { compaction, .. } => self.compaction(compaction),
-            FrameBody::ToolRunning { tool_call_id, .. } => match self.tools.get(tool_call_id) {
-                Some(t) if !t.terminal && !t.hidden => vec![SessionUpdate::ToolCallUpdate(
-                    ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress),
-                )],
-                _ => vec![],
-            },
+            FrameBody::ToolRunning { tool_call_id, .. } => self.tool_running(tool_call_id),
             FrameBody::ToolOutputDelta { .. } => self.tool_output(body, now),
             FrameBody::ToolResult { .. } => self.tool_result(body),
             // A client that shows plans by id follows `plan_state`; any other the legacy plan.
@@ -457,10 +534,27 @@ impl Projector {
         // The plan tool (shown as the plan, not as a call) is the model's own, never a
         // delegation's call, whatever its agent named it.
         let hidden = tool_name == PLAN_TOOL && parent_tool_call_id.is_none();
+        // To a client that shows subagents: a delegation (the model's `delegate` call, or a
+        // task of its `delegate_graph` call) is a child session, and its agent's calls are
+        // shown in that child.
+        let parent = parent_tool_call_id
+            .as_deref()
+            .and_then(|p| self.tools.get(p));
+        let in_child = parent
+            .and_then(|t| t.child.clone())
+            .map(|c| (parent_tool_call_id.clone().unwrap_or_default(), c));
+        let delegation = self.shows.subagents
+            && tool_name == "delegate"
+            && (parent_tool_call_id.is_none() || parent.is_some_and(|t| t.graph))
+            && subagents::names_a_task(args);
+        let child = delegation.then(|| subagents::child_id(&self.session_id, tool_call_id));
         let state = ToolState {
             command: (activity_kind == "command").then(|| title.clone()),
             display,
             hidden,
+            graph: tool_name == "delegate_graph" && parent_tool_call_id.is_none(),
+            child: child.clone(),
+            in_child: in_child.clone(),
             ..ToolState::default()
         };
         if self.tools.insert(tool_call_id.clone(), state).is_none() {
@@ -473,9 +567,13 @@ impl Projector {
         if *args_truncated {
             maka.insert("argsTruncated".into(), json!(true));
         }
-        if let Some(parent) = parent_tool_call_id {
-            // A subagent's tool call, shown under the `delegate` call that ran it.
+        if let (Some(parent), None) = (parent_tool_call_id, &in_child) {
+            // A subagent's tool call, shown under the `delegate` call that ran it (a client
+            // that shows subagents sees it in the child session instead).
             maka.insert("parentToolCallId".into(), json!(parent));
+        }
+        if let Some(c) = &child {
+            maka.insert("subagentSessionId".into(), json!(c));
         }
         let mut meta = (!maka.is_empty()).then(|| json!({ "maka": maka }));
         let mut content = vec![];
@@ -489,7 +587,7 @@ impl Projector {
         let name = name
             .clone()
             .or_else(|| parent_tool_call_id.is_none().then(|| tool_name.clone()));
-        vec![SessionUpdate::ToolCall(ToolCall {
+        let call = SessionUpdate::ToolCall(ToolCall {
             tool_call_id: tool_call_id.clone(),
             name,
             title: title.clone(),
@@ -499,7 +597,41 @@ impl Projector {
             locations: locations(tool_locations),
             content,
             meta,
-        })]
+        });
+        let mut out = vec![];
+        if let Some((d, _)) = &in_child {
+            out.extend(self.child_state(d, "running"));
+        }
+        out.push(call.in_session(in_child.as_ref().map(|(_, c)| c.as_str())));
+        if let Some(c) = &child {
+            out.extend(subagents::started(&self.session_id, c, tool_call_id, args));
+        }
+        out
+    }
+
+    /// A tool call passed its gate and runs (a delegation: its child is running; one of its
+    /// agent's calls: the child works again, when a dialog had it wait).
+    fn tool_running(&mut self, tool_call_id: &str) -> Vec<SessionUpdate> {
+        let Some(t) = self
+            .tools
+            .get(tool_call_id)
+            .filter(|t| !t.terminal && !t.hidden)
+        else {
+            return vec![];
+        };
+        let shown_in = t.in_child.as_ref().map(|(_, c)| c.clone());
+        let update = SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+            tool_call_id,
+            ToolCallStatus::InProgress,
+        ))
+        .in_session(shown_in.as_deref());
+        let works = self.child_works(tool_call_id);
+        // The child's state on the parent before its call's update, after the delegation's.
+        if shown_in.is_some() {
+            works.into_iter().chain([update]).collect()
+        } else {
+            [update].into_iter().chain(works).collect()
+        }
     }
 
     /// Live command output: throttled, or through the display terminal.
@@ -512,20 +644,31 @@ impl Projector {
         else {
             return vec![];
         };
+        let mut out = self.child_works(tool_call_id);
         let Some(t) = self.tools.get_mut(tool_call_id) else {
-            return vec![];
+            return out;
         };
         if t.terminal || t.hidden || t.client_terminal.is_some() {
-            return vec![];
+            return out;
         }
+        if let Some(child) = &t.child {
+            // A delegation's output is its agent's text: the child's answer, streaming.
+            out.push(subagents::answer_chunk(child, tool_call_id, chunk));
+            return out;
+        }
+        let shown_in = t.in_child.as_ref().map(|(_, c)| c.clone());
         if t.display {
             t.streamed = true;
-            return vec![SessionUpdate::ToolCallUpdate(ToolCallUpdate {
-                meta: Some(
-                    json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}}),
-                ),
-                ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
-            })];
+            out.push(
+                SessionUpdate::ToolCallUpdate(ToolCallUpdate {
+                    meta: Some(
+                        json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}}),
+                    ),
+                    ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
+                })
+                .in_session(shown_in.as_deref()),
+            );
+            return out;
         }
         t.output.push_str(chunk);
         t.truncated |= crate::host_api::keep_tail(&mut t.output, OUTPUT_TAIL_BYTES);
@@ -533,15 +676,19 @@ impl Projector {
         if t.last_sent
             .is_some_and(|at| now.duration_since(at) < OUTPUT_THROTTLE)
         {
-            return vec![];
+            return out;
         }
         t.last_sent = Some(now);
         t.dirty = false;
         let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
-        vec![SessionUpdate::ToolCallUpdate(
-            ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
-                .with_content(vec![ToolCallContent::text(text)]),
-        )]
+        out.push(
+            SessionUpdate::ToolCallUpdate(
+                ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
+                    .with_content(vec![ToolCallContent::text(text)]),
+            )
+            .in_session(shown_in.as_deref()),
+        );
+        out
     }
 
     /// A tool call settled: its content, its raw output, its locations.
@@ -561,14 +708,22 @@ impl Projector {
         } else {
             ToolCallStatus::Failed
         };
+        // A call of a delegation's agent settles: its child works (a delegation's own result
+        // says its child is idle instead).
+        let mut out = match self.tools.get(tool_call_id) {
+            Some(t) if t.in_child.is_some() => self.child_works(tool_call_id),
+            _ => vec![],
+        };
         let t = self.tools.entry(tool_call_id.clone()).or_default();
         if t.terminal {
-            return vec![];
+            return out;
         }
         t.terminal = true;
         if t.hidden {
-            return vec![];
+            return out;
         }
+        let shown_in = t.in_child.as_ref().map(|(_, c)| c.clone());
+        let child = t.child.clone();
         let mut update = ToolCallUpdate {
             content: Some(result_content(result, *status)),
             raw_output: Some(match result {
@@ -611,7 +766,19 @@ impl Projector {
             // Merged: a display terminal's `terminal_exit` is already in `_meta`.
             update.meta.get_or_insert_with(|| json!({}))["maka"]["truncated"] = json!(true);
         }
-        vec![SessionUpdate::ToolCallUpdate(update)]
+        let answer = match result {
+            ToolResultContent::Text { text } | ToolResultContent::Agent { text, .. } => text,
+            _ => "",
+        };
+        if let Some(c) = &child {
+            // The child's answer as the parent got it, then the call, then the child's rest.
+            out.push(subagents::answer(&self.session_id, c, tool_call_id, answer));
+        }
+        out.push(SessionUpdate::ToolCallUpdate(update).in_session(shown_in.as_deref()));
+        if let Some(c) = &child {
+            out.push(subagents::state(c, subagents::idle(*status, answer)));
+        }
+        out
     }
     /// Settles every tool call still open (a turn ended without their result): `failed`.
     pub fn close_open_tools(&mut self, why: &str) -> Vec<SessionUpdate> {
@@ -619,10 +786,20 @@ impl Projector {
         for id in std::mem::take(&mut self.order) {
             if let Some(t) = self.tools.remove(&id) {
                 if !t.terminal && !t.hidden {
-                    out.push(SessionUpdate::ToolCallUpdate(
-                        ToolCallUpdate::new(id, ToolCallStatus::Failed)
-                            .with_content(vec![ToolCallContent::text(why)]),
-                    ));
+                    let shown_in = t.in_child.as_ref().map(|(_, c)| c.as_str());
+                    out.push(
+                        SessionUpdate::ToolCallUpdate(
+                            ToolCallUpdate::new(id, ToolCallStatus::Failed)
+                                .with_content(vec![ToolCallContent::text(why)]),
+                        )
+                        .in_session(shown_in),
+                    );
+                    if let Some(c) = &t.child {
+                        out.push(subagents::state(
+                            c,
+                            subagents::idle(ToolStatus::Failed, why),
+                        ));
+                    }
                 }
             }
         }
@@ -638,10 +815,14 @@ impl Projector {
                 if t.dirty && !t.terminal && !t.hidden {
                     t.dirty = false;
                     let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
-                    out.push(SessionUpdate::ToolCallUpdate(
-                        ToolCallUpdate::new(id, ToolCallStatus::InProgress)
-                            .with_content(vec![ToolCallContent::text(text)]),
-                    ));
+                    let shown_in = t.in_child.as_ref().map(|(_, c)| c.as_str());
+                    out.push(
+                        SessionUpdate::ToolCallUpdate(
+                            ToolCallUpdate::new(id, ToolCallStatus::InProgress)
+                                .with_content(vec![ToolCallContent::text(text)]),
+                        )
+                        .in_session(shown_in),
+                    );
                 }
             }
         }
@@ -686,8 +867,9 @@ pub const TOOL_UNFINISHED: &str = "The turn ended before this tool finished.";
 pub enum Effect {
     /// Show these updates (queued in order, under the session's view lock).
     Show(Vec<SessionUpdate>),
-    /// Put this dialog to the person (a thread of its own answers the host).
-    Ask(Interaction),
+    /// Put this dialog to the person (a thread of its own answers the host), in this child
+    /// session when it is about one of a delegated agent's calls shown there.
+    Ask(Interaction, Option<String>),
     /// Make this request of the editor (a thread of its own answers the host).
     EditorCall(crate::acp::client_call::Call),
     /// The host closed this dialog or editor call: withdraw it from the editor.

@@ -409,7 +409,7 @@ fn notices_are_live_to_clients_that_show_them_and_the_same_fallback_otherwise() 
         ..Shows::default()
     };
     // A client that shows notices: the notice live, nothing on a catch-up or a reload.
-    let mut p = Projector::new(notices);
+    let mut p = Projector::new("s", notices);
     let shown = updates(&mut p, vec![live.clone()], true);
     assert_eq!(
         shown,
@@ -417,7 +417,12 @@ fn notices_are_live_to_clients_that_show_them_and_the_same_fallback_otherwise() 
             "title": "The model provider did not answer (HTTP 500); retrying in 500 ms (attempt 2 of 5)."})]
     );
     assert!(updates(&mut p, replay_frames(&item), false).is_empty());
-    assert!(updates(&mut Projector::new(notices), replay_frames(&item), false).is_empty());
+    assert!(updates(
+        &mut Projector::new("s", notices),
+        replay_frames(&item),
+        false
+    )
+    .is_empty());
     // A catch-up: a notice it was shown live is not shown again; one it missed live is.
     let caught_up = |p: &mut Projector| -> Vec<Value> {
         replay_frames(&item)
@@ -427,7 +432,7 @@ fn notices_are_live_to_clients_that_show_them_and_the_same_fallback_otherwise() 
             .collect()
     };
     assert!(caught_up(&mut p).is_empty());
-    assert_eq!(caught_up(&mut Projector::new(notices)), shown);
+    assert_eq!(caught_up(&mut Projector::new("s", notices)), shown);
     // Any other client: the same thought live and on reload, and a catch-up adds nothing.
     let mut p = Projector::default();
     let live_shown = updates(&mut p, vec![live], true);
@@ -611,7 +616,7 @@ fn every_kind_of_frame_has_its_effects() {
         ),
         (json!({"kind": "a_kind_from_a_newer_host"}), ""),
     ];
-    let mut p = Projector::new(Shows::default());
+    let mut p = Projector::new("s", Shows::default());
     let now = Instant::now();
     for (frame, expected) in table {
         let body: FrameBody =
@@ -628,7 +633,7 @@ fn every_kind_of_frame_has_its_effects() {
                         .collect::<Vec<_>>()
                         .join(",")
                 ),
-                Effect::Ask(_) => "ask".into(),
+                Effect::Ask(..) => "ask".into(),
                 Effect::EditorCall(_) => "editor_call".into(),
                 Effect::Withdraw(_) => "withdraw".into(),
                 Effect::Configuration { .. } => "configuration".into(),
@@ -659,10 +664,13 @@ fn compactions_are_shown_once_to_clients_that_show_them() {
         serde_json::from_value(json!({"kind": "compaction", "turnId": "t", "compaction": c}))
             .unwrap()
     };
-    let mut p = Projector::new(Shows {
-        compaction: true,
-        ..Shows::default()
-    });
+    let mut p = Projector::new(
+        "s",
+        Shows {
+            compaction: true,
+            ..Shows::default()
+        },
+    );
     let now = Instant::now();
     let kinds = |p: &mut Projector, f: &FrameBody| -> Vec<String> {
         shown(p, f, now)
@@ -688,10 +696,13 @@ fn compactions_are_shown_once_to_clients_that_show_them() {
     assert!(kinds(&mut p, &done).is_empty(), "a catch-up shows it again");
     assert!(kinds(&mut p, &frame("failed", json!({"error": "e"}))).is_empty());
     let failed = shown(
-        &mut Projector::new(Shows {
-            compaction: true,
-            ..Shows::default()
-        }),
+        &mut Projector::new(
+            "s",
+            Shows {
+                compaction: true,
+                ..Shows::default()
+            },
+        ),
         &frame(
             "failed",
             json!({"error": "The model returned an empty summary."}),
@@ -725,10 +736,13 @@ fn the_plan_by_id_follows_revisions_and_decisions() {
             "status": status, "entries": entries}))
         .unwrap()
     };
-    let mut p = Projector::new(Shows {
-        plan: true,
-        ..Shows::default()
-    });
+    let mut p = Projector::new(
+        "s",
+        Shows {
+            plan: true,
+            ..Shows::default()
+        },
+    );
     let now = Instant::now();
     assert!(shown(&mut p, &state(3, "approved", &json!([])), now).is_empty());
     let proposed = shown(&mut p, &state(5, "proposed", &entry), now);
@@ -761,4 +775,263 @@ fn the_plan_by_id_follows_revisions_and_decisions() {
     let mut other = Projector::default();
     assert!(shown(&mut other, &state(5, "proposed", &entry), now).is_empty());
     assert_eq!(shown(&mut other, &legacy, now)[0]["sessionUpdate"], "plan");
+}
+
+/// Updates as the client reads them, each with the session it is sent in ("s": the session).
+fn routed(updates: Vec<SessionUpdate>) -> Vec<(String, Value)> {
+    updates
+        .into_iter()
+        .map(|u| match u {
+            SessionUpdate::InChild { session_id, update } => {
+                (session_id, crate::acp::types::to_json(&*update))
+            }
+            u => ("s".to_string(), crate::acp::types::to_json(&u)),
+        })
+        .collect()
+}
+
+/// A delegation with one call of its agent that asks first, then its answer, as frames.
+fn delegation_frames() -> Vec<Value> {
+    vec![
+        json!({"kind": "tool_start", "turnId": "t", "toolCallId": "d1", "toolName": "delegate",
+            "title": "Delegate to helper", "activityKind": "tool",
+            "args": {"agent": "helper", "task": "count the files"}}),
+        json!({"kind": "tool_running", "turnId": "t", "toolCallId": "d1"}),
+        json!({"kind": "tool_start", "turnId": "t", "toolCallId": "d1.c1", "toolName": "delegate",
+            "title": "helper: ls", "activityKind": "command", "args": {"command": "ls"},
+            "parentToolCallId": "d1"}),
+        json!({"kind": "interaction_request", "interaction": {"interactionId": "i1",
+            "sessionId": "s", "turnId": "t", "status": "pending", "outcome": null,
+            "request": {"kind": "permission", "toolCallId": "d1.c1", "toolName": "delegate",
+                "title": "helper: ls", "review": "command", "rememberForTurnAllowed": false}}}),
+        json!({"kind": "tool_running", "turnId": "t", "toolCallId": "d1.c1"}),
+        json!({"kind": "tool_result", "turnId": "t", "toolCallId": "d1.c1", "status": "completed",
+            "result": {"kind": "text", "text": "a b"}}),
+        json!({"kind": "tool_output_delta", "turnId": "t", "toolCallId": "d1", "outSeq": 1,
+            "stream": "stdout", "chunk": "Two "}),
+        json!({"kind": "tool_output_delta", "turnId": "t", "toolCallId": "d1", "outSeq": 2,
+            "stream": "stdout", "chunk": "files."}),
+        json!({"kind": "tool_result", "turnId": "t", "toolCallId": "d1", "status": "completed",
+            "result": {"kind": "text", "text": "Two files."}}),
+    ]
+}
+
+fn project_all(p: &mut Projector, frames: &[Value]) -> (Vec<(String, Value)>, usize) {
+    let now = Instant::now();
+    let mut out = vec![];
+    let mut asks = 0;
+    for f in frames {
+        let body: FrameBody = serde_json::from_value(f.clone()).unwrap();
+        for e in p.apply(body, now) {
+            match e {
+                Effect::Show(u) => out.extend(routed(u)),
+                Effect::Ask(i, shown_in) => {
+                    asks += 1;
+                    let InteractionRequest::Permission { tool_call_id, .. } = &i.request else {
+                        panic!("a permission")
+                    };
+                    // Its dialog names the session its call is shown in.
+                    out.push((
+                        shown_in.unwrap_or_else(|| "s".into()),
+                        json!({"dialog": tool_call_id}),
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    (out, asks)
+}
+
+#[test]
+fn a_delegation_is_a_child_session_to_clients_that_show_subagents() {
+    let mut p = Projector::new(
+        "s",
+        Shows {
+            subagents: true,
+            ..Shows::default()
+        },
+    );
+    let (out, asks) = project_all(&mut p, &delegation_frames());
+    assert_eq!(asks, 1);
+    let said: Vec<(String, String)> = out
+        .iter()
+        .map(|(s, u)| {
+            let what = match u["sessionUpdate"].as_str() {
+                Some("subagent_update") => format!(
+                    "subagent_update {} {}",
+                    u["sessionId"].as_str().unwrap(),
+                    u["state"]["state"].as_str().unwrap_or("-")
+                ),
+                Some(k @ ("tool_call" | "tool_call_update")) => format!(
+                    "{k} {} {}",
+                    u["toolCallId"].as_str().unwrap(),
+                    u["status"].as_str().unwrap()
+                ),
+                Some(k) => format!("{k} {}", u["messageId"].as_str().unwrap()),
+                None => format!("dialog {}", u["dialog"].as_str().unwrap()),
+            };
+            (s.clone(), what)
+        })
+        .collect();
+    let want: Vec<(&str, &str)> = vec![
+        ("s", "tool_call d1 pending"),
+        ("s", "subagent_update s:d1 -"),
+        ("s:d1", "session_message d1.task"),
+        ("s", "tool_call_update d1 in_progress"),
+        ("s", "subagent_update s:d1 running"),
+        ("s:d1", "tool_call d1.c1 pending"),
+        ("s", "subagent_update s:d1 requires_action"),
+        ("s:d1", "dialog d1.c1"),
+        ("s", "subagent_update s:d1 running"),
+        ("s:d1", "tool_call_update d1.c1 in_progress"),
+        ("s:d1", "tool_call_update d1.c1 completed"),
+        ("s:d1", "session_message_chunk d1.answer"),
+        ("s:d1", "session_message_chunk d1.answer"),
+        ("s:d1", "session_message d1.answer"),
+        ("s", "tool_call_update d1 completed"),
+        ("s", "subagent_update s:d1 idle"),
+    ];
+    let want: Vec<(String, String)> = want
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    assert_eq!(said, want);
+    // The announcement names the agent and its task; the task is the child's first message,
+    // from the parent; the answer goes to the parent, whole; the delegate call links its child.
+    assert_eq!(out[0].1["_meta"]["maka"]["subagentSessionId"], "s:d1");
+    assert!(out[0].1["_meta"]["maka"].get("parentToolCallId").is_none());
+    assert_eq!(out[1].1["title"], "helper");
+    assert_eq!(out[1].1["description"], "count the files");
+    assert_eq!(out[2].1["senderSessionId"], "s");
+    assert_eq!(out[2].1["content"][0]["text"], "count the files");
+    assert_eq!(out[5].1["_meta"], Value::Null, "{}", out[5].1);
+    assert_eq!(out[11].1["content"]["text"], "Two ");
+    assert_eq!(out[13].1["recipientSessionId"], "s");
+    assert_eq!(out[13].1["content"][0]["text"], "Two files.");
+    assert_eq!(out[15].1["state"]["stopReason"], "end_turn");
+    // The delegate call's own content is its result, not the agent's streamed text.
+    assert_eq!(out[14].1["content"][0]["content"]["text"], "Two files.");
+    assert!(out
+        .iter()
+        .filter(|(s, _)| s == "s")
+        .all(|(_, u)| u["sessionUpdate"] != "tool_call_update" || u["toolCallId"] == "d1"));
+}
+
+#[test]
+fn without_subagents_a_delegation_is_folded_into_its_call_as_before() {
+    let (out, _) = project_all(
+        &mut Projector::new("s", Shows::default()),
+        &delegation_frames(),
+    );
+    assert!(out.iter().all(|(s, _)| s == "s"), "{out:?}");
+    let kinds: Vec<&str> = out
+        .iter()
+        .filter_map(|(_, u)| u["sessionUpdate"].as_str())
+        .collect();
+    assert!(kinds
+        .iter()
+        .all(|k| *k == "tool_call" || *k == "tool_call_update"));
+    let child = out
+        .iter()
+        .find(|(_, u)| u["toolCallId"] == "d1.c1")
+        .unwrap();
+    assert_eq!(child.1["_meta"]["maka"]["parentToolCallId"], "d1");
+    assert!(out[0].1.get("_meta").is_none(), "{}", out[0].1);
+    // The agent's text streams into the delegate call's content.
+    assert!(out.iter().any(|(_, u)| u["toolCallId"] == "d1"
+        && u["status"] == "in_progress"
+        && u["content"][0]["content"]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("Two"))));
+}
+
+#[test]
+fn a_graph_task_is_a_child_and_an_unsettled_delegation_ends_idle_with_an_error() {
+    let mut p = Projector::new(
+        "s",
+        Shows {
+            subagents: true,
+            ..Shows::default()
+        },
+    );
+    let frames = vec![
+        json!({"kind": "tool_start", "turnId": "t", "toolCallId": "g", "toolName": "delegate_graph",
+            "title": "Delegate 1 task", "activityKind": "tool", "args": {"tasks": []}}),
+        json!({"kind": "tool_start", "turnId": "t", "toolCallId": "g.a", "toolName": "delegate",
+            "title": "helper: x", "activityKind": "tool", "args": {"agent": "helper", "task": "x"},
+            "parentToolCallId": "g", "name": "delegate"}),
+        json!({"kind": "tool_start", "turnId": "t", "toolCallId": "g.a.1", "toolName": "delegate",
+            "title": "helper: read", "activityKind": "read", "args": {}, "parentToolCallId": "g.a"}),
+    ];
+    let (out, _) = project_all(&mut p, &frames);
+    assert!(out[0].1.get("_meta").is_none());
+    // The task stays under its graph call in the parent, and is a child of its own.
+    assert_eq!(out[1].1["_meta"]["maka"]["parentToolCallId"], "g");
+    assert_eq!(out[1].1["_meta"]["maka"]["subagentSessionId"], "s:g.a");
+    assert_eq!(out[2].1["sessionUpdate"], "subagent_update");
+    // A graph's task never says it runs: its agent's first call does.
+    assert_eq!(out[4].0, "s");
+    assert_eq!(out[4].1["state"]["state"], "running");
+    assert_eq!(out[5].0, "s:g.a");
+    assert_eq!(out[5].1["toolCallId"], "g.a.1");
+    let end = routed(p.close_open_tools(TOOL_UNFINISHED));
+    let idle = end
+        .iter()
+        .find(|(_, u)| u["sessionUpdate"] == "subagent_update")
+        .unwrap();
+    assert_eq!(idle.1["state"]["stopReason"], "error");
+    assert_eq!(idle.1["state"]["error"]["message"], TOOL_UNFINISHED);
+    assert!(end
+        .iter()
+        .any(|(s, u)| s == "s:g.a" && u["toolCallId"] == "g.a.1" && u["status"] == "failed"));
+}
+
+#[test]
+fn a_dialog_about_the_delegation_itself_has_its_child_wait_until_its_agent_works_again() {
+    let mut p = Projector::new(
+        "s",
+        Shows {
+            subagents: true,
+            ..Shows::default()
+        },
+    );
+    let frames = vec![
+        // A call that names no task starts no agent: no child for it.
+        json!({"kind": "tool_start", "turnId": "t", "toolCallId": "d0", "toolName": "delegate",
+            "title": "Delegate", "activityKind": "tool", "args": {"agent": "helper"}}),
+        json!({"kind": "tool_start", "turnId": "t", "toolCallId": "d1", "toolName": "delegate",
+            "title": "Delegate to helper", "activityKind": "tool",
+            "args": {"agent": "helper", "task": "run it"}}),
+        json!({"kind": "tool_running", "turnId": "t", "toolCallId": "d1"}),
+        // The gate on the agent's own command (it never announced a call): about `d1`.
+        json!({"kind": "interaction_request", "interaction": {"interactionId": "i1",
+            "sessionId": "s", "turnId": "t", "status": "pending", "outcome": null,
+            "request": {"kind": "permission", "toolCallId": "d1", "toolName": "delegate",
+                "title": "helper: run make", "review": "command",
+                "rememberForTurnAllowed": false}}}),
+        json!({"kind": "tool_output_delta", "turnId": "t", "toolCallId": "d1", "outSeq": 1,
+            "stream": "stdout", "chunk": "Ran."}),
+    ];
+    let (out, asks) = project_all(&mut p, &frames);
+    assert_eq!(asks, 1);
+    assert!(out[0].1["_meta"].is_null(), "{}", out[0].1);
+    let states: Vec<(String, Value)> = out
+        .iter()
+        .filter(|(_, u)| u["sessionUpdate"] == "subagent_update")
+        .map(|(s, u)| (s.clone(), u["state"]["state"].clone()))
+        .collect();
+    let want: Vec<(String, Value)> = [
+        Value::Null,
+        json!("running"),
+        json!("requires_action"),
+        json!("running"),
+    ]
+    .into_iter()
+    .map(|v| ("s".to_string(), v))
+    .collect();
+    assert_eq!(states, want);
+    // The dialog about the delegation itself is the parent's (its call is the parent's).
+    assert!(out.contains(&("s".to_string(), json!({"dialog": "d1"}))));
+    assert!(out.iter().all(|(_, u)| u["sessionId"] != "s:d0"));
 }

@@ -1,0 +1,137 @@
+//! A delegation as ACP's subagent session (unstable; only for a client that advertises
+//! `clientCapabilities.subagents`): the `delegate` call of the parent session stays its tool
+//! call, and the agent it runs becomes a child session of its own —
+//!
+//! - announced on the parent (`subagent_update`: the agent's name, the task) when the call
+//!   starts, before anything of the child is shown;
+//! - the task is the child's first message, from the parent (`session_message`);
+//! - its work state is patched on the parent: `running` when the call runs, `requires_action`
+//!   while one of its dialogs waits, `idle` with the stop reason when the call settles;
+//! - its text streams as its answer to the parent (`session_message_chunk`), and the answer
+//!   as settled replaces it (`session_message` with the content): live and replayed, the
+//!   child ends with the same answer (the streamed pieces are not stored, the answer is);
+//! - its tool calls and their dialogs carry the child's session id.
+//!
+//! The child's id is the parent's and the call's, so a replay names the same child.
+
+use crate::acp::types::{ContentBlock, SessionMessage, SessionUpdate, Subagent};
+use crate::host_api::wire::ToolStatus;
+use serde_json::{json, Value};
+
+/// Whether a `delegate` call's arguments name an agent and a task: only such a call can start
+/// one (any other fails at once, and is shown as the failed tool call it is).
+pub fn names_a_task(args: &Value) -> bool {
+    let named = |k| {
+        args.get(k)
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.trim().is_empty())
+    };
+    named("agent") && named("task")
+}
+
+/// The child session a delegation call runs in.
+pub fn child_id(parent: &str, tool_call_id: &str) -> String {
+    format!("{parent}:{tool_call_id}")
+}
+
+/// The updates that start a child: its announcement (on the parent), then the task (on the
+/// child).
+pub fn started(parent: &str, child: &str, tool_call_id: &str, args: &Value) -> Vec<SessionUpdate> {
+    let agent = args.get("agent").and_then(Value::as_str);
+    let task = args.get("task").and_then(Value::as_str).unwrap_or("");
+    let mut out = vec![SessionUpdate::SubagentUpdate(Subagent {
+        session_id: child.to_string(),
+        title: agent.map(str::to_string),
+        description: (!task.is_empty()).then(|| short(task, 200)),
+        state: None,
+        meta: Some(json!({"maka": {"toolCallId": tool_call_id}})),
+    })];
+    if !task.is_empty() {
+        out.push(
+            SessionUpdate::SessionMessage(SessionMessage {
+                message_id: task_id(tool_call_id),
+                sender_session_id: Some(parent.to_string()),
+                recipient_session_id: None,
+                content: Some(vec![text(task)]),
+            })
+            .in_session(Some(child)),
+        );
+    }
+    out
+}
+
+/// The child's work state, on the parent.
+pub fn state(child: &str, state: Value) -> SessionUpdate {
+    SessionUpdate::SubagentUpdate(Subagent {
+        session_id: child.to_string(),
+        title: None,
+        description: None,
+        state: Some(state),
+        meta: None,
+    })
+}
+
+/// Idle, with why its work stopped (a failure's message as a JSON-RPC error).
+pub fn idle(status: ToolStatus, why: &str) -> Value {
+    match status {
+        ToolStatus::Completed => json!({"state": "idle", "stopReason": "end_turn"}),
+        ToolStatus::Cancelled => json!({"state": "idle", "stopReason": "cancelled"}),
+        ToolStatus::Failed => json!({"state": "idle", "stopReason": "error",
+            "error": {"code": crate::jsonrpc::code::INTERNAL_ERROR,
+                      "message": short(first_line(why), 300)}}),
+    }
+}
+
+/// A piece of the child's answer, as it streams (on the child).
+pub fn answer_chunk(child: &str, tool_call_id: &str, piece: &str) -> SessionUpdate {
+    SessionUpdate::SessionMessageChunk {
+        message_id: answer_id(tool_call_id),
+        content: text(piece),
+    }
+    .in_session(Some(child))
+}
+
+/// The child's answer as settled, to the parent (on the child): it replaces what streamed.
+pub fn answer(parent: &str, child: &str, tool_call_id: &str, answer: &str) -> SessionUpdate {
+    SessionUpdate::SessionMessage(SessionMessage {
+        message_id: answer_id(tool_call_id),
+        sender_session_id: None,
+        recipient_session_id: Some(parent.to_string()),
+        content: Some(if answer.is_empty() {
+            vec![]
+        } else {
+            vec![text(answer)]
+        }),
+    })
+    .in_session(Some(child))
+}
+
+fn task_id(tool_call_id: &str) -> String {
+    format!("{tool_call_id}.task")
+}
+
+fn answer_id(tool_call_id: &str) -> String {
+    format!("{tool_call_id}.answer")
+}
+
+fn text(t: &str) -> ContentBlock {
+    ContentBlock::Text {
+        text: t.to_string(),
+    }
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().find(|l| !l.trim().is_empty()).unwrap_or(s)
+}
+
+/// At most `max` bytes of `s`, cut on a character boundary, with `…` when anything was cut.
+fn short(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", s[..end].trim_end())
+}
