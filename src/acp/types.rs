@@ -109,12 +109,26 @@ pub struct Subagent {
     pub title: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    /// `{"state": "running" | "requires_action" | "unknown"}`, or `idle` with its `stopReason`
-    /// (and an `error` when the delegation failed).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<Value>,
-    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    pub meta: Option<Value>,
+    pub state: Option<ChildState>,
+}
+
+/// A child's work state: `running`, `requires_action`, or `idle` with its `stopReason` (and,
+/// for `error`, the failure as a JSON-RPC error object).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChildState {
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ChildError>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ChildError {
+    pub code: i32,
+    pub message: String,
 }
 
 /// `session_message`: who sent it to whom, and (when known whole) its content.

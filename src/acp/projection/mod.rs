@@ -125,12 +125,33 @@ impl Projector {
     pub fn attach_terminal(&mut self, tool_call_id: &str, terminal_id: &str) -> SessionUpdate {
         let t = self.tools.entry(tool_call_id.to_string()).or_default();
         t.client_terminal = Some(terminal_id.to_string());
-        let child = t.in_child.as_ref().map(|(_, c)| c.clone());
-        SessionUpdate::ToolCallUpdate(
+        let update = SessionUpdate::ToolCallUpdate(
             ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
                 .with_content(vec![ToolCallContent::terminal(terminal_id)]),
-        )
-        .in_session(child.as_deref())
+        );
+        self.placed(update)
+    }
+
+    /// A tool call's update, in the child session its call is shown in, if any (a delegation's
+    /// own call, to a client that shows subagents); any other update as it is.
+    fn placed(&self, update: SessionUpdate) -> SessionUpdate {
+        let id = match &update {
+            SessionUpdate::ToolCall(c) => &c.tool_call_id,
+            SessionUpdate::ToolCallUpdate(u) => &u.tool_call_id,
+            _ => return update,
+        };
+        match self.session_of(id) {
+            Some(child) => update.in_session(Some(&child)),
+            None => update,
+        }
+    }
+
+    /// [`Projector::placed`], for each.
+    fn place_all(&self, updates: Vec<SessionUpdate>) -> Vec<SessionUpdate> {
+        if !self.shows.subagents {
+            return updates;
+        }
+        updates.into_iter().map(|u| self.placed(u)).collect()
     }
 
     /// The child session tool call `tool_call_id` is shown in, when it is a delegation's own
@@ -172,7 +193,7 @@ impl Projector {
             Some(d) if !d.terminal && d.child_state != Some(state) => {
                 d.child_state = Some(state);
                 let child = d.child.clone().unwrap_or_default();
-                vec![subagents::state(&child, json!({ "state": state }))]
+                vec![subagents::state(&child, subagents::working(state))]
             }
             _ => vec![],
         }
@@ -314,6 +335,12 @@ impl Projector {
 
     /// The updates (each the value of `params.update`) a frame shows.
     pub fn frame(&mut self, body: &FrameBody, now: Instant) -> Vec<SessionUpdate> {
+        let updates = self.updates_of(body, now);
+        self.place_all(updates)
+    }
+
+    /// A frame's updates, each still of this session ([`Projector::frame`] places them).
+    fn updates_of(&mut self, body: &FrameBody, now: Instant) -> Vec<SessionUpdate> {
         match body {
             FrameBody::TurnStarted {
                 turn_id,
@@ -602,7 +629,7 @@ impl Projector {
         if let Some((d, _)) = &in_child {
             out.extend(self.child_state(d, "running"));
         }
-        out.push(call.in_session(in_child.as_ref().map(|(_, c)| c.as_str())));
+        out.push(call);
         if let Some(c) = &child {
             out.extend(subagents::started(&self.session_id, c, tool_call_id, args));
         }
@@ -619,19 +646,15 @@ impl Projector {
         else {
             return vec![];
         };
-        let shown_in = t.in_child.as_ref().map(|(_, c)| c.clone());
+        let in_child = t.in_child.is_some();
         let update = SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
             tool_call_id,
             ToolCallStatus::InProgress,
-        ))
-        .in_session(shown_in.as_deref());
-        let works = self.child_works(tool_call_id);
+        ));
+        let mut out = self.child_works(tool_call_id);
         // The child's state on the parent before its call's update, after the delegation's.
-        if shown_in.is_some() {
-            works.into_iter().chain([update]).collect()
-        } else {
-            [update].into_iter().chain(works).collect()
-        }
+        out.insert(if in_child { out.len() } else { 0 }, update);
+        out
     }
 
     /// Live command output: throttled, or through the display terminal.
@@ -656,18 +679,14 @@ impl Projector {
             out.push(subagents::answer_chunk(child, tool_call_id, chunk));
             return out;
         }
-        let shown_in = t.in_child.as_ref().map(|(_, c)| c.clone());
         if t.display {
             t.streamed = true;
-            out.push(
-                SessionUpdate::ToolCallUpdate(ToolCallUpdate {
-                    meta: Some(
-                        json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}}),
-                    ),
-                    ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
-                })
-                .in_session(shown_in.as_deref()),
-            );
+            out.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate {
+                meta: Some(
+                    json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}}),
+                ),
+                ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
+            }));
             return out;
         }
         t.output.push_str(chunk);
@@ -681,13 +700,10 @@ impl Projector {
         t.last_sent = Some(now);
         t.dirty = false;
         let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
-        out.push(
-            SessionUpdate::ToolCallUpdate(
-                ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
-                    .with_content(vec![ToolCallContent::text(text)]),
-            )
-            .in_session(shown_in.as_deref()),
-        );
+        out.push(SessionUpdate::ToolCallUpdate(
+            ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
+                .with_content(vec![ToolCallContent::text(text)]),
+        ));
         out
     }
 
@@ -722,7 +738,6 @@ impl Projector {
         if t.hidden {
             return out;
         }
-        let shown_in = t.in_child.as_ref().map(|(_, c)| c.clone());
         let child = t.child.clone();
         let mut update = ToolCallUpdate {
             content: Some(result_content(result, *status)),
@@ -774,7 +789,7 @@ impl Projector {
             // The child's answer as the parent got it, then the call, then the child's rest.
             out.push(subagents::answer(&self.session_id, c, tool_call_id, answer));
         }
-        out.push(SessionUpdate::ToolCallUpdate(update).in_session(shown_in.as_deref()));
+        out.push(SessionUpdate::ToolCallUpdate(update));
         if let Some(c) = &child {
             out.push(subagents::state(c, subagents::idle(*status, answer)));
         }
@@ -787,6 +802,7 @@ impl Projector {
             if let Some(t) = self.tools.remove(&id) {
                 if !t.terminal && !t.hidden {
                     let shown_in = t.in_child.as_ref().map(|(_, c)| c.as_str());
+                    // Placed here: its state is gone once the turn's calls are settled.
                     out.push(
                         SessionUpdate::ToolCallUpdate(
                             ToolCallUpdate::new(id, ToolCallStatus::Failed)
@@ -815,18 +831,14 @@ impl Projector {
                 if t.dirty && !t.terminal && !t.hidden {
                     t.dirty = false;
                     let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
-                    let shown_in = t.in_child.as_ref().map(|(_, c)| c.as_str());
-                    out.push(
-                        SessionUpdate::ToolCallUpdate(
-                            ToolCallUpdate::new(id, ToolCallStatus::InProgress)
-                                .with_content(vec![ToolCallContent::text(text)]),
-                        )
-                        .in_session(shown_in),
-                    );
+                    out.push(SessionUpdate::ToolCallUpdate(
+                        ToolCallUpdate::new(id, ToolCallStatus::InProgress)
+                            .with_content(vec![ToolCallContent::text(text)]),
+                    ));
                 }
             }
         }
-        out
+        self.place_all(out)
     }
 
     /// Call after a turn's terminal frame (once its open tools are settled with

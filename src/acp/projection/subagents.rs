@@ -14,9 +14,11 @@
 //!
 //! The child's id is the parent's and the call's, so a replay names the same child.
 
-use crate::acp::types::{ContentBlock, SessionMessage, SessionUpdate, Subagent};
+use crate::acp::types::{
+    ChildError, ChildState, ContentBlock, SessionMessage, SessionUpdate, Subagent,
+};
 use crate::host_api::wire::ToolStatus;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 /// Whether a `delegate` call's arguments name an agent and a task: only such a call can start
 /// one (any other fails at once, and is shown as the failed tool call it is).
@@ -44,7 +46,6 @@ pub fn started(parent: &str, child: &str, tool_call_id: &str, args: &Value) -> V
         title: agent.map(str::to_string),
         description: (!task.is_empty()).then(|| short(task, 200)),
         state: None,
-        meta: Some(json!({"maka": {"toolCallId": tool_call_id}})),
     })];
     if !task.is_empty() {
         out.push(
@@ -61,24 +62,45 @@ pub fn started(parent: &str, child: &str, tool_call_id: &str, args: &Value) -> V
 }
 
 /// The child's work state, on the parent.
-pub fn state(child: &str, state: Value) -> SessionUpdate {
+pub fn state(child: &str, state: ChildState) -> SessionUpdate {
     SessionUpdate::SubagentUpdate(Subagent {
         session_id: child.to_string(),
         title: None,
         description: None,
         state: Some(state),
-        meta: None,
     })
 }
 
+/// `running` or `requires_action`.
+pub fn working(state: &'static str) -> ChildState {
+    ChildState {
+        state,
+        stop_reason: None,
+        error: None,
+    }
+}
+
 /// Idle, with why its work stopped (a failure's message as a JSON-RPC error).
-pub fn idle(status: ToolStatus, why: &str) -> Value {
-    match status {
-        ToolStatus::Completed => json!({"state": "idle", "stopReason": "end_turn"}),
-        ToolStatus::Cancelled => json!({"state": "idle", "stopReason": "cancelled"}),
-        ToolStatus::Failed => json!({"state": "idle", "stopReason": "error",
-            "error": {"code": crate::jsonrpc::code::INTERNAL_ERROR,
-                      "message": short(first_line(why), 300)}}),
+pub fn idle(status: ToolStatus, why: &str) -> ChildState {
+    let (reason, error) = match status {
+        ToolStatus::Completed => ("end_turn", None),
+        ToolStatus::Cancelled => ("cancelled", None),
+        ToolStatus::Failed => {
+            let line = why.lines().find(|l| !l.trim().is_empty()).unwrap_or(why);
+            let code = crate::jsonrpc::code::INTERNAL_ERROR;
+            (
+                "error",
+                Some(ChildError {
+                    code,
+                    message: short(line, 300),
+                }),
+            )
+        }
+    };
+    ChildState {
+        state: "idle",
+        stop_reason: Some(reason),
+        error,
     }
 }
 
@@ -118,10 +140,6 @@ fn text(t: &str) -> ContentBlock {
     ContentBlock::Text {
         text: t.to_string(),
     }
-}
-
-fn first_line(s: &str) -> &str {
-    s.lines().find(|l| !l.trim().is_empty()).unwrap_or(s)
 }
 
 /// At most `max` bytes of `s`, cut on a character boundary, with `…` when anything was cut.
