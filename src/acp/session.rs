@@ -38,9 +38,10 @@ pub struct Shared {
 impl Shared {
     /// Enqueues one `session/update` (of a child session, for an update that belongs to one).
     pub fn update(&self, session_id: &str, update: &SessionUpdate) {
-        if let SessionUpdate::InChild { session_id, update } = update {
-            return self.update(session_id, update);
-        }
+        let (session_id, update) = match update {
+            SessionUpdate::InChild { session_id, update } => (session_id.as_str(), &**update),
+            update => (session_id, update),
+        };
         #[derive(serde::Serialize)]
         #[serde(rename_all = "camelCase")]
         struct Params<'a> {

@@ -538,6 +538,9 @@ impl Projector {
     }
 
     /// A tool call starts: shown once (a catch-up may replay its start).
+    // Not inlined (nor the other tool arms): the per-frame match stays small, and the text
+    // path through it fast (inlined, they cost 10 % of chunks/s: docs/benchmarks.md).
+    #[inline(never)]
     fn tool_start(&mut self, body: &FrameBody) -> Vec<SessionUpdate> {
         let FrameBody::ToolStart {
             tool_call_id,
@@ -638,6 +641,7 @@ impl Projector {
 
     /// A tool call passed its gate and runs (a delegation: its child is running; one of its
     /// agent's calls: the child works again, when a dialog had it wait).
+    #[inline(never)]
     fn tool_running(&mut self, tool_call_id: &str) -> Vec<SessionUpdate> {
         let Some(t) = self
             .tools
@@ -658,6 +662,7 @@ impl Projector {
     }
 
     /// Live command output: throttled, or through the display terminal.
+    #[inline(never)]
     fn tool_output(&mut self, body: &FrameBody, now: Instant) -> Vec<SessionUpdate> {
         let FrameBody::ToolOutputDelta {
             tool_call_id,
@@ -708,6 +713,7 @@ impl Projector {
     }
 
     /// A tool call settled: its content, its raw output, its locations.
+    #[inline(never)]
     fn tool_result(&mut self, body: &FrameBody) -> Vec<SessionUpdate> {
         let FrameBody::ToolResult {
             tool_call_id,
