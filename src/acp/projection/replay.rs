@@ -116,51 +116,8 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
             text,
             thinking,
         } => assistant_frames(turn_id, message_id, text.as_deref(), thinking.as_deref()),
-        TranscriptBody::ToolCall {
-            tool_call_id,
-            tool_name,
-            title,
-            activity_kind,
-            args,
-            locations,
-            parent_tool_call_id,
-            name,
-            ..
-        } => vec![FrameBody::ToolStart {
-            turn_id,
-            tool_call_id: tool_call_id.clone(),
-            tool_name: tool_name.clone(),
-            title: title.clone(),
-            activity_kind: activity_kind.clone(),
-            args: args.clone(),
-            args_truncated: false,
-            locations: locations.clone(),
-            parent_tool_call_id: parent_tool_call_id.clone(),
-            name: name.clone(),
-        }],
-        TranscriptBody::ToolResult {
-            tool_call_id,
-            status,
-            result,
-            truncated,
-            ran,
-        } => {
-            let mut out = vec![];
-            if *ran {
-                out.push(FrameBody::ToolRunning {
-                    turn_id: turn_id.clone(),
-                    tool_call_id: tool_call_id.clone(),
-                });
-            }
-            out.push(FrameBody::ToolResult {
-                turn_id,
-                tool_call_id: tool_call_id.clone(),
-                status: *status,
-                result: result.clone(),
-                truncated: *truncated,
-                duration_ms: None,
-            });
-            out
+        TranscriptBody::ToolCall { .. } | TranscriptBody::ToolResult { .. } => {
+            tool_frames(turn_id, &item.body)
         }
         TranscriptBody::Notice(notice) => vec![FrameBody::Notice {
             turn_id,
@@ -213,5 +170,58 @@ pub fn replay_frames(item: &TranscriptItem) -> Vec<FrameBody> {
         TranscriptBody::Usage { .. } => vec![],
         // Written by a newer host: nothing this build knows how to show.
         TranscriptBody::Unknown => vec![],
+    }
+}
+
+/// A tool call's item as the frames it was: its start, or its run and result.
+fn tool_frames(turn_id: String, body: &TranscriptBody) -> Vec<FrameBody> {
+    match body {
+        TranscriptBody::ToolCall {
+            tool_call_id,
+            tool_name,
+            title,
+            activity_kind,
+            args,
+            locations,
+            parent_tool_call_id,
+            name,
+            ..
+        } => vec![FrameBody::ToolStart {
+            turn_id,
+            tool_call_id: tool_call_id.clone(),
+            tool_name: tool_name.clone(),
+            title: title.clone(),
+            activity_kind: activity_kind.clone(),
+            args: args.clone(),
+            args_truncated: false,
+            locations: locations.clone(),
+            parent_tool_call_id: parent_tool_call_id.clone(),
+            name: name.clone(),
+        }],
+        TranscriptBody::ToolResult {
+            tool_call_id,
+            status,
+            result,
+            truncated,
+            ran,
+        } => {
+            let mut out = vec![];
+            if *ran {
+                out.push(FrameBody::ToolRunning {
+                    turn_id: turn_id.clone(),
+                    tool_call_id: tool_call_id.clone(),
+                });
+            }
+            out.push(FrameBody::ToolResult {
+                turn_id,
+                tool_call_id: tool_call_id.clone(),
+                status: *status,
+                result: result.clone(),
+                truncated: *truncated,
+                duration_ms: None,
+            });
+            out
+        }
+        _ => vec![],
     }
 }
