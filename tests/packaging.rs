@@ -336,6 +336,28 @@ fn the_registry_manifest_and_icon_follow_the_registrys_rules() {
         "only what scripts/dist builds is listed"
     );
 
+    // npx and uvx: the package names scripts/package-npm and scripts/package-wheel build,
+    // pinned to this version exactly (the registry's build rejects `@latest` and a version
+    // other than the entry's).
+    let launcher: Value = serde_json::from_str(&read("dist/npm/maka-acp/package.json")).unwrap();
+    assert_eq!(launcher["version"], version, "the npm launcher's version");
+    for (kind, want) in [
+        (
+            "npx",
+            format!("{}@{version}", launcher["name"].as_str().unwrap()),
+        ),
+        ("uvx", format!("{}=={version}", env!("CARGO_PKG_NAME"))),
+    ] {
+        let entry = dist[kind].as_object().unwrap();
+        for k in entry.keys() {
+            assert!(
+                ["package", "args", "env"].contains(&k.as_str()),
+                "{kind}: {k}"
+            );
+        }
+        assert_eq!(entry["package"], want.as_str(), "{kind}");
+    }
+
     // The icon: square, 16×16, monochrome through currentColor.
     let svg = read("dist/icon.svg");
     let attr = |name: &str| -> Option<String> {
@@ -365,4 +387,57 @@ fn the_registry_manifest_and_icon_follow_the_registrys_rules() {
         !svg.contains("<image") && !svg.contains("<script"),
         "vector only"
     );
+}
+
+/// `npx maka-acp`: the npm packages made from this build's binary, packed, installed from the
+/// tarballs into an empty prefix with no registry, and `npx --offline maka-acp` answering an
+/// ACP `initialize` (scripts/package-npm does and checks each step; CI runs it on the release
+/// binary too).
+#[test]
+fn the_npm_packages_install_offline_and_npx_runs_the_agent() {
+    package_route(
+        "scripts/package-npm",
+        &["npx --offline maka-acp: initialize answered"],
+    );
+}
+
+/// `uvx maka-acp`: the wheel made from this build's binary (its manylinux tag read off the
+/// binary), installed with pip into an empty venv with no index, then run by uvx from the
+/// wheel, offline; each answers an ACP `initialize`.
+#[test]
+fn the_wheel_installs_with_pip_and_runs_with_uvx() {
+    package_route(
+        "scripts/package-wheel",
+        &[
+            "venv/bin/maka-acp: initialize answered",
+            "uvx --offline",
+            "-py3-none-manylinux_2_",
+        ],
+    );
+}
+
+fn package_route(script: &str, expect: &[&str]) {
+    let out_dir = root().join("target/packaging-test").join(
+        Path::new(script)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .as_ref(),
+    );
+    let out = Command::new(root().join(script))
+        .args(["--binary", env!("CARGO_BIN_EXE_maka-acp"), "--out"])
+        .arg(&out_dir)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for e in expect {
+        assert!(stdout.contains(e), "{script} printed no {e:?}:\n{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&out_dir);
 }
