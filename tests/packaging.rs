@@ -391,32 +391,41 @@ fn the_registry_manifest_and_icon_follow_the_registrys_rules() {
 
 /// `npx maka-acp`: the npm packages made from this build's binary, packed, installed from the
 /// tarballs into an empty prefix with no registry, and `npx --offline maka-acp` answering an
-/// ACP `initialize` (scripts/package-npm does and checks each step; CI runs it on the release
-/// binary too).
+/// ACP `initialize`; then `npx -y maka-acp@<version>` (the registry entry's string) from a
+/// loopback registry holding the two tarballs, npm picking the platform package itself
+/// (scripts/package-npm does and checks each step; CI runs it on the release binary too).
 #[test]
 fn the_npm_packages_install_offline_and_npx_runs_the_agent() {
+    let version = env!("CARGO_PKG_VERSION");
     package_route(
         "scripts/package-npm",
-        &["npx --offline maka-acp: initialize answered"],
-    );
-}
-
-/// `uvx maka-acp`: the wheel made from this build's binary (its manylinux tag read off the
-/// binary), installed with pip into an empty venv with no index, then run by uvx from the
-/// wheel, offline; each answers an ACP `initialize`.
-#[test]
-fn the_wheel_installs_with_pip_and_runs_with_uvx() {
-    package_route(
-        "scripts/package-wheel",
         &[
-            "venv/bin/maka-acp: initialize answered",
-            "uvx --offline",
-            "-py3-none-manylinux_2_",
+            "npx --offline maka-acp: initialize answered".to_string(),
+            format!("npx -y maka-acp@{version}: initialize answered"),
         ],
     );
 }
 
-fn package_route(script: &str, expect: &[&str]) {
+/// `uvx maka-acp`: the wheel made from this build's binary (its manylinux tag read off the
+/// binary), installed with pip into an empty venv with no index and run (also as
+/// `python -m maka_acp`), then run by uvx from the wheel and as the registry entry names it
+/// (`maka-acp==<version>`, found in a local folder), offline; each answers an ACP `initialize`.
+#[test]
+fn the_wheel_installs_with_pip_and_runs_with_uvx() {
+    let version = env!("CARGO_PKG_VERSION");
+    package_route(
+        "scripts/package-wheel",
+        &[
+            "venv/bin/maka-acp: initialize answered".to_string(),
+            "-m maka_acp: initialize answered".to_string(),
+            "maka-acp: initialize answered".to_string(),
+            format!("maka-acp=={version}: initialize answered"),
+            "-py3-none-manylinux_2_".to_string(),
+        ],
+    );
+}
+
+fn package_route(script: &str, expect: &[String]) {
     let out_dir = root().join("target/packaging-test").join(
         Path::new(script)
             .file_name()
@@ -437,7 +446,10 @@ fn package_route(script: &str, expect: &[&str]) {
         String::from_utf8_lossy(&out.stderr)
     );
     for e in expect {
-        assert!(stdout.contains(e), "{script} printed no {e:?}:\n{stdout}");
+        assert!(
+            stdout.contains(e.as_str()),
+            "{script} printed no {e:?}:\n{stdout}"
+        );
     }
     let _ = std::fs::remove_dir_all(&out_dir);
 }

@@ -32,8 +32,12 @@ def platform_tag(binary):
         sys.exit(f"{binary} links no libc dynamically; this builder makes manylinux wheels only")
     if needed - ALLOWED_LIBS:
         sys.exit(f"{binary} links {sorted(needed - ALLOWED_LIBS)}, which manylinux does not allow")
-    symbols = subprocess.run(["objdump", "-T", binary], capture_output=True, text=True, check=True).stdout
-    minor = max(int(m) for m in re.findall(r"GLIBC_2\.(\d+)", symbols))
+    # The glibc versions it needs, from its version references: GLIBC_2.N, and
+    # GLIBC_ABI_DT_RELR (packed relocations) which only glibc 2.36 provides.
+    references = headers[headers.find("Version References:"):]
+    minor = max(int(m) for m in re.findall(r"\bGLIBC_2\.(\d+)", references))
+    if "GLIBC_ABI_DT_RELR" in references:
+        minor = max(minor, 36)
     return f"manylinux_2_{minor}_x86_64", sorted(needed), minor
 
 
@@ -68,7 +72,7 @@ def main():
         (f"{dist}-{version}.dist-info/WHEEL", wheel.encode(), False),
     ]
     for lic in ["LICENSE-MIT", "LICENSE-APACHE"]:
-        files.append((f"{dist}-{version}.dist-info/licenses/{lic}",
+        files.append((f"{dist}-{version}.dist-info/{lic}",
                       open(os.path.join(ROOT, lic), "rb").read(), False))
     record_path = f"{dist}-{version}.dist-info/RECORD"
     record = io.StringIO()

@@ -7,6 +7,7 @@
 "use strict";
 
 const { spawn } = require("node:child_process");
+const { constants } = require("node:os");
 
 const key = `${process.platform}-${process.arch}`;
 const pkg = `maka-acp-${key}`;
@@ -34,8 +35,14 @@ child.on("error", (e) => {
 });
 child.on("exit", (code, signal) => {
   if (signal) {
-    process.removeAllListeners(signal);
-    process.kill(process.pid, signal);
+    // Die of the same signal where Node lets it kill (SIGTERM, SIGSEGV, ...). Node ignores
+    // SIGPIPE and takes SIGUSR1 for its debugger, so those, or a re-raise that returns, end
+    // in the shell's convention instead: 128 + the signal's number.
+    if (signal !== "SIGPIPE" && signal !== "SIGUSR1") {
+      process.removeAllListeners(signal);
+      process.kill(process.pid, signal);
+    }
+    process.exit(128 + (constants.signals[signal] || 0));
   } else {
     process.exit(code === null ? 1 : code);
   }
