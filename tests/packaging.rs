@@ -358,6 +358,24 @@ fn the_registry_manifest_and_icon_follow_the_registrys_rules() {
         assert_eq!(entry["package"], want.as_str(), "{kind}");
     }
 
+    // The Paseo catalog entry in docs/packaging.md pins the same version, in `version` and in
+    // its npx command (Paseo's version-drift rule), and so does the by-hand config there.
+    let docs = read("docs/packaging.md");
+    let paseo = &docs[docs.find("## Paseo").unwrap()..docs.find("## At release time").unwrap()];
+    assert!(
+        paseo.contains(&format!("version: \"{version}\",")),
+        "the Paseo entry's version"
+    );
+    let pins: Vec<&str> = paseo.split("\"maka-acp@").skip(1).collect();
+    assert_eq!(pins.len(), 2, "the catalog entry and the by-hand config");
+    for pin in pins {
+        assert!(
+            pin.starts_with(&format!("{version}\"")),
+            "a Paseo command pins maka-acp@{}",
+            &pin[..pin.find('"').unwrap_or(pin.len())]
+        );
+    }
+
     // The icon: square, 16×16, monochrome through currentColor.
     let svg = read("dist/icon.svg");
     let attr = |name: &str| -> Option<String> {
