@@ -444,24 +444,11 @@ fn the_wheel_installs_with_pip_and_runs_with_uvx() {
 }
 
 fn package_route(script: &str, expect: &[String]) {
-    let out_dir = root().join("target/packaging-test").join(
-        Path::new(script)
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .as_ref(),
-    );
-    let out = Command::new(root().join(script))
-        .args(["--binary", env!("CARGO_BIN_EXE_maka-acp"), "--out"])
-        .arg(&out_dir)
-        .current_dir(root())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{script} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let name = script.rsplit('/').next().unwrap();
+    let out_dir = root().join("target/packaging-test").join(name);
+    let (stdout, _) = run(
+        root().join(script).to_str().unwrap(),
+        &["--binary", BIN, "--out", out_dir.to_str().unwrap()],
     );
     for e in expect {
         assert!(

@@ -19,8 +19,11 @@ ALLOWED_LIBS = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "libr
                 "libgcc_s.so.1", "ld-linux-x86-64.so.2", "libutil.so.1"}
 
 
-def cargo(field):
-    return re.search(rf'^{field} = "(.*)"', open(os.path.join(ROOT, "Cargo.toml")).read(), re.M).group(1)
+def cargo_package():
+    """Cargo.toml's [package] strings: name, version, description, repository, license."""
+    text = open(os.path.join(ROOT, "Cargo.toml")).read()
+    fields = ("name", "version", "description", "repository", "license")
+    return {f: re.search(rf'^{f} = "(.*)"', text, re.M).group(1) for f in fields}
 
 
 def platform_tag(binary):
@@ -43,7 +46,8 @@ def platform_tag(binary):
 
 def main():
     binary, out = sys.argv[1], sys.argv[2]
-    name, version = cargo("name"), cargo("version")
+    cargo = cargo_package()
+    name, version = cargo["name"], cargo["version"]
     dist = name.replace("-", "_")
     tag, needed, minor = platform_tag(binary)
     wheel_name = f"{dist}-{version}-py3-none-{tag}.whl"
@@ -52,10 +56,10 @@ def main():
         "Metadata-Version: 2.1",
         f"Name: {name}",
         f"Version: {version}",
-        f"Summary: {cargo('description')}",
-        f"Home-page: {cargo('repository')}",
+        f"Summary: {cargo['description']}",
+        f"Home-page: {cargo['repository']}",
         "Author: The maka-acp developers",
-        f"License: {cargo('license')}",
+        f"License: {cargo['license']}",
         "Classifier: Programming Language :: Rust",
         "Classifier: Operating System :: POSIX :: Linux",
         "Classifier: Environment :: Console",
