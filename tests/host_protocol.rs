@@ -685,13 +685,14 @@ fn kill_9_mid_turn_loses_nothing_acknowledged_and_the_turn_can_resume() {
     std::fs::write(data.path().join("sessions/junk/session.json"), "{{{").unwrap();
 
     let host = HostProcess::start(data.path(), Some(&script()));
+    // Records are read when first needed: the listing reads the corrupt one, logs and skips it.
+    let sessions = host.ok("session.list", json!({}));
+    assert_eq!(sessions["sessions"].as_array().unwrap().len(), 1);
     assert!(
         host.stderr_contains("junk"),
         "the corrupt session is logged: {}",
         host.stderr()
     );
-    let sessions = host.ok("session.list", json!({}));
-    assert_eq!(sessions["sessions"].as_array().unwrap().len(), 1);
     let q = host.ok("turn.query", json!({"sessionId": "s", "turnId": "t_2"}));
     assert_eq!(
         (q["status"].as_str(), q["failureClass"].as_str()),

@@ -568,20 +568,32 @@ fn misbehaving_subagents_cost_bounded_time_and_leave_nothing_behind() {
 
 // ---- smaller: leftovers, foreign files, names, logs, evidence ----
 
-/// What the host finds in its data dir at start: files a killed write left (`.<name>.tmp`)
-/// are removed; a `permissions.json` of a version it does not know is moved aside, never read
-/// as version 1; and it logs the address it really listens on.
+/// What the host finds in its data dir: files a killed write left (`.<name>.tmp`) are removed,
+/// the data dir's at start and a session's when the session is first opened (host start does
+/// not read every session's folder); a `permissions.json` of a version it does not know is
+/// moved aside, never read as version 1; and it logs the address it really listens on.
 #[test]
 fn the_host_cleans_up_refuses_foreign_files_and_says_where_it_listens() {
     let data = TempDir::new("safety-start-data");
     let sdir = data.path().join("sessions/s_old");
     std::fs::create_dir_all(&sdir).unwrap();
+    std::fs::write(
+        sdir.join("session.json"),
+        json!({"id": "s_old", "revision": 1, "workspace": {"kind": "host_path", "path": "/w"},
+            "name": null, "isArchived": false, "createdAt": 1, "lastUsedAt": 1,
+            "configuration": {"modelTarget": {"kind": "default"}, "thinkingLevel": null,
+                "permissionMode": "ask", "collaborationMode": "agent",
+                "orchestrationMode": "default"},
+            "status": "idle", "activeTurnId": null})
+        .to_string(),
+    )
+    .unwrap();
     let leftovers = [
         data.path().join(".permissions.json.tmp"),
         data.path().join(".memory.json.tmp"),
-        sdir.join(".session.json.tmp"),
     ];
-    for f in &leftovers {
+    let in_session = sdir.join(".session.json.tmp");
+    for f in leftovers.iter().chain([&in_session]) {
         std::fs::write(f, "half").unwrap();
     }
     let ws = "/w";
@@ -614,6 +626,14 @@ fn the_host_cleans_up_refuses_foreign_files_and_says_where_it_listens() {
         "{}",
         host.stderr()
     );
+    drop(host);
+    assert!(
+        in_session.exists(),
+        "a session's folder waits for its first open"
+    );
+    let host = support::host::HostProcess::start(data.path(), None);
+    host.ok("session.open", json!({"sessionId": "s_old"}));
+    assert!(!in_session.exists(), "{} was left", in_session.display());
 }
 
 /// Artifact names are file names a person and a model can read: `.`, `..`, slashes,

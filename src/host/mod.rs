@@ -23,6 +23,7 @@ pub(crate) mod session;
 mod sse;
 pub(crate) mod store;
 pub(crate) mod subagents;
+pub(crate) mod table;
 pub(crate) mod tools;
 pub(crate) mod turn;
 
@@ -31,7 +32,6 @@ use crate::host_api::wire::HostError;
 use models::Providers;
 use serde_json::Value;
 use session::SessionCell;
-use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -57,7 +57,7 @@ pub struct Host {
     /// Re-read by `models.reload` (after `maka-acp login` or a logout).
     providers: std::sync::RwLock<Arc<Providers>>,
     started: Instant,
-    sessions: Mutex<HashMap<String, Arc<SessionCell>>>,
+    sessions: Mutex<table::SessionTable>,
     catalog_revision: AtomicU64,
     draining: AtomicBool,
     active_turns: Gauge,
@@ -136,19 +136,32 @@ impl Gauge {
 }
 
 impl Host {
-    pub fn sessions_lock(&self) -> MutexGuard<'_, HashMap<String, Arc<SessionCell>>> {
+    pub fn sessions_lock(&self) -> MutexGuard<'_, table::SessionTable> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Every session's cell, taken out of the global lock (lock the cells after this returns).
+    /// The cells of the sessions in use since start, taken out of the global lock (lock the
+    /// cells after this returns). Sessions not read yet have no turn, stream or reader.
     pub fn cells(&self) -> Vec<Arc<SessionCell>> {
-        self.sessions_lock().values().cloned().collect()
+        self.sessions_lock().read_cells()
+    }
+
+    /// Every session's cell, reading the records not read yet (outside the global lock).
+    pub fn all_cells(&self) -> Vec<Arc<SessionCell>> {
+        let unread = self.sessions_lock().unread_ids();
+        if !unread.is_empty() {
+            let read = unread
+                .iter()
+                .filter_map(|id| self.store.load_session(id))
+                .collect();
+            self.sessions_lock().add_read(&unread, read);
+        }
+        self.cells()
     }
 
     pub fn cell(&self, id: &str) -> Result<Arc<SessionCell>, HostError> {
         self.sessions_lock()
-            .get(id)
-            .cloned()
+            .get(&self.store, id)
             .ok_or_else(|| HostError::not_found(format!("session {id}")))
     }
 
@@ -339,10 +352,7 @@ pub fn bind(
             .map_err(|e| BindError::other(format!("cannot listen on {listen}: {e}")))?,
     );
     let port = server.port();
-    let mut sessions = HashMap::new();
-    for s in store.load_sessions() {
-        sessions.insert(s.id.clone(), SessionCell::new(s));
-    }
+    let sessions = table::SessionTable::on_disk(&store);
     let providers = Providers::from_env();
     if providers.is_empty() {
         log::warn!("{}", models::NO_PROVIDER_HELP);

@@ -59,78 +59,67 @@ impl Store {
     }
 
     /// Removes what writes interrupted by a kill left behind (`.<name>.tmp` beside the files
-    /// [`write_atomic`] replaces), in the data dir and each session's folder. Called by the
-    /// data dir's owner at start, before anything is written.
+    /// [`write_atomic`] replaces) in the data dir itself. Called by the data dir's owner at
+    /// start, before anything is written. A session's folder is cleaned when the session is
+    /// first opened ([`Store::open_transcript`]): at start that would be a directory read per
+    /// session, and [`write_atomic`] replaces a leftover of its own name anyway.
     pub fn remove_stale_temps(&self) {
-        let sessions = fs::read_dir(self.root.join("sessions"))
-            .into_iter()
-            .flatten()
-            .filter_map(Result::ok)
-            .map(|e| e.path());
-        for dir in std::iter::once(self.root.clone()).chain(sessions) {
-            for entry in fs::read_dir(&dir)
-                .into_iter()
-                .flatten()
-                .filter_map(Result::ok)
-            {
-                let name = entry.file_name();
-                let name = name.to_string_lossy();
-                if name.starts_with('.') && name.ends_with(".tmp") {
-                    match fs::remove_file(entry.path()) {
-                        Ok(()) => log::info!(
-                            "removed {} left by an interrupted write",
-                            entry.path().display()
-                        ),
-                        Err(e) => log::warn!("cannot remove {}: {e}", entry.path().display()),
-                    }
-                }
-            }
-        }
+        remove_stale_temps_in(&self.root);
     }
 
-    /// Every readable session record. Unreadable ones are logged and skipped.
-    pub fn load_sessions(&self) -> Vec<Session> {
-        let mut out = Vec::new();
+    /// The ids of the sessions on disk (one directory read: their records are read when
+    /// first needed, see [`Store::load_session`]).
+    pub fn session_ids(&self) -> Vec<String> {
         let entries = match fs::read_dir(self.root.join("sessions")) {
             Ok(e) => e,
             Err(e) => {
                 log::error!("cannot list {}: {e}", self.root.display());
-                return out;
+                return Vec::new();
             }
         };
-        for entry in entries.flatten() {
-            let dir = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if !dir.is_dir() || name.starts_with('.') {
-                continue;
-            }
-            let path = dir.join("session.json");
-            match fs::read(&path)
-                .map_err(|e| e.to_string())
-                .and_then(|b| serde_json::from_slice::<Session>(&b).map_err(|e| e.to_string()))
-            {
-                Ok(mut s) if s.id == name => {
-                    // Records from before `turnCount` existed: a non-empty transcript means
-                    // the session has a conversation.
-                    if s.turn_count == 0
-                        && fs::metadata(dir.join("transcript.jsonl")).is_ok_and(|m| m.len() > 0)
-                    {
-                        s.turn_count = 1;
-                    }
-                    out.push(s)
+        entries
+            .flatten()
+            // The entry's type comes with the directory read (no stat per session).
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with('.'))
+            .collect()
+    }
+
+    /// Session `id`'s record, or `None` (logged) if it cannot be read or names another session.
+    pub fn load_session(&self, id: &str) -> Option<Session> {
+        let dir = self.session_dir(id);
+        let path = dir.join("session.json");
+        match fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<Session>(&b).map_err(|e| e.to_string()))
+        {
+            Ok(mut s) if s.id == id => {
+                // Records from before `turnCount` existed: a non-empty transcript means
+                // the session has a conversation.
+                if s.turn_count == 0
+                    && fs::metadata(dir.join("transcript.jsonl")).is_ok_and(|m| m.len() > 0)
+                {
+                    s.turn_count = 1;
                 }
-                Ok(s) => log::error!(
-                    "skipping {}: it describes session {:?}, not {name:?}",
+                Some(s)
+            }
+            Ok(s) => {
+                log::error!(
+                    "skipping {}: it describes session {:?}, not {id:?}",
                     path.display(),
                     s.id
-                ),
-                Err(e) => log::error!(
-                    "skipping session {name:?}: cannot read {}: {e}",
+                );
+                None
+            }
+            Err(e) => {
+                log::error!(
+                    "skipping session {id:?}: cannot read {}: {e}",
                     path.display()
-                ),
+                );
+                None
             }
         }
-        out
     }
 
     /// Writes the session record atomically (and creates its directory on first write).
@@ -161,6 +150,9 @@ impl Store {
     pub fn open_transcript(&self, id: &str) -> io::Result<OpenedTranscript> {
         let dir = self.session_dir(id);
         fs::create_dir_all(&dir)?;
+        // The first open of the session since the host started: nothing writes in its folder
+        // yet (its writers hold the session's lock, which our caller holds).
+        remove_stale_temps_in(&dir);
         let path = dir.join("transcript.jsonl");
         let mut items = Vec::new();
         let mut good: Vec<u8> = Vec::new();
@@ -325,6 +317,27 @@ pub fn read_json_or_default<T: serde::de::DeserializeOwned + Default>(dir: &Path
     })
 }
 
+/// Removes the `.<name>.tmp` files in `dir` (see [`Store::remove_stale_temps`]).
+fn remove_stale_temps_in(dir: &Path) {
+    for entry in fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+    {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.ends_with(".tmp") {
+            match fs::remove_file(entry.path()) {
+                Ok(()) => log::info!(
+                    "removed {} left by an interrupted write",
+                    entry.path().display()
+                ),
+                Err(e) => log::warn!("cannot remove {}: {e}", entry.path().display()),
+            }
+        }
+    }
+}
+
 /// temp file → fsync → rename → fsync(dir): after a crash either the old or the new content is
 /// there, never a mix.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], fsync: bool) -> io::Result<()> {
@@ -410,7 +423,9 @@ mod tests {
         fs::write(root.join("sessions/bad/session.json"), b"{not json").unwrap();
         fs::write(root.join("sessions/stray.txt"), b"hello").unwrap();
         fs::create_dir_all(root.join("sessions/empty")).unwrap();
-        assert!(store.load_sessions().is_empty());
+        let ids = store.session_ids();
+        assert_eq!(ids.len(), 2, "the two folders, not the stray file: {ids:?}");
+        assert!(ids.iter().all(|id| store.load_session(id).is_none()));
         fs::remove_dir_all(root).unwrap();
     }
 }

@@ -87,10 +87,10 @@ pub(super) fn admit(
     let mut st = cell.lock();
     {
         let mut sessions = host.sessions_lock();
-        if let Some(existing) = sessions.get(&session.id).cloned() {
+        if let Some(existing) = sessions.get(&host.store, &session.id) {
             return Ok(Admitted::Exists(existing));
         }
-        sessions.insert(cell.id.clone(), Arc::clone(&cell));
+        sessions.insert(Arc::clone(&cell));
     }
     if let Err(e) = write() {
         st.removed = true;
@@ -178,7 +178,7 @@ pub(super) fn list(host: &Host, input: ListInput) -> Result<SessionPage, HostErr
     };
     // The cells are read after the global lock is released: a cell's lock may be held across
     // an fsync, and nothing else should wait for that.
-    let cells = host.cells();
+    let cells = host.all_cells();
     let mut rows: Vec<Session> = cells
         .iter()
         .map(|c| c.lock().session.clone())
