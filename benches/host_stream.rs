@@ -181,7 +181,9 @@ fn latency(frames: usize) -> (f64, f64, f64) {
     host::ops::dispatch(
         &h,
         "session.create",
-        json!({"sessionId": "s", "workspace": {"kind": "host_path", "path": ws}}),
+        json!({"sessionId": "s", "workspace": {"kind": "host_path", "path": ws}})
+            .to_string()
+            .as_bytes(),
     )
     .unwrap();
     let cell = h.cell("s").unwrap();

@@ -16,23 +16,30 @@ const LINKED_FILE_LIMIT: u64 = 1024 * 1024;
 /// `resource_link` URIs naming a session artifact: `maka-artifact://<artifactId>`.
 pub const ARTIFACT_SCHEME: &str = "maka-artifact://";
 
-pub fn to_message(blocks: &[Value]) -> Result<MessageContent, ResponseError> {
+/// Takes the blocks by value: a prompt's text is moved, not copied (a pasted 10 MiB file is
+/// held once, not twice).
+pub fn to_message(blocks: Vec<Value>) -> Result<MessageContent, ResponseError> {
     let mut text = String::new();
     let mut attachments = Vec::new();
     let bad = |i: usize, what: String| {
         ResponseError::invalid_params(format_args!("`prompt[{i}]`: {what}"))
     };
-    for (i, block) in blocks.iter().enumerate() {
+    for (i, mut block) in blocks.into_iter().enumerate() {
+        if block.get("type").and_then(Value::as_str) == Some("text") {
+            let Some(Value::String(t)) = block.get_mut("text").map(Value::take) else {
+                return Err(bad(i, "a text block needs `text`".into()));
+            };
+            if text.is_empty() {
+                text = t;
+            } else if !t.is_empty() {
+                text.push('\n');
+                text.push_str(&t);
+            }
+            continue;
+        }
+        let block = &block;
         let str_field = |k: &str| block.get(k).and_then(Value::as_str);
         match str_field("type") {
-            Some("text") => {
-                let t =
-                    str_field("text").ok_or_else(|| bad(i, "a text block needs `text`".into()))?;
-                if !text.is_empty() && !t.is_empty() {
-                    text.push('\n');
-                }
-                text.push_str(t);
-            }
             Some("image") => {
                 let data = str_field("data")
                     .ok_or_else(|| bad(i, "an image block needs base64 `data`".into()))?;
@@ -173,7 +180,7 @@ mod tests {
         let f = dir.join("a b.txt");
         std::fs::write(&f, "linked text").unwrap();
         let uri = format!("file://{}", f.display().to_string().replace(' ', "%20"));
-        let m = to_message(&[
+        let m = to_message(vec![
             json!({"type": "text", "text": "Look at"}),
             json!({"type": "resource_link", "uri": uri, "name": "a b.txt"}),
             json!({"type": "resource_link", "uri": "https://example.com/x", "name": "x"}),
@@ -192,10 +199,10 @@ mod tests {
             json!({"text": "no type"}),
             json!({"type": "text"}),
         ] {
-            let e = to_message(std::slice::from_ref(&bad)).unwrap_err();
+            let e = to_message(vec![bad.clone()]).unwrap_err();
             assert_eq!(e.code, -32602, "{bad}");
             assert!(e.message.contains("prompt[0]"), "{}", e.message);
         }
-        assert!(to_message(&[]).is_err());
+        assert!(to_message(vec![]).is_err());
     }
 }

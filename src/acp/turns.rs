@@ -64,7 +64,7 @@ pub fn register(ctx: &Ctx, p: Prompt, responder: Responder) -> Option<Registered
         responder.respond(Err(errors::unknown_session(&p.session_id)));
         return None;
     };
-    let content = match prompt::to_message(&p.blocks) {
+    let content = match prompt::to_message(p.blocks) {
         Ok(c) => c,
         Err(e) => {
             responder.respond(Err(e));

@@ -144,11 +144,11 @@ fn handle(host: &Arc<Host>, request: Request, ex: &mut Exchange) {
                     );
                 }
             };
-            let input = match read_body(&request, ex) {
-                Ok(v) => v,
+            let body = match read_body_bytes(&request, ex) {
+                Ok(b) => b,
                 Err(e) => return respond_error(host, ex, e),
             };
-            match super::ops::dispatch(host, key, input) {
+            match super::ops::dispatch(host, key, &body) {
                 Ok(result) => respond_ok(host, ex, result),
                 Err(e) => {
                     if e.code == ErrorCode::InternalFailure {
@@ -216,27 +216,26 @@ fn is_secret_name(k: &str) -> bool {
         .any(|s| k.contains(s))
 }
 
-/// The body as JSON. A declared length over the limit is refused before a byte is read.
-fn read_body(request: &Request, ex: &mut Exchange) -> Result<Value, HostError> {
+/// The body's bytes. A declared length over the limit is refused before a byte is read.
+fn read_body_bytes(request: &Request, ex: &mut Exchange) -> Result<Vec<u8>, HostError> {
     if request.content_length > MAX_BODY_BYTES as u64 {
         return Err(HostError::new(
             ErrorCode::PayloadTooLarge,
             format!("the body exceeds {MAX_BODY_BYTES} bytes"),
         ));
     }
-    let bytes = ex
-        .read_body()
-        .map_err(|e| HostError::invalid(format!("cannot read the body: {e}")))?;
+    ex.read_body()
+        .map_err(|e| HostError::invalid(format!("cannot read the body: {e}")))
+}
+
+/// The body as JSON (`null` when empty), for the routes that are not operations.
+fn read_body(request: &Request, ex: &mut Exchange) -> Result<Value, HostError> {
+    let bytes = read_body_bytes(request, ex)?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(Value::Null);
     }
-    let text = std::str::from_utf8(&bytes).map_err(|_| {
-        HostError::invalid("the body is not UTF-8").with_details(json!({"reason": "invalid_utf8"}))
-    })?;
-    serde_json::from_str(text).map_err(|e| {
-        HostError::invalid(format!("the body is not JSON: {e}"))
-            .with_details(json!({"reason": "invalid_json"}))
-    })
+    serde_json::from_slice(&bytes)
+        .map_err(|e| HostError::invalid(format!("the body is not JSON: {e}")))
 }
 
 fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {

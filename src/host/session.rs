@@ -58,6 +58,10 @@ pub struct SessionState {
     next_reader: u64,
     /// A producer is waiting for readers to catch up (see `make_room`).
     producer_waiting: bool,
+    /// Threads waiting on the cell's condition variable ([`SessionCell::wait`]). A frame wakes
+    /// them only when there are some: a wake is a system call, and most frames of a fast
+    /// stream find the stream reader still busy writing the previous batch.
+    waiters: u32,
     /// The MCP servers the client passed (running while the session is attached).
     pub mcp: Option<Arc<super::mcp::McpSet>>,
     /// Permission rules kept "for this session" (in memory: a host restart asks again).
@@ -218,6 +222,7 @@ impl SessionCell {
                 readers: HashMap::new(),
                 next_reader: 0,
                 producer_waiting: false,
+                waiters: 0,
                 mcp: None,
                 permission_rules: Vec::new(),
                 told: HashSet::new(),
@@ -305,7 +310,9 @@ impl SessionCell {
             }
         };
         st.ring.push(seq, line);
-        self.changed.notify_all();
+        if st.waiters > 0 {
+            self.changed.notify_all();
+        }
         seq
     }
 
@@ -317,6 +324,9 @@ impl SessionCell {
         mut st: MutexGuard<'a, SessionState>,
     ) -> MutexGuard<'a, SessionState> {
         const MAX_STALL: Duration = Duration::from_secs(2);
+        if !st.would_evict_unread() {
+            return st; // the common case: no clock read
+        }
         let deadline = std::time::Instant::now() + MAX_STALL;
         while st.would_evict_unread() {
             let now = std::time::Instant::now();
@@ -369,15 +379,21 @@ impl SessionCell {
         self.changed.notify_all();
     }
 
+    /// Waits for a change of the cell (a frame, a reader's progress, a wake), `timeout` at most.
     pub fn wait<'a>(
         &self,
-        guard: MutexGuard<'a, SessionState>,
+        mut guard: MutexGuard<'a, SessionState>,
         timeout: Duration,
     ) -> MutexGuard<'a, SessionState> {
-        match self.changed.wait_timeout(guard, timeout) {
+        // Counted under the lock, which the wait releases atomically: a frame emitted after
+        // this sees the waiter and wakes it.
+        guard.waiters += 1;
+        let mut guard = match self.changed.wait_timeout(guard, timeout) {
             Ok((g, _)) => g,
             Err(p) => p.into_inner().0,
-        }
+        };
+        guard.waiters -= 1;
+        guard
     }
 }
 

@@ -36,7 +36,7 @@ impl<R: Read> SseReader<R> {
                 Some(Line::TooLong { len }) => return Ok(Some(SseItem::Oversized(len as u64))),
                 Some(Line::Complete(bytes)) => bytes,
             };
-            let text = String::from_utf8_lossy(&line);
+            let text = String::from_utf8_lossy(line);
             if text.is_empty() {
                 if let Some(d) = self.data.take() {
                     return Ok(Some(SseItem::Data(d)));

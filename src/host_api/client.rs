@@ -158,7 +158,7 @@ impl EventStream {
             Some(Line::TooLong { len }) => Err(ClientError::Protocol(format!(
                 "a frame of {len} bytes is over the {MAX_FRAME_LINE}-byte limit"
             ))),
-            Some(Line::Complete(bytes)) => Frame::parse(&bytes)
+            Some(Line::Complete(bytes)) => Frame::parse(bytes)
                 .map(Some)
                 .map_err(|e| ClientError::Protocol(format!("unreadable frame from the host: {e}"))),
         }

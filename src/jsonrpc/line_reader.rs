@@ -9,40 +9,72 @@ use std::io::{self, BufRead};
 /// while keeping one bad client from exhausting memory.
 pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 
+/// Bytes of line buffer kept between lines: one huge line (a prompt with images) does not pin
+/// its buffer for the rest of the connection.
+const KEEP_BUFFER: usize = 1024 * 1024;
+
 #[derive(Debug, PartialEq)]
-pub enum Line {
-    /// One line without its `\n` (and without a trailing `\r`).
-    Complete(Vec<u8>),
+pub enum Line<'a> {
+    /// One line without its `\n` (and without a trailing `\r`), valid until the next read.
+    Complete(&'a [u8]),
     /// A line that exceeded the limit; `len` counts the bytes seen (at least the limit + 1).
     TooLong { len: usize },
 }
 
+/// Reads lines into one buffer that it reuses (no allocation per line).
 pub struct LineReader<R> {
     inner: R,
     max: usize,
+    buf: Vec<u8>,
 }
 
 impl<R: BufRead> LineReader<R> {
     pub fn new(inner: R, max: usize) -> LineReader<R> {
-        LineReader { inner, max }
+        LineReader {
+            inner,
+            max,
+            buf: Vec::new(),
+        }
     }
 
     /// The next non-blank line, or `None` at end of input. A final line without a newline
     /// is still returned.
-    pub fn next_line(&mut self) -> io::Result<Option<Line>> {
+    pub fn next_line(&mut self) -> io::Result<Option<Line<'_>>> {
         loop {
-            match self.read_one()? {
+            match self.fill_one()? {
                 None => return Ok(None),
-                Some(Line::Complete(l)) if l.iter().all(u8::is_ascii_whitespace) => continue,
-                Some(line) => return Ok(Some(line)),
+                Some(None) if self.buf.iter().all(u8::is_ascii_whitespace) => continue,
+                Some(None) => return Ok(Some(Line::Complete(&self.buf))),
+                Some(Some(len)) => return Ok(Some(Line::TooLong { len })),
             }
         }
     }
 
     /// The next line, blank ones included (event streams end an event with a blank line), or
     /// `None` at end of input.
-    pub fn read_one(&mut self) -> io::Result<Option<Line>> {
-        let mut buf = Vec::new();
+    pub fn read_one(&mut self) -> io::Result<Option<Line<'_>>> {
+        Ok(match self.fill_one()? {
+            None => None,
+            Some(None) => Some(Line::Complete(&self.buf)),
+            Some(Some(len)) => Some(Line::TooLong { len }),
+        })
+    }
+
+    /// Frees the line buffer if one huge line grew it: a reader that blocks for the next line
+    /// calls this first, so a 10 MiB prompt's bytes are not held while it is being answered.
+    pub fn release_large(&mut self) {
+        if self.buf.capacity() > KEEP_BUFFER {
+            self.buf = Vec::new();
+        }
+    }
+
+    /// Reads the next line into `self.buf`: `None` at end of input, `Some(None)` for a
+    /// complete line, `Some(Some(len))` for one over the limit (not kept).
+    fn fill_one(&mut self) -> io::Result<Option<Option<usize>>> {
+        if self.buf.capacity() > KEEP_BUFFER {
+            self.buf = Vec::new();
+        }
+        self.buf.clear();
         let mut seen = 0usize;
         let mut too_long = false;
         loop {
@@ -66,9 +98,9 @@ impl<R: BufRead> LineReader<R> {
             if !too_long {
                 if seen > self.max {
                     too_long = true;
-                    buf = Vec::new();
+                    self.buf = Vec::new();
                 } else {
-                    buf.extend_from_slice(chunk);
+                    self.buf.extend_from_slice(chunk);
                 }
             }
             let consumed = chunk.len() + usize::from(found_newline);
@@ -78,12 +110,12 @@ impl<R: BufRead> LineReader<R> {
             }
         }
         if too_long {
-            return Ok(Some(Line::TooLong { len: seen }));
+            return Ok(Some(Some(seen)));
         }
-        if buf.last() == Some(&b'\r') {
-            buf.pop();
+        if self.buf.last() == Some(&b'\r') {
+            self.buf.pop();
         }
-        Ok(Some(Line::Complete(buf)))
+        Ok(Some(None))
     }
 }
 
@@ -92,14 +124,18 @@ mod tests {
     use super::*;
     use std::io::{BufReader, Cursor};
 
-    fn lines(input: &[u8], max: usize, cap: usize) -> Vec<Line> {
+    /// A line as read, owned: `Ok(bytes)` or `Err(len)` for one over the limit.
+    fn lines(input: &[u8], max: usize, cap: usize) -> Vec<Result<Vec<u8>, usize>> {
         let mut r = LineReader::new(
             BufReader::with_capacity(cap, Cursor::new(input.to_vec())),
             max,
         );
         let mut out = Vec::new();
         while let Some(l) = r.next_line().unwrap() {
-            out.push(l);
+            out.push(match l {
+                Line::Complete(b) => Ok(b.to_vec()),
+                Line::TooLong { len } => Err(len),
+            });
         }
         out
     }
@@ -109,11 +145,7 @@ mod tests {
         let got = lines(b"a\n\n  \r\nbc\r\nd", 10, 2);
         assert_eq!(
             got,
-            vec![
-                Line::Complete(b"a".to_vec()),
-                Line::Complete(b"bc".to_vec()),
-                Line::Complete(b"d".to_vec())
-            ]
+            vec![Ok(b"a".to_vec()), Ok(b"bc".to_vec()), Ok(b"d".to_vec())]
         );
     }
 
@@ -122,15 +154,31 @@ mod tests {
         let mut input = vec![b'x'; 25];
         input.extend_from_slice(b"\nok\n");
         let got = lines(&input, 10, 4);
-        assert_eq!(
-            got,
-            vec![Line::TooLong { len: 25 }, Line::Complete(b"ok".to_vec())]
-        );
+        assert_eq!(got, vec![Err(25), Ok(b"ok".to_vec())]);
     }
 
     #[test]
     fn exactly_the_limit_is_accepted() {
         let got = lines(b"0123456789\n", 10, 3);
-        assert_eq!(got, vec![Line::Complete(b"0123456789".to_vec())]);
+        assert_eq!(got, vec![Ok(b"0123456789".to_vec())]);
+    }
+
+    #[test]
+    fn a_huge_line_does_not_pin_its_buffer_for_the_next_ones() {
+        let mut input = vec![b'x'; 3 * KEEP_BUFFER];
+        input.extend_from_slice(b"\nsmall\n");
+        let mut r = LineReader::new(BufReader::new(Cursor::new(input)), MAX_LINE_BYTES);
+        match r.next_line().unwrap() {
+            Some(Line::Complete(l)) => assert_eq!(l.len(), 3 * KEEP_BUFFER),
+            other => panic!("expected the huge line, got {other:?}"),
+        }
+        r.release_large();
+        assert_eq!(
+            r.buf.capacity(),
+            0,
+            "freed before waiting for the next line"
+        );
+        assert_eq!(r.next_line().unwrap(), Some(Line::Complete(&b"small"[..])));
+        assert!(r.buf.capacity() <= KEEP_BUFFER, "{}", r.buf.capacity());
     }
 }

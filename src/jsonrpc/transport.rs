@@ -194,12 +194,13 @@ fn read_lines<R: BufRead>(input: R, state: ReaderState) {
                 // one) is not part of the JSON.
                 let line = match bytes.strip_prefix(b"\xEF\xBB\xBF") {
                     Some(rest) if first => rest,
-                    _ => &bytes[..],
+                    _ => bytes,
                 };
                 first = false;
                 if !state.handle_line(line) {
                     break;
                 }
+                reader.release_large();
             }
             Err(e) => {
                 log::error!("cannot read stdin: {e}");

@@ -54,7 +54,7 @@ pub struct ModelRequest {
     pub tools: Vec<Value>,
     pub thinking_level: Option<String>,
     /// The text of the prompt that opened the turn (the scripted provider picks its rule by it).
-    pub turn_prompt: String,
+    pub turn_prompt: Arc<str>,
     /// 0 for the first model call of the turn.
     pub step: usize,
 }

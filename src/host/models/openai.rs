@@ -64,21 +64,51 @@ impl super::Provider for OpenAiConfig {
     }
 }
 
+/// A Chat Completions request (fields in the order the tree this replaced wrote them).
+#[derive(serde::Serialize)]
+struct RequestBody<'a> {
+    messages: &'a [Value],
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'a str>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "<[Value]>::is_empty")]
+    tools: &'a [Value],
+}
+
+#[derive(serde::Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
 fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
     let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
-    let mut body = json!({
-        "model": req.model,
-        "messages": req.messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if !req.tools.is_empty() {
-        body["tools"] = Value::Array(req.tools.clone());
-    }
-    if let Some(level) = req.thinking_level.as_deref().filter(|l| *l != "off") {
-        body["reasoning_effort"] = json!(level);
-    }
-    let body = body.to_string();
+    let body = RequestBody {
+        messages: &req.messages,
+        model: &req.model,
+        reasoning_effort: req.thinking_level.as_deref().filter(|l| *l != "off"),
+        stream: true,
+        stream_options: StreamOptions {
+            include_usage: true,
+        },
+        tools: &req.tools,
+    };
+    // Serialized from the request itself: the conversation is not copied into a tree first.
+    let body = match serde_json::to_string(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            let _ = send(
+                tx,
+                ModelEvent::Error {
+                    class: FailureClass::ProviderError,
+                    message: "The request to the provider could not be written.".into(),
+                    details: Some(json!({"error": e.to_string()})),
+                },
+            );
+            return;
+        }
+    };
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_connect(Some(Duration::from_secs(15)))
@@ -282,6 +312,67 @@ struct PendingToolCall {
     arguments: String,
 }
 
+fn finish_of(reason: &str) -> Finish {
+    match reason {
+        "length" => Finish::Length,
+        "content_filter" => Finish::Refusal,
+        "tool_calls" | "function_call" => Finish::ToolCalls,
+        _ => Finish::Stop,
+    }
+}
+
+/// A stream chunk as most are — text or reasoning deltas and a finish reason — read straight
+/// into these fields, text borrowed from the line unless it has escapes. A chunk that has any
+/// other field the reader uses (`error`, `usage`, `tool_calls`, even as `null`), or that this
+/// cannot read (a field of another type), is read as a `Value` tree, as every chunk was
+/// before: this path gives what the tree gives or nothing.
+#[derive(serde::Deserialize)]
+struct DeltaChunk<'a> {
+    #[serde(default, borrow)]
+    choices: Option<Vec<DeltaChoice<'a>>>,
+    #[serde(default, deserialize_with = "present")]
+    error: bool,
+    #[serde(default, deserialize_with = "present")]
+    usage: bool,
+}
+
+#[derive(serde::Deserialize)]
+struct DeltaChoice<'a> {
+    #[serde(default, borrow)]
+    delta: Option<DeltaFields<'a>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct DeltaFields<'a> {
+    #[serde(default, borrow)]
+    reasoning_content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    reasoning: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, deserialize_with = "present")]
+    tool_calls: bool,
+}
+
+impl DeltaChunk<'_> {
+    fn needs_tree(&self) -> bool {
+        self.error
+            || self.usage
+            || self
+                .choices
+                .iter()
+                .flatten()
+                .any(|c| c.delta.as_ref().is_some_and(|d| d.tool_calls))
+    }
+}
+
+/// For a field whose presence is what counts: true when the key is there, whatever its value.
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+    <serde::de::IgnoredAny as serde::Deserialize>::deserialize(d).map(|_| true)
+}
+
 /// Parses the SSE stream (`data: {json}` lines, `data: [DONE]`).
 ///
 /// A stream that ends without `[DONE]` or a finish reason was cut off: the step fails naming
@@ -334,17 +425,57 @@ fn read_stream(
             done = true;
             break;
         }
-        let Ok(chunk) = serde_json::from_str::<Value>(data) else {
-            garbage += 1;
-            log::warn!("ignoring an unparsable stream chunk from the model endpoint");
-            continue;
+        // Most chunks are one delta of text: read those without building a tree.
+        let fast = serde_json::from_str::<DeltaChunk>(data)
+            .ok()
+            .filter(|c| !c.needs_tree());
+        let chunk = match fast {
+            Some(_) => Value::Null,
+            None => match serde_json::from_str::<Value>(data) {
+                Ok(v) => v,
+                Err(_) => {
+                    garbage += 1;
+                    log::warn!("ignoring an unparsable stream chunk from the model endpoint");
+                    continue;
+                }
+            },
         };
         chunks += 1;
-        if last_progress.elapsed() >= Duration::from_secs(1) {
+        // The clock is read every 64th chunk, not every one.
+        if chunks % 64 == 1 && last_progress.elapsed() >= Duration::from_secs(1) {
             last_progress = std::time::Instant::now();
             if !send(tx, ModelEvent::Progress) {
                 return;
             }
+        }
+        if let Some(c) = fast {
+            let Some(choice) = c.choices.and_then(|c| c.into_iter().next()) else {
+                continue;
+            };
+            let d = choice.delta.unwrap_or_default();
+            let texts = [
+                (true, d.reasoning_content),
+                (true, d.reasoning),
+                (false, d.content),
+            ];
+            for (thinking, t) in texts {
+                let Some(t) = t.filter(|t| !t.is_empty()) else {
+                    continue;
+                };
+                let t = t.into_owned();
+                let event = if thinking {
+                    ModelEvent::Thinking(t)
+                } else {
+                    ModelEvent::Text(t)
+                };
+                if !send(tx, event) {
+                    return;
+                }
+            }
+            if let Some(reason) = choice.finish_reason {
+                finish = Some(finish_of(&reason));
+            }
+            continue;
         }
         if let Some(err) = chunk.get("error") {
             let said = provider_said(&json!({"error": err}).to_string())
@@ -422,12 +553,7 @@ fn read_stream(
             }
         }
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            finish = Some(match reason {
-                "length" => Finish::Length,
-                "content_filter" => Finish::Refusal,
-                "tool_calls" | "function_call" => Finish::ToolCalls,
-                _ => Finish::Stop,
-            });
+            finish = Some(finish_of(reason));
         }
     }
     // Lines that could not be read mean the answer is incomplete (a delta over the line

@@ -18,8 +18,8 @@ use crate::host_api::wire::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// Runs the operation `key` on `input` (the request body).
-pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, HostError> {
+/// Runs the operation `key` on `input` (the request body's bytes).
+pub fn dispatch(host: &Arc<Host>, key: &str, input: &[u8]) -> Result<Value, HostError> {
     // One line per operation: the type names the key, the input and the output.
     macro_rules! table {
         ($($op:ty => $handler:expr,)*) => {
@@ -86,19 +86,37 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: Value) -> Result<Value, Host
 
 /// Decodes the input, runs the handler, encodes its output.
 fn serve<O: Operation>(
-    input: Value,
+    input: &[u8],
     handler: impl FnOnce(O::Input) -> Result<O::Output, HostError>,
 ) -> Result<Value, HostError> {
     let output = handler(parse(input)?)?;
     serde_json::to_value(&output).map_err(|e| HostError::internal(e.to_string()))
 }
 
-fn parse<T: serde::de::DeserializeOwned>(input: Value) -> Result<T, HostError> {
-    let input = if input.is_null() { json!({}) } else { input };
-    if !input.is_object() {
+/// The body read straight into the operation's input (no tree in between: a 10 MiB prompt is
+/// held once). An empty body or `null` is `{}`; anything else must be a JSON object.
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, HostError> {
+    let text = std::str::from_utf8(body).map_err(|_| {
+        HostError::invalid("the body is not UTF-8").with_details(json!({"reason": "invalid_utf8"}))
+    })?;
+    let not_json = |e: serde_json::Error| {
+        HostError::invalid(format!("the body is not JSON: {e}"))
+            .with_details(json!({"reason": "invalid_json"}))
+    };
+    let trimmed = text.trim();
+    let text = if trimmed.is_empty() || trimmed == "null" {
+        "{}"
+    } else if !trimmed.starts_with('{') {
+        // Serde would read an array into a struct's fields by position: refuse it by shape.
+        serde_json::from_str::<serde::de::IgnoredAny>(trimmed).map_err(not_json)?;
         return Err(HostError::invalid("the request body must be a JSON object"));
-    }
-    serde_json::from_value(input).map_err(|e| HostError::invalid(format!("bad input: {e}")))
+    } else {
+        text
+    };
+    serde_json::from_str(text).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => HostError::invalid(format!("bad input: {e}")),
+        _ => not_json(e),
+    })
 }
 
 fn check_id(what: &str, id: &str) -> Result<(), HostError> {
@@ -167,4 +185,53 @@ fn skills_list(host: &Host, input: op::OptionalSessionRef) -> Result<op::SkillLi
         host.cell(id)?;
     }
     Ok(super::commands::list())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Input {
+        #[serde(default)]
+        session_id: Option<String>,
+    }
+
+    fn reason(body: &[u8]) -> (String, Option<String>) {
+        let e = parse::<Input>(body).unwrap_err();
+        let reason = e
+            .details
+            .as_ref()
+            .and_then(|d| d.get("reason"))
+            .and_then(Value::as_str)
+            .map(String::from);
+        (e.message, reason)
+    }
+
+    #[test]
+    fn bodies_are_read_into_the_input_and_each_bad_shape_is_named() {
+        for empty in [&b""[..], b"  \n", b"null"] {
+            assert_eq!(parse::<Input>(empty).unwrap().session_id, None);
+        }
+        let ok = parse::<Input>(br#"{"sessionId":"s","unknown":1}"#).unwrap();
+        assert_eq!(ok.session_id.as_deref(), Some("s"));
+        let (m, r) = reason(b"\xff{}");
+        assert_eq!(
+            (m.as_str(), r.as_deref()),
+            ("the body is not UTF-8", Some("invalid_utf8"))
+        );
+        for not_json in [&b"{nope"[..], b"nope", b"{\"sessionId\":\"s\"} tail"] {
+            let (m, r) = reason(not_json);
+            assert!(m.starts_with("the body is not JSON"), "{m}");
+            assert_eq!(r.as_deref(), Some("invalid_json"));
+        }
+        for not_object in [&b"[\"s\"]"[..], b"\"s\"", b"3"] {
+            let (m, _) = reason(not_object);
+            assert_eq!(m, "the request body must be a JSON object");
+        }
+        let (m, r) = reason(br#"{"sessionId": 3}"#);
+        assert!(m.starts_with("bad input: invalid type"), "{m}");
+        assert_eq!(r, None);
+    }
 }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 pub(super) fn start(host: &Arc<Host>, input: TurnStartInput) -> Result<StartOutcome, HostError> {
     check_id("turnId", &input.turn_id)?;
-    let fingerprint = serde_json::to_string(&input.content).unwrap_or_default();
+    let fingerprint = fingerprint(&input.content);
     let cell = host.cell(&input.session_id)?;
     let mut input = input;
     store_large_attachments(host, &input.session_id, &mut input.content)?;
@@ -30,6 +30,18 @@ pub(super) fn start(host: &Arc<Host>, input: TurnStartInput) -> Result<StartOutc
         max_steps,
         None,
     )
+}
+
+/// What tells a retried start (same turn id, same content) from a conflicting one: a keyed
+/// hash, not the content itself, which the turn's record would keep for the session's life (a
+/// 10 MiB prompt, 10 MiB more per turn). Kept in memory only; the key is this process's.
+fn fingerprint(content: &MessageContent) -> String {
+    use std::hash::BuildHasher;
+    static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+    let hash = KEY
+        .get_or_init(std::hash::RandomState::new)
+        .hash_one(content);
+    format!("content:{hash:016x}")
 }
 
 /// Attachments too large to keep inline (in the transcript, in frames) become artifacts: the
@@ -87,7 +99,7 @@ pub(super) fn start_with_origin(
     content: MessageContent,
 ) -> Result<StartOutcome, HostError> {
     check_id("turnId", turn_id)?;
-    let fingerprint = serde_json::to_string(&content).unwrap_or_default();
+    let fingerprint = fingerprint(&content);
     let max_steps = host.tunables.max_steps.clamp(1, 500);
     admit(
         host,
@@ -241,7 +253,7 @@ fn admit(
     if renamed {
         emit_session_updated(cell, &mut st);
     }
-    let prompt_text = content.map(|c| c.text).unwrap_or_default();
+    let prompt_text: Arc<str> = content.map(|c| c.text).unwrap_or_default().into();
     drop(st);
     host.bump_catalog();
     let spec = TurnSpec {
@@ -269,8 +281,12 @@ const FRAME_PROMPT_BYTES: usize = 64 * 1024;
 
 /// A prompt as frames carry it (bounded): text up to 64 KiB, attachments by name only.
 fn frame_content(c: &MessageContent) -> (MessageContent, bool) {
-    let mut text = c.text.clone();
-    let mut cut = text.len() > FRAME_PROMPT_BYTES;
+    let mut cut = c.text.len() > FRAME_PROMPT_BYTES;
+    // Copies only what the frame shows (at most 3 bytes more, to the next char boundary).
+    let end = (FRAME_PROMPT_BYTES..=c.text.len())
+        .find(|&i| c.text.is_char_boundary(i))
+        .unwrap_or(c.text.len());
+    let mut text = c.text[..end].to_string();
     crate::host::tools::fs::cut(&mut text, FRAME_PROMPT_BYTES);
     let attachments = c
         .attachments
@@ -290,7 +306,13 @@ fn frame_content(c: &MessageContent) -> (MessageContent, bool) {
 /// A session title from the first prompt: the first line of its plain text (markup tags such
 /// as `<task>` that some clients wrap prompts in are removed), at most 80 characters.
 pub(super) fn title_from(text: &str) -> Option<String> {
-    let plain = strip_tags(text);
+    // The title is in the first lines: a pasted file's megabytes are not copied or scanned.
+    const LOOK_AT: usize = 16 * 1024;
+    let mut end = text.len().min(LOOK_AT);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let plain = strip_tags(&text[..end]);
     let line = plain
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
@@ -570,5 +592,9 @@ mod tests {
         );
         assert_eq!(title_from("is a < b?"), Some("is a < b?".into()));
         assert_eq!(title_from("<only></only>"), None);
+        // A pasted file of one 10 MiB line: the title is its first 80 characters.
+        let huge = "é".repeat(5 << 20);
+        let t = title_from(&huge).unwrap();
+        assert_eq!(t, format!("{}…", "é".repeat(80)));
     }
 }

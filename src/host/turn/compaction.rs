@@ -246,7 +246,7 @@ impl Turn {
             messages,
             tools: vec![],
             thinking_level: configuration.thinking_level.clone(),
-            turn_prompt: self.spec.prompt_text.clone(),
+            turn_prompt: std::sync::Arc::clone(&self.spec.prompt_text),
             step: 0,
         };
         let rx = models::start_step(conn, request, self.spec.cancel.clone());

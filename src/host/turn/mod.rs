@@ -45,7 +45,7 @@ pub struct TurnSpec {
     /// `prompt`, `resume`, `plan` or `goal`.
     pub origin: String,
     pub run_id: String,
-    pub prompt_text: String,
+    pub prompt_text: Arc<str>,
     pub max_steps: usize,
     pub cancel: CancelToken,
 }
@@ -269,7 +269,7 @@ impl Turn {
                 }))
                 .collect(),
             thinking_level: configuration.thinking_level.clone(),
-            turn_prompt: self.spec.prompt_text.clone(),
+            turn_prompt: Arc::clone(&self.spec.prompt_text),
             step,
         };
         let rx = models::start_step(conn, request, self.spec.cancel.clone());
@@ -280,7 +280,16 @@ impl Turn {
         let mut calls: Vec<(String, String, String)> = Vec::new();
         let idle = self.host.tunables.provider_idle_timeout;
         let finish = loop {
-            let event = select! {
+            // An event already waiting is taken without `select!`, which registers with both
+            // channels and reads the clock: most events of a fast stream are waiting.
+            let ready = match rx.try_recv() {
+                Ok(ev) if !self.spec.cancel.is_cancelled() => Some(ev),
+                _ => None,
+            };
+            let event = if let Some(ev) = ready {
+                Some(ev)
+            } else {
+                select! {
                 recv(rx) -> ev => ev.ok(),
                 recv(self.spec.cancel.receiver()) -> _ => {
                     self.persist_assistant(&text_id, &text, &thinking);
@@ -290,6 +299,7 @@ impl Turn {
                     // Silent (or keep-alives only): the call is abandoned, the turn fails.
                     self.persist_assistant(&text_id, &text, &thinking);
                     return Err(Terminal::failed(FailureClass::ProviderTimeout, idle_message(idle)));
+                }
                 }
             };
             let Some(event) = event else {

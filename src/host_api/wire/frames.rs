@@ -27,14 +27,18 @@ impl Frame {
     /// the fast path only checks fields it does not know less strictly (it skips them unread: a
     /// lone surrogate or an out-of-range number there is not an error).
     pub fn parse(line: &[u8]) -> serde_json::Result<Frame> {
-        // One pass over the line: where a `"kind":"` key starts, is its value a delta's?
+        // Is the first `"kind":"` key's value a delta's? The host writes `kind` after three
+        // short fields, so this looks at a few quotes. (A line whose first such key is not its
+        // own kind is read by the derived reader: slower, never different.)
         const KIND: &[u8] = br#""kind":""#;
-        let delta = (0..line.len().saturating_sub(KIND.len())).any(|i| {
-            line[i..].starts_with(KIND) && {
+        let delta = line
+            .iter()
+            .enumerate()
+            .find(|&(i, &b)| b == b'"' && line[i..].starts_with(KIND))
+            .is_some_and(|(i, _)| {
                 let value = &line[i + KIND.len()..];
                 value.starts_with(br#"text_delta""#) || value.starts_with(br#"thinking_delta""#)
-            }
-        });
+            });
         if delta {
             if let Ok(DeltaLine {
                 seq,
@@ -48,7 +52,7 @@ impl Frame {
                 complete,
             }) = serde_json::from_slice(line)
             {
-                let body = match kind.as_str() {
+                let body = match &*kind {
                     "text_delta" => FrameBody::TextDelta {
                         turn_id,
                         message_id,
@@ -80,14 +84,15 @@ impl Frame {
 /// A `text_delta` or `thinking_delta` line, flat (see [`Frame::parse`]).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct DeltaLine {
+struct DeltaLine<'a> {
     #[serde(default)]
     seq: Option<u64>,
     #[serde(default)]
     session_id: Option<String>,
     #[serde(default)]
     ts: u64,
-    kind: String,
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
     turn_id: String,
     message_id: String,
     start_offset: u64,
