@@ -271,9 +271,9 @@ pub fn plan_control(ctx: &Ctx, input: ops::PlanControlInput) -> Result<Value, Re
 }
 
 /// A message for the running turn.
-pub fn steer(ctx: &Ctx, s: Steer) -> Result<Value, ResponseError> {
+pub fn steer(ctx: &Ctx, mut s: Steer) -> Result<Value, ResponseError> {
     let conn = ctx.host()?;
-    let content = super::prompt::to_message(s.prompt)?;
+    let content = super::prompt::to_message(&mut s.prompt)?;
     let input = ops::SubmitInput {
         session_id: s.session_id,
         message_id: format!("s_{}", random_hex(8)),

@@ -16,30 +16,28 @@ const LINKED_FILE_LIMIT: u64 = 1024 * 1024;
 /// `resource_link` URIs naming a session artifact: `maka-artifact://<artifactId>`.
 pub const ARTIFACT_SCHEME: &str = "maka-artifact://";
 
-/// Takes the blocks by value: a prompt's text is moved, not copied (a pasted 10 MiB file is
-/// held once, not twice).
-pub fn to_message(blocks: Vec<Value>) -> Result<MessageContent, ResponseError> {
+/// A prompt's text is moved out of the blocks, not copied (a pasted 10 MiB file is held once,
+/// not twice).
+pub fn to_message(blocks: &mut [Value]) -> Result<MessageContent, ResponseError> {
     let mut text = String::new();
     let mut attachments = Vec::new();
     let bad = |i: usize, what: String| {
         ResponseError::invalid_params(format_args!("`prompt[{i}]`: {what}"))
     };
-    for (i, mut block) in blocks.into_iter().enumerate() {
-        if block.get("type").and_then(Value::as_str) == Some("text") {
-            let Some(Value::String(t)) = block.get_mut("text").map(Value::take) else {
-                return Err(bad(i, "a text block needs `text`".into()));
-            };
-            if text.is_empty() {
-                text = t;
-            } else if !t.is_empty() {
-                text.push('\n');
-                text.push_str(&t);
-            }
-            continue;
-        }
-        let block = &block;
+    for (i, block) in blocks.iter_mut().enumerate() {
         let str_field = |k: &str| block.get(k).and_then(Value::as_str);
         match str_field("type") {
+            Some("text") => {
+                let Some(Value::String(t)) = block.get_mut("text") else {
+                    return Err(bad(i, "a text block needs `text`".into()));
+                };
+                if text.is_empty() {
+                    text = std::mem::take(t);
+                } else if !t.is_empty() {
+                    text.push('\n');
+                    text.push_str(t);
+                }
+            }
             Some("image") => {
                 let data = str_field("data")
                     .ok_or_else(|| bad(i, "an image block needs base64 `data`".into()))?;
@@ -180,7 +178,7 @@ mod tests {
         let f = dir.join("a b.txt");
         std::fs::write(&f, "linked text").unwrap();
         let uri = format!("file://{}", f.display().to_string().replace(' ', "%20"));
-        let m = to_message(vec![
+        let m = to_message(&mut [
             json!({"type": "text", "text": "Look at"}),
             json!({"type": "resource_link", "uri": uri, "name": "a b.txt"}),
             json!({"type": "resource_link", "uri": "https://example.com/x", "name": "x"}),
@@ -199,10 +197,10 @@ mod tests {
             json!({"text": "no type"}),
             json!({"type": "text"}),
         ] {
-            let e = to_message(vec![bad.clone()]).unwrap_err();
+            let e = to_message(&mut [bad.clone()]).unwrap_err();
             assert_eq!(e.code, -32602, "{bad}");
             assert!(e.message.contains("prompt[0]"), "{}", e.message);
         }
-        assert!(to_message(vec![]).is_err());
+        assert!(to_message(&mut []).is_err());
     }
 }

@@ -59,12 +59,12 @@ pub fn register_generated(
 
 /// Validates a prompt and makes it the session's pending prompt. Answers the request itself
 /// and returns `None` when the prompt cannot run.
-pub fn register(ctx: &Ctx, p: Prompt, responder: Responder) -> Option<Registered> {
+pub fn register(ctx: &Ctx, mut p: Prompt, responder: Responder) -> Option<Registered> {
     let Some(session) = ctx.session(&p.session_id) else {
         responder.respond(Err(errors::unknown_session(&p.session_id)));
         return None;
     };
-    let content = match prompt::to_message(p.blocks) {
+    let content = match prompt::to_message(&mut p.blocks) {
         Ok(c) => c,
         Err(e) => {
             responder.respond(Err(e));

@@ -71,9 +71,7 @@ impl<R: BufRead> LineReader<R> {
     /// Reads the next line into `self.buf`: `None` at end of input, `Some(None)` for a
     /// complete line, `Some(Some(len))` for one over the limit (not kept).
     fn fill_one(&mut self) -> io::Result<Option<Option<usize>>> {
-        if self.buf.capacity() > KEEP_BUFFER {
-            self.buf = Vec::new();
-        }
+        self.release_large();
         self.buf.clear();
         let mut seen = 0usize;
         let mut too_long = false;

@@ -28,14 +28,13 @@ impl Frame {
     /// lone surrogate or an out-of-range number there is not an error).
     pub fn parse(line: &[u8]) -> serde_json::Result<Frame> {
         // Is the first `"kind":"` key's value a delta's? The host writes `kind` after three
-        // short fields, so this looks at a few quotes. (A line whose first such key is not its
+        // short fields, so this stops early. (A line whose first such key is not its
         // own kind is read by the derived reader: slower, never different.)
         const KIND: &[u8] = br#""kind":""#;
         let delta = line
-            .iter()
-            .enumerate()
-            .find(|&(i, &b)| b == b'"' && line[i..].starts_with(KIND))
-            .is_some_and(|(i, _)| {
+            .windows(KIND.len())
+            .position(|w| w == KIND)
+            .is_some_and(|i| {
                 let value = &line[i + KIND.len()..];
                 value.starts_with(br#"text_delta""#) || value.starts_with(br#"thinking_delta""#)
             });
@@ -52,7 +51,7 @@ impl Frame {
                 complete,
             }) = serde_json::from_slice(line)
             {
-                let body = match &*kind {
+                let body = match kind.as_str() {
                     "text_delta" => FrameBody::TextDelta {
                         turn_id,
                         message_id,
@@ -84,15 +83,14 @@ impl Frame {
 /// A `text_delta` or `thinking_delta` line, flat (see [`Frame::parse`]).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct DeltaLine<'a> {
+struct DeltaLine {
     #[serde(default)]
     seq: Option<u64>,
     #[serde(default)]
     session_id: Option<String>,
     #[serde(default)]
     ts: u64,
-    #[serde(borrow)]
-    kind: std::borrow::Cow<'a, str>,
+    kind: String,
     turn_id: String,
     message_id: String,
     start_offset: u64,
