@@ -146,22 +146,26 @@ impl Host {
         self.sessions_lock().read_cells()
     }
 
-    /// Every session's cell, reading the records not read yet (outside the global lock).
+    /// Every session's cell, reading the records not read yet (outside the global lock; one
+    /// that cannot be read now is left out and asked again next time).
     pub fn all_cells(&self) -> Vec<Arc<SessionCell>> {
         let unread = self.sessions_lock().unread_ids();
         if !unread.is_empty() {
             let read = unread
-                .iter()
-                .filter_map(|id| self.store.load_session(id))
+                .into_iter()
+                .filter_map(|id| {
+                    let record = self.store.load_session(&id).ok()?;
+                    Some((id, record))
+                })
                 .collect();
-            self.sessions_lock().add_read(&unread, read);
+            self.sessions_lock().add_read(read);
         }
         self.cells()
     }
 
     pub fn cell(&self, id: &str) -> Result<Arc<SessionCell>, HostError> {
         self.sessions_lock()
-            .get(&self.store, id)
+            .get(&self.store, id)?
             .ok_or_else(|| HostError::not_found(format!("session {id}")))
     }
 

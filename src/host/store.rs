@@ -79,21 +79,36 @@ impl Store {
         };
         entries
             .flatten()
-            // The entry's type comes with the directory read (no stat per session).
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            // The entry's type comes with the directory read (no stat per session; a
+            // symbolic link is followed, as before).
+            .filter(|e| {
+                e.file_type()
+                    .is_ok_and(|t| t.is_dir() || (t.is_symlink() && e.path().is_dir()))
+            })
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|name| !name.starts_with('.'))
             .collect()
     }
 
-    /// Session `id`'s record, or `None` (logged) if it cannot be read or names another session.
-    pub fn load_session(&self, id: &str) -> Option<Session> {
+    /// Session `id`'s record: `Ok(None)` (logged) when it is not a session — no or a corrupt
+    /// `session.json`, or one naming another session — and `Err` when it could not be read
+    /// now (a full descriptor table, an I/O error): that one is asked again later, never
+    /// taken for absent (a create with its id would write over it).
+    pub fn load_session(&self, id: &str) -> io::Result<Option<Session>> {
         let dir = self.session_dir(id);
         let path = dir.join("session.json");
-        match fs::read(&path)
-            .map_err(|e| e.to_string())
-            .and_then(|b| serde_json::from_slice::<Session>(&b).map_err(|e| e.to_string()))
-        {
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                log::error!("skipping session {id:?}: it has no {}", path.display());
+                return Ok(None);
+            }
+            Err(e) => {
+                log::error!("cannot read {} now: {e}", path.display());
+                return Err(e);
+            }
+        };
+        match serde_json::from_slice::<Session>(&bytes) {
             Ok(mut s) if s.id == id => {
                 // Records from before `turnCount` existed: a non-empty transcript means
                 // the session has a conversation.
@@ -102,7 +117,7 @@ impl Store {
                 {
                     s.turn_count = 1;
                 }
-                Some(s)
+                Ok(Some(s))
             }
             Ok(s) => {
                 log::error!(
@@ -110,14 +125,14 @@ impl Store {
                     path.display(),
                     s.id
                 );
-                None
+                Ok(None)
             }
             Err(e) => {
                 log::error!(
                     "skipping session {id:?}: cannot read {}: {e}",
                     path.display()
                 );
-                None
+                Ok(None)
             }
         }
     }
@@ -150,8 +165,10 @@ impl Store {
     pub fn open_transcript(&self, id: &str) -> io::Result<OpenedTranscript> {
         let dir = self.session_dir(id);
         fs::create_dir_all(&dir)?;
-        // The first open of the session since the host started: nothing writes in its folder
-        // yet (its writers hold the session's lock, which our caller holds).
+        // Opened on first use since start, or again after `release` unloaded an idle session:
+        // nothing of ours writes in its folder now. Its writers hold the session's lock, which
+        // our caller holds, except subagents.json, written only during a turn, which keeps the
+        // session loaded.
         remove_stale_temps_in(&dir);
         let path = dir.join("transcript.jsonl");
         let mut items = Vec::new();
@@ -423,9 +440,19 @@ mod tests {
         fs::write(root.join("sessions/bad/session.json"), b"{not json").unwrap();
         fs::write(root.join("sessions/stray.txt"), b"hello").unwrap();
         fs::create_dir_all(root.join("sessions/empty")).unwrap();
-        let ids = store.session_ids();
-        assert_eq!(ids.len(), 2, "the two folders, not the stray file: {ids:?}");
-        assert!(ids.iter().all(|id| store.load_session(id).is_none()));
+        // A session folder that is a symbolic link is a session folder.
+        fs::create_dir_all(root.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(root.join("elsewhere"), root.join("sessions/linked")).unwrap();
+        let mut ids = store.session_ids();
+        ids.sort();
+        assert_eq!(
+            ids,
+            ["bad", "empty", "linked"],
+            "folders, not the stray file"
+        );
+        assert!(ids
+            .iter()
+            .all(|id| matches!(store.load_session(id), Ok(None))));
         fs::remove_dir_all(root).unwrap();
     }
 }

@@ -4,6 +4,7 @@
 
 use super::session::SessionCell;
 use super::store::Store;
+use crate::host_api::wire::{ErrorCode, HostError, Session};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
@@ -24,18 +25,29 @@ impl SessionTable {
         }
     }
 
-    /// Session `id`'s cell, reading its record first if it has not been. (One small file,
-    /// read under the table's lock: a concurrent request for the same session finds it read.)
-    pub fn get(&mut self, store: &Store, id: &str) -> Option<Arc<SessionCell>> {
+    /// Session `id`'s cell (`None`: no such session), reading its record first if it has not
+    /// been. (One small file, read under the table's lock: a concurrent request for the same
+    /// session finds it read.) A record that cannot be read now is an error and stays unread.
+    pub fn get(&mut self, store: &Store, id: &str) -> Result<Option<Arc<SessionCell>>, HostError> {
         if let Some(cell) = self.cells.get(id) {
-            return Some(Arc::clone(cell));
+            return Ok(Some(Arc::clone(cell)));
         }
-        if !self.unread.remove(id) {
-            return None;
+        if !self.unread.contains(id) {
+            return Ok(None);
         }
-        let cell = SessionCell::new(store.load_session(id)?);
-        self.cells.insert(id.to_string(), Arc::clone(&cell));
-        Some(cell)
+        let record = store.load_session(id).map_err(|e| {
+            HostError::new(
+                ErrorCode::PersistenceFailed,
+                format!("cannot read session {id}'s record now; try again"),
+            )
+            .with_details(serde_json::json!({"error": e.to_string()}))
+        })?;
+        self.unread.remove(id);
+        Ok(record.map(|s| {
+            let cell = SessionCell::new(s);
+            self.cells.insert(id.to_string(), Arc::clone(&cell));
+            cell
+        }))
     }
 
     pub fn insert(&mut self, cell: Arc<SessionCell>) {
@@ -63,17 +75,18 @@ impl SessionTable {
         self.unread.iter().cloned().collect()
     }
 
-    /// Records of `ids` read outside the lock: each still unread becomes a cell (one named in
+    /// Records read outside the lock, by id: each id still unread becomes a cell (one named in
     /// the meantime was read by [`SessionTable::get`]; one removed was read first, so it is
-    /// not unread). Ids whose record could not be read are forgotten, as at start before.
-    pub fn add_read(&mut self, ids: &[String], read: Vec<crate::host_api::wire::Session>) {
-        for s in read {
-            if self.unread.remove(&s.id) {
-                self.cells.insert(s.id.clone(), SessionCell::new(s));
+    /// not unread), or is forgotten if it is not a session. Ids not in `read` (their record
+    /// could not be read now) stay unread.
+    pub fn add_read(&mut self, read: Vec<(String, Option<Session>)>) {
+        for (id, record) in read {
+            if !self.unread.remove(&id) {
+                continue;
             }
-        }
-        for id in ids {
-            self.unread.remove(id);
+            if let Some(s) = record {
+                self.cells.insert(id, SessionCell::new(s));
+            }
         }
     }
 }
@@ -81,7 +94,6 @@ impl SessionTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host_api::wire::Session;
 
     fn tmpdir(tag: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("maka-table-{tag}-{}", std::process::id()));
@@ -111,22 +123,29 @@ mod tests {
         std::fs::create_dir_all(root.join("sessions/broken")).unwrap();
         let mut t = SessionTable::on_disk(&store);
         assert_eq!((t.len(), t.read_cells().len()), (4, 0));
-        assert_eq!(t.get(&store, "s2").map(|c| c.id.clone()), Some("s2".into()));
-        assert!(t.get(&store, "missing").is_none());
-        assert!(t.get(&store, "broken").is_none());
+        let id = |c: Option<Arc<SessionCell>>| c.map(|c| c.id.clone());
+        assert_eq!(id(t.get(&store, "s2").unwrap()), Some("s2".into()));
+        assert!(t.get(&store, "missing").unwrap().is_none());
+        assert!(t.get(&store, "broken").unwrap().is_none());
         assert_eq!((t.len(), t.read_cells().len()), (3, 1));
-        // A listing reads the rest outside the lock; s1 is named (read) in the meantime.
-        let ids = t.unread_ids();
-        let read: Vec<Session> = ids.iter().filter_map(|id| store.load_session(id)).collect();
-        let s1 = t.get(&store, "s1").unwrap();
-        t.add_read(&ids, read);
-        let mut all: Vec<String> = t.read_cells().iter().map(|c| c.id.clone()).collect();
-        all.sort();
-        assert_eq!(all, ["s1", "s2", "s3"]);
-        assert!(
-            Arc::ptr_eq(&s1, &t.get(&store, "s1").unwrap()),
-            "one cell per session"
-        );
+        // A listing reads the rest outside the lock; s1 is named (read) in the meantime, and
+        // s3's record cannot be read now (it stays unread, to be asked again).
+        let read: Vec<(String, Option<Session>)> = t
+            .unread_ids()
+            .into_iter()
+            .filter(|id| id != "s3")
+            .map(|id| {
+                let s = store.load_session(&id).unwrap();
+                (id, s)
+            })
+            .collect();
+        let s1 = t.get(&store, "s1").unwrap().unwrap();
+        t.add_read(read);
+        assert_eq!((t.len(), t.read_cells().len()), (3, 2));
+        assert_eq!(t.unread_ids(), ["s3"]);
+        let again = t.get(&store, "s1").unwrap().unwrap();
+        assert!(Arc::ptr_eq(&s1, &again), "one cell per session");
+        assert_eq!(id(t.get(&store, "s3").unwrap()), Some("s3".into()));
         std::fs::remove_dir_all(root).unwrap();
     }
 }

@@ -87,7 +87,7 @@ pub(super) fn admit(
     let mut st = cell.lock();
     {
         let mut sessions = host.sessions_lock();
-        if let Some(existing) = sessions.get(&host.store, &session.id) {
+        if let Some(existing) = sessions.get(&host.store, &session.id)? {
             return Ok(Admitted::Exists(existing));
         }
         sessions.insert(Arc::clone(&cell));
