@@ -322,10 +322,11 @@ fn finish_of(reason: &str) -> Finish {
 }
 
 /// A stream chunk as most are — text or reasoning deltas and a finish reason — read straight
-/// into these fields, text borrowed from the line unless it has escapes. A chunk that has any
-/// other field the reader uses (`error`, `usage`, `tool_calls`, even as `null`), or that this
-/// cannot read (a field of another type), is read as a `Value` tree, as every chunk was
-/// before: this path gives what the tree gives or nothing.
+/// into these fields, without a tree. A chunk that has any other field the reader uses
+/// (`error`, `usage`, `tool_calls`, even as `null`), or that this cannot read (a field of
+/// another type), is read as a `Value` tree, as every chunk was before. (Unlike the tree, serde
+/// reads an array where an object is expected by position, and skips unknown fields unchecked;
+/// no provider sends either.)
 #[derive(serde::Deserialize)]
 struct DeltaChunk<'a> {
     #[serde(default, borrow)]
@@ -357,6 +358,19 @@ struct DeltaFields<'a> {
 }
 
 impl DeltaChunk<'_> {
+    /// Whether the chunk carries text or reasoning (which becomes an event).
+    fn has_text(&self) -> bool {
+        let delta = self
+            .choices
+            .as_ref()
+            .and_then(|c| c.first()?.delta.as_ref());
+        delta.is_some_and(|d| {
+            [&d.reasoning_content, &d.reasoning, &d.content]
+                .iter()
+                .any(|t| t.as_ref().is_some_and(|t| !t.is_empty()))
+        })
+    }
+
     fn needs_tree(&self) -> bool {
         self.error
             || self.usage
@@ -441,8 +455,11 @@ fn read_stream(
             },
         };
         chunks += 1;
-        // The clock is read every 64th chunk, not every one.
-        if chunks % 64 == 1 && last_progress.elapsed() >= Duration::from_secs(1) {
+        // A chunk of text or reasoning is an event the turn sees (its idle timer restarts);
+        // any other (tool-call arguments, usage, a role) keeps the turn alive with Progress,
+        // at most once a second. The clock is read only for those.
+        let speaks = fast.as_ref().is_some_and(DeltaChunk::has_text);
+        if !speaks && last_progress.elapsed() >= Duration::from_secs(1) {
             last_progress = std::time::Instant::now();
             if !send(tx, ModelEvent::Progress) {
                 return;
@@ -622,6 +639,42 @@ fn read_stream(
 mod tests {
     use super::*;
     use crossbeam_channel::unbounded;
+
+    /// Yields one piece per read, each after `delay` (a model slowly streaming arguments).
+    struct Slow(Vec<&'static str>, Duration);
+
+    impl Read for Slow {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.0.is_empty() {
+                return Ok(0);
+            }
+            std::thread::sleep(self.1);
+            let piece = self.0.remove(0).as_bytes();
+            buf[..piece.len()].copy_from_slice(piece);
+            Ok(piece.len())
+        }
+    }
+
+    #[test]
+    fn slowly_streamed_tool_arguments_keep_the_turn_alive() {
+        // Chunks that carry no text are no event for the turn: at least one Progress must
+        // come within the 1.6 s they take, or a short idle timeout would end the turn.
+        let piece = "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"c1\",\"function\":{\"name\":\"ls\",\"arguments\":\"\"}}]}}]}\n\n";
+        let slow = Slow(
+            vec![
+                piece,
+                piece,
+                piece,
+                "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n",
+            ],
+            Duration::from_millis(400),
+        );
+        let (tx, rx) = unbounded();
+        read_stream("http://x/v1", true, slow, &CancelToken::default(), &tx);
+        let events: Vec<ModelEvent> = rx.try_iter().collect();
+        assert!(events.contains(&ModelEvent::Progress), "{events:?}");
+        assert_eq!(events.last(), Some(&ModelEvent::Finish(Finish::ToolCalls)));
+    }
 
     #[test]
     fn tool_calls_split_across_chunks_are_reassembled() {

@@ -103,7 +103,8 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, HostError> {
         HostError::invalid(format!("the body is not JSON: {e}"))
             .with_details(json!({"reason": "invalid_json"}))
     };
-    let trimmed = text.trim();
+    // JSON's own whitespace only (a form feed or a no-break space is not).
+    let trimmed = text.trim_matches([' ', '\t', '\n', '\r']);
     let text = if trimmed.is_empty() || trimmed == "null" {
         "{}"
     } else if !trimmed.starts_with('{') {

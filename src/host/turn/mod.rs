@@ -282,9 +282,11 @@ impl Turn {
         let finish = loop {
             // An event already waiting is taken without `select!`, which registers with both
             // channels and reads the clock: most events of a fast stream are waiting.
-            let ready = match rx.try_recv() {
-                Ok(ev) if !self.spec.cancel.is_cancelled() => Some(ev),
-                _ => None,
+            // (Cancelled: `select!` decides, as before; an event taken here is never dropped.)
+            let ready = if self.spec.cancel.is_cancelled() {
+                None
+            } else {
+                rx.try_recv().ok()
             };
             let event = if let Some(ev) = ready {
                 Some(ev)
