@@ -21,6 +21,14 @@ pub enum Line<'a> {
     TooLong { len: usize },
 }
 
+/// What [`LineReader::fill_one`] put in the buffer.
+enum Filled {
+    End,
+    Line,
+    /// Over the limit: the bytes seen (not kept).
+    TooLong(usize),
+}
+
 /// Reads lines into one buffer that it reuses (no allocation per line).
 pub struct LineReader<R> {
     inner: R,
@@ -42,10 +50,10 @@ impl<R: BufRead> LineReader<R> {
     pub fn next_line(&mut self) -> io::Result<Option<Line<'_>>> {
         loop {
             match self.fill_one()? {
-                None => return Ok(None),
-                Some(None) if self.buf.iter().all(u8::is_ascii_whitespace) => continue,
-                Some(None) => return Ok(Some(Line::Complete(&self.buf))),
-                Some(Some(len)) => return Ok(Some(Line::TooLong { len })),
+                Filled::End => return Ok(None),
+                Filled::Line if self.buf.iter().all(u8::is_ascii_whitespace) => continue,
+                Filled::Line => return Ok(Some(Line::Complete(&self.buf))),
+                Filled::TooLong(len) => return Ok(Some(Line::TooLong { len })),
             }
         }
     }
@@ -54,9 +62,9 @@ impl<R: BufRead> LineReader<R> {
     /// `None` at end of input.
     pub fn read_one(&mut self) -> io::Result<Option<Line<'_>>> {
         Ok(match self.fill_one()? {
-            None => None,
-            Some(None) => Some(Line::Complete(&self.buf)),
-            Some(Some(len)) => Some(Line::TooLong { len }),
+            Filled::End => None,
+            Filled::Line => Some(Line::Complete(&self.buf)),
+            Filled::TooLong(len) => Some(Line::TooLong { len }),
         })
     }
 
@@ -68,9 +76,8 @@ impl<R: BufRead> LineReader<R> {
         }
     }
 
-    /// Reads the next line into `self.buf`: `None` at end of input, `Some(None)` for a
-    /// complete line, `Some(Some(len))` for one over the limit (not kept).
-    fn fill_one(&mut self) -> io::Result<Option<Option<usize>>> {
+    /// Reads the next line into `self.buf` (one over the limit is not kept).
+    fn fill_one(&mut self) -> io::Result<Filled> {
         self.release_large();
         self.buf.clear();
         let mut seen = 0usize;
@@ -84,7 +91,7 @@ impl<R: BufRead> LineReader<R> {
             if available.is_empty() {
                 // End of input: a partial last line still counts.
                 if seen == 0 {
-                    return Ok(None);
+                    return Ok(Filled::End);
                 }
                 break;
             }
@@ -108,12 +115,12 @@ impl<R: BufRead> LineReader<R> {
             }
         }
         if too_long {
-            return Ok(Some(Some(seen)));
+            return Ok(Filled::TooLong(seen));
         }
         if self.buf.last() == Some(&b'\r') {
             self.buf.pop();
         }
-        Ok(Some(None))
+        Ok(Filled::Line)
     }
 }
 

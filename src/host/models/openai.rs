@@ -328,9 +328,9 @@ fn finish_of(reason: &str) -> Finish {
 /// reads an array where an object is expected by position, and skips unknown fields unchecked;
 /// no provider sends either.)
 #[derive(serde::Deserialize)]
-struct DeltaChunk<'a> {
-    #[serde(default, borrow)]
-    choices: Option<Vec<DeltaChoice<'a>>>,
+struct DeltaChunk {
+    #[serde(default)]
+    choices: Option<Vec<DeltaChoice>>,
     #[serde(default, deserialize_with = "present")]
     error: bool,
     #[serde(default, deserialize_with = "present")]
@@ -338,39 +338,26 @@ struct DeltaChunk<'a> {
 }
 
 #[derive(serde::Deserialize)]
-struct DeltaChoice<'a> {
-    #[serde(default, borrow)]
-    delta: Option<DeltaFields<'a>>,
-    #[serde(default, borrow)]
-    finish_reason: Option<std::borrow::Cow<'a, str>>,
+struct DeltaChoice {
+    #[serde(default)]
+    delta: Option<DeltaFields>,
+    #[serde(default)]
+    finish_reason: Option<String>,
 }
 
 #[derive(Default, serde::Deserialize)]
-struct DeltaFields<'a> {
-    #[serde(default, borrow)]
-    reasoning_content: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default, borrow)]
-    reasoning: Option<std::borrow::Cow<'a, str>>,
-    #[serde(default, borrow)]
-    content: Option<std::borrow::Cow<'a, str>>,
+struct DeltaFields {
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    content: Option<String>,
     #[serde(default, deserialize_with = "present")]
     tool_calls: bool,
 }
 
-impl DeltaChunk<'_> {
-    /// Whether the chunk carries text or reasoning (which becomes an event).
-    fn has_text(&self) -> bool {
-        let delta = self
-            .choices
-            .as_ref()
-            .and_then(|c| c.first()?.delta.as_ref());
-        delta.is_some_and(|d| {
-            [&d.reasoning_content, &d.reasoning, &d.content]
-                .iter()
-                .any(|t| t.as_ref().is_some_and(|t| !t.is_empty()))
-        })
-    }
-
+impl DeltaChunk {
     fn needs_tree(&self) -> bool {
         self.error
             || self.usage
@@ -379,6 +366,22 @@ impl DeltaChunk<'_> {
                 .iter()
                 .flatten()
                 .any(|c| c.delta.as_ref().is_some_and(|d| d.tool_calls))
+    }
+
+    /// The chunk's events in the tree path's order (reasoning, then text; empty strings are
+    /// none), and its finish reason.
+    fn into_events(self) -> ([Option<ModelEvent>; 3], Option<Finish>) {
+        let Some(choice) = self.choices.and_then(|c| c.into_iter().next()) else {
+            return (Default::default(), None);
+        };
+        let d = choice.delta.unwrap_or_default();
+        let some = |t: Option<String>| t.filter(|t| !t.is_empty());
+        let events = [
+            some(d.reasoning_content).map(ModelEvent::Thinking),
+            some(d.reasoning).map(ModelEvent::Thinking),
+            some(d.content).map(ModelEvent::Text),
+        ];
+        (events, choice.finish_reason.as_deref().map(finish_of))
     }
 }
 
@@ -442,7 +445,8 @@ fn read_stream(
         // Most chunks are one delta of text: read those without building a tree.
         let fast = serde_json::from_str::<DeltaChunk>(data)
             .ok()
-            .filter(|c| !c.needs_tree());
+            .filter(|c| !c.needs_tree())
+            .map(DeltaChunk::into_events);
         let chunk = match fast {
             Some(_) => Value::Null,
             None => match serde_json::from_str::<Value>(data) {
@@ -458,39 +462,23 @@ fn read_stream(
         // A chunk of text or reasoning is an event the turn sees (its idle timer restarts);
         // any other (tool-call arguments, usage, a role) keeps the turn alive with Progress,
         // at most once a second. The clock is read only for those.
-        let speaks = fast.as_ref().is_some_and(DeltaChunk::has_text);
+        let speaks = fast
+            .as_ref()
+            .is_some_and(|(events, _)| events.iter().any(Option::is_some));
         if !speaks && last_progress.elapsed() >= Duration::from_secs(1) {
             last_progress = std::time::Instant::now();
             if !send(tx, ModelEvent::Progress) {
                 return;
             }
         }
-        if let Some(c) = fast {
-            let Some(choice) = c.choices.and_then(|c| c.into_iter().next()) else {
-                continue;
-            };
-            let d = choice.delta.unwrap_or_default();
-            let texts = [
-                (true, d.reasoning_content),
-                (true, d.reasoning),
-                (false, d.content),
-            ];
-            for (thinking, t) in texts {
-                let Some(t) = t.filter(|t| !t.is_empty()) else {
-                    continue;
-                };
-                let t = t.into_owned();
-                let event = if thinking {
-                    ModelEvent::Thinking(t)
-                } else {
-                    ModelEvent::Text(t)
-                };
+        if let Some((events, reason)) = fast {
+            for event in events.into_iter().flatten() {
                 if !send(tx, event) {
                     return;
                 }
             }
-            if let Some(reason) = choice.finish_reason {
-                finish = Some(finish_of(&reason));
+            if reason.is_some() {
+                finish = reason;
             }
             continue;
         }

@@ -282,12 +282,8 @@ const FRAME_PROMPT_BYTES: usize = 64 * 1024;
 /// A prompt as frames carry it (bounded): text up to 64 KiB, attachments by name only.
 fn frame_content(c: &MessageContent) -> (MessageContent, bool) {
     let mut cut = c.text.len() > FRAME_PROMPT_BYTES;
-    // Copies only what the frame shows (at most 3 bytes more, to the next char boundary).
-    let end = (FRAME_PROMPT_BYTES..=c.text.len())
-        .find(|&i| c.text.is_char_boundary(i))
-        .unwrap_or(c.text.len());
-    let mut text = c.text[..end].to_string();
-    crate::host::tools::fs::cut(&mut text, FRAME_PROMPT_BYTES);
+    // Copies only what the frame shows.
+    let text = crate::host::tools::fs::head(&c.text, FRAME_PROMPT_BYTES).to_string();
     let attachments = c
         .attachments
         .iter()
@@ -307,12 +303,7 @@ fn frame_content(c: &MessageContent) -> (MessageContent, bool) {
 /// as `<task>` that some clients wrap prompts in are removed), at most 80 characters.
 pub(super) fn title_from(text: &str) -> Option<String> {
     // The title is in the first lines: a pasted file's megabytes are not copied or scanned.
-    const LOOK_AT: usize = 16 * 1024;
-    let mut end = text.len().min(LOOK_AT);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    let plain = strip_tags(&text[..end]);
+    let plain = strip_tags(crate::host::tools::fs::head(text, 16 * 1024));
     let line = plain
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))

@@ -434,13 +434,17 @@ pub fn cut_words(s: &str, max: usize) -> String {
 
 /// Truncates to at most `max` bytes on a char boundary.
 pub fn cut(s: &mut String, max: usize) {
-    if s.len() > max {
-        let mut i = max;
-        while !s.is_char_boundary(i) {
-            i -= 1;
-        }
-        s.truncate(i);
+    let keep = head(s, max).len();
+    s.truncate(keep);
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
+pub fn head(s: &str, max: usize) -> &str {
+    let mut i = max.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
     }
+    &s[..i]
 }
 
 #[cfg(test)]

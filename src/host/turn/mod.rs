@@ -288,21 +288,20 @@ impl Turn {
             } else {
                 rx.try_recv().ok()
             };
-            let event = if let Some(ev) = ready {
-                Some(ev)
-            } else {
-                select! {
-                recv(rx) -> ev => ev.ok(),
-                recv(self.spec.cancel.receiver()) -> _ => {
-                    self.persist_assistant(&text_id, &text, &thinking);
-                    return Err(Terminal::cancelled());
-                }
-                default(idle) => {
-                    // Silent (or keep-alives only): the call is abandoned, the turn fails.
-                    self.persist_assistant(&text_id, &text, &thinking);
-                    return Err(Terminal::failed(FailureClass::ProviderTimeout, idle_message(idle)));
-                }
-                }
+            let event = match ready {
+                Some(ev) => Some(ev),
+                None => select! {
+                    recv(rx) -> ev => ev.ok(),
+                    recv(self.spec.cancel.receiver()) -> _ => {
+                        self.persist_assistant(&text_id, &text, &thinking);
+                        return Err(Terminal::cancelled());
+                    }
+                    default(idle) => {
+                        // Silent (or keep-alives only): the call is abandoned, the turn fails.
+                        self.persist_assistant(&text_id, &text, &thinking);
+                        return Err(Terminal::failed(FailureClass::ProviderTimeout, idle_message(idle)));
+                    }
+                },
             };
             let Some(event) = event else {
                 self.persist_assistant(&text_id, &text, &thinking);
