@@ -783,29 +783,62 @@ impl Turn {
     }
 
     /// An update or request of a job's agent.
+    ///
+    /// A piece of its answer takes the pieces already queued behind it along (up to
+    /// [`DELTA_FRAME_BYTES`]), shown as one output delta: a fast agent costs this turn a frame
+    /// per read rather than per piece, and nothing waits for pieces not yet sent. The first
+    /// message that is not such a piece is handled next, so the order stays the agent's.
     fn agent_message(&mut self, job: &mut Job, message: Incoming) {
         let previous = self.delegating.replace(job.id.clone());
         let name = job.agent.name.clone();
-        match message {
-            Incoming::Notification(n) if n.method == "session/update" => {
-                self.subagent_update(
-                    &job.id,
+        let mut next = Some(message);
+        while let Some(message) = next.take() {
+            match message {
+                Incoming::Notification(n) if n.method == "session/update" => {
+                    let Some(first) = answer_piece(&n.params) else {
+                        self.subagent_update(
+                            &job.id,
+                            &name,
+                            &n.params,
+                            &mut job.calls,
+                            &job.terminals,
+                        );
+                        continue;
+                    };
+                    let mut text = first.to_string();
+                    while text.len() < DELTA_FRAME_BYTES {
+                        let Ok(m) = job.agent.incoming.try_recv() else {
+                            break;
+                        };
+                        if let Incoming::Notification(n) = &m {
+                            if let Some(t) = (n.method == "session/update")
+                                .then(|| answer_piece(&n.params))
+                                .flatten()
+                            {
+                                text.push_str(t);
+                                continue;
+                            }
+                        }
+                        next = Some(m);
+                        break;
+                    }
+                    job.answer.push_str(&text);
+                    crate::host_api::keep_tail(&mut job.answer, tools::RESULT_TEXT_LIMIT);
+                    // Streams into the delegate call's content.
+                    let current = self.current_tool.replace(job.id.clone());
+                    self.output("stdout", &text);
+                    self.current_tool = current;
+                }
+                Incoming::Notification(_) => {}
+                Incoming::Request(r, responder) => self.serve_subagent(
                     &name,
-                    &n.params,
-                    &mut job.answer,
+                    r,
+                    responder,
                     &mut job.calls,
-                    &job.terminals,
-                );
+                    &mut job.terminals,
+                    &mut job.allowed,
+                ),
             }
-            Incoming::Notification(_) => {}
-            Incoming::Request(r, responder) => self.serve_subagent(
-                &name,
-                r,
-                responder,
-                &mut job.calls,
-                &mut job.terminals,
-                &mut job.allowed,
-            ),
         }
         self.delegating = previous;
     }
@@ -863,29 +896,21 @@ impl Turn {
         job.outcome = Some(outcome);
     }
 
-    /// One `session/update` of the agent, shown in this session.
+    /// One `session/update` of the agent other than a piece of its answer
+    /// ([`Turn::agent_message`] shows those), shown in this session.
     fn subagent_update(
         &mut self,
         parent: &str,
         name: &str,
         params: &Value,
-        answer: &mut String,
         calls: &mut ChildCalls,
         terminals: &subagents::terminals::Terminals,
     ) {
-        let u = params.get("update").cloned().unwrap_or(Value::Null);
+        let Some(u) = params.get("update") else {
+            return;
+        };
         let kind = u.get("sessionUpdate").and_then(Value::as_str).unwrap_or("");
         match kind {
-            "agent_message_chunk" => {
-                if let Some(t) = u.pointer("/content/text").and_then(Value::as_str) {
-                    answer.push_str(t);
-                    crate::host_api::keep_tail(answer, tools::RESULT_TEXT_LIMIT);
-                    // Streams into the delegate call's content.
-                    let current = self.current_tool.replace(parent.to_string());
-                    self.output("stdout", t);
-                    self.current_tool = current;
-                }
-            }
             "tool_call" | "tool_call_update" => {
                 let Some(sub) = u.get("toolCallId").and_then(Value::as_str) else {
                     return;
@@ -897,10 +922,10 @@ impl Turn {
                 } else {
                     Seen::Updated
                 };
-                if self.show_child(name, calls, sub, &u, seen).is_none() {
+                if self.show_child(name, calls, sub, u, seen).is_none() {
                     return;
                 }
-                calls.absorb(sub, &u, |id| terminals.text_of(id));
+                calls.absorb(sub, u, |id| terminals.text_of(id));
                 if let Some(status) = u.get("status").and_then(Value::as_str) {
                     self.sub_status(status, calls, sub);
                 }
@@ -1396,6 +1421,15 @@ impl Turn {
 }
 
 /// A delegation's outcome when the turn was cancelled.
+/// The text of an `agent_message_chunk` update (a piece of the agent's answer), if it is one.
+fn answer_piece(params: &Value) -> Option<&str> {
+    let u = params.get("update")?;
+    if u.get("sessionUpdate")?.as_str()? != "agent_message_chunk" {
+        return None;
+    }
+    u.get("content")?.get("text")?.as_str()
+}
+
 fn cancelled(name: &str) -> ToolOutcome {
     ToolOutcome {
         status: ToolStatus::Cancelled,
