@@ -357,11 +357,16 @@ fn main() {
         env_logger::Builder::new().parse_filters(&filter).init();
     }
     if std::env::var("BENCH_ONLY").as_deref() == Ok("latency") {
-        let r = added_latency(500);
-        println!(
-            "latency only: p50 {:.0} us p99 {:.0} us (n={})",
-            r.0, r.1, r.3
-        );
+        // Issue 27's tail target: p99 <= 50 us and p99.9 <= 300 us in at least 7 of 8 runs.
+        let mut met = 0;
+        for run in 1..=8 {
+            let (p50, p99, p999, n) = added_latency(5000);
+            met += usize::from(p99 <= 50.0 && p999 <= 300.0);
+            println!(
+                "latency run {run}: p50 {p50:.0} us, p99 {p99:.0} us, p99.9 {p999:.0} us (n={n})"
+            );
+        }
+        println!("runs with p99 <= 50 us and p99.9 <= 300 us: {met} of 8   (target >= 7)");
         return;
     }
     let mut cold = vec![];
