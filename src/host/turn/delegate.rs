@@ -164,6 +164,9 @@ struct Ready {
     read_only: Option<subagents::sandbox::Folders>,
 }
 
+/// At most this many queued pieces of a subagent's answer are shown as one output delta.
+const BATCH_PIECES: usize = 256;
+
 impl Turn {
     pub(super) fn delegate(&mut self, id: &str, args: &Value) -> ToolOutcome {
         let Some(wanted) = Wanted::of(id, args) else {
@@ -785,9 +788,10 @@ impl Turn {
     /// An update or request of a job's agent.
     ///
     /// A piece of its answer takes the pieces already queued behind it along (up to
-    /// [`DELTA_FRAME_BYTES`]), shown as one output delta: a fast agent costs this turn a frame
-    /// per read rather than per piece, and nothing waits for pieces not yet sent. The first
-    /// message that is not such a piece is handled next, so the order stays the agent's.
+    /// [`DELTA_FRAME_BYTES`] or [`BATCH_PIECES`]), shown as one output delta: a fast agent
+    /// costs this turn a frame per batch of what is queued rather than per piece, and nothing
+    /// waits for pieces not yet sent. The first message that is not such a piece is handled
+    /// next, so the order stays the agent's.
     fn agent_message(&mut self, job: &mut Job, message: Incoming) {
         let previous = self.delegating.replace(job.id.clone());
         let name = job.agent.name.clone();
@@ -806,7 +810,11 @@ impl Turn {
                         continue;
                     };
                     let mut text = first.to_string();
-                    while text.len() < DELTA_FRAME_BYTES {
+                    // Bounded in messages too (empty pieces add no bytes): a cancel and the
+                    // other jobs are looked at again soon whatever the agent sends.
+                    let mut taken = 1;
+                    while text.len() < DELTA_FRAME_BYTES && taken < BATCH_PIECES {
+                        taken += 1;
                         let Ok(m) = job.agent.incoming.try_recv() else {
                             break;
                         };
@@ -821,6 +829,9 @@ impl Turn {
                         }
                         next = Some(m);
                         break;
+                    }
+                    if text.is_empty() {
+                        continue;
                     }
                     job.answer.push_str(&text);
                     crate::host_api::keep_tail(&mut job.answer, tools::RESULT_TEXT_LIMIT);
@@ -1420,7 +1431,6 @@ impl Turn {
     }
 }
 
-/// A delegation's outcome when the turn was cancelled.
 /// The text of an `agent_message_chunk` update (a piece of the agent's answer), if it is one.
 fn answer_piece(params: &Value) -> Option<&str> {
     let u = params.get("update")?;
@@ -1430,6 +1440,7 @@ fn answer_piece(params: &Value) -> Option<&str> {
     u.get("content")?.get("text")?.as_str()
 }
 
+/// A delegation's outcome when the turn was cancelled.
 fn cancelled(name: &str) -> ToolOutcome {
     ToolOutcome {
         status: ToolStatus::Cancelled,

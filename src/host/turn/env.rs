@@ -18,6 +18,13 @@ impl ToolEnv for Turn {
     }
 
     fn output(&mut self, stream: &str, chunk: &str) {
+        // Frames stay bounded, as a model's deltas do.
+        if chunk.len() > DELTA_FRAME_BYTES {
+            for piece in frame_pieces(chunk) {
+                self.output(stream, piece);
+            }
+            return;
+        }
         let Some(tool_call_id) = self.current_tool.clone() else {
             return;
         };

@@ -35,8 +35,23 @@ use std::time::Duration;
 const ARGS_INLINE_LIMIT: usize = 16 * 1024;
 /// Client-call inputs larger than this (serialized) travel by reference.
 const CALL_INPUT_INLINE: usize = 256 * 1024;
-/// Text deltas are cut into frames of at most this many bytes.
+/// Text deltas (and tool output) are cut into frames of at most this many bytes.
 const DELTA_FRAME_BYTES: usize = 64 * 1024;
+
+/// `text` in pieces of at most [`DELTA_FRAME_BYTES`], cut at character boundaries (one piece,
+/// possibly empty, when it is short).
+fn frame_pieces(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        let mut end = r.len().min(DELTA_FRAME_BYTES);
+        while !r.is_char_boundary(end) {
+            end -= 1;
+        }
+        rest = (end < r.len()).then(|| &r[end..]);
+        Some(&r[..end])
+    })
+}
 /// How long a delegated editor call may take before the tool fails.
 const CLIENT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 
@@ -587,3 +602,21 @@ fn idle_message(idle: Duration) -> String {
 }
 
 const PLAN_MODE_NOTE: &str = "Plan mode is on: investigate with read-only tools, then propose your plan with update_plan and stop. Writing files and running commands waits until the user approves the plan.";
+
+#[cfg(test)]
+mod tests {
+    use super::{frame_pieces, DELTA_FRAME_BYTES};
+
+    #[test]
+    fn long_text_is_cut_into_bounded_frames_at_character_boundaries_and_nothing_is_lost() {
+        // "é" is two bytes: the limit falls inside one of them somewhere.
+        let text = format!("a{}", "é".repeat(DELTA_FRAME_BYTES));
+        let pieces: Vec<&str> = frame_pieces(&text).collect();
+        assert_eq!(pieces.len(), 3);
+        assert!(pieces
+            .iter()
+            .all(|p| !p.is_empty() && p.len() <= DELTA_FRAME_BYTES));
+        assert_eq!(pieces.concat(), text);
+        assert_eq!(frame_pieces("short").collect::<Vec<_>>(), ["short"]);
+    }
+}

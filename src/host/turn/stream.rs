@@ -7,14 +7,8 @@ impl Turn {
     pub(super) fn delta(&self, is_text: bool, message_id: &str, acc: &mut String, t: String) {
         // A provider may send one huge chunk: frames stay bounded.
         if t.len() > DELTA_FRAME_BYTES {
-            let mut rest = t.as_str();
-            while !rest.is_empty() {
-                let mut end = rest.len().min(DELTA_FRAME_BYTES);
-                while !rest.is_char_boundary(end) {
-                    end -= 1;
-                }
-                self.delta(is_text, message_id, acc, rest[..end].to_string());
-                rest = &rest[end..];
+            for piece in frame_pieces(&t) {
+                self.delta(is_text, message_id, acc, piece.to_string());
             }
             return;
         }
