@@ -797,48 +797,14 @@ impl Turn {
         let name = job.agent.name.clone();
         let mut next = Some(message);
         while let Some(message) = next.take() {
+            if let Some(first) = answer_piece(&message) {
+                let first = first.to_string();
+                next = self.show_answer(job, first);
+                continue;
+            }
             match message {
                 Incoming::Notification(n) if n.method == "session/update" => {
-                    let Some(first) = answer_piece(&n.params) else {
-                        self.subagent_update(
-                            &job.id,
-                            &name,
-                            &n.params,
-                            &mut job.calls,
-                            &job.terminals,
-                        );
-                        continue;
-                    };
-                    let mut text = first.to_string();
-                    // Bounded in messages too (empty pieces add no bytes): a cancel and the
-                    // other jobs are looked at again soon whatever the agent sends.
-                    let mut taken = 1;
-                    while text.len() < DELTA_FRAME_BYTES && taken < BATCH_PIECES {
-                        taken += 1;
-                        let Ok(m) = job.agent.incoming.try_recv() else {
-                            break;
-                        };
-                        if let Incoming::Notification(n) = &m {
-                            if let Some(t) = (n.method == "session/update")
-                                .then(|| answer_piece(&n.params))
-                                .flatten()
-                            {
-                                text.push_str(t);
-                                continue;
-                            }
-                        }
-                        next = Some(m);
-                        break;
-                    }
-                    if text.is_empty() {
-                        continue;
-                    }
-                    job.answer.push_str(&text);
-                    crate::host_api::keep_tail(&mut job.answer, tools::RESULT_TEXT_LIMIT);
-                    // Streams into the delegate call's content.
-                    let current = self.current_tool.replace(job.id.clone());
-                    self.output("stdout", &text);
-                    self.current_tool = current;
+                    self.subagent_update(&job.id, &name, &n.params, &mut job.calls, &job.terminals)
                 }
                 Incoming::Notification(_) => {}
                 Incoming::Request(r, responder) => self.serve_subagent(
@@ -852,6 +818,37 @@ impl Turn {
             }
         }
         self.delegating = previous;
+    }
+
+    /// Shows `text`, a piece of the job's answer, with the pieces queued behind it; returns
+    /// the first other message taken from the queue, to be handled next.
+    fn show_answer(&mut self, job: &mut Job, mut text: String) -> Option<Incoming> {
+        let mut next = None;
+        // Bounded in messages too (empty pieces add no bytes): a cancel and the other jobs are
+        // looked at again soon whatever the agent sends.
+        let mut taken = 1;
+        while text.len() < DELTA_FRAME_BYTES && taken < BATCH_PIECES {
+            taken += 1;
+            let Ok(m) = job.agent.incoming.try_recv() else {
+                break;
+            };
+            match answer_piece(&m) {
+                Some(t) => text.push_str(t),
+                None => {
+                    next = Some(m);
+                    break;
+                }
+            }
+        }
+        if !text.is_empty() {
+            job.answer.push_str(&text);
+            crate::host_api::keep_tail(&mut job.answer, tools::RESULT_TEXT_LIMIT);
+            // Streams into the delegate call's content.
+            let current = self.current_tool.replace(job.id.clone());
+            self.output("stdout", &text);
+            self.current_tool = current;
+        }
+        next
     }
 
     /// A job's agent answered its prompt (or could not): its outcome.
@@ -1432,8 +1429,14 @@ impl Turn {
 }
 
 /// The text of an `agent_message_chunk` update (a piece of the agent's answer), if it is one.
-fn answer_piece(params: &Value) -> Option<&str> {
-    let u = params.get("update")?;
+fn answer_piece(message: &Incoming) -> Option<&str> {
+    let Incoming::Notification(n) = message else {
+        return None;
+    };
+    if n.method != "session/update" {
+        return None;
+    }
+    let u = n.params.get("update")?;
     if u.get("sessionUpdate")?.as_str()? != "agent_message_chunk" {
         return None;
     }

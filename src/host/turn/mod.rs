@@ -37,6 +37,8 @@ const ARGS_INLINE_LIMIT: usize = 16 * 1024;
 const CALL_INPUT_INLINE: usize = 256 * 1024;
 /// Text deltas (and tool output) are cut into frames of at most this many bytes.
 const DELTA_FRAME_BYTES: usize = 64 * 1024;
+/// How long a delegated editor call may take before the tool fails.
+const CLIENT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `text` in pieces of at most [`DELTA_FRAME_BYTES`], cut at character boundaries (one piece,
 /// possibly empty, when it is short).
@@ -44,16 +46,11 @@ fn frame_pieces(text: &str) -> impl Iterator<Item = &str> {
     let mut rest = Some(text);
     std::iter::from_fn(move || {
         let r = rest?;
-        let mut end = r.len().min(DELTA_FRAME_BYTES);
-        while !r.is_char_boundary(end) {
-            end -= 1;
-        }
-        rest = (end < r.len()).then(|| &r[end..]);
-        Some(&r[..end])
+        let piece = tool_fs::head(r, DELTA_FRAME_BYTES);
+        rest = (piece.len() < r.len()).then(|| &r[piece.len()..]);
+        Some(piece)
     })
 }
-/// How long a delegated editor call may take before the tool fails.
-const CLIENT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 
 pub struct TurnSpec {
     pub turn_id: String,
