@@ -50,11 +50,7 @@ impl Store {
     pub fn write_transcript(&self, id: &str, items: &[TranscriptItem]) -> io::Result<()> {
         let dir = self.session_dir(id);
         fs::create_dir_all(&dir)?;
-        let mut buf = Vec::new();
-        for item in items {
-            serde_json::to_writer(&mut buf, item).map_err(io::Error::other)?;
-            buf.push(b'\n');
-        }
+        let buf = transcript_lines(items)?;
         write_atomic(&dir, "transcript.jsonl", &buf, self.fsync)
     }
 
@@ -289,11 +285,7 @@ struct Quarantined {
 impl TranscriptFile {
     /// Appends items; they are durable when this returns Ok.
     pub fn append(&mut self, items: &[TranscriptItem]) -> io::Result<()> {
-        let mut buf = Vec::new();
-        for item in items {
-            serde_json::to_writer(&mut buf, item).map_err(io::Error::other)?;
-            buf.push(b'\n');
-        }
+        let buf = transcript_lines(items)?;
         let mut file = OpenOptions::new().append(true).open(&self.path)?;
         file.write_all(&buf)?;
         if self.fsync {
@@ -301,6 +293,21 @@ impl TranscriptFile {
         }
         Ok(())
     }
+}
+
+/// Transcript items as JSON lines.
+///
+/// Each is written through a `Value` by the `Value`'s own `Display`: that is serde_json's
+/// serializer as serde_json itself instantiates it, compiled at opt-level 3. One instantiated
+/// for `TranscriptItem` is compiled in this crate, at "z" (Cargo.toml), and escapes a long text
+/// (a pasted file) several times slower: ~40 ms for 10 MiB (issue 27, docs/benchmarks.md).
+fn transcript_lines(items: &[TranscriptItem]) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    for item in items {
+        let tree = serde_json::to_value(item).map_err(io::Error::other)?;
+        writeln!(buf, "{tree}")?;
+    }
+    Ok(buf)
 }
 
 /// Reads one of the host's small JSON files (`memory.json`, `permissions.json`): missing is
@@ -404,6 +411,26 @@ mod tests {
                 through_message_seq: None,
                 fallback: None,
             },
+        }
+    }
+
+    /// Lines written through a tree read back as the items, a long text needing every kind of
+    /// escape included, and hold the same JSON serde_json writes for the item itself.
+    #[test]
+    fn transcript_lines_read_back_as_the_items() {
+        let mut long = item(2);
+        if let TranscriptBody::Summary { text, .. } = &mut long.body {
+            *text = "a \"quote\", a \\ slash\n\ttab \u{1} é 🦀 ".repeat(4096);
+        }
+        let items = [item(1), long];
+        let lines = transcript_lines(&items).unwrap();
+        let lines = std::str::from_utf8(&lines).unwrap();
+        assert_eq!(lines.lines().count(), 2);
+        for (line, item) in lines.lines().zip(&items) {
+            let back: TranscriptItem = serde_json::from_str(line).unwrap();
+            assert_eq!(&back, item);
+            let tree: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(tree, serde_json::to_value(item).unwrap());
         }
     }
 

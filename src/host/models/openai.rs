@@ -64,10 +64,10 @@ impl super::Provider for OpenAiConfig {
     }
 }
 
-/// A Chat Completions request (fields in the order the tree this replaced wrote them).
+/// A Chat Completions request's fields after `messages` (in the order the tree this replaced
+/// wrote them); [`request_body`] writes the whole.
 #[derive(serde::Serialize)]
 struct RequestBody<'a> {
-    messages: &'a [Value],
     model: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_effort: Option<&'a str>,
@@ -82,10 +82,32 @@ struct StreamOptions {
     include_usage: bool,
 }
 
+/// The request body: `{"messages":[..],` then `rest`'s fields.
+///
+/// The messages (the conversation, a pasted file among them) are written from the request
+/// itself, not copied into a tree first, by `Value`'s own `Display`: that is serde_json's
+/// serializer as serde_json itself instantiates it, compiled at opt-level 3. One instantiated
+/// here is compiled in this crate, at "z" (Cargo.toml), and escapes a long text several times
+/// slower: ~40 ms for 10 MiB (issue 27, docs/benchmarks.md).
+fn request_body(messages: &[Value], rest: &RequestBody) -> Result<String, serde_json::Error> {
+    use std::fmt::Write;
+    let mut body = String::from("{\"messages\":[");
+    for (i, message) in messages.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        write!(body, "{message}").map_err(serde::ser::Error::custom)?;
+    }
+    body.push_str("],");
+    let rest = serde_json::to_string(rest)?;
+    // `rest` is an object with at least `model` and `stream`: its fields follow ours.
+    body.push_str(rest.strip_prefix('{').unwrap_or(&rest));
+    Ok(body)
+}
+
 fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Sender<ModelEvent>) {
     let url = format!("{}/chat/completions", cfg.base_url.trim_end_matches('/'));
-    let body = RequestBody {
-        messages: &req.messages,
+    let rest = RequestBody {
         model: &req.model,
         reasoning_effort: req.thinking_level.as_deref().filter(|l| *l != "off"),
         stream: true,
@@ -94,8 +116,7 @@ fn run(cfg: &OpenAiConfig, req: &ModelRequest, cancel: &CancelToken, tx: &Sender
         },
         tools: &req.tools,
     };
-    // Serialized from the request itself: the conversation is not copied into a tree first.
-    let body = match serde_json::to_string(&body) {
+    let body = match request_body(&req.messages, &rest) {
         Ok(b) => b,
         Err(e) => {
             let _ = send(
@@ -641,6 +662,44 @@ mod tests {
             buf[..piece.len()].copy_from_slice(piece);
             Ok(piece.len())
         }
+    }
+
+    /// The body written in two parts is the one serde_json writes for the whole request, a
+    /// long text needing every kind of escape included.
+    #[test]
+    fn the_request_body_is_serde_jsons_own() {
+        let text = "a \"quote\", a \\ slash\n\ttab \u{1} é 🦀 ".repeat(4096);
+        let messages = vec![
+            json!({"role": "system", "content": "be brief"}),
+            json!({"role": "user", "content": [{"type": "text", "text": text}]}),
+        ];
+        let tools = vec![json!({"type": "function", "function": {"name": "read"}})];
+        let rest = RequestBody {
+            model: "m",
+            reasoning_effort: Some("high"),
+            stream: true,
+            stream_options: StreamOptions {
+                include_usage: true,
+            },
+            tools: &tools,
+        };
+        let whole = json!({
+            "messages": messages, "model": "m", "reasoning_effort": "high", "stream": true,
+            "stream_options": {"include_usage": true}, "tools": tools,
+        });
+        assert_eq!(
+            request_body(&messages, &rest).unwrap(),
+            serde_json::to_string(&whole).unwrap()
+        );
+        let bare = RequestBody {
+            reasoning_effort: None,
+            tools: &[],
+            ..rest
+        };
+        assert_eq!(
+            request_body(&[], &bare).unwrap(),
+            r#"{"messages":[],"model":"m","stream":true,"stream_options":{"include_usage":true}}"#
+        );
     }
 
     #[test]
