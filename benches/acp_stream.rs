@@ -6,7 +6,8 @@
 //! - chunks/s on the adapter's stdout: one session streaming 100 000 deltas, and 20 sessions
 //!   streaming 20 000 each at once (embedded host, scripted provider);
 //! - adapter RSS with 100 open sessions;
-//! - `session/new` with a cold embedded host (the first call starts it) and a warm one.
+//! - `session/new` with a cold embedded host (the first call starts it) and a warm one
+//!   (`BENCH_ONLY=new` runs only this, over `BENCH_NEW_RUNS` fresh adapters, default 10).
 //!
 //! Run: `scripts/bench-acp`, which builds the shipped release binary (`cargo build --release`,
 //! default features) and points `MAKA_BENCH_BIN` at it: `cargo bench` alone measures the
@@ -186,6 +187,35 @@ fn embedded_reading(tag: &str, counting: bool) -> (Adapter, PathBuf, PathBuf) {
         counting,
     );
     (a, data, ws)
+}
+
+/// `maka-acp host --token-stdin` as the adapter starts it, on a fresh data dir: milliseconds
+/// from the spawn to its ready line.
+fn host_ready_ms() -> f64 {
+    let data = tempdir("ready");
+    let t = Instant::now();
+    let mut host = Command::new(bin())
+        .args(["host", "--token-stdin", "--data-dir"])
+        .arg(&data)
+        .env("RUST_LOG", "error")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the host");
+    let mut stdin = host.stdin.take().expect("its stdin");
+    stdin
+        .write_all(b"0123456789abcdef0123456789abcdef\n")
+        .expect("hand it a token");
+    let mut line = String::new();
+    BufReader::new(host.stdout.take().expect("its stdout"))
+        .read_line(&mut line)
+        .expect("its ready line");
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    assert!(line.contains("\"port\""), "not a ready line: {line}");
+    drop(stdin); // it shuts down when its stdin closes
+    let _ = host.wait();
+    let _ = std::fs::remove_dir_all(&data);
+    ms
 }
 
 fn new_session(a: &mut Adapter, ws: &PathBuf) -> String {
@@ -371,7 +401,11 @@ fn main() {
     }
     let mut cold = vec![];
     let mut warm = vec![];
-    for _ in 0..10 {
+    let fresh: usize = std::env::var("BENCH_NEW_RUNS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(10);
+    for _ in 0..fresh {
         let (mut a, data, ws) = embedded("new");
         let t = Instant::now();
         new_session(&mut a, &ws);
@@ -386,6 +420,14 @@ fn main() {
         let _ = std::fs::remove_dir_all(&ws);
     }
     println!("session/new: cold (starts the embedded host) {:.1} ms, warm {:.2} ms   (target cold <= 50 ms)", median(cold), median(warm));
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("new") {
+        let ready: Vec<f64> = (0..fresh).map(|_| host_ready_ms()).collect();
+        println!(
+            "host start (spawn → ready line, fresh data dir): {:.2} ms",
+            median(ready)
+        );
+        return;
+    }
     let (mut a, data, ws) = embedded("rss");
     let before = a.rss_mib();
     for _ in 0..100 {

@@ -465,10 +465,6 @@ pub fn run(opts: HostOptions) -> i32 {
             return e.exit;
         }
     };
-    // Here, not in `bind`: the reaper is this executable in another role, which only the
-    // `maka-acp` binary has (a program embedding the host, such as a benchmark, has not).
-    // After `bind`, because only the data dir's owner may reap what was recorded there.
-    reaper::start(&opts.data_dir);
     let ready = crate::host_api::ops::Ready {
         port: bound.port,
         host_epoch: bound.host.epoch.clone(),
@@ -482,6 +478,12 @@ pub fn run(opts: HostOptions) -> i32 {
             log::warn!("cannot write the ready line to stdout");
         }
     }
+    // Here, not in `bind`: the reaper is this executable in another role, which only the
+    // `maka-acp` binary has (a program embedding the host, such as a benchmark, has not).
+    // After `bind`, because only the data dir's owner may reap what was recorded there. After
+    // the ready line, so that the adapter's connecting overlaps its start; before `serve`, so
+    // that no request (none can start a process before it is served) precedes it.
+    reaper::start(&opts.data_dir);
     if opts.watch_stdin {
         let h = Arc::clone(&bound.host);
         let _ = std::thread::Builder::new()

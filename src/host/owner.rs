@@ -58,20 +58,13 @@ pub fn lock(data_dir: &Path) -> Result<DataDirLock, String> {
     }
 }
 
-/// Publishes how to reach this host (written atomically, mode 0600).
+/// Publishes how to reach this host (written atomically, mode 0600). In one write and without
+/// an fsync: the file means something only while this host runs, and a reader takes a file it
+/// cannot parse (what a crash before the data reached the disk could leave) for no host at all
+/// — so an fsync would buy nothing and cost every embedded host's start a disk flush.
 pub fn publish(data_dir: &Path, info: &Discovery) -> std::io::Result<()> {
-    let tmp = data_dir.join(format!(".{DISCOVERY_FILE}.tmp"));
-    let _ = std::fs::remove_file(&tmp);
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
-        serde_json::to_writer(&mut f, info)?;
-        f.sync_all()?;
-    }
-    std::fs::rename(&tmp, data_dir.join(DISCOVERY_FILE))
+    let bytes = serde_json::to_vec(info)?;
+    crate::host::store::write_atomic(data_dir, DISCOVERY_FILE, &bytes, false)
 }
 
 /// Removes the discovery file (a clean exit).

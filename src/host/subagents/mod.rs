@@ -326,7 +326,8 @@ impl Continuity {
     /// Records `handle` as `agent`'s session `session_id`, and as its latest. A file that
     /// cannot be read is moved aside first (never overwritten: it holds the other sessions);
     /// past [`MAX_SESSIONS`], the oldest sessions that are no agent's latest are forgotten.
-    pub fn record(session_dir: &Path, handle: &str, agent: &str, session_id: &str) {
+    /// `fsync`: the host's setting for session files (`MAKA_HOST_FSYNC`).
+    pub fn record(session_dir: &Path, handle: &str, agent: &str, session_id: &str, fsync: bool) {
         let path = session_dir.join("subagents.json");
         let stored = read_json(&path, session_dir);
         if stored.is_none() && path.exists() {
@@ -367,7 +368,7 @@ impl Continuity {
         let written = serde_json::to_vec_pretty(&map)
             .map_err(std::io::Error::other)
             .and_then(|b| {
-                crate::host::store::write_atomic(session_dir, "subagents.json", &b, true)
+                crate::host::store::write_atomic(session_dir, "subagents.json", &b, fsync)
             });
         if let Err(e) = written {
             log::warn!("cannot record agent {agent}'s session {handle}: {e}");
@@ -519,14 +520,14 @@ mod tests {
         assert_eq!(c.latest("helper"), Some(("helper#1", "old-id")));
         let taken = std::collections::HashSet::from(["helper#2".to_string()]);
         assert_eq!(c.new_handle("helper", &taken), "helper#3");
-        Continuity::record(&dir, "helper#3", "helper", "third");
+        Continuity::record(&dir, "helper#3", "helper", "third", false);
         let c = Continuity::read(&dir);
         assert_eq!(c.named("helper#1"), Some(("helper", "old-id")), "kept");
         assert_eq!(c.latest("helper"), Some(("helper#3", "third")));
         assert_eq!(c.handles_of("helper"), ["helper#1", "helper#3"]);
 
         std::fs::write(dir.join("subagents.json"), "{not json").unwrap();
-        Continuity::record(&dir, "x#1", "x", "id");
+        Continuity::record(&dir, "x#1", "x", "id", false);
         let aside: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .flatten()
@@ -539,9 +540,9 @@ mod tests {
         assert_eq!(aside.len(), 1, "the unreadable file is kept aside");
 
         for n in 1..=MAX_SESSIONS + 5 {
-            Continuity::record(&dir, &format!("x#{n}"), "x", &format!("id{n}"));
+            Continuity::record(&dir, &format!("x#{n}"), "x", &format!("id{n}"), false);
         }
-        Continuity::record(&dir, "y#1", "y", "why");
+        Continuity::record(&dir, "y#1", "y", "why", false);
         let c = Continuity::read(&dir);
         assert_eq!(c.sessions.len(), MAX_SESSIONS);
         assert_eq!(

@@ -625,7 +625,8 @@ impl Turn {
             )))
         })?;
         // Recorded at once: a later delegation can continue this conversation with the agent.
-        subagents::Continuity::record(dir, &ready.handle, name, &agent.session_id);
+        let fsync = self.host.store.fsync();
+        subagents::Continuity::record(dir, &ready.handle, name, &agent.session_id, fsync);
         log::info!(
             "session {}: delegating to {name} ({} session {}, {})",
             self.cell.id,
