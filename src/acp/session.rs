@@ -260,17 +260,12 @@ impl AcpSession {
     /// send a new message by cancelling the running one and prompting at once, and the
     /// cancelled turn settles a few milliseconds later. Any other pending prompt is busy.
     pub fn begin_prompt(&self, turn_id: &str, responder: Responder) -> Result<(), Responder> {
-        let deadline = Instant::now() + CANCEL_SETTLE;
-        let mut st = self.state();
-        while let Some(p) = &st.prompt {
-            let now = Instant::now();
-            if !p.cancel_requested || now >= deadline {
-                return Err(responder);
-            }
-            st = match self.prompt_done.wait_timeout(st, deadline - now) {
-                Ok((g, _)) => g,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
+        // Waits only while the pending prompt is one the client cancelled.
+        let mut st = self.wait_while(CANCEL_SETTLE, |st| {
+            st.prompt.as_ref().is_some_and(|p| p.cancel_requested)
+        });
+        if st.prompt.is_some() {
+            return Err(responder);
         }
         st.prompt = Some(PendingPrompt {
             responder,
@@ -340,18 +335,28 @@ impl AcpSession {
 
     /// Waits until no prompt is pending (bounded).
     pub fn wait_prompt_done(&self, timeout: Duration) {
+        drop(self.wait_while(timeout, |st| st.prompt.is_some()));
+    }
+
+    /// The state, once `waiting` is false of it or `timeout` has passed (woken by
+    /// [`AcpSession::finish_prompt`]).
+    fn wait_while(
+        &self,
+        timeout: Duration,
+        waiting: impl Fn(&SessionState) -> bool,
+    ) -> std::sync::MutexGuard<'_, SessionState> {
         let deadline = Instant::now() + timeout;
         let mut st = self.state();
-        while st.prompt.is_some() {
-            let now = Instant::now();
-            if now >= deadline {
-                return;
-            }
-            st = match self.prompt_done.wait_timeout(st, deadline - now) {
+        while waiting(&st) {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                break;
+            };
+            st = match self.prompt_done.wait_timeout(st, left) {
                 Ok((g, _)) => g,
                 Err(p) => p.into_inner().0,
             };
         }
+        st
     }
 
     /// `session/cancel`: asks the host to stop the turn (now, or as soon as `turn.start`
@@ -368,14 +373,9 @@ impl AcpSession {
             };
             p.cancel_requested = true;
             let (turn, started) = (p.turn_id.clone(), p.started);
-            // Taken out of the table: each is withdrawn exactly once, and its waiter sees
-            // that it was withdrawn.
-            let ids: Vec<RequestId> = st.editor.outstanding.drain().map(|(_, r)| r).collect();
-            (turn, started, ids)
+            (turn, started, take_outstanding(&mut st))
         };
-        for id in &outstanding {
-            shared.calls.cancel(id);
-        }
+        withdraw_all(shared, outstanding);
         if started {
             self.stop_turn(shared, &turn);
         }
@@ -422,14 +422,12 @@ impl AcpSession {
 
     /// Closes the session and withdraws every request it has open in the client.
     pub fn close_and_withdraw(&self, shared: &Shared) {
-        let ids: Vec<RequestId> = {
+        let ids = {
             let mut st = self.state();
             st.closed = true;
-            st.editor.outstanding.drain().map(|(_, r)| r).collect()
+            take_outstanding(&mut st)
         };
-        for id in ids {
-            shared.calls.cancel(&id);
-        }
+        withdraw_all(shared, ids);
     }
 
     // ---- requests in flight in the client -------------------------------------------------
@@ -569,12 +567,7 @@ impl AcpSession {
         if st.closed && st.prompt.is_some() {
             return ReaderStep::AnswerCancelled;
         }
-        if st.closed
-            || (st.prompt.is_none()
-                && st.position.active_turn.is_none()
-                && st.editor.ops == 0
-                && !st.goal.live)
-        {
+        if st.closed || nothing_to_follow(&st) {
             st.reader_running = false;
             return ReaderStep::Stop;
         }
@@ -591,11 +584,7 @@ impl AcpSession {
 
     /// Whether nothing is left to follow (the followed turn is over, no prompt waits).
     pub fn idle(&self) -> bool {
-        let st = self.state();
-        st.prompt.is_none()
-            && st.position.active_turn.is_none()
-            && st.editor.ops == 0
-            && !st.goal.live
+        nothing_to_follow(&self.state())
     }
 
     /// Follows the session's turns while its goal is live (they start without a prompt here).
@@ -856,6 +845,24 @@ impl AcpSession {
             open.session.revision,
             open.session.configuration.clone(),
         );
+    }
+}
+
+/// No prompt waits, no turn runs, no host call may call the editor and no goal is live.
+fn nothing_to_follow(st: &SessionState) -> bool {
+    st.prompt.is_none() && st.position.active_turn.is_none() && st.editor.ops == 0 && !st.goal.live
+}
+
+/// The client requests in flight, taken out of the table: each is withdrawn exactly once, and
+/// its waiter sees that it was withdrawn.
+fn take_outstanding(st: &mut SessionState) -> Vec<RequestId> {
+    st.editor.outstanding.drain().map(|(_, r)| r).collect()
+}
+
+/// Withdraws each request from the client (outside the state lock: it sends).
+fn withdraw_all(shared: &Shared, ids: Vec<RequestId>) {
+    for id in &ids {
+        shared.calls.cancel(id);
     }
 }
 
