@@ -6,8 +6,9 @@
 //! - chunks/s on the adapter's stdout: one session streaming 100 000 deltas, and 20 sessions
 //!   streaming 20 000 each at once (embedded host, scripted provider);
 //! - adapter RSS with 100 open sessions;
-//! - `session/new` with a cold embedded host (the first call starts it) and a warm one
-//!   (`BENCH_ONLY=new` runs only this, over `BENCH_NEW_RUNS` fresh adapters, default 10).
+//! - `session/new` with a cold embedded host (the first call starts it) and a warm one, over
+//!   `BENCH_NEW_RUNS` fresh adapters (default 10); `BENCH_ONLY=new` runs only this, and then
+//!   also times a bare host's spawn → ready line.
 //!
 //! Run: `scripts/bench-acp`, which builds the shipped release binary (`cargo build --release`,
 //! default features) and points `MAKA_BENCH_BIN` at it: `cargo bench` alone measures the
@@ -189,8 +190,10 @@ fn embedded_reading(tag: &str, counting: bool) -> (Adapter, PathBuf, PathBuf) {
     (a, data, ws)
 }
 
-/// `maka-acp host --token-stdin` as the adapter starts it, on a fresh data dir: milliseconds
-/// from the spawn to its ready line.
+/// `maka-acp host --token-stdin` (the adapter's way of starting it; no provider configured) on
+/// a fresh data dir: milliseconds from the spawn to its ready line. What the host does after
+/// that line (it spawns its reaper before serving) is not in this span: cold `session/new` is
+/// the end-to-end figure.
 fn host_ready_ms() -> f64 {
     let data = tempdir("ready");
     let t = Instant::now();
@@ -404,7 +407,8 @@ fn main() {
     let fresh: usize = std::env::var("BENCH_NEW_RUNS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(10);
+        .unwrap_or(10)
+        .max(1);
     for _ in 0..fresh {
         let (mut a, data, ws) = embedded("new");
         let t = Instant::now();
