@@ -348,7 +348,8 @@ impl AcpSession {
         let deadline = Instant::now() + timeout;
         let mut st = self.state();
         while waiting(&st) {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            let left = deadline.checked_duration_since(Instant::now());
+            let Some(left) = left.filter(|d| !d.is_zero()) else {
                 break;
             };
             st = match self.prompt_done.wait_timeout(st, left) {

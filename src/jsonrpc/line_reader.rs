@@ -127,21 +127,26 @@ impl<R: BufRead> LineReader<R> {
 /// The first `\n` in `bytes`, looked for eight bytes at a time: this crate is built for size,
 /// where a byte-at-a-time scan cost a 10 MiB prompt ~8 ms (and every frame line its share).
 fn newline_in(bytes: &[u8]) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
     let mut at = 0;
     for word in bytes.chunks_exact(8) {
         let mut w = [0u8; 8];
         w.copy_from_slice(word);
-        // A byte of `x` is zero where the word has a newline; this is non-zero iff one is.
-        let x = u64::from_le_bytes(w) ^ (ONES * u64::from(b'\n'));
-        if x.wrapping_sub(ONES) & !x & HIGHS != 0 {
+        if has_newline(u64::from_le_bytes(w)) {
             break;
         }
         at += 8;
     }
     let rest = bytes.get(at..)?;
     rest.iter().position(|&b| b == b'\n').map(|i| at + i)
+}
+
+/// Whether one of the word's eight bytes is `\n`: exactly (a byte of `x` is zero where the
+/// word has a newline, and `(x - 0x01..) & !x & 0x80..` is non-zero iff a byte of `x` is zero).
+fn has_newline(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    let x = word ^ (ONES * u64::from(b'\n'));
+    x.wrapping_sub(ONES) & !x & HIGHS != 0
 }
 
 #[cfg(test)]
@@ -166,6 +171,23 @@ mod tests {
                 }
                 let want = b.iter().position(|&c| c == b'\n');
                 assert_eq!(newline_in(&b), want, "len {len}, newline at {nl}");
+            }
+        }
+    }
+
+    /// The word test is exact, not only free of misses: a false "has one" would quietly turn
+    /// the search back into a byte-at-a-time scan. Every byte value at every position, among
+    /// fillers that differ from a newline by one bit or are zero, 0x80 or 0xff.
+    #[test]
+    fn the_word_test_says_newline_exactly_when_there_is_one() {
+        for filler in [0x00u8, 0x0b, 0x08, 0x8a, 0x0e, 0x80, 0xff, b'x'] {
+            for position in 0..8 {
+                for byte in 0..=255u8 {
+                    let mut w = [filler; 8];
+                    w[position] = byte;
+                    let want = w.contains(&b'\n');
+                    assert_eq!(has_newline(u64::from_le_bytes(w)), want, "{w:02x?}");
+                }
             }
         }
     }
