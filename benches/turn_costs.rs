@@ -529,6 +529,16 @@ fn scale(max: usize) {
     }
 }
 
+/// A count from the environment (`default` when unset or not a number), at least 1: a median of
+/// no runs has no figure.
+fn env_count(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+        .max(1)
+}
+
 fn main() {
     println!("turn costs (medians), binary {}", bin());
     println!("load average at start: {}", loadavg());
@@ -545,10 +555,7 @@ fn main() {
     }
     if runs("cpu") {
         for (path, scripted) in [("OpenAI provider path", false), ("scripted provider", true)] {
-            let n: usize = std::env::var("BENCH_DELTAS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(200_000);
+            let n = env_count("BENCH_DELTAS", 200_000);
             let r: Vec<(f64, f64, f64)> = (0..5).map(|_| cpu_per_chunk(n, scripted)).collect();
             let (ad, ho) = (
                 median(r.iter().map(|x| x.0).collect()),
@@ -562,10 +569,7 @@ fn main() {
         }
     }
     if runs("big") {
-        let n = std::env::var("BENCH_BIG_RUNS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(3);
+        let n = env_count("BENCH_BIG_RUNS", 3);
         let r: Vec<_> = (0..n).map(|_| big_prompt(10)).collect();
         let (ms, ad, ho, cpu) = (
             median(r.iter().map(|x| x.0).collect()),
@@ -579,10 +583,7 @@ fn main() {
         );
     }
     if runs("scale") {
-        let max = std::env::var("BENCH_SCALE_MAX")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(10_000);
+        let max = env_count("BENCH_SCALE_MAX", 10_000);
         scale(max);
     }
     println!("load average at the end: {}", loadavg());
