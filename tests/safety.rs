@@ -101,6 +101,9 @@ fn delegating_script() -> Value {
         "daemon daemon.pid",
         "never-answer",
         "noop",
+        "exec ls%20x/run.sh",
+        "exec ls%09x/run.sh",
+        "exec ls -1",
     ];
     let rules: Vec<Value> = tasks
         .iter()
@@ -110,6 +113,10 @@ fn delegating_script() -> Value {
                 [{"text": "delegated"}]]})
         })
         .collect();
+    let mut rules = rules;
+    rules.push(json!({"when": "list", "responses": [
+        [{"tool": "run_command", "args": {"command": "ls -1"}}],
+        [{"text": "listed"}]]}));
     json!({"rules": rules, "default": [[{"text": "Hello."}]]})
 }
 
@@ -270,7 +277,7 @@ fn a_subagents_dialog_covers_only_what_it_showed() {
         [
             "Run agent stub declared by this workspace: python3 ".to_string() + &stub_agent(),
             "stub: read README.md".into(),
-            "stub: run sh -c touch pwned".into()
+            "stub: run sh -c 'touch pwned'".into()
         ],
         "{report}"
     );
@@ -303,11 +310,61 @@ fn a_subagents_dialog_covers_only_what_it_showed() {
         titles,
         [
             "stub: run touch ok2 (runs `touch ok2`)",
-            "stub: run GIT_CONFIG_COUNT=1 sh -c touch ok2"
+            "stub: run GIT_CONFIG_COUNT=1 sh -c 'touch ok2'"
         ],
         "{report}"
     );
     assert!(!ws.path().join("ok2").exists(), "{report}");
+}
+
+/// What the gate judges is what runs (issue 45, case 1): a subagent's `terminal/create`
+/// names a program and its `args`, and the program at the path `ls x/run.sh` (a folder `ls x`
+/// in the workspace) is not `ls`, so a kept "always allow `ls`" rule does not cover it; the
+/// host asks, showing the path quoted as `sh` would run it. The real `ls` still runs under
+/// the rule with no dialog.
+#[test]
+fn a_kept_rule_judges_the_argv_a_subagent_runs() {
+    let data = TempDir::new("safety-argv-data");
+    let ws = stub_workspace(stub_declaration());
+    let marker = ws.path().join("pwned");
+    std::fs::create_dir_all(ws.path().join("ls x")).unwrap();
+    std::fs::create_dir_all(ws.path().join("ls\tx")).unwrap();
+    for dir in ["ls x", "ls\tx"] {
+        let path = ws.path().join(dir).join("run.sh");
+        std::fs::write(&path, format!("#!/bin/sh\ntouch '{}'\n", marker.display())).unwrap();
+        let mut perms = std::fs::metadata(&path).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+        std::fs::set_permissions(&path, perms).unwrap();
+    }
+    let mut a = scripted(&data);
+    let s = a.new_session(ws.path());
+    let t = a.prompt(&s, "list", |r| {
+        let ids: Vec<&str> = r["params"]["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["optionId"].as_str().unwrap())
+            .collect();
+        assert!(ids.contains(&"allow_workspace"), "{r}");
+        select("allow_workspace")
+    });
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    for (task, shown) in [
+        ("exec ls%20x/run.sh", "stub: run 'ls x/run.sh'"),
+        ("exec ls%09x/run.sh", "stub: run 'ls\tx/run.sh'"),
+    ] {
+        let (titles, report) =
+            delegate_with(&mut a, &s, task, |t, _| trusting(t).unwrap_or("reject"));
+        let asked: Vec<&String> = titles.iter().filter(|t| trusting(t).is_none()).collect();
+        assert_eq!(asked, [shown], "{task}: {report}");
+        assert!(report.contains("terminal error"), "{task}: {report}");
+        assert!(!marker.exists(), "{task}: the planted program ran");
+    }
+    let (titles, report) = delegate_with(&mut a, &s, "exec ls -1", |t, _| {
+        trusting(t).unwrap_or_else(|| panic!("no dialog expected: {t}"))
+    });
+    assert!(titles.iter().all(|t| trusting(t).is_some()), "{titles:?}");
+    assert!(report.contains("terminal {"), "{report}");
 }
 
 /// Trust of a workspace-declared agent is honest and exact: the dialog shows the whole

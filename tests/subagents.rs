@@ -279,7 +279,7 @@ fn a_subagent_streams_its_work_into_the_parent_asks_through_it_and_is_replayed()
         asked.push(r["params"]["toolCall"]["title"].clone());
         allow(r)
     });
-    assert_eq!(asked, [json!("helper: run sh -c echo from-sub-terminal")]);
+    assert_eq!(asked, [json!("helper: run sh -c 'echo from-sub-terminal'")]);
     assert!(processes_with(&sub_data.path().display().to_string()).is_empty());
 }
 

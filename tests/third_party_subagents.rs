@@ -660,7 +660,7 @@ fn a_command_hidden_after_a_newline_is_spelled_out_and_asked_again() {
         titles,
         [
             "stub: run echo hi (runs `echo hi\\ntouch pwned`)",
-            "stub: run sh -c echo hi\ntouch pwned"
+            "stub: run sh -c 'echo hi\ntouch pwned'"
         ],
         "the first dialog spells the newline out; the command is asked about again"
     );

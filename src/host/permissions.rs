@@ -2,14 +2,19 @@
 //! every session in a workspace, in `<data dir>/permissions.json`. The file lives with the
 //! host, never in the workspace: a cloned repository cannot grant itself anything.
 //!
-//! A rule covers one kind of action narrowed to a command prefix, a path pattern or one MCP
-//! tool ([`RuleTarget`]). The host proposes the rule for a call ([`propose`]) and the dialog
-//! names it, so the person sees exactly what "always" covers. Matching is deliberately plain:
-//! an allow rule covers a command only when [`plain_words`] can say with certainty which words
-//! `sh` will run (no operators, quoting, expansions, control characters or non-ASCII text:
-//! `cargo test && rm -rf ~` is not "`cargo test`", and `ls<VT>x/run.sh` is not `ls`), while a
-//! reject rule looks loosely at every part of a command. Reject rules are a convenience, not
-//! a sandbox: explore mode is the read-only guarantee.
+//! A rule covers one kind of action narrowed to a command, a path pattern or one MCP tool
+//! ([`RuleTarget`]). The host proposes the rule for a call ([`propose`]) and the dialog names
+//! it, so the person sees exactly what "always" covers.
+//!
+//! Commands have one reading ([`read_command`]), shared by the gate, the dialog, the rule
+//! store and the executor: the words `sh` will run, when the matcher can be certain of them
+//! (a subagent's argv is first written as the `sh` line that runs exactly it,
+//! [`shell_line`]). An allow rule covers a command only through that reading, and a prefix
+//! rule ("commands starting with `cargo test`") only for programs on an allow-list of
+//! programs known not to run other code from their arguments, read with their own option
+//! grammar ([`PREFIX_PROGRAMS`]); for any other program the lasting choice is the exact
+//! command. A reject rule looks loosely at every part of a command. Reject rules are a
+//! convenience, not a sandbox: explore mode is the read-only guarantee.
 
 use crate::host_api::wire::{Decision, PermissionRule, Review, RuleTarget};
 use crate::jsonrpc::lock;
@@ -23,7 +28,8 @@ pub struct Call<'a> {
     pub review: Review,
     /// The tool's name as the model sees it.
     pub tool: &'a str,
-    /// `run_command`'s command line.
+    /// The command as `sh` will run it: `run_command`'s line, or a subagent's argv written
+    /// as its [`shell_line`].
     pub command: Option<&'a str>,
     /// Paths the call touches, resolved, with their access (`read`, `write`).
     pub touches: &'a [(PathBuf, &'static str)],
@@ -35,18 +41,25 @@ pub struct Call<'a> {
 /// a command split on them.
 const SHELL_OPERATORS: &[char] = &[';', '&', '|', '`', '$', '<', '>', '(', ')', '\n', '\r'];
 
+/// A character no shell treats specially: letters, digits and `-_./:,+@%^=`.
+fn plain_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "-_./:,+@%^=".contains(c)
+}
+
 /// The words `sh` will see in `command`, when the matcher can be certain of them: words of
-/// plain ASCII characters that no shell treats specially (letters, digits and `-_./:,+@%^=`),
-/// separated by spaces or tabs — exactly where `sh` splits them. Anything else is `None`:
-/// quotes and backslashes (quoting the matcher does not model), operators, substitutions,
-/// redirections, globs and braces (they expand to words nobody has seen), `~`, `#`, control
-/// characters (a vertical tab is not a separator to `sh`, so `ls<VT>x/run.sh` is one word, a
-/// planted program's path), non-ASCII spaces and any non-ASCII text, and an environment
-/// assignment before the program (`PATH=. ls`). Such a command is never covered by an allow
-/// rule: it always asks.
+/// plain ASCII characters that no shell treats specially ([`plain_char`]), separated by
+/// spaces or tabs — exactly where `sh` splits them. Anything else is `None`: quotes and
+/// backslashes (quoting the matcher does not model), operators, substitutions, redirections,
+/// globs and braces (they expand to words nobody has seen), `~`, `#`, control characters (a
+/// vertical tab is not a separator to `sh`, so `ls<VT>x/run.sh` is one word, a planted
+/// program's path), non-ASCII spaces and any non-ASCII text, and an environment assignment
+/// before the program (`PATH=. ls`). Such a command is never covered by an allow rule: it
+/// always asks.
 pub fn plain_words(command: &str) -> Option<Vec<&str>> {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:,+@%^=".contains(c);
-    if !command.chars().all(|c| c == ' ' || c == '\t' || plain(c)) {
+    if !command
+        .chars()
+        .all(|c| c == ' ' || c == '\t' || plain_char(c))
+    {
         return None;
     }
     let words: Vec<&str> = command
@@ -59,68 +72,236 @@ pub fn plain_words(command: &str) -> Option<Vec<&str>> {
     }
 }
 
-/// Programs whose plain arguments can make them run other code (`sed 1e…`, `find -exec`,
-/// `tar --checkpoint-action=exec=…`, `rg --pre=…`, `git grep -O…`, `env`/`timeout`/`xargs`
-/// wrapping any program, interpreters running any script): a prefix rule over them would
-/// cover code nobody showed the person, so none is offered and none covers them — they ask
-/// each time (or once, then bypass mode).
-const RUNS_OTHER_CODE: &[&str] = &[
-    "env", "timeout", "nice", "nohup", "xargs", "sudo", "doas", "su", "exec", "command", "builtin",
-    "eval", "watch", "flock", "chroot", "setsid", "stdbuf", "strace", "ltrace", "gdb", "script",
-    "ssh", "sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh", "python", "python2",
-    "python3", "node", "nodejs", "deno", "bun", "perl", "ruby", "php", "lua", "tclsh", "awk",
-    "gawk", "mawk", "nawk", "sed", "gsed", "find", "tar", "gtar", "rg", "ripgrep", "less", "more",
-    "vim", "vi", "nvim", "emacs", "man", "busybox", "rsync", "zip", "unzip", "7z", "parallel",
-    "make", "npx", "pnpx", "bunx", "uvx", "pipx",
-];
+/// The `sh` line that runs exactly `argv` (program path and arguments as given): each word
+/// as [`shell_word`] writes it. What a subagent's `terminal/create` is judged, shown and kept
+/// as, so that `{"command": "ls x/run.sh"}` — the program at the path `ls x/run.sh` — reads
+/// `'ls x/run.sh'`, which no rule for `ls` covers.
+pub fn shell_line<S: AsRef<str>>(argv: &[S]) -> String {
+    argv.iter()
+        .map(|w| shell_word(w.as_ref()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
-/// `git` subcommands that run other code from plain options (`-O`, `--output`,
-/// `--ext-diff`, hooks of other repositories, aliases): covered by no prefix rule.
-const GIT_RUNS_OTHER_CODE: &[&str] = &[
-    "grep",
-    "diff",
-    "log",
-    "show",
-    "difftool",
-    "mergetool",
-    "format-patch",
-    "archive",
-    "config",
-    "submodule",
-    "filter-branch",
-    "rebase",
-    "bisect",
-    "blame",
-    "-c",
-    "-C",
-    "--exec-path",
-    "--git-dir",
-    "--work-tree",
-    "--config-env",
-    "clone",
-    "fetch",
-    "pull",
-    "send-email",
-    "am",
-    "apply",
-    "daemon",
-    "instaweb",
-    "notes",
-    "worktree",
-];
-
-/// Whether a command's program (or `git` subcommand) can run other code from its arguments.
-fn runs_other_code(words: &[&str]) -> bool {
-    let program = words
-        .first()
-        .map_or("", |p| p.rsplit('/').next().unwrap_or(p));
-    if RUNS_OTHER_CODE.contains(&program) || program.starts_with("python") {
-        return true;
+/// `word` as one `sh` word: as it is when it is plain, else single-quoted (`'` as `'\''`).
+pub fn shell_word(word: &str) -> String {
+    if !word.is_empty() && word.chars().all(plain_char) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
     }
-    program == "git"
-        && words
-            .get(1)
-            .is_some_and(|sub| GIT_RUNS_OTHER_CODE.contains(sub))
+}
+
+/// A command as the allow rules read it.
+#[derive(Debug, PartialEq)]
+pub struct Reading<'a> {
+    /// Every word, as `sh` splits them ([`plain_words`]).
+    pub words: Vec<&'a str>,
+    /// The program and, for programs read with subcommands, the subcommand (harmless global
+    /// options left out): what a prefix rule names. `None` when no prefix rule may cover the
+    /// command — its program is not on the allow-list, or it has options that run other code
+    /// — and only an exact rule can.
+    pub key: Option<Vec<&'a str>>,
+}
+
+/// The one reading of a command: `None` when the matcher cannot be certain of its words
+/// (it always asks, and no lasting rule is offered).
+pub fn read_command(command: &str) -> Option<Reading<'_>> {
+    let words = plain_words(command)?;
+    let key = prefix_key(&words);
+    Some(Reading { words, key })
+}
+
+/// How a program on the allow-list is read.
+enum Grammar {
+    /// Its arguments are data (files, patterns, text), never a program, a script or an
+    /// output file: the prefix is the program.
+    Arguments,
+    /// `program [global options] subcommand [arguments]`: the prefix is the program and the
+    /// subcommand. Only the listed global options (harmless ones) may come before the
+    /// subcommand, only the listed subcommands are covered, and an argument that is (or, for
+    /// programs that accept abbreviated long options, abbreviates) one of the `code` options
+    /// makes the command exact-only.
+    Subcommands {
+        globals: &'static [&'static str],
+        subcommands: &'static [&'static str],
+        code: &'static [&'static str],
+        abbreviates: bool,
+    },
+}
+
+/// The programs a prefix rule may name. An allow-list: a program that is not here gets an
+/// exact rule at most, however harmless it is, because a deny-list of programs that run
+/// other code (`taskset`, `ionice`, `chrt`, `unshare`, `prlimit`, `setpriv`, `perf`,
+/// `run-parts`, `sqlite3 -init`, interpreters, wrappers…) always misses one. Programs that
+/// write to a path of their choosing (`cp`, `mv`, `ln`, `tee`, `sort -o`, `uniq IN OUT`, `xxd
+/// -r`, `tree -o`) are not here either: they could plant code outside the workspace.
+const PREFIX_PROGRAMS: &[(&str, Grammar)] = &[
+    ("ls", Grammar::Arguments),
+    ("cat", Grammar::Arguments),
+    ("head", Grammar::Arguments),
+    ("tail", Grammar::Arguments),
+    ("wc", Grammar::Arguments),
+    ("pwd", Grammar::Arguments),
+    ("echo", Grammar::Arguments),
+    ("printf", Grammar::Arguments),
+    ("grep", Grammar::Arguments),
+    ("egrep", Grammar::Arguments),
+    ("fgrep", Grammar::Arguments),
+    ("diff", Grammar::Arguments),
+    ("cmp", Grammar::Arguments),
+    ("stat", Grammar::Arguments),
+    ("file", Grammar::Arguments),
+    ("du", Grammar::Arguments),
+    ("df", Grammar::Arguments),
+    ("which", Grammar::Arguments),
+    ("whoami", Grammar::Arguments),
+    ("id", Grammar::Arguments),
+    ("uname", Grammar::Arguments),
+    ("basename", Grammar::Arguments),
+    ("dirname", Grammar::Arguments),
+    ("realpath", Grammar::Arguments),
+    ("readlink", Grammar::Arguments),
+    ("true", Grammar::Arguments),
+    ("false", Grammar::Arguments),
+    ("cut", Grammar::Arguments),
+    ("tr", Grammar::Arguments),
+    ("nl", Grammar::Arguments),
+    ("od", Grammar::Arguments),
+    ("hexdump", Grammar::Arguments),
+    ("md5sum", Grammar::Arguments),
+    ("sha1sum", Grammar::Arguments),
+    ("sha256sum", Grammar::Arguments),
+    ("sha512sum", Grammar::Arguments),
+    ("b2sum", Grammar::Arguments),
+    ("cksum", Grammar::Arguments),
+    ("base64", Grammar::Arguments),
+    ("jq", Grammar::Arguments),
+    ("column", Grammar::Arguments),
+    ("comm", Grammar::Arguments),
+    ("join", Grammar::Arguments),
+    ("paste", Grammar::Arguments),
+    ("fold", Grammar::Arguments),
+    ("fmt", Grammar::Arguments),
+    ("expand", Grammar::Arguments),
+    ("rev", Grammar::Arguments),
+    ("tac", Grammar::Arguments),
+    ("seq", Grammar::Arguments),
+    ("sleep", Grammar::Arguments),
+    ("mkdir", Grammar::Arguments),
+    ("rmdir", Grammar::Arguments),
+    ("touch", Grammar::Arguments),
+    ("rm", Grammar::Arguments),
+    (
+        "git",
+        Grammar::Subcommands {
+            // `-c`, `-C`, `--exec-path`, `--git-dir`, `--work-tree`, `--config-env`… run or
+            // find other code: with them the command is exact-only.
+            globals: &["--no-pager", "-P", "--no-optional-locks"],
+            subcommands: &[
+                "status",
+                "log",
+                "show",
+                "diff",
+                "branch",
+                "rev-parse",
+                "ls-files",
+                "ls-tree",
+                "cat-file",
+                "describe",
+                "shortlog",
+                "reflog",
+                "merge-base",
+                "blame",
+                "tag",
+                "remote",
+                "stash",
+                "add",
+                "commit",
+                "switch",
+                "checkout",
+                "restore",
+                "reset",
+                "mv",
+                "rm",
+                "version",
+            ],
+            // A file written where the option says, an external diff program, an exec
+            // step, a program run on the other side, a pager opened on files.
+            code: &[
+                "--output",
+                "--ext-diff",
+                "--exec",
+                "--upload-pack",
+                "--receive-pack",
+                "--open-files-in-pager",
+                "--template",
+            ],
+            // git's option parser takes any unambiguous abbreviation (`--outp=x`).
+            abbreviates: true,
+        },
+    ),
+    (
+        "cargo",
+        Grammar::Subcommands {
+            globals: &[
+                "-q",
+                "--quiet",
+                "-v",
+                "--verbose",
+                "--locked",
+                "--offline",
+                "--frozen",
+            ],
+            subcommands: &[
+                "build", "check", "test", "clippy", "fmt", "doc", "bench", "run", "tree",
+                "metadata", "clean", "version",
+            ],
+            // Configuration from the command line (a `rustc-wrapper`, a runner) and another
+            // project's manifest (its build scripts).
+            code: &["--config", "-Z", "--manifest-path", "-C"],
+            abbreviates: false,
+        },
+    ),
+];
+
+/// The words a prefix rule names for this command, or `None` (see [`Reading::key`]).
+fn prefix_key<'a>(words: &[&'a str]) -> Option<Vec<&'a str>> {
+    let (&program, rest) = words.split_first()?;
+    let (_, grammar) = PREFIX_PROGRAMS.iter().find(|(p, _)| *p == program)?;
+    match grammar {
+        Grammar::Arguments => Some(vec![program]),
+        Grammar::Subcommands {
+            globals,
+            subcommands,
+            code,
+            abbreviates,
+        } => {
+            let at = rest.iter().position(|w| !globals.contains(w))?;
+            let sub = rest[at];
+            if !subcommands.contains(&sub) {
+                return None;
+            }
+            let runs_code = rest[at + 1..]
+                .iter()
+                .any(|w| code.iter().any(|o| names_option(w, o, *abbreviates)));
+            (!runs_code).then(|| vec![program, sub])
+        }
+    }
+}
+
+/// Whether the argument `word` is the option `option` (`--output`, `--output=x`, `-Zx` for a
+/// short one), or with `abbreviates`, an abbreviation of it (`--outp=x`).
+fn names_option(word: &str, option: &str, abbreviates: bool) -> bool {
+    if let Some(long) = option.strip_prefix("--") {
+        let Some(name) = word.strip_prefix("--") else {
+            return false;
+        };
+        let name = name.split('=').next().unwrap_or(name);
+        name == long || (abbreviates && !name.is_empty() && long.starts_with(name))
+    } else {
+        word.starts_with(option)
+    }
 }
 
 /// The words of each part of a command, split loosely (on operators, quotes, backslashes and
@@ -136,16 +317,20 @@ fn loose_parts(command: &str) -> impl Iterator<Item = Vec<&str>> {
 }
 
 /// The rule the dialog offers for this call, or `None` when no rule would cover it (a plan
-/// approval, a compound command, a file outside the working directory).
+/// approval, a command the matcher cannot read, a file outside the working directory).
 pub fn propose(call: &Call) -> Option<RuleTarget> {
     let target = match call.review {
         Review::Command => {
-            let words = plain_words(call.command?)?;
-            if runs_other_code(&words) {
-                return None;
-            }
-            RuleTarget::Command {
-                prefix: command_prefix(&words),
+            let reading = read_command(call.command?)?;
+            match reading.key {
+                Some(key) => RuleTarget::Command {
+                    prefix: key.join(" "),
+                    exact: false,
+                },
+                None => RuleTarget::Command {
+                    prefix: reading.words.join(" "),
+                    exact: true,
+                },
             }
         }
         Review::Edit | Review::Write => {
@@ -179,15 +364,18 @@ pub fn verdict<'r>(rules: &[&'r PermissionRule], call: &Call) -> Option<&'r Perm
 
 fn covers(target: &RuleTarget, decision: Decision, call: &Call) -> bool {
     match (target, call.review) {
-        (RuleTarget::Command { prefix }, Review::Command) => {
+        (RuleTarget::Command { prefix, exact }, Review::Command) => {
             let Some(command) = call.command else {
                 return false;
             };
             match decision {
-                // Both sides as `sh` splits them; a prefix that is not plain covers nothing.
-                Decision::Allow => match (plain_words(prefix), plain_words(command)) {
-                    (Some(prefix), Some(words)) => {
-                        words.starts_with(&prefix) && !runs_other_code(&words)
+                // Both sides read as `sh` splits them; a rule that is not plain covers nothing.
+                // The exact command is always what its rule names; a prefix covers more only
+                // through the command's key (an allow-listed program, read with its grammar).
+                Decision::Allow => match (plain_words(prefix), read_command(command)) {
+                    (Some(rule), Some(reading)) => {
+                        reading.words == rule
+                            || (!exact && reading.key.is_some_and(|key| key.starts_with(&rule)))
                     }
                     _ => false,
                 },
@@ -214,23 +402,6 @@ fn covers(target: &RuleTarget, decision: Decision, call: &Call) -> bool {
         }
         (RuleTarget::Tool { name }, Review::Tool) => name == call.tool,
         _ => false,
-    }
-}
-
-/// `cargo test --all` → `cargo test`; `ls -la` → `ls`; `python3 x.py` → `python3`: the program,
-/// and its subcommand when the second word looks like one.
-fn command_prefix(words: &[&str]) -> String {
-    match words {
-        [program, w, ..]
-            if !w.starts_with('-')
-                && w.chars().any(|c| c.is_ascii_alphabetic())
-                && w.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_:".contains(c)) =>
-        {
-            format!("{program} {w}")
-        }
-        [program, ..] => program.to_string(),
-        [] => String::new(),
     }
 }
 
@@ -360,7 +531,10 @@ mod tests {
     fn commands_are_proposed_by_program_and_subcommand_and_matched_by_words() {
         let cwd = Path::new("/w");
         let prefix = |c: &str| match propose(&command(c, cwd)) {
-            Some(RuleTarget::Command { prefix }) => Some(prefix),
+            Some(RuleTarget::Command {
+                prefix,
+                exact: false,
+            }) => Some(prefix),
             _ => None,
         };
         assert_eq!(prefix("cargo test --all").as_deref(), Some("cargo test"));
@@ -370,6 +544,19 @@ mod tests {
             None,
             "an interpreter runs any script"
         );
+        assert_eq!(
+            propose(&command("python3  x.py", cwd)),
+            Some(RuleTarget::Command {
+                prefix: "python3 x.py".into(),
+                exact: true
+            }),
+            "the lasting choice for it is the exact command"
+        );
+        assert_eq!(
+            prefix("ls src").as_deref(),
+            Some("ls"),
+            "arguments are data"
+        );
         assert_eq!(prefix("git status").as_deref(), Some("git status"));
         assert_eq!(prefix("cargo test && rm -rf ~"), None, "compound: no rule");
         assert_eq!(prefix("echo $(id)"), None);
@@ -378,6 +565,7 @@ mod tests {
             Decision::Allow,
             RuleTarget::Command {
                 prefix: "cargo test".into(),
+                exact: false,
             },
         );
         let rules = [&allow];
@@ -393,6 +581,7 @@ mod tests {
             Decision::Deny,
             RuleTarget::Command {
                 prefix: "rm".into(),
+                exact: false,
             },
         );
         let rules = [&allow, &deny];
@@ -461,6 +650,7 @@ mod tests {
             Decision::Allow,
             RuleTarget::Command {
                 prefix: "ls".into(),
+                exact: false,
             },
         );
         let rules = [&allow];
@@ -470,7 +660,7 @@ mod tests {
                 "{c:?} must ask, not run under `ls`"
             );
             assert!(
-                !matches!(propose(&command(c, cwd)), Some(RuleTarget::Command { ref prefix }) if prefix == "ls"),
+                !matches!(propose(&command(c, cwd)), Some(RuleTarget::Command { ref prefix, .. }) if prefix == "ls"),
                 "{c:?}: no lasting `ls` rule is offered for it"
             );
         }
@@ -488,52 +678,196 @@ mod tests {
             Decision::Allow,
             RuleTarget::Command {
                 prefix: "ls\u{0b}x".into(),
+                exact: false,
             },
         );
         assert!(verdict(&[&odd], &command("ls\u{0b}x", cwd)).is_none());
     }
 
-    /// A kept prefix over a program that runs other code from plain arguments would cover
-    /// that code: (the rule's prefix, a command it must not cover). None is offered for
-    /// such programs either. One line a case.
+    /// A kept prefix must never cover code nobody showed the person: (the rule's prefix, a
+    /// command it must not cover). Such a command is offered its exact self at most, never a
+    /// prefix. One line a case; a new wrapper or code-running option is one more row.
+    const NOT_COVERED_BY_A_PREFIX: &[(&str, &str)] = &[
+        // Programs that run other code from plain arguments.
+        ("sed", "sed -n 1eid f.txt"),
+        ("git grep", "git grep -Otouch hello"),
+        (
+            "tar",
+            "tar tf a.tar --checkpoint=1 --checkpoint-action=exec=./x",
+        ),
+        ("rg", "rg PAT --pre=sh"),
+        ("find", "find . -delete"),
+        ("python3", "python3 -m pytest"),
+        ("make", "make --eval=x"),
+        ("npx", "npx some-package"),
+        ("npm test", "npm test --script-shell=./x.sh"),
+        ("sqlite3", "sqlite3 -init ./x.sql db"),
+        ("perf", "perf record ./x.sh"),
+        ("run-parts", "run-parts ./hooks"),
+        // Wrappers that run the program they are given: a deny-list missed each of these.
+        ("timeout", "timeout 10 ./x"),
+        ("env", "env A=1 ./x"),
+        ("xargs", "xargs rm"),
+        ("taskset", "taskset 1 ./x.sh"),
+        ("ionice", "ionice -c3 ./x.sh"),
+        ("chrt", "chrt 0 ./x.sh"),
+        ("unshare", "unshare ./x.sh"),
+        ("prlimit", "prlimit --nofile=10 ./x.sh"),
+        ("setpriv", "setpriv ./x.sh"),
+        ("nice", "nice ./x.sh"),
+        // Programs that write where an argument says (a planted script, an rc file).
+        ("cp", "cp x.sh /home/u/.bashrc"),
+        ("tee", "tee /home/u/.profile"),
+        ("sort", "sort -o /home/u/.bashrc x"),
+        // git read with its option grammar: code-running global options wherever they are.
+        ("git", "git --exec-path=./gx status"),
+        ("git", "git --no-pager -c core.fsmonitor=./x.sh status"),
+        ("git", "git -c core.pager=./x.sh log"),
+        ("git", "git -C ../elsewhere status"),
+        ("git", "git --git-dir=./planted status"),
+        ("git", "git --version --exec-path=./gx"),
+        (
+            "git status",
+            "git --no-pager -c core.fsmonitor=./x.sh status",
+        ),
+        ("git log", "git --no-pager --exec-path=./gx log"),
+        ("git diff", "git diff --output=/home/u/.bashrc"),
+        ("git diff", "git diff --outp=/home/u/.bashrc"),
+        ("git diff", "git diff --ext-diff"),
+        ("git log", "git log -p --ext"),
+        ("git", "git submodule foreach ./x.sh"),
+        ("git", "git daemon"),
+        // cargo: configuration and another project's manifest from the command line.
+        (
+            "cargo test",
+            "cargo test --config=build.rustc-wrapper=./x.sh",
+        ),
+        ("cargo build", "cargo build -Zunstable-options"),
+        (
+            "cargo build",
+            "cargo build --manifest-path=/tmp/planted/Cargo.toml",
+        ),
+        ("cargo", "cargo +nightly test"),
+        // Programs named by a path are not the allow-listed program.
+        ("ls", "./ls"),
+        ("ls", "/tmp/ls -la"),
+    ];
+
     #[test]
     fn no_prefix_rule_covers_programs_that_run_other_code() {
         let cwd = Path::new("/w");
-        for (prefix, line) in [
-            ("sed", "sed -n 1eid f.txt"),
-            ("git grep", "git grep -Otouch hello"),
-            ("git diff", "git diff --output=/home/u/.bashrc"),
-            (
-                "tar",
-                "tar tf a.tar --checkpoint=1 --checkpoint-action=exec=./x",
-            ),
-            ("rg", "rg PAT --pre=sh"),
-            ("find", "find . -delete"),
-            ("timeout", "timeout 10 ./x"),
-            ("env", "env A=1 ./x"),
-            ("python3", "python3 -m pytest"),
-            ("xargs", "xargs rm"),
-            ("make", "make --eval=x"),
-            ("npx", "npx some-package"),
-        ] {
+        for (prefix, line) in NOT_COVERED_BY_A_PREFIX {
             let allow = rule(
                 Decision::Allow,
                 RuleTarget::Command {
-                    prefix: prefix.into(),
+                    prefix: prefix.to_string(),
+                    exact: false,
                 },
             );
             assert!(
                 verdict(&[&allow], &command(line, cwd)).is_none(),
                 "{prefix:?} must not cover {line:?}"
             );
-            assert!(
-                propose(&command(line, cwd)).is_none(),
-                "{line:?}: no rule offered"
+            assert_eq!(
+                propose(&command(line, cwd)),
+                Some(RuleTarget::Command {
+                    prefix: line.to_string(),
+                    exact: true
+                }),
+                "{line:?}: only the exact command is offered"
             );
         }
-        // Ordinary programs keep their rules.
-        assert!(propose(&command("git status", cwd)).is_some());
-        assert!(propose(&command("cargo test --all", cwd)).is_some());
+        // The exact rule covers that command and nothing longer or different.
+        let exact = rule(
+            Decision::Allow,
+            RuleTarget::Command {
+                prefix: "python3 -m pytest".into(),
+                exact: true,
+            },
+        );
+        let covered = |c: &str| verdict(&[&exact], &command(c, cwd)).is_some();
+        assert!(covered("python3 -m pytest") && covered("python3  -m\tpytest"));
+        assert!(!covered("python3 -m pytest -p x"));
+        assert!(!covered("python3 -m pytes"));
+        // Ordinary programs keep their prefix rules, read with their grammar.
+        for (line, offered) in [
+            ("git status", "git status"),
+            ("git --no-pager log --oneline -5", "git log"),
+            ("git diff --stat", "git diff"),
+            ("git log --no-ext-diff", "git log"),
+            ("cargo test --all", "cargo test"),
+            ("cargo -q build --release", "cargo build"),
+            ("cargo fmt -- --config-path x", "cargo fmt"),
+            ("ls -la src", "ls"),
+            ("grep -rn foo src", "grep"),
+        ] {
+            assert_eq!(
+                propose(&command(line, cwd)),
+                Some(RuleTarget::Command {
+                    prefix: offered.into(),
+                    exact: false
+                }),
+                "{line:?}"
+            );
+        }
+        // A rule for `git` (offered by earlier versions for `git --version`) covers the
+        // allow-listed subcommands only, never a code-running global option.
+        let git = rule(
+            Decision::Allow,
+            RuleTarget::Command {
+                prefix: "git".into(),
+                exact: false,
+            },
+        );
+        assert!(verdict(&[&git], &command("git --no-pager log", cwd)).is_some());
+        assert!(
+            verdict(&[&git], &command("git --version", cwd)).is_none(),
+            "not a subcommand: asked again, and offered exactly"
+        );
+        assert!(verdict(&[&git], &command("git --exec-path=./gx status", cwd)).is_none());
+    }
+
+    /// A subagent's argv is judged as the `sh` line that runs exactly it: a program path with
+    /// a space, a tab or a quote is one quoted word, which no rule for its first word covers.
+    #[test]
+    fn an_argv_is_read_as_the_sh_line_that_runs_it() {
+        let cwd = Path::new("/w");
+        let ls = rule(
+            Decision::Allow,
+            RuleTarget::Command {
+                prefix: "ls".into(),
+                exact: false,
+            },
+        );
+        for (argv, line) in [
+            (&["ls x/run.sh"][..], "'ls x/run.sh'"),
+            (&["ls\tx/run.sh"][..], "'ls\tx/run.sh'"),
+            (&["ls", "a b"][..], "ls 'a b'"),
+            (&["ls", "it's"][..], "ls 'it'\\''s'"),
+            (&["ls", ""][..], "ls ''"),
+            (&["ls", "$(id)"][..], "ls '$(id)'"),
+        ] {
+            assert_eq!(shell_line(argv), line);
+            // `sh` splits the line back into exactly these words.
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("printf '%s\\0' {line}"))
+                .output()
+                .unwrap();
+            let words: Vec<&[u8]> = out.stdout.split(|&b| b == 0).collect();
+            let want: Vec<&[u8]> = argv
+                .iter()
+                .map(|w| w.as_bytes())
+                .chain([&b""[..]])
+                .collect();
+            assert_eq!(words, want, "{line}");
+            assert!(
+                verdict(&[&ls], &command(line, cwd)).is_none(),
+                "{argv:?} must ask, not run under `ls`"
+            );
+        }
+        assert_eq!(shell_line(&["ls", "-la", "src/"]), "ls -la src/");
+        assert!(verdict(&[&ls], &command(&shell_line(&["ls", "-la"]), cwd)).is_some());
     }
 
     #[test]
@@ -543,6 +877,7 @@ mod tests {
             Decision::Deny,
             RuleTarget::Command {
                 prefix: "rm".into(),
+                exact: false,
             },
         );
         let rules = [&deny];

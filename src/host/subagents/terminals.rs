@@ -65,24 +65,29 @@ impl Terminals {
         })
     }
 
-    /// `terminal/create`: `cwd` must already be checked to be inside the session's folders.
-    pub fn create(&mut self, params: &Value, cwd: &Path) -> Result<Value, ResponseError> {
+    /// `terminal/create`: runs exactly `argv` (the program and arguments the gate judged);
+    /// `cwd` must already be checked to be inside the session's folders.
+    pub fn create(
+        &mut self,
+        params: &Value,
+        argv: &[&str],
+        cwd: &Path,
+    ) -> Result<Value, ResponseError> {
         if self.map.len() >= MAX_TERMINALS {
             return Err(ResponseError::new(
                 code::INVALID_REQUEST,
                 format!("{MAX_TERMINALS} terminals are open; release some first"),
             ));
         }
-        let command = params
-            .get("command")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("`command` is required"))?;
+        let Some((&command, args)) = argv.split_first().filter(|(c, _)| !c.is_empty()) else {
+            return Err(bad("`command` is required"));
+        };
         let limit = params
             .get("outputByteLimit")
             .and_then(Value::as_u64)
             .map_or(OUTPUT_LIMIT, |l| (l as usize).min(OUTPUT_LIMIT));
         let mut cmd = Command::new(command);
-        cmd.args(crate::host_api::string_list(params.get("args")))
+        cmd.args(args)
             .current_dir(cwd)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

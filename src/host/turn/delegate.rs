@@ -6,6 +6,7 @@
 //! the model sees. A cancel reaches it (`session/cancel`), then its process group is killed.
 
 use super::*;
+use crate::host::permissions;
 use crate::host::subagents::calls::{ChildCalls, Seen};
 use crate::host::subagents::client::Subagent;
 use crate::host::subagents::{self, AgentSpec};
@@ -1109,17 +1110,16 @@ impl Turn {
         terminals: &mut subagents::terminals::Terminals,
         approved: Option<Shown>,
     ) -> Result<Value, ResponseError> {
-        let line = std::iter::once(params.get("command").and_then(Value::as_str).unwrap_or(""))
-            .chain(
-                params
-                    .get("args")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str),
-            )
-            .collect::<Vec<_>>()
-            .join(" ");
+        // The argv that will be executed (`Terminals::create` runs exactly these words), as
+        // the one `sh` line that runs it: what the gate judges, the dialog shows and a rule
+        // keeps. A program path with a space or a tab in it is quoted, so no rule for the
+        // program named by its first word covers it.
+        let program = params.get("command").and_then(Value::as_str).unwrap_or("");
+        let args = crate::host_api::string_list(params.get("args"));
+        let argv: Vec<&str> = std::iter::once(program)
+            .chain(args.iter().map(String::as_str))
+            .collect();
+        let line = permissions::shell_line(&argv);
         let cwd = match params.get("cwd").and_then(Value::as_str) {
             Some(_) => {
                 let p = json!({"path": params["cwd"]});
@@ -1156,7 +1156,7 @@ impl Turn {
                 Some(format!(
                     "{}={}",
                     e.get("name").and_then(Value::as_str)?,
-                    e.get("value").and_then(Value::as_str)?
+                    permissions::shell_word(e.get("value").and_then(Value::as_str)?)
                 ))
             })
             .collect();
@@ -1165,7 +1165,10 @@ impl Turn {
             gated = format!("{} {gated}", env.join(" "));
         }
         if cwd != self.cwd {
-            gated = format!("cd {} && {gated}", cwd.display());
+            gated = format!(
+                "cd {} && {gated}",
+                permissions::shell_word(&cwd.to_string_lossy())
+            );
         }
         let plain = gated == line;
         let shown = plain
@@ -1173,7 +1176,7 @@ impl Turn {
                 if same_command(a, &line) || script.is_some_and(|x| same_command(a, x)));
         let args = json!({"command": gated});
         self.subagent_gate(name, "run_command", &args, &format!("run {gated}"), shown)?;
-        terminals.create(params, &cwd)
+        terminals.create(params, &argv, &cwd)
     }
 
     /// A subagent's action through [`Turn::pass_gate`], its dialogs naming the delegate call
@@ -1495,8 +1498,10 @@ fn spelled_out(c: &str, max: usize) -> String {
 }
 
 /// Whether two command lines are the same words.
+/// Whether a dialog that showed the command `a` showed `b`: the same text, or the same words
+/// as `sh` splits them (the one reading of the rules: `permissions::plain_words`).
 fn same_command(a: &str, b: &str) -> bool {
-    a.split_whitespace().eq(b.split_whitespace())
+    a == b || permissions::plain_words(a).is_some_and(|w| Some(w) == permissions::plain_words(b))
 }
 
 /// What a subagent's permission dialog showed the person: one command, or one file (with the
@@ -1515,13 +1520,9 @@ impl Shown {
         if let Some(c) = tool_call.pointer("/rawInput/command") {
             return match c {
                 Value::String(s) => Some(Shown::Command(s.clone())),
-                Value::Array(words) => Some(Shown::Command(
-                    words
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(" "),
-                )),
+                Value::Array(words) => Some(Shown::Command(permissions::shell_line(
+                    &words.iter().filter_map(Value::as_str).collect::<Vec<_>>(),
+                ))),
                 _ => None,
             };
         }

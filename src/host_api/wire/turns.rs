@@ -175,8 +175,14 @@ pub enum InteractionAnswer {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RuleTarget {
-    /// Commands that are `prefix` or start with `prefix` and a space.
-    Command { prefix: String },
+    /// Commands that are `prefix` or, unless `exact`, start with it as a program's prefix
+    /// (its program and subcommand: `src/host/permissions.rs` says which programs a prefix
+    /// may name; for the others it is offered `exact`).
+    Command {
+        prefix: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        exact: bool,
+    },
     /// File edits and writes: `dir/**` (anything under the folder) or one exact path.
     Files { path: String },
     /// One MCP tool, by the name the model sees.
@@ -206,7 +212,14 @@ impl RuleTarget {
     /// The words the dialog and `/permissions` use ("commands starting with `cargo test`").
     pub fn describe(&self) -> String {
         match self {
-            RuleTarget::Command { prefix } => format!("commands starting with `{prefix}`"),
+            RuleTarget::Command {
+                prefix,
+                exact: false,
+            } => format!("commands starting with `{prefix}`"),
+            RuleTarget::Command {
+                prefix,
+                exact: true,
+            } => format!("the command `{prefix}`"),
             RuleTarget::Files { path } => match path.strip_suffix("/**") {
                 Some(dir) => format!("file changes under `{dir}/`"),
                 None => format!("changes to `{path}`"),
