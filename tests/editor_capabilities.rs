@@ -77,6 +77,9 @@ struct Client {
     never_exit: bool,
     fail_reads: bool,
     fail_create: bool,
+    /// The editor reports no exit status at all (`wait_for_exit` → `{}`, no `exitStatus`):
+    /// both valid.
+    no_status: bool,
 }
 
 impl Client {
@@ -118,6 +121,8 @@ impl Client {
                         r["id"].clone(),
                     );
                     Reply::Ignore
+                } else if self.no_status {
+                    Reply::Result(json!({}))
                 } else {
                     Reply::Result(json!({"exitCode": 0}))
                 }
@@ -133,6 +138,9 @@ impl Client {
                     ),
                     None => Reply::Result(json!({})),
                 }
+            }
+            "terminal/output" if self.no_status => {
+                Reply::Result(json!({"output": "all good\n", "truncated": false}))
             }
             "terminal/output" => Reply::Result(
                 json!({"output": "all good\n", "truncated": false, "exitStatus": {"exitCode": 0}}),
@@ -259,6 +267,32 @@ fn an_editor_error_fails_the_tool_not_the_turn_and_outside_paths_use_the_disk() 
             .contains(&"session/request_permission".to_string()),
         "after a boundary approval"
     );
+}
+
+/// An editor that reports no exit status at all (issue 45, case 11): the command is
+/// `completed`, its verdict says the status is unknown, and its output is kept, never an
+/// empty `failed`.
+#[test]
+fn a_command_whose_exit_status_the_editor_never_reports_is_completed_with_its_output() {
+    let mut e = editor("term-nostatus", full_caps());
+    let mut client = Client {
+        no_status: true,
+        ..Client::default()
+    };
+    let t = e.agent.prompt(&e.session, "run it", |r| client.serve(r));
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    let ups = t.updates_for(&e.session);
+    let done = ups
+        .iter()
+        .find(|u| u["status"] == "completed" || u["status"] == "failed")
+        .unwrap();
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["content"][1]["content"]["text"],
+        "Exit status unknown: the editor did not report one.",
+        "{done}"
+    );
+    assert_eq!(done["rawOutput"]["output"], "all good\n");
 }
 
 #[test]

@@ -203,6 +203,31 @@ fn set_model_sets_the_model_option() {
         option(&last["configOptions"], "model")["currentValue"],
         "script/fast"
     );
+    // A model's bare id and its display name are accepted where they name one model (acpc,
+    // simple-acp-client and soulacp send the bare id), for set_config_option too.
+    for (named, value) in [
+        ("deep", "script/deep"),
+        ("Fast", "script/fast"),
+        ("default", "default"),
+    ] {
+        let (resp, _) = s.agent.call(
+            "session/set_model",
+            json!({"sessionId": id, "modelId": named}),
+        );
+        assert_eq!(resp["result"], json!({}), "{named}: {resp}");
+        let update = s.agent.recv();
+        assert_eq!(
+            option(&update["params"]["update"]["configOptions"], "model")["currentValue"],
+            value,
+            "{named}: {update}"
+        );
+        let resp = set(&mut s, &id, "model", json!(named));
+        assert_eq!(
+            option(&resp["result"]["configOptions"], "model")["currentValue"],
+            value,
+            "{named}: {resp}"
+        );
+    }
     let (resp, _) = s.agent.call(
         "session/set_model",
         json!({"sessionId": id, "modelId": "script/nope"}),

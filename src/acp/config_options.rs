@@ -373,9 +373,9 @@ pub fn patch_for(
         .get("value")
         .ok_or_else(|| invalid("`value` is required".into()))?;
     let declared = p.optional_str("type")?;
-    let values = match &option.kind {
-        ConfigOptionKind::Select { options, .. } => options.values(),
-        ConfigOptionKind::Boolean { .. } => vec![],
+    let (values, choices) = match &option.kind {
+        ConfigOptionKind::Select { options, .. } => (options.values(), options.choices()),
+        ConfigOptionKind::Boolean { .. } => (vec![], vec![]),
     };
     if matches!(option.kind, ConfigOptionKind::Boolean { .. }) {
         let (Some(b), None | Some("boolean")) = (value.as_bool(), declared) else {
@@ -396,6 +396,30 @@ pub fn patch_for(
         return Err(invalid(format!(
             "`{id}` is a select option; `value` must be one of its value ids"
         )));
+    };
+    // A model may be named by its bare id or its display name, as clients that know only the
+    // model send it (`session/set_model` with `fake-model` for `openai/fake-model`), when
+    // exactly one offered value has that id or name.
+    let v = match choices.as_slice() {
+        _ if values.contains(&v) || id != "model" => v,
+        choices => {
+            let named: Vec<&str> = choices
+                .iter()
+                .filter(|c| c.value.split_once('/').is_some_and(|(_, m)| m == v) || c.name == v)
+                .map(|c| c.value.as_str())
+                .collect();
+            match named.as_slice() {
+                [one] => one,
+                [] => v,
+                several => {
+                    return Err(invalid(format!(
+                        "{v:?} names {} models; send one of {}",
+                        several.len(),
+                        offered(&several.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+                    )))
+                }
+            }
+        }
     };
     if !values.contains(&v) {
         let values: Vec<String> = values.into_iter().map(String::from).collect();

@@ -393,15 +393,20 @@ pub enum SelectOptions {
 }
 
 impl SelectOptions {
+    /// Every choice, groups flattened.
+    pub fn choices(&self) -> Vec<&SelectOption> {
+        match self {
+            SelectOptions::Flat(o) => o.iter().collect(),
+            SelectOptions::Grouped(g) => g.iter().flat_map(|g| g.options.iter()).collect(),
+        }
+    }
+
     /// Every value id, groups flattened.
     pub fn values(&self) -> Vec<&str> {
-        match self {
-            SelectOptions::Flat(o) => o.iter().map(|o| o.value.as_str()).collect(),
-            SelectOptions::Grouped(g) => g
-                .iter()
-                .flat_map(|g| g.options.iter().map(|o| o.value.as_str()))
-                .collect(),
-        }
+        self.choices()
+            .into_iter()
+            .map(|o| o.value.as_str())
+            .collect()
     }
 }
 

@@ -80,7 +80,7 @@ pub fn terminal_verdict(
         match (exit_code, signal) {
             (Some(c), _) => format!("Exit code {c}"),
             (None, Some(s)) => format!("Killed by {s}"),
-            (None, None) => String::new(),
+            (None, None) => "Exit status unknown: the editor did not report one.".to_string(),
         }
     }
 }

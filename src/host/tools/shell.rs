@@ -227,7 +227,10 @@ fn run_in_editor_terminal(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64)
     };
     truncated |= keep_tail(&mut text, RESULT_TEXT_LIMIT);
     let (exit_code, signal) = exit_status(waited.as_ref().ok(), out);
-    let ok = waited.is_ok() && exit_code == Some(0);
+    // An editor may report no status at all (both answers valid without one): the command
+    // ran and ended, its status unknown — completed with its output, not a failure.
+    let ok =
+        waited.is_ok() && matches!((exit_code, signal.as_deref()), (Some(0), _) | (None, None));
     let result = ToolResultContent::Terminal {
         command: command.to_string(),
         cwd,

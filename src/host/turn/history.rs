@@ -17,6 +17,7 @@ pub fn result_for_model(status: ToolStatus, result: &ToolResultContent) -> Strin
         ToolResultContent::Terminal {
             output,
             exit_code,
+            signal,
             timed_out,
             output_truncated,
             full_output_artifact_id,
@@ -33,8 +34,12 @@ pub fn result_for_model(status: ToolStatus, result: &ToolResultContent) -> Strin
             s.push_str(output);
             if *timed_out {
                 s.push_str("\n[timed out: the command was killed]");
-            } else if let Some(c) = exit_code {
-                s.push_str(&format!("\n[exit code {c}]"));
+            } else {
+                match (exit_code, signal) {
+                    (Some(c), _) => s.push_str(&format!("\n[exit code {c}]")),
+                    (None, Some(sig)) => s.push_str(&format!("\n[killed by {sig}]")),
+                    (None, None) => s.push_str("\n[exit status unknown]"),
+                }
             }
             s
         }
