@@ -34,6 +34,9 @@ pub struct ClientCapabilities {
     pub subagents: bool,
     /// Zed's display-only terminal convention (`_meta.terminal_output: true`).
     pub terminal_output_meta: bool,
+    /// JetBrains' convention (`_meta.terminal_output_delta: true`): a running command's output
+    /// as appended pieces, `tool_call_update._meta.terminal_output_delta`.
+    pub terminal_output_delta: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -80,6 +83,8 @@ pub fn parse(params: &Value) -> ParamResult<InitializeParams> {
         if let Some(meta) = c.optional_object("_meta", "clientCapabilities._meta")? {
             // A convention, not a spec field: tolerate any type, use only `true`.
             caps.terminal_output_meta = meta.get("terminal_output") == Some(&Value::Bool(true));
+            caps.terminal_output_delta =
+                meta.get("terminal_output_delta") == Some(&Value::Bool(true));
         }
     }
     let client_info = match p.optional_object("clientInfo", "clientInfo")? {
@@ -150,7 +155,16 @@ pub fn result(
             title: "Maka".into(),
             version: env!("CARGO_PKG_VERSION").into(),
         },
+        meta: shared_extensions(),
     }
+}
+
+/// The extensions other agents share, advertised where they advertise them: the response's
+/// own `_meta` (claude-agent-acp's and codex-acp's `docs/air-extensions.md`).
+pub fn shared_extensions() -> Value {
+    json!({
+        "steering": {"supported": true},
+    })
 }
 
 #[cfg(test)]

@@ -22,7 +22,7 @@ use super::params::{ParamResult, Params};
 use super::read;
 use super::turns::{self, Registered, TurnKind};
 use super::types::to_json;
-use super::{configure, lifecycle, maka};
+use super::{configure, lifecycle, maka, shared_names};
 use crate::host_api::ops::{self, Operation};
 use crate::jsonrpc::{Responder, ResponseError};
 use serde_json::Value;
@@ -96,6 +96,7 @@ pub static METHODS: &[Method] = &[
     m("_maka/plan/query",               |v| forward::<ops::PlanQuery>(v, read::session_ref)),
     m("_maka/plan/control",             |v| answer(v, maka::read_plan_control, maka::plan_control)),
     m("_maka/plan/start",               |v| turn(v, read::session_id, |c, id, r| turns::register_generated(c, &id, TurnKind::Plan, r))),
+    m("_session/steering",              |v| answer(v, shared_names::read_steering, shared_names::steering)),
 ];
 
 /// The notifications this agent acts on.

@@ -18,6 +18,7 @@ pub(crate) mod projection;
 pub(crate) mod prompt;
 pub(crate) mod read;
 pub(crate) mod session;
+mod shared_names;
 mod turns;
 pub(crate) mod types;
 mod workers;

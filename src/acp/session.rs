@@ -527,6 +527,15 @@ impl AcpSession {
         st.prompt.as_ref().is_some_and(|p| p.turn_id == turn_id)
     }
 
+    /// A turn this connection starts without a prompt: followed from before it starts, as if
+    /// its `turn_started` had been seen (unless another turn is known to run).
+    pub fn expect_turn(&self, turn_id: &str) {
+        let mut st = self.state();
+        if st.position.active_turn.is_none() {
+            st.position.active_turn = Some(turn_id.to_string());
+        }
+    }
+
     /// The host is gone: the position means nothing any more.
     pub fn forget_position(&self) {
         let mut st = self.state();

@@ -96,28 +96,7 @@ pub fn start(ctx: &Ctx, r: Registered) {
         Ok(c) => c,
         Err(e) => return session.fail_prompt(e),
     };
-    if !session.positioned_for(&conn.epoch) {
-        // First prompt on this host epoch (or after a host restart): take a snapshot barrier.
-        let input = OpenInput {
-            session_id: id.clone(),
-            mcp_servers: None,
-            system_prompt: None,
-        };
-        match ctx.call::<ops::SessionOpen>(&conn, &input) {
-            Ok(open) => {
-                session.observe_snapshot(&ctx.shared, &open);
-                session.set_position(open.seq, &conn.epoch, None);
-                session.saw_through(open.transcript.through_message_seq);
-            }
-            Err(e) => return session.fail_prompt(e),
-        }
-        // A new host epoch has forgotten what this client can do.
-        if let Err(e) = ctx.register_services(&conn, &id) {
-            return session.fail_prompt(e);
-        }
-    }
-    // Followed before it runs: a turn nobody can follow is never started.
-    let stream = match session.open_stream(&conn) {
+    let stream = match prepare(ctx, &session, &conn) {
         Ok(s) => s,
         Err(e) => return session.fail_prompt(e),
     };
@@ -142,6 +121,63 @@ pub fn start(ctx: &Ctx, r: Registered) {
         session.stop_turn(&ctx.shared, &turn_id);
     }
     session.ensure_reader(&ctx.shared, &conn, stream);
+}
+
+/// A turn no prompt waits for (`_session/steering` on an idle session): started and followed
+/// like a prompt's turn, its updates shown as they come; its end is told as
+/// `_maka/turn_state`, as another client's turn is.
+pub fn start_unprompted(
+    ctx: &Ctx,
+    session: &Arc<AcpSession>,
+    content: MessageContent,
+) -> Result<(), ResponseError> {
+    let conn = ctx.host()?;
+    let stream = prepare(ctx, session, &conn)?;
+    let turn_id = format!("t_{}", random_hex(8));
+    // Followed until it ends, from before it starts.
+    session.expect_turn(&turn_id);
+    let input = TurnStartInput {
+        session_id: session.id.clone(),
+        turn_id: turn_id.clone(),
+        content,
+        max_steps: None,
+    };
+    if let Err(e) = ctx.call::<ops::TurnStart>(&conn, &input) {
+        session.turn_ended(&turn_id);
+        return Err(e);
+    }
+    session.ensure_reader(&ctx.shared, &conn, stream);
+    Ok(())
+}
+
+/// Puts the session on this host epoch (a snapshot barrier the first time) and opens the
+/// stream its turn will be followed on: a turn nobody can follow is never started. `None`
+/// when a reader already follows the session.
+fn prepare(
+    ctx: &Ctx,
+    session: &Arc<AcpSession>,
+    conn: &Connected,
+) -> Result<Option<crate::host_api::client::EventStream>, ResponseError> {
+    let id = session.id.clone();
+    if !session.positioned_for(&conn.epoch) {
+        // First prompt on this host epoch (or after a host restart): take a snapshot barrier.
+        let input = OpenInput {
+            session_id: id.clone(),
+            mcp_servers: None,
+            system_prompt: None,
+        };
+        match ctx.call::<ops::SessionOpen>(conn, &input) {
+            Ok(open) => {
+                session.observe_snapshot(&ctx.shared, &open);
+                session.set_position(open.seq, &conn.epoch, None);
+                session.saw_through(open.transcript.through_message_seq);
+            }
+            Err(e) => return Err(e),
+        }
+        // A new host epoch has forgotten what this client can do.
+        ctx.register_services(conn, &id)?;
+    }
+    session.open_stream(conn)
 }
 
 /// Carries out the approved plan as turn `turn_id`; a plan not approved is an error saying so.

@@ -562,6 +562,9 @@ pub struct InitializeResponse {
     pub agent_capabilities: AgentCapabilities,
     pub auth_methods: Vec<AuthMethod>,
     pub agent_info: Implementation,
+    /// The extensions other agents share, where they advertise them (`steering`, `goal`).
+    #[serde(rename = "_meta")]
+    pub meta: Value,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -1,0 +1,104 @@
+//! The extension methods other ACP agents share, served on the same host operations as our
+//! own `_maka/` ones (`docs/maka-extensions.md`, "Names other agents share"):
+//!
+//! - `_session/steering` (claude-agent-acp and codex-acp, advertised as
+//!   `_meta.steering.supported`): a message for the running turn, as `_maka/turn/steer`; with
+//!   no running turn it starts one, unless the client asked for
+//!   `_meta.steering.idleBehavior: "promptRequired"`.
+
+use super::agent::Ctx;
+use super::errors;
+use super::params::{ParamResult, Params};
+use crate::host_api::client::ClientError;
+use crate::host_api::ops;
+use crate::host_api::random_hex;
+use crate::jsonrpc::ResponseError;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+pub struct Steering {
+    session_id: String,
+    prompt: Vec<Value>,
+    /// `idleBehavior: "promptRequired"`: with no running turn, answer so (the client sends
+    /// the message as a prompt itself) instead of starting a turn.
+    prompt_required: bool,
+}
+
+pub fn read_steering(p: &Params) -> ParamResult<Steering> {
+    let prompt = p.required_array("prompt")?;
+    if prompt.is_empty() {
+        return Err(ResponseError::invalid_params(
+            "`prompt` is empty; send at least one content block",
+        ));
+    }
+    // `_meta.steering.idleBehavior` as the adapters that share the name read it; also taken
+    // at the top level.
+    let idle = match p.optional_object("_meta", "_meta")? {
+        Some(meta) => match meta.optional_object("steering", "_meta.steering")? {
+            Some(s) => s.optional_str("idleBehavior")?,
+            None => None,
+        },
+        None => None,
+    };
+    let idle = match idle {
+        Some(v) => Some(v),
+        None => p.optional_str("idleBehavior")?,
+    };
+    let prompt_required = match idle {
+        None => false,
+        Some("promptRequired") => true,
+        Some(other) => {
+            return Err(ResponseError::invalid_params(format_args!(
+                "`idleBehavior` {other:?} is not one this agent knows; use \"promptRequired\" or leave it out"
+            )))
+        }
+    };
+    Ok(Steering {
+        session_id: p.required_str("sessionId")?.into(),
+        prompt: prompt.clone(),
+        prompt_required,
+    })
+}
+
+/// How long a steer waits for a prompt that was just sent to have its turn started (the
+/// host knows no running turn until `turn.start` returns).
+const PROMPT_STARTING: Duration = Duration::from_secs(5);
+
+/// `_session/steering` → `{"outcome": "injected" | "startedNewTurn"}`, or `{"outcome":
+/// "promptRequired", "reason": "noRunningTurn"}` when no turn runs and the client asked for
+/// that. The injected text is the running turn's user message (`turn.message.submit`): shown
+/// as a `user_message_chunk` and replayed by `session/load`; a started turn's is its prompt.
+pub fn steering(ctx: &Ctx, mut s: Steering) -> Result<Value, ResponseError> {
+    let session = ctx
+        .session(&s.session_id)
+        .ok_or_else(|| errors::unknown_session(&s.session_id))?;
+    let conn = ctx.host()?;
+    let content = super::prompt::to_message(&mut s.prompt)?;
+    let input = ops::SubmitInput {
+        session_id: s.session_id.clone(),
+        message_id: format!("s_{}", random_hex(8)),
+        content,
+    };
+    let deadline = Instant::now() + PROMPT_STARTING;
+    loop {
+        match conn.client.call::<ops::MessageSubmit>(&input) {
+            Ok(_) => return Ok(json!({"outcome": "injected"})),
+            Err(ClientError::Host(h))
+                if h.details.as_ref().and_then(|d| d.get("reason"))
+                    == Some(&json!("no_active_turn")) => {}
+            Err(e) => return Err(ctx.host_error(&conn, &e)),
+        }
+        // A prompt of this client's whose turn is being started: it will run, so the
+        // message is for it.
+        if session.has_prompt() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        break;
+    }
+    if s.prompt_required {
+        return Ok(json!({"outcome": "promptRequired", "reason": "noRunningTurn"}));
+    }
+    super::turns::start_unprompted(ctx, &session, input.content)?;
+    Ok(json!({"outcome": "startedNewTurn"}))
+}

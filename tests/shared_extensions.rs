@@ -1,0 +1,186 @@
+//! The extensions other ACP agents share (issue 47), through the real binary over pipes, each
+//! with a client that asks for it and one that does not: `_session/steering`. Every line the
+//! agent writes is checked against the ACP schema.
+
+#![cfg(feature = "host")]
+
+mod support;
+use serde_json::{json, Value};
+use support::host::TempDir;
+use support::{error_of, AgentProcess};
+
+fn script() -> Value {
+    json!({
+        "rules": [
+            {"when": "what did i say", "responses": [[{"echo": "user"}]]},
+            {"when": "slow", "responses": [
+                [{"text": "Working"}, {"delayMs": 1500}],
+                [{"echo": "user"}]]}
+        ],
+        "default": [[{"text": "Hello."}]]
+    })
+}
+
+fn agent(data: &std::path::Path) -> AgentProcess {
+    AgentProcess::spawn_with(support::Spawn {
+        args: vec![],
+        env: vec![
+            ("MAKA_SCRIPT".into(), script().to_string()),
+            ("MAKA_DATA_DIR".into(), data.display().to_string()),
+            (
+                "XDG_CONFIG_HOME".into(),
+                data.join("config").display().to_string(),
+            ),
+        ],
+    })
+}
+
+fn text(prompt: &str) -> Value {
+    json!([{"type": "text", "text": prompt}])
+}
+
+/// Lines until (and with) the first one `done` accepts.
+fn until(a: &mut AgentProcess, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut lines = vec![];
+    loop {
+        let v = a.recv();
+        let last = done(&v);
+        lines.push(v);
+        if last {
+            return lines;
+        }
+    }
+}
+
+fn chunks(lines: &[Value], kind: &str) -> String {
+    lines
+        .iter()
+        .filter(|l| {
+            l["method"] == "session/update" && l["params"]["update"]["sessionUpdate"] == kind
+        })
+        .map(|l| {
+            l["params"]["update"]["content"]["text"]
+                .as_str()
+                .unwrap_or("")
+        })
+        .collect()
+}
+
+/// `_session/steering` as claude-agent-acp and codex-acp serve it: advertised as
+/// `_meta.steering.supported`; a running turn takes the message (`injected`, shown as a user
+/// message where the turn took it, replayed by `session/load`); an idle session starts a turn
+/// with it (`startedNewTurn`, followed to its end) unless the client asked for
+/// `idleBehavior: "promptRequired"`; bad params are `-32602`.
+#[test]
+fn steering_injects_into_the_running_turn_or_starts_one() {
+    let data = TempDir::new("shared-steer-data");
+    let ws = TempDir::new("shared-steer-ws");
+    let mut a = agent(data.path());
+    let init = a.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    assert_eq!(
+        init["_meta"]["steering"],
+        json!({"supported": true}),
+        "{init}"
+    );
+    let s = a.new_session(ws.path());
+
+    // Idle, and the client sends the message as a prompt itself.
+    let required = a.call_ok(
+        "_session/steering",
+        json!({"sessionId": s, "prompt": text("later"), "_meta": {"steering": {"idleBehavior": "promptRequired"}}}),
+    );
+    assert_eq!(
+        required,
+        json!({"outcome": "promptRequired", "reason": "noRunningTurn"})
+    );
+    for (params, names) in [
+        (json!({"sessionId": s, "prompt": []}), "prompt"),
+        (
+            json!({"sessionId": s, "prompt": text("x"), "_meta": {"steering": {"idleBehavior": "queue"}}}),
+            "idleBehavior",
+        ),
+        (json!({"sessionId": s}), "prompt"),
+    ] {
+        let (resp, _) = a.call("_session/steering", params);
+        assert_eq!(error_of(&resp)["code"], -32602, "{resp}");
+        assert!(
+            error_of(&resp)["message"].as_str().unwrap().contains(names),
+            "{resp}"
+        );
+    }
+    let (resp, _) = a.call(
+        "_session/steering",
+        json!({"sessionId": "sess_nope", "prompt": text("x")}),
+    );
+    assert_eq!(error_of(&resp)["code"], -32002, "{resp}");
+
+    // A running turn takes it at its next step.
+    let prompt = a.request(
+        "session/prompt",
+        json!({"sessionId": s, "prompt": text("slow task")}),
+    );
+    let mut lines = until(&mut a, |v| {
+        v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    let steer = a.request(
+        "_session/steering",
+        json!({"sessionId": s, "prompt": text("also check the tests")}),
+    );
+    let (mut steered, mut answered) = (None, None);
+    while steered.is_none() || answered.is_none() {
+        let v = a.recv();
+        if v.get("id") == Some(&steer) && v.get("method").is_none() {
+            steered = Some(v.clone());
+        } else if v.get("id") == Some(&prompt) && v.get("method").is_none() {
+            answered = Some(v.clone());
+        }
+        lines.push(v);
+    }
+    assert_eq!(steered.unwrap()["result"], json!({"outcome": "injected"}));
+    assert_eq!(answered.unwrap()["result"]["stopReason"], "end_turn");
+    assert_eq!(
+        chunks(&lines, "agent_message_chunk"),
+        "Workingheard: slow task | also check the tests"
+    );
+    assert_eq!(chunks(&lines, "user_message_chunk"), "also check the tests");
+
+    // Idle, not opted in: a turn of its own, followed to its end (told as `_maka/turn_state`,
+    // as a turn no prompt of this client waits for).
+    let (started, _) = a.call(
+        "_session/steering",
+        json!({"sessionId": s, "prompt": text("what did i say")}),
+    );
+    assert_eq!(
+        started["result"],
+        json!({"outcome": "startedNewTurn"}),
+        "{started}"
+    );
+    let lines = until(&mut a, |v| v["method"] == "_maka/turn_state");
+    assert_eq!(
+        chunks(&lines, "agent_message_chunk"),
+        "heard: slow task | also check the tests | what did i say"
+    );
+    assert_eq!(lines.last().unwrap()["params"]["outcome"], "completed");
+
+    // Both messages are the conversation's, replayed where they were taken in.
+    let mut other = agent(data.path());
+    other.initialize();
+    let load = other.drive(
+        "session/load",
+        json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+        |r| panic!("unexpected {r}"),
+    );
+    let users: Vec<&str> = load
+        .updates_for(&s)
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "user_message_chunk")
+        .map(|u| u["content"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        users,
+        ["slow task", "also check the tests", "what did i say"]
+    );
+}
