@@ -1,6 +1,6 @@
 //! The extensions other ACP agents share (issue 47), through the real binary over pipes, each
-//! with a client that asks for it and one that does not: `_session/steering`. Every line the
-//! agent writes is checked against the ACP schema.
+//! with a client that asks for it and one that does not: `_session/steering`, the turn's
+//! `_meta.quota`. Every line the agent writes is checked against the ACP schema.
 
 #![cfg(feature = "host")]
 
@@ -13,6 +13,10 @@ fn script() -> Value {
     json!({
         "rules": [
             {"when": "what did i say", "responses": [[{"echo": "user"}]]},
+            {"when": "two steps", "responses": [
+                [{"tool": "update_plan", "args": {"entries": [{"content": "a", "status": "pending"}]}},
+                 {"usage": {"input": 50, "output": 8, "cached": 20}}],
+                [{"text": "two"}, {"usage": {"input": 70, "output": 5}}]]},
             {"when": "slow", "responses": [
                 [{"text": "Working"}, {"delayMs": 1500}],
                 [{"echo": "user"}]]}
@@ -183,4 +187,31 @@ fn steering_injects_into_the_running_turn_or_starts_one() {
         users,
         ["slow task", "also check the tests", "what did i say"]
     );
+}
+
+/// `PromptResponse._meta.quota`: the turn's token usage, in total and by model, as the
+/// provider reported it (two model steps here).
+#[test]
+fn a_prompts_answer_carries_the_turns_token_usage() {
+    let data = TempDir::new("shared-quota-data");
+    let ws = TempDir::new("shared-quota-ws");
+    let mut a = agent(data.path());
+    a.initialize();
+    let s = a.new_session(ws.path());
+    let t = a.prompt(&s, "two steps", |r| panic!("unexpected {r}"));
+    let quota = &t.response["result"]["_meta"]["quota"];
+    let total = &quota["token_count"];
+    assert_eq!(
+        (
+            &total["input_tokens"],
+            &total["output_tokens"],
+            &total["cached_input_tokens"]
+        ),
+        (&json!(120), &json!(13), &json!(20)),
+        "{quota}"
+    );
+    let models = quota["model_usage"].as_array().unwrap();
+    assert_eq!(models.len(), 1, "{quota}");
+    assert!(models[0]["model"].as_str().is_some_and(|m| !m.is_empty()));
+    assert_eq!(models[0]["token_count"], *total);
 }

@@ -18,8 +18,8 @@ use super::types::{PromptResponse, StopReason, TurnStateNotification};
 use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot, TurnRef};
 use crate::host_api::wire::{
-    ErrorCode, FailureClass, Frame, FrameBody, Notice, NoticeFallback, NoticeSeverity, TurnOutcome,
-    TurnSnapshot, TurnStatus,
+    ErrorCode, FailureClass, Frame, FrameBody, Notice, NoticeFallback, NoticeSeverity, TokenUsage,
+    TurnOutcome, TurnSnapshot, TurnStatus,
 };
 use crate::jsonrpc::ResponseError;
 use serde_json::{json, Value};
@@ -338,7 +338,7 @@ fn handle_frame(
             }
             Effect::TurnEnded(end) => {
                 if session.turn_ended(&end.turn_id) {
-                    session.finish_prompt(terminal_result(
+                    let result = terminal_result(
                         &end.turn_id,
                         end.outcome,
                         &end.reason,
@@ -347,7 +347,8 @@ fn handle_frame(
                             message: end.failure_message.as_deref(),
                             details: end.failure_details.as_ref(),
                         },
-                    ));
+                    );
+                    session.finish_prompt(result.map(|r| with_quota(r, &end.usage)));
                 } else {
                     shared.outbox.notify(
                         "_maka/turn_state",
@@ -383,6 +384,35 @@ fn handle_frame(
         }
     }
     Flow::Next
+}
+
+/// The turn's token usage in `_meta.quota`, as claude-agent-acp, codex-acp and gemini-cli
+/// report it on the prompt's answer: the total and each model's (`token_count`,
+/// `model_usage`); nothing when the provider reported no usage.
+fn with_quota(mut r: PromptResponse, usage: &[(String, TokenUsage)]) -> PromptResponse {
+    if usage.is_empty() {
+        return r;
+    }
+    let count = |u: &TokenUsage| {
+        json!({
+            "input_tokens": u.input_tokens,
+            "output_tokens": u.output_tokens,
+            "cached_input_tokens": u.cached_tokens,
+            "reasoning_output_tokens": u.reasoning_tokens,
+            "total_tokens": u.input_tokens.saturating_add(u.output_tokens),
+        })
+    };
+    let mut total = TokenUsage::default();
+    for (_, u) in usage {
+        total.add(u);
+    }
+    let models: Vec<Value> = usage
+        .iter()
+        .map(|(model, u)| json!({"model": model, "token_count": count(u)}))
+        .collect();
+    let meta = r.meta.get_or_insert_with(|| json!({}));
+    meta["quota"] = json!({"token_count": count(&total), "model_usage": models});
+    r
 }
 
 /// Why a turn failed, as the host said it.
@@ -465,4 +495,36 @@ fn snapshot_result(snapshot: &TurnSnapshot) -> Result<PromptResponse, ResponseEr
             details: snapshot.failure_details.as_ref().filter(|d| !d.is_null()),
         },
     )
+}
+
+#[cfg(test)]
+mod quota_tests {
+    use super::*;
+
+    /// A turn whose provider reported no usage has no quota; one that did has its total and
+    /// each model's.
+    #[test]
+    fn the_quota_is_the_turns_usage_by_model() {
+        let r = with_quota(PromptResponse::new(StopReason::EndTurn), &[]);
+        assert_eq!(r.meta, None);
+        let r = with_quota(
+            PromptResponse::new(StopReason::EndTurn),
+            &[
+                ("a".into(), TokenUsage::new(10, 2, 4)),
+                ("b".into(), TokenUsage::new(u64::MAX, 1, 0)),
+            ],
+        );
+        let quota = &r.meta.unwrap()["quota"];
+        assert_eq!(quota["token_count"]["input_tokens"], u64::MAX, "saturates");
+        assert_eq!(quota["token_count"]["output_tokens"], 3);
+        assert_eq!(quota["model_usage"][0]["model"], "a");
+        assert_eq!(
+            quota["model_usage"][0]["token_count"]["cached_input_tokens"],
+            4
+        );
+        assert_eq!(
+            quota["model_usage"][1]["token_count"]["total_tokens"],
+            u64::MAX
+        );
+    }
 }

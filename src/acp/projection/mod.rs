@@ -84,6 +84,8 @@ pub struct Projector {
     own_turns: HashSet<String>,
     /// Notices shown live (to a client that shows notices), by message id.
     notices_shown: HashSet<String>,
+    /// The running turn's token usage by model, for its prompt's `_meta.quota`.
+    turn_usage: std::collections::BTreeMap<String, crate::host_api::wire::TokenUsage>,
     /// Compactions shown completed (to a client that shows compactions).
     compactions: HashSet<String>,
     /// The plan last shown by id (revision, status, entries), to a client that shows plans so.
@@ -217,6 +219,14 @@ impl Projector {
     pub fn apply(&mut self, body: FrameBody, now: Instant) -> Vec<Effect> {
         use FrameBody as F;
         match body {
+            F::Usage {
+                model: Some(ref model),
+                ref delta,
+                ..
+            } => {
+                self.turn_usage.entry(model.clone()).or_default().add(delta);
+                show(self.frame(&body, now))
+            }
             F::TurnStarted { .. }
             | F::UserMessage { .. }
             | F::TurnStatus { .. }
@@ -284,6 +294,7 @@ impl Projector {
                 let mut out = self.pending_output();
                 out.extend(self.close_open_tools(TOOL_UNFINISHED));
                 self.turn_finished(&turn_id);
+                let usage = std::mem::take(&mut self.turn_usage).into_iter().collect();
                 vec![
                     Effect::Show(out),
                     Effect::TurnEnded(TurnEnd {
@@ -293,6 +304,7 @@ impl Projector {
                         failure_class,
                         failure_message,
                         failure_details,
+                        usage,
                     }),
                 ]
             }
@@ -917,6 +929,8 @@ pub struct TurnEnd {
     pub failure_class: Option<FailureClass>,
     pub failure_message: Option<String>,
     pub failure_details: Option<Value>,
+    /// The turn's token usage by model, as the provider reported it (none: it reported none).
+    pub usage: Vec<(String, crate::host_api::wire::TokenUsage)>,
 }
 
 fn show(updates: Vec<SessionUpdate>) -> Vec<Effect> {

@@ -290,6 +290,7 @@ fn plans_usage_and_titles() {
     let u = shown(
         &mut p,
         &FrameBody::Usage {
+            model: None,
             turn_id: None,
             delta: TokenUsage::default(),
             totals: TokenUsage::default(),
@@ -309,6 +310,7 @@ fn plans_usage_and_titles() {
     let u = shown(
         &mut p,
         &FrameBody::Usage {
+            model: None,
             turn_id: None,
             delta: TokenUsage::default(),
             totals: TokenUsage::default(),

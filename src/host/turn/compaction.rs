@@ -199,6 +199,7 @@ impl Turn {
         }
         let usage = FrameBody::Usage {
             turn_id: Some(self.spec.turn_id.clone()),
+            model: None,
             delta: TokenUsage::default(),
             totals: st.usage_totals.clone(),
             context: Some(ContextUsage {

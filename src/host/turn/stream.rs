@@ -74,6 +74,7 @@ impl Turn {
         }
         let body = FrameBody::Usage {
             turn_id: Some(self.spec.turn_id.clone()),
+            model: Some(model.to_string()),
             context: Some(ContextUsage {
                 used_tokens: delta.input_tokens + delta.output_tokens,
                 window_tokens: window,

@@ -221,6 +221,10 @@ pub enum FrameBody {
     Usage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         turn_id: Option<String>,
+        /// The model `delta` was spent on, as the provider named it (`PromptResponse._meta.quota`
+        /// splits a turn's usage by it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
         delta: TokenUsage,
         totals: TokenUsage,
         #[serde(default, skip_serializing_if = "Option::is_none")]
