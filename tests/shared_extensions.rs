@@ -1,18 +1,21 @@
 //! The extensions other ACP agents share (issue 47), through the real binary over pipes, each
 //! with a client that asks for it and one that does not: `_session/steering`, the turn's
-//! `_meta.quota`. Every line the agent writes is checked against the ACP schema.
+//! `_meta.quota`, terminal output deltas. Every line the agent writes is checked against the ACP schema.
 
 #![cfg(feature = "host")]
 
 mod support;
 use serde_json::{json, Value};
 use support::host::TempDir;
-use support::{error_of, AgentProcess};
+use support::{error_of, select, AgentProcess};
 
 fn script() -> Value {
     json!({
         "rules": [
             {"when": "what did i say", "responses": [[{"echo": "user"}]]},
+            {"when": "run it", "responses": [
+                [{"tool": "run_command", "args": {"command": "echo one; sleep 0.3; echo two; sleep 0.3; echo three"}}],
+                [{"text": "ran"}]]},
             {"when": "two steps", "responses": [
                 [{"tool": "update_plan", "args": {"entries": [{"content": "a", "status": "pending"}]}},
                  {"usage": {"input": 50, "output": 8, "cached": 20}}],
@@ -214,4 +217,67 @@ fn a_prompts_answer_carries_the_turns_token_usage() {
     assert_eq!(models.len(), 1, "{quota}");
     assert!(models[0]["model"].as_str().is_some_and(|m| !m.is_empty()));
     assert_eq!(models[0]["token_count"], *total);
+}
+
+/// `clientCapabilities._meta.terminal_output_delta: true` (JetBrains' convention): a running
+/// command's output also comes as appended pieces, `tool_call_update._meta
+/// .terminal_output_delta = {terminal_id, data}`, in order and whole; beside the output the
+/// call shows as before. A client that does not ask sees none of them and nothing else changes.
+#[test]
+fn terminal_output_deltas_go_only_to_clients_that_ask() {
+    let data = TempDir::new("shared-delta-data");
+    let ws = TempDir::new("shared-delta-ws");
+    let run = |caps: Value| {
+        let mut a = agent(data.path());
+        a.call_ok(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": caps}),
+        );
+        let s = a.new_session(ws.path());
+        let t = a.prompt(&s, "run it", |_| select("allow_once"));
+        assert_eq!(
+            t.response["result"]["stopReason"], "end_turn",
+            "{}",
+            t.response
+        );
+        let updates: Vec<Value> = t.updates_for(&s).into_iter().cloned().collect();
+        updates
+    };
+    let deltas = |updates: &[Value]| -> Vec<(String, String)> {
+        updates
+            .iter()
+            .filter_map(|u| u["_meta"].get("terminal_output_delta"))
+            .map(|d| {
+                (
+                    d["terminal_id"].as_str().unwrap().to_string(),
+                    d["data"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect()
+    };
+    let with = run(json!({"_meta": {"terminal_output_delta": true}}));
+    let pieces = deltas(&with);
+    assert!(pieces.len() >= 2, "{pieces:?}");
+    let call = with
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call")
+        .unwrap()["toolCallId"]
+        .clone();
+    assert!(pieces.iter().all(|(id, _)| *id == call), "{pieces:?}");
+    let whole: String = pieces.iter().map(|(_, d)| d.as_str()).collect();
+    assert_eq!(whole, "one\ntwo\nthree\n");
+    let done = with.iter().find(|u| u["status"] == "completed").unwrap();
+    assert!(
+        done["content"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("three"),
+        "the output is shown as before: {done}"
+    );
+
+    let without = run(json!({}));
+    assert!(deltas(&without).is_empty());
+    assert!(without
+        .iter()
+        .all(|u| u["_meta"].get("terminal_output_delta").is_none()));
 }

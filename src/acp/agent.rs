@@ -97,6 +97,7 @@ impl Ctx {
             compaction: caps.compaction,
             plan: caps.plan,
             subagents: caps.subagents,
+            terminal_output_delta: caps.terminal_output_delta,
         }
     }
 

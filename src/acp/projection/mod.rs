@@ -111,6 +111,10 @@ pub struct Shows {
     /// A delegation as a child session (`subagents`, unstable) instead of its agent's text and
     /// calls folded into the delegate call (`_meta.maka.parentToolCallId`).
     pub subagents: bool,
+    /// A running command's output also as appended pieces,
+    /// `tool_call_update._meta.terminal_output_delta` (JetBrains' convention: the client set
+    /// `clientCapabilities._meta.terminal_output_delta`).
+    pub terminal_output_delta: bool,
 }
 
 impl Projector {
@@ -696,14 +700,22 @@ impl Projector {
             out.push(subagents::answer_chunk(child, tool_call_id, chunk));
             return out;
         }
+        // Every piece, in order, to a client that appends them (each is one host frame's
+        // chunk: bounded by the host protocol's 64 KiB), beside what it is shown otherwise.
+        let delta = self.shows.terminal_output_delta.then(
+            || json!({"terminal_output_delta": {"terminal_id": tool_call_id, "data": chunk}}),
+        );
+        let in_progress = |meta: Option<Value>| ToolCallUpdate {
+            meta,
+            ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
+        };
         if t.display {
             t.streamed = true;
-            out.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate {
-                meta: Some(
-                    json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}}),
-                ),
-                ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
-            }));
+            let mut meta = json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}});
+            if let Some(mut d) = delta {
+                meta["terminal_output_delta"] = d["terminal_output_delta"].take();
+            }
+            out.push(SessionUpdate::ToolCallUpdate(in_progress(Some(meta))));
             return out;
         }
         t.output.push_str(chunk);
@@ -712,14 +724,16 @@ impl Projector {
         if t.last_sent
             .is_some_and(|at| now.duration_since(at) < OUTPUT_THROTTLE)
         {
+            if delta.is_some() {
+                out.push(SessionUpdate::ToolCallUpdate(in_progress(delta)));
+            }
             return out;
         }
         t.last_sent = Some(now);
         t.dirty = false;
         let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
         out.push(SessionUpdate::ToolCallUpdate(
-            ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
-                .with_content(vec![ToolCallContent::text(text)]),
+            in_progress(delta).with_content(vec![ToolCallContent::text(text)]),
         ));
         out
     }
