@@ -104,6 +104,7 @@ fn delegating_script() -> Value {
         "exec ls%20x/run.sh",
         "exec ls%09x/run.sh",
         "exec ls -1",
+        "ask-run ls%A0x/run.sh",
     ];
     let rules: Vec<Value> = tasks
         .iter()
@@ -360,6 +361,34 @@ fn a_kept_rule_judges_the_argv_a_subagent_runs() {
         assert!(report.contains("terminal error"), "{task}: {report}");
         assert!(!marker.exists(), "{task}: the planted program ran");
     }
+    // The agent's own dialog showed `ls<NBSP>x/run.sh`, which reads as `ls x/run.sh` but is
+    // one word to `sh` (the planted program): allowing it covers nothing; the host asks
+    // again, spelling the character out.
+    std::fs::create_dir_all(ws.path().join("ls\u{a0}x")).unwrap();
+    std::fs::copy(
+        ws.path().join("ls x/run.sh"),
+        ws.path().join("ls\u{a0}x/run.sh"),
+    )
+    .unwrap();
+    let (titles, report) = delegate_with(&mut a, &s, "ask-run ls%A0x/run.sh", |t, _| {
+        if let Some(yes) = trusting(t) {
+            yes
+        } else if t.contains("(runs") {
+            "allow_once"
+        } else {
+            "reject"
+        }
+    });
+    let asked: Vec<&String> = titles.iter().filter(|t| trusting(t).is_none()).collect();
+    assert_eq!(
+        asked,
+        [
+            "stub: run ls x/run.sh (runs `ls\\u{a0}x/run.sh`)",
+            "stub: run sh -c 'ls\u{a0}x/run.sh'"
+        ],
+        "{report}"
+    );
+    assert!(!marker.exists(), "the planted program ran: {report}");
     let (titles, report) = delegate_with(&mut a, &s, "exec ls -1", |t, _| {
         trusting(t).unwrap_or_else(|| panic!("no dialog expected: {t}"))
     });

@@ -110,7 +110,9 @@ pub fn apply<K: AsRef<str>, V: AsRef<str>>(
 ) {
     cmd.env_clear();
     for (k, v) in std::env::vars_os() {
-        if k.to_str().is_some_and(inherited) {
+        if k == "PATH" {
+            cmd.env(k, absolute_entries(&v));
+        } else if k.to_str().is_some_and(inherited) {
             cmd.env(k, v);
         }
     }
@@ -119,9 +121,34 @@ pub fn apply<K: AsRef<str>, V: AsRef<str>>(
     }
 }
 
+/// The inherited `PATH` without empty or relative entries: with `:` at its end or a `.` in
+/// it, `ls` would be the workspace's own `./ls`, and a kept rule for `ls` would run it.
+fn absolute_entries(path: &std::ffi::OsStr) -> std::ffi::OsString {
+    let kept: Vec<std::path::PathBuf> = std::env::split_paths(path)
+        .filter(|p| p.is_absolute())
+        .collect();
+    std::env::join_paths(kept).unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One line a case: (the host's PATH, what a child gets).
+    #[test]
+    fn a_childs_path_has_only_absolute_entries() {
+        for (host, child) in [
+            ("/usr/bin:/bin", "/usr/bin:/bin"),
+            ("/usr/bin:", "/usr/bin"),
+            (":/usr/bin", "/usr/bin"),
+            ("/usr/bin::/bin", "/usr/bin:/bin"),
+            (".:/usr/bin", "/usr/bin"),
+            ("/usr/bin:node_modules/.bin:bin", "/usr/bin"),
+            ("", ""),
+        ] {
+            assert_eq!(absolute_entries(host.as_ref()), child, "{host:?}");
+        }
+    }
 
     #[test]
     fn secrets_are_never_inherited_and_tools_are() {

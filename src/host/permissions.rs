@@ -78,7 +78,12 @@ pub fn plain_words(command: &str) -> Option<Vec<&str>> {
 /// `'ls x/run.sh'`, which no rule for `ls` covers.
 pub fn shell_line<S: AsRef<str>>(argv: &[S]) -> String {
     argv.iter()
-        .map(|w| shell_word(w.as_ref()))
+        .enumerate()
+        .map(|(i, w)| match w.as_ref() {
+            // A program named `A=1` is not an assignment: `sh` must see one quoted word.
+            w if i == 0 && w.contains('=') => format!("'{}'", w.replace('\'', r"'\''")),
+            w => shell_word(w),
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -134,8 +139,11 @@ enum Grammar {
 /// exact rule at most, however harmless it is, because a deny-list of programs that run
 /// other code (`taskset`, `ionice`, `chrt`, `unshare`, `prlimit`, `setpriv`, `perf`,
 /// `run-parts`, `sqlite3 -init`, interpreters, wrappers…) always misses one. Programs that
-/// write to a path of their choosing (`cp`, `mv`, `ln`, `tee`, `sort -o`, `uniq IN OUT`, `xxd
-/// -r`, `tree -o`) are not here either: they could plant code outside the workspace.
+/// write, move or delete where an argument says (`cp`, `mv`, `ln`, `tee`, `rm`, `mkdir`,
+/// `touch`, `sort -o`, `uniq IN OUT`, `xxd -r`, `tree -o`) are not here either: they could
+/// plant code (`.git/config`, `.cargo/config.toml`) or destroy work. And an argument that is
+/// an absolute path, `~` or goes up (`..`) makes any command exact-only ([`leaves_the_workspace`]):
+/// a prefix for reading the workspace does not cover reading `/proc/<pid>/environ`.
 const PREFIX_PROGRAMS: &[(&str, Grammar)] = &[
     ("ls", Grammar::Arguments),
     ("cat", Grammar::Arguments),
@@ -188,42 +196,29 @@ const PREFIX_PROGRAMS: &[(&str, Grammar)] = &[
     ("tac", Grammar::Arguments),
     ("seq", Grammar::Arguments),
     ("sleep", Grammar::Arguments),
-    ("mkdir", Grammar::Arguments),
-    ("rmdir", Grammar::Arguments),
-    ("touch", Grammar::Arguments),
-    ("rm", Grammar::Arguments),
     (
         "git",
         Grammar::Subcommands {
             // `-c`, `-C`, `--exec-path`, `--git-dir`, `--work-tree`, `--config-env`… run or
             // find other code: with them the command is exact-only.
             globals: &["--no-pager", "-P", "--no-optional-locks"],
+            // Those that only read: a subcommand that writes the worktree or `.git` (`add`,
+            // `mv`, `checkout`, `restore`, `reset`, `stash`) or runs hooks (`commit`,
+            // `switch`) can move a planted file into `.git/config` or `.git/hooks`, so it is
+            // exact-only.
             subcommands: &[
                 "status",
                 "log",
                 "show",
                 "diff",
-                "branch",
                 "rev-parse",
                 "ls-files",
                 "ls-tree",
                 "cat-file",
                 "describe",
                 "shortlog",
-                "reflog",
                 "merge-base",
                 "blame",
-                "tag",
-                "remote",
-                "stash",
-                "add",
-                "commit",
-                "switch",
-                "checkout",
-                "restore",
-                "reset",
-                "mv",
-                "rm",
                 "version",
             ],
             // A file written where the option says, an external diff program, an exec
@@ -255,11 +250,21 @@ const PREFIX_PROGRAMS: &[(&str, Grammar)] = &[
             ],
             subcommands: &[
                 "build", "check", "test", "clippy", "fmt", "doc", "bench", "run", "tree",
-                "metadata", "clean", "version",
+                "metadata", "version",
             ],
-            // Configuration from the command line (a `rustc-wrapper`, a runner) and another
-            // project's manifest (its build scripts).
-            code: &["--config", "-Z", "--manifest-path", "-C"],
+            // Configuration from the command line (a `rustc-wrapper`, a runner), another
+            // project's manifest (its build scripts), and output where an option says (a
+            // deleted or written folder, `rustfmt --print-config default PATH`).
+            code: &[
+                "--config",
+                "-Z",
+                "--manifest-path",
+                "-C",
+                "--target-dir",
+                "--artifact-dir",
+                "--out-dir",
+                "--print-config",
+            ],
             abbreviates: false,
         },
     ),
@@ -269,6 +274,9 @@ const PREFIX_PROGRAMS: &[(&str, Grammar)] = &[
 fn prefix_key<'a>(words: &[&'a str]) -> Option<Vec<&'a str>> {
     let (&program, rest) = words.split_first()?;
     let (_, grammar) = PREFIX_PROGRAMS.iter().find(|(p, _)| *p == program)?;
+    if rest.iter().any(|w| leaves_the_workspace(w)) {
+        return None;
+    }
     match grammar {
         Grammar::Arguments => Some(vec![program]),
         Grammar::Subcommands {
@@ -290,8 +298,9 @@ fn prefix_key<'a>(words: &[&'a str]) -> Option<Vec<&'a str>> {
     }
 }
 
-/// Whether the argument `word` is the option `option` (`--output`, `--output=x`, `-Zx` for a
-/// short one), or with `abbreviates`, an abbreviation of it (`--outp=x`).
+/// Whether the argument `word` is the option `option` (`--output`, `--output=x`), with
+/// `abbreviates` an abbreviation of it (`--outp=x`); a short one (`-Z`) anywhere in a cluster
+/// of short options (`-Zx`, `-qZx`: clap and getopt read `-q -Z x`).
 fn names_option(word: &str, option: &str, abbreviates: bool) -> bool {
     if let Some(long) = option.strip_prefix("--") {
         let Some(name) = word.strip_prefix("--") else {
@@ -300,8 +309,21 @@ fn names_option(word: &str, option: &str, abbreviates: bool) -> bool {
         let name = name.split('=').next().unwrap_or(name);
         name == long || (abbreviates && !name.is_empty() && long.starts_with(name))
     } else {
-        word.starts_with(option)
+        let short = option.trim_start_matches('-');
+        !word.starts_with("--")
+            && word
+                .strip_prefix('-')
+                .is_some_and(|cluster| cluster.contains(short))
     }
+}
+
+/// An argument that names a place outside the working directory: an absolute path, a home
+/// path, or one that goes up (`..`), also as an option's value (`--include=/proc/x`).
+fn leaves_the_workspace(word: &str) -> bool {
+    let value = word.split_once('=').map_or(word, |(_, v)| v);
+    [word, value]
+        .iter()
+        .any(|w| w.starts_with('/') || w.starts_with('~') || w.split('/').any(|part| part == ".."))
 }
 
 /// The words of each part of a command, split loosely (on operators, quotes, backslashes and
@@ -732,7 +754,7 @@ mod tests {
         ),
         ("git log", "git --no-pager --exec-path=./gx log"),
         ("git diff", "git diff --output=/home/u/.bashrc"),
-        ("git diff", "git diff --outp=/home/u/.bashrc"),
+        ("git diff", "git diff --outp=out.txt"),
         ("git diff", "git diff --ext-diff"),
         ("git log", "git log -p --ext"),
         ("git", "git submodule foreach ./x.sh"),
@@ -748,6 +770,30 @@ mod tests {
             "cargo build --manifest-path=/tmp/planted/Cargo.toml",
         ),
         ("cargo", "cargo +nightly test"),
+        // Subcommands that write `.git` or the worktree, or run hooks (review of 494ff50).
+        ("git", "git mv -f src/notes.txt .git/config"),
+        ("git", "git add src/notes.txt"),
+        ("git", "git commit --allow-empty -m y"),
+        ("git", "git checkout main"),
+        ("git", "git reset --hard"),
+        ("git", "git stash clear"),
+        // Clustered short options and output folders.
+        ("cargo build", "cargo build -qZunstable-options"),
+        ("cargo clean", "cargo clean --target-dir=elsewhere"),
+        ("cargo", "cargo clean"),
+        ("cargo fmt", "cargo fmt -- --print-config default rc"),
+        ("cargo build", "cargo build --target-dir=out"),
+        // Leaving the workspace: an absolute path, home, `..`, also as an option's value.
+        ("grep", "grep -r -a -z -e MAKA_HOST_TOKEN /proc"),
+        ("grep", "grep -r --include=/proc/1/environ x ."),
+        ("cat", "cat /home/u/.ssh/id_rsa"),
+        ("cat", "cat ../other/secret.txt"),
+        ("ls", "ls src/../../x"),
+        ("git diff", "git diff --no-index /etc/passwd x"),
+        // Programs that write, move or delete where an argument says.
+        ("rm", "rm -rf .git"),
+        ("mkdir", "mkdir .cargo"),
+        ("touch", "touch .envrc"),
         // Programs named by a path are not the allow-listed program.
         ("ls", "./ls"),
         ("ls", "/tmp/ls -la"),
@@ -846,6 +892,7 @@ mod tests {
             (&["ls", "it's"][..], "ls 'it'\\''s'"),
             (&["ls", ""][..], "ls ''"),
             (&["ls", "$(id)"][..], "ls '$(id)'"),
+            (&["A=1", "ls"][..], "'A=1' ls"),
         ] {
             assert_eq!(shell_line(argv), line);
             // `sh` splits the line back into exactly these words.

@@ -1147,6 +1147,22 @@ impl Turn {
         // program into other code) and a folder other than the session's come first, so no
         // kept rule or earlier dialog covers such a command (`VAR=…` and `cd … &&` are never
         // plain words): it is always put to the person.
+        // A variable's name is shown as it is: only names a shell could set.
+        let bad_name = params
+            .get("env")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.get("name").and_then(Value::as_str))
+            .find(|n| !env_name(n));
+        if let Some(n) = bad_name {
+            return Err(ResponseError::new(
+                code::INVALID_PARAMS,
+                format!(
+                    "{n:?} is not a variable name (letters, digits and `_`, not first a digit)"
+                ),
+            ));
+        }
         let env: Vec<String> = params
             .get("env")
             .and_then(Value::as_array)
@@ -1265,8 +1281,13 @@ impl Turn {
             }
             _ => title,
         };
+        // Only printable ASCII reads the same to the person as to `sh` (a no-break space or
+        // a Hangul filler looks like a space and is part of a word).
         let shown = shown.filter(|s| match s {
-            Shown::Command(c) => c.len() <= MAX_SHOWN_COMMAND && !c.chars().any(invisible),
+            Shown::Command(c) => {
+                c.len() <= MAX_SHOWN_COMMAND
+                    && c.chars().all(|ch| ch == ' ' || ch.is_ascii_graphic())
+            }
             Shown::Write(..) => true,
         });
         let (mode, planning) = {
@@ -1466,6 +1487,9 @@ const MAX_SHOWN_COMMAND: usize = 500;
 fn invisible(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{061c}' | '\u{feff}')
+        // Spaces that are not the space `sh` splits on, and fillers that look like one.
+        || (c.is_whitespace() && c != ' ')
+        || matches!(c, '\u{115f}' | '\u{1160}' | '\u{3164}' | '\u{ffa0}')
 }
 
 /// An agent's words for a title or label: on one line, nothing invisible, at most `max`
@@ -1497,7 +1521,15 @@ fn spelled_out(c: &str, max: usize) -> String {
     out
 }
 
-/// Whether two command lines are the same words.
+/// `[A-Za-z_][A-Za-z0-9_]*`: a name `sh` would take as an assignment's.
+fn env_name(n: &str) -> bool {
+    let mut chars = n.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// Whether a dialog that showed the command `a` showed `b`: the same text, or the same words
 /// as `sh` splits them (the one reading of the rules: `permissions::plain_words`).
 fn same_command(a: &str, b: &str) -> bool {
