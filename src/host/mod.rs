@@ -339,6 +339,7 @@ pub fn bind(
             exit: 2,
         });
     }
+    crate::secrets::register(&token);
     create_private_dir(data_dir).map_err(|e| {
         BindError::other(format!("cannot use data dir {}: {e}", data_dir.display()))
     })?;

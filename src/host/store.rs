@@ -50,7 +50,7 @@ impl Store {
     pub fn write_transcript(&self, id: &str, items: &[TranscriptItem]) -> io::Result<()> {
         let dir = self.session_dir(id);
         fs::create_dir_all(&dir)?;
-        let buf = transcript_lines(items)?;
+        let buf = transcript_lines(items, |_, _| {})?;
         write_atomic(&dir, "transcript.jsonl", &buf, self.fsync)
     }
 
@@ -283,28 +283,42 @@ struct Quarantined {
 }
 
 impl TranscriptFile {
-    /// Appends items; they are durable when this returns Ok.
-    pub fn append(&mut self, items: &[TranscriptItem]) -> io::Result<()> {
-        let buf = transcript_lines(items)?;
+    /// Appends items; they are durable when this returns Ok. Known secrets are redacted in
+    /// the file and in `items` alike, so what is kept in memory is what a reload reads.
+    pub fn append(&mut self, items: &mut [TranscriptItem]) -> io::Result<()> {
+        let mut redacted = vec![];
+        let buf = transcript_lines(items, |i, tree| redacted.push((i, tree.clone())))?;
         let mut file = OpenOptions::new().append(true).open(&self.path)?;
         file.write_all(&buf)?;
         if self.fsync {
             file.sync_data()?;
         }
+        for (i, tree) in redacted {
+            if let Ok(clean) = serde_json::from_value(tree) {
+                items[i] = clean;
+            }
+        }
         Ok(())
     }
 }
 
-/// Transcript items as JSON lines.
+/// Transcript items as JSON lines, every known secret redacted ([`crate::secrets`]);
+/// `redacted` is given the index and the written tree of each item that held one.
 ///
 /// Each is written through a `Value` by the `Value`'s own `Display`: that is serde_json's
 /// serializer as serde_json itself instantiates it, compiled at opt-level 3. One instantiated
 /// for `TranscriptItem` is compiled in this crate, at "z" (Cargo.toml), and escapes a long text
 /// (a pasted file) several times slower: ~40 ms for 10 MiB (issue 27, docs/benchmarks.md).
-fn transcript_lines(items: &[TranscriptItem]) -> io::Result<Vec<u8>> {
+fn transcript_lines(
+    items: &[TranscriptItem],
+    mut redacted: impl FnMut(usize, &serde_json::Value),
+) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
-    for item in items {
-        let tree = serde_json::to_value(item).map_err(io::Error::other)?;
+    for (i, item) in items.iter().enumerate() {
+        let mut tree = serde_json::to_value(item).map_err(io::Error::other)?;
+        if crate::secrets::redact_json(&mut tree) {
+            redacted(i, &tree);
+        }
         writeln!(buf, "{tree}")?;
     }
     Ok(buf)
@@ -467,7 +481,7 @@ mod tests {
                 },
             ),
         ];
-        let lines = transcript_lines(&items).unwrap();
+        let lines = transcript_lines(&items, |_, _| {}).unwrap();
         let lines = std::str::from_utf8(&lines).unwrap();
         assert_eq!(lines.lines().count(), items.len());
         for (line, item) in lines.lines().zip(&items) {
@@ -488,7 +502,7 @@ mod tests {
         let o = store.open_transcript("s1").unwrap();
         let (items, mut t) = (o.items, o.file);
         assert!(items.is_empty());
-        t.append(&[item(1), item(2)]).unwrap();
+        t.append(&mut [item(1), item(2)]).unwrap();
         drop(t);
         let path = root.join("sessions/s1/transcript.jsonl");
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
@@ -497,7 +511,7 @@ mod tests {
         let o = store.open_transcript("s1").unwrap();
         let (items, mut t) = (o.items, o.file);
         assert_eq!(items.len(), 2);
-        t.append(&[item(3)]).unwrap();
+        t.append(&mut [item(3)]).unwrap();
         let items = store.open_transcript("s1").unwrap().items;
         assert_eq!(
             items.iter().map(|i| i.message_seq).collect::<Vec<_>>(),

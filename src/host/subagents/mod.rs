@@ -169,6 +169,8 @@ fn parse(map: &Value, source: &'static str, problems: &mut Vec<String>) -> Vec<A
                 .into_iter()
                 .flatten()
                 .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                // Learned here: from now on redacted wherever text leaves the host.
+                .inspect(|(_, v)| crate::secrets::register(v))
                 .collect(),
             description: spec
                 .get("description")
