@@ -639,4 +639,45 @@ mod tests {
             .all(|id| matches!(store.load_session(id), Ok(None))));
         fs::remove_dir_all(root).unwrap();
     }
+
+    /// What is tightened and what is left alone, one row a kind of entry: a loose file or folder
+    /// becomes private; a link is not followed (its target, outside, keeps its mode).
+    #[test]
+    fn tighten_modes_makes_files_and_folders_private_and_follows_no_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tmpdir("tighten");
+        let outside = tmpdir("tighten-outside");
+        fs::create_dir_all(root.join("sessions/s")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("theirs"), "x").unwrap();
+        fs::write(root.join("sessions/s/transcript.jsonl"), "").unwrap();
+        fs::write(root.join("sessions/s/session.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(outside.join("theirs"), root.join("sessions/s/link")).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let set = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+        set(&outside.join("theirs"), 0o644);
+        set(&root.join("sessions/s/session.json"), 0o600);
+        for (path, before) in [
+            (root.join("sessions/s/transcript.jsonl"), 0o644),
+            (root.join("sessions/s"), 0o755),
+            (root.join("sessions"), 0o750),
+            (root.clone(), 0o711),
+        ] {
+            set(&path, before);
+        }
+        assert_eq!(tighten_modes(&root), (1, 3));
+        for (path, after) in [
+            (root.join("sessions/s/transcript.jsonl"), 0o600),
+            (root.join("sessions/s/session.json"), 0o600),
+            (root.join("sessions/s"), 0o700),
+            (root.join("sessions"), 0o700),
+            (root.clone(), 0o700),
+            (outside.join("theirs"), 0o644),
+        ] {
+            assert_eq!(mode(&path), after, "{}", path.display());
+        }
+        assert_eq!(tighten_modes(&root), (0, 0), "nothing left to do");
+        fs::remove_dir_all(root).unwrap();
+        fs::remove_dir_all(outside).unwrap();
+    }
 }
