@@ -186,6 +186,9 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
         h.log_level = log_level;
         return Ok(Command::Host(h));
     }
+    if let Some(token) = &env.host_token {
+        crate::secrets::register(token);
+    }
     if let Some(url) = &host_url {
         validate_host_url(url)?;
         if env.host_token.is_none() {
@@ -284,7 +287,25 @@ fn init_logging(level: Option<&str>) {
         (None, Some(filters)) if !filters.is_empty() => builder.parse_filters(&filters),
         _ => builder.parse_filters("warn"),
     };
+    builder.format(write_log_line);
     builder.init();
+}
+
+/// env_logger's own layout (`[LEVEL target] message`, later lines indented by four), with
+/// every known secret redacted: the one place every log line passes.
+fn write_log_line(
+    buf: &mut env_logger::fmt::Formatter,
+    record: &log::Record<'_>,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    let message = record.args().to_string();
+    let message = crate::secrets::redact(&message);
+    let level = record.level();
+    let header = match record.target() {
+        "" => format!("[{level:<5}] "),
+        target => format!("[{level:<5} {target}] "),
+    };
+    writeln!(buf, "{header}{}", message.replace('\n', "\n    "))
 }
 
 /// Runs the program; returns the process exit code.

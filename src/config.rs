@@ -120,7 +120,7 @@ impl ProviderSettings {
                 .filter(|s| !s.trim().is_empty())
                 .map(String::from)
         };
-        ProviderSettings {
+        let settings = ProviderSettings {
             script: var("MAKA_SCRIPT"),
             base_url: var("MAKA_OPENAI_BASE_URL")
                 .or_else(|| var("OPENAI_BASE_URL"))
@@ -140,7 +140,13 @@ impl ProviderSettings {
             context_window: var("MAKA_MODEL_CONTEXT_WINDOW")
                 .and_then(|v| v.parse().ok())
                 .or_else(|| file.get("contextWindow").and_then(Value::as_u64)),
+        };
+        // Learned here, wherever it came from: from now on it is redacted wherever text
+        // leaves the process (a provider's error body may echo it).
+        if let Some(key) = &settings.api_key {
+            crate::secrets::register(key);
         }
+        settings
     }
 
     /// Whether an OpenAI-compatible endpoint is meant to be used (a URL or a key is set).

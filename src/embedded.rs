@@ -128,6 +128,7 @@ fn discover(data_dir: &Path, stream_timeout: Duration) -> Option<Started> {
     } else {
         format!("{ip}:{port}")
     };
+    crate::secrets::register(&info.token);
     let client: Arc<dyn HostApi> = Arc::new(HostClient::new(
         &format!("http://{authority}"),
         &info.token,
@@ -153,6 +154,7 @@ fn spawn(config: &AdapterConfig) -> Result<Started, Spawned> {
         )))
     })?;
     let token = random_hex(32);
+    crate::secrets::register(&token);
     let mut cmd = Command::new(exe);
     // The token goes over the stdin pipe, never into the host's environment block (which any
     // process of this user could read in /proc/<pid>/environ for the host's life).

@@ -17,5 +17,6 @@ pub mod host_api;
 pub mod jsonrpc;
 #[cfg(feature = "host")]
 pub(crate) mod login;
+pub mod secrets;
 pub(crate) mod threads;
 pub mod tunables;

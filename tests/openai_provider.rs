@@ -333,3 +333,60 @@ fn misbehaving_providers_fail_the_turn_naming_the_cause() {
         );
     }
 }
+
+/// (issue 45, case 7) A provider's 401 body that echoes the API key reaches neither the client
+/// (its error, any line on stdout), nor the log, nor any file of the data dir — whether the key
+/// came from the environment or from the config file `maka-acp login` writes. One row a source.
+#[test]
+fn a_key_echoed_by_the_provider_stays_out_of_sight() {
+    const KEY: &str = "sk-live-echoed-0123456789abcdef";
+    let config = TempDir::new("oa-echo-config");
+    let config_file = config.path().join("config.json");
+    std::fs::write(&config_file, json!({"apiKey": KEY}).to_string()).unwrap();
+    let config_file = config_file.display().to_string();
+    for (source, extra) in [
+        ("environment", [("MAKA_OPENAI_API_KEY", KEY)]),
+        ("config file", [("MAKA_CONFIG", config_file.as_str())]),
+    ] {
+        let echo = json!({"error": {"message": format!("Incorrect API key provided: {KEY}. You can find your API key at https://example.invalid."), "type": "invalid_request_error"}});
+        let (port, seen) = fake_server(vec![http(401, &echo.to_string(), &[])]);
+        let data = TempDir::new("oa-echo-data");
+        let ws = TempDir::new("oa-echo-ws");
+        let mut a = support::AgentProcess::on_fake_provider(port, data.path(), &extra);
+        a.initialize();
+        let s = a.new_session(ws.path());
+        let t = a.prompt(&s, "hello", |r| panic!("{source}: {r}"));
+        let seen_auth = seen.lock().unwrap()[0].auth.clone();
+        assert_eq!(seen_auth, Some(format!("Bearer {KEY}")), "{source}");
+        let message = support::error_of(&t.response)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            message.contains("401") && message.contains("[redacted]"),
+            "{source}: the provider's words, the key redacted: {}",
+            t.response
+        );
+        assert!(
+            a.stderr_contains("model call attempt"),
+            "{source}: the WARN line"
+        );
+        a.close_stdin();
+        let mut lines = t.lines.clone();
+        lines.extend(a.drain());
+        a.wait_exit(std::time::Duration::from_secs(10));
+        for line in &lines {
+            assert!(
+                !line.to_string().contains(KEY),
+                "{source}: on stdout: {line}"
+            );
+        }
+        assert!(
+            !a.stderr().contains(KEY),
+            "{source}: in the log:\n{}",
+            a.stderr()
+        );
+        let held = support::host::files_holding(data.path(), KEY);
+        assert!(held.is_empty(), "{source}: in the data dir: {held:#?}");
+    }
+}

@@ -123,7 +123,8 @@ impl Artifacts {
         }
         let upload_id = crate::host::random_id("up");
         let dir = session_dir.join("uploads").join(&upload_id);
-        fs::create_dir_all(&dir).map_err(|e| io("cannot create the upload", e))?;
+        crate::host::store::create_private_dir_all(&dir)
+            .map_err(|e| io("cannot create the upload", e))?;
         let meta = UploadMeta {
             name: name.into(),
             mime_type: mime_type.unwrap_or("application/octet-stream").to_string(),
@@ -131,7 +132,8 @@ impl Artifacts {
             sha256: sha,
             source: source.into(),
         };
-        File::create(dir.join("data")).map_err(|e| io("cannot create the upload", e))?;
+        crate::host::store::create_private(&dir.join("data"))
+            .map_err(|e| io("cannot create the upload", e))?;
         let bytes = serde_json::to_vec(&meta).map_err(|e| HostError::internal(e.to_string()))?;
         crate::host::store::write_atomic(&dir, "meta.json", &bytes, self.fsync)
             .map_err(|e| io("cannot create the upload", e))?;
@@ -275,7 +277,7 @@ impl Artifacts {
         crate::host::store::write_atomic(&dir, "meta.json", &bytes, self.fsync)
             .map_err(|e| io("cannot store the artifact", e))?;
         let target = session_dir.join("artifacts").join(&artifact.artifact_id);
-        fs::create_dir_all(session_dir.join("artifacts"))
+        crate::host::store::create_private_dir_all(&session_dir.join("artifacts"))
             .and_then(|()| fs::rename(&dir, &target))
             .map_err(|e| io("cannot store the artifact", e))?;
         Ok(artifact)

@@ -7,7 +7,7 @@
 //! Append-only and forgiving like the transcript: a line that cannot be read is skipped.
 
 use serde::{Deserialize, Serialize};
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::{self, BufRead, BufReader, Write};
 use std::path::Path;
 
@@ -91,10 +91,7 @@ impl Fingerprint {
 pub fn append(session_dir: &Path, change: &FileChange, fsync: bool) -> io::Result<()> {
     let mut line = serde_json::to_vec(change).map_err(io::Error::other)?;
     line.push(b'\n');
-    let mut f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(session_dir.join("changes.jsonl"))?;
+    let mut f = crate::host::store::open_private_append(&session_dir.join("changes.jsonl"))?;
     f.write_all(&line)?;
     if fsync {
         f.sync_data()?;
@@ -227,7 +224,7 @@ mod tests {
         append(&dir, &change("t1", "/a", text("a0"), "a1"), false).unwrap();
         append(&dir, &change("t2", "/a", text("a1"), "a2"), false).unwrap();
         // A torn or foreign line is skipped, not the end of the history.
-        let mut f = OpenOptions::new()
+        let mut f = fs::OpenOptions::new()
             .append(true)
             .open(dir.join("changes.jsonl"))
             .unwrap();

@@ -339,7 +339,8 @@ pub fn bind(
             exit: 2,
         });
     }
-    create_private_dir(data_dir).map_err(|e| {
+    crate::secrets::register(&token);
+    store::create_private_dir_all(data_dir).map_err(|e| {
         BindError::other(format!("cannot use data dir {}: {e}", data_dir.display()))
     })?;
     let lock = owner::lock(data_dir).map_err(|message| BindError {
@@ -351,6 +352,15 @@ pub fn bind(
     })?;
     // Only the owner (the lock above) may clean: no other host writes here now.
     store.remove_stale_temps();
+    // The data dir holds transcripts, keys' echoes, the token: its user's alone, whatever an
+    // older build (or a copy) left.
+    let (files, folders) = store::tighten_modes(data_dir);
+    if files + folders > 0 {
+        log::warn!(
+            "data dir {}: {files} file(s) and {folders} folder(s) were readable by other users; made private (0600 / 0700)",
+            data_dir.display()
+        );
+    }
     let server = Arc::new(
         http::Server::bind(listen)
             .map_err(|e| BindError::other(format!("cannot listen on {listen}: {e}")))?,
@@ -518,16 +528,4 @@ fn token_from_stdin() -> Option<String> {
         .read_line(&mut line)
         .ok()?;
     Some(line)
-}
-
-/// Creates the data dir readable by its owner only (it holds sessions and the host's token).
-fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    if dir.is_dir() {
-        return Ok(());
-    }
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
 }

@@ -31,7 +31,7 @@ static REAPER: OnceLock<Reaper> = OnceLock::new();
 pub fn start(data_dir: &Path) {
     let records = data_dir.join("process-groups");
     reap_recorded(&records);
-    if let Err(e) = std::fs::create_dir_all(&records) {
+    if let Err(e) = crate::host::store::create_private_dir_all(&records) {
         log::warn!("cannot record process groups in {}: {e}", records.display());
     }
     let exe = match std::env::current_exe() {
@@ -68,7 +68,8 @@ use std::os::unix::process::CommandExt;
 pub fn track(pgid: u32) {
     let Some(r) = REAPER.get() else { return };
     if let Some(start) = start_time(pgid) {
-        let _ = std::fs::write(r.records.join(pgid.to_string()), start.to_string());
+        let _ = crate::host::store::create_private(&r.records.join(pgid.to_string()))
+            .and_then(|mut f| f.write_all(start.to_string().as_bytes()));
     }
     let mut pipe = r.pipe.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(p) = pipe.as_mut() {

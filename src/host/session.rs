@@ -625,7 +625,7 @@ impl SessionState {
         };
         let mut seq = t.last_seq;
         let ts = now_ms();
-        let items: Vec<TranscriptItem> = bodies
+        let mut items: Vec<TranscriptItem> = bodies
             .into_iter()
             .map(|(turn_id, body)| {
                 seq += 1;
@@ -637,7 +637,7 @@ impl SessionState {
                 }
             })
             .collect();
-        t.file.append(&items).map_err(|e| {
+        t.file.append(&mut items).map_err(|e| {
             HostError::new(
                 ErrorCode::PersistenceFailed,
                 format!("cannot append to the transcript: {e}"),

@@ -5,6 +5,12 @@
 //! Reading is forgiving: a half-written last line (a crash mid-append) is dropped and the file
 //! truncated back to its last complete line; a corrupt or foreign file is logged and that
 //! session skipped, never a host that refuses to start.
+//!
+//! Everything the host writes under its data dir is its user's alone: files are created
+//! [`PRIVATE_FILE`] and folders [`PRIVATE_DIR`], through the few writers at the end of this
+//! file ([`write_atomic`], [`create_private_dir_all`], [`open_private_append`],
+//! [`create_private`]); what an older build left looser is tightened at start
+//! ([`tighten_modes`]).
 
 use crate::host_api::wire::{Session, TranscriptItem};
 use std::fs::{self, File, OpenOptions};
@@ -27,7 +33,7 @@ pub struct TranscriptFile {
 
 impl Store {
     pub fn open(root: &Path, fsync: bool) -> io::Result<Store> {
-        fs::create_dir_all(root.join("sessions"))?;
+        create_private_dir_all(&root.join("sessions"))?;
         Ok(Store {
             root: root.to_path_buf(),
             fsync,
@@ -49,8 +55,8 @@ impl Store {
     /// Writes a whole transcript for a new session (a branch's copy), atomically.
     pub fn write_transcript(&self, id: &str, items: &[TranscriptItem]) -> io::Result<()> {
         let dir = self.session_dir(id);
-        fs::create_dir_all(&dir)?;
-        let buf = transcript_lines(items)?;
+        create_private_dir_all(&dir)?;
+        let buf = transcript_lines(items, |_, _| {})?;
         write_atomic(&dir, "transcript.jsonl", &buf, self.fsync)
     }
 
@@ -136,7 +142,7 @@ impl Store {
     /// Writes the session record atomically (and creates its directory on first write).
     pub fn save_session(&self, s: &Session) -> io::Result<()> {
         let dir = self.session_dir(&s.id);
-        fs::create_dir_all(&dir)?;
+        create_private_dir_all(&dir)?;
         let bytes = serde_json::to_vec_pretty(s).map_err(io::Error::other)?;
         write_atomic(&dir, "session.json", &bytes, self.fsync)
     }
@@ -160,7 +166,7 @@ impl Store {
     /// good lines, byte for byte (items of kinds this build does not know stay as they were).
     pub fn open_transcript(&self, id: &str) -> io::Result<OpenedTranscript> {
         let dir = self.session_dir(id);
-        fs::create_dir_all(&dir)?;
+        create_private_dir_all(&dir)?;
         // Opened on first use since start, or again after `release` unloaded an idle session:
         // nothing of ours writes in its folder now. Its writers hold the session's lock, which
         // our caller holds, except subagents.json, written only during a turn, which keeps the
@@ -214,10 +220,7 @@ impl Store {
         }
         if !problems.is_empty() {
             // Aside first (appended, durable), then the clean transcript replaces the old one.
-            let mut aside = OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(dir.join("transcript.quarantine.jsonl"))?;
+            let mut aside = open_private_append(&dir.join("transcript.quarantine.jsonl"))?;
             for q in &problems {
                 let mut l = serde_json::to_vec(q).map_err(io::Error::other)?;
                 l.push(b'\n');
@@ -227,11 +230,7 @@ impl Store {
             write_atomic(&dir, "transcript.jsonl", &good, true)?;
             torn = false;
         }
-        let file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&path)?;
+        let file = open_private_append(&path)?;
         if torn {
             file.set_len(good.len() as u64)?;
             file.sync_all()?;
@@ -283,28 +282,42 @@ struct Quarantined {
 }
 
 impl TranscriptFile {
-    /// Appends items; they are durable when this returns Ok.
-    pub fn append(&mut self, items: &[TranscriptItem]) -> io::Result<()> {
-        let buf = transcript_lines(items)?;
+    /// Appends items; they are durable when this returns Ok. Known secrets are redacted in
+    /// the file and in `items` alike, so what is kept in memory is what a reload reads.
+    pub fn append(&mut self, items: &mut [TranscriptItem]) -> io::Result<()> {
+        let mut redacted = vec![];
+        let buf = transcript_lines(items, |i, tree| redacted.push((i, tree.clone())))?;
         let mut file = OpenOptions::new().append(true).open(&self.path)?;
         file.write_all(&buf)?;
         if self.fsync {
             file.sync_data()?;
         }
+        for (i, tree) in redacted {
+            if let Ok(clean) = serde_json::from_value(tree) {
+                items[i] = clean;
+            }
+        }
         Ok(())
     }
 }
 
-/// Transcript items as JSON lines.
+/// Transcript items as JSON lines, every known secret redacted ([`crate::secrets`]);
+/// `redacted` is given the index and the written tree of each item that held one.
 ///
 /// Each is written through a `Value` by the `Value`'s own `Display`: that is serde_json's
 /// serializer as serde_json itself instantiates it, compiled at opt-level 3. One instantiated
 /// for `TranscriptItem` is compiled in this crate, at "z" (Cargo.toml), and escapes a long text
 /// (a pasted file) several times slower: ~40 ms for 10 MiB (issue 27, docs/benchmarks.md).
-fn transcript_lines(items: &[TranscriptItem]) -> io::Result<Vec<u8>> {
+fn transcript_lines(
+    items: &[TranscriptItem],
+    mut redacted: impl FnMut(usize, &serde_json::Value),
+) -> io::Result<Vec<u8>> {
     let mut buf = Vec::new();
-    for item in items {
-        let tree = serde_json::to_value(item).map_err(io::Error::other)?;
+    for (i, item) in items.iter().enumerate() {
+        let mut tree = serde_json::to_value(item).map_err(io::Error::other)?;
+        if crate::secrets::redact_json(&mut tree) {
+            redacted(i, &tree);
+        }
         writeln!(buf, "{tree}")?;
     }
     Ok(buf)
@@ -362,6 +375,103 @@ fn remove_stale_temps_in(dir: &Path) {
     }
 }
 
+/// The mode of every file the host writes under its data dir.
+pub const PRIVATE_FILE: u32 = 0o600;
+/// The mode of every folder the host makes under its data dir (and of the data dir).
+pub const PRIVATE_DIR: u32 = 0o700;
+
+/// `fs::create_dir_all`, each folder it creates [`PRIVATE_DIR`].
+pub fn create_private_dir_all(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR)
+        .create(dir)
+}
+
+/// Opens `path` for appending, creating it [`PRIVATE_FILE`].
+pub fn open_private_append(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(PRIVATE_FILE)
+        .open(path)
+}
+
+/// Creates (or truncates) `path` for writing, creating it [`PRIVATE_FILE`].
+pub fn create_private(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
+        .mode(PRIVATE_FILE)
+        .open(path)
+}
+
+/// Tightens what under `data_dir` (itself included) others may read: files to
+/// [`PRIVATE_FILE`], folders to [`PRIVATE_DIR`] — a data dir an older build wrote (0644
+/// transcripts). Links are neither followed nor changed; each change is made on the opened
+/// file (`O_NOFOLLOW`), so a link swapped in cannot redirect it. Returns (files, folders)
+/// tightened; the caller logs them.
+pub fn tighten_modes(data_dir: &Path) -> (usize, usize) {
+    let (mut files, mut dirs) = (0, 0);
+    let mut pending = vec![data_dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        if tighten(&dir, PRIVATE_DIR) {
+            dirs += 1;
+        }
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => pending.push(entry.path()),
+                Ok(t) if t.is_file() => {
+                    let loose = entry.metadata().is_ok_and(|m| {
+                        std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o077 != 0
+                    });
+                    if loose && tighten(&entry.path(), PRIVATE_FILE) {
+                        files += 1;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    (files, dirs)
+}
+
+/// Sets `path`'s mode to `mode` if others may read, write or enter it. Whether it changed.
+fn tighten(path: &Path, mode: u32) -> bool {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let opened = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let file = match opened {
+        Ok(f) => f,
+        Err(e) => {
+            log::warn!("cannot check the mode of {}: {e}", path.display());
+            return false;
+        }
+    };
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    if meta.permissions().mode() & 0o077 == 0 {
+        return false;
+    }
+    match file.set_permissions(fs::Permissions::from_mode(mode)) {
+        Ok(()) => true,
+        Err(e) => {
+            log::warn!("cannot make {} private: {e}", path.display());
+            false
+        }
+    }
+}
+
 /// temp file → fsync → rename → fsync(dir): after a crash either the old or the new content is
 /// there, never a mix.
 pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], fsync: bool) -> io::Result<()> {
@@ -374,7 +484,7 @@ pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8], fsync: bool) -> io::Re
         let mut f = fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(PRIVATE_FILE)
             .open(&tmp)?;
         f.write_all(bytes)?;
         if fsync {
@@ -467,7 +577,7 @@ mod tests {
                 },
             ),
         ];
-        let lines = transcript_lines(&items).unwrap();
+        let lines = transcript_lines(&items, |_, _| {}).unwrap();
         let lines = std::str::from_utf8(&lines).unwrap();
         assert_eq!(lines.lines().count(), items.len());
         for (line, item) in lines.lines().zip(&items) {
@@ -488,7 +598,7 @@ mod tests {
         let o = store.open_transcript("s1").unwrap();
         let (items, mut t) = (o.items, o.file);
         assert!(items.is_empty());
-        t.append(&[item(1), item(2)]).unwrap();
+        t.append(&mut [item(1), item(2)]).unwrap();
         drop(t);
         let path = root.join("sessions/s1/transcript.jsonl");
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
@@ -497,7 +607,7 @@ mod tests {
         let o = store.open_transcript("s1").unwrap();
         let (items, mut t) = (o.items, o.file);
         assert_eq!(items.len(), 2);
-        t.append(&[item(3)]).unwrap();
+        t.append(&mut [item(3)]).unwrap();
         let items = store.open_transcript("s1").unwrap().items;
         assert_eq!(
             items.iter().map(|i| i.message_seq).collect::<Vec<_>>(),
@@ -528,5 +638,46 @@ mod tests {
             .iter()
             .all(|id| matches!(store.load_session(id), Ok(None))));
         fs::remove_dir_all(root).unwrap();
+    }
+
+    /// What is tightened and what is left alone, one row a kind of entry: a loose file or folder
+    /// becomes private; a link is not followed (its target, outside, keeps its mode).
+    #[test]
+    fn tighten_modes_makes_files_and_folders_private_and_follows_no_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tmpdir("tighten");
+        let outside = tmpdir("tighten-outside");
+        fs::create_dir_all(root.join("sessions/s")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        fs::write(outside.join("theirs"), "x").unwrap();
+        fs::write(root.join("sessions/s/transcript.jsonl"), "").unwrap();
+        fs::write(root.join("sessions/s/session.json"), "{}").unwrap();
+        std::os::unix::fs::symlink(outside.join("theirs"), root.join("sessions/s/link")).unwrap();
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let set = |p: &Path, m: u32| fs::set_permissions(p, fs::Permissions::from_mode(m)).unwrap();
+        set(&outside.join("theirs"), 0o644);
+        set(&root.join("sessions/s/session.json"), 0o600);
+        for (path, before) in [
+            (root.join("sessions/s/transcript.jsonl"), 0o644),
+            (root.join("sessions/s"), 0o755),
+            (root.join("sessions"), 0o750),
+            (root.clone(), 0o711),
+        ] {
+            set(&path, before);
+        }
+        assert_eq!(tighten_modes(&root), (1, 3));
+        for (path, after) in [
+            (root.join("sessions/s/transcript.jsonl"), 0o600),
+            (root.join("sessions/s/session.json"), 0o600),
+            (root.join("sessions/s"), 0o700),
+            (root.join("sessions"), 0o700),
+            (root.clone(), 0o700),
+            (outside.join("theirs"), 0o644),
+        ] {
+            assert_eq!(mode(&path), after, "{}", path.display());
+        }
+        assert_eq!(tighten_modes(&root), (0, 0), "nothing left to do");
+        fs::remove_dir_all(root).unwrap();
+        fs::remove_dir_all(outside).unwrap();
     }
 }

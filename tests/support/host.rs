@@ -339,3 +339,45 @@ pub fn kinds(frames: &[Value]) -> Vec<String> {
         .map(|f| f["kind"].as_str().unwrap_or("?").to_string())
         .collect()
 }
+
+/// Every entry under `dir` (not following links), `dir` itself excluded, depth first.
+pub fn entries_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        let Ok(read) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in read.flatten() {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                pending.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The regular files under `dir` that hold `needle`, with the part of each that does.
+pub fn files_holding(dir: &Path, needle: &str) -> Vec<String> {
+    entries_under(dir)
+        .into_iter()
+        .filter(|p| p.is_file())
+        .filter_map(|p| {
+            let text = String::from_utf8_lossy(&std::fs::read(&p).ok()?).into_owned();
+            let at = text.find(needle)?;
+            let from = text[..at]
+                .char_indices()
+                .rev()
+                .nth(80)
+                .map_or(0, |(i, _)| i);
+            Some(format!(
+                "{}: …{}",
+                p.display(),
+                &text[from..at + needle.len()]
+            ))
+        })
+        .collect()
+}

@@ -56,8 +56,10 @@ impl AgentSpec {
     }
 
     /// The declaration as the trust dialog shows it: the command and its arguments (quoted
-    /// where a shell would need it, so a re-split list reads differently), then every
-    /// variable it sets.
+    /// where a shell would need it, so a re-split list reads differently), then the name of
+    /// every variable it sets — never its value (an API key, often): the dialog goes to every
+    /// client following the session and into its transcript. The trust still covers the
+    /// values ([`AgentSpec::trust_key`]), so a changed value asks again.
     pub fn declaration(&self) -> String {
         let quote = |w: &str| {
             let plain = !w.is_empty()
@@ -78,7 +80,7 @@ impl AgentSpec {
             let env: Vec<String> = self
                 .env
                 .iter()
-                .map(|(k, v)| format!("{k}={}", quote(v)))
+                .map(|(k, _)| format!("{}=…", quote(k)))
                 .collect();
             out.push_str(&format!(" (environment: {})", env.join(" ")));
         }
@@ -169,6 +171,8 @@ fn parse(map: &Value, source: &'static str, problems: &mut Vec<String>) -> Vec<A
                 .into_iter()
                 .flatten()
                 .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                // Learned here: from now on redacted wherever text leaves the host.
+                .inspect(|(_, v)| crate::secrets::register(v))
                 .collect(),
             description: spec
                 .get("description")

@@ -675,11 +675,8 @@ impl Turn {
         if subagents::trusted(&self.host.data_dir, &workspace, spec) {
             return None;
         }
-        let env: serde_json::Map<String, Value> = spec
-            .env
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect();
+        // The names only, as in the title: the values stay out of every dialog.
+        let env: Vec<&str> = spec.env.iter().map(|(k, _)| k.as_str()).collect();
         let request = InteractionRequest::Permission {
             tool_call_id: id.into(),
             tool_name: "delegate".into(),

@@ -6,6 +6,7 @@ use super::*;
 impl Turn {
     /// Asks the user through an interaction and waits. `None` = closed without an answer.
     pub(super) fn interact(&mut self, request: InteractionRequest) -> Option<InteractionAnswer> {
+        let request = without_secrets(request);
         let (tx, rx) = bounded(1);
         let interaction_id = random_id("i");
         {
@@ -107,4 +108,16 @@ pub(super) fn unshown_questions(questions: &[Question]) -> ToolOutcome {
         text.push_str(&format!("\n- {} ({})", q.question, labels.join(" / ")));
     }
     ToolOutcome::completed(text, false)
+}
+
+/// The request with every known secret redacted (its title, arguments, questions): a dialog is
+/// shown to the person, sent to every client following the session and kept in the transcript.
+fn without_secrets(request: InteractionRequest) -> InteractionRequest {
+    let Ok(mut tree) = serde_json::to_value(&request) else {
+        return request;
+    };
+    if !crate::secrets::redact_json(&mut tree) {
+        return request;
+    }
+    serde_json::from_value(tree).unwrap_or(request)
 }

@@ -94,11 +94,19 @@ impl Terminal {
             outcome: TurnOutcome::Failed,
             reason: "error".into(),
             failure_class: Some(class),
-            failure_message: Some(tool_fs::cut_words(&message.into(), 400)),
+            // A provider's error body may echo its key: the message goes to the client, the
+            // session's record and the transcript.
+            failure_message: Some(tool_fs::cut_words(
+                &crate::secrets::redact(&message.into()),
+                400,
+            )),
             failure_details: None,
         }
     }
-    fn with_details(mut self, details: Option<Value>) -> Terminal {
+    fn with_details(mut self, mut details: Option<Value>) -> Terminal {
+        if let Some(d) = details.as_mut() {
+            crate::secrets::redact_json(d);
+        }
         self.failure_details = details;
         self
     }
