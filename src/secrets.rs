@@ -51,6 +51,36 @@ pub fn register(secret: &str) {
     }
 }
 
+/// Registers a declared variable's value (a subagent's `env`) when it may be a secret: its
+/// name says so (`…KEY`, `…TOKEN`, `…SECRET`, `…PASSWORD`, `…AUTH…`, `…CREDENTIAL…`), or it
+/// looks like a key (16 bytes or more of one word with letters and digits, no path). Every
+/// value would redact `PATH=/usr/bin:/bin` or `MODE=production` wherever they appear.
+pub fn register_declared(name: &str, value: &str) {
+    const NAMES: &[&str] = &[
+        "KEY",
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "PASS",
+        "AUTH",
+        "CREDENTIAL",
+        "PRIVATE",
+        "COOKIE",
+        "SESSION",
+    ];
+    let name = name.to_ascii_uppercase();
+    let v = value.trim();
+    let keyish = v.len() >= 16
+        && !v.contains(['/', '\\'])
+        && !v.chars().any(char::is_whitespace)
+        && v.chars().any(|c| c.is_ascii_digit())
+        && v.chars().any(|c| c.is_alphabetic());
+    if keyish || NAMES.iter().any(|n| name.contains(n)) {
+        register(value);
+    }
+}
+
 /// `text` with every known secret replaced by [`REDACTED`]; borrowed when it holds none.
 pub fn redact(text: &str) -> Cow<'_, str> {
     let known = KNOWN.read().unwrap_or_else(PoisonError::into_inner);
@@ -86,6 +116,25 @@ pub fn redact_json(value: &mut Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A declared variable's value is a secret when its name or its shape says so; paths and
+    /// words are not (they would be redacted everywhere). One row a case.
+    #[test]
+    fn declared_values_that_look_secret_are_registered() {
+        for (name, value, secret) in [
+            ("STUB_API_KEY", "declared-unit-quiet-one", true),
+            ("GITHUB_TOKEN", "declared-unit-two", true),
+            ("DB_PASSWORD", "declared-unit-three", true),
+            ("ANYTHING", "declaredunit4x9f8e7d6c5b4a", true),
+            ("PATH", "/usr/local/declared/bin:/bin", false),
+            ("MODE", "declared-production", false),
+            ("GREETING", "declared unit hello 12345678", false),
+        ] {
+            register_declared(name, value);
+            let text = format!("the value is {value}.");
+            assert_eq!(redact(&text) != text, secret, "{name}={value}");
+        }
+    }
 
     /// One row a case: what is registered, the text, what must come out.
     #[test]

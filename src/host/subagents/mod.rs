@@ -172,7 +172,7 @@ fn parse(map: &Value, source: &'static str, problems: &mut Vec<String>) -> Vec<A
                 .flatten()
                 .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
                 // Learned here: from now on redacted wherever text leaves the host.
-                .inspect(|(_, v)| crate::secrets::register(v))
+                .inspect(|(k, v)| crate::secrets::register_declared(k, v))
                 .collect(),
             description: spec
                 .get("description")
