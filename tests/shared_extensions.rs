@@ -1,6 +1,6 @@
 //! The extensions other ACP agents share (issue 47), through the real binary over pipes, each
 //! with a client that asks for it and one that does not: `_session/steering`, the turn's
-//! `_meta.quota`, terminal output deltas. Every line the agent writes is checked against the ACP schema.
+//! `_meta.quota`, terminal output deltas, `_session/goal`. Every line the agent writes is checked against the ACP schema.
 
 #![cfg(feature = "host")]
 
@@ -13,6 +13,11 @@ fn script() -> Value {
     json!({
         "rules": [
             {"when": "what did i say", "responses": [[{"echo": "user"}]]},
+            {"when": "Work toward this goal: make it shine", "responses": [[{"text": "Polishing."}]]},
+            {"when": "Continue toward the goal: make it shine", "responses": [
+                [{"tool": "goal_complete", "args": {"evidence": "It shines."}}],
+                [{"text": "Goal met."}]]},
+            {"when": "keep going", "responses": [[{"delayMs": 300}, {"text": "Still going."}]]},
             {"when": "run it", "responses": [
                 [{"tool": "run_command", "args": {"command": "echo one; sleep 0.3; echo two; sleep 0.3; echo three"}}],
                 [{"text": "ran"}]]},
@@ -280,4 +285,111 @@ fn terminal_output_deltas_go_only_to_clients_that_ask() {
     assert!(without
         .iter()
         .all(|u| u["_meta"].get("terminal_output_delta").is_none()));
+}
+
+/// The goal snapshots (`session_info_update._meta.goal`) among `lines`, in order.
+fn goal_snapshots(lines: &[Value]) -> Vec<Value> {
+    lines
+        .iter()
+        .filter(|l| l["params"]["update"]["sessionUpdate"] == "session_info_update")
+        .filter_map(|l| l["params"]["update"]["_meta"].get("goal").cloned())
+        .collect()
+}
+
+/// Lines until a goal snapshot that `done` accepts.
+fn until_snapshot(a: &mut AgentProcess, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+    until(a, |v| {
+        v["params"]["update"]["sessionUpdate"] == "session_info_update"
+            && v["params"]["update"]["_meta"]
+                .get("goal")
+                .is_some_and(&done)
+    })
+}
+
+/// `_session/goal` as claude-agent-acp's goal extension defines it: advertised as `_meta.goal`
+/// with the actions it supports; set, pause, resume and clear on our goals; the state as
+/// `session_info_update._meta.goal` (`null` once cleared), live and on `session/load`; a
+/// session without a goal sees none of it.
+#[test]
+fn the_goal_extension_sets_pauses_resumes_and_clears_our_goals() {
+    let data = TempDir::new("shared-goal-data");
+    let ws = TempDir::new("shared-goal-ws");
+    let mut a = agent(data.path());
+    let init = a.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    assert_eq!(
+        init["_meta"]["goal"],
+        json!({"version": 1, "controlMethod": "_session/goal", "actions": ["set", "pause", "resume", "clear"]})
+    );
+
+    // A goal the model meets: live snapshots, the last one `complete`.
+    let s = a.new_session(ws.path());
+    let (set, early) = a.call(
+        "_session/goal",
+        json!({"sessionId": s, "action": "set", "objective": "make it shine"}),
+    );
+    let goal = &set["result"]["goal"];
+    assert_eq!(
+        (&goal["objective"], &goal["status"]),
+        (&json!("make it shine"), &json!("active")),
+        "{set}"
+    );
+    assert_eq!(goal["controlMethod"], "_session/goal");
+    assert!(
+        goal["createdAt"]
+            .as_u64()
+            .is_some_and(|t| t > 1_700_000_000_000),
+        "{goal}"
+    );
+    let mut lines = early;
+    lines.extend(until_snapshot(&mut a, |g| g["status"] == "complete"));
+    let shown = goal_snapshots(&lines);
+    assert_eq!(shown.first().unwrap()["status"], "active", "{shown:?}");
+    assert_eq!(shown.last().unwrap()["iterations"], 1, "{shown:?}");
+
+    // Pause, resume, clear; pause with nothing to pause and a set without an objective fail.
+    let s2 = a.new_session(ws.path());
+    let (bad, _) = a.call("_session/goal", json!({"sessionId": s2, "action": "pause"}));
+    assert_eq!(error_of(&bad)["code"], -32002, "{bad}");
+    let (bad, _) = a.call("_session/goal", json!({"sessionId": s2, "action": "set"}));
+    assert_eq!(error_of(&bad)["code"], -32602, "{bad}");
+    let (bad, _) = a.call("_session/goal", json!({"sessionId": s2, "action": "stop"}));
+    assert_eq!(error_of(&bad)["code"], -32602, "{bad}");
+    let (set, _) = a.call(
+        "_session/goal",
+        json!({"sessionId": s2, "action": "set", "objective": "keep going"}),
+    );
+    assert_eq!(set["result"]["goal"]["status"], "active", "{set}");
+    for (action, status) in [("pause", json!("paused")), ("resume", json!("active"))] {
+        let (r, _) = a.call("_session/goal", json!({"sessionId": s2, "action": action}));
+        assert_eq!(r["result"]["goal"]["status"], status, "{action}: {r}");
+        until_snapshot(&mut a, |g| g["status"] == status);
+    }
+    let (r, _) = a.call("_session/goal", json!({"sessionId": s2, "action": "clear"}));
+    assert_eq!(r["result"], json!({"goal": null}), "{r}");
+    until_snapshot(&mut a, Value::is_null);
+    let (r, _) = a.call("_session/goal", json!({"sessionId": s2, "action": "clear"}));
+    assert_eq!(
+        r["result"],
+        json!({"goal": null}),
+        "clearing nothing is done: {r}"
+    );
+
+    // On load: the goal as it stands, after the history.
+    let mut other = agent(data.path());
+    other.initialize();
+    let (loaded, _) = other.call(
+        "session/load",
+        json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
+    );
+    assert!(loaded.get("result").is_some(), "{loaded}");
+    let after = until_snapshot(&mut other, |g| g["status"] == "complete");
+    assert_eq!(goal_snapshots(&after).len(), 1);
+
+    // A session that never had a goal shows none.
+    let s3 = a.new_session(ws.path());
+    let t = a.prompt(&s3, "hello", |r| panic!("unexpected {r}"));
+    assert!(goal_snapshots(&t.lines).is_empty());
 }

@@ -164,6 +164,11 @@ pub fn result(
 pub fn shared_extensions() -> Value {
     json!({
         "steering": {"supported": true},
+        "goal": {
+            "version": 1,
+            "controlMethod": super::projection::GOAL_CONTROL_METHOD,
+            "actions": super::shared_names::GOAL_ACTIONS,
+        },
     })
 }
 

@@ -201,8 +201,12 @@ pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
             } else {
                 offer_resume(ctx, &session, &conn);
             }
-            // A live goal's turns are shown as they come.
+            // The goal as it stands (the goal extension's snapshot), and a live goal's turns as
+            // they come.
             if let Some(goal) = &snapshot.goal {
+                if goal.status != "cancelled" {
+                    session.emit(&ctx.shared, |view| (view.goal(goal), ()));
+                }
                 session.follow_goal(&ctx.shared, &conn, goal);
             }
             // Dialogs and editor calls still waiting (the same start as a reader's catch-up).

@@ -238,10 +238,23 @@ fn goal_change<O: ops::Operation<Output = crate::host_api::wire::Goal>>(
 ) -> Result<Value, ResponseError> {
     let conn = ctx.host()?;
     let goal = ctx.call::<O>(&conn, input)?;
-    if let Some(s) = ctx.session(session_id) {
-        s.follow_goal(&ctx.shared, &conn, &goal);
-    }
+    show_goal(ctx, &conn, session_id, &goal);
     Ok(to_json(&goal))
+}
+
+/// A goal that just changed: shown as the goal extension's snapshot, and the session follows
+/// it (its turns are shown as they run). The reader's frame of the same change shows nothing
+/// again.
+pub fn show_goal(
+    ctx: &Ctx,
+    conn: &super::host_link::Connected,
+    session_id: &str,
+    goal: &crate::host_api::wire::Goal,
+) {
+    if let Some(s) = ctx.session(session_id) {
+        s.emit(&ctx.shared, |view| (view.goal(goal), ()));
+        s.follow_goal(&ctx.shared, conn, goal);
+    }
 }
 
 /// Approves, rejects or revises the plan; a revision is shown as the ACP plan (through the

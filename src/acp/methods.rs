@@ -97,6 +97,7 @@ pub static METHODS: &[Method] = &[
     m("_maka/plan/control",             |v| answer(v, maka::read_plan_control, maka::plan_control)),
     m("_maka/plan/start",               |v| turn(v, read::session_id, |c, id, r| turns::register_generated(c, &id, TurnKind::Plan, r))),
     m("_session/steering",              |v| answer(v, shared_names::read_steering, shared_names::steering)),
+    m("_session/goal",                  |v| answer(v, shared_names::read_goal, shared_names::goal)),
 ];
 
 /// The notifications this agent acts on.

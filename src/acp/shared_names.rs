@@ -5,6 +5,10 @@
 //!   `_meta.steering.supported`): a message for the running turn, as `_maka/turn/steer`; with
 //!   no running turn it starts one, unless the client asked for
 //!   `_meta.steering.idleBehavior: "promptRequired"`.
+//! - `_session/goal` (claude-agent-acp's `docs/goal-extension.md`, advertised as `_meta.goal`):
+//!   set, pause, resume or clear the session's goal, on the host's `goal.*` operations as
+//!   `_maka/goal/*`; its state is `session_info_update._meta.goal`
+//!   ([`super::projection::goal_snapshot`]).
 
 use super::agent::Ctx;
 use super::errors;
@@ -101,4 +105,100 @@ pub fn steering(ctx: &Ctx, mut s: Steering) -> Result<Value, ResponseError> {
     }
     super::turns::start_unprompted(ctx, &session, input.content)?;
     Ok(json!({"outcome": "startedNewTurn"}))
+}
+
+/// What `_session/goal` may do, as `initialize` advertises it.
+pub const GOAL_ACTIONS: &[&str] = &["set", "pause", "resume", "clear"];
+
+pub enum GoalAction {
+    Set(String),
+    Pause,
+    Resume,
+    Clear,
+}
+
+pub struct GoalControl {
+    session_id: String,
+    action: GoalAction,
+}
+
+pub fn read_goal(p: &Params) -> ParamResult<GoalControl> {
+    let action = match p.required_str("action")? {
+        "set" => match p.optional_str("objective")?.map(str::trim) {
+            Some(o) if !o.is_empty() => GoalAction::Set(o.to_string()),
+            _ => {
+                return Err(ResponseError::invalid_params(
+                    "`objective` is required to set a goal: say what the goal is",
+                ))
+            }
+        },
+        "pause" => GoalAction::Pause,
+        "resume" => GoalAction::Resume,
+        "clear" => GoalAction::Clear,
+        other => {
+            return Err(ResponseError::invalid_params(format_args!(
+                "`action` {other:?} is not one of {}",
+                GOAL_ACTIONS.join(", ")
+            )))
+        }
+    };
+    Ok(GoalControl {
+        session_id: p.required_str("sessionId")?.into(),
+        action,
+    })
+}
+
+/// `_session/goal` → `{"goal": snapshot | null}`. `set` replaces a goal still running or
+/// paused; `clear` of no goal is done already; `pause` and `resume` need a goal to act on.
+pub fn goal(ctx: &Ctx, g: GoalControl) -> Result<Value, ResponseError> {
+    let session_id = g.session_id;
+    if ctx.session(&session_id).is_none() {
+        return Err(errors::unknown_session(&session_id));
+    }
+    let conn = ctx.host()?;
+    let current = ctx
+        .call::<ops::GoalQuery>(
+            &conn,
+            &ops::SessionRef {
+                session_id: session_id.clone(),
+            },
+        )?
+        .goal
+        .filter(|g| g.is_live() || g.status == "paused");
+    let control = |goal_id: &str, action: &str| {
+        let input = ops::GoalControlInput {
+            session_id: session_id.clone(),
+            goal_id: goal_id.to_string(),
+            action: action.to_string(),
+        };
+        ctx.call::<ops::GoalControl>(&conn, &input)
+    };
+    let changed = match (g.action, current) {
+        (GoalAction::Set(objective), current) => {
+            if let Some(old) = current {
+                let cleared = control(&old.goal_id, "cancel")?;
+                super::maka::show_goal(ctx, &conn, &session_id, &cleared);
+            }
+            let input = ops::GoalArmInput {
+                session_id: session_id.clone(),
+                objective,
+                max_turns: None,
+                max_tokens: None,
+                max_minutes: None,
+            };
+            ctx.call::<ops::GoalArm>(&conn, &input)?
+        }
+        (GoalAction::Clear, None) => return Ok(json!({"goal": null})),
+        (GoalAction::Clear, Some(goal)) => control(&goal.goal_id, "cancel")?,
+        (GoalAction::Pause | GoalAction::Resume, None) => {
+            return Err(super::errors::MakaCode::NotFound.error_with(
+                format!("Session {session_id} has no goal to pause or resume; set one first"),
+                json!({"sessionId": session_id}),
+            ))
+        }
+        (GoalAction::Pause, Some(goal)) => control(&goal.goal_id, "pause")?,
+        (GoalAction::Resume, Some(goal)) => control(&goal.goal_id, "resume")?,
+    };
+    super::maka::show_goal(ctx, &conn, &session_id, &changed);
+    Ok(json!({"goal": super::projection::goal_snapshot(&changed)}))
 }

@@ -47,7 +47,11 @@ pub enum SessionUpdate {
         /// Omitted when unknown (never null: some pickers crash on null titles).
         #[serde(skip_serializing_if = "Option::is_none")]
         title: Option<String>,
-        updated_at: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        updated_at: Option<String>,
+        /// The goal extension's snapshot (`{"goal": …}`), where other agents put it.
+        #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+        meta: Option<Value>,
     },
     /// Live information for the person, not session history (only to clients that advertise
     /// `clientCapabilities.session.notices`).

@@ -84,6 +84,8 @@ pub struct Projector {
     own_turns: HashSet<String>,
     /// Notices shown live (to a client that shows notices), by message id.
     notices_shown: HashSet<String>,
+    /// The goal revision last shown as `session_info_update._meta.goal`.
+    goal_shown: Option<u64>,
     /// The running turn's token usage by model, for its prompt's `_meta.quota`.
     turn_usage: std::collections::BTreeMap<String, crate::host_api::wire::TokenUsage>,
     /// Compactions shown completed (to a client that shows compactions).
@@ -214,6 +216,21 @@ impl Projector {
         }
     }
 
+    /// A state of the session's goal, as the goal extension other agents share shows it:
+    /// `session_info_update._meta.goal`, its snapshot or `null` once cleared. Each revision
+    /// once (the goal's own answer and its frame may both bring it), never an older one.
+    pub fn goal(&mut self, goal: &crate::host_api::wire::Goal) -> Vec<SessionUpdate> {
+        if self.goal_shown.is_some_and(|r| goal.revision <= r) {
+            return vec![];
+        }
+        self.goal_shown = Some(goal.revision);
+        vec![SessionUpdate::SessionInfoUpdate {
+            title: None,
+            updated_at: None,
+            meta: Some(json!({"goal": goal_snapshot(goal)})),
+        }]
+    }
+
     pub fn mark_own_turn(&mut self, turn_id: &str) {
         self.own_turns.insert(turn_id.to_string());
     }
@@ -285,7 +302,7 @@ impl Projector {
                 revision,
                 configuration,
             }],
-            F::GoalUpdated { goal } => vec![Effect::Goal(goal)],
+            F::GoalUpdated { goal } => vec![Effect::Show(self.goal(&goal)), Effect::Goal(goal)],
             F::TurnTerminal {
                 turn_id,
                 outcome,
@@ -430,7 +447,8 @@ impl Projector {
             } => {
                 vec![SessionUpdate::SessionInfoUpdate {
                     title: name.clone(),
-                    updated_at: iso8601(*last_used_at),
+                    updated_at: Some(iso8601(*last_used_at)),
+                    meta: None,
                 }]
             }
             // Shown otherwise ([`Projector::apply`]), or not at all: an echoed or own turn's
@@ -945,6 +963,40 @@ pub struct TurnEnd {
     pub failure_details: Option<Value>,
     /// The turn's token usage by model, as the provider reported it (none: it reported none).
     pub usage: Vec<(String, crate::host_api::wire::TokenUsage)>,
+}
+
+/// The method that controls goals, named in every snapshot.
+pub const GOAL_CONTROL_METHOD: &str = "_session/goal";
+
+/// A goal as the goal extension shows it (claude-agent-acp's `docs/goal-extension.md`):
+/// `{objective, status, iterations, lastReason, createdAt, controlMethod}` and its budget,
+/// `null` once cleared. Statuses are the shared ones: a goal waiting on the person or one
+/// that failed is `blocked`, one stopped by a limit `limited`, one met `complete`.
+pub fn goal_snapshot(goal: &crate::host_api::wire::Goal) -> Value {
+    let status = match goal.status.as_str() {
+        "cancelled" => return Value::Null,
+        "active" => "active",
+        "paused" => "paused",
+        "stopped" => "limited",
+        "completed" => "complete",
+        _ => "blocked",
+    };
+    let mut snapshot = json!({
+        "objective": goal.objective,
+        "status": status,
+        "iterations": goal.turns_run,
+        "maxIterations": goal.limits.max_turns,
+        "tokensUsed": goal.tokens_used,
+        "createdAt": goal.started_at,
+        "controlMethod": GOAL_CONTROL_METHOD,
+    });
+    if let Some(reason) = &goal.reason {
+        snapshot["lastReason"] = json!(reason);
+    }
+    if let Some(budget) = goal.limits.max_tokens {
+        snapshot["tokenBudget"] = json!(budget);
+    }
+    snapshot
 }
 
 fn show(updates: Vec<SessionUpdate>) -> Vec<Effect> {
