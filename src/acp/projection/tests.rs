@@ -601,7 +601,10 @@ fn every_kind_of_frame_has_its_effects() {
                 "reason": "end_turn"}),
             "show[] turn_ended",
         ),
-        (json!({"kind": "goal_updated", "goal": goal}), "goal"),
+        (
+            json!({"kind": "goal_updated", "goal": goal}),
+            "show[session_info_update] goal",
+        ),
         (json!({"kind": "session_removed"}), ""),
         (
             json!({"kind": "frame_omitted", "omittedKind": "tool_result", "bytes": 9}),
