@@ -204,10 +204,11 @@ fn a_host_starting_on_a_data_dir_reaps_what_a_crashed_one_left() {
 }
 
 /// Issue 45 §12: a process a command started with `setsid` (or a double fork) left the
-/// command's group and outlived the host. The host is a child subreaper: what its commands
+/// command's group and outlived the adapter. The host is a child subreaper: what its commands
 /// leave behind becomes its child, is registered at the command's end, and dies with the host
-/// — when it exits (its stdin closes, as when the adapter leaves) and when it is killed. One
-/// row a way out of the group; `PIDFILE` is where the process that must die writes its pid.
+/// — when the adapter leaves (stdin closed), when the host exits by itself and when it is
+/// killed. One row a way out of the group; `PIDFILE` is where the process that must die writes
+/// its pid.
 #[test]
 fn what_a_command_starts_outside_its_group_dies_with_the_host() {
     let rows = [
@@ -229,7 +230,7 @@ fn what_a_command_starts_outside_its_group_dies_with_the_host() {
         ),
     ];
     for (name, start) in rows {
-        for killed in [false, true] {
+        for ending in [Ending::AdapterLeaves, Ending::HostExits, Ending::HostKilled] {
             let data = TempDir::new("dur-setsid");
             let ws = TempDir::new("dur-setsid-ws");
             let pidfile = ws.path().join("escaped.pid");
@@ -240,29 +241,61 @@ fn what_a_command_starts_outside_its_group_dies_with_the_host() {
                 [{"tool": "run_command", "args": {"command": command}}],
                 [{"text": "started"}]
             ]}]});
-            let mut host = HostProcess::start(data.path(), Some(&script));
-            host.create_session("s", ws.path(), "bypass");
-            host.start_turn("s", "t", "escape");
-            let frames = host.until_terminal("s", 0);
-            let end = frames.last().unwrap();
-            assert_eq!(end["outcome"], "completed", "{name}: {end}");
+            let leave = ending.run_turn(data.path(), ws.path(), &script, name);
             let pid = wait_for_pid_in(&pidfile);
             assert!(
                 !gone_within(pid, 0),
                 "{name}: the process runs after the turn"
             );
-            if killed {
+            leave();
+            assert!(
+                gone_within(pid, 10),
+                "{name}: process {pid} outlived the host ({ending:?})"
+            );
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    /// The adapter's stdin closes: it stops its embedded host.
+    AdapterLeaves,
+    /// The host's own stdin closes.
+    HostExits,
+    HostKilled,
+}
+
+impl Ending {
+    /// Runs the turn `escape` to its end (in bypass mode, or allowing its command), and returns
+    /// what ends the host this way.
+    fn run_turn(self, data: &Path, ws: &Path, script: &Value, name: &str) -> Box<dyn FnOnce()> {
+        if let Ending::AdapterLeaves = self {
+            let mut agent = support::AgentProcess::scripted(script, data);
+            agent.initialize();
+            let id = agent.new_session(ws);
+            let t = agent.prompt(&id, "escape", |_| support::select("allow_once"));
+            assert_eq!(t.response["result"]["stopReason"], "end_turn", "{name}");
+            return Box::new(move || {
+                agent.close_stdin();
+                assert!(agent
+                    .wait_exit(std::time::Duration::from_secs(10))
+                    .is_some());
+            });
+        }
+        let mut host = HostProcess::start(data, Some(script));
+        host.create_session("s", ws, "bypass");
+        host.start_turn("s", "t", "escape");
+        let frames = host.until_terminal("s", 0);
+        let end = frames.last().unwrap();
+        assert_eq!(end["outcome"], "completed", "{name}: {end}");
+        Box::new(move || {
+            if let Ending::HostKilled = self {
                 host.kill9();
             } else {
                 host.close_stdin();
                 assert!(host.wait_exit(std::time::Duration::from_secs(10)).is_some());
             }
-            let how = if killed { "killed" } else { "exiting" };
-            assert!(
-                gone_within(pid, 10),
-                "{name}: process {pid} outlived the host ({how})"
-            );
-        }
+        })
     }
 }
 
