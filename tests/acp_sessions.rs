@@ -1087,3 +1087,92 @@ fn eof_during_a_prompt_answers_it_cancelled() {
         assert!(elapsed < Duration::from_secs(15), "exit took {elapsed:?}");
     }
 }
+
+/// Stdin closing with 1,000 prompts in flight (more than the host follows at once: most are
+/// still waiting to start) drains like one: every prompt is answered `cancelled`, once, and the
+/// process exits within the same bound. The drain's cost must not grow with the number in
+/// flight (issue 45: 962 of 1,000 were unanswered after 20 s and the adapter never exited).
+#[test]
+fn eof_with_a_thousand_prompts_in_flight_answers_them_all_cancelled() {
+    let sessions: usize = std::env::var("EOF_SCALE_SESSIONS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1000);
+    for wait_for_output in [true, false] {
+        eof_with_prompts_in_flight(sessions, wait_for_output);
+    }
+}
+
+fn eof_with_prompts_in_flight(sessions: usize, wait_for_output: bool) {
+    let mut s = setup("eof-scale");
+    let cwd = s.ws.path().display().to_string();
+    let news: Vec<Value> = (0..sessions)
+        .map(|i| json!({"jsonrpc": "2.0", "id": format!("new-{i}"), "method": "session/new", "params": {"cwd": cwd, "mcpServers": []}}))
+        .collect();
+    s.agent.send_all(&news);
+    let mut ids = Vec::with_capacity(sessions);
+    while ids.len() < sessions {
+        let v = s.agent.recv();
+        if v.get("method").is_none() {
+            let id = v["result"]["sessionId"].as_str();
+            ids.push(
+                id.unwrap_or_else(|| panic!("session/new failed: {v}"))
+                    .to_string(),
+            );
+        }
+    }
+    let prompts: Vec<Value> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| json!({"jsonrpc": "2.0", "id": format!("prompt-{i}"), "method": "session/prompt", "params": {"sessionId": id, "prompt": [{"type": "text", "text": "slow"}]}}))
+        .collect();
+    s.agent.send_all(&prompts);
+    // Some turns are running (their first words are out) when the client leaves, or none
+    // has started yet.
+    if wait_for_output {
+        while s.agent.recv()["params"]["update"]["sessionUpdate"] != "agent_message_chunk" {}
+    }
+    let closed = Instant::now();
+    s.agent.close_stdin();
+    let lines = s.agent.drain();
+    let mut answers = std::collections::HashMap::new();
+    for l in lines.iter().filter(|l| l.get("method").is_none()) {
+        if let Some(id) = l["id"].as_str().filter(|id| id.starts_with("prompt-")) {
+            assert!(
+                answers.insert(id.to_string(), l.clone()).is_none(),
+                "{id} answered twice"
+            );
+        }
+    }
+    let not_cancelled: Vec<&Value> = answers
+        .values()
+        .filter(|a| a["result"]["stopReason"] != "cancelled")
+        .collect();
+    assert!(
+        answers.len() == sessions && not_cancelled.is_empty(),
+        "output first: {wait_for_output}: {} of {sessions} prompts answered; not `cancelled`: {} (first: {:?})\n--- stderr tail:\n{}",
+        answers.len(),
+        not_cancelled.len(),
+        not_cancelled.first(),
+        tail(&s.agent.stderr())
+    );
+    let (status, _) = s
+        .agent
+        .wait_exit(Duration::from_secs(20))
+        .expect("the agent exits");
+    assert!(status.success(), "exit status {status}");
+    let elapsed = closed.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(15),
+        "output first: {wait_for_output}: exit took {elapsed:?}"
+    );
+    eprintln!("output first: {wait_for_output}: {sessions} prompts drained, exit {elapsed:?} after stdin closed");
+}
+
+fn tail(text: &str) -> &str {
+    let start = text.len().saturating_sub(4000);
+    let start = (start..text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len());
+    &text[start..]
+}

@@ -202,3 +202,149 @@ fn a_host_starting_on_a_data_dir_reaps_what_a_crashed_one_left() {
     );
     assert!(host.stderr_contains("reaping process group"));
 }
+
+/// Issue 45 §12: a process a command started with `setsid` (or a double fork) left the
+/// command's group and outlived the adapter. The host is a child subreaper: what its commands
+/// leave behind becomes its child, is registered at the command's end, and dies with the host
+/// — when the adapter leaves (stdin closed), when the host exits by itself and when it is
+/// killed. One row a way out of the group; `PIDFILE` is where the process that must die writes
+/// its pid.
+#[test]
+fn what_a_command_starts_outside_its_group_dies_with_the_host() {
+    let rows = [
+        (
+            "setsid",
+            "setsid sh -c 'echo $$ > PIDFILE; exec sleep 300' >/dev/null 2>&1 </dev/null &",
+        ),
+        (
+            "double fork",
+            "(setsid sh -c 'echo $$ > PIDFILE; exec sleep 300' >/dev/null 2>&1 </dev/null &)",
+        ),
+        (
+            "child of a setsid",
+            "setsid sh -c 'sleep 300 & echo $! > PIDFILE' >/dev/null 2>&1 </dev/null &",
+        ),
+        (
+            "nohup, in the group",
+            "nohup sleep 300 >/dev/null 2>&1 </dev/null & echo $! > PIDFILE",
+        ),
+    ];
+    for (name, start) in rows {
+        for ending in [Ending::AdapterLeaves, Ending::HostExits, Ending::HostKilled] {
+            let data = TempDir::new("dur-setsid");
+            let ws = TempDir::new("dur-setsid-ws");
+            let pidfile = ws.path().join("escaped.pid");
+            // The command ends once the process has written its pid (it has left the group).
+            let command = format!("{start}\nwhile [ ! -s PIDFILE ]; do sleep 0.05; done")
+                .replace("PIDFILE", &pidfile.display().to_string());
+            let script = json!({"rules": [{"when": "escape", "responses": [
+                [{"tool": "run_command", "args": {"command": command}}],
+                [{"text": "started"}]
+            ]}]});
+            let leave = ending.run_turn(data.path(), ws.path(), &script, name);
+            let pid = wait_for_pid_in(&pidfile);
+            assert!(
+                !gone_within(pid, 0),
+                "{name}: the process runs after the turn"
+            );
+            leave();
+            assert!(
+                gone_within(pid, 10),
+                "{name}: process {pid} outlived the host ({ending:?})"
+            );
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    /// The adapter's stdin closes: it stops its embedded host.
+    AdapterLeaves,
+    /// The host's own stdin closes.
+    HostExits,
+    HostKilled,
+}
+
+impl Ending {
+    /// Runs the turn `escape` to its end (in bypass mode, or allowing its command), and returns
+    /// what ends the host this way.
+    fn run_turn(self, data: &Path, ws: &Path, script: &Value, name: &str) -> Box<dyn FnOnce()> {
+        if let Ending::AdapterLeaves = self {
+            let mut agent = support::AgentProcess::scripted(script, data);
+            agent.initialize();
+            let id = agent.new_session(ws);
+            let t = agent.prompt(&id, "escape", |_| support::select("allow_once"));
+            assert_eq!(t.response["result"]["stopReason"], "end_turn", "{name}");
+            return Box::new(move || {
+                agent.close_stdin();
+                assert!(agent
+                    .wait_exit(std::time::Duration::from_secs(10))
+                    .is_some());
+            });
+        }
+        let mut host = HostProcess::start(data, Some(script));
+        host.create_session("s", ws, "bypass");
+        host.start_turn("s", "t", "escape");
+        let frames = host.until_terminal("s", 0);
+        let end = frames.last().unwrap();
+        assert_eq!(end["outcome"], "completed", "{name}: {end}");
+        Box::new(move || {
+            if let Ending::HostKilled = self {
+                host.kill9();
+            } else {
+                host.close_stdin();
+                assert!(host.wait_exit(std::time::Duration::from_secs(10)).is_some());
+            }
+        })
+    }
+}
+
+fn wait_for_pid_in(path: &Path) -> u32 {
+    for _ in 0..500 {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("no pid in {}", path.display());
+}
+
+/// What a command left behind becomes the host's child (it is a subreaper): when it exits, the
+/// host collects it at the next command's end, so no zombie accumulates while the host runs.
+#[test]
+fn an_adopted_process_that_exits_is_reaped_at_the_next_commands_end() {
+    let data = TempDir::new("dur-zombie");
+    let ws = TempDir::new("dur-zombie-ws");
+    let pidfile = ws.path().join("escaped.pid");
+    let first = format!(
+        "setsid sh -c 'echo $$ > {0}; exec sleep 1' >/dev/null 2>&1 </dev/null &\nwhile [ ! -s {0} ]; do sleep 0.05; done",
+        pidfile.display()
+    );
+    let script = json!({"rules": [
+        {"when": "first", "responses": [[{"tool": "run_command", "args": {"command": first}}], [{"text": "ok"}]]},
+        {"when": "second", "responses": [[{"tool": "run_command", "args": {"command": "sleep 1.5"}}], [{"text": "ok"}]]}
+    ]});
+    let host = HostProcess::start(data.path(), Some(&script));
+    host.create_session("s", ws.path(), "bypass");
+    host.start_turn("s", "t1", "first");
+    host.until_terminal("s", 0);
+    let pid = wait_for_pid_in(&pidfile);
+    let state = |pid: u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let rest = stat.rsplit_once(')')?.1.to_string();
+        let mut fields = rest.split_whitespace().map(String::from);
+        Some((fields.next()?, fields.next()?.parse::<u32>().ok()?))
+    };
+    assert_eq!(
+        state(pid).map(|(_, ppid)| ppid),
+        Some(host.child.id()),
+        "the process left behind is the host's child"
+    );
+    let after = host.head_seq("s");
+    host.start_turn("s", "t2", "second");
+    host.until_terminal("s", after);
+    assert_eq!(state(pid), None, "process {pid} was not reaped");
+}

@@ -242,25 +242,44 @@ fn notifications_are_never_answered_and_unknown_responses_are_logged() {
     );
 }
 
+/// A line over 64 MiB is skipped, and answered with the request's own id when the line's start
+/// shows it (a top-level `id` before the kept few KiB end), else with `null`; the agent keeps
+/// serving. One row a case: the line's start, the id of its answer.
 #[test]
-fn a_line_over_the_limit_is_answered_and_skipped_without_stopping() {
+fn a_line_over_the_limit_is_answered_with_its_id_and_skipped_without_stopping() {
     let mut agent = AgentProcess::spawn_with(Spawn {
         env: vec![],
         ..Spawn::default()
     });
-    // 64 MiB + 1 byte of a string inside an otherwise valid request.
-    let mut line = Vec::with_capacity(64 * 1024 * 1024 + 100);
-    line.extend_from_slice(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"_meta":{"x":""#);
-    line.resize(64 * 1024 * 1024 + 1, b'a');
-    line.extend_from_slice(b"\"}}}\n");
-    agent.send_raw(&line);
-    let resp = agent.recv();
-    assert_eq!(error_of(&resp)["code"], -32600);
-    assert!(error_of(&resp)["message"]
-        .as_str()
-        .unwrap()
-        .contains("limit"));
-    assert_eq!(agent.initialize()["protocolVersion"], 1);
+    let rows: &[(&str, Value)] = &[
+        (
+            r#"{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":1,"_meta":{"x":""#,
+            json!(7),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"session/prompt","id":"p-\"8\"","params":{"sessionId":"s","prompt":[{"type":"text","text":""#,
+            json!("p-\"8\""),
+        ),
+        // The only ids are inside params or after what is kept: null.
+        (
+            r#"{"jsonrpc":"2.0","method":"session/prompt","params":{"id":9,"prompt":[{"type":"text","text":""#,
+            Value::Null,
+        ),
+    ];
+    for (start, id) in rows {
+        // 64 MiB + 1 byte of a string inside an otherwise valid request.
+        let mut line = Vec::with_capacity(64 * 1024 * 1024 + 100);
+        line.extend_from_slice(start.as_bytes());
+        line.resize(64 * 1024 * 1024 + 1, b'a');
+        line.extend_from_slice(b"\"}}}\n");
+        agent.send_raw(&line);
+        let resp = agent.recv();
+        assert_eq!(&resp["id"], id, "for {start}: {resp}");
+        assert_eq!(error_of(&resp)["code"], -32600, "{resp}");
+        let message = error_of(&resp)["message"].as_str().unwrap_or_default();
+        assert!(message.contains("limit"), "{resp}");
+        assert_eq!(agent.initialize()["protocolVersion"], 1);
+    }
 }
 
 #[test]

@@ -189,7 +189,8 @@ impl Agent {
             Job::Turn(register) => {
                 let ctx = self.ctx();
                 if let Some(registered) = register(&ctx, responder) {
-                    self.workers.run(move || turns::start(&ctx, registered));
+                    self.workers
+                        .start_turn(move || turns::start(&ctx, registered));
                 }
             }
         }
@@ -220,16 +221,29 @@ impl Agent {
     /// Stdin closed: every request already read still gets its answer (a script that pipes
     /// requests and closes stdin reads them all). A prompt still running is cancelled as if the
     /// client had sent `session/cancel` (it answers `cancelled`); the agent's own requests to
-    /// the client fail at once (nobody can answer them now). What is still unanswered after
-    /// [`EOF_GRACE`] is answered with an error.
+    /// the client fail at once (nobody can answer them now).
+    ///
+    /// What this costs does not grow with the prompts in flight: their turns are stopped
+    /// together on a few threads (nothing waits for each stop); a prompt whose turn has not
+    /// started never starts (its queued start answers it); and what is still unanswered after
+    /// [`EOF_GRACE`] is answered at once — prompts `cancelled` from the session table, the rest
+    /// with an error.
     fn answer_what_was_read(&self, conn: &Connection) {
         let ctx = self.ctx();
         conn.client_calls.close_all();
         let sessions: Vec<Arc<AcpSession>> = lock(&self.sessions).values().cloned().collect();
-        for s in &sessions {
-            s.cancel(&ctx.shared);
+        let running = sessions
+            .iter()
+            .filter_map(|s| Some((s.id.clone(), s.cancel_prompt(&ctx.shared)?)))
+            .collect();
+        super::session::stop_turns(&self.link, running);
+        if conn.incoming.wait_answered(EOF_GRACE) == 0 {
+            return;
         }
-        let left = conn.incoming.wait_answered(EOF_GRACE);
+        for s in &sessions {
+            s.answer_cancelled_at_exit(&ctx.shared);
+        }
+        let left = conn.incoming.wait_answered(Duration::ZERO);
         if left > 0 {
             log::warn!(
                 "{left} request(s) still unanswered {} s after stdin closed; answering them with an error",
@@ -245,39 +259,55 @@ impl Agent {
     /// The client left. Editor terminals are released first (the client may still read stdout
     /// after closing stdin); an external host outlives us, so it must stop waiting for this
     /// editor (its calls fail at once), stop the turns nobody can follow, and stop this
-    /// client's MCP servers.
+    /// client's MCP servers. Sessions are released on a few threads at once: a thousand cost
+    /// a thousand host calls, not a thousand in a row.
     fn release_all(&self) {
         let ctx = self.ctx();
         let sessions: Vec<Arc<AcpSession>> = lock(&self.sessions).values().cloned().collect();
-        for s in &sessions {
-            let running = s.close();
-            super::client_call::release_all(s, &ctx.shared);
-            let Some(conn) = self.link.current() else {
-                continue;
-            };
-            let id = s.id.clone();
-            let detach = CapabilityInput {
-                session_id: id.clone(),
-                services: vec![],
-            };
-            if let Err(e) = conn.client.call::<ops::CapabilityReplace>(&detach) {
-                log::warn!("client.capability.replace for {id} at exit: {e}");
-            }
-            if let Some(turn_id) = running {
-                let stop = TurnRef {
-                    session_id: id.clone(),
-                    turn_id,
-                    run_id: None,
-                };
-                if let Err(e) = conn.client.call::<ops::TurnStop>(&stop) {
-                    log::warn!("turn.stop for {id} at exit: {e}");
-                }
-            }
-            let release = SessionRef { session_id: id };
-            if let Err(e) = conn.client.call::<ops::SessionRelease>(&release) {
-                log::warn!("session.release for {} at exit: {e}", s.id);
+        let has_services = !super::client_call::services(&ctx.shared.caps).is_empty();
+        let releasers =
+            crate::threads::for_each("acp-release", super::workers::WORKERS, sessions, move |s| {
+                release(&ctx, &s, has_services)
+            });
+        for r in releasers {
+            if r.join().is_err() {
+                log::error!("a session's release at exit panicked");
             }
         }
+    }
+}
+
+/// Releases one session at exit (see [`Agent::release_all`]); `has_services`: this client
+/// registered services for its sessions, which the host must forget.
+fn release(ctx: &Ctx, s: &Arc<AcpSession>, has_services: bool) {
+    let running = s.close();
+    super::client_call::release_all(s, &ctx.shared);
+    let Some(conn) = ctx.shared.link.current() else {
+        return;
+    };
+    let id = s.id.clone();
+    if has_services {
+        let detach = CapabilityInput {
+            session_id: id.clone(),
+            services: vec![],
+        };
+        if let Err(e) = conn.client.call::<ops::CapabilityReplace>(&detach) {
+            log::warn!("client.capability.replace for {id} at exit: {e}");
+        }
+    }
+    if let Some(turn_id) = running {
+        let stop = TurnRef {
+            session_id: id.clone(),
+            turn_id,
+            run_id: None,
+        };
+        if let Err(e) = conn.client.call::<ops::TurnStop>(&stop) {
+            log::warn!("turn.stop for {id} at exit: {e}");
+        }
+    }
+    let release = SessionRef { session_id: id };
+    if let Err(e) = conn.client.call::<ops::SessionRelease>(&release) {
+        log::warn!("session.release for {} at exit: {e}", s.id);
     }
 }
 

@@ -24,6 +24,7 @@ use crate::host_api::ops::{self, OpenSnapshot};
 use crate::host_api::wire::{Configuration, ErrorCode, FrameBody, PermissionMode};
 use crate::jsonrpc::{lock, ClientCalls, Outbox, RequestId, Responder, ResponseError};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -132,6 +133,10 @@ pub struct AcpSession {
     state: Mutex<SessionState>,
     view: Mutex<Projector>,
     prompt_done: Condvar,
+    /// Set (under `view`) when the prompt was answered at stdin's end before its turn stopped:
+    /// nothing more of this session is shown, since no update may follow the answer. Read
+    /// under `view` on every emit, hence an atomic rather than a field of `state`.
+    hushed: AtomicBool,
 }
 
 /// What the reader should do next.
@@ -152,6 +157,7 @@ impl AcpSession {
             state: Mutex::new(SessionState::default()),
             view: Mutex::new(Projector::new(id, shows)),
             prompt_done: Condvar::new(),
+            hushed: AtomicBool::new(false),
         })
     }
 
@@ -170,10 +176,16 @@ impl AcpSession {
     ) -> R {
         let mut view = lock(&self.view);
         let (updates, r) = f(&mut view);
-        for u in &updates {
-            shared.update(&self.id, u);
+        if !self.is_hushed() {
+            for u in &updates {
+                shared.update(&self.id, u);
+            }
         }
         r
+    }
+
+    fn is_hushed(&self) -> bool {
+        self.hushed.load(Ordering::Acquire)
     }
 
     /// Projects frames and enqueues their updates. A turn this connection's prompt started is
@@ -218,6 +230,9 @@ impl AcpSession {
             _ => None,
         };
         let mut view = lock(&self.view);
+        if self.is_hushed() {
+            return vec![]; // answered at stdin's end: nothing more is shown, asked or told
+        }
         if let Some(turn_id) = own {
             // Not echoed back as a user message.
             view.mark_own_turn(&turn_id);
@@ -277,14 +292,15 @@ impl AcpSession {
     }
 
     /// `turn.start` returned. Returns whether the client cancelled meanwhile (then the turn
-    /// must be stopped now).
+    /// must be stopped now). A prompt answered at stdin's end meanwhile
+    /// ([`AcpSession::answer_cancelled_at_exit`]) stops its turn too: nobody follows it.
     pub fn prompt_started(&self) -> bool {
         match self.state().prompt.as_mut() {
             Some(p) => {
                 p.started = true;
                 p.cancel_requested
             }
-            None => false,
+            None => self.is_hushed(),
         }
     }
 
@@ -363,6 +379,15 @@ impl AcpSession {
     /// `session/cancel`: asks the host to stop the turn (now, or as soon as `turn.start`
     /// returns) and withdraws every request this turn has open in the client.
     pub fn cancel(self: &Arc<Self>, shared: &Arc<Shared>) {
+        if let Some(turn) = self.cancel_prompt(shared) {
+            self.stop_turn(shared, &turn);
+        }
+    }
+
+    /// Marks the pending prompt cancelled (a turn not yet started never starts; one starting
+    /// is stopped as soon as `turn.start` returns) and withdraws every request its turn has
+    /// open in the client. Returns the started turn that the host must be asked to stop.
+    pub fn cancel_prompt(&self, shared: &Shared) -> Option<String> {
         let (turn, started, outstanding) = {
             let mut st = self.state();
             let Some(p) = st.prompt.as_mut() else {
@@ -370,38 +395,35 @@ impl AcpSession {
                     "session/cancel for {} with no prompt running: nothing to do",
                     self.id
                 );
-                return;
+                return None;
             };
             p.cancel_requested = true;
             let (turn, started) = (p.turn_id.clone(), p.started);
             (turn, started, take_outstanding(&mut st))
         };
         withdraw_all(shared, outstanding);
-        if started {
-            self.stop_turn(shared, &turn);
-        }
+        started.then_some(turn)
     }
 
     /// Sends `turn.stop` without blocking the caller.
     pub fn stop_turn(&self, shared: &Arc<Shared>, turn_id: &str) {
-        let (id, turn, link) = (
-            self.id.clone(),
-            turn_id.to_string(),
-            Arc::clone(&shared.link),
-        );
-        let _ = crate::threads::spawn("acp-turn-stop", move || match link.get() {
-            Ok(conn) => {
-                let input = ops::TurnRef {
-                    session_id: id.clone(),
-                    turn_id: turn.clone(),
-                    run_id: None,
-                };
-                if let Err(e) = conn.client.call::<ops::TurnStop>(&input) {
-                    log::warn!("turn.stop for {id}/{turn}: {e}");
-                }
-            }
-            Err(e) => log::warn!("turn.stop for {id}/{turn}: {}", e.message),
-        });
+        stop_turns(&shared.link, vec![(self.id.clone(), turn_id.to_string())]);
+    }
+
+    /// Stdin closed and the prompt's turn did not stop in time: settles its open tool calls,
+    /// answers it `cancelled` now, and shows nothing more of this session (its reader may still
+    /// be following the turn, and no update may follow the answer). Under the view lock, so an
+    /// update being shown goes out before the answer and none after it.
+    pub fn answer_cancelled_at_exit(&self, shared: &Shared) {
+        let mut view = lock(&self.view);
+        if !self.has_prompt() || self.is_hushed() {
+            return;
+        }
+        for u in &view.close_open_tools(projection::TOOL_UNFINISHED) {
+            shared.update(&self.id, u);
+        }
+        self.hushed.store(true, Ordering::Release);
+        self.finish_prompt(Ok(PromptResponse::new(StopReason::Cancelled)));
     }
 
     // ---- closing -------------------------------------------------------------------------
@@ -658,8 +680,11 @@ impl AcpSession {
         loop {
             match conn.client.events(&self.id, after, &epoch, 25_000, true) {
                 Ok(s) => return Ok(Some(s)),
+                // A prompt cancelled meanwhile stops waiting (its start answers it).
                 Err(ClientError::Host(h))
-                    if h.code == ErrorCode::CapacityExceeded && Instant::now() < deadline =>
+                    if h.code == ErrorCode::CapacityExceeded
+                        && Instant::now() < deadline
+                        && !self.is_cancelling() =>
                 {
                     std::thread::sleep(Duration::from_millis(100));
                 }
@@ -855,6 +880,35 @@ impl AcpSession {
             open.session.revision,
             open.session.configuration.clone(),
         );
+    }
+}
+
+/// Threads that send a batch of `turn.stop`s: at stdin's end every running turn is stopped,
+/// and a thousand of them cost this many threads, not a thousand.
+const TURN_STOPPERS: usize = 8;
+
+/// Asks the host to stop each `(session, turn)`, on at most [`TURN_STOPPERS`] threads, without
+/// waiting for them.
+pub fn stop_turns(link: &Arc<HostLink>, turns: Vec<(String, String)>) {
+    let link = Arc::clone(link);
+    crate::threads::for_each("acp-turn-stop", TURN_STOPPERS, turns, move |(id, turn)| {
+        send_turn_stop(&link, &id, &turn)
+    });
+}
+
+fn send_turn_stop(link: &HostLink, id: &str, turn: &str) {
+    match link.get() {
+        Ok(conn) => {
+            let input = ops::TurnRef {
+                session_id: id.to_string(),
+                turn_id: turn.to_string(),
+                run_id: None,
+            };
+            if let Err(e) = conn.client.call::<ops::TurnStop>(&input) {
+                log::warn!("turn.stop for {id}/{turn}: {e}");
+            }
+        }
+        Err(e) => log::warn!("turn.stop for {id}/{turn}: {}", e.message),
     }
 }
 

@@ -285,3 +285,58 @@ fn a_running_subagent_call_in_a_snapshot_is_shown_under_its_delegate_call() {
         ]
     );
 }
+
+/// At stdin's end, a prompt whose turn did not stop in time is answered `cancelled` from the
+/// session table: its open tool calls are settled first, and nothing of the session is shown
+/// after the answer, although its reader may still be following the turn.
+#[test]
+fn a_prompt_answered_at_exit_is_the_sessions_last_word() {
+    let (shared, lines) = shared(Arc::new(FakeHost::default()));
+    let session = AcpSession::new("s", Default::default());
+    let requests = IncomingRequests::new(shared.outbox.clone());
+    let responder = requests.begin(RequestId::Int(9), "session/prompt").ok();
+    assert!(session.begin_prompt("t1", responder.unwrap()).is_ok());
+    session.prompt_started();
+    let tool = FrameBody::ToolStart {
+        turn_id: "t1".into(),
+        tool_call_id: "c1".into(),
+        tool_name: "run_command".into(),
+        title: "sleep 300".into(),
+        activity_kind: "command".into(),
+        args: json!({}),
+        args_truncated: false,
+        locations: vec![],
+        parent_tool_call_id: None,
+        name: None,
+    };
+    assert!(session.apply(&shared, tool).is_empty());
+    assert_eq!(session.cancel_prompt(&shared).as_deref(), Some("t1"));
+
+    session.answer_cancelled_at_exit(&shared);
+    session.answer_cancelled_at_exit(&shared); // a second call answers nothing
+    let late = text(3, 0, "still running");
+    assert!(session.apply(&shared, late.body.clone()).is_empty());
+    session.show(&shared, &[late.body]);
+
+    let out: Vec<Value> = lines
+        .try_iter()
+        .map(|l| serde_json::from_str(&l).unwrap())
+        .collect();
+    let what: Vec<String> = out
+        .iter()
+        .map(|v| match &v["params"]["update"]["sessionUpdate"] {
+            Value::String(kind) => format!("{kind} {}", v["params"]["update"]["status"]),
+            _ => format!("answer {}", v["result"]["stopReason"]),
+        })
+        .collect();
+    assert_eq!(
+        what,
+        [
+            "tool_call \"pending\"",
+            "tool_call_update \"failed\"",
+            "answer \"cancelled\""
+        ],
+        "{out:?}"
+    );
+    assert!(!session.has_prompt());
+}

@@ -9,6 +9,7 @@ use super::host_link::Connected;
 use super::prompt;
 use super::read::Prompt;
 use super::session::AcpSession;
+use super::types::{PromptResponse, StopReason};
 use crate::host_api::ops::{self, OpenInput, ResumeDisposition, StartOutcome, TurnStartInput};
 use crate::host_api::random_hex;
 use crate::host_api::wire::MessageContent;
@@ -91,6 +92,9 @@ pub fn start(ctx: &Ctx, r: Registered) {
         turn_id,
         kind,
     } = r;
+    if not_to_start(&session) {
+        return;
+    }
     let id = session.id.clone();
     let conn = match ctx.host() {
         Ok(c) => c,
@@ -100,6 +104,9 @@ pub fn start(ctx: &Ctx, r: Registered) {
         Ok(s) => s,
         Err(e) => return session.fail_prompt(e),
     };
+    if not_to_start(&session) {
+        return; // the stream opened for it closes here
+    }
     let started = match kind {
         TurnKind::Prompt(content) => {
             let input = TurnStartInput {
@@ -178,6 +185,17 @@ fn prepare(
         ctx.register_services(conn, &id)?;
     }
     session.open_stream(conn)
+}
+
+/// A prompt cancelled before its turn started (the client's `session/cancel`, its closing the
+/// session, the end of stdin) is answered `cancelled` here and its turn never starts: at
+/// stdin's end a thousand queued starts cost a check each, not a start and a stop.
+fn not_to_start(session: &AcpSession) -> bool {
+    if !session.is_cancelling() {
+        return false;
+    }
+    session.finish_prompt(Ok(PromptResponse::new(StopReason::Cancelled)));
+    true
 }
 
 /// Carries out the approved plan as turn `turn_id`; a plan not approved is an error saying so.

@@ -107,4 +107,6 @@ fn end(child: &mut std::process::Child) {
     let _ = child.kill();
     let _ = child.wait();
     crate::host::reaper::untrack(child.id());
+    // What it left behind earlier (re-parented to the host) dies with the host.
+    crate::host::reaper::adopt_orphans();
 }

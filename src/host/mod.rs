@@ -515,6 +515,8 @@ pub fn run(opts: HostOptions) -> i32 {
     let data_dir = bound.host.data_dir.clone();
     serve(bound);
     owner::unpublish(&data_dir);
+    // What the host started or adopted does not outlive it (the reaper guards a crash).
+    reaper::end_children();
     0
 }
 

@@ -33,7 +33,7 @@ impl<R: Read> SseReader<R> {
         loop {
             let line = match self.lines.read_one()? {
                 None => return Ok(self.data.take().map(SseItem::Data)),
-                Some(Line::TooLong { len }) => return Ok(Some(SseItem::Oversized(len as u64))),
+                Some(Line::TooLong { len, .. }) => return Ok(Some(SseItem::Oversized(len as u64))),
                 Some(Line::Complete(bytes)) => bytes,
             };
             let text = String::from_utf8_lossy(line);

@@ -155,7 +155,7 @@ impl EventStream {
             .map_err(|e| ClientError::Transport(format!("event stream broke: {e}")))?;
         match line {
             None => Ok(None),
-            Some(Line::TooLong { len }) => Err(ClientError::Protocol(format!(
+            Some(Line::TooLong { len, .. }) => Err(ClientError::Protocol(format!(
                 "a frame of {len} bytes is over the {MAX_FRAME_LINE}-byte limit"
             ))),
             Some(Line::Complete(bytes)) => Frame::parse(bytes)

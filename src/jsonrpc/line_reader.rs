@@ -1,7 +1,8 @@
 //! Bounded newline-delimited reading.
 //!
 //! A line longer than the limit is never buffered whole: once it passes the limit the rest of it
-//! is consumed and dropped, and the caller learns only that it was too long.
+//! is consumed and dropped, and the caller learns that it was too long and its first
+//! [`HEAD_KEPT`] bytes (where a request's id usually is: `jsonrpc/oversized.rs`).
 
 use std::io::{self, BufRead};
 
@@ -13,12 +14,17 @@ pub const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 /// its buffer for the rest of the connection.
 const KEEP_BUFFER: usize = 1024 * 1024;
 
+/// Bytes kept of a line over the limit: its start, enough for the members that come before a
+/// request's params (`jsonrpc`, `id`, `method`) with room to spare.
+pub const HEAD_KEPT: usize = 4 * 1024;
+
 #[derive(Debug, PartialEq)]
 pub enum Line<'a> {
     /// One line without its `\n` (and without a trailing `\r`), valid until the next read.
     Complete(&'a [u8]),
-    /// A line that exceeded the limit; `len` counts the bytes seen (at least the limit + 1).
-    TooLong { len: usize },
+    /// A line that exceeded the limit; `len` counts the bytes seen (at least the limit + 1),
+    /// `head` is its first [`HEAD_KEPT`] bytes at most.
+    TooLong { len: usize, head: &'a [u8] },
 }
 
 /// What [`LineReader::fill_one`] put in the buffer.
@@ -53,7 +59,12 @@ impl<R: BufRead> LineReader<R> {
                 Filled::End => return Ok(None),
                 Filled::Line if self.buf.iter().all(u8::is_ascii_whitespace) => continue,
                 Filled::Line => return Ok(Some(Line::Complete(&self.buf))),
-                Filled::TooLong(len) => return Ok(Some(Line::TooLong { len })),
+                Filled::TooLong(len) => {
+                    return Ok(Some(Line::TooLong {
+                        len,
+                        head: &self.buf,
+                    }))
+                }
             }
         }
     }
@@ -64,7 +75,10 @@ impl<R: BufRead> LineReader<R> {
         Ok(match self.fill_one()? {
             Filled::End => None,
             Filled::Line => Some(Line::Complete(&self.buf)),
-            Filled::TooLong(len) => Some(Line::TooLong { len }),
+            Filled::TooLong(len) => Some(Line::TooLong {
+                len,
+                head: &self.buf,
+            }),
         })
     }
 
@@ -76,7 +90,7 @@ impl<R: BufRead> LineReader<R> {
         }
     }
 
-    /// Reads the next line into `self.buf` (one over the limit is not kept).
+    /// Reads the next line into `self.buf` (of one over the limit, only its head is kept).
     fn fill_one(&mut self) -> io::Result<Filled> {
         self.release_large();
         self.buf.clear();
@@ -103,7 +117,7 @@ impl<R: BufRead> LineReader<R> {
             if !too_long {
                 if seen > self.max {
                     too_long = true;
-                    self.buf = Vec::new();
+                    keep_head(&mut self.buf, chunk);
                 } else {
                     self.buf.extend_from_slice(chunk);
                 }
@@ -122,6 +136,15 @@ impl<R: BufRead> LineReader<R> {
         }
         Ok(Filled::Line)
     }
+}
+
+/// Cuts `buf` (the start of a line, before `chunk`) to the line's first [`HEAD_KEPT`] bytes and
+/// frees the rest of its memory.
+fn keep_head(buf: &mut Vec<u8>, chunk: &[u8]) {
+    let room = HEAD_KEPT.saturating_sub(buf.len()).min(chunk.len());
+    buf.extend_from_slice(&chunk[..room]);
+    buf.truncate(HEAD_KEPT);
+    buf.shrink_to(HEAD_KEPT);
 }
 
 /// The first `\n` in `bytes`, looked for eight bytes at a time: this crate is built for size,
@@ -202,7 +225,7 @@ mod tests {
         while let Some(l) = r.next_line().unwrap() {
             out.push(match l {
                 Line::Complete(b) => Ok(b.to_vec()),
-                Line::TooLong { len } => Err(len),
+                Line::TooLong { len, .. } => Err(len),
             });
         }
         out
@@ -223,6 +246,36 @@ mod tests {
         input.extend_from_slice(b"\nok\n");
         let got = lines(&input, 10, 4);
         assert_eq!(got, vec![Err(25), Ok(b"ok".to_vec())]);
+    }
+
+    /// The start of a line over the limit is kept (bounded): what was read when it passed the
+    /// limit, in its first read or after many; the next line is whole.
+    #[test]
+    fn the_head_of_an_oversized_line_is_kept_and_bounded() {
+        for (line_len, max, cap) in [
+            (25, 10, 64),
+            (25, 10, 4),
+            (3 * HEAD_KEPT, HEAD_KEPT / 2, 100),
+            (3 * HEAD_KEPT, 2 * HEAD_KEPT, 100),
+            (3 * HEAD_KEPT, 2 * HEAD_KEPT, 64 * 1024),
+        ] {
+            let line: Vec<u8> = (0..line_len).map(|i| b'a' + (i % 26) as u8).collect();
+            let mut input = line.clone();
+            input.extend_from_slice(b"\nnext\n");
+            let mut r = LineReader::new(BufReader::with_capacity(cap, Cursor::new(input)), max);
+            match r.next_line().unwrap() {
+                Some(Line::TooLong { len, head }) => {
+                    assert_eq!(len, line_len);
+                    // All it had read when the limit was passed, up to HEAD_KEPT.
+                    let least = HEAD_KEPT.min(max + 1);
+                    assert!((least..=HEAD_KEPT).contains(&head.len()), "{}", head.len());
+                    assert_eq!(head, &line[..head.len()], "{line_len} {max} {cap}");
+                }
+                other => panic!("expected an oversized line, got {other:?}"),
+            }
+            assert!(r.buf.capacity() <= HEAD_KEPT.max(KEEP_BUFFER));
+            assert_eq!(r.next_line().unwrap(), Some(Line::Complete(&b"next"[..])));
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod incoming;
 pub mod line_reader;
 pub mod message;
 pub mod outgoing;
+pub mod oversized;
 pub mod transport;
 
 pub use incoming::{CancelFlag, Responder};

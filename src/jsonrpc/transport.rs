@@ -4,8 +4,11 @@
 
 use super::incoming::{IncomingRequests, Responder};
 use super::line_reader::{Line, LineReader, MAX_LINE_BYTES};
-use super::message::{code, parse_line, Message, Notification, Request, RequestId, ResponseError};
+use super::message::{
+    code, parse_line, Message, Notification, Request, RequestId, Response, ResponseError,
+};
 use super::outgoing::ClientCalls;
+use super::oversized::{self, Head};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use std::io::{self, BufRead, BufWriter, Write};
 use std::sync::Arc;
@@ -123,7 +126,7 @@ impl Connection {
         // Should it not start, the writer ends with the last sender of its queue, dropped here.
         thread::Builder::new()
             .name(format!("{name}-reader"))
-            .spawn(move || read_lines(input, reader_state))?;
+            .spawn(move || read_lines(input, reader_state, MAX_LINE_BYTES))?;
         Ok(Connection {
             outbox,
             client_calls,
@@ -171,23 +174,16 @@ struct ReaderState {
     inbox: Sender<Incoming>,
 }
 
-fn read_lines<R: BufRead>(input: R, state: ReaderState) {
-    let mut reader = LineReader::new(input, MAX_LINE_BYTES);
+/// Reads lines of at most `max` bytes until the end of `input`.
+fn read_lines<R: BufRead>(input: R, state: ReaderState, max: usize) {
+    let mut reader = LineReader::new(input, max);
     let mut first = true;
     loop {
         match reader.next_line() {
             Ok(None) => break,
-            Ok(Some(Line::TooLong { len })) => {
-                log::warn!("skipping an input line of {len}+ bytes (limit {MAX_LINE_BYTES})");
-                state.outbox.send(&Message::response(
-                    RequestId::Null,
-                    Err(ResponseError::new(
-                        code::INVALID_REQUEST,
-                        format!(
-                            "Invalid request: line exceeds the {MAX_LINE_BYTES}-byte limit and was skipped"
-                        ),
-                    )),
-                ));
+            Ok(Some(Line::TooLong { len, head })) => {
+                log::warn!("skipping an input line of {len}+ bytes (limit {max})");
+                state.skip_oversized(head, max);
             }
             Ok(Some(Line::Complete(bytes))) => {
                 // A UTF-8 byte-order mark before the first message (some Windows tools write
@@ -214,6 +210,28 @@ fn read_lines<R: BufRead>(input: R, state: ReaderState) {
 }
 
 impl ReaderState {
+    /// A line over the limit, of which only `head` was kept: a request is answered with its
+    /// own id when its start shows it (else `null`); a response is its request's failure.
+    fn skip_oversized(&self, head: &[u8], max: usize) {
+        let error = ResponseError::new(
+            code::INVALID_REQUEST,
+            format!("Invalid request: line exceeds the {max}-byte limit and was skipped"),
+        );
+        let id = match oversized::read_head(head) {
+            Head::Request(id) => id,
+            Head::Response(id) => {
+                log::warn!("the answer to our request {id} was over the limit; that request fails");
+                let message =
+                    format!("The answer exceeds the {max}-byte line limit and was skipped.");
+                let result = Err(ResponseError::new(code::INVALID_REQUEST, message));
+                return self.client_calls.complete(Response { id, result });
+            }
+            Head::Unknown => RequestId::Null,
+        };
+        // Answered, not begun: the request is not in flight (its params were never read).
+        self.outbox.send(&Message::response(id, Err(error)));
+    }
+
     /// Returns false when the dispatcher is gone.
     fn handle_line(&self, bytes: &[u8]) -> bool {
         let message = match parse_line(bytes) {
@@ -283,5 +301,55 @@ impl TestLines {
                 Err(_) => return None,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jsonrpc::line_reader;
+    use serde_json::{json, Value};
+
+    /// Lines over the limit: a request is answered with its own id when its start shows it
+    /// (else `null`), the answer to one of our requests fails that request, and reading goes
+    /// on.
+    #[test]
+    fn an_oversized_line_is_answered_with_the_id_its_start_shows() {
+        let (outbox, lines) = test_outbox();
+        let client_calls = Arc::new(ClientCalls::new(outbox.clone()));
+        let ours = client_calls.call("fs/read_text_file", json!({}));
+        let (inbox, requests) = bounded(8);
+        let state = ReaderState {
+            outbox: outbox.clone(),
+            client_calls: Arc::clone(&client_calls),
+            incoming: IncomingRequests::new(outbox),
+            inbox,
+        };
+        let filler = "x".repeat(line_reader::HEAD_KEPT);
+        let input = [
+            format!(r#"{{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{{"t":"{filler}"}}}}"#),
+            format!(r#"{{"jsonrpc":"2.0","method":"m","params":{{"id":8,"t":"{filler}"}},"id":9}}"#),
+            format!(r#"{{"jsonrpc":"2.0","id":0,"result":{{"content":"{filler}"}}}}"#),
+            r#"{"jsonrpc":"2.0","id":10,"method":"m"}"#.to_string(),
+        ]
+        .join("\n");
+        read_lines(input.as_bytes(), state, 100);
+
+        let answers: Vec<(Value, i64)> = lines
+            .try_iter()
+            .map(|l| serde_json::from_str::<Value>(&l).unwrap())
+            .filter(|v| v.get("method").is_none())
+            .map(|v| (v["id"].clone(), v["error"]["code"].as_i64().unwrap_or(0)))
+            .collect();
+        assert_eq!(answers, [(json!(7), -32600), (Value::Null, -32600)]);
+        assert_eq!(ours.wait().map_err(|e| e.code), Err(-32600));
+        let read: Vec<RequestId> = requests
+            .try_iter()
+            .filter_map(|i| match i {
+                Incoming::Request(r, _) => Some(r.id),
+                Incoming::Notification(_) => None,
+            })
+            .collect();
+        assert_eq!(read, [RequestId::Int(10)]);
     }
 }

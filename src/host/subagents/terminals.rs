@@ -156,6 +156,7 @@ impl Terminals {
                 let _ = r.join();
             }
             crate::host::reaper::untrack(t.pgid);
+            crate::host::reaper::adopt_orphans();
             let mut out = t.lock();
             out.exit = Some((
                 status.and_then(|s| s.code()),

@@ -131,10 +131,12 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
         let _ = child.kill();
     }
     let status = wait_bounded(&mut child);
-    // Background jobs of the command stay guarded until the host exits.
+    // Background jobs of the command stay guarded until the host exits, those that left its
+    // group too (they have just become the host's children).
     if !super::super::reaper::group_alive(pgid) {
         super::super::reaper::untrack(pgid);
     }
+    super::super::reaper::adopt_orphans();
     let exit_code = status.and_then(|s| s.code());
     let signal = status.and_then(|s| s.signal()).map(signal_name);
     let ok = !cancelled && !timed_out && exit_code == Some(0);
