@@ -51,6 +51,7 @@ static REAPER: OnceLock<Reaper> = OnceLock::new();
 /// host a child subreaper (see the module's comment).
 pub fn start(data_dir: &Path) {
     become_subreaper();
+    keep_memory_private();
     let records = data_dir.join("process-groups");
     reap_recorded(&records);
     if let Err(e) = crate::host::store::create_private_dir_all(&records) {
@@ -148,6 +149,22 @@ fn become_subreaper() {
     if done != 0 {
         log::warn!(
             "cannot become a child subreaper ({}); what a command starts with `setsid` may outlive the host",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// Keeps the commands this host runs (as the same user) out of its memory and environment:
+/// a process that is not dumpable has its `/proc/<pid>/environ`, `mem` and `maps` owned by
+/// root and cannot be traced. A kept rule for `grep` must not read the provider key the
+/// editor put in the host's environment (`grep -r -a -z KEY /proc`; such a command is
+/// exact-only anyway, this is the floor under it).
+pub fn keep_memory_private() {
+    // SAFETY: prctl(2) with integer arguments only; no memory involved.
+    let done = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    if done != 0 {
+        log::warn!(
+            "cannot make the host non-dumpable ({}); commands can read its environment",
             std::io::Error::last_os_error()
         );
     }
@@ -368,4 +385,16 @@ pub fn run_reaper() -> i32 {
         }
     }
     0
+}
+
+#[cfg(test)]
+mod dumpable_tests {
+    use super::*;
+
+    #[test]
+    fn the_host_is_not_dumpable() {
+        keep_memory_private();
+        // SAFETY: prctl(2) with integer arguments only.
+        assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 0);
+    }
 }
