@@ -42,11 +42,13 @@ impl PartialEq for AdapterConfig {
             &self.host_token,
             &self.data_dir,
             &self.tunables,
+            self.dialect,
         ) == (
             &other.host_url,
             &other.host_token,
             &other.data_dir,
             &other.tunables,
+            other.dialect,
         )
     }
 }
@@ -83,6 +85,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
     let mut host_url = env.host_url;
     let mut data_dir = env.data_dir.map(PathBuf::from);
     let mut log_level = None;
+    let mut dialect = acp::Dialect::Ours;
     let mut host: Option<HostArgs> = None;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
@@ -161,6 +164,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                 return Ok(Command::Help(host.as_ref().map(|_| "host")));
             }
             Short('V') | Long("version") => return Ok(Command::Version),
+            Long("acp") if host.is_none() => dialect = acp::Dialect::Maka,
             Long("host-url") => host_url = Some(string_value(&mut parser, "--host-url")?),
             Long("data-dir") => {
                 data_dir = Some(PathBuf::from(string_value(&mut parser, "--data-dir")?))
@@ -221,6 +225,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
             data_dir,
             log_level: log_level.clone(),
             tunables: env.tunables,
+            dialect,
         },
         log_level,
     })
@@ -423,6 +428,29 @@ mod tests {
         assert_eq!(config.data_dir, Some(PathBuf::from("/cli")));
         assert_eq!(config.host_url.as_deref(), Some("http://127.0.0.1:1"));
         assert_eq!(log_level.as_deref(), Some("debug"));
+        assert_eq!(config.dialect, acp::Dialect::Ours);
+    }
+
+    /// `--acp` (how clients of Apache Maka's `maka --acp` start it) selects Maka's dialect and
+    /// changes nothing else.
+    #[test]
+    fn acp_selects_makas_dialect() {
+        let env = || Env {
+            host_url: Some("http://127.0.0.1:1".into()),
+            host_token: Some("t".into()),
+            ..Env::default()
+        };
+        let Ok(Command::Agent { config, .. }) = parse(args(&["--acp"]), env()) else {
+            panic!("--acp is accepted")
+        };
+        assert_eq!(config.dialect, acp::Dialect::Maka);
+        assert_eq!(config.host_url.as_deref(), Some("http://127.0.0.1:1"));
+        let Ok(Command::Agent { config, .. }) =
+            parse(args(&["--log-level", "info", "--acp"]), env())
+        else {
+            panic!("--acp after other options")
+        };
+        assert_eq!(config.dialect, acp::Dialect::Maka);
     }
 
     /// The parser and the one definition (`spec.rs`) agree: every option listed parses where it

@@ -15,7 +15,7 @@ _maka_acp() {
         --listen) COMPREPLY=(); return ;;
     esac
     case "$sub" in
-        "") COMPREPLY=($(compgen -W "host demo login generate --host-url --data-dir --log-level --help --version -h -V" -- "$cur")) ;;
+        "") COMPREPLY=($(compgen -W "host demo login generate --host-url --data-dir --log-level --acp --help --version -h -V" -- "$cur")) ;;
         host) COMPREPLY=($(compgen -W "--listen --data-dir --log-level --ignore-stdin --token-stdin" -- "$cur")) ;;
         demo) COMPREPLY=($(compgen -W "" -- "$cur")) ;;
         login) COMPREPLY=($(compgen -W "" -- "$cur")) ;;

@@ -7,6 +7,7 @@ complete -c maka-acp -n 'not __fish_seen_subcommand_from host demo login generat
 complete -c maka-acp -n 'not __fish_seen_subcommand_from host demo login generate' -l host-url -x -d 'use this Runtime Host instead of starting the embedded one (its token comes from MAKA_HOST_TOKEN)'
 complete -c maka-acp -n 'not __fish_seen_subcommand_from host demo login generate' -l data-dir -r -F -d 'where the embedded host keeps sessions'
 complete -c maka-acp -n 'not __fish_seen_subcommand_from host demo login generate' -l log-level -x -a 'off error warn info debug trace' -d 'how much to log to stderr'
+complete -c maka-acp -n 'not __fish_seen_subcommand_from host demo login generate' -l acp -d 'speak Apache Maka\'s `maka --acp` dialect on this connection (its config ids, `_maka/` names and shapes, error codes), so maka-acp can stand in where `maka --acp` is configured (docs/maka-extensions.md)'
 complete -c maka-acp -n 'not __fish_seen_subcommand_from host demo login generate' -l help -s h -d 'print this help'
 complete -c maka-acp -n 'not __fish_seen_subcommand_from host demo login generate' -l version -s V -d 'print the version'
 complete -c maka-acp -n '__fish_seen_subcommand_from host' -l listen -x -d 'loopback address and port to bind (a remote host sits behind a TLS proxy)'

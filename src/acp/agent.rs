@@ -33,6 +33,8 @@ pub struct AdapterConfig {
     /// `--log-level`, passed on to the embedded host.
     pub log_level: Option<String>,
     pub tunables: crate::tunables::Tunables,
+    /// `--acp`: Apache Maka's names and shapes on this connection.
+    pub dialect: super::Dialect,
 }
 
 /// How long the requests read before stdin closed may take to be answered.
@@ -48,6 +50,7 @@ struct Agent {
     client: Option<InitializeParams>,
     sessions: Sessions,
     workers: Workers,
+    dialect: super::Dialect,
 }
 
 /// What a method needs: the connection's shared parts and its sessions.
@@ -124,6 +127,7 @@ impl Ctx {
 /// without `--host-url` (start the embedded host, or nothing).
 pub fn serve(conn: Connection, config: AdapterConfig, local: Arc<dyn LocalHost>) {
     let mut agent = Agent {
+        dialect: config.dialect,
         conn_outbox: conn.outbox.clone(),
         calls: Arc::clone(&conn.client_calls),
         link: Arc::new(HostLink::new(config, local)),
@@ -158,6 +162,7 @@ impl Agent {
                     .as_ref()
                     .map(|c| c.capabilities.clone())
                     .unwrap_or_default(),
+                dialect: self.dialect,
             }),
             sessions: Arc::clone(&self.sessions),
         }
@@ -165,6 +170,7 @@ impl Agent {
 
     /// A request: its method's row reads the params, and the job runs where the row says.
     fn handle(&mut self, method: &str, params: &Value, responder: Responder) {
+        let responder = super::maka_dialect::answer_in(self.dialect, responder);
         // Unknown methods, `_` extensions we do not implement, and methods this build does not
         // serve.
         let Some(row) = methods::find(method, self.link.local().can_log_out()) else {
@@ -213,7 +219,8 @@ impl Agent {
         }
         let ready = auth::provider_configured(&self.link);
         let methods = auth::methods(&self.link, &params.capabilities, ready);
-        let result = initialize::result(&params, methods, self.link.local().can_log_out());
+        let mut result = initialize::result(&params, methods, self.link.local().can_log_out());
+        super::maka_dialect::advertise(self.dialect, &mut result.agent_capabilities);
         self.client = Some(params);
         Ok(super::types::to_json(&result))
     }

@@ -7,6 +7,7 @@
 //! selected model declares levels), and plan-first — a boolean `plan_first` for clients that
 //! accept boolean options, else a select `collaboration_mode` (`agent` / `plan`).
 
+use super::maka_dialect::{self, Dialect};
 use super::params::Params;
 use super::types::{
     ConfigOption, ConfigOptionKind, SelectGroup, SelectOption, SelectOptions, SessionMode,
@@ -169,8 +170,42 @@ fn select(
     }
 }
 
-/// The complete, ordered `configOptions` set.
-pub fn options(c: &Configuration, catalog: &Catalog, boolean_options: bool) -> Vec<ConfigOption> {
+/// Who the options are shown to: whether the client takes boolean options, and in whose
+/// dialect (`--acp`: Apache Maka's ids and categories).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct View {
+    pub boolean: bool,
+    pub dialect: Dialect,
+}
+
+impl View {
+    pub fn of(shared: &super::session::Shared) -> View {
+        View {
+            boolean: shared.caps.boolean_config_options,
+            dialect: shared.dialect,
+        }
+    }
+}
+
+/// The complete, ordered `configOptions` set, as `view` shows it.
+pub fn options(c: &Configuration, catalog: &Catalog, view: View) -> Vec<ConfigOption> {
+    match view.dialect {
+        Dialect::Ours => our_options(c, catalog, view.boolean),
+        Dialect::Maka => {
+            maka_dialect::config_options(our_options(c, &maka_catalog(catalog), false))
+        }
+    }
+}
+
+/// Maka offers `orchestration_mode` always.
+fn maka_catalog(catalog: &Catalog) -> Catalog {
+    Catalog {
+        subagents: true,
+        ..catalog.clone()
+    }
+}
+
+fn our_options(c: &Configuration, catalog: &Catalog, boolean_options: bool) -> Vec<ConfigOption> {
     let modes = MODES
         .iter()
         .map(|(_, id, name, d)| choice(id, name, Some(d)))
@@ -358,16 +393,28 @@ pub fn patch_for(
     p: &Params,
     c: &Configuration,
     catalog: &Catalog,
-    boolean_options: bool,
+    view: View,
 ) -> Result<ConfigurationPatch, ResponseError> {
-    let id = p.required_str("configId")?;
-    let set = options(c, catalog, boolean_options);
+    // Either dialect's spelling of an id, in either dialect; checked against our set (with
+    // plan-first as a select for its select spelling, and what Maka always offers).
+    let id = maka_dialect::our_config_id(p.required_str("configId")?);
+    let catalog = &match view.dialect {
+        Dialect::Maka => maka_catalog(catalog),
+        Dialect::Ours => catalog.clone(),
+    };
+    let boolean_options =
+        view.boolean && view.dialect == Dialect::Ours && id != "collaboration_mode";
+    let set = our_options(c, catalog, boolean_options);
     let Some(option) = set.iter().find(|o| o.id == id) else {
-        let ids: Vec<String> = set.iter().map(|o| o.id.clone()).collect();
+        let ids: Vec<String> = options(c, catalog, view)
+            .iter()
+            .map(|o| o.id.clone())
+            .collect();
         return Err(invalid(format!(
             "`configId` {id:?} is not an option of this session; it offers {}",
             offered(&ids)
-        )));
+        ))
+        .with_data(serde_json::json!({"field": "configId", "reason": "unsupported"})));
     };
     let value = p
         .get("value")
@@ -395,7 +442,8 @@ pub fn patch_for(
     let Some(v) = value.as_str().filter(|_| declared != Some("boolean")) else {
         return Err(invalid(format!(
             "`{id}` is a select option; `value` must be one of its value ids"
-        )));
+        ))
+        .with_data(serde_json::json!({"field": "value", "reason": "invalid_type"})));
     };
     // A model may be named by its bare id or its display name, as clients that know only the
     // model send it (`session/set_model` with `fake-model` for `openai/fake-model`), when
@@ -426,7 +474,8 @@ pub fn patch_for(
         return Err(invalid(format!(
             "{v:?} is not a value of `{id}`; it offers {}",
             offered(&values)
-        )));
+        ))
+        .with_data(serde_json::json!({"field": "value", "reason": "unsupported"})));
     }
     let mut patch = ConfigurationPatch::default();
     match id {
@@ -539,7 +588,11 @@ mod tests {
 
     /// The options as the client reads them.
     fn options(c: &Configuration, catalog: &Catalog, boolean: bool) -> Value {
-        crate::acp::types::to_json(&super::options(c, catalog, boolean))
+        let view = View {
+            boolean,
+            dialect: Dialect::Ours,
+        };
+        crate::acp::types::to_json(&super::options(c, catalog, view))
     }
 
     fn ids(v: &Value) -> Vec<&str> {
@@ -552,7 +605,11 @@ mod tests {
 
     fn set(c: &Configuration, params: Value, boolean: bool) -> Result<ConfigurationPatch, String> {
         let p = Params::of(&params).unwrap();
-        patch_for(&p, c, &catalog(), boolean).map_err(|e| e.message)
+        let view = View {
+            boolean,
+            dialect: Dialect::Ours,
+        };
+        patch_for(&p, c, &catalog(), view).map_err(|e| e.message)
     }
 
     #[test]
@@ -612,7 +669,7 @@ mod tests {
         );
         let params = json!({"configId": "orchestration_mode", "value": "graph"});
         let p = Params::of(&params).unwrap();
-        let patch = patch_for(&p, &c, &cat, false).unwrap();
+        let patch = patch_for(&p, &c, &cat, View::default()).unwrap();
         assert_eq!(patch.orchestration_mode, Some(OrchestrationMode::Graph));
     }
 

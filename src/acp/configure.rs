@@ -40,7 +40,7 @@ fn change_config(
     let patch = make_patch(&known.configuration, &catalog)?;
     let conn = ctx.host()?;
     let id = &session.id;
-    let boolean = ctx.shared.caps.boolean_config_options;
+    let view = config_options::View::of(&ctx.shared);
     let committed = config_options::with_cas_retry(
         known.revision,
         |revision| {
@@ -68,7 +68,7 @@ fn change_config(
                 .session
                 .ok_or_else(|| errors::unknown_session(id))?;
             // Whatever the other writer changed shows in this change's response.
-            session.record_config(Some(SessionConfig::from_session(&fresh)), boolean);
+            session.record_config(Some(SessionConfig::from_session(&fresh)), view);
             Ok(fresh.revision)
         },
         || {
@@ -80,9 +80,7 @@ fn change_config(
     )?;
     let fresh = SessionConfig::from_session(&committed);
     let new_mode = fresh.configuration.permission_mode;
-    let options = session
-        .record_config(Some(fresh), boolean)
-        .unwrap_or_default();
+    let options = session.record_config(Some(fresh), view).unwrap_or_default();
     Ok(Changed { options, new_mode })
 }
 
@@ -101,11 +99,11 @@ pub fn set_config_option(ctx: &Ctx, p: read::ConfigOption, responder: Responder)
         Ok(s) => s,
         Err(e) => return responder.respond(Err(e)),
     };
-    let boolean = ctx.shared.caps.boolean_config_options;
+    let view = config_options::View::of(&ctx.shared);
     session.begin_config_write();
     let changed = change_config(ctx, &session, |c, catalog| {
         let p = Params::of(params)?;
-        config_options::patch_for(&p, c, catalog, boolean)
+        config_options::patch_for(&p, c, catalog, view)
     });
     match changed {
         Ok(ch) if as_set_model => {

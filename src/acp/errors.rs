@@ -115,7 +115,7 @@ pub fn from_client(e: &ClientError) -> ResponseError {
 pub fn unknown_session(id: &str) -> ResponseError {
     MakaCode::NotFound.error_with(
         format!("Unknown session {id:?}: create it with session/new or open it with session/load or session/resume"),
-        json!({"sessionId": id}),
+        json!({"sessionId": id, "reason": "unknown_session"}),
     )
 }
 

@@ -141,7 +141,7 @@ fn attach_config(
     let config = SessionConfig::from_session(record);
     let mode = config.configuration.permission_mode;
     let modes = config_options::modes(&config.configuration);
-    let options = session.record_config(Some(config), ctx.shared.caps.boolean_config_options);
+    let options = session.record_config(Some(config), config_options::View::of(&ctx.shared));
     session.told_mode(mode);
     SessionSetup {
         session_id: None,

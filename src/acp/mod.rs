@@ -12,6 +12,7 @@ pub(crate) mod initialize;
 pub(crate) mod interaction;
 mod lifecycle;
 mod maka;
+pub(crate) mod maka_dialect;
 mod methods;
 pub(crate) mod params;
 pub(crate) mod projection;
@@ -28,3 +29,4 @@ mod tests;
 
 pub use agent::{serve, AdapterConfig};
 pub use host_link::{LocalHost, NoLocalHost};
+pub use maka_dialect::Dialect;

@@ -34,6 +34,8 @@ pub struct Shared {
     pub calls: Arc<ClientCalls>,
     pub link: Arc<HostLink>,
     pub caps: ClientCapabilities,
+    /// Whose names and shapes this connection speaks (`--acp`: Apache Maka's).
+    pub dialect: super::Dialect,
 }
 
 impl Shared {
@@ -798,7 +800,7 @@ impl AcpSession {
     pub fn record_config(
         &self,
         config: Option<SessionConfig>,
-        boolean_options: bool,
+        view: config_options::View,
     ) -> Option<Vec<ConfigOption>> {
         let mut st = self.state();
         if let Some(c) = config {
@@ -812,8 +814,7 @@ impl AcpSession {
             }
         }
         let c = st.config.current.as_ref()?;
-        let options =
-            config_options::options(&c.configuration, &st.config.catalog, boolean_options);
+        let options = config_options::options(&c.configuration, &st.config.catalog, view);
         st.config.sent_options = serde_json::to_string(&options).unwrap_or_default();
         Some(options)
     }
@@ -838,7 +839,7 @@ impl AcpSession {
                 st.config.sent_mode = Some(m);
             }
             let updates = if st.config.writers == 0 {
-                announcements(&mut st, shared.caps.boolean_config_options)
+                announcements(&mut st, config_options::View::of(shared))
             } else {
                 vec![]
             };
@@ -865,10 +866,7 @@ impl AcpSession {
             if st.config.writers > 0 {
                 return (vec![], ());
             }
-            (
-                announcements(&mut st, shared.caps.boolean_config_options),
-                (),
-            )
+            (announcements(&mut st, config_options::View::of(shared)), ())
         })
     }
 
@@ -931,12 +929,12 @@ fn withdraw_all(shared: &Shared, ids: Vec<RequestId>) {
 }
 
 /// The updates that bring the client's view of the configuration up to date.
-fn announcements(st: &mut SessionState, boolean_options: bool) -> Vec<SessionUpdate> {
+fn announcements(st: &mut SessionState, view: config_options::View) -> Vec<SessionUpdate> {
     let Some(c) = st.config.current.as_ref() else {
         return vec![];
     };
     let mode = c.configuration.permission_mode;
-    let options = config_options::options(&c.configuration, &st.config.catalog, boolean_options);
+    let options = config_options::options(&c.configuration, &st.config.catalog, view);
     let serialized = serde_json::to_string(&options).unwrap_or_default();
     let mut out = vec![];
     if serialized != st.config.sent_options {

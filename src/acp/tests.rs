@@ -89,6 +89,7 @@ fn shared(host: Arc<FakeHost>) -> (Arc<Shared>, TestLines) {
         outbox,
         link: Arc::new(HostLink::connected(client, "e1")),
         caps: Default::default(),
+        dialect: Default::default(),
     });
     (shared, lines)
 }

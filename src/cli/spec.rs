@@ -69,6 +69,14 @@ pub const AGENT_OPTIONS: &[Opt] = &[
     },
     LOG_LEVEL,
     Opt {
+        long: "acp",
+        short: None,
+        value: None,
+        help: "speak Apache Maka's `maka --acp` dialect on this connection (its config ids, `_maka/` names and shapes, error codes), so maka-acp can stand in where `maka --acp` is configured (docs/maka-extensions.md)",
+        env: None,
+        default: None,
+    },
+    Opt {
         long: "help",
         short: Some('h'),
         value: None,

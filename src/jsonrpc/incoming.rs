@@ -36,6 +36,8 @@ pub struct Responder {
     method: String,
     flag: CancelFlag,
     table: Arc<IncomingRequests>,
+    /// How this connection words errors (a dialect's convention), applied to every answer.
+    errors: Option<fn(ResponseError) -> ResponseError>,
 }
 
 impl IncomingRequests {
@@ -60,6 +62,7 @@ impl IncomingRequests {
             method: method.to_string(),
             flag,
             table: Arc::clone(self),
+            errors: None,
         })
     }
 
@@ -139,7 +142,17 @@ impl Responder {
         self.flag.clone()
     }
 
+    /// Every error this responder answers passes through `map` first.
+    pub fn map_errors(mut self, map: fn(ResponseError) -> ResponseError) -> Responder {
+        self.errors = Some(map);
+        self
+    }
+
     pub fn respond(mut self, result: Result<Value, ResponseError>) {
+        let result = match (result, self.errors) {
+            (Err(e), Some(map)) => Err(map(e)),
+            (r, _) => r,
+        };
         if let Some(id) = self.id.take() {
             self.table.finish(id, result);
         }

@@ -1,0 +1,255 @@
+//! Apache Maka's dialect (`maka-acp --acp`): what a client written for Maka's own `maka --acp`
+//! expects, presented over this agent's one implementation (`docs/maka-extensions.md`,
+//! "Apache Maka's dialect"). The dialect is a plain value of the connection ([`Dialect`], in
+//! [`super::session::Shared`]), read at the few places that present things: `initialize`
+//! ([`advertise`]), the config options ([`config_options`]) and the error convention
+//! ([`answer_in`]). Nothing here serves a request on its own.
+
+use super::types::{AgentCapabilities, ConfigOption, ConfigOptionKind, SelectOptions};
+use crate::jsonrpc::{code, Responder, ResponseError};
+use serde_json::{json, Value};
+
+/// Whose names and shapes a connection speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dialect {
+    /// maka-acp's own (`docs/maka-extensions.md`).
+    #[default]
+    Ours,
+    /// Apache Maka's `maka --acp` (selected with `--acp`).
+    Maka,
+}
+
+// ---- initialize ----
+
+/// `initialize`: Maka's clients look for `_meta["_maka/goalPlan"]`; our own `_meta.maka` stays
+/// beside it (a client of ours started with `--acp` still finds it).
+pub fn advertise(dialect: Dialect, caps: &mut AgentCapabilities) {
+    if dialect == Dialect::Maka {
+        if let Value::Object(meta) = &mut caps.meta {
+            meta.insert("_maka/goalPlan".into(), json!({"version": 1}));
+        }
+    }
+}
+
+// ---- errors ----
+
+/// The responder of a request on a connection in `dialect`: in Maka's, errors follow Maka's
+/// convention ([`maka_error`]).
+pub fn answer_in(dialect: Dialect, responder: Responder) -> Responder {
+    match dialect {
+        Dialect::Ours => responder,
+        Dialect::Maka => responder.map_errors(maka_error),
+    }
+}
+
+/// Maka answers "not found" as `-32602`: an unknown session with `data.reason:
+/// "unknown_session"` (which ours carries too), a host's `not_found` with `data: {source:
+/// "runtime_host", code}`. Everything else is the same convention (`-32602` naming the field,
+/// `-32603` with a code in `data`).
+pub fn maka_error(mut e: ResponseError) -> ResponseError {
+    if e.code != code::RESOURCE_NOT_FOUND {
+        return e;
+    }
+    e.code = code::INVALID_PARAMS;
+    if let Some(Value::Object(data)) = &mut e.data {
+        if !data.contains_key("reason") {
+            let host_code = data.get("makaCode").cloned().unwrap_or(json!("not_found"));
+            data.insert("source".into(), json!("runtime_host"));
+            data.insert("code".into(), host_code);
+        }
+    }
+    e
+}
+
+// ---- session config options ----
+
+/// Our id for a config id in either dialect (Maka's `permission_mode` and `thinking_level` are
+/// our `mode` and `thought_level`; the rest are spelled alike).
+pub fn our_config_id(id: &str) -> &str {
+    match id {
+        "permission_mode" => "mode",
+        "thinking_level" => "thought_level",
+        other => other,
+    }
+}
+
+/// Our options (select plan-first, orchestration offered) as Maka presents them: its ids,
+/// names and categories, in its order; no `model` option (Maka has none, and Paseo's Maka
+/// provider offers its own "configured default" only when no option is in category `model`).
+/// `session/set_model` and `configId: "model"` still work.
+pub fn config_options(ours: Vec<ConfigOption>) -> Vec<ConfigOption> {
+    const ORDER: [&str; 4] = [
+        "mode",
+        "thought_level",
+        "collaboration_mode",
+        "orchestration_mode",
+    ];
+    let mut out: Vec<ConfigOption> = ours
+        .into_iter()
+        .filter_map(|mut o| {
+            let (id, name, category) = match o.id.as_str() {
+                "mode" => (
+                    "permission_mode",
+                    "Permission mode",
+                    "_maka/permission_mode",
+                ),
+                "thought_level" => ("thinking_level", "Thinking level", "thought_level"),
+                "collaboration_mode" => ("collaboration_mode", "Collaboration mode", "mode"),
+                "orchestration_mode" => (
+                    "orchestration_mode",
+                    "Orchestration mode",
+                    "_maka/orchestration_mode",
+                ),
+                _ => return None,
+            };
+            if id == "thinking_level" || id == "collaboration_mode" {
+                rename_values(&mut o.kind);
+            }
+            o.id = id.into();
+            o.name = name.into();
+            o.category = Some(category.into());
+            Some(o)
+        })
+        .collect();
+    out.sort_by_key(|o| {
+        ORDER
+            .iter()
+            .position(|x| *x == our_config_id(&o.id))
+            .unwrap_or(ORDER.len())
+    });
+    out
+}
+
+/// Maka's display names of thinking levels and collaboration modes.
+fn rename_values(kind: &mut ConfigOptionKind) {
+    let ConfigOptionKind::Select {
+        options: SelectOptions::Flat(choices),
+        ..
+    } = kind
+    else {
+        return;
+    };
+    for c in choices {
+        let name = match c.value.as_str() {
+            "off" => "Off",
+            "minimal" => "Minimal",
+            "low" => "Low",
+            "medium" => "Medium",
+            "high" => "High",
+            "xhigh" => "Extra high",
+            "max" => "Max",
+            "ultra" => "Ultra",
+            "agent" => "Agent",
+            "plan" => "Plan",
+            _ => continue,
+        };
+        c.name = name.into();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acp::config_options::{self, Catalog, CatalogConnection, CatalogModel, View};
+    use crate::acp::params::Params;
+    use crate::host_api::wire::{CollaborationMode, Configuration, PermissionMode};
+
+    fn catalog() -> Catalog {
+        Catalog {
+            connections: vec![CatalogConnection {
+                slug: "script".into(),
+                label: "Scripted".into(),
+                models: vec![CatalogModel {
+                    id: "deep".into(),
+                    label: "Deep".into(),
+                    thinking_levels: vec!["low".into(), "xhigh".into()],
+                }],
+            }],
+            subagents: false,
+        }
+    }
+
+    const MAKA: View = View {
+        boolean: true,
+        dialect: Dialect::Maka,
+    };
+
+    /// Maka's ids, categories and order; plan-first a select even for a client of boolean
+    /// options; orchestration always.
+    #[test]
+    fn options_in_makas_dialect_have_its_ids_and_categories() {
+        let set = config_options::options(&Configuration::default(), &catalog(), MAKA);
+        let v = crate::acp::types::to_json(&set);
+        let shown: Vec<(&str, &str)> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| (o["id"].as_str().unwrap(), o["category"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("permission_mode", "_maka/permission_mode"),
+                ("thinking_level", "thought_level"),
+                ("collaboration_mode", "mode"),
+                ("orchestration_mode", "_maka/orchestration_mode"),
+            ]
+        );
+        assert_eq!(v[1]["options"][2]["name"], "Extra high");
+        assert_eq!(v[2]["currentValue"], "agent");
+        assert_eq!(v[2]["type"], "select");
+    }
+
+    /// Either spelling of an id is accepted in either dialect (one row a case).
+    #[test]
+    fn either_spelling_of_an_id_sets_the_same_thing() {
+        let c = Configuration::default();
+        for dialect in [Dialect::Ours, Dialect::Maka] {
+            for boolean in [false, true] {
+                let view = View { boolean, dialect };
+                for (id, value, check) in [
+                    ("permission_mode", "bypass", 0),
+                    ("mode", "bypass", 0),
+                    ("thinking_level", "low", 1),
+                    ("thought_level", "low", 1),
+                    ("collaboration_mode", "plan", 2),
+                    ("orchestration_mode", "graph", 3),
+                ] {
+                    if id == "orchestration_mode" && dialect == Dialect::Ours {
+                        continue; // ours: only for folders with subagents
+                    }
+                    let params = json!({"configId": id, "value": value});
+                    let p = Params::of(&params).unwrap();
+                    let patch = config_options::patch_for(&p, &c, &catalog(), view)
+                        .unwrap_or_else(|e| panic!("{dialect:?} {boolean} {id}: {}", e.message));
+                    match check {
+                        0 => assert_eq!(patch.permission_mode, Some(PermissionMode::Bypass)),
+                        1 => assert_eq!(patch.thinking_level, Some(Some("low".into()))),
+                        2 => assert_eq!(patch.collaboration_mode, Some(CollaborationMode::Plan)),
+                        _ => assert!(patch.orchestration_mode.is_some()),
+                    }
+                }
+            }
+        }
+        let params = json!({"configId": "speed", "value": "x"});
+        let e = config_options::patch_for(&Params::of(&params).unwrap(), &c, &catalog(), MAKA)
+            .unwrap_err();
+        assert_eq!(e.data.unwrap()["reason"], "unsupported");
+        assert!(e.message.contains("`permission_mode`"), "{}", e.message);
+    }
+
+    /// Maka's not-found convention: `-32602`, `reason: unknown_session` or the host's code.
+    #[test]
+    fn not_found_is_invalid_params_in_makas_dialect() {
+        let e = maka_error(crate::acp::errors::unknown_session("s1"));
+        assert_eq!(e.code, code::INVALID_PARAMS);
+        assert_eq!(e.data.as_ref().unwrap()["reason"], "unknown_session");
+        let host = ResponseError::new(code::RESOURCE_NOT_FOUND, "no such artifact")
+            .with_data(json!({"makaCode": "not_found"}));
+        let e = maka_error(host);
+        assert_eq!(e.code, code::INVALID_PARAMS);
+        assert_eq!(e.data.unwrap()["source"], "runtime_host");
+        let other = maka_error(ResponseError::internal("x"));
+        assert_eq!(other.code, code::INTERNAL_ERROR);
+    }
+}
