@@ -26,6 +26,10 @@ pub struct Tunables {
     /// this share of the model's context window (`MAKA_COMPACT_AT_PERCENT`, 10–100, `0` =
     /// never; 80).
     pub compact_at_percent: u8,
+    /// Adapter: how long a `session/request_permission` may stay unanswered before it is
+    /// withdrawn and the tool denied as "no answer" (`MAKA_PERMISSION_TIMEOUT_MS`, `0` = never,
+    /// else ≥ 100). Unset: the dialect's default (`maka_dialect::permission_bound`).
+    pub permission_timeout_ms: Option<u64>,
 }
 
 impl Default for Tunables {
@@ -37,6 +41,7 @@ impl Default for Tunables {
             mcp_start_timeout: Duration::from_secs(30),
             fsync: true,
             compact_at_percent: 80,
+            permission_timeout_ms: None,
         }
     }
 }
@@ -78,6 +83,8 @@ impl Tunables {
             compact_at_percent: number("MAKA_COMPACT_AT_PERCENT")
                 .filter(|p| *p == 0 || (10..=100).contains(p))
                 .map_or(d.compact_at_percent, |p| p as u8),
+            permission_timeout_ms: number("MAKA_PERMISSION_TIMEOUT_MS")
+                .filter(|ms| *ms == 0 || *ms >= 100),
         }
     }
 }
@@ -157,8 +164,10 @@ mod tests {
             "MAKA_MCP_START_TIMEOUT_MS" => Some("700000".into()),
             "MAKA_PROVIDER_IDLE_TIMEOUT_MS" => Some(" 2500 ".into()),
             "MAKA_HOST_FSYNC" => Some("0".into()),
+            "MAKA_PERMISSION_TIMEOUT_MS" => Some("50".into()),
             _ => None,
         });
+        assert_eq!(t.permission_timeout_ms, None, "below 100 ms and not 0");
         assert_eq!(t.max_steps, 50);
         assert_eq!(t.mcp_start_timeout, Duration::from_secs(30));
         assert_eq!(t.provider_idle_timeout, Duration::from_millis(2500));

@@ -8,11 +8,16 @@
 mod support;
 use serde_json::{json, Value};
 use support::host::TempDir;
-use support::{error_of, AgentProcess, Spawn};
+use support::{error_of, AgentProcess, Reply, Spawn};
 
 fn script() -> Value {
     json!({
         "models": [{"id": "deep", "label": "Deep", "thinkingLevels": ["low", "high"]}],
+        "rules": [
+            {"when": "make the file", "responses": [
+                [{"tool": "write_file", "args": {"path": "out.txt", "content": "made"}}],
+                [{"text": "Could not write it."}]]}
+        ],
         "default": [[{"text": "Hello from the script!"}]]
     })
 }
@@ -37,7 +42,11 @@ fn maka(tag: &str, client_meta: Value, extra_env: &[(&str, &str)]) -> (Maka, Val
             data.path().join("config").display().to_string(),
         ),
     ];
-    env.extend(extra_env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    env.extend(
+        extra_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
     let mut agent = AgentProcess::spawn_with(Spawn {
         args: vec!["--acp".into()],
         env,
@@ -133,7 +142,11 @@ fn config_options_by_makas_ids_and_categories() {
             "session/set_config_option",
             json!({"sessionId": sid, "configId": id, "value": value}),
         );
-        assert_eq!(option(&r["configOptions"], id)["currentValue"], value, "{r}");
+        assert_eq!(
+            option(&r["configOptions"], id)["currentValue"],
+            value,
+            "{r}"
+        );
     }
     let e = m.error(
         "session/set_config_option",
@@ -169,4 +182,46 @@ fn unknown_sessions_are_makas_error() {
         assert_eq!(e["code"], -32602, "{method}: {e}");
         assert_eq!(e["data"]["reason"], "unknown_session", "{method}: {e}");
     }
+}
+
+/// §3.6: Paseo's Maka provider drops `session/request_permission`. In `ask` mode the request
+/// is withdrawn after the bound (`MAKA_PERMISSION_TIMEOUT_MS`; 60 s by default in this
+/// dialect), the tool is denied saying why, and the turn ends normally instead of waiting
+/// until cancelled.
+#[test]
+fn an_unanswered_permission_request_fails_the_tool_after_the_bound() {
+    let (mut m, _) = maka("perm", json!({}), &[("MAKA_PERMISSION_TIMEOUT_MS", "300")]);
+    let (sid, options) = m.new_session();
+    assert_eq!(option(&options, "permission_mode")["currentValue"], "ask");
+    let started = std::time::Instant::now();
+    let t = m.agent.prompt(&sid, "make the file", |r| {
+        assert_eq!(r["method"], "session/request_permission", "{r}");
+        Reply::Ignore
+    });
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{:?}",
+        t.response
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    assert_eq!(t.requests.len(), 1);
+    let asked = &t.requests[0]["id"];
+    assert!(
+        t.notifications
+            .iter()
+            .any(|n| n["method"] == "$/cancel_request" && n["params"]["requestId"] == *asked),
+        "the request is withdrawn: {:?}",
+        t.notifications
+    );
+    let failed = t
+        .updates_for(&sid)
+        .into_iter()
+        .find(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "failed")
+        .unwrap_or_else(|| panic!("the tool fails: {:?}", t.updates))
+        .to_string();
+    assert!(
+        failed.contains("did not answer the permission request"),
+        "{failed}"
+    );
+    assert!(!m.ws.path().join("out.txt").exists(), "nothing was written");
 }

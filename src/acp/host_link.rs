@@ -96,6 +96,11 @@ impl HostLink {
         }
     }
 
+    /// The tunables this adapter was started with.
+    pub fn tunables(&self) -> &crate::tunables::Tunables {
+        &self.config.tunables
+    }
+
     /// A link already connected to `client` (in-process tests with a fake host).
     #[cfg(test)]
     pub fn connected(client: Arc<dyn HostApi>, epoch: &str) -> HostLink {

@@ -62,7 +62,18 @@ fn run(
         InteractionRequest::Permission { .. } | InteractionRequest::SandboxBoundary { .. } => {
             let shown_in = shown_in.as_deref().unwrap_or(&session.id);
             let params = to_json(&permission_params(shown_in, &interaction.request));
-            match ask(session, shared, &id, "session/request_permission", params) {
+            let bound = super::maka_dialect::permission_bound(
+                shared.dialect,
+                shared.link.tunables().permission_timeout_ms,
+            );
+            match ask(
+                session,
+                shared,
+                &id,
+                "session/request_permission",
+                params,
+                bound,
+            ) {
                 Answered(v) => Some(permission_answer(&interaction.request, &v)),
                 Withdrawn => None,
                 Refused(why) => Some(failed(&interaction.request, why)),
@@ -95,13 +106,16 @@ enum Reply {
 }
 use Reply::*;
 
-/// Sends one agent→client request for interaction `id` and waits for the reply.
+/// Sends one agent→client request for interaction `id` and waits for the reply — at most
+/// `bound`, after which the request is withdrawn and counts as refused (a client that cannot
+/// answer, such as Paseo's Maka provider, must not hold the turn until it is cancelled).
 fn ask(
     session: &Arc<AcpSession>,
     shared: &Arc<Shared>,
     id: &str,
     method: &str,
     params: Value,
+    bound: Option<std::time::Duration>,
 ) -> Reply {
     if session.is_closed() {
         return Withdrawn;
@@ -112,7 +126,22 @@ fn ask(
     if !session.track(id, call.id.clone()) {
         shared.calls.cancel(&call.id);
     }
-    let reply: CallResult = call.wait();
+    let reply: CallResult = match bound {
+        None => call.wait(),
+        Some(bound) => match call.receiver().recv_timeout(bound) {
+            Ok(reply) => reply,
+            Err(_) => {
+                shared.calls.cancel(&call.id);
+                shared.calls.forget(&call.id);
+                session.untrack(id);
+                log::warn!(
+                    "no answer to {method} for interaction {id} within {} ms; denying it",
+                    bound.as_millis()
+                );
+                return Refused(super::maka_dialect::unanswered(bound));
+            }
+        },
+    };
     // Still registered → nobody withdrew it.
     let withdrawn = !session.untrack(id);
     let cancelling = session.is_cancelling();
@@ -435,7 +464,7 @@ fn ask_questions(
             "message": message,
             "requestedSchema": {"type": "object", "properties": properties, "required": []},
         });
-        return match ask(session, shared, id, "elicitation/create", params) {
+        return match ask(session, shared, id, "elicitation/create", params, None) {
             Withdrawn => None,
             Refused(_) => Some(InteractionAnswer::Question {
                 answers: vec![None; questions.len()],

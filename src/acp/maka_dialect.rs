@@ -8,6 +8,7 @@
 use super::types::{AgentCapabilities, ConfigOption, ConfigOptionKind, SelectOptions};
 use crate::jsonrpc::{code, Responder, ResponseError};
 use serde_json::{json, Value};
+use std::time::Duration;
 
 /// Whose names and shapes a connection speaks.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,6 +60,33 @@ pub fn maka_error(mut e: ResponseError) -> ResponseError {
         }
     }
     e
+}
+
+// ---- permissions ----
+
+/// How long a permission request waits for the client before the tool is denied as "no
+/// answer": `MAKA_PERMISSION_TIMEOUT_MS` when set (`0`: no bound), else none in our dialect
+/// and [`MAKA_PERMISSION_BOUND`] in Maka's. Paseo's Maka provider drops permission requests;
+/// without a bound a turn in `ask` mode would wait until cancelled (docs/configuration.md).
+pub fn permission_bound(dialect: Dialect, setting_ms: Option<u64>) -> Option<Duration> {
+    match (setting_ms, dialect) {
+        (Some(0), _) | (None, Dialect::Ours) => None,
+        (Some(ms), _) => Some(Duration::from_millis(ms)),
+        (None, Dialect::Maka) => Some(MAKA_PERMISSION_BOUND),
+    }
+}
+
+/// Maka's dialect's default bound: long enough for a person to read and answer a dialog.
+pub const MAKA_PERMISSION_BOUND: Duration = Duration::from_secs(60);
+
+/// Why the tool was denied, as the model (and so the person) is told.
+pub fn unanswered(bound: Duration) -> String {
+    format!(
+        "the editor did not answer the permission request within {} s, so the action was not taken; \
+         if this editor cannot answer permission requests, set `permission_mode` to `bypass` or \
+         `explore`, or set MAKA_PERMISSION_TIMEOUT_MS",
+        bound.as_secs_f64()
+    )
 }
 
 // ---- session config options ----
@@ -236,6 +264,26 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.data.unwrap()["reason"], "unsupported");
         assert!(e.message.contains("`permission_mode`"), "{}", e.message);
+    }
+
+    /// The bound: the setting wins (`0` = none); unset, only Maka's dialect has one.
+    #[test]
+    fn permission_bound_follows_the_setting_then_the_dialect() {
+        let s = Duration::from_millis;
+        for (dialect, setting, want) in [
+            (Dialect::Ours, None, None),
+            (Dialect::Maka, None, Some(MAKA_PERMISSION_BOUND)),
+            (Dialect::Ours, Some(500), Some(s(500))),
+            (Dialect::Maka, Some(500), Some(s(500))),
+            (Dialect::Maka, Some(0), None),
+            (Dialect::Ours, Some(0), None),
+        ] {
+            assert_eq!(
+                permission_bound(dialect, setting),
+                want,
+                "{dialect:?} {setting:?}"
+            );
+        }
     }
 
     /// Maka's not-found convention: `-32602`, `reason: unknown_session` or the host's code.
