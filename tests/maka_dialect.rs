@@ -16,7 +16,18 @@ fn script() -> Value {
         "rules": [
             {"when": "make the file", "responses": [
                 [{"tool": "write_file", "args": {"path": "out.txt", "content": "made"}}],
-                [{"text": "Could not write it."}]]}
+                [{"text": "Could not write it."}]]},
+            {"when": "Work toward this goal: make it shine", "responses": [[{"text": "Polishing."}]]},
+            {"when": "Continue toward the goal: make it shine", "responses": [
+                [{"tool": "goal_complete", "args": {"evidence": "It shines."}}],
+                [{"text": "Goal met."}]]},
+            {"when": "toward the goal: keep going", "responses": [[{"delayMs": 200}, {"text": "Still going."}]]},
+            {"when": "plan the work", "responses": [
+                [{"tool": "update_plan", "args": {"entries": [{"content": "Write notes", "status": "pending"}]}}],
+                [{"text": "Here is my plan."}]]},
+            {"when": "Carry out the approved plan", "responses": [
+                [{"tool": "write_file", "args": {"path": "notes.txt", "content": "done\n"}}],
+                [{"text": "Carried out."}]]}
         ],
         "default": [[{"text": "Hello from the script!"}]]
     })
@@ -224,4 +235,439 @@ fn an_unanswered_permission_request_fails_the_tool_after_the_bound() {
         "{failed}"
     );
     assert!(!m.ws.path().join("out.txt").exists(), "nothing was written");
+}
+
+/// Reads lines until one matches `done`; returns every line read (bounded by the harness's
+/// step timeout per line).
+fn until(a: &mut AgentProcess, done: impl Fn(&Value) -> bool) -> Vec<Value> {
+    let mut lines = vec![];
+    loop {
+        let v = a.recv();
+        let stop = done(&v);
+        lines.push(v);
+        if stop {
+            return lines;
+        }
+    }
+}
+
+fn reason(e: &Value) -> &str {
+    e["data"]["reason"].as_str().unwrap_or_default()
+}
+
+/// §1.2 goal rows: `_maka/goal/arm {condition, maxIterations, tokenBudget}`, `_maka/goal/query`
+/// → `{sessionId, goal}` with Maka's Goal fields, `_maka/goal/control {goalId,
+/// expectedRevision, action: pause|resume|clear}`; bounds and a stale revision answered as
+/// errors.
+#[test]
+fn goals_by_makas_params_and_goal_shape() {
+    let (mut m, _) = maka("goal", json!({}), &[]);
+    let (sid, _) = m.new_session();
+    let none = m
+        .agent
+        .call_ok("_maka/goal/query", json!({"sessionId": sid}));
+    assert_eq!(none, json!({"sessionId": sid, "goal": null}));
+    for (params, want) in [
+        (json!({"maxIterations": 201}), "invalid_goal_plan_input"),
+        (json!({"maxIterations": 150}), "unsupported_operation"),
+        (json!({"tokenBudget": 10}), "invalid_goal_plan_input"),
+    ] {
+        let mut p = json!({"sessionId": sid, "condition": "make it shine"});
+        p.as_object_mut()
+            .unwrap()
+            .extend(params.as_object().unwrap().clone());
+        let e = m.error("_maka/goal/arm", p.clone());
+        assert_eq!(e["code"], -32602, "{p}: {e}");
+        assert_eq!(reason(&e), want, "{p}: {e}");
+    }
+    let armed = m.agent.call_ok(
+        "_maka/goal/arm",
+        json!({"sessionId": sid, "condition": "make it shine", "maxIterations": 5, "tokenBudget": null}),
+    );
+    assert_eq!(armed["sessionId"], sid.as_str());
+    let goal = &armed["goal"];
+    for field in [
+        "goalId",
+        "revision",
+        "sessionId",
+        "condition",
+        "status",
+        "setAt",
+        "iterations",
+        "maxIterations",
+        "consecutiveNoProgress",
+        "tokenBudget",
+        "tokensSpent",
+        "lastReason",
+        "achievedAt",
+        "pausedAt",
+    ] {
+        assert!(goal.get(field).is_some(), "{field} in {goal}");
+    }
+    assert_eq!(goal["condition"], "make it shine");
+    assert_eq!(goal["maxIterations"], 5);
+    // It runs (here at once) until the model declares it met: `achieved`.
+    until(&mut m.agent, |v| {
+        v["method"] == "_maka/goal_update" && v["params"]["goal"]["status"] == "completed"
+    });
+    let q = m
+        .agent
+        .call_ok("_maka/goal/query", json!({"sessionId": sid}));
+    assert_eq!(q["goal"]["status"], "achieved", "{q}");
+    assert!(q["goal"]["achievedAt"].is_u64(), "{q}");
+
+    // A goal that keeps going: paused, resumed and cleared by revision.
+    let (sid2, _) = m.new_session();
+    let g = m.agent.call_ok(
+        "_maka/goal/arm",
+        json!({"sessionId": sid2, "condition": "keep going", "maxIterations": 100, "tokenBudget": 100000}),
+    );
+    let goal_id = g["goal"]["goalId"].as_str().unwrap().to_string();
+    let e = m.error(
+        "_maka/goal/control",
+        json!({"sessionId": sid2, "goalId": goal_id, "expectedRevision": 999, "action": "pause"}),
+    );
+    assert_eq!(e["code"], -32603, "{e}");
+    assert_eq!(e["data"]["code"], "revision_conflict", "{e}");
+    for (action, status) in [
+        ("pause", "paused"),
+        ("resume", "active"),
+        ("clear", "cleared"),
+    ] {
+        let mut done = None;
+        for _ in 0..20 {
+            let rev = m
+                .agent
+                .call_ok("_maka/goal/query", json!({"sessionId": sid2}))["goal"]["revision"]
+                .clone();
+            let (resp, _) = m.agent.call(
+                "_maka/goal/control",
+                json!({"sessionId": sid2, "goalId": goal_id, "expectedRevision": rev, "action": action}),
+            );
+            if resp.get("result").is_some() {
+                done = Some(resp["result"].clone());
+                break;
+            }
+            assert_eq!(
+                error_of(&resp)["data"]["code"],
+                "revision_conflict",
+                "{resp}"
+            );
+        }
+        let r = done.unwrap_or_else(|| panic!("{action} kept conflicting"));
+        assert_eq!(r["goal"]["status"], status, "{action}: {r}");
+    }
+    // Our own params still mean ours on the same name.
+    let ours = m.agent.call_ok(
+        "_maka/goal/arm",
+        json!({"sessionId": sid2, "objective": "make it shine", "maxTurns": 2}),
+    );
+    assert_eq!(ours["objective"], "make it shine", "{ours}");
+}
+
+/// §1.2 session rows: `copy-source/query` pages the turns with `expectedSourceRevision`;
+/// `branch/create` and `revision/create` (Maka's params) copy into the client's
+/// `targetSessionId`, a stale revision is a `source_revision_conflict` result;
+/// `revision/abandon {targetSessionId}` abandons a copy and retains anything else; our own
+/// `revision/create {label}` still means ours.
+#[test]
+fn copy_source_branch_and_revisions_by_makas_params() {
+    let (mut m, _) = maka("branch", json!({}), &[]);
+    let (sid, _) = m.new_session();
+    for text in ["first", "second"] {
+        let t = m.agent.prompt(&sid, text, |r| panic!("unexpected {r}"));
+        assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    }
+    let page = m.agent.call_ok(
+        "_maka/session/copy-source/query",
+        json!({"sessionId": sid, "throughSequence": null, "position": 0, "maxContributions": 1}),
+    );
+    assert_eq!(page["contributions"].as_array().unwrap().len(), 1, "{page}");
+    assert_eq!(page["contributions"][0]["userPromptPreview"], "first");
+    assert_eq!(page["contributions"][0]["firstSequence"], 1);
+    let next = page["nextPosition"].clone();
+    assert!(!next.is_null(), "{page}");
+    let rest = m.agent.call_ok(
+        "_maka/session/copy-source/query",
+        json!({"sessionId": sid, "throughSequence": null, "position": next, "maxContributions": 128}),
+    );
+    assert_eq!(rest["contributions"][0]["userPromptPreview"], "second");
+    assert!(rest["nextPosition"].is_null());
+    let revision = page["expectedSourceRevision"].clone();
+    let first_turn = page["contributions"][0]["turnId"].clone();
+
+    let branch = |m: &mut Maka, method: &str, target: &str, rev: Value| {
+        m.agent.call_ok(
+            method,
+            json!({"sourceSessionId": sid, "targetSessionId": target,
+                   "sourceTurnId": first_turn, "expectedSourceRevision": rev}),
+        )
+    };
+    let b = branch(
+        &mut m,
+        "_maka/session/branch/create",
+        "maka-branch-1",
+        revision.clone(),
+    );
+    assert_eq!(b["kind"], "committed", "{b}");
+    assert_eq!(b["session"]["sessionId"], "maka-branch-1");
+    let stale = branch(
+        &mut m,
+        "_maka/session/branch/create",
+        "maka-branch-2",
+        json!(999_999),
+    );
+    assert_eq!(stale["kind"], "source_revision_conflict", "{stale}");
+    assert_eq!(stale["expectedRevision"], 999_999);
+    let r = branch(
+        &mut m,
+        "_maka/session/revision/create",
+        "maka-revision-1",
+        revision,
+    );
+    assert_eq!(r["kind"], "committed", "{r}");
+    // The copy holds the first turn only.
+    m.agent.call_ok(
+        "session/resume",
+        json!({"sessionId": "maka-revision-1", "cwd": m.ws.path(), "mcpServers": []}),
+    );
+    let copied = m.agent.call_ok(
+        "_maka/session/copy-source/query",
+        json!({"sessionId": "maka-revision-1", "throughSequence": null, "position": 0, "maxContributions": 128}),
+    );
+    assert_eq!(
+        copied["contributions"].as_array().unwrap().len(),
+        1,
+        "{copied}"
+    );
+
+    let abandoned = m.agent.call_ok(
+        "_maka/session/revision/abandon",
+        json!({"targetSessionId": "maka-revision-1"}),
+    );
+    assert_eq!(
+        abandoned,
+        json!({"kind": "abandoned", "sessionId": "maka-revision-1"})
+    );
+    let retained = m.agent.call_ok(
+        "_maka/session/revision/abandon",
+        json!({"targetSessionId": sid}),
+    );
+    assert_eq!(retained["kind"], "retained");
+    // Ours, by our params, on the clashing name.
+    let named = m.agent.call_ok(
+        "_maka/session/revision/create",
+        json!({"sessionId": sid, "label": "before the change"}),
+    );
+    assert!(named["revisionId"].is_string(), "{named}");
+    // An unowned source is Maka's unknown_session.
+    let e = m.error(
+        "_maka/session/branch/create",
+        json!({"sourceSessionId": "nope", "targetSessionId": "x1", "sourceTurnId": "t",
+               "expectedSourceRevision": 1}),
+    );
+    assert_eq!(reason(&e), "unknown_session", "{e}");
+}
+
+/// §1.2 `_maka/turn/resume` answers at admission: with no interrupted run it is `parked`
+/// with a reason (never an error, never a wait), and its decode rule holds.
+#[test]
+fn turn_resume_answers_at_admission() {
+    let (mut m, _) = maka("resume", json!({}), &[]);
+    let (sid, _) = m.new_session();
+    let r = m
+        .agent
+        .call_ok("_maka/turn/resume", json!({"sessionId": sid}));
+    assert_eq!(r["kind"], "parked", "{r}");
+    assert_eq!(r["plan"]["disposition"], "parked");
+    assert!(r["plan"]["reason"].is_string(), "{r}");
+    let e = m.error(
+        "_maka/turn/resume",
+        json!({"sessionId": sid, "expectedRuntimeEventHighWater": 3}),
+    );
+    assert_eq!(reason(&e), "invalid_resume_query", "{e}");
+}
+
+/// §1.2 plan rows over our plan: `plan/query` pages (a proposal per plan revision),
+/// `plan/control` (`request_revision`; the kinds our model lacks are named `-32602`s) and
+/// `plan/turn/start {approve_proposal, turnId}` answered at admission with `{plan, turn}`.
+#[test]
+fn plans_by_makas_params() {
+    let (mut m, _) = maka("plan", json!({}), &[]);
+    let (sid, _) = m.new_session();
+    for (id, value) in [
+        ("permission_mode", "bypass"),
+        ("collaboration_mode", "plan"),
+    ] {
+        m.agent.call_ok(
+            "session/set_config_option",
+            json!({"sessionId": sid, "configId": id, "value": value}),
+        );
+    }
+    let empty = m.agent.call_ok(
+        "_maka/plan/query",
+        json!({"kind": "list_start", "sessionId": sid}),
+    );
+    assert_eq!(empty["kind"], "page");
+    assert_eq!(empty["latestProposalId"], Value::Null);
+    m.agent
+        .prompt(&sid, "plan the work", |r| panic!("unexpected {r}"));
+    let page = m.agent.call_ok(
+        "_maka/plan/query",
+        json!({"kind": "list_start", "sessionId": sid}),
+    );
+    let proposal = &page["items"][0]["proposal"];
+    assert_eq!(page["items"][0]["kind"], "proposal", "{page}");
+    assert_eq!(proposal["status"], "pending_approval");
+    let (pid, version) = (
+        page["latestProposalId"].clone(),
+        page["storeVersion"].clone(),
+    );
+    let moved = m.agent.call_ok(
+        "_maka/plan/query",
+        json!({"kind": "list_continue", "sessionId": sid, "storeVersion": 0, "cursor": "c"}),
+    );
+    assert_eq!(moved["kind"], "revision_changed", "{moved}");
+    let e = m.error(
+        "_maka/plan/control",
+        json!({"kind": "abandon_proposal", "sessionId": sid, "proposalId": pid, "operationId": "op1"}),
+    );
+    assert_eq!(reason(&e), "unsupported_operation", "{e}");
+    let e = m.error(
+        "_maka/plan/control",
+        json!({"kind": "cancel_execution", "sessionId": sid, "executionId": "execution-1", "operationId": "op2"}),
+    );
+    assert_eq!(reason(&e), "unsupported_operation", "{e}");
+    let start = m.agent.call_ok(
+        "_maka/plan/turn/start",
+        json!({"kind": "approve_proposal", "sessionId": sid, "proposalId": pid,
+               "expectedRevision": version, "expectedStoreVersion": version, "turnId": "maka-turn-1"}),
+    );
+    assert_eq!(start["plan"]["eventType"], "proposal_approved", "{start}");
+    assert_eq!(start["turn"]["turnId"], "maka-turn-1", "{start}");
+    // Its output streams; its end is told (ours: `_maka/turn_state`, not opted in to Maka's).
+    let lines = until(&mut m.agent, |v| v["method"] == "_maka/turn_state");
+    let said: String = lines
+        .iter()
+        .filter(|l| l["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|l| l["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(said, "Carried out.");
+    assert_eq!(
+        std::fs::read_to_string(m.ws.path().join("notes.txt")).unwrap(),
+        "done\n"
+    );
+    let after = m.agent.call_ok(
+        "_maka/plan/query",
+        json!({"kind": "list_start", "sessionId": sid}),
+    );
+    assert_eq!(after["items"][1]["kind"], "execution", "{after}");
+}
+
+/// §1.2 artifact rows: `ingest` with the client's `uploadId`, a `sha256:` digest and 48 KiB
+/// chunks; `query` list/get/read_chunk; `delete`.
+#[test]
+fn artifacts_by_makas_params() {
+    let (mut m, _) = maka("artifact", json!({}), &[]);
+    let (sid, _) = m.new_session();
+    // "hello maka" and its SHA-256.
+    let data = "aGVsbG8gbWFrYQ==";
+    let digest = "sha256:c6f8fe9ce3845602fd8135fe51fa897fcc03b4157b2017c18aa7cecd1347eb39";
+    let e = m.error(
+        "_maka/artifact/ingest",
+        json!({"kind": "begin", "sessionId": sid, "uploadId": "u1", "name": "n.txt",
+               "mimeType": "text/plain", "totalBytes": 10, "contentSha256": "md5:abc"}),
+    );
+    assert_eq!(e["data"]["code"], "invalid_request", "{e}");
+    let opened = m.agent.call_ok(
+        "_maka/artifact/ingest",
+        json!({"kind": "begin", "sessionId": sid, "uploadId": "u1", "name": "n.txt",
+               "mimeType": "text/plain", "totalBytes": 10, "contentSha256": digest}),
+    );
+    assert_eq!(opened["kind"], "upload_opened", "{opened}");
+    assert_eq!(opened["nextOffset"], 0);
+    let chunk = m.agent.call_ok(
+        "_maka/artifact/ingest",
+        json!({"kind": "chunk", "sessionId": sid, "uploadId": "u1", "offset": 0, "chunkBase64": data}),
+    );
+    assert_eq!(chunk["kind"], "chunk_accepted", "{chunk}");
+    assert_eq!(chunk["nextOffset"], 10);
+    let committed = m.agent.call_ok(
+        "_maka/artifact/ingest",
+        json!({"kind": "commit", "sessionId": sid, "uploadId": "u1"}),
+    );
+    check_committed(&mut m, &sid, &committed);
+}
+
+fn check_committed(m: &mut Maka, sid: &str, committed: &Value) {
+    assert_eq!(committed["kind"], "committed", "{committed}");
+    let reference = &committed["attachment"]["ref"];
+    assert_eq!(reference["kind"], "session_file");
+    let id = reference["relativePath"].clone();
+    let list = m.agent.call_ok(
+        "_maka/artifact/query",
+        json!({"kind": "list_start", "sessionId": sid}),
+    );
+    assert_eq!(list["items"][0]["artifactId"], id, "{list}");
+    assert!(list["items"][0]["contentSha256"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    let got = m.agent.call_ok(
+        "_maka/artifact/query",
+        json!({"kind": "get", "sessionId": sid, "artifactId": id}),
+    );
+    assert_eq!(got["artifact"]["artifactId"], id);
+    let chunk = m.agent.call_ok(
+        "_maka/artifact/query",
+        json!({"kind": "read_chunk", "sessionId": sid, "artifactId": id, "offset": 0}),
+    );
+    assert_eq!(chunk["chunkBase64"], "aGVsbG8gbWFrYQ==", "{chunk}");
+    assert!(chunk["nextOffset"].is_null());
+    m.agent.call_ok(
+        "_maka/artifact/delete",
+        json!({"sessionId": sid, "artifactId": id}),
+    );
+    let gone = m.agent.call_ok(
+        "_maka/artifact/query",
+        json!({"kind": "list_start", "sessionId": sid}),
+    );
+    assert_eq!(gone["items"], json!([]));
+}
+
+/// §1.2 memory rows: `query` `state` / `entries_start`, `mutate` `remember` (a conflict is a
+/// result); the kinds our memory lacks are named `-32602`s.
+#[test]
+fn memory_by_makas_params() {
+    let (mut m, _) = maka("memory", json!({}), &[]);
+    let state = m
+        .agent
+        .call_ok("_maka/memory/query", json!({"kind": "state"}));
+    let rev = state["revision"].clone();
+    let added = m.agent.call_ok(
+        "_maka/memory/mutate",
+        json!({"kind": "remember", "expectedRevision": rev, "text": "Tabs, not spaces."}),
+    );
+    assert_eq!(added["kind"], "committed", "{added}");
+    let stale = m.agent.call_ok(
+        "_maka/memory/mutate",
+        json!({"kind": "remember", "expectedRevision": rev, "text": "again"}),
+    );
+    assert_eq!(stale["kind"], "revision_conflict", "{stale}");
+    let entries = m
+        .agent
+        .call_ok("_maka/memory/query", json!({"kind": "entries_start"}));
+    assert_eq!(
+        entries["entries"][0]["text"], "Tabs, not spaces.",
+        "{entries}"
+    );
+    for (method, kind) in [
+        ("_maka/memory/query", "document_start"),
+        ("_maka/memory/mutate", "propose"),
+        ("_maka/memory/mutate", "replace_begin"),
+    ] {
+        let e = m.error(method, json!({"kind": kind, "expectedRevision": 1}));
+        assert_eq!(e["code"], -32602, "{kind}: {e}");
+        assert_eq!(reason(&e), "unsupported_operation", "{kind}: {e}");
+    }
 }

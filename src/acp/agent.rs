@@ -176,7 +176,7 @@ impl Agent {
         let Some(row) = methods::find(method, self.link.local().can_log_out()) else {
             return responder.respond(Err(ResponseError::method_not_found(method)));
         };
-        let job = match (row.read)(params) {
+        let job = match (row.read)(params).and_then(|j| j.in_dialect(self.dialect)) {
             Ok(job) => job,
             Err(e) if self.client.is_some() || method == "initialize" => {
                 return responder.respond(Err(e))
@@ -199,6 +199,10 @@ impl Agent {
                         .start_turn(move || turns::start(&ctx, registered));
                 }
             }
+            // Picked above; a row never nests dialect choices.
+            Job::ByDialect(_) => responder.respond(Err(ResponseError::internal(
+                "the method table picked no job for this dialect",
+            ))),
         }
     }
 

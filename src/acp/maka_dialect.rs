@@ -5,6 +5,9 @@
 //! ([`advertise`]), the config options ([`config_options`]) and the error convention
 //! ([`answer_in`]). Nothing here serves a request on its own.
 
+mod routes;
+pub use routes::*;
+
 use super::types::{AgentCapabilities, ConfigOption, ConfigOptionKind, SelectOptions};
 use crate::jsonrpc::{code, Responder, ResponseError};
 use serde_json::{json, Value};

@@ -18,6 +18,7 @@
 
 use super::agent::Ctx;
 use super::initialize::{self, InitializeParams};
+use super::maka_dialect::{self as md, Dialect};
 use super::params::{ParamResult, Params};
 use super::read;
 use super::turns::{self, Registered, TurnKind};
@@ -42,6 +43,18 @@ pub enum Job {
     Initialize(InitializeParams),
     Work(Work),
     Turn(Turn),
+    /// A name both dialects use with the same params: the connection's dialect picks the job.
+    ByDialect(Box<dyn FnOnce(Dialect) -> ParamResult<Job> + Send>),
+}
+
+impl Job {
+    /// The job for a connection in `dialect`.
+    pub fn in_dialect(self, dialect: Dialect) -> ParamResult<Job> {
+        match self {
+            Job::ByDialect(pick) => pick(dialect),
+            job => Ok(job),
+        }
+    }
 }
 
 /// Serves a request on a worker, answering through its responder.
@@ -78,24 +91,28 @@ pub static METHODS: &[Method] = &[
     m("_maka/session/turns",            |v| forward::<ops::SessionTurns>(v, read::session_ref)),
     m("_maka/session/branch",           |v| answer(v, maka::read_branch, maka::branch)),
     m("_maka/session/revisions",        |v| forward::<ops::RevisionsList>(v, read::session_ref)),
-    m("_maka/session/revision/create",  |v| forward::<ops::RevisionCreate>(v, maka::read_revision_create)),
-    m("_maka/session/revision/abandon", |v| answer(v, maka::read_abandon, maka::abandon)),
-    m("_maka/turn/resume",              |v| turn(v, read::session_id, |c, id, r| turns::register_generated(c, &id, TurnKind::Resume, r))),
+    m("_maka/session/copy-source/query", |v| answer(v, md::read_copy_source, md::copy_source)),
+    m("_maka/session/branch/create",    |v| answer(v, md::read_branch_create, md::branch_create)),
+    m("_maka/session/revision/create",  |v| theirs_if(v, "targetSessionId", |v| answer(v, md::read_branch_create, md::branch_create), |v| forward::<ops::RevisionCreate>(v, maka::read_revision_create))),
+    m("_maka/session/revision/abandon", |v| theirs_if(v, "targetSessionId", |v| answer(v, md::read_abandon, md::abandon), |v| answer(v, maka::read_abandon, maka::abandon))),
+    m("_maka/turn/resume",              |v| by_dialect(v, maka_resume, |v| theirs_if(v, "sourceRunId", maka_resume, |v| turn(v, read::session_id, |c, id, r| turns::register_generated(c, &id, TurnKind::Resume, r))))),
     m("_maka/turn/steer",               |v| answer(v, maka::read_steer, maka::steer)),
-    m("_maka/memory/query",             |v| forward::<ops::MemoryQuery>(v, maka::read_memory_query)),
-    m("_maka/memory/mutate",            |v| forward::<ops::MemoryMutate>(v, maka::read_memory_mutate)),
+    m("_maka/memory/query",             |v| theirs_if(v, "kind", |v| answer(v, md::read_memory_query, md::memory_query), |v| forward::<ops::MemoryQuery>(v, maka::read_memory_query))),
+    m("_maka/memory/mutate",            |v| theirs_if(v, "kind", |v| answer(v, md::read_memory_mutate, md::memory_mutate), |v| forward::<ops::MemoryMutate>(v, maka::read_memory_mutate))),
     m("_maka/usage/query",              |v| forward::<ops::UsageQuery>(v, read::session_ref)),
-    m("_maka/artifact/ingest",          |v| forward::<ops::ArtifactIngest>(v, maka::read_ingest)),
+    m("_maka/artifact/ingest",          |v| answer(v, md::read_ingest, md::ingest)),
     m("_maka/artifact/list",            |v| forward::<ops::ArtifactQuery>(v, maka::read_artifact_list)),
     m("_maka/artifact/read",            |v| forward::<ops::ArtifactQuery>(v, maka::read_artifact_read)),
+    m("_maka/artifact/query",           |v| answer(v, md::read_artifact_query, md::artifact_query)),
     m("_maka/artifact/delete",          |v| forward::<ops::ArtifactDelete>(v, maka::read_artifact_ref)),
     m("_maka/subagent/list",            |v| forward::<ops::SubagentsList>(v, read::session_ref)),
-    m("_maka/goal/arm",                 |v| answer(v, maka::read_goal_arm, maka::goal_arm)),
-    m("_maka/goal/control",             |v| answer(v, maka::read_goal_control, maka::goal_control)),
-    m("_maka/goal/query",               |v| forward::<ops::GoalQuery>(v, read::session_ref)),
-    m("_maka/plan/query",               |v| forward::<ops::PlanQuery>(v, read::session_ref)),
-    m("_maka/plan/control",             |v| answer(v, maka::read_plan_control, maka::plan_control)),
+    m("_maka/goal/arm",                 |v| theirs_if(v, "condition", |v| answer(v, md::read_goal_arm, md::goal_arm), |v| answer(v, maka::read_goal_arm, maka::goal_arm))),
+    m("_maka/goal/control",             |v| theirs_if(v, "expectedRevision", |v| answer(v, md::read_goal_control, md::goal_control), |v| answer(v, maka::read_goal_control, maka::goal_control))),
+    m("_maka/goal/query",               |v| by_dialect(v, |v| answer(v, read::session_ref, md::goal_query), |v| forward::<ops::GoalQuery>(v, read::session_ref))),
+    m("_maka/plan/query",               |v| theirs_if(v, "kind", |v| answer(v, md::read_plan_query, md::plan_query), |v| forward::<ops::PlanQuery>(v, read::session_ref))),
+    m("_maka/plan/control",             |v| theirs_if(v, "kind", |v| answer(v, md::read_plan_control, md::plan_control), |v| answer(v, maka::read_plan_control, maka::plan_control))),
     m("_maka/plan/start",               |v| turn(v, read::session_id, |c, id, r| turns::register_generated(c, &id, TurnKind::Plan, r))),
+    m("_maka/plan/turn/start",          |v| answer(v, md::read_plan_turn, md::plan_turn_start)),
     m("_session/steering",              |v| answer(v, shared_names::read_steering, shared_names::steering)),
     m("_session/goal",                  |v| answer(v, shared_names::read_goal, shared_names::goal)),
 ];
@@ -118,6 +135,38 @@ pub fn maka_methods() -> Vec<&'static str> {
         .filter(|m| m.name.starts_with("_maka/"))
         .map(|m| m.name)
         .collect()
+}
+
+/// A name Apache Maka's adapter and ours share: Maka's meaning when its params arrive (`field`
+/// present), ours otherwise.
+fn theirs_if(
+    v: &Value,
+    field: &str,
+    theirs: fn(&Value) -> ParamResult<Job>,
+    ours: fn(&Value) -> ParamResult<Job>,
+) -> ParamResult<Job> {
+    match v.get(field) {
+        Some(f) if !f.is_null() => theirs(v),
+        _ => ours(v),
+    }
+}
+
+/// A shared name whose params are alike: the connection's dialect decides.
+fn by_dialect(
+    v: &Value,
+    theirs: fn(&Value) -> ParamResult<Job>,
+    ours: fn(&Value) -> ParamResult<Job>,
+) -> ParamResult<Job> {
+    let v = v.clone();
+    Ok(Job::ByDialect(Box::new(move |d| match d {
+        Dialect::Maka => theirs(&v),
+        Dialect::Ours => ours(&v),
+    })))
+}
+
+/// `_maka/turn/resume` as Maka's: answered at admission.
+fn maka_resume(v: &Value) -> ParamResult<Job> {
+    answer(v, md::read_resume, md::resume)
 }
 
 /// A method that answers through its responder itself (on a worker).

@@ -138,23 +138,42 @@ pub fn start_unprompted(
     session: &Arc<AcpSession>,
     content: MessageContent,
 ) -> Result<(), ResponseError> {
-    let conn = ctx.host()?;
-    let stream = prepare(ctx, session, &conn)?;
     let turn_id = format!("t_{}", random_hex(8));
-    // Followed until it ends, from before it starts.
-    session.expect_turn(&turn_id);
     let input = TurnStartInput {
         session_id: session.id.clone(),
         turn_id: turn_id.clone(),
         content,
         max_steps: None,
     };
-    if let Err(e) = ctx.call::<ops::TurnStart>(&conn, &input) {
-        session.turn_ended(&turn_id);
-        return Err(e);
+    start_followed(ctx, session, &turn_id, |conn| {
+        ctx.call::<ops::TurnStart>(conn, &input)
+    })
+    .map(|_| ())
+}
+
+/// Starts turn `turn_id` with `start` (a host operation) and follows it like a prompt's turn
+/// that no prompt waits for: for requests answered at admission (Maka's `_maka/turn/resume`,
+/// `_maka/plan/turn/start`) and `start_unprompted`.
+pub fn start_followed<T>(
+    ctx: &Ctx,
+    session: &Arc<AcpSession>,
+    turn_id: &str,
+    start: impl FnOnce(&Connected) -> Result<T, ResponseError>,
+) -> Result<T, ResponseError> {
+    let conn = ctx.host()?;
+    let stream = prepare(ctx, session, &conn)?;
+    // Followed until it ends, from before it starts.
+    session.expect_turn(turn_id);
+    match start(&conn) {
+        Ok(t) => {
+            session.ensure_reader(&ctx.shared, &conn, stream);
+            Ok(t)
+        }
+        Err(e) => {
+            session.turn_ended(turn_id);
+            Err(e)
+        }
     }
-    session.ensure_reader(&ctx.shared, &conn, stream);
-    Ok(())
 }
 
 /// Puts the session on this host epoch (a snapshot barrier the first time) and opens the
