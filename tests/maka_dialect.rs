@@ -671,3 +671,74 @@ fn memory_by_makas_params() {
         assert_eq!(reason(&e), "unsupported_operation", "{kind}: {e}");
     }
 }
+
+/// §1.3: a client that sets `_meta["_maka/turnStatus"]` and `["_maka/goalPlanStatus"]` gets
+/// `_maka/turn/status`, `_maka/goal/status` and `_maka/plan/changed` with Maka's payloads, and
+/// none of ours (`_maka/turn_state`, `_maka/goal_update`); the plan and goal tests above show a
+/// client without the flags getting ours.
+#[test]
+fn opted_in_clients_get_makas_notifications_instead_of_ours() {
+    let flags = json!({"_maka/turnStatus": true, "_maka/goalPlanStatus": true});
+    let (mut m, _) = maka("notify", flags, &[]);
+    let (sid, _) = m.new_session();
+    for (id, value) in [
+        ("permission_mode", "bypass"),
+        ("collaboration_mode", "plan"),
+    ] {
+        m.agent.call_ok(
+            "session/set_config_option",
+            json!({"sessionId": sid, "configId": id, "value": value}),
+        );
+    }
+    let t = m
+        .agent
+        .prompt(&sid, "plan the work", |r| panic!("unexpected {r}"));
+    let mut seen: Vec<Value> = t.notifications.clone();
+    let changed = t
+        .notifications
+        .iter()
+        .find(|n| n["method"] == "_maka/plan/changed")
+        .unwrap_or_else(|| panic!("no _maka/plan/changed: {:?}", t.notifications));
+    let hint = &changed["params"];
+    assert_eq!(hint["sessionId"], sid.as_str());
+    assert!(hint["storeVersion"].as_u64().unwrap() > 0, "{hint}");
+    let pid = hint["latestProposalId"].clone();
+    assert!(pid.is_string(), "{hint}");
+    assert!(hint.get("activeExecutionId").is_some(), "{hint}");
+    let version = hint["storeVersion"].clone();
+    let start = m.agent.call_ok(
+        "_maka/plan/turn/start",
+        json!({"kind": "approve_proposal", "sessionId": sid, "proposalId": pid,
+               "expectedRevision": version, "expectedStoreVersion": version, "turnId": "maka-turn-2"}),
+    );
+    assert_eq!(start["turn"]["turnId"], "maka-turn-2");
+    let lines = until(&mut m.agent, |v| v["method"] == "_maka/turn/status");
+    let status = &lines.last().unwrap()["params"];
+    assert_eq!(
+        *status,
+        json!({"sessionId": sid, "turnId": "maka-turn-2", "runId": "", "status": "completed"})
+    );
+    seen.extend(lines);
+
+    let (sid2, _) = m.new_session();
+    m.agent.call_ok(
+        "_maka/goal/arm",
+        json!({"sessionId": sid2, "condition": "make it shine", "maxIterations": 5, "tokenBudget": null}),
+    );
+    let lines = until(&mut m.agent, |v| {
+        v["method"] == "_maka/goal/status" && v["params"]["goal"]["status"] == "achieved"
+    });
+    let goal = &lines.last().unwrap()["params"]["goal"];
+    assert_eq!(goal["condition"], "make it shine");
+    assert!(
+        lines.iter().any(|l| l["method"] == "_maka/turn/status"),
+        "the goal's turns end as _maka/turn/status"
+    );
+    seen.extend(lines);
+    for l in &seen {
+        assert!(
+            l["method"] != "_maka/turn_state" && l["method"] != "_maka/goal_update",
+            "ours not sent to an opted-in client: {l}"
+        );
+    }
+}

@@ -312,6 +312,7 @@ fn handle_frame(
 ) -> Flow {
     let Frame { seq, body, .. } = frame;
     session.observe_frame(seq, &body);
+    super::maka_dialect::plan_frame(shared, &session.id, &body);
     for effect in session.apply(shared, body) {
         match effect {
             Effect::Show(_) => {} // shown by `apply`
@@ -331,10 +332,7 @@ fn handle_frame(
             } => session.config_changed(shared, revision, configuration),
             Effect::Goal(goal) => {
                 session.goal_seen(&goal);
-                shared.outbox.notify(
-                    "_maka/goal_update",
-                    &json!({"sessionId": session.id, "goal": goal}),
-                );
+                super::maka_dialect::goal_changed(shared, &session.id, &goal);
             }
             Effect::TurnEnded(end) => {
                 if session.turn_ended(&end.turn_id) {
@@ -349,6 +347,8 @@ fn handle_frame(
                         },
                     );
                     session.finish_prompt(result.map(|r| with_quota(r, &end.usage)));
+                } else if shared.caps.maka_turn_status {
+                    super::maka_dialect::turn_status(shared, &session.id, &end);
                 } else {
                     shared.outbox.notify(
                         "_maka/turn_state",

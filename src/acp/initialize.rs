@@ -37,6 +37,10 @@ pub struct ClientCapabilities {
     /// JetBrains' convention (`_meta.terminal_output_delta: true`): a running command's output
     /// as appended pieces, `tool_call_update._meta.terminal_output_delta`.
     pub terminal_output_delta: bool,
+    /// Apache Maka's opt-ins (`_meta["_maka/turnStatus"]`, `["_maka/goalPlanStatus"]`): its
+    /// `_maka/turn/status`, `_maka/goal/status` and `_maka/plan/changed` instead of ours.
+    pub maka_turn_status: bool,
+    pub maka_goal_plan_status: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -85,6 +89,9 @@ pub fn parse(params: &Value) -> ParamResult<InitializeParams> {
             caps.terminal_output_meta = meta.get("terminal_output") == Some(&Value::Bool(true));
             caps.terminal_output_delta =
                 meta.get("terminal_output_delta") == Some(&Value::Bool(true));
+            caps.maka_turn_status = meta.get("_maka/turnStatus") == Some(&Value::Bool(true));
+            caps.maka_goal_plan_status =
+                meta.get("_maka/goalPlanStatus") == Some(&Value::Bool(true));
         }
     }
     let client_info = match p.optional_object("clientInfo", "clientInfo")? {
@@ -186,7 +193,7 @@ mod tests {
                 "elicitation": {"form": {}, "url": null},
                 "session": {"configOptions": {"boolean": {}}, "notices": {}, "compaction": {}},
                 "plan": {}, "subagents": {},
-                "_meta": {"terminal_output": true}
+                "_meta": {"terminal_output": true, "_maka/turnStatus": true, "_maka/goalPlanStatus": 1}
             },
             "clientInfo": {"name": "zed", "version": "1"}
         }))
@@ -195,6 +202,10 @@ mod tests {
         let c = &p.capabilities;
         assert!(c.fs_read_text_file && !c.fs_write_text_file && c.terminal);
         assert!(c.elicitation_form && !c.elicitation_url && c.boolean_config_options);
+        assert!(
+            c.maka_turn_status && !c.maka_goal_plan_status,
+            "only `true` opts in"
+        );
         assert!(
             c.terminal_output_meta
                 && !c.auth_terminal

@@ -510,7 +510,7 @@ fn execution_active(plan: &ops::PlanView) -> bool {
 
 /// Our plan as Maka's page: its latest version is a proposal (`pending_approval`,
 /// `approved`, or `stale` once rejected); an approved one also has an execution.
-fn plan_page(session_id: &str, plan: &ops::PlanView) -> Value {
+pub(super) fn plan_page(session_id: &str, plan: &ops::PlanView) -> Value {
     let mut items = vec![];
     let (mut latest, mut active) = (None, None);
     if plan.revision > 0 {
@@ -701,6 +701,7 @@ fn control_plan(ctx: &Ctx, conn: &Connected, c: &PlanControl) -> Result<Value, R
     };
     match ctx.call::<ops::PlanControl>(conn, &input)? {
         ops::PlanOutcome::Committed { plan } => {
+            super::plan_changed(&ctx.shared, &c.session_id, &plan);
             let approved = plan.status == "approved";
             Ok(json!({
                 "sessionId": c.session_id,
