@@ -27,7 +27,8 @@ fn script() -> Value {
                 [{"text": "Here is my plan."}]]},
             {"when": "Carry out the approved plan", "responses": [
                 [{"tool": "write_file", "args": {"path": "notes.txt", "content": "done\n"}}],
-                [{"text": "Carried out."}]]}
+                [{"text": "Carried out."}]]},
+            {"when": "slowly please", "responses": [[{"delayMs": 3000}, {"text": "Done slowly."}]]}
         ],
         "default": [[{"text": "Hello from the script!"}]]
     })
@@ -741,4 +742,95 @@ fn opted_in_clients_get_makas_notifications_instead_of_ours() {
             "ours not sent to an opted-in client: {l}"
         );
     }
+}
+
+/// §1.1 ACP methods as a Maka client uses them: `session/new` → `{sessionId, configOptions}`,
+/// `session/prompt` → `{stopReason}` with message chunks, `session/list` `{sessions:
+/// [{sessionId, cwd, title?, updatedAt?}]}`, `session/load` replays (user text as
+/// `user_message_chunk`) then answers `{configOptions}`, `session/resume` answers
+/// `{configOptions}` without replay, `session/cancel` stops a prompt (`cancelled`),
+/// `session/close` → `{}`, then the session is no longer this connection's.
+#[test]
+fn acp_session_methods_as_a_maka_client_uses_them() {
+    let (mut m, _) = maka("acp", json!({}), &[]);
+    let (sid, options) = m.new_session();
+    assert!(options.is_array());
+    let t = m.agent.prompt(&sid, "hello", |r| panic!("unexpected {r}"));
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+    assert_eq!(t.text(), "Hello from the script!");
+    let list = m.agent.call_ok("session/list", json!({"cwd": m.ws.path()}));
+    let listed = &list["sessions"][0];
+    assert_eq!(listed["sessionId"], sid.as_str(), "{list}");
+    assert!(
+        listed["cwd"].is_string() && listed["updatedAt"].is_string(),
+        "{list}"
+    );
+
+    // Other connections (to the same host) load it (replay first) and resume it (no replay).
+    let data = m._data.path().to_path_buf();
+    let ws = m.ws.path().to_path_buf();
+    let reopen = || {
+        let mut a = AgentProcess::spawn_with(Spawn {
+            args: vec!["--acp".into()],
+            env: vec![
+                ("MAKA_SCRIPT".into(), script().to_string()),
+                ("MAKA_DATA_DIR".into(), data.display().to_string()),
+                (
+                    "XDG_CONFIG_HOME".into(),
+                    data.join("config").display().to_string(),
+                ),
+            ],
+        });
+        a.call_ok(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        );
+        a
+    };
+    let mut a = reopen();
+    let (resp, before) = a.call(
+        "session/load",
+        json!({"sessionId": sid, "cwd": ws, "mcpServers": []}),
+    );
+    assert!(resp["result"]["configOptions"].is_array(), "{resp}");
+    let replayed: Vec<&str> = before
+        .iter()
+        .filter_map(|l| l["params"]["update"]["sessionUpdate"].as_str())
+        .collect();
+    assert!(replayed.contains(&"user_message_chunk"), "{replayed:?}");
+    assert!(replayed.contains(&"agent_message_chunk"), "{replayed:?}");
+    drop(a);
+    let mut a = reopen();
+    let (resp, before) = a.call(
+        "session/resume",
+        json!({"sessionId": sid, "cwd": ws, "mcpServers": []}),
+    );
+    assert!(resp["result"]["configOptions"].is_array(), "{resp}");
+    assert!(
+        !before
+            .iter()
+            .any(|l| l["params"]["update"]["sessionUpdate"] == "user_message_chunk"),
+        "resume does not replay: {before:?}"
+    );
+    // A prompt cancelled while it runs answers `cancelled`.
+    let id = a.request(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "slowly please"}]}),
+    );
+    a.notify("session/cancel", json!({"sessionId": sid}));
+    let (resp, _) = a.response_to(&id);
+    assert_eq!(resp["result"]["stopReason"], "cancelled", "{resp}");
+    assert_eq!(
+        a.call_ok("session/close", json!({"sessionId": sid})),
+        json!({})
+    );
+    let (resp, _) = a.call(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
+    );
+    assert_eq!(
+        error_of(&resp)["data"]["reason"],
+        "unknown_session",
+        "{resp}"
+    );
 }
