@@ -427,10 +427,14 @@ fn copy_source_branch_and_revisions_by_makas_params() {
         revision,
     );
     assert_eq!(r["kind"], "committed", "{r}");
-    // The copy holds the first turn only.
-    m.agent.call_ok(
-        "session/resume",
-        json!({"sessionId": "maka-revision-1", "cwd": m.ws.path(), "mcpServers": []}),
+    // The copy is this connection's at once, and holds the first turn only.
+    let t = m
+        .agent
+        .prompt("maka-branch-1", "third", |r| panic!("unexpected {r}"));
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{:?}",
+        t.response
     );
     let copied = m.agent.call_ok(
         "_maka/session/copy-source/query",

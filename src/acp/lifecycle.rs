@@ -57,6 +57,17 @@ fn attach_new(
     Ok((result, session))
 }
 
+/// A session the host made for this client by another route (Maka's `branch/create`, whose
+/// target the client owns at once): live here from now on.
+pub fn attach_made(
+    ctx: &Ctx,
+    conn: &super::host_link::Connected,
+    record: &Session,
+) -> Result<(), ResponseError> {
+    let models = auth::check_host(&ctx.shared.link, conn)?;
+    attach_new(ctx, conn, record, models.as_ref()).map(|_| ())
+}
+
 fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), ResponseError> {
     auth::refuse_early(&ctx.shared.link)?;
     let conn = ctx.host()?;

@@ -339,7 +339,7 @@ pub fn read_branch_create(p: &Params) -> ParamResult<BranchCreate> {
 /// `_maka/session/branch/create` (and `revision/create` with Maka's params): a new session,
 /// the client's `targetSessionId`, with the source's conversation through `sourceTurnId` →
 /// `{kind: "committed", session}` or `{kind: "source_revision_conflict", expectedRevision,
-/// actualRevision}`. The target is opened with `session/load` or `session/resume` before use.
+/// actualRevision}`. The target is this connection's at once (no `session/load` needed).
 pub fn branch_create(ctx: &Ctx, b: BranchCreate) -> Result<Value, ResponseError> {
     owned(ctx, &b.source)?;
     if ctx.session(&b.target).is_some() {
@@ -362,6 +362,8 @@ pub fn branch_create(ctx: &Ctx, b: BranchCreate) -> Result<Value, ResponseError>
     };
     Ok(match ctx.call::<ops::BranchCreate>(&conn, &input)? {
         ops::BranchOutcome::Committed { session } => {
+            // The target is this connection's now, as Maka's is: it can be prompted at once.
+            crate::acp::lifecycle::attach_made(ctx, &conn, &session)?;
             json!({"kind": "committed", "session": catalog_item(&session)})
         }
         ops::BranchOutcome::SourceRevisionConflict { expected, actual } => json!({
