@@ -249,8 +249,10 @@ mod tests {
                 serde_json::json!({}),
                 serde_json::json!({"sessionId": 3}),
             ] {
-                if let Err(e) = (m.read)(&params) {
-                    assert_eq!(e.code, crate::jsonrpc::code::INVALID_PARAMS, "{}", m.name);
+                for dialect in [Dialect::Ours, Dialect::Maka] {
+                    if let Err(e) = (m.read)(&params).and_then(|j| j.in_dialect(dialect)) {
+                        assert_eq!(e.code, crate::jsonrpc::code::INVALID_PARAMS, "{}", m.name);
+                    }
                 }
             }
         }
