@@ -1,0 +1,307 @@
+//! Maka's artifact query and ingest (the client's `uploadId` → the host's) over ours.
+
+use super::*;
+// ---- artifacts ----
+
+pub struct ArtifactQuery {
+    kind: String,
+    session_id: String,
+    artifact_id: Option<String>,
+    offset: u64,
+}
+
+pub fn read_artifact_query(p: &Params) -> ParamResult<ArtifactQuery> {
+    let kind = p.required_str("kind")?;
+    let artifact_id = match kind {
+        "list_start" | "list_continue" => None,
+        "get" | "read_text" | "read_binary" | "read_chunk" => {
+            Some(p.required_str("artifactId")?.to_string())
+        }
+        other => {
+            return Err(ResponseError::invalid_params(format_args!(
+                "`kind` {other:?} is not an artifact query"
+            ))
+            .with_data(
+                json!({"source": "adapter", "operation": "_maka/artifact/query",
+                              "code": "invalid_request"}),
+            ))
+        }
+    };
+    Ok(ArtifactQuery {
+        kind: kind.into(),
+        session_id: p.required_str("sessionId")?.into(),
+        artifact_id,
+        offset: optional_u64(p, "offset")?.unwrap_or(0),
+    })
+}
+
+/// Our artifact as Maka's: its digest as `sha256:<hex>`.
+fn maka_artifact(a: &ops::Artifact) -> Value {
+    let mut v = to_json(a);
+    v["contentSha256"] = json!(format!("sha256:{}", a.sha256));
+    v
+}
+
+/// `_maka/artifact/query`: `list_start` (everything in one page; `list_continue` is then
+/// empty), `get`, `read_chunk` (32 KiB from `offset`), `read_text` / `read_binary` (the
+/// whole file up to 1 MiB, base64).
+pub fn artifact_query(ctx: &Ctx, q: ArtifactQuery) -> Result<Value, ResponseError> {
+    owned(ctx, &q.session_id)?;
+    let conn = ctx.host()?;
+    let session_id = q.session_id.clone();
+    let artifact_id = q.artifact_id.clone().unwrap_or_default();
+    let input = match q.kind.as_str() {
+        "list_start" | "list_continue" => ArtifactQueryInput::List { session_id },
+        "get" => ArtifactQueryInput::Get {
+            session_id,
+            artifact_id,
+        },
+        kind => ArtifactQueryInput::Read {
+            session_id,
+            artifact_id,
+            offset: if kind == "read_chunk" { q.offset } else { 0 },
+            max_bytes: (kind == "read_chunk").then_some(READ_CHUNK),
+        },
+    };
+    Ok(match ctx.call::<ops::ArtifactQuery>(&conn, &input)? {
+        ArtifactAnswer::List { artifacts } => {
+            let items: Vec<Value> = if q.kind == "list_continue" {
+                vec![]
+            } else {
+                artifacts.iter().map(maka_artifact).collect()
+            };
+            json!({"kind": "page", "sessionId": q.session_id, "items": items, "nextCursor": null})
+        }
+        ArtifactAnswer::Artifact { artifact } => {
+            json!({"kind": "artifact", "artifact": artifact.as_ref().map(maka_artifact)})
+        }
+        ArtifactAnswer::Chunk {
+            total_bytes,
+            offset,
+            data_base64,
+            next_offset,
+        } if q.kind == "read_chunk" => json!({
+            "kind": "chunk", "artifactId": q.artifact_id, "offset": offset,
+            "totalBytes": total_bytes, "chunkBase64": data_base64, "nextOffset": next_offset,
+        }),
+        ArtifactAnswer::Chunk {
+            total_bytes,
+            data_base64,
+            next_offset,
+            ..
+        } => json!({
+            "kind": if q.kind == "read_text" { "text" } else { "binary" },
+            "artifactId": q.artifact_id, "totalBytes": total_bytes,
+            "dataBase64": data_base64, "truncated": next_offset.is_some(),
+        }),
+    })
+}
+
+// ---- artifact ingest: the client's `uploadId` → the host's ----
+
+/// Maka's limit on uploads open at once (per connection: one process serves one).
+const OPEN_UPLOADS: usize = 64;
+/// Maka's chunk bound: 48 KiB of data (its base64 is 4/3 as long).
+const MAX_CHUNK_BASE64: usize = 48 * 1024 * 4 / 3 + 4;
+
+/// The host's upload id of each open upload, by (session, the client's `uploadId`).
+static UPLOADS: std::sync::Mutex<Option<std::collections::HashMap<(String, String), String>>> =
+    std::sync::Mutex::new(None);
+
+fn host_upload(session_id: &str, upload_id: &str) -> Option<String> {
+    let key = (session_id.to_string(), upload_id.to_string());
+    crate::jsonrpc::lock(&UPLOADS).as_ref()?.get(&key).cloned()
+}
+
+pub enum Ingest {
+    /// Ours (`docs/maka-extensions.md`), forwarded as it is unless its `uploadId` is a
+    /// Maka client's (commit, abort).
+    Ours(ops::IngestInput),
+    Begin {
+        input: ops::IngestInput,
+        upload_id: String,
+    },
+    Chunk {
+        session_id: String,
+        upload_id: String,
+        offset: u64,
+        data_base64: String,
+    },
+}
+
+pub fn read_ingest(p: &Params) -> ParamResult<Ingest> {
+    let bad = |m: String| adapter_error("_maka/artifact/ingest", m);
+    match p.required_str("kind")? {
+        "begin" if p.get("contentSha256").is_some() => {
+            let digest = p.required_str("contentSha256")?;
+            let hex = digest
+                .strip_prefix("sha256:")
+                .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "`contentSha256` must be sha256:<64 hex>, not {digest:?}"
+                    ))
+                })?;
+            Ok(Ingest::Begin {
+                upload_id: p.required_str("uploadId")?.into(),
+                input: ops::IngestInput::Begin {
+                    session_id: p.required_str("sessionId")?.into(),
+                    name: p.required_str("name")?.into(),
+                    mime_type: p.optional_str("mimeType")?.map(String::from),
+                    total_bytes: p.required_u64("totalBytes")?,
+                    sha256: hex.to_ascii_lowercase(),
+                    source: None,
+                },
+            })
+        }
+        "chunk" => {
+            let data = p.required_str("chunkBase64")?;
+            if data.len() > MAX_CHUNK_BASE64 {
+                return Err(bad(
+                    "`chunkBase64` holds more than 48 KiB; send smaller chunks".into(),
+                ));
+            }
+            Ok(Ingest::Chunk {
+                session_id: p.required_str("sessionId")?.into(),
+                upload_id: p.required_str("uploadId")?.into(),
+                offset: p.required_u64("offset")?,
+                data_base64: data.into(),
+            })
+        }
+        _ => crate::acp::maka::read_ingest(p).map(Ingest::Ours),
+    }
+}
+
+/// `_maka/artifact/ingest`: ours as it is; Maka's `begin` / `chunk` / `commit` / `abort` with
+/// the client's `uploadId` → `upload_opened` / `chunk_accepted` / `committed {attachment}` /
+/// `aborted`.
+pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
+    let conn = ctx.host()?;
+    match i {
+        Ingest::Begin { input, upload_id } => {
+            let ops::IngestInput::Begin { session_id, .. } = &input else {
+                return Err(ResponseError::internal(
+                    "an upload's begin without its session",
+                ));
+            };
+            let session_id = session_id.clone();
+            owned(ctx, &session_id)?;
+            if let Some(host) = host_upload(&session_id, &upload_id) {
+                let status = ops::IngestInput::Status {
+                    session_id,
+                    upload_id: host,
+                };
+                return Ok(maka_ingest(
+                    &upload_id,
+                    ctx.call::<ops::ArtifactIngest>(&conn, &status)?,
+                    true,
+                ));
+            }
+            if crate::jsonrpc::lock(&UPLOADS)
+                .as_ref()
+                .is_some_and(|m| m.len() >= OPEN_UPLOADS)
+            {
+                return Err(MakaCode::CapacityExceeded.error(format!(
+                    "{OPEN_UPLOADS} uploads are open on this connection; commit or abort one first"
+                )));
+            }
+            let out = ctx.call::<ops::ArtifactIngest>(&conn, &input)?;
+            if let ops::IngestOutcome::Upload {
+                upload_id: host, ..
+            } = &out
+            {
+                crate::jsonrpc::lock(&UPLOADS)
+                    .get_or_insert_with(Default::default)
+                    .insert((session_id, upload_id.clone()), host.clone());
+            }
+            Ok(maka_ingest(&upload_id, out, true))
+        }
+        Ingest::Chunk {
+            session_id,
+            upload_id,
+            offset,
+            data_base64,
+        } => {
+            let host = host_upload(&session_id, &upload_id).ok_or_else(|| no_upload(&upload_id))?;
+            let part = ops::IngestInput::Part {
+                session_id,
+                upload_id: host,
+                offset,
+                data_base64,
+            };
+            Ok(maka_ingest(
+                &upload_id,
+                ctx.call::<ops::ArtifactIngest>(&conn, &part)?,
+                false,
+            ))
+        }
+        Ingest::Ours(input) => {
+            let (ops::IngestInput::Commit {
+                session_id,
+                upload_id,
+            }
+            | ops::IngestInput::Abort {
+                session_id,
+                upload_id,
+            }) = &input
+            else {
+                return Ok(to_json(&ctx.call::<ops::ArtifactIngest>(&conn, &input)?));
+            };
+            let Some(host) = host_upload(session_id, upload_id) else {
+                return Ok(to_json(&ctx.call::<ops::ArtifactIngest>(&conn, &input)?));
+            };
+            let key = (session_id.clone(), upload_id.clone());
+            let theirs = match &input {
+                ops::IngestInput::Commit { .. } => ops::IngestInput::Commit {
+                    session_id: key.0.clone(),
+                    upload_id: host,
+                },
+                _ => ops::IngestInput::Abort {
+                    session_id: key.0.clone(),
+                    upload_id: host,
+                },
+            };
+            let out = ctx.call::<ops::ArtifactIngest>(&conn, &theirs);
+            if let Some(m) = crate::jsonrpc::lock(&UPLOADS).as_mut() {
+                m.remove(&key);
+            }
+            Ok(maka_ingest(&key.1, out?, false))
+        }
+    }
+}
+
+fn no_upload(upload_id: &str) -> ResponseError {
+    ResponseError::invalid_params(format_args!(
+        "No open upload {upload_id:?} on this connection; begin it first"
+    ))
+    .with_data(
+        json!({"source": "adapter", "operation": "_maka/artifact/ingest",
+                      "code": "invalid_request"}),
+    )
+}
+
+/// `begun`: the answer to a `begin` (`upload_opened`, also when it resumes an open upload).
+fn maka_ingest(upload_id: &str, out: ops::IngestOutcome, begun: bool) -> Value {
+    match out {
+        ops::IngestOutcome::Upload {
+            received,
+            total_bytes,
+            ..
+        } => json!({
+            "kind": if begun { "upload_opened" } else { "chunk_accepted" },
+            "uploadId": upload_id, "nextOffset": received, "totalBytes": total_bytes,
+        }),
+        ops::IngestOutcome::Committed { artifact } => json!({
+            "kind": "committed",
+            "uploadId": upload_id,
+            "attachment": {
+                "name": artifact.name,
+                "mimeType": artifact.mime_type,
+                "sizeBytes": artifact.bytes,
+                "ref": {"kind": "session_file", "relativePath": artifact.artifact_id},
+            },
+            "artifact": maka_artifact(&artifact),
+        }),
+        ops::IngestOutcome::Aborted {} => json!({"kind": "aborted", "uploadId": upload_id}),
+    }
+}

@@ -1,0 +1,181 @@
+//! Maka's copy-source, branch and revision requests over our branches.
+
+use super::*;
+// ---- sessions: copy source, branch, revision ----
+
+/// A session as Maka's catalog lists it.
+fn catalog_item(s: &Session) -> Value {
+    let mut item = json!({
+        "sessionId": s.id,
+        "cwd": s.workspace.path(),
+        "updatedAt": crate::acp::projection::iso8601(s.last_used_at),
+        "revision": s.revision,
+    });
+    if let Some(name) = &s.name {
+        item["title"] = json!(name);
+    }
+    item
+}
+
+pub struct CopySource {
+    session_id: String,
+    through_sequence: Option<u64>,
+    position: u64,
+    max: u64,
+}
+
+pub fn read_copy_source(p: &Params) -> ParamResult<CopySource> {
+    let max = optional_u64(p, "maxContributions")?.unwrap_or(MAX_CONTRIBUTIONS);
+    if max == 0 || max > MAX_CONTRIBUTIONS {
+        return Err(invalid(
+            "invalid_copy_source_query",
+            "_maka/session/copy-source/query",
+            format_args!("`maxContributions` must be 1 to {MAX_CONTRIBUTIONS}"),
+        ));
+    }
+    let position = match p.get("position") {
+        None => 0,
+        Some(Value::Number(_)) => p.required_u64("position")?,
+        // An opaque position of ours is the decimal index we handed out.
+        Some(Value::String(s)) => s.parse().map_err(|_| {
+            invalid(
+                "invalid_copy_source_query",
+                "_maka/session/copy-source/query",
+                "`position` is not one this agent handed out",
+            )
+        })?,
+        Some(_) => {
+            return Err(invalid(
+                "invalid_copy_source_query",
+                "_maka/session/copy-source/query",
+                "`position` must be a number or a position string",
+            ))
+        }
+    };
+    Ok(CopySource {
+        session_id: p.required_str("sessionId")?.into(),
+        through_sequence: optional_u64(p, "throughSequence")?,
+        position,
+        max,
+    })
+}
+
+/// `_maka/session/copy-source/query` → the turns a branch can copy through, a page at a time,
+/// with the revision `branch/create` must name. A turn's `firstSequence` is its position (1
+/// for the first turn).
+pub fn copy_source(ctx: &Ctx, q: CopySource) -> Result<Value, ResponseError> {
+    owned(ctx, &q.session_id)?;
+    let conn = ctx.host()?;
+    let at = ops::SessionRef {
+        session_id: q.session_id.clone(),
+    };
+    let revision = ctx
+        .call::<ops::SessionGet>(&conn, &at)?
+        .session
+        .map(|s| s.revision)
+        .ok_or_else(|| errors::unknown_session(&q.session_id))?;
+    let turns = ctx.call::<ops::SessionTurns>(&conn, &at)?.turns;
+    let through = q.through_sequence.unwrap_or(u64::MAX);
+    let eligible: Vec<(u64, &ops::TurnSummary)> = turns
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (i as u64 + 1, t))
+        .filter(|(seq, _)| *seq <= through)
+        .collect();
+    let start = (q.position as usize).min(eligible.len());
+    let end = start.saturating_add(q.max as usize).min(eligible.len());
+    let contributions: Vec<Value> = eligible[start..end]
+        .iter()
+        .map(|(seq, t)| {
+            json!({
+                "turnId": t.turn_id,
+                "firstSequence": seq,
+                "userPromptPreview": t.title.clone().unwrap_or_default(),
+                "latestState": t.status,
+            })
+        })
+        .collect();
+    Ok(json!({
+        "sessionId": q.session_id,
+        "expectedSourceRevision": revision,
+        "throughSequence": q.through_sequence,
+        "contributions": contributions,
+        "nextPosition": (end < eligible.len()).then_some(end),
+    }))
+}
+
+pub struct BranchCreate {
+    source: String,
+    target: String,
+    source_turn_id: String,
+    expected_source_revision: u64,
+}
+
+pub fn read_branch_create(p: &Params) -> ParamResult<BranchCreate> {
+    Ok(BranchCreate {
+        source: p.required_str("sourceSessionId")?.into(),
+        target: p.required_str("targetSessionId")?.into(),
+        source_turn_id: p.required_str("sourceTurnId")?.into(),
+        expected_source_revision: p.required_u64("expectedSourceRevision")?,
+    })
+}
+
+/// `_maka/session/branch/create` (and `revision/create` with Maka's params): a new session,
+/// the client's `targetSessionId`, with the source's conversation through `sourceTurnId` →
+/// `{kind: "committed", session}` or `{kind: "source_revision_conflict", expectedRevision,
+/// actualRevision}`. The target is this connection's at once (no `session/load` needed).
+pub fn branch_create(ctx: &Ctx, b: BranchCreate) -> Result<Value, ResponseError> {
+    owned(ctx, &b.source)?;
+    if ctx.session(&b.target).is_some() {
+        return Err(ResponseError::invalid_params(format_args!(
+            "`targetSessionId` {} is a session this connection already has; choose a new id",
+            b.target
+        ))
+        .with_data(json!({"field": "targetSessionId", "reason": "target_owned"})));
+    }
+    let conn = ctx.host()?;
+    let input = ops::BranchInput {
+        source_session_id: b.source,
+        target_session_id: b.target,
+        through_turn_id: Some(b.source_turn_id),
+        expected_source_revision: Some(b.expected_source_revision),
+        workspace: None,
+        additional_directories: None,
+        mcp_servers: vec![],
+        system_prompt: None,
+    };
+    Ok(match ctx.call::<ops::BranchCreate>(&conn, &input)? {
+        ops::BranchOutcome::Committed { session } => {
+            // The target is this connection's now, as Maka's is: it can be prompted at once.
+            crate::acp::lifecycle::attach_made(ctx, &conn, &session)?;
+            json!({"kind": "committed", "session": catalog_item(&session)})
+        }
+        ops::BranchOutcome::SourceRevisionConflict { expected, actual } => json!({
+            "kind": "source_revision_conflict",
+            "expectedRevision": expected,
+            "actualRevision": actual,
+        }),
+    })
+}
+
+pub fn read_abandon(p: &Params) -> ParamResult<String> {
+    Ok(p.required_str("targetSessionId")?.into())
+}
+
+/// `_maka/session/revision/abandon {targetSessionId}`: a copy (a session made by branch or
+/// revision create) is deleted — `abandoned`; any other session is kept — `retained`.
+pub fn abandon(ctx: &Ctx, target: String) -> Result<Value, ResponseError> {
+    let conn = ctx.host()?;
+    let at = ops::SessionRef {
+        session_id: target.clone(),
+    };
+    let copy = ctx
+        .call::<ops::SessionGet>(&conn, &at)?
+        .session
+        .is_some_and(|s| s.lineage.is_some());
+    if !copy {
+        return Ok(json!({"kind": "retained", "sessionId": target}));
+    }
+    crate::acp::lifecycle::delete(ctx, &target)?;
+    Ok(json!({"kind": "abandoned", "sessionId": target}))
+}
