@@ -838,3 +838,78 @@ fn acp_session_methods_as_a_maka_client_uses_them() {
         "{resp}"
     );
 }
+
+/// `maka-acp --acp` on an external host, initialized as a Maka client with `client_meta`.
+fn maka_on(host: &support::host::HostProcess, client_meta: Value) -> AgentProcess {
+    let mut agent = AgentProcess::spawn_with(Spawn {
+        args: vec!["--acp".into(), "--host-url".into(), host.url("")],
+        env: vec![
+            ("RUST_LOG".into(), "info".into()),
+            ("MAKA_HOST_TOKEN".into(), host.token.clone()),
+        ],
+    });
+    agent.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"_meta": client_meta}}),
+    );
+    agent
+}
+
+/// §1.2 `_maka/turn/resume` after a host crash: `{kind: "started", turn, sourceRunId,
+/// sourceRuntimeEventHighWater}` at admission, the run's output as `session/update`s, its end
+/// as `_maka/turn/status`; asked again, or with a run that is not the latest, it is `parked`.
+#[test]
+fn turn_resume_starts_the_interrupted_run_at_admission() {
+    let data = TempDir::new("makad-resume-data");
+    let ws = TempDir::new("makad-resume-ws");
+    let script = json!({
+        "rules": [{"when": "slow", "responses": [[{"text": "Starting slowly"}, {"delayMs": 30000}, {"text": "never"}]]}],
+        "default": [[{"text": "Picked up where it stopped."}]]
+    });
+    let env = vec![("MAKA_SCRIPT".to_string(), script.to_string())];
+    let mut host = support::host::HostProcess::start_env(data.path(), env.clone());
+    let mut first = maka_on(&host, json!({}));
+    let r = first.call_ok("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
+    let sid = r["sessionId"].as_str().unwrap().to_string();
+    first.request(
+        "session/prompt",
+        json!({"sessionId": sid, "prompt": [{"type": "text", "text": "slow work"}]}),
+    );
+    until(&mut first, |v| {
+        v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    host.kill9();
+    drop(first);
+
+    let host = support::host::HostProcess::start_env(data.path(), env);
+    let mut m = maka_on(&host, json!({"_maka/turnStatus": true}));
+    m.call_ok(
+        "session/load",
+        json!({"sessionId": sid, "cwd": ws.path(), "mcpServers": []}),
+    );
+    let stale = m.call_ok(
+        "_maka/turn/resume",
+        json!({"sessionId": sid, "sourceRunId": "run_not_the_latest"}),
+    );
+    assert_eq!(stale["kind"], "parked", "{stale}");
+    assert_eq!(stale["plan"]["reason"], "resume_candidate_missing");
+    let (resp, _) = m.call("_maka/turn/resume", json!({"sessionId": sid}));
+    let started = &resp["result"];
+    assert_eq!(started["kind"], "started", "{resp}");
+    assert!(started["sourceRunId"].is_string(), "{started}");
+    assert!(started["sourceRuntimeEventHighWater"].is_u64(), "{started}");
+    let turn_id = started["turn"]["turnId"].clone();
+    assert_eq!(started["turn"]["sessionId"], sid.as_str());
+    let lines = until(&mut m, |v| v["method"] == "_maka/turn/status");
+    let said: String = lines
+        .iter()
+        .filter(|l| l["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|l| l["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("Picked up where it stopped."), "{said:?}");
+    let end = &lines.last().unwrap()["params"];
+    assert_eq!(end["turnId"], turn_id, "{end}");
+    assert_eq!(end["status"], "completed", "{end}");
+    let again = m.call_ok("_maka/turn/resume", json!({"sessionId": sid}));
+    assert_eq!(again["kind"], "parked", "never twice: {again}");
+}
