@@ -307,7 +307,26 @@ fn goals_by_makas_params_and_goal_shape() {
     }
     assert_eq!(goal["condition"], "make it shine");
     assert_eq!(goal["maxIterations"], 5);
-    // It runs (here at once) until the model declares it met: `achieved`.
+    // Armed, it waits for the next prompt (as Maka's): nothing runs, the query shows it.
+    let waiting = m
+        .agent
+        .call_ok("_maka/goal/query", json!({"sessionId": sid}));
+    assert_eq!(waiting["goal"]["goalId"], goal["goalId"], "{waiting}");
+    m.agent
+        .expect_silence(std::time::Duration::from_millis(300));
+    let e = m.error(
+        "_maka/goal/arm",
+        json!({"sessionId": sid, "condition": "another", "maxIterations": null, "tokenBudget": null}),
+    );
+    assert_eq!(
+        e["data"]["makaCode"], "operation_conflict",
+        "one goal at a time: {e}"
+    );
+    // The prompt runs; then the goal goes on until the model declares it met: `achieved`.
+    let t = m
+        .agent
+        .prompt(&sid, "start on it", |r| panic!("unexpected {r}"));
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
     until(&mut m.agent, |v| {
         v["method"] == "_maka/goal_update" && v["params"]["goal"]["status"] == "completed"
     });
@@ -317,13 +336,31 @@ fn goals_by_makas_params_and_goal_shape() {
     assert_eq!(q["goal"]["status"], "achieved", "{q}");
     assert!(q["goal"]["achievedAt"].is_u64(), "{q}");
 
-    // A goal that keeps going: paused, resumed and cleared by revision.
+    // A goal not yet started can be cleared, not paused.
     let (sid2, _) = m.new_session();
-    let g = m.agent.call_ok(
-        "_maka/goal/arm",
-        json!({"sessionId": sid2, "condition": "keep going", "maxIterations": 100, "tokenBudget": 100000}),
-    );
-    let goal_id = g["goal"]["goalId"].as_str().unwrap().to_string();
+    let arm = json!({"sessionId": sid2, "condition": "keep going", "maxIterations": 100, "tokenBudget": 100000});
+    let g = m.agent.call_ok("_maka/goal/arm", arm.clone());
+    let pending = g["goal"]["goalId"].clone();
+    let control = |action: &str, goal_id: &Value, revision: Value| json!({"sessionId": sid2, "goalId": goal_id, "expectedRevision": revision, "action": action});
+    let e = m.error("_maka/goal/control", control("pause", &pending, json!(0)));
+    assert_eq!(reason(&e), "unsupported_operation", "{e}");
+    let cleared = m
+        .agent
+        .call_ok("_maka/goal/control", control("clear", &pending, json!(0)));
+    assert_eq!(cleared["goal"]["status"], "cleared", "{cleared}");
+    let none = m
+        .agent
+        .call_ok("_maka/goal/query", json!({"sessionId": sid2}));
+    assert_eq!(none["goal"], Value::Null);
+    // Once it runs: paused, resumed and cleared by revision.
+    m.agent.call_ok("_maka/goal/arm", arm);
+    m.agent
+        .prompt(&sid2, "start on it", |r| panic!("unexpected {r}"));
+    let running = until(&mut m.agent, |v| v["method"] == "_maka/goal_update");
+    let goal_id = running.last().unwrap()["params"]["goal"]["goalId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let e = m.error(
         "_maka/goal/control",
         json!({"sessionId": sid2, "goalId": goal_id, "expectedRevision": 999, "action": "pause"}),
@@ -726,10 +763,18 @@ fn opted_in_clients_get_makas_notifications_instead_of_ours() {
     seen.extend(lines);
 
     let (sid2, _) = m.new_session();
-    m.agent.call_ok(
+    let (resp, early) = m.agent.call(
         "_maka/goal/arm",
         json!({"sessionId": sid2, "condition": "make it shine", "maxIterations": 5, "tokenBudget": null}),
     );
+    assert!(
+        early.iter().any(|l| l["method"] == "_maka/goal/status"),
+        "arming is told: {early:?} {resp}"
+    );
+    let t = m
+        .agent
+        .prompt(&sid2, "start on it", |r| panic!("unexpected {r}"));
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
     let lines = until(&mut m.agent, |v| {
         v["method"] == "_maka/goal/status" && v["params"]["goal"]["status"] == "achieved"
     });

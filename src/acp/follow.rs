@@ -347,6 +347,7 @@ fn handle_frame(
                         },
                     );
                     session.finish_prompt(result.map(|r| with_quota(r, &end.usage)));
+                    super::maka_dialect::prompt_ended(session, shared, conn, end.outcome);
                 } else if shared.caps.maka_turn_status {
                     super::maka_dialect::turn_status(shared, &session.id, &end);
                 } else {

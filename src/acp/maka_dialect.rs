@@ -87,6 +87,17 @@ pub fn goal_changed(shared: &Shared, session_id: &str, goal: &Goal) {
     }
 }
 
+/// `_maka/goal/status` with a goal already in Maka's shape, to a client that opted in (a goal
+/// that waits for its prompt exists only here).
+pub fn goal_status(shared: &Shared, session_id: &str, goal: &Value) {
+    if shared.caps.maka_goal_plan_status {
+        shared.outbox.notify(
+            "_maka/goal/status",
+            &json!({"sessionId": session_id, "goal": goal}),
+        );
+    }
+}
+
 /// A turn this connection did not prompt ended, to a client that set `_maka/turnStatus`:
 /// `_maka/turn/status {sessionId, turnId, runId ("" : unknown here), status, failureClass?}`.
 pub fn turn_status(shared: &Shared, session_id: &str, end: &TurnEnd) {

@@ -1,7 +1,10 @@
 //! Maka's goal requests over our goals.
 
 use super::*;
-// ---- goals ----
+use crate::acp::session::Shared;
+use crate::host_api::wire::TurnOutcome;
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// Our goal as Maka's `Goal` (§1.2). Statuses: `waiting_for_approval` → `waiting`, `completed`
 /// → `achieved`, `cancelled` → `cleared`, a limit (`stopped`) → `max_iterations` /
@@ -39,6 +42,9 @@ pub fn maka_goal(g: &Goal) -> Value {
 /// `_maka/goal/query` in Maka's dialect → `{sessionId, goal: Goal | null}`.
 pub fn goal_query(ctx: &Ctx, input: ops::SessionRef) -> Result<Value, ResponseError> {
     owned(ctx, &input.session_id)?;
+    if let Some(goal) = armed_goal(&input.session_id) {
+        return Ok(json!({"sessionId": input.session_id, "goal": goal}));
+    }
     let conn = ctx.host()?;
     let view = ctx.call::<ops::GoalQuery>(&conn, &input)?;
     Ok(json!({"sessionId": input.session_id, "goal": view.goal.as_ref().map(maka_goal)}))
@@ -89,14 +95,126 @@ pub fn read_goal_arm(p: &Params) -> ParamResult<ops::GoalArmInput> {
     })
 }
 
-/// `_maka/goal/arm` with Maka's params → `{sessionId, goal}`. Our goal starts working at once
-/// (Maka's waits for the next `session/prompt`): its turns stream as `session/update`s.
+/// A goal armed with Maka's params, waiting for the session's next prompt (Maka's arm stores
+/// the goal; the person's next `session/prompt` starts the work and the host continues it).
+/// Ours starts turns as soon as it is armed, so it is armed when that prompt has completed
+/// ([`prompt_ended`]); until then it is shown from here.
+struct Armed {
+    goal_id: String,
+    input: ops::GoalArmInput,
+    set_at: u64,
+}
+
+/// The goals armed for a next prompt, by session (one process serves one connection).
+static ARMED: Mutex<Option<HashMap<String, Armed>>> = Mutex::new(None);
+/// Sessions with a goal waiting at once, at most.
+const MAX_ARMED: usize = 1024;
+
+fn armed_goal(session_id: &str) -> Option<Value> {
+    let armed = crate::jsonrpc::lock(&ARMED);
+    armed
+        .as_ref()?
+        .get(session_id)
+        .map(|a| armed_view(a, "active"))
+}
+
+fn armed_view(a: &Armed, status: &str) -> Value {
+    json!({
+        "goalId": a.goal_id,
+        "revision": 0,
+        "sessionId": a.input.session_id,
+        "condition": a.input.objective,
+        "status": status,
+        "setAt": a.set_at,
+        "iterations": 0,
+        "maxIterations": a.input.max_turns.unwrap_or(10),
+        "consecutiveNoProgress": 0,
+        "blockCap": null,
+        "tokenBudget": a.input.max_tokens,
+        "tokensSpent": 0,
+        "lastReason": null,
+        "achievedAt": null,
+        "pausedAt": null,
+    })
+}
+
+fn goal_exists(goal_id: &str, status: &str) -> ResponseError {
+    MakaCode::OperationConflict.error_with(
+        format!("Goal {goal_id} is {status}; clear it before arming another"),
+        json!({"goalId": goal_id}),
+    )
+}
+
+/// `_maka/goal/arm` with Maka's params → `{sessionId, goal}`: the goal waits for the
+/// session's next prompt, as Maka's does.
 pub fn goal_arm(ctx: &Ctx, input: ops::GoalArmInput) -> Result<Value, ResponseError> {
     owned(ctx, &input.session_id)?;
     let conn = ctx.host()?;
-    let goal = ctx.call::<ops::GoalArm>(&conn, &input)?;
-    crate::acp::maka::show_goal(ctx, &conn, &input.session_id, &goal);
-    Ok(json!({"sessionId": input.session_id, "goal": maka_goal(&goal)}))
+    let at = ops::SessionRef {
+        session_id: input.session_id.clone(),
+    };
+    if let Some(g) = ctx.call::<ops::GoalQuery>(&conn, &at)?.goal {
+        if g.is_live() || g.status == "paused" {
+            return Err(goal_exists(&g.goal_id, &g.status));
+        }
+    }
+    let armed = Armed {
+        goal_id: format!("goal_{}", crate::host_api::random_hex(8)),
+        input,
+        set_at: crate::host_api::wire::now_ms(),
+    };
+    let view = armed_view(&armed, "active");
+    {
+        let mut all = crate::jsonrpc::lock(&ARMED);
+        let all = all.get_or_insert_with(HashMap::new);
+        if let Some(a) = all.get(&armed.input.session_id) {
+            return Err(goal_exists(&a.goal_id, "armed"));
+        }
+        if all.len() >= MAX_ARMED {
+            return Err(MakaCode::CapacityExceeded.error(format!(
+                "{MAX_ARMED} sessions already have a goal waiting for a prompt; send one first"
+            )));
+        }
+        all.insert(armed.input.session_id.clone(), armed);
+    }
+    let session_id = at.session_id;
+    crate::acp::maka_dialect::goal_status(&ctx.shared, &session_id, &view);
+    Ok(json!({"sessionId": session_id, "goal": view}))
+}
+
+/// A prompt of this connection's ended: a goal armed for it is armed on the host now, and the
+/// session follows it (on its own thread: the reader that saw the end goes on reading).
+pub fn prompt_ended(
+    session: &Arc<AcpSession>,
+    shared: &Arc<Shared>,
+    conn: &Connected,
+    outcome: TurnOutcome,
+) {
+    if outcome != TurnOutcome::Completed {
+        return; // it waits for a prompt that completes
+    }
+    let Some(armed) = crate::jsonrpc::lock(&ARMED)
+        .as_mut()
+        .and_then(|all| all.remove(&session.id))
+    else {
+        return;
+    };
+    let (session, shared, conn) = (Arc::clone(session), Arc::clone(shared), conn.clone());
+    let spawned = crate::threads::spawn("maka-goal-arm", move || {
+        match conn.client.call::<ops::GoalArm>(&armed.input) {
+            Ok(goal) => {
+                session.emit(&shared, |view| (view.goal(&goal), ()));
+                session.follow_goal(&shared, &conn, &goal);
+            }
+            Err(e) => log::warn!(
+                "session {}: the goal armed for this prompt could not start: {e}",
+                session.id
+            ),
+        }
+    });
+    if spawned.is_none() {
+        log::warn!("could not start a thread to arm the waiting goal");
+    }
 }
 
 pub struct GoalControl {
@@ -132,6 +250,9 @@ pub fn read_goal_control(p: &Params) -> ParamResult<GoalControl> {
 /// `expectedRevision` is Maka's `revision_conflict` (checked just before the change).
 pub fn goal_control(ctx: &Ctx, c: GoalControl) -> Result<Value, ResponseError> {
     owned(ctx, &c.session_id)?;
+    if let Some(answer) = control_armed(ctx, &c)? {
+        return Ok(answer);
+    }
     let conn = ctx.host()?;
     let current = ctx
         .call::<ops::GoalQuery>(
@@ -159,4 +280,34 @@ pub fn goal_control(ctx: &Ctx, c: GoalControl) -> Result<Value, ResponseError> {
     let goal = ctx.call::<ops::GoalControl>(&conn, &input)?;
     crate::acp::maka::show_goal(ctx, &conn, &c.session_id, &goal);
     Ok(json!({"sessionId": c.session_id, "goal": maka_goal(&goal)}))
+}
+
+/// Control of a goal still waiting for its prompt: `clear` forgets it; pausing or resuming a
+/// goal that has not started is not something our goals can be. `None`: not a waiting goal.
+fn control_armed(ctx: &Ctx, c: &GoalControl) -> Result<Option<Value>, ResponseError> {
+    let mut all = crate::jsonrpc::lock(&ARMED);
+    let Some(all) = all.as_mut() else {
+        return Ok(None);
+    };
+    if all
+        .get(&c.session_id)
+        .is_none_or(|a| a.goal_id != c.goal_id)
+    {
+        return Ok(None);
+    }
+    if c.expected_revision != 0 {
+        return Err(revision_conflict(c.expected_revision, 0));
+    }
+    if c.action != "cancel" {
+        return Err(unsupported(
+            &format!("_maka/goal/control {} of a goal that has not started", c.action),
+            "the goal starts with the session's next prompt; pause or resume it once it runs, or clear it",
+        ));
+    }
+    let Some(armed) = all.remove(&c.session_id) else {
+        return Ok(None);
+    };
+    let view = armed_view(&armed, "cleared");
+    crate::acp::maka_dialect::goal_status(&ctx.shared, &c.session_id, &view);
+    Ok(Some(json!({"sessionId": c.session_id, "goal": view})))
 }
