@@ -285,6 +285,17 @@ pub fn goal_control(ctx: &Ctx, c: GoalControl) -> Result<Value, ResponseError> {
 /// Control of a goal still waiting for its prompt: `clear` forgets it; pausing or resuming a
 /// goal that has not started is not something our goals can be. `None`: not a waiting goal.
 fn control_armed(ctx: &Ctx, c: &GoalControl) -> Result<Option<Value>, ResponseError> {
+    let Some(armed) = take_armed(c)? else {
+        return Ok(None);
+    };
+    // Told outside the lock (a send).
+    let view = armed_view(&armed, "cleared");
+    crate::acp::maka_dialect::goal_status(&ctx.shared, &c.session_id, &view);
+    Ok(Some(json!({"sessionId": c.session_id, "goal": view})))
+}
+
+/// The waiting goal `c` clears, taken out of [`ARMED`]; `None` when `c` is not about one.
+fn take_armed(c: &GoalControl) -> Result<Option<Armed>, ResponseError> {
     let mut all = crate::jsonrpc::lock(&ARMED);
     let Some(all) = all.as_mut() else {
         return Ok(None);
@@ -304,10 +315,5 @@ fn control_armed(ctx: &Ctx, c: &GoalControl) -> Result<Option<Value>, ResponseEr
             "the goal starts with the session's next prompt; pause or resume it once it runs, or clear it",
         ));
     }
-    let Some(armed) = all.remove(&c.session_id) else {
-        return Ok(None);
-    };
-    let view = armed_view(&armed, "cleared");
-    crate::acp::maka_dialect::goal_status(&ctx.shared, &c.session_id, &view);
-    Ok(Some(json!({"sessionId": c.session_id, "goal": view})))
+    Ok(all.remove(&c.session_id))
 }
