@@ -293,6 +293,12 @@ pub enum ToolCallContent {
     Terminal {
         terminal_id: String,
     },
+    /// The child session a tool call started (a delegation, to a client that shows
+    /// subagents).
+    #[serde(rename_all = "camelCase")]
+    Session {
+        session_id: String,
+    },
 }
 
 impl ToolCallContent {
