@@ -128,6 +128,7 @@ pub fn agent_capabilities(can_log_out: bool) -> AgentCapabilities {
             delete: Empty {},
             additional_directories: Empty {},
             system_prompt: json!({"mode": {"override": {}}}),
+            options: Empty {},
         },
         // `logout` removes the key `maka-acp login` stored: only a build with the login flow
         // has it.

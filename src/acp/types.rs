@@ -616,9 +616,11 @@ pub struct SessionCapabilities {
     pub close: Empty,
     pub delete: Empty,
     pub additional_directories: Empty,
-    /// `systemPrompt` on new/load/resume/fork (ACP unstable), `append` and `override`:
-    /// `{"mode": {"override": {}}}`.
+    /// `systemPrompt` on new/load/resume/fork (stable since ACP schema 1.20.0), `append` and
+    /// `override`: `{"mode": {"override": {}}}`.
     pub system_prompt: Value,
+    /// `session/options` and initial `configOptions` on new/load/resume/fork (ACP unstable).
+    pub options: Empty,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

@@ -12,10 +12,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 const SCHEMA: &str = include_str!("../schema/schema.json");
-/// The unstable schema: `session/fork` and the `sessionCapabilities.fork` it is advertised by.
+/// The unstable schema: `session/fork`, `session/options` and the capabilities they are
+/// advertised by.
 const UNSTABLE: &str = include_str!("../schema/schema.unstable.json");
 /// Methods whose lines are checked against the unstable schema.
-const UNSTABLE_METHODS: &[&str] = &["session/fork"];
+const UNSTABLE_METHODS: &[&str] = &["session/fork", "session/options"];
 /// `session/update` kinds only the unstable schema has (sent only to clients that negotiated
 /// them): their lines are checked against it. (Plans by id and subagent sessions are stable
 /// in 1.20.0.)
@@ -278,8 +279,9 @@ fn check_initialize(result: &Value) -> Result<(), String> {
         .pointer_mut("/agentCapabilities/sessionCapabilities")
         .and_then(Value::as_object_mut)
     {
+        // Unstable in ACP 1.20.0 (`systemPrompt` is stable: checked against both).
         caps.remove("fork");
-        caps.remove("systemPrompt");
+        caps.remove("options");
     }
     check(schema(), "InitializeResponse", &stable)
 }
