@@ -37,6 +37,9 @@ pub struct ClientCapabilities {
     /// JetBrains' convention (`_meta.terminal_output_delta: true`): a running command's output
     /// as appended pieces, `tool_call_update._meta.terminal_output_delta`.
     pub terminal_output_delta: bool,
+    /// `_meta.unstable_end_turn_token_usage: true`: it reads ACP's unstable
+    /// `PromptResponse.usage` (there is no capability for it; the name is the SDK feature's).
+    pub end_turn_usage: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -85,6 +88,8 @@ pub fn parse(params: &Value) -> ParamResult<InitializeParams> {
             caps.terminal_output_meta = meta.get("terminal_output") == Some(&Value::Bool(true));
             caps.terminal_output_delta =
                 meta.get("terminal_output_delta") == Some(&Value::Bool(true));
+            caps.end_turn_usage =
+                meta.get("unstable_end_turn_token_usage") == Some(&Value::Bool(true));
         }
     }
     let client_info = match p.optional_object("clientInfo", "clientInfo")? {

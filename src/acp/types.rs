@@ -466,6 +466,10 @@ pub enum StopReason {
 #[serde(rename_all = "camelCase")]
 pub struct PromptResponse {
     pub stop_reason: StopReason,
+    /// The turn's token usage (ACP unstable, `unstable_end_turn_token_usage`): only to a
+    /// client that opted in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Value>,
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
 }
@@ -474,6 +478,7 @@ impl PromptResponse {
     pub fn new(stop_reason: StopReason) -> PromptResponse {
         PromptResponse {
             stop_reason,
+            usage: None,
             meta: None,
         }
     }

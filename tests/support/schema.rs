@@ -250,7 +250,12 @@ pub fn validate_agent_line(
                             ));
                         }
                     } else if !method.starts_with('_') {
-                        let s = schema_for(&method);
+                        // `PromptResponse.usage` is unstable: only a client that opted in gets it.
+                        let s = if method == "session/prompt" && result.get("usage").is_some() {
+                            unstable()
+                        } else {
+                            schema_for(&method)
+                        };
                         let ty = s.types.get(&(method.clone(), "response")).ok_or_else(|| {
                             format!("a result for `{method}`, which ACP does not define")
                         })?;
