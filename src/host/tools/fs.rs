@@ -145,10 +145,11 @@ pub fn open_checked(env: &dyn ToolEnv, path: &Path, write: bool) -> Result<fs::F
     }
     let file = options.open(path).map_err(|e| match e.raw_os_error() {
         Some(libc::ELOOP) => format!("{} is a symbolic link; it was not followed", path.display()),
-        // A FIFO opened for writing with nobody reading it.
+        // A socket, or a FIFO opened for writing with nobody reading it.
         Some(libc::ENXIO) => format!(
-            "{} is a FIFO (named pipe), not a regular file; only regular files are read or written",
-            path.display()
+            "{} is {}, not a regular file; only regular files are read or written",
+            path.display(),
+            fs::symlink_metadata(path).map_or("not a regular file", |m| kind_of(m.file_type()))
         ),
         _ => e.to_string(),
     })?;
