@@ -421,10 +421,17 @@ fn restore(
     (restored, conflicts)
 }
 
+/// The largest recorded content a rewind reads back to compare (a record saying more is not
+/// trusted to size a read: the file counts as changed).
+const COMPARE_LIMIT: u64 = 256 * 1024 * 1024;
+
 /// Whether the file at a recorded path is what the agent last wrote (`after`): read through
 /// the tools' opener (a regular file only, never blocking) and never more than `after`'s size
 /// and one byte, so a file grown huge since costs nothing to tell apart.
 fn is_unchanged(path: &Path, after: &Fingerprint) -> Result<bool, String> {
+    if after.bytes > COMPARE_LIMIT {
+        return Ok(false);
+    }
     let mut f = fs_checked::open_verified(path)?;
     let (bytes, whole) = fs_checked::read_at_most(&mut f, after.bytes)?;
     Ok(whole && Fingerprint::of(&bytes) == *after)

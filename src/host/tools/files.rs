@@ -175,15 +175,15 @@ fn read_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
         }
     };
     let mut truncated = false;
+    if text.len() > READ_LIMIT {
+        cut(&mut text, READ_LIMIT);
+        text.push_str("\n[truncated: use offset and limit to read the rest]");
+        truncated = true;
+    }
     if beyond_reach {
         text.push_str(&format!(
             "\n[only the first {PART_READ_LIMIT} bytes of this file can be read]"
         ));
-        truncated = true;
-    }
-    if text.len() > READ_LIMIT {
-        cut(&mut text, READ_LIMIT);
-        text.push_str("\n[truncated: use offset and limit to read the rest]");
         truncated = true;
     }
     ToolOutcome {
