@@ -29,6 +29,11 @@ fn script() -> Value {
                 [{"tool": "edit_file", "args": {"path": "to_secret", "old_text": "secret", "new_text": "pwned"}}],
                 [{"text": "ok"}]
             ]},
+            {"when": "write the link", "responses": [
+                [{"tool": "write_file", "args": {"path": "hardlinked", "content": "pwned\n"}}],
+                [{"tool": "edit_file", "args": {"path": "hardlinked", "old_text": "secret", "new_text": "pwned"}}],
+                [{"text": "ok"}]
+            ]},
             {"when": "race", "responses": race}
         ]
     })
@@ -309,4 +314,28 @@ fn read_file_refuses_at_once_what_is_not_a_regular_file_and_a_cancel_is_answered
             "{what}: {text}"
         );
     }
+}
+
+/// A workspace file that is a hard link to a file outside (the same file under two names):
+/// `write_file` and `edit_file` write through no such file — they would change the outside
+/// one — and say why (issue 45: a rewind with `force` wrote through one; the tools too).
+#[test]
+fn the_tools_write_through_no_hard_link() {
+    let (mut s, id) = setup("hardlink", json!({}), "bypass");
+    let outside = s.outside.path().join("secret.txt");
+    std::fs::hard_link(&outside, s.ws.path().join("hardlinked")).unwrap();
+    let t = s.agent.prompt(&id, "write the link", |r| {
+        panic!("no dialog in bypass: {r}")
+    });
+    let settled: Vec<Value> = t
+        .updates_for(&id)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "failed")
+        .cloned()
+        .collect();
+    assert_eq!(settled.len(), 2, "both refused: {settled:#?}");
+    for u in &settled {
+        assert!(u.to_string().contains("hard links"), "{u}");
+    }
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret\n");
 }

@@ -153,8 +153,18 @@ pub fn open_checked(env: &dyn ToolEnv, path: &Path, write: bool) -> Result<fs::F
         ),
         _ => e.to_string(),
     })?;
-    if let Err(why) = regular_only(&file) {
-        return Err(format!("{}: {why}", path.display()));
+    let meta = match regular_only(&file) {
+        Ok(meta) => meta,
+        Err(why) => return Err(format!("{}: {why}", path.display())),
+    };
+    // A file with other names (hard links) may be one outside the session's folders: writing
+    // through it would change that file (a rewind leaves such files alone the same way).
+    if write && std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+        return Err(format!(
+            "{} has {} names (hard links), which may lie outside the session's folders; it was not written",
+            path.display(),
+            std::os::unix::fs::MetadataExt::nlink(&meta)
+        ));
     }
     let real = opened_path(&file).unwrap_or_else(|| path.to_path_buf());
     if !env.may_touch(&real) {
