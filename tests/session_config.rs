@@ -807,3 +807,130 @@ fn login_in_a_terminal_saves_a_private_config() {
     let mode = std::fs::metadata(&config).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+/// `session/options` and initial `configOptions` (issue 49 item 4, unstable, advertised as
+/// `sessionCapabilities.options`): the options a new session in a folder would start with,
+/// or an existing one's; initial values applied before the first turn on new, load and fork,
+/// each checked as `session/set_config_option` checks it — a bad one is the `-32602` naming
+/// it, and `session/new` then creates nothing.
+#[test]
+fn session_options_and_initial_values_before_the_first_turn() {
+    let mut s = setup("initial", json!({}));
+    let init = s.agent.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    assert_eq!(
+        init["agentCapabilities"]["sessionCapabilities"]["options"],
+        json!({})
+    );
+    let cwd = s.ws.path().to_path_buf();
+    let before = s.agent.call_ok("session/options", json!({"cwd": cwd}));
+    assert_eq!(
+        option(&before["configOptions"], "mode")["currentValue"],
+        "ask"
+    );
+    assert_eq!(
+        option(&before["configOptions"], "model")["currentValue"],
+        "default"
+    );
+    assert_eq!(before["modes"]["currentModeId"], "ask");
+
+    // A bad value: the error names it, and no session is made.
+    let sessions = |s: &Setup| {
+        std::fs::read_dir(s._data.path().join("sessions"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let made = sessions(&s);
+    for (bad, names) in [
+        (
+            json!([{"configId": "mode", "value": "nope"}]),
+            "configOptions[0]",
+        ),
+        (
+            json!([{"configId": "mode", "value": "bypass"}, {"configId": "thought_level", "value": "ultra"}]),
+            "configOptions[1]",
+        ),
+        (json!([{"value": "bypass"}]), "configOptions[0]"),
+    ] {
+        let (resp, _) = s.agent.call(
+            "session/new",
+            json!({"cwd": cwd, "mcpServers": [], "configOptions": bad}),
+        );
+        assert_eq!(error_of(&resp)["code"], -32602, "{resp}");
+        assert!(
+            error_of(&resp)["message"].as_str().unwrap().contains(names),
+            "{resp}"
+        );
+    }
+    assert_eq!(sessions(&s), made, "nothing was created");
+
+    // Good values, in order (the thinking level of the model chosen before it).
+    let r = s.agent.call_ok(
+        "session/new",
+        json!({"cwd": cwd, "mcpServers": [], "configOptions": [
+            {"configId": "mode", "value": "bypass"},
+            {"configId": "model", "value": "script/deep"},
+            {"configId": "thought_level", "value": "high"}]}),
+    );
+    let id = r["sessionId"].as_str().unwrap().to_string();
+    s.agent.expect_commands(&id);
+    assert_eq!(
+        option(&r["configOptions"], "mode")["currentValue"],
+        "bypass"
+    );
+    assert_eq!(
+        option(&r["configOptions"], "model")["currentValue"],
+        "script/deep"
+    );
+    assert_eq!(
+        option(&r["configOptions"], "thought_level")["currentValue"],
+        "high"
+    );
+    assert_eq!(r["modes"]["currentModeId"], "bypass");
+    // Applied before the first turn: a write runs with no dialog (bypass).
+    let t = s
+        .agent
+        .prompt(&id, "go ahead", |r| panic!("no dialog in bypass: {r}"));
+    assert_eq!(t.response["result"]["stopReason"], "end_turn");
+
+    // The session's own options; on load, initial values again, in the response.
+    let now = s
+        .agent
+        .call_ok("session/options", json!({"cwd": cwd, "sessionId": id}));
+    assert_eq!(
+        option(&now["configOptions"], "mode")["currentValue"],
+        "bypass"
+    );
+    let (unknown, _) = s.agent.call(
+        "session/options",
+        json!({"cwd": cwd, "sessionId": "sess_nope"}),
+    );
+    assert_eq!(error_of(&unknown)["code"], -32002, "{unknown}");
+    let mut other = AgentProcess::scripted(&script(), s._data.path());
+    other.initialize();
+    let load = other.drive(
+        "session/load",
+        json!({"sessionId": id, "cwd": cwd, "mcpServers": [],
+               "configOptions": [{"configId": "mode", "value": "explore"}]}),
+        |r| panic!("{r}"),
+    );
+    let loaded = &load.response["result"];
+    assert_eq!(
+        option(&loaded["configOptions"], "mode")["currentValue"],
+        "explore",
+        "{loaded}"
+    );
+    assert_eq!(loaded["modes"]["currentModeId"], "explore");
+    let fork = other.call_ok(
+        "session/fork",
+        json!({"sessionId": id, "cwd": cwd, "mcpServers": [],
+               "configOptions": [{"configId": "mode", "value": "ask"}]}),
+    );
+    assert_eq!(
+        option(&fork["configOptions"], "mode")["currentValue"],
+        "ask"
+    );
+    assert_ne!(fork["sessionId"], json!(id));
+}

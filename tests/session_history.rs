@@ -703,3 +703,105 @@ fn a_rewind_never_acts_through_a_folder_that_became_a_link() {
         );
     }
 }
+
+/// Issue 45 §5 and §8: a forced rewind wrote through a hard link to a file outside the
+/// workspace, and a rewind over a device never answered. A rewind replaces files by rename
+/// only: a name that is now a hard link, a FIFO, a socket or a device is left alone and
+/// reported (`cannot_restore`, saying why), `force` or not, and the answer comes at once. One
+/// row a kind of file.
+#[test]
+fn a_rewind_leaves_hard_links_and_special_files_alone_even_with_force() {
+    type Swap = fn(&std::path::Path, &std::path::Path) -> Option<std::os::unix::net::UnixListener>;
+    let rows: &[(&str, Swap, &str)] = &[
+        (
+            "hard link to a file outside",
+            |a, outside| {
+                fs::remove_file(a).unwrap();
+                fs::hard_link(outside, a).unwrap();
+                None
+            },
+            "hard links",
+        ),
+        (
+            "fifo",
+            |a, _| {
+                fs::remove_file(a).unwrap();
+                let ok = std::process::Command::new("mkfifo")
+                    .arg(a)
+                    .status()
+                    .unwrap();
+                assert!(ok.success());
+                None
+            },
+            "FIFO",
+        ),
+        (
+            "socket",
+            |a, _| {
+                fs::remove_file(a).unwrap();
+                Some(std::os::unix::net::UnixListener::bind(a).unwrap())
+            },
+            "socket",
+        ),
+        (
+            // /dev/zero's numbers; only where the tests may make a device (as root).
+            "character device",
+            |a, _| {
+                fs::remove_file(a).unwrap();
+                let made = std::process::Command::new("mknod")
+                    .args([a.as_os_str(), "c".as_ref(), "1".as_ref(), "5".as_ref()])
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !made {
+                    fs::write(a, "no device\n").unwrap();
+                }
+                None
+            },
+            "character device",
+        ),
+    ];
+    for (what, swap, word) in rows {
+        let data = TempDir::new("hist-special-data");
+        let base = TempDir::new("hist-special");
+        let ws = base.path().join("ws");
+        fs::create_dir_all(&ws).unwrap();
+        let outside = base.path().join("outside.txt");
+        // What the agent will write, byte for byte: "changed since" is not what stops it.
+        fs::write(&outside, "two\n").unwrap();
+        fs::write(ws.join("a.txt"), "one\n").unwrap();
+        let mut a = agent(data.path());
+        let s = new_bypass_session(&mut a, &ws);
+        let (t1, _) = say(&mut a, &s, "write a");
+        let _keep = swap(&ws.join("a.txt"), &outside);
+        let kind = fs::symlink_metadata(ws.join("a.txt")).unwrap().file_type();
+        // (Never read here: the test would block on the FIFO or read the device forever.)
+        if *what == "character device" && kind.is_file() {
+            eprintln!("{what}: skipped (cannot make a device here)");
+            continue;
+        }
+        let t0 = std::time::Instant::now();
+        let undone = a.call_ok(
+            "_maka/session/revision/abandon",
+            json!({"sessionId": s, "revisionId": format!("rev_{t1}"), "force": true}),
+        );
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "{what}: {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(undone["restored"], json!([]), "{what}: {undone}");
+        let conflict = &undone["conflicts"][0];
+        assert_eq!(conflict["reason"], "cannot_restore", "{what}: {undone}");
+        assert!(
+            conflict["message"].as_str().unwrap_or("").contains(word),
+            "{what}: {undone}"
+        );
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "two\n", "{what}");
+        assert_eq!(
+            fs::symlink_metadata(ws.join("a.txt")).unwrap().file_type(),
+            kind,
+            "{what}: left as it is"
+        );
+    }
+}

@@ -222,6 +222,23 @@ fn a_prompts_answer_carries_the_turns_token_usage() {
     assert_eq!(models.len(), 1, "{quota}");
     assert!(models[0]["model"].as_str().is_some_and(|m| !m.is_empty()));
     assert_eq!(models[0]["token_count"], *total);
+    assert!(
+        t.response["result"].get("usage").is_none(),
+        "ACP's unstable usage is opt-in"
+    );
+
+    // ACP's own `PromptResponse.usage` (unstable, issue 49 item 5), to a client that opted in.
+    let mut b = agent(data.path());
+    b.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"_meta": {"unstable_end_turn_token_usage": true}}}),
+    );
+    let s = b.new_session(ws.path());
+    let t = b.prompt(&s, "two steps", |r| panic!("unexpected {r}"));
+    assert_eq!(
+        t.response["result"]["usage"],
+        json!({"totalTokens": 133, "inputTokens": 120, "outputTokens": 13, "thoughtTokens": 0, "cachedReadTokens": 20})
+    );
 }
 
 /// `clientCapabilities._meta.terminal_output_delta: true` (JetBrains' convention): a running

@@ -1,4 +1,4 @@
-//! ACP `systemPrompt` (issue 26 item 4, unstable) over the real binary and the real
+//! ACP `systemPrompt` (issue 26 item 4; stable since ACP schema 1.20.0) over the real binary and the real
 //! OpenAI-compatible provider path (a fake server on loopback that records each request):
 //! `append` adds the client's text after the composed instructions (AGENTS.md, memory);
 //! `override` replaces the built-in base prompt but keeps the host's rules and the instruction

@@ -739,7 +739,12 @@ fn a_delegation_is_a_child_session_for_clients_that_show_subagents() {
         delegate["_meta"]["maka"]["subagentSessionId"],
         child.as_str()
     );
+    // ACP's link from the call to the session it started (issue 49), first in its content
+    // when it starts and when it settles.
+    let link = json!({"type": "session", "sessionId": child});
+    assert_eq!(delegate["content"], json!([link]), "{delegate}");
     let delegate_id = delegate["toolCallId"].as_str().unwrap().to_string();
+    assert_eq!(settled(&parent_updates, &delegate_id)["content"][0], link);
     assert!(parent_updates
         .iter()
         .filter(|u| u["toolCallId"].is_string())
@@ -831,6 +836,12 @@ fn a_delegation_is_a_child_session_for_clients_that_show_subagents() {
         json!({"sessionId": s, "cwd": ws.path(), "mcpServers": []}),
     );
     assert_eq!(announced_before_use(&replay, &s), announced);
+    let replayed_parent: Vec<&Value> = replay
+        .iter()
+        .filter(|m| m["params"]["sessionId"] == s.as_str())
+        .map(|m| &m["params"]["update"])
+        .collect();
+    assert_eq!(settled(&replayed_parent, &delegate_id)["content"][0], link);
     let replayed_kid: Vec<&Value> = replay
         .iter()
         .filter(|m| m["params"]["sessionId"] == child.as_str())
@@ -876,6 +887,14 @@ fn a_delegation_is_a_child_session_for_clients_that_show_subagents() {
         .filter(|m| m["method"] == "session/update")
         .map(|m| &m["params"]["update"])
         .collect();
+    assert!(
+        updates.iter().all(|u| u["content"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .all(|c| c["type"] != "session")),
+        "no session link without the capability"
+    );
     let kids: Vec<String> = children(&updates, &delegate_id)
         .into_iter()
         .map(|(id, _)| id)

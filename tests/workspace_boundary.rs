@@ -29,6 +29,11 @@ fn script() -> Value {
                 [{"tool": "edit_file", "args": {"path": "to_secret", "old_text": "secret", "new_text": "pwned"}}],
                 [{"text": "ok"}]
             ]},
+            {"when": "write the link", "responses": [
+                [{"tool": "write_file", "args": {"path": "hardlinked", "content": "pwned\n"}}],
+                [{"tool": "edit_file", "args": {"path": "hardlinked", "old_text": "secret", "new_text": "pwned"}}],
+                [{"text": "ok"}]
+            ]},
             {"when": "race", "responses": race}
         ]
     })
@@ -188,4 +193,149 @@ fn a_link_swapped_in_while_writing_never_leads_outside() {
 
 fn exists(p: &Path) -> bool {
     std::fs::symlink_metadata(p).is_ok()
+}
+
+fn mkfifo(p: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(p)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mkfifo {}", p.display());
+}
+
+/// Issue 45 §4 and §5: `read_file` on a FIFO in the workspace blocked the turn and
+/// `session/cancel` did not answer the prompt within 20 s; a character device was read with no
+/// bound. Now whatever is not a regular file is refused at once by the tools' one opener, with
+/// a sentence saying what it is, and a cancel sent meanwhile is answered well within the stop
+/// bound (5 s). One row a kind of file.
+#[test]
+fn read_file_refuses_at_once_what_is_not_a_regular_file_and_a_cancel_is_answered() {
+    type Make = fn(&Path) -> Option<std::os::unix::net::UnixListener>;
+    // (what, how it is made, the word the refusal uses, whether a boundary dialog comes first)
+    let rows: &[(&str, Make, &str, bool)] = &[
+        (
+            "fifo",
+            |p| {
+                mkfifo(p);
+                None
+            },
+            "FIFO",
+            false,
+        ),
+        (
+            "socket",
+            |p| Some(std::os::unix::net::UnixListener::bind(p).unwrap()),
+            "socket",
+            false,
+        ),
+        (
+            "device via a link",
+            |p| {
+                symlink("/dev/zero", p).unwrap();
+                None
+            },
+            "character device",
+            true,
+        ),
+    ];
+    for (what, make, word, asks) in rows {
+        let data = TempDir::new("wb-special-data");
+        let ws = TempDir::new("wb-special-ws");
+        let _keep = make(&ws.path().join("special"));
+        let script = json!({"rules": [{"when": "read it", "responses": [
+            [{"tool": "read_file", "args": {"path": "special"}}],
+            [{"text": "done"}]
+        ]}]});
+        let mut agent = AgentProcess::scripted(&script, data.path());
+        agent.call_ok(
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        );
+        let id = agent.new_session(ws.path());
+        agent.call_ok(
+            "session/set_mode",
+            json!({"sessionId": id, "modeId": "bypass"}),
+        );
+        let prompt = agent.request(
+            "session/prompt",
+            json!({"sessionId": id, "prompt": [{"type": "text", "text": "read it"}]}),
+        );
+        // The tool call is under way (a link out of the folders asks first: allowed here, so
+        // that it is the opener that refuses): then the cancel.
+        let mut seen = vec![];
+        loop {
+            let v = agent.recv();
+            if v["method"] == "session/request_permission" {
+                agent.send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+                continue;
+            }
+            let u = &v["params"]["update"];
+            let started = if *asks {
+                // Past the dialog: the call runs (or already failed).
+                u["sessionUpdate"] == "tool_call_update"
+                    && (u["status"] == "in_progress" || u["status"] == "failed")
+            } else {
+                u["sessionUpdate"] == "tool_call"
+            };
+            let answered = v.get("id") == Some(&prompt);
+            seen.push(v);
+            if started || answered {
+                break;
+            }
+        }
+        let t0 = std::time::Instant::now();
+        agent.notify("session/cancel", json!({"sessionId": id}));
+        let response = match seen.last().filter(|v| v.get("id") == Some(&prompt)) {
+            Some(r) => r.clone(),
+            None => {
+                let (r, before) = agent.response_to(&prompt);
+                seen.extend(before);
+                r
+            }
+        };
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "{what}: the prompt was answered {:?} after the cancel",
+            t0.elapsed()
+        );
+        let stop = response["result"]["stopReason"].as_str().unwrap_or("");
+        assert!(
+            stop == "cancelled" || stop == "end_turn",
+            "{what}: {response}"
+        );
+        let failed = seen
+            .iter()
+            .map(|v| &v["params"]["update"])
+            .find(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "failed")
+            .unwrap_or_else(|| panic!("{what}: the read failed: {seen:?}"));
+        let text = failed.to_string();
+        assert!(
+            text.contains(word) && text.contains("not a regular file"),
+            "{what}: {text}"
+        );
+    }
+}
+
+/// A workspace file that is a hard link to a file outside (the same file under two names):
+/// `write_file` and `edit_file` write through no such file — they would change the outside
+/// one — and say why (issue 45: a rewind with `force` wrote through one; the tools too).
+#[test]
+fn the_tools_write_through_no_hard_link() {
+    let (mut s, id) = setup("hardlink", json!({}), "bypass");
+    let outside = s.outside.path().join("secret.txt");
+    std::fs::hard_link(&outside, s.ws.path().join("hardlinked")).unwrap();
+    let t = s.agent.prompt(&id, "write the link", |r| {
+        panic!("no dialog in bypass: {r}")
+    });
+    let settled: Vec<Value> = t
+        .updates_for(&id)
+        .into_iter()
+        .filter(|u| u["sessionUpdate"] == "tool_call_update" && u["status"] == "failed")
+        .cloned()
+        .collect();
+    assert_eq!(settled.len(), 2, "both refused: {settled:#?}");
+    for u in &settled {
+        assert!(u.to_string().contains("hard links"), "{u}");
+    }
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "secret\n");
 }

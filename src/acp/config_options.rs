@@ -19,6 +19,7 @@ use crate::host_api::wire::{
     PermissionMode, Session,
 };
 use crate::jsonrpc::ResponseError;
+use serde_json::Value;
 
 /// The permission modes, as both config-option values and legacy session modes.
 const MODES: [(PermissionMode, &str, &str, &str); 3] = [
@@ -372,6 +373,53 @@ fn offered(values: &[String]) -> String {
         .map(|v| format!("`{v}`"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Initial values for a session's options (`configOptions: [{configId, value}]` on
+/// `session/new|load|resume|fork`, unstable): each validated as `session/set_config_option`
+/// validates it, against the options the ones before it leave (a model's thinking levels
+/// after the model), into one patch. A bad one is the `-32602` that names it.
+pub fn initial_patch(
+    initial: &[Value],
+    start: &Configuration,
+    catalog: &Catalog,
+    view: View,
+) -> Result<ConfigurationPatch, ResponseError> {
+    let mut current = start.clone();
+    let mut all = ConfigurationPatch::default();
+    for (i, item) in initial.iter().enumerate() {
+        let at = |e: ResponseError| {
+            ResponseError::invalid_params(format_args!("`configOptions[{i}]`: {}", e.message))
+        };
+        let p = Params::of(item).map_err(at)?;
+        let patch = patch_for(&p, &current, catalog, view).map_err(at)?;
+        apply_patch(&mut current, &mut all, patch);
+    }
+    Ok(all)
+}
+
+/// `patch` applied to `c`, and kept in `all`.
+fn apply_patch(c: &mut Configuration, all: &mut ConfigurationPatch, patch: ConfigurationPatch) {
+    if let Some(m) = patch.model_target {
+        c.model_target = m.clone();
+        all.model_target = Some(m);
+    }
+    if let Some(t) = patch.thinking_level {
+        c.thinking_level = t.clone();
+        all.thinking_level = Some(t);
+    }
+    if let Some(m) = patch.permission_mode {
+        c.permission_mode = m;
+        all.permission_mode = Some(m);
+    }
+    if let Some(m) = patch.collaboration_mode {
+        c.collaboration_mode = m;
+        all.collaboration_mode = Some(m);
+    }
+    if let Some(m) = patch.orchestration_mode {
+        c.orchestration_mode = m;
+        all.orchestration_mode = Some(m);
+    }
 }
 
 /// `session/set_mode`'s `modeId` → patch.

@@ -84,6 +84,29 @@ fn change_config(
     Ok(Changed { options, new_mode })
 }
 
+/// Initial option values on `session/load|resume|fork` (`configOptions`, unstable), applied
+/// as `session/set_config_option` applies one, before the response: returns the options and
+/// the legacy modes the response carries (so nothing is announced again after it).
+pub fn apply_initial(
+    ctx: &Ctx,
+    session: &AcpSession,
+    initial: &[Value],
+) -> Result<(Vec<ConfigOption>, super::types::SessionModeState), ResponseError> {
+    let view = config_options::View::of(&ctx.shared);
+    session.begin_config_write();
+    let changed = change_config(ctx, session, |c, catalog| {
+        config_options::initial_patch(initial, c, catalog, view)
+    });
+    let told = changed.as_ref().ok().map(|c| c.new_mode);
+    session.end_config_write(&ctx.shared, told);
+    let changed = changed?;
+    let (config, _) = session.config();
+    let modes = config
+        .map(|c| config_options::modes(&c.configuration))
+        .ok_or_else(|| ResponseError::internal("the session's configuration is unknown"))?;
+    Ok((changed.options, modes))
+}
+
 /// `session/set_config_option`, and the earlier unstable `session/set_model` as the `model`
 /// option (`as_set_model`): checked against the offered options; `set_config_option` answers
 /// with the options, `set_model` answers `{}` as that method did, and the option view follows

@@ -346,7 +346,10 @@ fn handle_frame(
                             details: end.failure_details.as_ref(),
                         },
                     );
-                    session.finish_prompt(result.map(|r| with_quota(r, &end.usage)));
+                    let end_turn_usage = shared.caps.end_turn_usage;
+                    session.finish_prompt(result.map(|r| {
+                        with_usage(with_quota(r, &end.usage), &end.usage, end_turn_usage)
+                    }));
                     super::maka_dialect::prompt_ended(session, shared, conn, end.outcome);
                 } else if shared.caps.maka_turn_status {
                     super::maka_dialect::turn_status(shared, &session.id, &end);
@@ -416,6 +419,30 @@ fn with_quota(mut r: PromptResponse, usage: &[(String, TokenUsage)]) -> PromptRe
     r
 }
 
+/// ACP's own (unstable) `PromptResponse.usage`, to a client that opted in: the turn's
+/// tokens over every model.
+fn with_usage(
+    mut r: PromptResponse,
+    usage: &[(String, TokenUsage)],
+    opted_in: bool,
+) -> PromptResponse {
+    if !opted_in || usage.is_empty() {
+        return r;
+    }
+    let mut total = TokenUsage::default();
+    for (_, u) in usage {
+        total.add(u);
+    }
+    r.usage = Some(json!({
+        "totalTokens": total.input_tokens.saturating_add(total.output_tokens),
+        "inputTokens": total.input_tokens,
+        "outputTokens": total.output_tokens,
+        "thoughtTokens": total.reasoning_tokens,
+        "cachedReadTokens": total.cached_tokens,
+    }));
+    r
+}
+
 /// Why a turn failed, as the host said it.
 struct Failure<'a> {
     class: Option<FailureClass>,
@@ -439,6 +466,7 @@ fn terminal_result(
         // Stopped by someone else (another client, a host shutdown): not this client's cancel.
         TurnOutcome::Cancelled => Ok(PromptResponse {
             stop_reason: StopReason::EndTurn,
+            usage: None,
             meta: Some(json!({"maka": {"outcome": "cancelled", "reason": reason}})),
         }),
         TurnOutcome::MaxTokens => stop(StopReason::MaxTokens),

@@ -41,6 +41,9 @@ pub struct ClientCapabilities {
     /// `_maka/turn/status`, `_maka/goal/status` and `_maka/plan/changed` instead of ours.
     pub maka_turn_status: bool,
     pub maka_goal_plan_status: bool,
+    /// `_meta.unstable_end_turn_token_usage: true`: it reads ACP's unstable
+    /// `PromptResponse.usage` (there is no capability for it; the name is the SDK feature's).
+    pub end_turn_usage: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -92,6 +95,8 @@ pub fn parse(params: &Value) -> ParamResult<InitializeParams> {
             caps.maka_turn_status = meta.get("_maka/turnStatus") == Some(&Value::Bool(true));
             caps.maka_goal_plan_status =
                 meta.get("_maka/goalPlanStatus") == Some(&Value::Bool(true));
+            caps.end_turn_usage =
+                meta.get("unstable_end_turn_token_usage") == Some(&Value::Bool(true));
         }
     }
     let client_info = match p.optional_object("clientInfo", "clientInfo")? {
@@ -135,6 +140,7 @@ pub fn agent_capabilities(can_log_out: bool) -> AgentCapabilities {
             delete: Empty {},
             additional_directories: Empty {},
             system_prompt: json!({"mode": {"override": {}}}),
+            options: Empty {},
         },
         // `logout` removes the key `maka-acp login` stored: only a build with the login flow
         // has it.

@@ -7,7 +7,7 @@ use super::client_call;
 use super::config_options::{self, Catalog, SessionConfig};
 use super::errors::{self, MakaCode};
 use super::projection::iso8601;
-use super::read::{ForkSession, ListSessions, NewSession, OpenSession};
+use super::read::{ForkSession, ListSessions, NewSession, OpenSession, SessionOptions};
 use super::session::AcpSession;
 use super::types::{
     to_json, AvailableCommand, Chunk, CommandInput, Empty, InterruptedTurnNotification,
@@ -16,7 +16,7 @@ use super::types::{
 use crate::host_api::client::ClientError;
 use crate::host_api::ops::{self, ModelCatalog, OpenSnapshot, RemoveOutcome, SessionRef};
 use crate::host_api::random_hex;
-use crate::host_api::wire::{ErrorCode, Session, Workspace};
+use crate::host_api::wire::{Configuration, ErrorCode, Session, Workspace};
 use crate::jsonrpc::{lock, Responder, ResponseError};
 use serde_json::Value;
 use std::sync::Arc;
@@ -72,6 +72,20 @@ fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), R
     auth::refuse_early(&ctx.shared.link)?;
     let conn = ctx.host()?;
     let models = auth::check_host(&ctx.shared.link, &conn)?;
+    // Initial option values, checked against the options a session here starts with: a bad
+    // one is the `-32602` naming it, and nothing is created.
+    let configuration = match p.config_options.as_slice() {
+        [] => None,
+        initial => {
+            let catalog = starting_catalog(ctx, &conn, models.as_ref(), &p.cwd);
+            Some(config_options::initial_patch(
+                initial,
+                &Configuration::default(),
+                &catalog,
+                config_options::View::of(&ctx.shared),
+            )?)
+        }
+    };
     let id = format!("sess_{}", random_hex(12));
     let record = ctx.call::<ops::SessionCreate>(
         &conn,
@@ -83,12 +97,64 @@ fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), R
             additional_directories: p.additional_directories,
             name: None,
             labels: vec![],
-            configuration: None,
+            configuration,
             mcp_servers: p.mcp_servers,
             system_prompt: p.system_prompt,
         },
     )?;
     attach_new(ctx, &conn, &record, models.as_ref())
+}
+
+/// The options a session in `cwd` would be shown against: the host's models, and whether the
+/// folder declares subagents.
+fn starting_catalog(
+    ctx: &Ctx,
+    conn: &super::host_link::Connected,
+    models: Option<&ModelCatalog>,
+    cwd: &str,
+) -> Catalog {
+    let mut catalog = models.map(Catalog::from_models_list).unwrap_or_default();
+    let input = ops::SubagentsQuery {
+        session_id: None,
+        cwd: Some(cwd.to_string()),
+    };
+    catalog.subagents = ctx
+        .call::<ops::SubagentsList>(conn, &input)
+        .is_ok_and(|l| !l.agents.is_empty());
+    catalog
+}
+
+/// `session/options` (unstable): the options and modes `session/new` in `cwd` would answer
+/// with, or, with a `sessionId`, what `session/load` of it would — before anything exists.
+pub fn options(ctx: &Ctx, p: SessionOptions) -> Result<Value, ResponseError> {
+    let conn = ctx.host()?;
+    let view = config_options::View::of(&ctx.shared);
+    let models = ctx.call::<ops::ModelsList>(&conn, &ops::Empty {})?;
+    let configuration = match &p.session_id {
+        None => Configuration::default(),
+        Some(id) => {
+            let input = SessionRef {
+                session_id: id.clone(),
+            };
+            let record = ctx
+                .call::<ops::SessionGet>(&conn, &input)?
+                .session
+                .ok_or_else(|| errors::unknown_session(id))?;
+            if record.workspace.path() != p.cwd {
+                return Err(ResponseError::invalid_params(format_args!(
+                    "`cwd` ({}) is not this session's working directory ({})",
+                    p.cwd,
+                    record.workspace.path()
+                )));
+            }
+            record.configuration
+        }
+    };
+    let catalog = starting_catalog(ctx, &conn, Some(&models), &p.cwd);
+    Ok(serde_json::json!({
+        "configOptions": config_options::options(&configuration, &catalog, view),
+        "modes": config_options::modes(&configuration),
+    }))
 }
 
 /// `session/fork` (ACP unstable): a new session with the source's whole conversation (its
@@ -104,6 +170,23 @@ fn fork_session(
     auth::refuse_early(&ctx.shared.link)?;
     let conn = ctx.host()?;
     let models = auth::check_host(&ctx.shared.link, &conn)?;
+    if !p.config_options.is_empty() {
+        // Checked against the source's options before anything is created.
+        let input = SessionRef {
+            session_id: p.session_id.clone(),
+        };
+        let source = ctx
+            .call::<ops::SessionGet>(&conn, &input)?
+            .session
+            .ok_or_else(|| errors::unknown_session(&p.session_id))?;
+        let catalog = starting_catalog(ctx, &conn, models.as_ref(), &p.cwd);
+        config_options::initial_patch(
+            &p.config_options,
+            &source.configuration,
+            &catalog,
+            config_options::View::of(&ctx.shared),
+        )?;
+    }
     let id = format!("sess_{}", random_hex(12));
     let input = ops::BranchInput {
         source_session_id: p.session_id.clone(),
@@ -127,7 +210,13 @@ fn fork_session(
         }
         Err(e) => return Err(ctx.host_error(&conn, &e)),
     };
-    attach_new(ctx, &conn, &record, models.as_ref())
+    let (mut result, session) = attach_new(ctx, &conn, &record, models.as_ref())?;
+    if !p.config_options.is_empty() {
+        let (options, modes) = super::configure::apply_initial(ctx, &session, &p.config_options)?;
+        result.config_options = Some(options);
+        result.modes = Some(modes);
+    }
+    Ok((result, session))
 }
 
 /// Records the model catalog and the session's configuration, and returns the
@@ -143,8 +232,9 @@ fn attach_config(
     }
     // Subagents make the orchestration option meaningful (a host without them: no option).
     let declared = ctx.host().ok().and_then(|conn| {
-        let input = SessionRef {
-            session_id: record.id.clone(),
+        let input = ops::SubagentsQuery {
+            session_id: Some(record.id.clone()),
+            cwd: None,
         };
         conn.client.call::<ops::SubagentsList>(&input).ok()
     });
@@ -196,7 +286,18 @@ fn send_commands(ctx: &Ctx, session: &AcpSession) {
 /// `session/load` (`replay`) and `session/resume`.
 pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
     let replay = params.replay;
-    match attach(ctx, params, &responder, replay) {
+    let initial = params.config_options.clone();
+    let attached = attach(ctx, params, &responder, replay).and_then(
+        |(session, mut result, snapshot, conn)| {
+            if !initial.is_empty() {
+                let (options, modes) = super::configure::apply_initial(ctx, &session, &initial)?;
+                result.config_options = Some(options);
+                result.modes = Some(modes);
+            }
+            Ok((session, result, snapshot, conn))
+        },
+    );
+    match attached {
         Ok((session, result, snapshot, conn)) => {
             // Loading again replaces this connection's previous view of the session.
             let old = lock(&ctx.sessions).insert(session.id.clone(), Arc::clone(&session));

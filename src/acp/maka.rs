@@ -101,6 +101,13 @@ pub fn read_goal_arm(p: &Params) -> ParamResult<ops::GoalArmInput> {
     })
 }
 
+pub fn read_subagent_list(p: &Params) -> ParamResult<ops::SubagentsQuery> {
+    Ok(ops::SubagentsQuery {
+        session_id: Some(p.required_str("sessionId")?.into()),
+        cwd: None,
+    })
+}
+
 pub fn read_goal_control(p: &Params) -> ParamResult<ops::GoalControlInput> {
     Ok(ops::GoalControlInput {
         session_id: p.required_str("sessionId")?.into(),

@@ -134,16 +134,37 @@ fn embedded(block: &Value) -> Result<Attachment, &'static str> {
     })
 }
 
-/// The text of a readable local file behind a `file://` URI.
+/// `O_NONBLOCK` (the adapter-only build has no libc): a FIFO opens at once instead of
+/// waiting for a writer.
+#[cfg(target_os = "linux")]
+const O_NONBLOCK: i32 = 0o4000;
+#[cfg(not(target_os = "linux"))]
+const O_NONBLOCK: i32 = 0x0004;
+
+/// The text of a readable local file behind a `file://` URI: a regular file (checked on the
+/// descriptor, so nothing swapped in after a look at the path gets through), opened without
+/// blocking and read at most to the limit, whatever its size says.
 fn read_file_link(uri: &str) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let path = uri.strip_prefix("file://")?;
     let path = percent_decode(path);
-    let p = Path::new(&path);
-    let meta = std::fs::metadata(p).ok()?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK)
+        .open(Path::new(&path))
+        .ok()?;
+    let meta = file.metadata().ok()?;
     if !meta.is_file() || meta.len() > LINKED_FILE_LIMIT {
         return None;
     }
-    let bytes = std::fs::read(p).ok()?;
+    let mut bytes = Vec::new();
+    file.take(LINKED_FILE_LIMIT + 1)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    if bytes.len() as u64 > LINKED_FILE_LIMIT {
+        return None;
+    }
     String::from_utf8(bytes).ok()
 }
 
@@ -170,6 +191,23 @@ fn percent_decode(s: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A `file://` link to a FIFO (or anything that is not a regular file) is not read, and
+    /// does not block: it stays a link in the text (issue 45's "regular files only").
+    #[test]
+    fn a_link_to_a_fifo_is_not_read_and_does_not_block() {
+        let dir = std::env::temp_dir().join(format!("maka-prompt-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let uri = format!("file://{}", fifo.display());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(read_file_link(&uri)));
+        let read = rx.recv_timeout(std::time::Duration::from_secs(5));
+        assert_eq!(read, Ok(None), "answered at once, not read");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn maps_every_supported_block() {

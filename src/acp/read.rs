@@ -15,8 +15,10 @@ pub struct NewSession {
     pub additional_directories: Vec<String>,
     /// ACP `McpServer` objects, passed to the host as they are.
     pub mcp_servers: Vec<Value>,
-    /// ACP `systemPrompt` (unstable), stored with the session.
+    /// ACP `systemPrompt`, stored with the session.
     pub system_prompt: Option<SystemPrompt>,
+    /// Initial option values (`configOptions`, unstable), as `session/set_config_option` params.
+    pub config_options: Vec<Value>,
 }
 
 pub struct ForkSession {
@@ -25,6 +27,7 @@ pub struct ForkSession {
     pub additional_directories: Vec<String>,
     pub mcp_servers: Vec<Value>,
     pub system_prompt: Option<SystemPrompt>,
+    pub config_options: Vec<Value>,
 }
 
 pub struct OpenSession {
@@ -37,6 +40,7 @@ pub struct OpenSession {
     pub mcp_servers: Option<Vec<Value>>,
     /// Replaces the stored one when given.
     pub system_prompt: Option<SystemPrompt>,
+    pub config_options: Vec<Value>,
 }
 
 pub struct ListSessions {
@@ -89,7 +93,25 @@ pub fn new_session(p: &Params) -> ParamResult<NewSession> {
         // Required by the schema; tolerated when absent (some clients omit an empty list).
         mcp_servers: p.optional_array("mcpServers")?.cloned().unwrap_or_default(),
         system_prompt: system_prompt(p)?,
+        config_options: initial_options(p)?,
     })
+}
+
+/// `configOptions: [{configId, value, type?}]` (unstable): read here as far as their shape;
+/// their values are checked against the session's options where it is created or opened.
+fn initial_options(p: &Params) -> ParamResult<Vec<Value>> {
+    let items = p
+        .optional_array("configOptions")?
+        .cloned()
+        .unwrap_or_default();
+    for (i, item) in items.iter().enumerate() {
+        if !item.get("configId").is_some_and(Value::is_string) {
+            return Err(ResponseError::invalid_params(format_args!(
+                "`configOptions[{i}]` must be an object with a string `configId` and a `value`"
+            )));
+        }
+    }
+    Ok(items)
 }
 
 pub fn fork_session(p: &Params) -> ParamResult<ForkSession> {
@@ -99,6 +121,20 @@ pub fn fork_session(p: &Params) -> ParamResult<ForkSession> {
         additional_directories: directories(p)?,
         mcp_servers: p.optional_array("mcpServers")?.cloned().unwrap_or_default(),
         system_prompt: system_prompt(p)?,
+        config_options: initial_options(p)?,
+    })
+}
+
+/// `session/options` (unstable).
+pub struct SessionOptions {
+    pub cwd: String,
+    pub session_id: Option<String>,
+}
+
+pub fn session_options(p: &Params) -> ParamResult<SessionOptions> {
+    Ok(SessionOptions {
+        cwd: absolute(p, "cwd")?,
+        session_id: p.optional_str("sessionId")?.map(String::from),
     })
 }
 
@@ -163,6 +199,7 @@ pub fn open_session(p: &Params, replay: bool) -> ParamResult<OpenSession> {
         replay,
         mcp_servers: p.optional_array("mcpServers")?.cloned(),
         system_prompt: system_prompt(p)?,
+        config_options: initial_options(p)?,
     })
 }
 

@@ -293,6 +293,12 @@ pub enum ToolCallContent {
     Terminal {
         terminal_id: String,
     },
+    /// The child session a tool call started (a delegation, to a client that shows
+    /// subagents).
+    #[serde(rename_all = "camelCase")]
+    Session {
+        session_id: String,
+    },
 }
 
 impl ToolCallContent {
@@ -460,6 +466,10 @@ pub enum StopReason {
 #[serde(rename_all = "camelCase")]
 pub struct PromptResponse {
     pub stop_reason: StopReason,
+    /// The turn's token usage (ACP unstable, `unstable_end_turn_token_usage`): only to a
+    /// client that opted in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Value>,
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
 }
@@ -468,6 +478,7 @@ impl PromptResponse {
     pub fn new(stop_reason: StopReason) -> PromptResponse {
         PromptResponse {
             stop_reason,
+            usage: None,
             meta: None,
         }
     }
@@ -610,9 +621,11 @@ pub struct SessionCapabilities {
     pub close: Empty,
     pub delete: Empty,
     pub additional_directories: Empty,
-    /// `systemPrompt` on new/load/resume/fork (ACP unstable), `append` and `override`:
-    /// `{"mode": {"override": {}}}`.
+    /// `systemPrompt` on new/load/resume/fork (stable since ACP schema 1.20.0), `append` and
+    /// `override`: `{"mode": {"override": {}}}`.
     pub system_prompt: Value,
+    /// `session/options` and initial `configOptions` on new/load/resume/fork (ACP unstable).
+    pub options: Empty,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

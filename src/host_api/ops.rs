@@ -102,7 +102,7 @@ operations! {
     GoalControl = "goal.control", GoalControlInput => super::wire::Goal;
     GoalQuery = "goal.query", SessionRef => GoalView;
     /// The agents a session may delegate to, and whether each is trusted.
-    SubagentsList = "subagent.list", SessionRef => SubagentList;
+    SubagentsList = "subagent.list", SubagentsQuery => SubagentList;
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -123,6 +123,17 @@ pub struct SubagentList {
     pub agents: Vec<SubagentInfo>,
     /// Declarations that could not be used, and why.
     pub problems: Vec<String>,
+}
+
+/// Whose agents: a session's (its workspace's), or a workspace's before a session exists
+/// there (`session/options`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubagentsQuery {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -641,6 +641,12 @@ impl Projector {
         }
         let mut meta = (!maka.is_empty()).then(|| json!({ "maka": maka }));
         let mut content = vec![];
+        if let Some(c) = &child {
+            // The link from the call to the session it started (ACP `SessionReference`).
+            content.push(ToolCallContent::Session {
+                session_id: c.clone(),
+            });
+        }
         if display {
             content.push(ToolCallContent::terminal(tool_call_id));
             meta.get_or_insert_with(|| json!({}))["terminal_info"] =
@@ -825,6 +831,15 @@ impl Projector {
                 }
                 update.meta = Some(meta);
             }
+        }
+        if let (Some(c), Some(content)) = (&child, update.content.as_mut()) {
+            // A settled call's content replaces what it had: the link stays first.
+            content.insert(
+                0,
+                ToolCallContent::Session {
+                    session_id: c.clone(),
+                },
+            );
         }
         update.locations = result_locations(result);
         if *truncated {

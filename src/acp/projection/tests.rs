@@ -915,8 +915,12 @@ fn a_delegation_is_a_child_session_to_clients_that_show_subagents() {
     assert_eq!(out[13].1["recipientSessionId"], "s");
     assert_eq!(out[13].1["content"][0]["text"], "Two files.");
     assert_eq!(out[15].1["state"]["stopReason"], "end_turn");
-    // The delegate call's own content is its result, not the agent's streamed text.
-    assert_eq!(out[14].1["content"][0]["content"]["text"], "Two files.");
+    // The delegate call's own content is its result, not the agent's streamed text, after
+    // its link to the child session (ACP `SessionReference`), as when it started.
+    let link = json!({"type": "session", "sessionId": "s:d1"});
+    assert_eq!(out[0].1["content"], json!([link]));
+    assert_eq!(out[14].1["content"][0], link);
+    assert_eq!(out[14].1["content"][1]["content"]["text"], "Two files.");
     assert!(out
         .iter()
         .filter(|(s, _)| s == "s")

@@ -342,26 +342,28 @@ fn restore(
             ));
             continue;
         }
+        // A FIFO, a device, a socket or a file with other names (hard links) is left alone,
+        // `force` or not: reading it could block or never end, writing it would change what
+        // the other names lead to.
+        if let Err(why) = fs_checked::replaceable(path) {
+            conflicts.push(conflict("cannot_restore", format!("{why}; left as it is")));
+            continue;
+        }
         // What is there now, as the agent would see it (the editor's buffer for files it
-        // wrote through the editor).
-        let current: Result<Option<Fingerprint>, String> = if !path.exists() {
+        // wrote through the editor): `Some(true)` when it is what the agent last wrote.
+        let current: Result<Option<bool>, String> = if !path.exists() {
             Ok(None)
         } else if undo.via_editor && editor_reads {
             editor("fs.read_text_file", json!({"path": undo.path}))
                 .and_then(|v| {
                     v.get("content")
                         .and_then(Value::as_str)
-                        .map(|t| Fingerprint::of(t.as_bytes()))
+                        .map(|t| Fingerprint::of(t.as_bytes()) == undo.after)
                         .ok_or_else(|| "the editor returned no content".into())
                 })
                 .map(Some)
         } else {
-            fs_checked::open_verified(path, false, false).and_then(|mut f| {
-                let mut b = Vec::new();
-                std::io::Read::read_to_end(&mut f, &mut b)
-                    .map(|_| Some(Fingerprint::of(&b)))
-                    .map_err(|e| e.to_string())
-            })
+            is_unchanged(path, &undo.after).map(Some)
         };
         let current = match current {
             Ok(c) => c,
@@ -370,7 +372,7 @@ fn restore(
                 continue;
             }
         };
-        if current.as_ref() != Some(&undo.after) && !force {
+        if current != Some(true) && !force {
             let what = if current.is_none() {
                 "it was deleted"
             } else {
@@ -403,7 +405,9 @@ fn restore(
                 json!({"path": undo.path, "content": text}),
             )
             .map(|_| ("written", true)),
-            Before::Text { text } => write_no_follow(path, text).map(|_| ("written", false)),
+            Before::Text { text } => {
+                fs_checked::replace_verified(path, text.as_bytes()).map(|_| ("written", false))
+            }
         };
         match outcome {
             Ok((action, via_editor)) => restored.push(FileRestore {
@@ -417,13 +421,20 @@ fn restore(
     (restored, conflicts)
 }
 
-/// Replaces a file's content through a verified descriptor (see [`fs_checked::open_verified`]).
-fn write_no_follow(path: &Path, text: &str) -> Result<(), String> {
-    use std::io::Write;
-    let mut f = fs_checked::open_verified(path, true, true)?;
-    f.set_len(0).map_err(|e| e.to_string())?;
-    f.write_all(text.as_bytes()).map_err(|e| e.to_string())?;
-    f.sync_all().map_err(|e| e.to_string())
+/// The largest recorded content a rewind reads back to compare (a record saying more is not
+/// trusted to size a read: the file counts as changed).
+const COMPARE_LIMIT: u64 = 256 * 1024 * 1024;
+
+/// Whether the file at a recorded path is what the agent last wrote (`after`): read through
+/// the tools' opener (a regular file only, never blocking) and never more than `after`'s size
+/// and one byte, so a file grown huge since costs nothing to tell apart.
+fn is_unchanged(path: &Path, after: &Fingerprint) -> Result<bool, String> {
+    if after.bytes > COMPARE_LIMIT {
+        return Ok(false);
+    }
+    let mut f = fs_checked::open_verified(path)?;
+    let (bytes, whole) = fs_checked::read_at_most(&mut f, after.bytes)?;
+    Ok(whole && Fingerprint::of(&bytes) == *after)
 }
 
 pub fn branch(host: &Arc<Host>, input: BranchInput) -> Result<BranchOutcome, HostError> {

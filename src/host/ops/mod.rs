@@ -67,7 +67,11 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: &[u8]) -> Result<Value, Host
         op::ArtifactQuery => |i| knowledge::artifact_query(host, i),
         op::ArtifactDelete => |i| knowledge::artifact_delete(host, i),
         op::SubagentsList => |i| {
-            let workspace = host.cell(&i.session_id)?.lock().session.workspace.path().to_string();
+            let workspace = match (&i.session_id, &i.cwd) {
+                (Some(id), _) => host.cell(id)?.lock().session.workspace.path().to_string(),
+                (None, Some(cwd)) if std::path::Path::new(cwd).is_absolute() => cwd.clone(),
+                _ => return Err(HostError::invalid("`sessionId` or an absolute `cwd` is required")),
+            };
             Ok(crate::host::subagents::list(&host.data_dir, &workspace))
         },
         op::GoalArm => |i| crate::host::goals::arm(host, i),

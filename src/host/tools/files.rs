@@ -5,7 +5,6 @@ use super::fs::*;
 use super::{path_arg, text_arg, Tool, ToolEnv, ToolOutcome, ToolPlan};
 use crate::host_api::wire::{Location, Review, ToolResultContent, ToolStatus};
 use serde_json::{json, Value};
-use std::fs;
 use std::path::Path;
 
 fn location(path: &Path, line: Option<u32>) -> Vec<Location> {
@@ -136,27 +135,33 @@ fn read_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
         path,
         json!({"path": path.display().to_string(), "line": offset, "limit": limit}),
     );
+    let mut beyond_reach = false;
     let (text, already_sliced) = match delegated {
         Some(Ok(v)) => match v.get("content").and_then(Value::as_str) {
             Some(c) => (c.to_string(), true),
             None => return failed(format!("the editor returned no content for {shown}")),
         },
         Some(Err(e)) => return failed(format!("the editor could not read {shown}: {e}")),
-        None => match fs::metadata(path) {
-            Err(e) => return failed(format!("cannot read {shown}: {e}")),
-            Ok(m) if m.is_dir() => {
-                return failed(format!("{shown} is a directory; use list_directory"))
-            }
-            Ok(m) if m.len() > EDIT_LIMIT && offset.is_none() && limit.is_none() => {
+        None if path.is_dir() => {
+            return failed(format!("{shown} is a directory; use list_directory"))
+        }
+        // Bounded while reading, whatever the size says: whole up to EDIT_LIMIT, in parts up
+        // to PART_READ_LIMIT. FIFOs, devices and sockets are refused by the opener.
+        None if offset.is_none() && limit.is_none() => match read_checked(env, path, EDIT_LIMIT) {
+            Ok((bytes, true)) => (String::from_utf8_lossy(&bytes).into_owned(), false),
+            Ok((_, false)) => {
                 return failed(format!(
-                    "{shown} is {} bytes; read it in parts with offset and limit (lines)",
-                    m.len()
+                    "{shown} is over {EDIT_LIMIT} bytes; read it in parts with offset and limit (lines)"
                 ))
             }
-            Ok(_) => match read_checked(env, path) {
-                Ok(bytes) => (String::from_utf8_lossy(&bytes).into_owned(), false),
-                Err(e) => return failed(format!("cannot read {shown}: {e}")),
-            },
+            Err(e) => return failed(format!("cannot read {shown}: {e}")),
+        },
+        None => match read_checked(env, path, PART_READ_LIMIT) {
+            Ok((bytes, whole)) => {
+                beyond_reach = !whole;
+                (String::from_utf8_lossy(&bytes).into_owned(), false)
+            }
+            Err(e) => return failed(format!("cannot read {shown}: {e}")),
         },
     };
     let mut text = if already_sliced || (offset.is_none() && limit.is_none()) {
@@ -173,6 +178,12 @@ fn read_file(env: &mut dyn ToolEnv, path: &Path, args: &Value) -> ToolOutcome {
     if text.len() > READ_LIMIT {
         cut(&mut text, READ_LIMIT);
         text.push_str("\n[truncated: use offset and limit to read the rest]");
+        truncated = true;
+    }
+    if beyond_reach {
+        text.push_str(&format!(
+            "\n[only the first {PART_READ_LIMIT} bytes of this file can be read]"
+        ));
         truncated = true;
     }
     ToolOutcome {

@@ -10,8 +10,11 @@ use std::path::{Component, Path, PathBuf};
 
 /// Largest file `read_file` returns whole; beyond it the model is told to use offset/limit.
 pub(super) const READ_LIMIT: usize = 256 * 1024;
-/// Largest file `edit_file` and `search_text` touch.
+/// Largest file `edit_file` and `search_text` touch, and `read_file` reads whole.
 pub(super) const EDIT_LIMIT: u64 = 8 * 1024 * 1024;
+/// How far into a file `read_file` reads when given offset/limit (lines further in are out of
+/// reach): the bound on what one read holds in memory.
+pub(super) const PART_READ_LIMIT: u64 = 64 * 1024 * 1024;
 pub(super) const LIST_LIMIT: usize = 1000;
 /// The longest unified diff kept in a result or a permission dialog.
 pub(super) const DIFF_LIMIT: usize = 256 * 1024;
@@ -64,15 +67,72 @@ pub(super) fn parts(p: &Path) -> impl DoubleEndedIterator<Item = std::ffi::OsStr
     })
 }
 
+/// The flags of every open of a file a tool or the host reads or writes: never through a
+/// symbolic link in the last component, never blocking (a FIFO opens at once instead of
+/// waiting for a writer, and is then refused by [`regular_only`]), never taking a terminal.
+const OPEN_FLAGS: i32 = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+
+/// What a file that is not a regular file is, for the message that refuses it.
+fn kind_of(t: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_symlink() {
+        "a symbolic link"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// The one check of what was opened (`fstat` on the descriptor, so nothing swapped in after
+/// a path check gets through): tools and the host read and write regular files only. A FIFO
+/// would block the turn, a device (`/dev/zero`) would never end.
+pub fn regular_only(file: &fs::File) -> Result<fs::Metadata, String> {
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("it cannot be examined ({e})"))?;
+    if meta.is_file() {
+        Ok(meta)
+    } else {
+        Err(format!(
+            "it is {}, not a regular file; only regular files are read or written",
+            kind_of(meta.file_type())
+        ))
+    }
+}
+
+/// Reads at most `max` bytes of `file`, whatever its size says (a file may grow while it is
+/// read): the bytes, and whether that was all of it.
+pub fn read_at_most(file: &mut fs::File, max: u64) -> Result<(Vec<u8>, bool), String> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("it cannot be read ({e})"))?;
+    let whole = buf.len() as u64 <= max;
+    if !whole {
+        buf.truncate(max as usize);
+    }
+    Ok((buf, whole))
+}
+
 /// Opens `path` for a tool: never through a symbolic link in the last component (a link
-/// swapped in after the boundary check fails to open), and the file actually opened is checked
-/// against what the tool may touch (a folder swapped for a link is caught too). A write opens
-/// an existing file without truncating it first, and creates a new one exclusively, so a
-/// refused open changes nothing.
+/// swapped in after the boundary check fails to open), never blocking, a regular file only
+/// ([`regular_only`]), and the file actually opened is checked against what the tool may
+/// touch (a folder swapped for a link is caught too). A write opens an existing file without
+/// truncating it first, and creates a new one exclusively, so a refused open changes nothing.
 pub fn open_checked(env: &dyn ToolEnv, path: &Path, write: bool) -> Result<fs::File, String> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut options = fs::OpenOptions::new();
-    options.custom_flags(libc::O_NOFOLLOW);
+    options.custom_flags(OPEN_FLAGS);
     let mut created = false;
     if write {
         options.write(true);
@@ -85,8 +145,27 @@ pub fn open_checked(env: &dyn ToolEnv, path: &Path, write: bool) -> Result<fs::F
     }
     let file = options.open(path).map_err(|e| match e.raw_os_error() {
         Some(libc::ELOOP) => format!("{} is a symbolic link; it was not followed", path.display()),
+        // A socket, or a FIFO opened for writing with nobody reading it.
+        Some(libc::ENXIO) => format!(
+            "{} is {}, not a regular file; only regular files are read or written",
+            path.display(),
+            fs::symlink_metadata(path).map_or("not a regular file", |m| kind_of(m.file_type()))
+        ),
         _ => e.to_string(),
     })?;
+    let meta = match regular_only(&file) {
+        Ok(meta) => meta,
+        Err(why) => return Err(format!("{}: {why}", path.display())),
+    };
+    // A file with other names (hard links) may be one outside the session's folders: writing
+    // through it would change that file (a rewind leaves such files alone the same way).
+    if write && std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+        return Err(format!(
+            "{} has {} names (hard links), which may lie outside the session's folders; it was not written",
+            path.display(),
+            std::os::unix::fs::MetadataExt::nlink(&meta)
+        ));
+    }
     let real = opened_path(&file).unwrap_or_else(|| path.to_path_buf());
     if !env.may_touch(&real) {
         drop(file);
@@ -114,7 +193,6 @@ pub fn read_host_input(
     roots: &[PathBuf],
     max: u64,
 ) -> Result<Option<Vec<u8>>, String> {
-    use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let real = resolve(Path::new("/"), &path.to_string_lossy());
     let roots: Vec<PathBuf> = roots
@@ -131,19 +209,16 @@ pub fn read_host_input(
             real.display()
         ));
     }
-    let file = match fs::OpenOptions::new()
+    let mut file = match fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .custom_flags(OPEN_FLAGS)
         .open(&real)
     {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("it cannot be opened ({e})")),
     };
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("it is not a regular file".into());
-    }
+    regular_only(&file)?;
     match opened_path(&file) {
         Some(opened) if !inside(&opened) => {
             return Err(format!(
@@ -153,10 +228,8 @@ pub fn read_host_input(
         }
         _ => {}
     }
-    let mut buf = Vec::new();
-    file.take(max)
-        .read_to_end(&mut buf)
-        .map_err(|e| format!("it cannot be read ({e})"))?;
+    // Callers ask one byte more than they keep, to know a file was longer.
+    let (buf, _) = read_at_most(&mut file, max)?;
     if buf.contains(&0) {
         return Err("it is binary (it holds NUL bytes)".into());
     }
@@ -176,36 +249,33 @@ pub fn still_itself(path: &Path) -> Result<(), PathBuf> {
     }
 }
 
-/// Opens a recorded path (see [`still_itself`]) without following a link in its last
-/// component, and checks that the file the kernel opened is that very path (a folder swapped
-/// for a link between the check and the open is caught). A write opens without truncating
-/// (the caller truncates after the check) and creates the file if `create`.
-pub fn open_verified(path: &Path, write: bool, create: bool) -> Result<fs::File, String> {
+/// Opens a recorded path (see [`still_itself`]) for reading, the way tools open files (no
+/// link followed in its last component, never blocking, a regular file only), and checks that
+/// the file the kernel opened is that very path (a folder swapped for a link between the check
+/// and the open is caught).
+pub fn open_verified(path: &Path) -> Result<fs::File, String> {
     use std::os::unix::fs::OpenOptionsExt;
-    let mut options = fs::OpenOptions::new();
-    options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
-    if write {
-        options.write(true).create(create);
-    } else {
-        options.read(true);
-    }
-    let file = options.open(path).map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) => "it is now a symbolic link".to_string(),
-        _ => e.to_string(),
-    })?;
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(OPEN_FLAGS)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => "it is now a symbolic link".to_string(),
+            _ => e.to_string(),
+        })?;
+    regular_only(&file)?;
     match opened_path(&file) {
         Some(opened) if opened != path => Err(format!("it now leads to {}", opened.display())),
         _ => Ok(file),
     }
 }
 
-/// Deletes a recorded path through its verified parent folder (`unlinkat` on a descriptor of
-/// the folder that is checked to be the recorded one), so a folder swapped for a link never
-/// makes the deletion happen elsewhere.
-pub fn remove_verified(path: &Path) -> Result<(), String> {
+/// A recorded path's parent folder, opened and checked to be the recorded one (not a link
+/// swapped in), with the path's name: every change a rewind makes goes through it
+/// (`unlinkat`, `openat`, `renameat`), so it never happens elsewhere.
+fn verified_parent(path: &Path) -> Result<(fs::File, std::ffi::CString), String> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::OpenOptionsExt;
-    use std::os::unix::io::AsRawFd;
     let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
         return Err("it has no parent folder".into());
     };
@@ -221,6 +291,155 @@ pub fn remove_verified(path: &Path) -> Result<(), String> {
         _ => {}
     }
     let name = std::ffi::CString::new(name.as_bytes()).map_err(|e| e.to_string())?;
+    Ok((dir, name))
+}
+
+/// What a rewind finds at a name in a verified folder, not following a link.
+struct Target {
+    mode: libc::mode_t,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+}
+
+/// The file at `name` in `dir`: `None` when there is none; `Err(why)` when a rewind must
+/// leave it alone whatever `force` says — not a regular file, or a regular file with other
+/// names (a hard link: changing it would change the file behind every name, outside the
+/// workspace too).
+fn replaceable_target(dir: &fs::File, name: &std::ffi::CStr) -> Result<Option<Target>, String> {
+    use std::os::unix::io::AsRawFd;
+    // SAFETY: a zeroed `stat` is a valid out-buffer; the descriptor and the NUL-terminated
+    // name outlive the call.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        return match std::io::Error::last_os_error() {
+            e if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            e => Err(format!("it cannot be examined ({e})")),
+        };
+    }
+    let kind = st.st_mode & libc::S_IFMT;
+    let what = match kind {
+        libc::S_IFREG => None,
+        libc::S_IFDIR => Some("a directory"),
+        libc::S_IFIFO => Some("a FIFO (named pipe)"),
+        libc::S_IFSOCK => Some("a socket"),
+        libc::S_IFCHR => Some("a character device"),
+        libc::S_IFBLK => Some("a block device"),
+        libc::S_IFLNK => Some("a symbolic link"),
+        _ => Some("not a regular file"),
+    };
+    if let Some(what) = what {
+        return Err(format!("it is now {what}, not a regular file"));
+    }
+    if st.st_nlink > 1 {
+        return Err(format!(
+            "it has {} hard links (other names share its content, perhaps outside the session's folders)",
+            st.st_nlink
+        ));
+    }
+    Ok(Some(Target {
+        mode: st.st_mode & 0o7777,
+        uid: st.st_uid,
+        gid: st.st_gid,
+    }))
+}
+
+/// `Err(why)` when a rewind must leave a recorded path alone whatever `force` says: it is not a
+/// regular file, or it is one with other names (see [`replace_verified`]). Nothing there is
+/// fine (a deleted file is put back).
+pub fn replaceable(path: &Path) -> Result<(), String> {
+    if path.parent().is_some_and(|p| !p.exists()) {
+        return Ok(());
+    }
+    let (dir, name) = verified_parent(path)?;
+    replaceable_target(&dir, &name).map(|_| ())
+}
+
+/// Puts `content` at a recorded path by replacing the file, never by writing through it: a
+/// new file is written and synced next to it (same folder, so the rename is atomic) and
+/// renamed over it, keeping its mode and owner. A name that is not a regular file, or a file
+/// with other hard links, is left alone (`Err` says why), so a rewind never changes anything
+/// but the name it recorded.
+pub fn replace_verified(path: &Path, content: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::io::{AsRawFd, FromRawFd};
+    let (dir, name) = verified_parent(path)?;
+    let old = replaceable_target(&dir, &name)?;
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = std::ffi::CString::new(format!(".maka-rewind-{}-{n}.tmp", std::process::id()))
+        .map_err(|e| e.to_string())?;
+    let mode = old.as_ref().map_or(0o644, |t| t.mode);
+    // SAFETY: a valid descriptor and a NUL-terminated name that outlive the call.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            tmp.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            libc::c_uint::from(mode),
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "its replacement cannot be created ({})",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let mut file = unsafe { fs::File::from_raw_fd(fd) };
+    let written = (|| -> Result<(), String> {
+        if let Some(t) = &old {
+            // The umask does not decide the mode of a file being put back; the owner is kept
+            // when the host may set it (it runs as root), else the host's own.
+            // SAFETY: a valid descriptor.
+            unsafe {
+                libc::fchmod(file.as_raw_fd(), t.mode);
+                libc::fchown(file.as_raw_fd(), t.uid, t.gid);
+            }
+        }
+        file.write_all(content).map_err(|e| e.to_string())?;
+        file.sync_all().map_err(|e| e.to_string())?;
+        // SAFETY: a valid descriptor and NUL-terminated names that outlive the call.
+        if unsafe {
+            libc::renameat(
+                dir.as_raw_fd(),
+                tmp.as_ptr(),
+                dir.as_raw_fd(),
+                name.as_ptr(),
+            )
+        } != 0
+        {
+            return Err(std::io::Error::last_os_error().to_string());
+        }
+        Ok(())
+    })();
+    if let Err(e) = written {
+        // SAFETY: as above.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
+        return Err(e);
+    }
+    // The rename is durable once the folder is (best effort: some file systems refuse).
+    let _ = dir.sync_all();
+    Ok(())
+}
+
+/// Deletes a recorded path through its verified parent folder (`unlinkat` on a descriptor of
+/// the folder that is checked to be the recorded one), so a folder swapped for a link never
+/// makes the deletion happen elsewhere. A name that is not a regular file, or has other hard
+/// links, is left alone (`Err` says why).
+pub fn remove_verified(path: &Path) -> Result<(), String> {
+    use std::os::unix::io::AsRawFd;
+    let (dir, name) = verified_parent(path)?;
+    if replaceable_target(&dir, &name)?.is_none() {
+        return Ok(());
+    }
     // SAFETY: a valid descriptor and a NUL-terminated name that outlive the call.
     if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) } == 0 {
         return Ok(());
@@ -237,13 +456,15 @@ pub(super) fn opened_path(file: &fs::File) -> Option<PathBuf> {
     fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
-/// Reads a whole file through [`open_checked`].
-pub(super) fn read_checked(env: &dyn ToolEnv, path: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
+/// Reads at most `max` bytes of a file through [`open_checked`]: the bytes, and whether that
+/// was all of it.
+pub(super) fn read_checked(
+    env: &dyn ToolEnv,
+    path: &Path,
+    max: u64,
+) -> Result<(Vec<u8>, bool), String> {
     let mut f = open_checked(env, path, false)?;
-    let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
-    Ok(bytes)
+    read_at_most(&mut f, max)
 }
 
 /// Replaces a file's content through [`open_checked`].
@@ -324,14 +545,10 @@ pub(super) fn read_for_edit(env: &mut dyn ToolEnv, path: &Path) -> Result<String
             .ok_or_else(|| "the editor returned no content".to_string()),
         Some(Err(e)) => Err(e),
         None => {
-            let meta = fs::metadata(path).map_err(|e| e.to_string())?;
-            if meta.len() > EDIT_LIMIT {
-                return Err(format!(
-                    "the file is {} bytes, over the {EDIT_LIMIT}-byte edit limit",
-                    meta.len()
-                ));
+            let (bytes, whole) = read_checked(env, path, EDIT_LIMIT)?;
+            if !whole {
+                return Err(format!("the file is over the {EDIT_LIMIT}-byte edit limit"));
             }
-            let bytes = read_checked(env, path)?;
             String::from_utf8(bytes).map_err(|_| "the file is not UTF-8 text".to_string())
         }
     }
@@ -464,6 +681,226 @@ mod tests {
             fs::canonicalize("/etc").unwrap().join("hosts")
         );
         assert_eq!(display(&canon, &canon.join("a/x")), "a/x");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A tool environment that may touch everything (the opener's own checks are tested).
+    struct Anywhere(CancelTokenForTests);
+    type CancelTokenForTests = crate::host::session::CancelToken;
+
+    impl ToolEnv for Anywhere {
+        fn cwd(&self) -> &Path {
+            Path::new("/")
+        }
+        fn may_touch(&self, _: &Path) -> bool {
+            true
+        }
+        fn cancel(&self) -> &crate::host::session::CancelToken {
+            &self.0
+        }
+        fn output(&mut self, _: &str, _: &str) {}
+        fn client_call(&mut self, _: &str, _: &Path, _: Value) -> Option<Result<Value, String>> {
+            None
+        }
+        fn has_client_service(&self, _: &str) -> bool {
+            false
+        }
+        fn call_client(
+            &mut self,
+            _: &str,
+            _: Value,
+            _: std::time::Duration,
+            _: bool,
+        ) -> Result<Value, super::super::CallError> {
+            Err(super::super::CallError::Cancelled)
+        }
+    }
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("maka-fs-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        fs::canonicalize(&dir).unwrap()
+    }
+
+    fn mkfifo(p: &Path) {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    }
+
+    /// Issue 45 §4 and §5: a FIFO blocked `read_file` (and the turn) forever, a character
+    /// device was read with no bound. Every kind of file that is not a regular file is refused
+    /// at once, by the one opener, for reading and for writing; one row a kind.
+    #[test]
+    fn the_opener_refuses_at_once_whatever_is_not_a_regular_file() {
+        let dir = scratch("kinds");
+        fs::write(dir.join("regular"), "text\n").unwrap();
+        mkfifo(&dir.join("fifo"));
+        // The socket exists while it is bound.
+        let _listener = std::os::unix::net::UnixListener::bind(dir.join("socket")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero")).unwrap();
+        fs::create_dir(dir.join("folder")).unwrap();
+        let env = Anywhere(Default::default());
+        // (name, as a tool resolves it, expected refusal or None when it reads)
+        let rows: &[(&str, PathBuf, Option<&str>)] = &[
+            ("regular file", dir.join("regular"), None),
+            ("fifo", dir.join("fifo"), Some("FIFO")),
+            ("socket", dir.join("socket"), Some("socket")),
+            (
+                "device via a link",
+                resolve(&dir, "zero"),
+                Some("character device"),
+            ),
+            (
+                "device",
+                PathBuf::from("/dev/zero"),
+                Some("character device"),
+            ),
+            ("folder", dir.join("folder"), Some("directory")),
+        ];
+        for (what, path, refused) in rows {
+            for write in [false, true] {
+                let start = std::time::Instant::now();
+                let got = open_checked(&env, path, write).map(|_| ());
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(2),
+                    "{what} (write {write}): the open must not block"
+                );
+                match refused {
+                    None => assert!(got.is_ok(), "{what} (write {write}): {got:?}"),
+                    // A folder cannot be opened for writing at all: refused either way.
+                    Some(_) if *what == "folder" && write => assert!(got.is_err(), "{what}"),
+                    Some(word) => {
+                        let e = got.expect_err(what);
+                        assert!(
+                            e.contains(word) && e.contains("regular"),
+                            "{what} (write {write}): {e}"
+                        );
+                    }
+                }
+            }
+            // Rewinds read through the same checks.
+            assert_eq!(open_verified(path).is_ok(), refused.is_none(), "{what}");
+        }
+        assert_eq!(fs::read_to_string(dir.join("regular")).unwrap(), "text\n");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reads_are_bounded_while_reading_not_by_the_size_said() {
+        let dir = scratch("bounded");
+        fs::write(dir.join("f"), "0123456789").unwrap();
+        let env = Anywhere(Default::default());
+        let rows: &[(u64, &str, bool)] = &[
+            (0, "", false),
+            (4, "0123", false),
+            (9, "012345678", false),
+            (10, "0123456789", true),
+            (u64::MAX, "0123456789", true),
+        ];
+        for (max, bytes, whole) in rows {
+            let got = read_checked(&env, &dir.join("f"), *max).unwrap();
+            assert_eq!(
+                (got.0.as_slice(), got.1),
+                (bytes.as_bytes(), *whole),
+                "max {max}"
+            );
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 45 §8: a forced rewind wrote through a hard link into a file outside the
+    /// workspace. A rewind replaces a file by a rename, and leaves alone (with the reason) any
+    /// name that is not a regular file or that has other links; one row a kind.
+    #[test]
+    fn a_rewind_replaces_files_by_rename_and_leaves_links_and_special_files_alone() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = scratch("replace");
+        let outside = dir.join("outside.txt");
+        fs::write(&outside, "outside\n").unwrap();
+        type Make = fn(&Path, &Path);
+        let rows: &[(&str, Make, Option<&str>)] = &[
+            (
+                "regular file",
+                |p, _| fs::write(p, "agent\n").unwrap(),
+                None,
+            ),
+            ("absent", |_, _| {}, None),
+            (
+                "hard link out",
+                |p, out| fs::hard_link(out, p).unwrap(),
+                Some("hard links"),
+            ),
+            ("fifo", |p, _| mkfifo(p), Some("FIFO")),
+            (
+                "socket",
+                |p, _| {
+                    // Left bound: the listener is leaked for the test's lifetime.
+                    std::mem::forget(std::os::unix::net::UnixListener::bind(p).unwrap());
+                },
+                Some("socket"),
+            ),
+            (
+                "link to a device",
+                |p, _| std::os::unix::fs::symlink("/dev/zero", p).unwrap(),
+                Some("symbolic link"),
+            ),
+            (
+                "folder",
+                |p, _| fs::create_dir(p).unwrap(),
+                Some("directory"),
+            ),
+        ];
+        for (n, (what, make, refused)) in rows.iter().enumerate() {
+            let path = dir.join(format!("target-{n}"));
+            make(&path, &outside);
+            let inode = fs::symlink_metadata(&path).map(|m| m.ino()).ok();
+            if *what == "regular file" {
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+            }
+            let start = std::time::Instant::now();
+            let replaced = replace_verified(&path, b"before\n");
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(2),
+                "{what}"
+            );
+            assert_eq!(replaceable(&path).is_ok(), refused.is_none(), "{what}");
+            match refused {
+                None => {
+                    assert!(replaced.is_ok(), "{what}: {replaced:?}");
+                    assert_eq!(fs::read_to_string(&path).unwrap(), "before\n", "{what}");
+                    let meta = fs::metadata(&path).unwrap();
+                    assert_ne!(Some(meta.ino()), inode, "{what}: a new file, renamed in");
+                    if *what == "regular file" {
+                        assert_eq!(meta.mode() & 0o777, 0o640, "{what}: the mode is kept");
+                    }
+                    assert!(remove_verified(&path).is_ok(), "{what}");
+                    assert!(!path.exists(), "{what}");
+                }
+                Some(word) => {
+                    let e = replaced.expect_err(what);
+                    assert!(e.contains(word), "{what}: {e}");
+                    assert_eq!(
+                        fs::symlink_metadata(&path).map(|m| m.ino()).ok(),
+                        inode,
+                        "{what}: left as it is"
+                    );
+                    assert!(
+                        remove_verified(&path).is_err(),
+                        "{what}: not deleted either"
+                    );
+                }
+            }
+        }
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "outside\n");
+        let litter: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+            .collect();
+        assert!(litter.is_empty(), "no temporary file is left: {litter:?}");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -186,13 +186,11 @@ fn search_text(env: &mut dyn ToolEnv, root: &Path, args: &Value) -> ToolOutcome 
         if cancel.is_cancelled() {
             break;
         }
-        if fs::metadata(&path)
-            .map(|m| m.len() > EDIT_LIMIT)
-            .unwrap_or(true)
-        {
+        // The tools' one opener: regular files only (a FIFO or device swapped in is skipped,
+        // never waited on), bounded while reading.
+        let Ok((bytes, true)) = read_checked(env, &path, EDIT_LIMIT) else {
             continue;
-        }
-        let Ok(bytes) = fs::read(&path) else { continue };
+        };
         if bytes.iter().take(8000).any(|&b| b == 0) {
             continue; // binary
         }

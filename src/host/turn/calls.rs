@@ -138,6 +138,11 @@ impl Turn {
 
     pub(super) fn finish_tool(&self, id: &str, outcome: ToolOutcome, ran: bool, duration_ms: u64) {
         let mut st = self.cell.lock();
+        // Stuck past the stop bound: the watchdog settled this call `cancelled` and ended the
+        // turn; the late result is dropped.
+        if self.end.is_ended() {
+            return;
+        }
         if let Some(a) = st.active.as_mut() {
             a.tools.retain(|t| t.tool_call_id != id);
         }

@@ -72,27 +72,7 @@ impl Turn {
         id: &str,
         reason: &str,
     ) {
-        let Some(slot) = st.interactions.get_mut(id) else {
-            return;
-        };
-        if slot.answer_tx.take().is_none() {
-            return;
-        }
-        let outcome = InteractionOutcome::Closure {
-            reason: reason.into(),
-        };
-        slot.interaction.status = "closed".into();
-        slot.interaction.outcome = Some(outcome.clone());
-        let interaction = slot.interaction.clone();
-        self.append(st, vec![TranscriptBody::Interaction { interaction }]);
-        self.cell.emit(
-            st,
-            FrameBody::InteractionClosed {
-                interaction_id: id.into(),
-                status: "closed".into(),
-                outcome,
-            },
-        );
+        super::ending::close_interaction(&self.cell, &self.spec.turn_id, st, id, reason);
     }
 }
 

@@ -30,6 +30,9 @@ impl ToolEnv for Turn {
         };
         self.out_seq += 1;
         let mut st = self.cell.make_room(self.cell.lock());
+        if self.end.is_ended() {
+            return;
+        }
         if let Some(t) = st
             .active
             .as_mut()

@@ -7,6 +7,7 @@ mod commands;
 mod compaction;
 mod delegate;
 mod dialogs;
+mod ending;
 mod env;
 mod gate;
 mod history;
@@ -129,14 +130,14 @@ struct Turn {
     /// The system prompt, composed at the turn's start (instruction files and memory read
     /// then, the client's own as the session stores it).
     system: String,
-    /// The session's input + output tokens when the turn started (a goal counts its turns').
-    tokens_at_start: u64,
     /// The agents this session may delegate to (declared at the turn's start).
     agents: Vec<super::subagents::AgentSpec>,
     /// While a `delegate` call runs: its id (the subagent's tool calls are shown under it).
     delegating: Option<String>,
     /// This turn compacted the context by itself already (or tried to).
     compacted: bool,
+    /// Ends the turn once, by this thread or by its watchdog (see `ending`).
+    end: Arc<ending::TurnEnd>,
 }
 
 /// Runs an admitted turn to its terminal frame (on the caller's thread).
@@ -164,7 +165,21 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
     }
     problems.extend(declared);
     tell_once(&cell, &spec.turn_id, problems);
+    let end = Arc::new(ending::TurnEnd::new(&host, &cell, &spec, tokens_at_start));
+    // Dropped when this thread returns: the watchdog then has nothing to do.
+    let (_running, done) = bounded::<()>(0);
+    let (watched, cancel) = (Arc::clone(&end), spec.cancel.clone());
+    if let Err(e) = std::thread::Builder::new()
+        .name(format!("turn-{}-watch", spec.turn_id))
+        .spawn(move || ending::watch(watched, cancel, done))
+    {
+        log::warn!(
+            "session {}: cannot start the turn's watchdog ({e}); a stop waits for the turn's tools",
+            cell.id
+        );
+    }
     let mut turn = Turn {
+        end,
         host,
         cell,
         spec,
@@ -176,7 +191,6 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         mcp_tools: vec![],
         changed_paths: Default::default(),
         system,
-        tokens_at_start,
         agents,
         delegating: None,
         compacted: false,
@@ -456,6 +470,9 @@ impl Turn {
     }
 
     pub(super) fn set_status(&self, st: &mut super::session::SessionState, status: TurnStatus) {
+        if self.end.is_ended() {
+            return;
+        }
         if let Some(rec) = st.turns.get_mut(&self.spec.turn_id) {
             rec.snapshot.status = status;
         }
@@ -473,31 +490,9 @@ impl Turn {
         self.cell.emit(st, body);
     }
 
-    /// Messages added to this turn since its last step (`turn.message.submit`): into the
-    /// transcript (and so the model's context) here, shown to clients as they are taken in.
+    /// Messages added to this turn since its last step (see [`ending::take_in_steering`]).
     fn take_in_steering(&self, st: &mut crate::host::session::SessionState) {
-        let queued = match st.active.as_mut() {
-            Some(a) if !a.steering.is_empty() => std::mem::take(&mut a.steering),
-            _ => return,
-        };
-        for (message_id, content) in queued {
-            self.cell.emit(
-                st,
-                FrameBody::UserMessage {
-                    turn_id: self.spec.turn_id.clone(),
-                    message_id: message_id.clone(),
-                    content: content.clone(),
-                },
-            );
-            self.append(
-                st,
-                vec![TranscriptBody::User {
-                    message_id,
-                    content,
-                    steered: true,
-                }],
-            );
-        }
+        ending::take_in_steering(&self.cell, &self.spec.turn_id, st);
     }
 
     fn has_steering(&self) -> bool {
@@ -508,89 +503,9 @@ impl Turn {
             .is_some_and(|a| !a.steering.is_empty())
     }
 
+    /// Ends the turn (unless its watchdog ended it already).
     pub(super) fn finish(&self, t: Terminal) {
-        let mut st = self.cell.lock();
-        // Added too late for a step (or the turn was stopped): kept in the conversation, where
-        // the next turn's model sees it. Never dropped.
-        self.take_in_steering(&mut st);
-        let reason = if t.outcome == TurnOutcome::Cancelled {
-            "turn_stopped"
-        } else {
-            "turn_terminal"
-        };
-        let pending: Vec<String> = st
-            .interactions
-            .iter()
-            .filter(|(_, s)| s.answer_tx.is_some() && s.interaction.turn_id == self.spec.turn_id)
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in pending {
-            self.close_interaction(&mut st, &id, reason);
-        }
-        for (_, call) in st.client_calls.drain() {
-            let _ = call.tx.send(Err("the turn ended".into()));
-        }
-        let status = match t.outcome {
-            TurnOutcome::Completed => TurnStatus::Completed,
-            TurnOutcome::Cancelled => TurnStatus::Cancelled,
-            TurnOutcome::Failed => TurnStatus::Failed,
-            TurnOutcome::MaxTokens => TurnStatus::MaxTokens,
-            TurnOutcome::Refused => TurnStatus::Refused,
-        };
-        self.append(
-            &mut st,
-            vec![TranscriptBody::TurnState {
-                run_id: self.spec.run_id.clone(),
-                status,
-                origin: None,
-                reason: Some(t.reason.clone()),
-                failure_class: t.failure_class,
-                failure_message: t.failure_message.clone(),
-                resumed_from_run_id: None,
-            }],
-        );
-        if let Some(rec) = st.turns.get_mut(&self.spec.turn_id) {
-            rec.snapshot.status = status;
-            rec.snapshot.reason = Some(t.reason.clone());
-            rec.snapshot.failure_class = t.failure_class;
-            rec.snapshot.failure_message = t.failure_message.clone();
-            rec.snapshot.failure_details = t.failure_details.clone();
-            rec.snapshot.ended_at = Some(now_ms());
-        }
-        st.active = None;
-        if self.spec.origin == "goal" {
-            let used = st.usage_totals.input_tokens + st.usage_totals.output_tokens;
-            let why = t.failure_message.clone().or_else(|| Some(t.reason.clone()));
-            crate::host::goals::turn_finished(
-                &self.host,
-                &self.cell,
-                &mut st,
-                status,
-                why,
-                used.saturating_sub(self.tokens_at_start),
-            );
-        }
-        st.session.status = crate::host_api::wire::SessionStatus::Idle;
-        st.session.active_turn_id = None;
-        st.session.last_used_at = now_ms();
-        if let Err(e) = self.host.store.save_session(&st.session) {
-            log::error!(
-                "session {}: cannot save the session record: {e}",
-                self.cell.id
-            );
-        }
-        let body = FrameBody::TurnTerminal {
-            turn_id: self.spec.turn_id.clone(),
-            run_id: self.spec.run_id.clone(),
-            outcome: t.outcome,
-            reason: t.reason,
-            failure_class: t.failure_class,
-            failure_message: t.failure_message,
-            failure_details: t.failure_details,
-        };
-        self.cell.emit(&mut st, body);
-        drop(st);
-        self.host.turn_finished();
+        self.end.finish(t);
     }
 }
 

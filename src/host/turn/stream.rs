@@ -145,12 +145,10 @@ impl Turn {
         st: &mut crate::host::session::SessionState,
         bodies: Vec<TranscriptBody>,
     ) {
-        let items = bodies
-            .into_iter()
-            .map(|b| (self.spec.turn_id.clone(), b))
-            .collect();
-        if let Err(e) = self.cell.append(st, items) {
-            log::error!("session {}: {e}", self.cell.id);
+        // A turn its watchdog ended records nothing more (its stuck tool's late result).
+        if self.end.is_ended() {
+            return;
         }
+        super::ending::append(&self.cell, &self.spec.turn_id, st, bodies);
     }
 }
