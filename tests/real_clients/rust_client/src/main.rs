@@ -151,9 +151,13 @@ async fn scenario(
     seen: &Shared,
 ) -> Result<Value, agent_client_protocol::Error> {
     let mut out = serde_json::Map::new();
+    // Also opted in (maka-acp's convention for the unstable `PromptResponse.usage`).
+    let mut opt_in = serde_json::Map::new();
+    opt_in.insert("unstable_end_turn_token_usage".into(), json!(true));
     let caps = ClientCapabilities::new()
         .plan(PlanCapabilities::new())
-        .subagents(SubagentCapabilities::new());
+        .subagents(SubagentCapabilities::new())
+        .meta(opt_in);
     let init = cx
         .send_request(
             InitializeRequest::new(ProtocolVersion::V1)
@@ -195,10 +199,14 @@ async fn scenario(
         ))
         .block_task()
         .await?;
-    out.insert(
-        "permission".into(),
-        permission_view(&r.stop_reason, ws, seen),
-    );
+    let mut permission = permission_view(&r.stop_reason, ws, seen);
+    // The counts depend on the prompt's length (paths included): only their shape is compared.
+    permission["usage"] = match &r.usage {
+        Some(u) => json!({"totalIsSum": u.total_tokens == u.input_tokens + u.output_tokens,
+            "output": u.output_tokens > 0}),
+        None => Value::Null,
+    };
+    out.insert("permission".into(), permission);
 
     // Plan mode: the plan by id.
     let set = |id: &'static str, value: &'static str| {
