@@ -416,6 +416,23 @@ pub fn create_private(path: &Path) -> io::Result<File> {
 /// file (`O_NOFOLLOW`), so a link swapped in cannot redirect it. Returns (files, folders)
 /// tightened; the caller logs them.
 pub fn tighten_modes(data_dir: &Path) -> (usize, usize) {
+    // Once per data dir: everything written since is private from the start, and host start
+    // reads one directory, not every session's (a walk of 2,000 sessions on every start).
+    let done = data_dir.join(MODES_TIGHTENED);
+    if done.exists() {
+        return (0, usize::from(tighten(data_dir, PRIVATE_DIR)));
+    }
+    let (files, dirs) = tighten_tree(data_dir);
+    if let Err(e) = write_atomic(data_dir, MODES_TIGHTENED, b"1\n", false) {
+        log::warn!("cannot record that {} is private: {e}", data_dir.display());
+    }
+    (files, dirs)
+}
+
+/// The marker [`tighten_modes`] leaves once it has made a whole data dir private.
+const MODES_TIGHTENED: &str = "modes-private";
+
+fn tighten_tree(data_dir: &Path) -> (usize, usize) {
     let (mut files, mut dirs) = (0, 0);
     let mut pending = vec![data_dir.to_path_buf()];
     while let Some(dir) = pending.pop() {
@@ -677,6 +694,14 @@ mod tests {
             assert_eq!(mode(&path), after, "{}", path.display());
         }
         assert_eq!(tighten_modes(&root), (0, 0), "nothing left to do");
+        // Walked once per data dir (every later file is written private): the data dir
+        // itself is still checked at each start, the tree no more.
+        assert_eq!(mode(&root.join(MODES_TIGHTENED)), 0o600);
+        set(&root.join("sessions/s/session.json"), 0o644);
+        set(&root, 0o755);
+        assert_eq!(tighten_modes(&root), (0, 1));
+        assert_eq!(mode(&root), 0o700);
+        assert_eq!(mode(&root.join("sessions/s/session.json")), 0o644);
         fs::remove_dir_all(root).unwrap();
         fs::remove_dir_all(outside).unwrap();
     }
