@@ -87,24 +87,55 @@ fn change_config(
 /// Initial option values on `session/load|resume|fork` (`configOptions`, unstable), applied
 /// as `session/set_config_option` applies one, before the response: returns the options and
 /// the legacy modes the response carries (so nothing is announced again after it).
+/// On success the write stays open: the caller ends it ([`InitialValues::done`]) once the
+/// response is queued, so nothing is announced before it.
 pub fn apply_initial(
     ctx: &Ctx,
     session: &AcpSession,
     initial: &[Value],
-) -> Result<(Vec<ConfigOption>, super::types::SessionModeState), ResponseError> {
+) -> Result<InitialValues, ResponseError> {
     let view = config_options::View::of(&ctx.shared);
     session.begin_config_write();
     let changed = change_config(ctx, session, |c, catalog| {
         config_options::initial_patch(initial, c, catalog, view)
     });
-    let told = changed.as_ref().ok().map(|c| c.new_mode);
-    session.end_config_write(&ctx.shared, told);
-    let changed = changed?;
+    let changed = match changed {
+        Ok(c) => c,
+        Err(e) => {
+            session.end_config_write(&ctx.shared, None);
+            return Err(e);
+        }
+    };
     let (config, _) = session.config();
-    let modes = config
-        .map(|c| config_options::modes(&c.configuration))
-        .ok_or_else(|| ResponseError::internal("the session's configuration is unknown"))?;
-    Ok((changed.options, modes))
+    let modes = match config {
+        Some(c) => config_options::modes(&c.configuration),
+        None => {
+            session.end_config_write(&ctx.shared, None);
+            return Err(ResponseError::internal(
+                "the session's configuration is unknown",
+            ));
+        }
+    };
+    Ok(InitialValues {
+        options: changed.options,
+        modes,
+        mode: changed.new_mode,
+    })
+}
+
+/// What initial values made of a session, for its response.
+pub struct InitialValues {
+    pub options: Vec<ConfigOption>,
+    pub modes: super::types::SessionModeState,
+    mode: PermissionMode,
+}
+
+impl InitialValues {
+    /// The response with these options and modes is queued: the write ends, announcing only
+    /// what someone else changed meanwhile.
+    pub fn done(&self, ctx: &Ctx, session: &AcpSession) {
+        session.end_config_write(&ctx.shared, Some(self.mode));
+    }
 }
 
 /// `session/set_config_option`, and the earlier unstable `session/set_model` as the `model`

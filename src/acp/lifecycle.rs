@@ -212,9 +212,22 @@ fn fork_session(
     };
     let (mut result, session) = attach_new(ctx, &conn, &record, models.as_ref())?;
     if !p.config_options.is_empty() {
-        let (options, modes) = super::configure::apply_initial(ctx, &session, &p.config_options)?;
-        result.config_options = Some(options);
-        result.modes = Some(modes);
+        match super::configure::apply_initial(ctx, &session, &p.config_options) {
+            Ok(initial) => {
+                result.config_options = Some(initial.options.clone());
+                result.modes = Some(initial.modes.clone());
+                // Nothing more is written; the answer carries what was.
+                initial.done(ctx, &session);
+            }
+            Err(e) => {
+                // Checked before the branch, refused after it (the host changed meanwhile):
+                // the fork is undone, not left half made.
+                if let Err(d) = delete(ctx, &record.id) {
+                    log::warn!("cannot undo fork {}: {}", record.id, d.message);
+                }
+                return Err(e);
+            }
+        }
     }
     Ok((result, session))
 }
@@ -289,22 +302,29 @@ pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
     let initial = params.config_options.clone();
     let attached = attach(ctx, params, &responder, replay).and_then(
         |(session, mut result, snapshot, conn)| {
-            if !initial.is_empty() {
-                let (options, modes) = super::configure::apply_initial(ctx, &session, &initial)?;
-                result.config_options = Some(options);
-                result.modes = Some(modes);
-            }
-            Ok((session, result, snapshot, conn))
+            let applied = match initial.as_slice() {
+                [] => None,
+                initial => {
+                    let values = super::configure::apply_initial(ctx, &session, initial)?;
+                    result.config_options = Some(values.options.clone());
+                    result.modes = Some(values.modes.clone());
+                    Some(values)
+                }
+            };
+            Ok((session, result, snapshot, conn, applied))
         },
     );
     match attached {
-        Ok((session, result, snapshot, conn)) => {
+        Ok((session, result, snapshot, conn, applied)) => {
             // Loading again replaces this connection's previous view of the session.
             let old = lock(&ctx.sessions).insert(session.id.clone(), Arc::clone(&session));
             if let Some(old) = old {
                 old.close();
             }
             responder.respond(Ok(to_json(&result)));
+            if let Some(values) = applied {
+                values.done(ctx, &session);
+            }
             // Only after the response: the commands, then live frames and dialogs of a turn
             // already running.
             send_commands(ctx, &session);
@@ -391,6 +411,17 @@ fn attach(
             "`cwd` ({}) is not this session's working directory ({path})",
             p.cwd
         )));
+    }
+    if !p.config_options.is_empty() {
+        // Checked before anything is opened or replayed (and applied after, by `open`).
+        let models = ctx.call::<ops::ModelsList>(&conn, &ops::Empty {})?;
+        let catalog = starting_catalog(ctx, &conn, Some(&models), &p.cwd);
+        config_options::initial_patch(
+            &p.config_options,
+            &record.configuration,
+            &catalog,
+            config_options::View::of(&ctx.shared),
+        )?;
     }
     let open_input = ops::OpenInput {
         session_id: id.clone(),

@@ -71,6 +71,8 @@ struct SessionState {
     reader_running: bool,
     closed: bool,
     prompt: Option<PendingPrompt>,
+    /// A turn this connection started without a prompt (`_session/steering`), until its end.
+    unprompted: Option<String>,
     position: Position,
     editor: EditorRequests,
     config: ConfigState,
@@ -393,6 +395,14 @@ impl AcpSession {
         let (turn, started, outstanding) = {
             let mut st = self.state();
             let Some(p) = st.prompt.as_mut() else {
+                // A turn this connection started without a prompt (`_session/steering`) is
+                // stopped like a prompt's.
+                if let Some(turn) = st.unprompted.clone() {
+                    let outstanding = take_outstanding(&mut st);
+                    drop(st);
+                    withdraw_all(shared, outstanding);
+                    return Some(turn);
+                }
                 log::debug!(
                     "session/cancel for {} with no prompt running: nothing to do",
                     self.id
@@ -439,6 +449,7 @@ impl AcpSession {
             .as_ref()
             .filter(|p| p.started)
             .map(|p| p.turn_id.clone())
+            .or_else(|| st.unprompted.clone())
     }
 
     pub fn is_closed(&self) -> bool {
@@ -548,16 +559,17 @@ impl AcpSession {
         if st.position.active_turn.as_deref() == Some(turn_id) {
             st.position.active_turn = None;
         }
+        if st.unprompted.as_deref() == Some(turn_id) {
+            st.unprompted = None;
+        }
         st.prompt.as_ref().is_some_and(|p| p.turn_id == turn_id)
     }
 
-    /// A turn this connection starts without a prompt: followed from before it starts, as if
-    /// its `turn_started` had been seen (unless another turn is known to run).
+    /// A turn this connection starts without a prompt (`_session/steering`): followed from
+    /// before it starts until its own end is seen — whatever the stream says of earlier turns
+    /// or a re-read snapshot — and stopped by a cancel, a close or stdin's end, as a prompt's.
     pub fn expect_turn(&self, turn_id: &str) {
-        let mut st = self.state();
-        if st.position.active_turn.is_none() {
-            st.position.active_turn = Some(turn_id.to_string());
-        }
+        self.state().unprompted = Some(turn_id.to_string());
     }
 
     /// The host is gone: the position means nothing any more.
@@ -912,7 +924,11 @@ fn send_turn_stop(link: &HostLink, id: &str, turn: &str) {
 
 /// No prompt waits, no turn runs, no host call may call the editor and no goal is live.
 fn nothing_to_follow(st: &SessionState) -> bool {
-    st.prompt.is_none() && st.position.active_turn.is_none() && st.editor.ops == 0 && !st.goal.live
+    st.prompt.is_none()
+        && st.unprompted.is_none()
+        && st.position.active_turn.is_none()
+        && st.editor.ops == 0
+        && !st.goal.live
 }
 
 /// The client requests in flight, taken out of the table: each is withdrawn exactly once, and

@@ -84,6 +84,7 @@ pub fn steering(ctx: &Ctx, mut s: Steering) -> Result<Value, ResponseError> {
         content,
     };
     let deadline = Instant::now() + PROMPT_STARTING;
+    let mut started_by_another = false;
     loop {
         match conn.client.call::<ops::MessageSubmit>(&input) {
             Ok(_) => return Ok(json!({"outcome": "injected"})),
@@ -92,19 +93,31 @@ pub fn steering(ctx: &Ctx, mut s: Steering) -> Result<Value, ResponseError> {
                     == Some(&json!("no_active_turn")) => {}
             Err(e) => return Err(ctx.host_error(&conn, &e)),
         }
-        // A prompt of this client's whose turn is being started: it will run, so the
-        // message is for it.
-        if session.has_prompt() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
+        // A prompt of this client's whose turn is being started, or a turn another steer
+        // just started: it will run, so the message is for it.
+        if (session.has_prompt() || started_by_another) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
             continue;
         }
-        break;
+        if s.prompt_required {
+            return Ok(json!({"outcome": "promptRequired", "reason": "noRunningTurn"}));
+        }
+        match super::turns::start_unprompted(ctx, &session, input.content.clone()) {
+            Ok(()) => return Ok(json!({"outcome": "startedNewTurn"})),
+            // Another steer (or a prompt) started a turn between the submit and this start:
+            // the message goes into that one.
+            Err(e) if busy(&e) && !started_by_another => started_by_another = true,
+            Err(e) => return Err(e),
+        }
     }
-    if s.prompt_required {
-        return Ok(json!({"outcome": "promptRequired", "reason": "noRunningTurn"}));
-    }
-    super::turns::start_unprompted(ctx, &session, input.content)?;
-    Ok(json!({"outcome": "startedNewTurn"}))
+}
+
+/// The host refused a turn because one runs.
+fn busy(e: &ResponseError) -> bool {
+    e.data
+        .as_ref()
+        .and_then(|d| d.get("makaCode"))
+        .is_some_and(|c| c == "session_busy")
 }
 
 /// What `_session/goal` may do, as `initialize` advertises it.

@@ -35,7 +35,10 @@ pub fn load(session_dir: &Path) -> Option<Goal> {
 }
 
 /// Records `goal` (durably) and tells the session's readers.
-pub fn save(host: &Host, cell: &SessionCell, st: &mut SessionState, mut goal: Goal) {
+/// Stores `goal` as the session's next goal revision and emits it; returns it as stored (its
+/// revision and time are the stored ones: an answer with the caller's copy would carry the
+/// revision before the change, and a client ordering states by revision would drop it).
+pub fn save(host: &Host, cell: &SessionCell, st: &mut SessionState, mut goal: Goal) -> Goal {
     goal.updated_at = now_ms();
     goal.revision = st.goal.as_ref().map_or(0, |g| g.revision) + 1;
     let dir = host.store.session_dir(&cell.id);
@@ -48,7 +51,8 @@ pub fn save(host: &Host, cell: &SessionCell, st: &mut SessionState, mut goal: Go
         Err(e) => log::error!("session {}: cannot encode the goal: {e}", cell.id),
     }
     st.goal = Some(goal.clone());
-    cell.emit(st, FrameBody::GoalUpdated { goal });
+    cell.emit(st, FrameBody::GoalUpdated { goal: goal.clone() });
+    goal
 }
 
 fn ended(goal: &mut Goal, status: &str, reason: impl Into<String>) {
@@ -111,8 +115,7 @@ pub fn arm(host: &Arc<Host>, input: GoalArmInput) -> Result<Goal, HostError> {
             reason: None,
             evidence: None,
         };
-        save(host, &cell, &mut st, goal.clone());
-        goal
+        save(host, &cell, &mut st, goal)
     };
     drive(host, &cell, &goal.goal_id)?;
     Ok(goal)
@@ -164,8 +167,7 @@ pub fn control(host: &Arc<Host>, input: GoalControlInput) -> Result<Goal, HostEr
                 )))
             }
         }
-        save(host, &cell, &mut st, goal.clone());
-        (goal, restart)
+        (save(host, &cell, &mut st, goal), restart)
     };
     if restart {
         drive(host, &cell, &goal.goal_id)?;
@@ -246,7 +248,7 @@ fn driver(host: Arc<Host>, cell: Arc<SessionCell>, goal_id: String) {
                 let notice = super::notices::goal_limit(super::random_id("n"), reason, at);
                 cell.notice(&mut st, "", notice);
                 ended(&mut goal, "stopped", reason);
-                save(&host, &cell, &mut st, goal);
+                let _ = save(&host, &cell, &mut st, goal);
                 st.goal_driver = false;
                 return;
             }
@@ -279,7 +281,7 @@ fn driver(host: Arc<Host>, cell: Arc<SessionCell>, goal_id: String) {
                     } else {
                         ended(&mut g, "failed", e.message);
                     }
-                    save(&host, &cell, &mut st, g);
+                    let _ = save(&host, &cell, &mut st, g);
                 }
                 st.goal_driver = false;
                 return;
@@ -300,7 +302,7 @@ pub fn turn_finished(
 ) {
     let Some(mut g) = st.goal.clone() else { return };
     g.turns_run += 1;
-    g.tokens_used += tokens;
+    g.tokens_used = g.tokens_used.saturating_add(tokens);
     if g.is_live() {
         match status {
             TurnStatus::Completed => {}
@@ -313,7 +315,7 @@ pub fn turn_finished(
             ),
         }
     }
-    save(host, cell, st, g);
+    let _ = save(host, cell, st, g);
 }
 
 /// The longest evidence a completed goal keeps.
@@ -339,7 +341,7 @@ pub fn complete(host: &Host, cell: &SessionCell, evidence: &str) -> Result<Strin
     }
     goal.evidence = Some(evidence);
     goal.reason = None;
-    save(host, cell, &mut st, goal);
+    let _ = save(host, cell, &mut st, goal);
     Ok("The goal is marked complete.".into())
 }
 
@@ -354,5 +356,5 @@ pub fn waiting(host: &Host, cell: &SessionCell, st: &mut SessionState, waiting: 
         _ => return,
     };
     goal.status = next.into();
-    save(host, cell, st, goal);
+    let _ = save(host, cell, st, goal);
 }

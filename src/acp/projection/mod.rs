@@ -86,8 +86,11 @@ pub struct Projector {
     notices_shown: HashSet<String>,
     /// The goal revision last shown as `session_info_update._meta.goal`.
     goal_shown: Option<u64>,
-    /// The running turn's token usage by model, for its prompt's `_meta.quota`.
-    turn_usage: std::collections::BTreeMap<String, crate::host_api::wire::TokenUsage>,
+    /// Each running turn's token usage by model, for its prompt's `_meta.quota` (at most a
+    /// few turns: one runs at a time; one whose end was never seen is dropped with the rest
+    /// when more pile up).
+    turn_usage:
+        HashMap<String, std::collections::BTreeMap<String, crate::host_api::wire::TokenUsage>>,
     /// Compactions shown completed (to a client that shows compactions).
     compactions: HashSet<String>,
     /// The plan last shown by id (revision, status, entries), to a client that shows plans so.
@@ -241,11 +244,20 @@ impl Projector {
         use FrameBody as F;
         match body {
             F::Usage {
+                turn_id: Some(ref turn_id),
                 model: Some(ref model),
                 ref delta,
                 ..
             } => {
-                self.turn_usage.entry(model.clone()).or_default().add(delta);
+                if !self.turn_usage.contains_key(turn_id) && self.turn_usage.len() >= 8 {
+                    self.turn_usage.clear();
+                }
+                self.turn_usage
+                    .entry(turn_id.clone())
+                    .or_default()
+                    .entry(model.clone())
+                    .or_default()
+                    .add(delta);
                 show(self.frame(&body, now))
             }
             F::TurnStarted { .. }
@@ -315,7 +327,12 @@ impl Projector {
                 let mut out = self.pending_output();
                 out.extend(self.close_open_tools(TOOL_UNFINISHED));
                 self.turn_finished(&turn_id);
-                let usage = std::mem::take(&mut self.turn_usage).into_iter().collect();
+                let usage = self
+                    .turn_usage
+                    .remove(&turn_id)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .collect();
                 vec![
                     Effect::Show(out),
                     Effect::TurnEnded(TurnEnd {
@@ -724,21 +741,22 @@ impl Projector {
             out.push(subagents::answer_chunk(child, tool_call_id, chunk));
             return out;
         }
-        // Every piece, in order, to a client that appends them (each is one host frame's
-        // chunk: bounded by the host protocol's 64 KiB), beside what it is shown otherwise.
-        let delta = self.shows.terminal_output_delta.then(
-            || json!({"terminal_output_delta": {"terminal_id": tool_call_id, "data": chunk}}),
-        );
         let in_progress = |meta: Option<Value>| ToolCallUpdate {
             meta,
             ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::InProgress)
         };
+        // Every piece, in order, to a client that appends them, at most 64 KiB each (a host
+        // that is not ours may send larger chunks), beside what it is shown otherwise.
+        if self.shows.terminal_output_delta {
+            for piece in pieces(chunk, TERMINAL_DELTA_BYTES) {
+                out.push(SessionUpdate::ToolCallUpdate(in_progress(Some(json!({
+                    "terminal_output_delta": {"terminal_id": tool_call_id, "data": piece}
+                })))));
+            }
+        }
         if t.display {
             t.streamed = true;
-            let mut meta = json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}});
-            if let Some(mut d) = delta {
-                meta["terminal_output_delta"] = d["terminal_output_delta"].take();
-            }
+            let meta = json!({"terminal_output": {"terminal_id": tool_call_id, "data": chunk}});
             out.push(SessionUpdate::ToolCallUpdate(in_progress(Some(meta))));
             return out;
         }
@@ -748,16 +766,13 @@ impl Projector {
         if t.last_sent
             .is_some_and(|at| now.duration_since(at) < OUTPUT_THROTTLE)
         {
-            if delta.is_some() {
-                out.push(SessionUpdate::ToolCallUpdate(in_progress(delta)));
-            }
             return out;
         }
         t.last_sent = Some(now);
         t.dirty = false;
         let text = fenced_output(t.command.as_deref(), &t.output, t.truncated, None);
         out.push(SessionUpdate::ToolCallUpdate(
-            in_progress(delta).with_content(vec![ToolCallContent::text(text)]),
+            in_progress(None).with_content(vec![ToolCallContent::text(text)]),
         ));
         out
     }
@@ -978,6 +993,28 @@ pub struct TurnEnd {
     pub failure_details: Option<Value>,
     /// The turn's token usage by model, as the provider reported it (none: it reported none).
     pub usage: Vec<(String, crate::host_api::wire::TokenUsage)>,
+}
+
+/// The most output one `terminal_output_delta` carries.
+const TERMINAL_DELTA_BYTES: usize = 64 * 1024;
+
+/// `text` in pieces of at most `max` bytes, cut on character boundaries.
+fn pieces(text: &str, max: usize) -> Vec<&str> {
+    let mut out = vec![];
+    let mut rest = text;
+    while rest.len() > max {
+        let mut end = max;
+        while !rest.is_char_boundary(end) {
+            end -= 1;
+        }
+        let (piece, tail) = rest.split_at(end);
+        out.push(piece);
+        rest = tail;
+    }
+    if !rest.is_empty() || out.is_empty() {
+        out.push(rest);
+    }
+    out
 }
 
 /// The method that controls goals, named in every snapshot.

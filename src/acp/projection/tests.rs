@@ -1044,3 +1044,16 @@ fn a_dialog_about_the_delegation_itself_has_its_child_wait_until_its_agent_works
     assert!(out.contains(&("s".to_string(), json!({"dialog": "d1"}))));
     assert!(out.iter().all(|(_, u)| u["sessionId"] != "s:d0"));
 }
+
+/// Terminal output deltas are at most 64 KiB each, cut on character boundaries, nothing lost.
+#[test]
+fn output_pieces_are_bounded_and_whole() {
+    let text = "é".repeat(70_000) + "x";
+    let parts = super::pieces(&text, super::TERMINAL_DELTA_BYTES);
+    assert!(parts.len() >= 3, "{}", parts.len());
+    assert!(parts.iter().all(|p| p.len() <= 64 * 1024));
+    assert_eq!(parts.concat(), text);
+    assert_eq!(super::pieces("", 4), [""]);
+    assert_eq!(super::pieces("abcd", 4), ["abcd"]);
+    assert_eq!(super::pieces("abcde", 4), ["abcd", "e"]);
+}

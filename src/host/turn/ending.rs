@@ -107,7 +107,10 @@ impl TurnEnd {
         }
         st.active = None;
         if self.origin == "goal" {
-            let used = st.usage_totals.input_tokens + st.usage_totals.output_tokens;
+            let used = st
+                .usage_totals
+                .input_tokens
+                .saturating_add(st.usage_totals.output_tokens);
             let why = t.failure_message.clone().or_else(|| Some(t.reason.clone()));
             crate::host::goals::turn_finished(
                 &self.host,

@@ -152,7 +152,10 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
                 .iter()
                 .map(|d| tool_fs::resolve(Path::new("/"), d)),
         );
-        let tokens = st.usage_totals.input_tokens + st.usage_totals.output_tokens;
+        let tokens = st
+            .usage_totals
+            .input_tokens
+            .saturating_add(st.usage_totals.output_tokens);
         (cwd, roots, st.session.clone(), tokens)
     };
     // Files are read here, outside the session's lock.

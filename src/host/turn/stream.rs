@@ -76,7 +76,7 @@ impl Turn {
             turn_id: Some(self.spec.turn_id.clone()),
             model: Some(model.to_string()),
             context: Some(ContextUsage {
-                used_tokens: delta.input_tokens + delta.output_tokens,
+                used_tokens: delta.input_tokens.saturating_add(delta.output_tokens),
                 window_tokens: window,
             }),
             delta,
