@@ -177,6 +177,27 @@ fn steering_injects_into_the_running_turn_or_starts_one() {
     );
     assert_eq!(lines.last().unwrap()["params"]["outcome"], "completed");
 
+    // A turn started by steering is this client's to stop: session/cancel stops it.
+    let (started, _) = a.call(
+        "_session/steering",
+        json!({"sessionId": s, "prompt": text("slow again")}),
+    );
+    assert_eq!(
+        started["result"],
+        json!({"outcome": "startedNewTurn"}),
+        "{started}"
+    );
+    until(&mut a, |v| {
+        v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    a.notify("session/cancel", json!({"sessionId": s}));
+    let lines = until(&mut a, |v| v["method"] == "_maka/turn_state");
+    assert_eq!(
+        lines.last().unwrap()["params"]["outcome"],
+        "cancelled",
+        "{lines:#?}"
+    );
+
     // Both messages are the conversation's, replayed where they were taken in.
     let mut other = agent(data.path());
     other.initialize();
@@ -193,7 +214,12 @@ fn steering_injects_into_the_running_turn_or_starts_one() {
         .collect();
     assert_eq!(
         users,
-        ["slow task", "also check the tests", "what did i say"]
+        [
+            "slow task",
+            "also check the tests",
+            "what did i say",
+            "slow again"
+        ]
     );
 }
 
@@ -393,6 +419,41 @@ fn the_goal_extension_sets_pauses_resumes_and_clears_our_goals() {
         json!({"goal": null}),
         "clearing nothing is done: {r}"
     );
+    // Set again on the same session (a later goal revision): shown and followed again, and
+    // set over a running goal replaces it (the old one's `null`, then the new one).
+    let (set, early) = a.call(
+        "_session/goal",
+        json!({"sessionId": s2, "action": "set", "objective": "keep going"}),
+    );
+    assert_eq!(set["result"]["goal"]["status"], "active", "{set}");
+    let mut lines = early;
+    lines.extend(until(&mut a, |v| {
+        v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    }));
+    assert_eq!(
+        goal_snapshots(&lines).first().unwrap()["status"],
+        "active",
+        "{lines:#?}"
+    );
+    let (set, early) = a.call(
+        "_session/goal",
+        json!({"sessionId": s2, "action": "set", "objective": "keep going further"}),
+    );
+    assert_eq!(
+        set["result"]["goal"]["objective"], "keep going further",
+        "{set}"
+    );
+    let mut lines = early;
+    lines.extend(until_snapshot(&mut a, |g| {
+        g["objective"] == "keep going further"
+    }));
+    let shown = goal_snapshots(&lines);
+    assert!(
+        shown.iter().any(Value::is_null),
+        "the replaced goal is cleared: {shown:?}"
+    );
+    let (r, _) = a.call("_session/goal", json!({"sessionId": s2, "action": "clear"}));
+    assert_eq!(r["result"], json!({"goal": null}), "{r}");
 
     // On load: the goal as it stands, after the history.
     let mut other = agent(data.path());
