@@ -496,6 +496,23 @@ fn copy_source_branch_and_revisions_by_makas_params() {
         json!({"targetSessionId": sid}),
     );
     assert_eq!(retained["kind"], "retained");
+    // A fork (a copy, but not one made by branch/revision create here) is kept; a session
+    // this connection does not hold is never touched (Maka's unknown session).
+    let fork = m.agent.call_ok(
+        "session/fork",
+        json!({"sessionId": sid, "cwd": m.ws.path(), "mcpServers": []}),
+    );
+    let fork_id = fork["sessionId"].as_str().unwrap().to_string();
+    let kept = m.agent.call_ok(
+        "_maka/session/revision/abandon",
+        json!({"targetSessionId": fork_id}),
+    );
+    assert_eq!(kept["kind"], "retained", "{kept}");
+    let e = m.error(
+        "_maka/session/revision/abandon",
+        json!({"targetSessionId": "sess_of_someone_else"}),
+    );
+    assert_eq!(reason(&e), "unknown_session", "{e}");
     // Ours, by our params, on the clashing name.
     let named = m.agent.call_ok(
         "_maka/session/revision/create",

@@ -133,7 +133,10 @@ fn ask(
             Err(_) => {
                 shared.calls.cancel(&call.id);
                 shared.calls.forget(&call.id);
-                session.untrack(id);
+                // Withdrawn meanwhile (a cancel, a close): not a denial by silence.
+                if !session.untrack(id) || session.is_cancelling() {
+                    return Withdrawn;
+                }
                 log::warn!(
                     "no answer to {method} for interaction {id} within {} ms; denying it",
                     bound.as_millis()

@@ -262,8 +262,19 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
                 },
             };
             let out = ctx.call::<ops::ArtifactIngest>(&conn, &theirs);
-            if let Some(m) = crate::jsonrpc::lock(&UPLOADS).as_mut() {
-                m.remove(&key);
+            // Forgotten once it is settled — committed, aborted, or gone on the host — so a
+            // commit that failed for a passing reason can be sent again (and an upload the
+            // host dropped does not hold a place for ever).
+            let gone = out
+                .as_ref()
+                .err()
+                .and_then(|e| e.data.as_ref())
+                .and_then(|d| d.get("makaCode"))
+                == Some(&json!("not_found"));
+            if out.is_ok() || gone {
+                if let Some(m) = crate::jsonrpc::lock(&UPLOADS).as_mut() {
+                    m.remove(&key);
+                }
             }
             Ok(maka_ingest(&key.1, out?, false))
         }

@@ -60,6 +60,15 @@ pub fn read_goal_arm(p: &Params) -> ParamResult<ops::GoalArmInput> {
             "`condition` is empty; say what the goal is",
         ));
     }
+    // The host's own bound, checked here: the goal is armed on the host only when the next
+    // prompt completes, when nobody is waiting for this answer any more.
+    if condition.chars().count() > 4000 {
+        return Err(invalid(
+            "invalid_goal_plan_input",
+            OP,
+            "`condition` is longer than 4000 characters",
+        ));
+    }
     let max_turns = match optional_u64(p, "maxIterations")? {
         Some(n) if n == 0 || n > MAKA_MAX_ITERATIONS => {
             return Err(invalid(
@@ -206,10 +215,16 @@ pub fn prompt_ended(
                 session.emit(&shared, |view| (view.goal(&goal), ()));
                 session.follow_goal(&shared, &conn, &goal);
             }
-            Err(e) => log::warn!(
-                "session {}: the goal armed for this prompt could not start: {e}",
-                session.id
-            ),
+            Err(e) => {
+                // Told, not only logged: the client was answered `active` when it armed it.
+                log::warn!(
+                    "session {}: the goal armed for this prompt could not start: {e}",
+                    session.id
+                );
+                let mut view = armed_view(&armed, "stalled");
+                view["lastReason"] = json!(format!("the goal could not start: {e}"));
+                crate::acp::maka_dialect::goal_status(&shared, &session.id, &view);
+            }
         }
     });
     if spawned.is_none() {

@@ -173,6 +173,19 @@ pub fn read_plan_turn(p: &Params) -> ParamResult<PlanControl> {
             "`kind` must be approve_proposal or resume_execution",
         ));
     }
+    // Checked before anything is approved: a turn id the host would refuse must not leave
+    // the plan approved and no turn started.
+    if !c
+        .turn_id
+        .as_deref()
+        .is_some_and(crate::host_api::wire::valid_id)
+    {
+        return Err(invalid(
+            "invalid_goal_plan_input",
+            "_maka/plan/turn/start",
+            "`turnId` must be 1 to 128 letters, digits, `_` or `-`",
+        ));
+    }
     Ok(c)
 }
 
@@ -240,6 +253,11 @@ fn control_plan(ctx: &Ctx, conn: &Connected, c: &PlanControl) -> Result<Value, R
 /// out as the client's `turnId`, answered at admission `{plan, turn}`.
 pub fn plan_turn_start(ctx: &Ctx, c: PlanControl) -> Result<Value, ResponseError> {
     let session = owned(ctx, &c.session_id)?;
+    // Busy is known before the plan is touched: nothing is approved for a turn that cannot
+    // start.
+    if session.has_prompt() {
+        return Err(errors::session_busy(&c.session_id));
+    }
     let conn = ctx.host()?;
     let plan_result = if c.kind == "approve_proposal" {
         control_plan(ctx, &conn, &c)?

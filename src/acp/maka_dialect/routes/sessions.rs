@@ -148,6 +148,7 @@ pub fn branch_create(ctx: &Ctx, b: BranchCreate) -> Result<Value, ResponseError>
         ops::BranchOutcome::Committed { session } => {
             // The target is this connection's now, as Maka's is: it can be prompted at once.
             crate::acp::lifecycle::attach_made(ctx, &conn, &session)?;
+            made_here(&session.id);
             json!({"kind": "committed", "session": catalog_item(&session)})
         }
         ops::BranchOutcome::SourceRevisionConflict { expected, actual } => json!({
@@ -162,20 +163,29 @@ pub fn read_abandon(p: &Params) -> ParamResult<String> {
     Ok(p.required_str("targetSessionId")?.into())
 }
 
-/// `_maka/session/revision/abandon {targetSessionId}`: a copy (a session made by branch or
-/// revision create) is deleted — `abandoned`; any other session is kept — `retained`.
+/// The copies this connection made with branch or revision create: the only sessions
+/// `abandon` deletes (a fork, another client's copy or an older one is kept). Bounded; a
+/// copy not recorded is retained, never deleted by mistake.
+static MADE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+const MADE_MAX: usize = 4096;
+
+fn made_here(id: &str) {
+    let mut made = crate::jsonrpc::lock(&MADE);
+    if made.len() < MADE_MAX {
+        made.push(id.to_string());
+    }
+}
+
+/// `_maka/session/revision/abandon {targetSessionId}`: a copy this connection made (branch
+/// or revision create) and still holds is deleted — `abandoned`; any other session of this
+/// connection is kept — `retained`; a session it does not hold is Maka's unknown session.
 pub fn abandon(ctx: &Ctx, target: String) -> Result<Value, ResponseError> {
-    let conn = ctx.host()?;
-    let at = ops::SessionRef {
-        session_id: target.clone(),
-    };
-    let copy = ctx
-        .call::<ops::SessionGet>(&conn, &at)?
-        .session
-        .is_some_and(|s| s.lineage.is_some());
-    if !copy {
+    owned(ctx, &target)?;
+    let made = crate::jsonrpc::lock(&MADE).contains(&target);
+    if !made {
         return Ok(json!({"kind": "retained", "sessionId": target}));
     }
     crate::acp::lifecycle::delete(ctx, &target)?;
+    crate::jsonrpc::lock(&MADE).retain(|id| *id != target);
     Ok(json!({"kind": "abandoned", "sessionId": target}))
 }
