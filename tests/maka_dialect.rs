@@ -713,6 +713,13 @@ fn memory_by_makas_params() {
         json!({"kind": "remember", "expectedRevision": rev, "text": "again"}),
     );
     assert_eq!(stale["kind"], "revision_conflict", "{stale}");
+    // A session's note only for a session this connection holds.
+    let e = m.error(
+        "_maka/memory/mutate",
+        json!({"kind": "remember", "expectedRevision": rev, "scope": "session",
+               "sessionId": "sess_of_someone_else", "text": "x"}),
+    );
+    assert_eq!(reason(&e), "unknown_session", "{e}");
     let entries = m
         .agent
         .call_ok("_maka/memory/query", json!({"kind": "entries_start"}));

@@ -101,6 +101,14 @@ pub fn memory_mutate(
             "memory here is entries added, changed or forgotten at once, without proposals, statuses, backups or a document",
         ));
     }
+    // A note for one session is for a session this connection holds, as Maka's are.
+    if let ops::MemoryChange::Add {
+        session_id: Some(id),
+        ..
+    } = &input.change
+    {
+        owned(ctx, id)?;
+    }
     let conn = ctx.host()?;
     Ok(match ctx.call::<ops::MemoryMutate>(&conn, &input)? {
         ops::MemoryOutcome::Committed { revision, entry } => {
