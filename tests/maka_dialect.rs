@@ -8,7 +8,7 @@
 mod support;
 use serde_json::{json, Value};
 use support::host::TempDir;
-use support::{error_of, AgentProcess, Reply, Spawn};
+use support::{error_of, option, AgentProcess, Reply, Spawn};
 
 fn script() -> Value {
     json!({
@@ -93,15 +93,6 @@ impl Maka {
         let (resp, _) = self.agent.call(method, params);
         error_of(&resp).clone()
     }
-}
-
-fn option<'a>(options: &'a Value, id: &str) -> &'a Value {
-    options
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["id"] == id)
-        .unwrap_or_else(|| panic!("no option {id} in {options}"))
 }
 
 /// §1 "initialize result": `_meta["_maka/goalPlan"] = {version: 1}` (our `_meta.maka` beside

@@ -8,7 +8,7 @@ mod support;
 use serde_json::{json, Value};
 use std::time::Duration;
 use support::host::{HostProcess, TempDir};
-use support::{error_of, select, AgentProcess, Reply, Spawn};
+use support::{error_of, option, select, AgentProcess, Reply, Spawn};
 
 fn script() -> Value {
     json!({
@@ -64,15 +64,6 @@ fn ids(options: &Value) -> Vec<String> {
         .iter()
         .map(|o| o["id"].as_str().unwrap().to_string())
         .collect()
-}
-
-fn option<'a>(options: &'a Value, id: &str) -> &'a Value {
-    options
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["id"] == id)
-        .unwrap_or_else(|| panic!("no option {id} in {options}"))
 }
 
 /// `session/new` → (id, its result); consumes the commands update that follows.

@@ -347,9 +347,8 @@ fn handle_frame(
                         },
                     );
                     let end_turn_usage = shared.caps.end_turn_usage;
-                    session.finish_prompt(result.map(|r| {
-                        with_usage(with_quota(r, &end.usage), &end.usage, end_turn_usage)
-                    }));
+                    session
+                        .finish_prompt(result.map(|r| with_usage(r, &end.usage, end_turn_usage)));
                     super::maka_dialect::prompt_ended(session, shared, conn, end.outcome);
                 } else if shared.caps.maka_turn_status {
                     super::maka_dialect::turn_status(shared, &session.id, &end);
@@ -390,10 +389,15 @@ fn handle_frame(
     Flow::Next
 }
 
-/// The turn's token usage in `_meta.quota`, as claude-agent-acp, codex-acp and gemini-cli
-/// report it on the prompt's answer: the total and each model's (`token_count`,
-/// `model_usage`); nothing when the provider reported no usage.
-fn with_quota(mut r: PromptResponse, usage: &[(String, TokenUsage)]) -> PromptResponse {
+/// The turn's token usage on its prompt's answer: `_meta.quota` as claude-agent-acp,
+/// codex-acp and gemini-cli report it (the total and each model's: `token_count`,
+/// `model_usage`), and ACP's own unstable `usage` to a client that opted in. Nothing when the
+/// provider reported no usage.
+fn with_usage(
+    mut r: PromptResponse,
+    usage: &[(String, TokenUsage)],
+    acp_usage: bool,
+) -> PromptResponse {
     if usage.is_empty() {
         return r;
     }
@@ -416,30 +420,15 @@ fn with_quota(mut r: PromptResponse, usage: &[(String, TokenUsage)]) -> PromptRe
         .collect();
     let meta = r.meta.get_or_insert_with(|| json!({}));
     meta["quota"] = json!({"token_count": count(&total), "model_usage": models});
-    r
-}
-
-/// ACP's own (unstable) `PromptResponse.usage`, to a client that opted in: the turn's
-/// tokens over every model.
-fn with_usage(
-    mut r: PromptResponse,
-    usage: &[(String, TokenUsage)],
-    opted_in: bool,
-) -> PromptResponse {
-    if !opted_in || usage.is_empty() {
-        return r;
+    if acp_usage {
+        r.usage = Some(json!({
+            "totalTokens": total.input_tokens.saturating_add(total.output_tokens),
+            "inputTokens": total.input_tokens,
+            "outputTokens": total.output_tokens,
+            "thoughtTokens": total.reasoning_tokens,
+            "cachedReadTokens": total.cached_tokens,
+        }));
     }
-    let mut total = TokenUsage::default();
-    for (_, u) in usage {
-        total.add(u);
-    }
-    r.usage = Some(json!({
-        "totalTokens": total.input_tokens.saturating_add(total.output_tokens),
-        "inputTokens": total.input_tokens,
-        "outputTokens": total.output_tokens,
-        "thoughtTokens": total.reasoning_tokens,
-        "cachedReadTokens": total.cached_tokens,
-    }));
     r
 }
 
@@ -534,15 +523,17 @@ mod quota_tests {
     /// each model's.
     #[test]
     fn the_quota_is_the_turns_usage_by_model() {
-        let r = with_quota(PromptResponse::new(StopReason::EndTurn), &[]);
+        let r = with_usage(PromptResponse::new(StopReason::EndTurn), &[], true);
         assert_eq!(r.meta, None);
-        let r = with_quota(
+        let r = with_usage(
             PromptResponse::new(StopReason::EndTurn),
             &[
                 ("a".into(), TokenUsage::new(10, 2, 4)),
                 ("b".into(), TokenUsage::new(u64::MAX, 1, 0)),
             ],
+            false,
         );
+        assert_eq!(r.usage, None, "ACP's usage only to a client that opted in");
         let quota = &r.meta.unwrap()["quota"];
         assert_eq!(quota["token_count"]["input_tokens"], u64::MAX, "saturates");
         assert_eq!(quota["token_count"]["output_tokens"], 3);

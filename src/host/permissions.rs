@@ -81,7 +81,7 @@ pub fn shell_line<S: AsRef<str>>(argv: &[S]) -> String {
         .enumerate()
         .map(|(i, w)| match w.as_ref() {
             // A program named `A=1` is not an assignment: `sh` must see one quoted word.
-            w if i == 0 && w.contains('=') => format!("'{}'", w.replace('\'', r"'\''")),
+            w if i == 0 && w.contains('=') => single_quoted(w),
             w => shell_word(w),
         })
         .collect::<Vec<_>>()
@@ -93,8 +93,13 @@ pub fn shell_word(word: &str) -> String {
     if !word.is_empty() && word.chars().all(plain_char) {
         word.to_string()
     } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
+        single_quoted(word)
     }
+}
+
+/// `word` in single quotes, `'` as `'\''`: one `sh` word whatever it holds.
+fn single_quoted(word: &str) -> String {
+    format!("'{}'", word.replace('\'', r"'\''"))
 }
 
 /// A command as the allow rules read it.

@@ -22,6 +22,31 @@ pub fn keep_tail(s: &mut String, max: usize) -> bool {
     true
 }
 
+/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
+pub fn head(s: &str, max: usize) -> &str {
+    let mut i = max.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    &s[..i]
+}
+
+/// `text` in pieces of at most `max` bytes (never less than one character), cut at character
+/// boundaries: one piece, possibly empty, when it is short. Frames and updates that carry
+/// text stay bounded this way on both sides.
+pub fn pieces(text: &str, max: usize) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let r = rest?;
+        let piece = match head(r, max) {
+            "" => r.chars().next().map_or("", |c| &r[..c.len_utf8()]),
+            piece => piece,
+        };
+        rest = (piece.len() < r.len()).then(|| &r[piece.len()..]);
+        Some(piece)
+    })
+}
+
 /// The strings of a JSON array (other items skipped); empty when `v` is not an array.
 pub fn string_list(v: Option<&serde_json::Value>) -> Vec<String> {
     v.and_then(serde_json::Value::as_array)

@@ -604,3 +604,14 @@ pub fn error_of(resp: &Value) -> &Value {
     resp.get("error")
         .unwrap_or_else(|| panic!("expected an error, got {resp}"))
 }
+
+/// The config option `id` of a `configOptions` list (a test failure naming the list when it is
+/// not there).
+pub fn option<'a>(options: &'a Value, id: &str) -> &'a Value {
+    options
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == id)
+        .unwrap_or_else(|| panic!("no option {id} in {options}"))
+}

@@ -748,7 +748,7 @@ impl Projector {
         // Every piece, in order, to a client that appends them, at most 64 KiB each (a host
         // that is not ours may send larger chunks), beside what it is shown otherwise.
         if self.shows.terminal_output_delta {
-            for piece in pieces(chunk, TERMINAL_DELTA_BYTES) {
+            for piece in crate::host_api::pieces(chunk, TERMINAL_DELTA_BYTES) {
                 out.push(SessionUpdate::ToolCallUpdate(in_progress(Some(json!({
                     "terminal_output_delta": {"terminal_id": tool_call_id, "data": piece}
                 })))));
@@ -997,25 +997,6 @@ pub struct TurnEnd {
 
 /// The most output one `terminal_output_delta` carries.
 const TERMINAL_DELTA_BYTES: usize = 64 * 1024;
-
-/// `text` in pieces of at most `max` bytes, cut on character boundaries.
-fn pieces(text: &str, max: usize) -> Vec<&str> {
-    let mut out = vec![];
-    let mut rest = text;
-    while rest.len() > max {
-        let mut end = max;
-        while !rest.is_char_boundary(end) {
-            end -= 1;
-        }
-        let (piece, tail) = rest.split_at(end);
-        out.push(piece);
-        rest = tail;
-    }
-    if !rest.is_empty() || out.is_empty() {
-        out.push(rest);
-    }
-    out
-}
 
 /// The method that controls goals, named in every snapshot.
 pub const GOAL_CONTROL_METHOD: &str = "_session/goal";

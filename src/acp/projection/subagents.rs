@@ -147,9 +147,5 @@ fn short(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", s[..end].trim_end())
+    format!("{}…", crate::host_api::head(s, max).trim_end())
 }

@@ -1049,11 +1049,17 @@ fn a_dialog_about_the_delegation_itself_has_its_child_wait_until_its_agent_works
 #[test]
 fn output_pieces_are_bounded_and_whole() {
     let text = "é".repeat(70_000) + "x";
-    let parts = super::pieces(&text, super::TERMINAL_DELTA_BYTES);
+    let parts: Vec<&str> = crate::host_api::pieces(&text, super::TERMINAL_DELTA_BYTES).collect();
     assert!(parts.len() >= 3, "{}", parts.len());
     assert!(parts.iter().all(|p| p.len() <= 64 * 1024));
     assert_eq!(parts.concat(), text);
-    assert_eq!(super::pieces("", 4), [""]);
-    assert_eq!(super::pieces("abcd", 4), ["abcd"]);
-    assert_eq!(super::pieces("abcde", 4), ["abcd", "e"]);
+    let of = |t, n| crate::host_api::pieces(t, n).collect::<Vec<_>>();
+    assert_eq!(of("", 4), [""]);
+    assert_eq!(of("abcd", 4), ["abcd"]);
+    assert_eq!(of("abcde", 4), ["abcd", "e"]);
+    assert_eq!(
+        of("éé", 1),
+        ["é", "é"],
+        "a character is never split, nor left behind"
+    );
 }

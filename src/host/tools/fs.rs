@@ -655,14 +655,7 @@ pub fn cut(s: &mut String, max: usize) {
     s.truncate(keep);
 }
 
-/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
-pub fn head(s: &str, max: usize) -> &str {
-    let mut i = max.min(s.len());
-    while !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    &s[..i]
-}
+pub use crate::host_api::head;
 
 #[cfg(test)]
 mod tests {

@@ -41,16 +41,9 @@ const DELTA_FRAME_BYTES: usize = 64 * 1024;
 /// How long a delegated editor call may take before the tool fails.
 const CLIENT_CALL_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// `text` in pieces of at most [`DELTA_FRAME_BYTES`], cut at character boundaries (one piece,
-/// possibly empty, when it is short).
+/// `text` in pieces of at most [`DELTA_FRAME_BYTES`] ([`crate::host_api::pieces`]).
 fn frame_pieces(text: &str) -> impl Iterator<Item = &str> {
-    let mut rest = Some(text);
-    std::iter::from_fn(move || {
-        let r = rest?;
-        let piece = tool_fs::head(r, DELTA_FRAME_BYTES);
-        rest = (piece.len() < r.len()).then(|| &r[piece.len()..]);
-        Some(piece)
-    })
+    crate::host_api::pieces(text, DELTA_FRAME_BYTES)
 }
 
 pub struct TurnSpec {
