@@ -141,7 +141,7 @@ fn discover(data_dir: &Path, stream_timeout: Duration) -> Option<Started> {
         data_dir.display()
     );
     Some(Started {
-        connected: Connected { client, epoch },
+        connected: Connected::new(client, epoch),
         child: None,
         attach: Some(attach),
     })
@@ -245,7 +245,7 @@ fn spawn(config: &AdapterConfig) -> Result<Started, Spawned> {
         started_at.elapsed().as_millis()
     );
     Ok(Started {
-        connected: Connected { client, epoch },
+        connected: Connected::new(client, epoch),
         child: Some(child),
         attach: None,
     })

@@ -4,15 +4,12 @@
 //! registered here, in order with every other message, then started on a worker.
 
 use super::auth;
-use super::errors::from_client;
 use super::host_link::{Connected, HostLink, LocalHost};
 use super::initialize::{self, InitializeParams};
 use super::methods::{self, Job};
 use super::session::{AcpSession, Shared};
 use super::turns;
 use super::workers::Workers;
-use crate::host_api::client::ClientError;
-use crate::host_api::ops::Operation;
 use crate::host_api::ops::{self, CapabilityInput, SessionRef, TurnRef};
 use crate::jsonrpc::{code, lock, Connection, Incoming, Notification, Responder, ResponseError};
 use serde_json::Value;
@@ -65,26 +62,6 @@ impl Ctx {
         self.shared.link.get()
     }
 
-    /// Runs host operation `O`; a transport failure forgets the host (the next call restarts
-    /// it).
-    pub fn call<O: Operation>(
-        &self,
-        conn: &Connected,
-        input: &O::Input,
-    ) -> Result<O::Output, ResponseError> {
-        conn.client
-            .call::<O>(input)
-            .map_err(|e| self.host_error(conn, &e))
-    }
-
-    /// A host client error as the client sees it; a transport failure forgets the host.
-    pub fn host_error(&self, conn: &Connected, e: &ClientError) -> ResponseError {
-        if matches!(e, ClientError::Transport(_)) {
-            self.shared.link.lost(&conn.epoch);
-        }
-        from_client(e)
-    }
-
     pub fn session(&self, id: &str) -> Option<Arc<AcpSession>> {
         lock(&self.sessions).get(id).cloned()
     }
@@ -118,8 +95,7 @@ impl Ctx {
             session_id: session_id.into(),
             services,
         };
-        self.call::<ops::CapabilityReplace>(conn, &input)
-            .map(|_| ())
+        conn.request::<ops::CapabilityReplace>(&input).map(|_| ())
     }
 }
 
@@ -302,7 +278,7 @@ fn release(ctx: &Ctx, s: &Arc<AcpSession>, has_services: bool) {
             session_id: id.clone(),
             services: vec![],
         };
-        if let Err(e) = conn.client.call::<ops::CapabilityReplace>(&detach) {
+        if let Err(e) = conn.call::<ops::CapabilityReplace>(&detach) {
             log::warn!("client.capability.replace for {id} at exit: {e}");
         }
     }
@@ -312,12 +288,12 @@ fn release(ctx: &Ctx, s: &Arc<AcpSession>, has_services: bool) {
             turn_id,
             run_id: None,
         };
-        if let Err(e) = conn.client.call::<ops::TurnStop>(&stop) {
+        if let Err(e) = conn.call::<ops::TurnStop>(&stop) {
             log::warn!("turn.stop for {id} at exit: {e}");
         }
     }
     let release = SessionRef { session_id: id };
-    if let Err(e) = conn.client.call::<ops::SessionRelease>(&release) {
+    if let Err(e) = conn.call::<ops::SessionRelease>(&release) {
         log::warn!("session.release for {} at exit: {e}", s.id);
     }
 }

@@ -49,11 +49,11 @@ pub fn check_host(
     link: &HostLink,
     conn: &Connected,
 ) -> Result<Option<ModelCatalog>, ResponseError> {
-    let Ok(mut models) = conn.client.call::<ModelsList>(&Empty {}) else {
+    let Ok(mut models) = conn.call::<ModelsList>(&Empty {}) else {
         return Ok(None); // the host is unreachable: the session method will say so
     };
     if models.connections.is_empty() && link.is_embedded() && link.local().provider_configured() {
-        if let Ok(fresh) = conn.client.call::<ModelsReload>(&Empty {}) {
+        if let Ok(fresh) = conn.call::<ModelsReload>(&Empty {}) {
             models = fresh;
         }
     }
@@ -96,7 +96,7 @@ pub fn required_elsewhere() -> ResponseError {
 /// Makes a running host re-read its providers (after a login or logout).
 pub fn reload_host(link: &HostLink) {
     if let Some(conn) = link.current() {
-        if let Err(e) = conn.client.call::<ModelsReload>(&Empty {}) {
+        if let Err(e) = conn.call::<ModelsReload>(&Empty {}) {
             log::warn!("models.reload: {e}");
         }
     }

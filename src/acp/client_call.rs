@@ -64,7 +64,7 @@ fn request(
 
 fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, mut call: Call) {
     if call.input_ref {
-        let fetched = conn.client.call::<ClientCallInput>(&CallRef {
+        let fetched = conn.call::<ClientCallInput>(&CallRef {
             session_id: session.id.clone(),
             invocation_id: call.invocation_id.clone(),
         });
@@ -127,7 +127,7 @@ fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, mut ca
         invocation_id: call.invocation_id.clone(),
         outcome,
     };
-    if let Err(e) = conn.client.call::<ClientCallResult>(&input) {
+    if let Err(e) = conn.call::<ClientCallResult>(&input) {
         log::debug!("client.call.result {}: {e}", call.invocation_id);
     }
 }

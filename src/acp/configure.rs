@@ -49,7 +49,7 @@ fn change_config(
                 expected_revision: revision,
                 patch: patch.clone(),
             };
-            match ctx.call::<ops::ConfigurationUpdate>(&conn, &input)? {
+            match conn.request::<ops::ConfigurationUpdate>(&input)? {
                 CasOutcome::Committed { session } => Ok(CasStep::Committed(*session)),
                 CasOutcome::RevisionConflict { .. } => {
                     log::info!(
@@ -63,8 +63,8 @@ fn change_config(
             let get = SessionRef {
                 session_id: id.clone(),
             };
-            let fresh = ctx
-                .call::<ops::SessionGet>(&conn, &get)?
+            let fresh = conn
+                .request::<ops::SessionGet>(&get)?
                 .session
                 .ok_or_else(|| errors::unknown_session(id))?;
             // Whatever the other writer changed shows in this change's response.

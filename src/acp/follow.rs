@@ -13,6 +13,8 @@ use super::errors::{self, MakaCode};
 use super::host_link::Connected;
 use super::interaction;
 use super::projection::{Effect, TOOL_UNFINISHED};
+/// Catch-ups tried in a row before the reader gives up (each after an error that allows one).
+pub const CATCH_UPS: usize = 5;
 use super::session::{AcpSession, ReaderStep, Shared};
 use super::types::{PromptResponse, StopReason, TurnStateNotification};
 use crate::host_api::client::{ClientError, EventStream};
@@ -51,7 +53,7 @@ pub fn run(
         };
         let stream = match first.take() {
             Some(s) => Ok(s),
-            None => conn.client.events(&session.id, after, &epoch, 25_000, true),
+            None => conn.events(&session.id, after, &epoch, 25_000, true),
         };
         let mut stream = match stream {
             Ok(s) => {
@@ -73,7 +75,7 @@ pub fn run(
                 continue;
             }
             Err(e) => {
-                if !recover(&session, &shared, &conn, &e) {
+                if !recover(&session, &shared, &conn, Some(e)) {
                     return;
                 }
                 continue;
@@ -84,7 +86,7 @@ pub fn run(
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(e) => {
-                    if !recover(&session, &shared, &conn, &e) {
+                    if !recover(&session, &shared, &conn, Some(e)) {
                         return;
                     }
                     break;
@@ -106,7 +108,7 @@ pub fn run(
                         "session {}: frame {seq} after {last}: re-opening",
                         session.id
                     );
-                    if !reopen(&session, &shared, &conn) {
+                    if !recover(&session, &shared, &conn, None) {
                         return;
                     }
                     break;
@@ -122,51 +124,86 @@ pub fn run(
     }
 }
 
-/// Handles a stream error. Returns false when the reader must stop.
+/// Repairs the stream after `cause` (`None`: a gap seen on the stream itself): a bounded loop
+/// of catch-ups ([`reopen`]), each after an error that allows one. Returns false when the
+/// reader must stop (it has answered the prompt).
 fn recover(
     session: &Arc<AcpSession>,
     shared: &Arc<Shared>,
     conn: &Connected,
-    e: &ClientError,
+    mut cause: Option<ClientError>,
 ) -> bool {
+    for _ in 0..CATCH_UPS {
+        if let Some(e) = cause.take() {
+            if let Err(answer) = judge(session, conn, &e) {
+                stop(session, shared, Err(answer));
+                return false;
+            }
+        }
+        match reopen(session, shared, conn) {
+            Ok(()) => return true,
+            Err(Gap::Again(e)) => cause = Some(e),
+            Err(Gap::Fatal(answer)) => {
+                stop(session, shared, Err(answer));
+                return false;
+            }
+        }
+    }
+    log::error!(
+        "session {}: {CATCH_UPS} catch-ups in a row failed; giving up",
+        session.id
+    );
+    let answer = match &cause {
+        Some(e) => errors::from_client(e),
+        None => MakaCode::HostUnavailable
+            .error("The agent could not catch up with the Runtime Host; send the prompt again."),
+    };
+    stop(session, shared, Err(answer));
+    false
+}
+
+/// Whether a stream error allows a catch-up; else the prompt's answer.
+fn judge(session: &AcpSession, conn: &Connected, e: &ClientError) -> Result<(), ResponseError> {
     match e {
         // A stream that broke or stalled (this side stopped reading while the client did not
         // read stdout) is not a dead host: ask it. If it answers, catch up and go on.
-        ClientError::Transport(msg) if conn.client.is_alive() => {
+        ClientError::Transport(msg) if conn.is_alive() => {
             log::info!(
                 "session {}: the event stream broke ({msg}) but the host answers; catching up",
                 session.id
             );
-            reopen(session, shared, conn)
+            Ok(())
         }
         ClientError::Protocol(msg) => {
             log::warn!(
                 "session {}: skipped an unreadable frame ({msg}); catching up from the transcript",
                 session.id
             );
-            reopen(session, shared, conn)
+            Ok(())
         }
         ClientError::Transport(msg) => {
             log::warn!("session {}: the Runtime Host went away ({msg})", session.id);
-            shared.link.lost(&conn.epoch);
+            conn.forget();
             session.forget_position();
-            let err = MakaCode::HostUnavailable.error("The Runtime Host stopped while this turn was running; the turn did not finish. Send the prompt again to continue.");
-            stop(session, shared, Err(err));
-            false
+            Err(MakaCode::HostUnavailable.error("The Runtime Host stopped while this turn was running; the turn did not finish. Send the prompt again to continue."))
         }
-        ClientError::Host(h) if h.code == ErrorCode::ResyncRequired => {
-            reopen(session, shared, conn)
-        }
+        ClientError::Host(h) if h.code == ErrorCode::ResyncRequired => Ok(()),
         ClientError::Host(h) if h.code == ErrorCode::NotFound => {
-            stop(session, shared, Err(errors::unknown_session(&session.id)));
-            false
+            Err(errors::unknown_session(&session.id))
         }
         ClientError::Host(h) => {
             log::error!("session {}: the event stream failed: {h}", session.id);
-            stop(session, shared, Err(errors::from_client(e)));
-            false
+            Err(errors::from_client(e))
         }
     }
+}
+
+/// Why a catch-up did not happen.
+enum Gap {
+    /// The snapshot could not be had: judge this error (another catch-up may follow).
+    Again(ClientError),
+    /// The reader stops with this answer.
+    Fatal(ResponseError),
 }
 
 /// Ends the reader, answering a pending prompt with `result` (or `cancelled` if the client
@@ -184,22 +221,20 @@ fn stop(session: &Arc<AcpSession>, shared: &Shared, result: Result<PromptRespons
 /// After a 410, a sequence gap, an unreadable frame or a stream that broke: take a fresh
 /// snapshot, catch up on what the live stream no longer holds (the durable items since the
 /// last one seen, then what is in flight — nothing already shown is shown twice), and settle
-/// the prompt if its turn ended meanwhile. Returns false when the reader must stop.
-fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> bool {
+/// the prompt if its turn ended meanwhile.
+fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> Result<(), Gap> {
     let input = ops::OpenInput {
         session_id: session.id.clone(),
         mcp_servers: None,
         system_prompt: None,
     };
-    let open = match conn.client.call::<ops::SessionOpen>(&input) {
+    let open = match conn.call::<ops::SessionOpen>(&input) {
         Ok(o) => o,
         Err(ClientError::Protocol(m)) => {
             log::error!("session {}: unreadable snapshot ({m})", session.id);
-            let e = errors::from_client(&ClientError::Protocol(m));
-            stop(session, shared, Err(e));
-            return false;
+            return Err(Gap::Fatal(errors::from_client(&ClientError::Protocol(m))));
         }
-        Err(e) => return recover(session, shared, conn, &e),
+        Err(e) => return Err(Gap::Again(e)),
     };
     session.observe_snapshot(shared, &open);
     match catch_up(session, shared, conn, &open) {
@@ -232,14 +267,14 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
             turn_id: turn.clone(),
             run_id: None,
         };
-        let result = match conn.client.call::<ops::TurnQuery>(&input) {
+        let result = match conn.call::<ops::TurnQuery>(&input) {
             Ok(snapshot) => snapshot_result(&snapshot),
             Err(e) => Err(errors::from_client(&e)),
         };
         session.settle_tools(shared, TOOL_UNFINISHED);
         session.finish_prompt(result);
     }
-    true
+    Ok(())
 }
 
 /// Replays the durable items after the last one this connection saw, through the snapshot's
@@ -253,7 +288,7 @@ fn catch_up(
 ) -> Result<(), ClientError> {
     let through = open.transcript.through_message_seq;
     let after = session.through();
-    session.replay_transcript(shared, &*conn.client, after, through, true, &|| false)?;
+    session.replay_transcript(shared, conn, after, through, true, &|| false)?;
     session.show_in_flight(shared, open);
     start_pending(session, shared, conn, open);
     Ok(())
@@ -378,7 +413,7 @@ fn handle_frame(
                     "session {}: the host omitted a {kind} frame; catching up",
                     session.id
                 );
-                return if reopen(session, shared, conn) {
+                return if recover(session, shared, conn, None) {
                     Flow::EndWindow
                 } else {
                     Flow::Stop

@@ -6,10 +6,11 @@
 use super::agent::AdapterConfig;
 use super::initialize::ClientCapabilities;
 use super::types::AuthMethod;
-use crate::host_api::client::{HostApi, HostClient};
+use crate::host_api::client::{ClientError, EventStream, HostApi, HostClient};
+use crate::host_api::ops::Operation;
 use crate::jsonrpc::{lock, ResponseError};
 use std::process::Child;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// What this build can do without `--host-url`: start (or find) a host of its own, and manage
@@ -65,16 +66,87 @@ pub struct Started {
     pub attach: Option<Box<dyn Send>>,
 }
 
+/// A connected host. Its client is private: every operation goes through
+/// [`Connected::call`], which keeps the one rule for a lost host.
 #[derive(Clone)]
 pub struct Connected {
-    pub client: Arc<dyn HostApi>,
+    client: Arc<dyn HostApi>,
     pub epoch: String,
+    /// The link's slot this host sits in (set when the link keeps it): what a lost host is
+    /// forgotten from.
+    slot: Weak<Mutex<Option<Started>>>,
+}
+
+impl Connected {
+    pub fn new(client: Arc<dyn HostApi>, epoch: String) -> Connected {
+        Connected {
+            client,
+            epoch,
+            slot: Weak::new(),
+        }
+    }
+
+    /// Runs host operation `O`. The one rule for a lost host: a transport failure (the host
+    /// did not answer) forgets it — stopping it, if it is ours — so the next call starts (or
+    /// finds) a new one.
+    pub fn call<O: Operation>(&self, input: &O::Input) -> Result<O::Output, ClientError> {
+        let out = self.client.call::<O>(input);
+        if let Err(ClientError::Transport(_)) = &out {
+            self.forget();
+        }
+        out
+    }
+
+    /// [`Connected::call`], its error as the client sees it.
+    pub fn request<O: Operation>(&self, input: &O::Input) -> Result<O::Output, ResponseError> {
+        self.call::<O>(input)
+            .map_err(|e| super::errors::from_client(&e))
+    }
+
+    /// Opens one window of the session's stream. A broken stream is not a lost host: the
+    /// reader asks [`Connected::is_alive`] before it [`Connected::forget`]s it.
+    pub fn events(
+        &self,
+        session_id: &str,
+        after: u64,
+        epoch: &str,
+        wait_ms: u64,
+        until_terminal: bool,
+    ) -> Result<EventStream, ClientError> {
+        self.client
+            .events(session_id, after, epoch, wait_ms, until_terminal)
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.client.is_alive()
+    }
+
+    /// This host is gone: forgotten (and stopped, if it is ours) unless already replaced.
+    pub fn forget(&self) {
+        if let Some(slot) = self.slot.upgrade() {
+            forget(&slot, &self.epoch);
+        }
+    }
+}
+
+/// Forgets the host in `slot` if it is still the one of `epoch`, stopping it if it is ours.
+fn forget(slot: &Mutex<Option<Started>>, epoch: &str) {
+    let mut live = slot.lock().unwrap_or_else(|p| p.into_inner());
+    if live.as_ref().is_some_and(|l| l.connected.epoch == epoch) {
+        log::warn!("lost the Runtime Host (epoch {epoch})");
+        if let Some(mut l) = live.take() {
+            if let Some(c) = l.child.as_mut() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
 }
 
 pub struct HostLink {
     config: AdapterConfig,
     local: Arc<dyn LocalHost>,
-    live: Mutex<Option<Started>>,
+    live: Arc<Mutex<Option<Started>>>,
     /// One thread starts (or connects to) the host at a time, without holding `live` across
     /// the process start and the HTTP calls; the others wait here.
     starting: Mutex<bool>,
@@ -90,7 +162,7 @@ impl HostLink {
         HostLink {
             config,
             local,
-            live: Mutex::new(None),
+            live: Arc::new(Mutex::new(None)),
             starting: Mutex::new(false),
             started: Condvar::new(),
         }
@@ -111,8 +183,8 @@ impl HostLink {
         let link = HostLink::new(config, Arc::new(NoLocalHost));
         *link.lock() = Some(Started {
             connected: Connected {
-                client,
-                epoch: epoch.into(),
+                slot: Arc::downgrade(&link.live),
+                ..Connected::new(client, epoch.into())
             },
             child: None,
             attach: None,
@@ -170,7 +242,8 @@ impl HostLink {
             Some(url) => self.connect_external(url),
             None => self.local.start(&self.config),
         };
-        result.map(|started| {
+        result.map(|mut started| {
+            started.connected.slot = Arc::downgrade(&self.live);
             let connected = started.connected.clone();
             *self.lock() = Some(started);
             connected
@@ -222,25 +295,10 @@ impl HostLink {
             crate::host_api::client::shown_url(url)
         );
         Ok(Started {
-            connected: Connected { client, epoch },
+            connected: Connected::new(client, epoch),
             child: None,
             attach: None,
         })
-    }
-
-    /// A call to the host with `epoch` failed at the transport level: forget that host (and
-    /// stop it, if it is ours) so the next call starts afresh.
-    pub fn lost(&self, epoch: &str) {
-        let mut live = self.lock();
-        if live.as_ref().is_some_and(|l| l.connected.epoch == epoch) {
-            log::warn!("lost the Runtime Host (epoch {epoch})");
-            if let Some(mut l) = live.take() {
-                if let Some(c) = l.child.as_mut() {
-                    let _ = c.kill();
-                    let _ = c.wait();
-                }
-            }
-        }
     }
 
     /// Stops the embedded host (the client closed the connection). An external host is left

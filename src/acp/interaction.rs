@@ -90,7 +90,7 @@ fn run(
         interaction_id: id.clone(),
         answer,
     };
-    if let Err(e) = conn.client.call::<InteractionAnswerOp>(&input) {
+    if let Err(e) = conn.call::<InteractionAnswerOp>(&input) {
         // Already resolved (closed by a stop, answered elsewhere) is expected, not an error.
         log::debug!("interaction.answer {id}: {e}");
     }

@@ -77,7 +77,7 @@ fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), R
     let configuration = match p.config_options.as_slice() {
         [] => None,
         initial => {
-            let catalog = starting_catalog(ctx, &conn, models.as_ref(), &p.cwd);
+            let catalog = starting_catalog(&conn, models.as_ref(), &p.cwd);
             Some(config_options::initial_patch(
                 initial,
                 &Configuration::default(),
@@ -87,28 +87,24 @@ fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), R
         }
     };
     let id = format!("sess_{}", random_hex(12));
-    let record = ctx.call::<ops::SessionCreate>(
-        &conn,
-        &ops::CreateInput {
-            session_id: id.clone(),
-            workspace: Workspace::HostPath {
-                path: p.cwd.clone(),
-            },
-            additional_directories: p.additional_directories,
-            name: None,
-            labels: vec![],
-            configuration,
-            mcp_servers: p.mcp_servers,
-            system_prompt: p.system_prompt,
+    let record = conn.request::<ops::SessionCreate>(&ops::CreateInput {
+        session_id: id.clone(),
+        workspace: Workspace::HostPath {
+            path: p.cwd.clone(),
         },
-    )?;
+        additional_directories: p.additional_directories,
+        name: None,
+        labels: vec![],
+        configuration,
+        mcp_servers: p.mcp_servers,
+        system_prompt: p.system_prompt,
+    })?;
     attach_new(ctx, &conn, &record, models.as_ref())
 }
 
 /// The options a session in `cwd` would be shown against: the host's models, and whether the
 /// folder declares subagents.
 fn starting_catalog(
-    ctx: &Ctx,
     conn: &super::host_link::Connected,
     models: Option<&ModelCatalog>,
     cwd: &str,
@@ -118,8 +114,8 @@ fn starting_catalog(
         session_id: None,
         cwd: Some(cwd.to_string()),
     };
-    catalog.subagents = ctx
-        .call::<ops::SubagentsList>(conn, &input)
+    catalog.subagents = conn
+        .request::<ops::SubagentsList>(&input)
         .is_ok_and(|l| !l.agents.is_empty());
     catalog
 }
@@ -129,15 +125,15 @@ fn starting_catalog(
 pub fn options(ctx: &Ctx, p: SessionOptions) -> Result<Value, ResponseError> {
     let conn = ctx.host()?;
     let view = config_options::View::of(&ctx.shared);
-    let models = ctx.call::<ops::ModelsList>(&conn, &ops::Empty {})?;
+    let models = conn.request::<ops::ModelsList>(&ops::Empty {})?;
     let configuration = match &p.session_id {
         None => Configuration::default(),
         Some(id) => {
             let input = SessionRef {
                 session_id: id.clone(),
             };
-            let record = ctx
-                .call::<ops::SessionGet>(&conn, &input)?
+            let record = conn
+                .request::<ops::SessionGet>(&input)?
                 .session
                 .ok_or_else(|| errors::unknown_session(id))?;
             if record.workspace.path() != p.cwd {
@@ -150,7 +146,7 @@ pub fn options(ctx: &Ctx, p: SessionOptions) -> Result<Value, ResponseError> {
             record.configuration
         }
     };
-    let catalog = starting_catalog(ctx, &conn, Some(&models), &p.cwd);
+    let catalog = starting_catalog(&conn, Some(&models), &p.cwd);
     Ok(serde_json::json!({
         "configOptions": config_options::options(&configuration, &catalog, view),
         "modes": config_options::modes(&configuration),
@@ -175,11 +171,11 @@ fn fork_session(
         let input = SessionRef {
             session_id: p.session_id.clone(),
         };
-        let source = ctx
-            .call::<ops::SessionGet>(&conn, &input)?
+        let source = conn
+            .request::<ops::SessionGet>(&input)?
             .session
             .ok_or_else(|| errors::unknown_session(&p.session_id))?;
-        let catalog = starting_catalog(ctx, &conn, models.as_ref(), &p.cwd);
+        let catalog = starting_catalog(&conn, models.as_ref(), &p.cwd);
         config_options::initial_patch(
             &p.config_options,
             &source.configuration,
@@ -198,7 +194,7 @@ fn fork_session(
         mcp_servers: p.mcp_servers,
         system_prompt: p.system_prompt,
     };
-    let record = match conn.client.call::<ops::BranchCreate>(&input) {
+    let record = match conn.call::<ops::BranchCreate>(&input) {
         Ok(ops::BranchOutcome::Committed { session }) => *session,
         // Only sent with an expected revision, which a fork does not give.
         Ok(ops::BranchOutcome::SourceRevisionConflict { .. }) => {
@@ -208,7 +204,7 @@ fn fork_session(
         Err(ClientError::Host(h)) if h.code == ErrorCode::NotFound => {
             return Err(errors::unknown_session(&p.session_id))
         }
-        Err(e) => return Err(ctx.host_error(&conn, &e)),
+        Err(e) => return Err(crate::acp::errors::from_client(&e)),
     };
     let (mut result, session) = attach_new(ctx, &conn, &record, models.as_ref())?;
     if !p.config_options.is_empty() {
@@ -249,7 +245,7 @@ fn attach_config(
             session_id: Some(record.id.clone()),
             cwd: None,
         };
-        conn.client.call::<ops::SubagentsList>(&input).ok()
+        conn.call::<ops::SubagentsList>(&input).ok()
     });
     session.set_subagents(declared.is_some_and(|l| !l.agents.is_empty()));
     let config = SessionConfig::from_session(record);
@@ -271,7 +267,7 @@ fn send_commands(ctx: &Ctx, session: &AcpSession) {
     };
     let listed = ctx
         .host()
-        .and_then(|conn| ctx.call::<ops::SkillsList>(&conn, &input));
+        .and_then(|conn| conn.request::<ops::SkillsList>(&input));
     let skills = match listed {
         Ok(v) => v,
         Err(e) => {
@@ -356,7 +352,7 @@ fn offer_resume(ctx: &Ctx, session: &AcpSession, conn: &super::host_link::Connec
         session_id: session.id.clone(),
     };
     let Ok(ops::ResumeDisposition::Ready { source_turn_id, .. }) =
-        conn.client.call::<ops::ResumeQuery>(&query)
+        conn.call::<ops::ResumeQuery>(&query)
     else {
         return; // nothing interrupted (or the host cannot say): nothing to offer
     };
@@ -401,8 +397,8 @@ fn attach(
     let input = SessionRef {
         session_id: id.clone(),
     };
-    let record = ctx
-        .call::<ops::SessionGet>(&conn, &input)?
+    let record = conn
+        .request::<ops::SessionGet>(&input)?
         .session
         .ok_or_else(|| errors::unknown_session(&id))?;
     let path = record.workspace.path();
@@ -414,8 +410,8 @@ fn attach(
     }
     if !p.config_options.is_empty() {
         // Checked before anything is opened or replayed (and applied after, by `open`).
-        let models = ctx.call::<ops::ModelsList>(&conn, &ops::Empty {})?;
-        let catalog = starting_catalog(ctx, &conn, Some(&models), &p.cwd);
+        let models = conn.request::<ops::ModelsList>(&ops::Empty {})?;
+        let catalog = starting_catalog(&conn, Some(&models), &p.cwd);
         config_options::initial_patch(
             &p.config_options,
             &record.configuration,
@@ -428,10 +424,10 @@ fn attach(
         mcp_servers: p.mcp_servers,
         system_prompt: p.system_prompt,
     };
-    let open = ctx.call::<ops::SessionOpen>(&conn, &open_input)?;
+    let open = conn.request::<ops::SessionOpen>(&open_input)?;
     ctx.register_services(&conn, &id)?;
     let session = AcpSession::new(&id, ctx.shows());
-    let models = ctx.call::<ops::ModelsList>(&conn, &ops::Empty {})?;
+    let models = conn.request::<ops::ModelsList>(&ops::Empty {})?;
     let result = attach_config(ctx, &session, &open.session, Some(&models));
     let active_turn = open.active_turn.as_ref().map(|t| t.turn_id.clone());
     session.set_position(open.seq, &conn.epoch, active_turn.clone());
@@ -442,10 +438,10 @@ fn attach(
         // A `$/cancel_request` for this load has already been answered; stop working.
         let cancel = responder.cancel_flag();
         let done = session
-            .replay_transcript(&ctx.shared, &*conn.client, 0, through, false, &|| {
+            .replay_transcript(&ctx.shared, &conn, 0, through, false, &|| {
                 cancel.is_cancelled()
             })
-            .map_err(|e| ctx.host_error(&conn, &e))?;
+            .map_err(|e| crate::acp::errors::from_client(&e))?;
         if !done {
             return Err(ResponseError::cancelled());
         }
@@ -474,7 +470,7 @@ pub fn list(ctx: &Ctx, p: ListSessions) -> Result<Value, ResponseError> {
             non_empty: true,
         },
     };
-    let page = match conn.client.call::<ops::SessionList>(&input) {
+    let page = match conn.call::<ops::SessionList>(&input) {
         Ok(page) => page,
         // The only input the client chose is the cursor.
         Err(ClientError::Host(h)) if h.code == ErrorCode::InvalidRequest && p.cursor.is_some() => {
@@ -482,7 +478,7 @@ pub fn list(ctx: &Ctx, p: ListSessions) -> Result<Value, ResponseError> {
                 "`cursor` is not a cursor this agent issued",
             ))
         }
-        Err(e) => return Err(ctx.host_error(&conn, &e)),
+        Err(e) => return Err(crate::acp::errors::from_client(&e)),
     };
     let sessions = page
         .sessions
@@ -521,7 +517,7 @@ fn detach(ctx: &Ctx, session: &Arc<AcpSession>) {
         let input = SessionRef {
             session_id: session.id.clone(),
         };
-        if let Err(e) = conn.client.call::<ops::SessionRelease>(&input) {
+        if let Err(e) = conn.call::<ops::SessionRelease>(&input) {
             log::debug!("session.release {}: {e}", session.id);
         }
     }
@@ -544,7 +540,7 @@ pub fn delete(ctx: &Ctx, id: &str) -> Result<Value, ResponseError> {
     let deadline = Instant::now() + Duration::from_secs(10);
     for _ in 0..3 {
         // Unknown or already deleted: success, silently.
-        let Some(record) = ctx.call::<ops::SessionGet>(&conn, &get)?.session else {
+        let Some(record) = conn.request::<ops::SessionGet>(&get)?.session else {
             return Ok(to_json(&Empty {}));
         };
         if let Some(turn_id) = record.active_turn_id {
@@ -554,9 +550,9 @@ pub fn delete(ctx: &Ctx, id: &str) -> Result<Value, ResponseError> {
                 turn_id,
                 run_id: None,
             };
-            ctx.call::<ops::TurnStop>(&conn, &stop)?;
+            conn.request::<ops::TurnStop>(&stop)?;
             while Instant::now() < deadline {
-                let s = ctx.call::<ops::SessionGet>(&conn, &get)?;
+                let s = conn.request::<ops::SessionGet>(&get)?;
                 if s.session.is_none_or(|s| s.active_turn_id.is_none()) {
                     break;
                 }
@@ -568,14 +564,14 @@ pub fn delete(ctx: &Ctx, id: &str) -> Result<Value, ResponseError> {
             session_id: id.into(),
             expected_revision: record.revision,
         };
-        match conn.client.call::<ops::SessionRemove>(&remove) {
+        match conn.call::<ops::SessionRemove>(&remove) {
             Ok(RemoveOutcome::Removed) => return Ok(to_json(&Empty {})),
             Ok(RemoveOutcome::RevisionConflict { .. }) => continue, // re-read and retry
             // Removed by someone else meanwhile: what was asked for.
             Err(ClientError::Host(h)) if h.code == ErrorCode::NotFound => {
                 return Ok(to_json(&Empty {}))
             }
-            Err(e) => return Err(ctx.host_error(&conn, &e)),
+            Err(e) => return Err(crate::acp::errors::from_client(&e)),
         }
     }
     Err(MakaCode::OperationConflict.error(format!(

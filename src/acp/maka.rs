@@ -189,7 +189,7 @@ pub fn branch(ctx: &Ctx, b: Branch) -> Result<Value, ResponseError> {
         mcp_servers: vec![],
         system_prompt: None,
     };
-    match ctx.call::<ops::BranchCreate>(&conn, &input)? {
+    match conn.request::<ops::BranchCreate>(&input)? {
         ops::BranchOutcome::Committed { session } => Ok(json!({
             "sessionId": session.id,
             "cwd": session.workspace.path(),
@@ -208,7 +208,7 @@ pub fn branch(ctx: &Ctx, b: Branch) -> Result<Value, ResponseError> {
 /// through the editor for the files it wrote (its calls must get through meanwhile).
 pub fn abandon(ctx: &Ctx, input: ops::AbandonInput) -> Result<Value, ResponseError> {
     let conn = ctx.host()?;
-    let call = || ctx.call::<ops::RevisionAbandon>(&conn, &input);
+    let call = || conn.request::<ops::RevisionAbandon>(&input);
     let o = match ctx.session(&input.session_id) {
         Some(s) => s.with_editor_calls(&ctx.shared, &conn, call)?,
         None => call()?,
@@ -244,7 +244,7 @@ fn goal_change<O: ops::Operation<Output = crate::host_api::wire::Goal>>(
     input: &O::Input,
 ) -> Result<Value, ResponseError> {
     let conn = ctx.host()?;
-    let goal = ctx.call::<O>(&conn, input)?;
+    let goal = conn.request::<O>(input)?;
     show_goal(ctx, &conn, session_id, &goal);
     Ok(to_json(&goal))
 }
@@ -269,7 +269,7 @@ pub fn show_goal(
 pub fn plan_control(ctx: &Ctx, input: ops::PlanControlInput) -> Result<Value, ResponseError> {
     let conn = ctx.host()?;
     let revised = matches!(input.action, ops::PlanAction::Revise { .. });
-    let outcome = ctx.call::<ops::PlanControl>(&conn, &input)?;
+    let outcome = conn.request::<ops::PlanControl>(&input)?;
     if let (ops::PlanOutcome::Committed { plan }, Some(s)) =
         (&outcome, ctx.session(&input.session_id))
     {
@@ -299,7 +299,7 @@ pub fn steer(ctx: &Ctx, mut s: Steer) -> Result<Value, ResponseError> {
         message_id: format!("s_{}", random_hex(8)),
         content,
     };
-    match conn.client.call::<ops::MessageSubmit>(&input) {
+    match conn.call::<ops::MessageSubmit>(&input) {
         Ok(o) => Ok(json!({"turnId": o.turn_id, "messageId": input.message_id})),
         Err(ClientError::Host(h))
             if h.details.as_ref().and_then(|d| d.get("reason"))
@@ -310,6 +310,6 @@ pub fn steer(ctx: &Ctx, mut s: Steer) -> Result<Value, ResponseError> {
                 json!({"sessionId": input.session_id}),
             ))
         }
-        Err(e) => Err(ctx.host_error(&conn, &e)),
+        Err(e) => Err(crate::acp::errors::from_client(&e)),
     }
 }

@@ -203,7 +203,7 @@ where
     Ok(Job::Work(Box::new(move |ctx, r| {
         r.respond(
             ctx.host()
-                .and_then(|conn| Ok(to_json(&ctx.call::<O>(&conn, &input)?))),
+                .and_then(|conn| Ok(to_json(&conn.request::<O>(&input)?))),
         )
     })))
 }

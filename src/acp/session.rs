@@ -19,7 +19,7 @@ use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
 use super::projection::{self, Effect, Projector};
 use super::types::{ConfigOption, PromptResponse, SessionUpdate, StopReason};
-use crate::host_api::client::{ClientError, EventStream, HostApi};
+use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot};
 use crate::host_api::wire::{Configuration, ErrorCode, FrameBody, PermissionMode};
 use crate::jsonrpc::{lock, ClientCalls, Outbox, RequestId, Responder, ResponseError};
@@ -692,7 +692,7 @@ impl AcpSession {
         };
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
-            match conn.client.events(&self.id, after, &epoch, 25_000, true) {
+            match conn.events(&self.id, after, &epoch, 25_000, true) {
                 Ok(s) => return Ok(Some(s)),
                 // A prompt cancelled meanwhile stops waiting (its start answers it).
                 Err(ClientError::Host(h))
@@ -737,7 +737,7 @@ impl AcpSession {
     pub fn replay_transcript(
         &self,
         shared: &Shared,
-        client: &dyn HostApi,
+        conn: &Connected,
         after: u64,
         through: u64,
         catching_up: bool,
@@ -748,7 +748,7 @@ impl AcpSession {
             if stop() {
                 return Ok(false);
             }
-            let page = client.call::<ops::TranscriptPage>(&ops::PageInput {
+            let page = conn.call::<ops::TranscriptPage>(&ops::PageInput {
                 session_id: self.id.clone(),
                 direction: Some(ops::Direction::Newer),
                 cursor: Some(format!("n{from}")),
@@ -914,7 +914,7 @@ fn send_turn_stop(link: &HostLink, id: &str, turn: &str) {
                 turn_id: turn.to_string(),
                 run_id: None,
             };
-            if let Err(e) = conn.client.call::<ops::TurnStop>(&input) {
+            if let Err(e) = conn.call::<ops::TurnStop>(&input) {
                 log::warn!("turn.stop for {id}/{turn}: {e}");
             }
         }

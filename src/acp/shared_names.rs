@@ -86,12 +86,12 @@ pub fn steering(ctx: &Ctx, mut s: Steering) -> Result<Value, ResponseError> {
     let deadline = Instant::now() + PROMPT_STARTING;
     let mut started_by_another = false;
     loop {
-        match conn.client.call::<ops::MessageSubmit>(&input) {
+        match conn.call::<ops::MessageSubmit>(&input) {
             Ok(_) => return Ok(json!({"outcome": "injected"})),
             Err(ClientError::Host(h))
                 if h.details.as_ref().and_then(|d| d.get("reason"))
                     == Some(&json!("no_active_turn")) => {}
-            Err(e) => return Err(ctx.host_error(&conn, &e)),
+            Err(e) => return Err(crate::acp::errors::from_client(&e)),
         }
         // A prompt of this client's whose turn is being started, or a turn another steer
         // just started: it will run, so the message is for it.
@@ -169,13 +169,10 @@ pub fn goal(ctx: &Ctx, g: GoalControl) -> Result<Value, ResponseError> {
         return Err(errors::unknown_session(&session_id));
     }
     let conn = ctx.host()?;
-    let current = ctx
-        .call::<ops::GoalQuery>(
-            &conn,
-            &ops::SessionRef {
-                session_id: session_id.clone(),
-            },
-        )?
+    let current = conn
+        .request::<ops::GoalQuery>(&ops::SessionRef {
+            session_id: session_id.clone(),
+        })?
         .goal
         .filter(|g| g.is_live() || g.status == "paused");
     let control = |goal_id: &str, action: &str| {
@@ -184,7 +181,7 @@ pub fn goal(ctx: &Ctx, g: GoalControl) -> Result<Value, ResponseError> {
             goal_id: goal_id.to_string(),
             action: action.to_string(),
         };
-        ctx.call::<ops::GoalControl>(&conn, &input)
+        conn.request::<ops::GoalControl>(&input)
     };
     let changed = match (g.action, current) {
         (GoalAction::Set(objective), current) => {
@@ -199,7 +196,7 @@ pub fn goal(ctx: &Ctx, g: GoalControl) -> Result<Value, ResponseError> {
                 max_tokens: None,
                 max_minutes: None,
             };
-            ctx.call::<ops::GoalArm>(&conn, &input)?
+            conn.request::<ops::GoalArm>(&input)?
         }
         (GoalAction::Clear, None) => return Ok(json!({"goal": null})),
         (GoalAction::Clear, Some(goal)) => control(&goal.goal_id, "cancel")?,

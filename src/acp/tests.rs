@@ -341,3 +341,34 @@ fn a_prompt_answered_at_exit_is_the_sessions_last_word() {
     );
     assert!(!session.has_prompt());
 }
+
+/// A host that answers every catch-up with "resync required" (a hostile or broken one) does
+/// not make the reader recurse until its stack overflows: it catches up a bounded number of
+/// times, then answers the prompt with an error.
+#[test]
+fn a_host_that_always_asks_for_a_resync_is_given_up_on_after_a_few_catch_ups() {
+    use crate::host_api::wire::{ErrorCode, HostError};
+    let host =
+        Arc::new(FakeHost::default().answer::<ops::SessionOpen>(|_| {
+            Err(HostError::new(ErrorCode::ResyncRequired, "resync"))
+        }));
+    host.window(vec![text(5, 0, "after a gap")]);
+    let (shared, lines) = shared(Arc::clone(&host));
+    let session = AcpSession::new("s", Default::default());
+    session.set_position(0, "e1", None);
+    let requests = IncomingRequests::new(shared.outbox.clone());
+    let responder = requests.begin(RequestId::Int(7), "session/prompt").ok();
+    assert!(session.begin_prompt("t1", responder.unwrap()).is_ok());
+    let conn = shared.link.current().unwrap();
+    session.ensure_reader(&shared, &conn, None);
+
+    let out = lines_until(&lines, |v| v["id"] == 7);
+    let last = out.last().unwrap();
+    assert!(last["error"]["message"].is_string(), "{last}");
+    let opens = host
+        .called()
+        .iter()
+        .filter(|k| *k == "session.open")
+        .count();
+    assert_eq!(opens, super::follow::CATCH_UPS, "{:?}", host.called());
+}

@@ -115,10 +115,10 @@ pub fn start(ctx: &Ctx, r: Registered) {
                 content,
                 max_steps: None,
             };
-            ctx.call::<ops::TurnStart>(&conn, &input).map(|_| ())
+            conn.request::<ops::TurnStart>(&input).map(|_| ())
         }
-        TurnKind::Resume => resume(ctx, &conn, &id, &turn_id),
-        TurnKind::Plan => plan(ctx, &conn, &id, &turn_id),
+        TurnKind::Resume => resume(&conn, &id, &turn_id),
+        TurnKind::Plan => plan(&conn, &id, &turn_id),
     };
     if let Err(e) = started {
         return session.fail_prompt(e);
@@ -146,7 +146,7 @@ pub fn start_unprompted(
         max_steps: None,
     };
     start_followed(ctx, session, &turn_id, |conn| {
-        ctx.call::<ops::TurnStart>(conn, &input)
+        conn.request::<ops::TurnStart>(&input)
     })
     .map(|_| ())
 }
@@ -192,7 +192,7 @@ fn prepare(
             mcp_servers: None,
             system_prompt: None,
         };
-        match ctx.call::<ops::SessionOpen>(conn, &input) {
+        match conn.request::<ops::SessionOpen>(&input) {
             Ok(open) => {
                 session.observe_snapshot(&ctx.shared, &open);
                 session.set_position(open.seq, &conn.epoch, None);
@@ -218,13 +218,13 @@ fn not_to_start(session: &AcpSession) -> bool {
 }
 
 /// Carries out the approved plan as turn `turn_id`; a plan not approved is an error saying so.
-fn plan(ctx: &Ctx, conn: &Connected, session_id: &str, turn_id: &str) -> Result<(), ResponseError> {
+fn plan(conn: &Connected, session_id: &str, turn_id: &str) -> Result<(), ResponseError> {
     let input = ops::TurnRef {
         session_id: session_id.into(),
         turn_id: turn_id.into(),
         run_id: None,
     };
-    match conn.client.call::<ops::PlanTurnStart>(&input) {
+    match conn.call::<ops::PlanTurnStart>(&input) {
         Ok(_) => Ok(()),
         Err(crate::host_api::client::ClientError::Host(h))
             if h.code == crate::host_api::wire::ErrorCode::OperationConflict =>
@@ -237,19 +237,14 @@ fn plan(ctx: &Ctx, conn: &Connected, session_id: &str, turn_id: &str) -> Result<
                 h.details.clone().unwrap_or_default(),
             ))
         }
-        Err(e) => Err(ctx.host_error(conn, &e)),
+        Err(e) => Err(crate::acp::errors::from_client(&e)),
     }
 }
 
 /// Continues the interrupted run as turn `turn_id`: the host checks it is still the latest
 /// interrupted run (`turn.resume.query`, then `turn.resume.start` with its high-water mark), so
 /// a turn is never run twice. A run that must not be resumed is an error naming why.
-fn resume(
-    ctx: &Ctx,
-    conn: &Connected,
-    session_id: &str,
-    turn_id: &str,
-) -> Result<(), ResponseError> {
+fn resume(conn: &Connected, session_id: &str, turn_id: &str) -> Result<(), ResponseError> {
     let query = ops::SessionRef {
         session_id: session_id.into(),
     };
@@ -259,7 +254,7 @@ fn resume(
             serde_json::json!({"reason": reason}),
         )
     };
-    let (source_run_id, source_high_water) = match ctx.call::<ops::ResumeQuery>(conn, &query)? {
+    let (source_run_id, source_high_water) = match conn.request::<ops::ResumeQuery>(&query)? {
         ResumeDisposition::Ready {
             source_run_id,
             source_high_water,
@@ -273,7 +268,7 @@ fn resume(
         source_run_id,
         source_high_water,
     };
-    match ctx.call::<ops::ResumeStart>(conn, &input)? {
+    match conn.request::<ops::ResumeStart>(&input)? {
         StartOutcome::Started { .. } => Ok(()),
         StartOutcome::Parked { reason } => Err(parked(reason)),
     }

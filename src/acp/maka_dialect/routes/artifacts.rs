@@ -63,7 +63,7 @@ pub fn artifact_query(ctx: &Ctx, q: ArtifactQuery) -> Result<Value, ResponseErro
             max_bytes: (kind == "read_chunk").then_some(READ_CHUNK),
         },
     };
-    Ok(match ctx.call::<ops::ArtifactQuery>(&conn, &input)? {
+    Ok(match conn.request::<ops::ArtifactQuery>(&input)? {
         ArtifactAnswer::List { artifacts } => {
             let items: Vec<Value> = if q.kind == "list_continue" {
                 vec![]
@@ -193,7 +193,7 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
                 };
                 return Ok(maka_ingest(
                     &upload_id,
-                    ctx.call::<ops::ArtifactIngest>(&conn, &status)?,
+                    conn.request::<ops::ArtifactIngest>(&status)?,
                     true,
                 ));
             }
@@ -205,7 +205,7 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
                     "{OPEN_UPLOADS} uploads are open on this connection; commit or abort one first"
                 )));
             }
-            let out = ctx.call::<ops::ArtifactIngest>(&conn, &input)?;
+            let out = conn.request::<ops::ArtifactIngest>(&input)?;
             if let ops::IngestOutcome::Upload {
                 upload_id: host, ..
             } = &out
@@ -231,7 +231,7 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
             };
             Ok(maka_ingest(
                 &upload_id,
-                ctx.call::<ops::ArtifactIngest>(&conn, &part)?,
+                conn.request::<ops::ArtifactIngest>(&part)?,
                 false,
             ))
         }
@@ -245,10 +245,10 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
                 upload_id,
             }) = &input
             else {
-                return Ok(to_json(&ctx.call::<ops::ArtifactIngest>(&conn, &input)?));
+                return Ok(to_json(&conn.request::<ops::ArtifactIngest>(&input)?));
             };
             let Some(host) = host_upload(session_id, upload_id) else {
-                return Ok(to_json(&ctx.call::<ops::ArtifactIngest>(&conn, &input)?));
+                return Ok(to_json(&conn.request::<ops::ArtifactIngest>(&input)?));
             };
             let key = (session_id.clone(), upload_id.clone());
             let theirs = match &input {
@@ -261,7 +261,7 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
                     upload_id: host,
                 },
             };
-            let out = ctx.call::<ops::ArtifactIngest>(&conn, &theirs);
+            let out = conn.request::<ops::ArtifactIngest>(&theirs);
             // Forgotten once it is settled — committed, aborted, or gone on the host — so a
             // commit that failed for a passing reason can be sent again (and an upload the
             // host dropped does not hold a place for ever).

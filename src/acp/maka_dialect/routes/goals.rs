@@ -46,7 +46,7 @@ pub fn goal_query(ctx: &Ctx, input: ops::SessionRef) -> Result<Value, ResponseEr
         return Ok(json!({"sessionId": input.session_id, "goal": goal}));
     }
     let conn = ctx.host()?;
-    let view = ctx.call::<ops::GoalQuery>(&conn, &input)?;
+    let view = conn.request::<ops::GoalQuery>(&input)?;
     Ok(json!({"sessionId": input.session_id, "goal": view.goal.as_ref().map(maka_goal)}))
 }
 
@@ -162,7 +162,7 @@ pub fn goal_arm(ctx: &Ctx, input: ops::GoalArmInput) -> Result<Value, ResponseEr
     let at = ops::SessionRef {
         session_id: input.session_id.clone(),
     };
-    if let Some(g) = ctx.call::<ops::GoalQuery>(&conn, &at)?.goal {
+    if let Some(g) = conn.request::<ops::GoalQuery>(&at)?.goal {
         if g.is_live() || g.status == "paused" {
             return Err(goal_exists(&g.goal_id, &g.status));
         }
@@ -210,7 +210,7 @@ pub fn prompt_ended(
     };
     let (session, shared, conn) = (Arc::clone(session), Arc::clone(shared), conn.clone());
     let spawned = crate::threads::spawn("maka-goal-arm", move || {
-        match conn.client.call::<ops::GoalArm>(&armed.input) {
+        match conn.call::<ops::GoalArm>(&armed.input) {
             Ok(goal) => {
                 session.emit(&shared, |view| (view.goal(&goal), ()));
                 session.follow_goal(&shared, &conn, &goal);
@@ -269,13 +269,10 @@ pub fn goal_control(ctx: &Ctx, c: GoalControl) -> Result<Value, ResponseError> {
         return Ok(answer);
     }
     let conn = ctx.host()?;
-    let current = ctx
-        .call::<ops::GoalQuery>(
-            &conn,
-            &ops::SessionRef {
-                session_id: c.session_id.clone(),
-            },
-        )?
+    let current = conn
+        .request::<ops::GoalQuery>(&ops::SessionRef {
+            session_id: c.session_id.clone(),
+        })?
         .goal
         .filter(|g| g.goal_id == c.goal_id)
         .ok_or_else(|| {
@@ -292,7 +289,7 @@ pub fn goal_control(ctx: &Ctx, c: GoalControl) -> Result<Value, ResponseError> {
         goal_id: c.goal_id,
         action: c.action.into(),
     };
-    let goal = ctx.call::<ops::GoalControl>(&conn, &input)?;
+    let goal = conn.request::<ops::GoalControl>(&input)?;
     crate::acp::maka::show_goal(ctx, &conn, &c.session_id, &goal);
     Ok(json!({"sessionId": c.session_id, "goal": maka_goal(&goal)}))
 }

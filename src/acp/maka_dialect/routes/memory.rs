@@ -43,7 +43,7 @@ pub fn memory_query(ctx: &Ctx, q: MemoryQuery) -> Result<Value, ResponseError> {
     let input = ops::MemoryQueryInput {
         session_id: q.session_id.clone(),
     };
-    let view = ctx.call::<ops::MemoryQuery>(&conn, &input)?;
+    let view = conn.request::<ops::MemoryQuery>(&input)?;
     Ok(match q.kind.as_str() {
         "state" => json!({"kind": "state", "revision": view.revision,
                           "entryCount": view.entries.len()}),
@@ -110,7 +110,7 @@ pub fn memory_mutate(
         owned(ctx, id)?;
     }
     let conn = ctx.host()?;
-    Ok(match ctx.call::<ops::MemoryMutate>(&conn, &input)? {
+    Ok(match conn.request::<ops::MemoryMutate>(&input)? {
         ops::MemoryOutcome::Committed { revision, entry } => {
             json!({"kind": "committed", "revision": revision, "entry": entry})
         }

@@ -91,18 +91,18 @@ pub fn read_plan_query(p: &Params) -> ParamResult<PlanQuery> {
     })
 }
 
-fn plan_of(ctx: &Ctx, conn: &Connected, session_id: &str) -> Result<ops::PlanView, ResponseError> {
+fn plan_of(conn: &Connected, session_id: &str) -> Result<ops::PlanView, ResponseError> {
     let at = ops::SessionRef {
         session_id: session_id.into(),
     };
-    ctx.call::<ops::PlanQuery>(conn, &at)
+    conn.request::<ops::PlanQuery>(&at)
 }
 
 /// `_maka/plan/query` with Maka's params → a page, or `revision_changed`.
 pub fn plan_query(ctx: &Ctx, q: PlanQuery) -> Result<Value, ResponseError> {
     owned(ctx, &q.session_id)?;
     let conn = ctx.host()?;
-    let plan = plan_of(ctx, &conn, &q.session_id)?;
+    let plan = plan_of(&conn, &q.session_id)?;
     match q.continue_at {
         None => Ok(plan_page(&q.session_id, &plan)),
         Some(v) if v != plan.revision => Ok(json!({
@@ -215,7 +215,7 @@ fn control_plan(ctx: &Ctx, conn: &Connected, c: &PlanControl) -> Result<Value, R
             ))
         }
     };
-    let plan = plan_of(ctx, conn, &c.session_id)?;
+    let plan = plan_of(conn, &c.session_id)?;
     if revision_of(&c.target) != Some(plan.revision) || plan.revision == 0 {
         return Err(MakaCode::NotFound.error_with(
             format!(
@@ -231,7 +231,7 @@ fn control_plan(ctx: &Ctx, conn: &Connected, c: &PlanControl) -> Result<Value, R
         expected_revision: expected,
         action,
     };
-    match ctx.call::<ops::PlanControl>(conn, &input)? {
+    match conn.request::<ops::PlanControl>(&input)? {
         ops::PlanOutcome::Committed { plan } => {
             crate::acp::maka_dialect::plan_changed(&ctx.shared, &c.session_id, &plan);
             let approved = plan.status == "approved";
@@ -262,7 +262,7 @@ pub fn plan_turn_start(ctx: &Ctx, c: PlanControl) -> Result<Value, ResponseError
     let plan_result = if c.kind == "approve_proposal" {
         control_plan(ctx, &conn, &c)?
     } else {
-        let plan = plan_of(ctx, &conn, &c.session_id)?;
+        let plan = plan_of(&conn, &c.session_id)?;
         if revision_of(&c.target) != Some(plan.revision) || plan.status != "approved" {
             return Err(MakaCode::PlanNotApproved.error_with(
                 format!(
@@ -286,7 +286,7 @@ pub fn plan_turn_start(ctx: &Ctx, c: PlanControl) -> Result<Value, ResponseError
         run_id: None,
     };
     let started = crate::acp::turns::start_followed(ctx, &session, &turn_id, |conn| {
-        ctx.call::<ops::PlanTurnStart>(conn, &input)
+        conn.request::<ops::PlanTurnStart>(&input)
     })?;
     match started {
         ops::StartOutcome::Started { turn } => {

@@ -69,12 +69,12 @@ pub fn copy_source(ctx: &Ctx, q: CopySource) -> Result<Value, ResponseError> {
     let at = ops::SessionRef {
         session_id: q.session_id.clone(),
     };
-    let revision = ctx
-        .call::<ops::SessionGet>(&conn, &at)?
+    let revision = conn
+        .request::<ops::SessionGet>(&at)?
         .session
         .map(|s| s.revision)
         .ok_or_else(|| errors::unknown_session(&q.session_id))?;
-    let turns = ctx.call::<ops::SessionTurns>(&conn, &at)?.turns;
+    let turns = conn.request::<ops::SessionTurns>(&at)?.turns;
     let through = q.through_sequence.unwrap_or(u64::MAX);
     let eligible: Vec<(u64, &ops::TurnSummary)> = turns
         .iter()
@@ -144,7 +144,7 @@ pub fn branch_create(ctx: &Ctx, b: BranchCreate) -> Result<Value, ResponseError>
         mcp_servers: vec![],
         system_prompt: None,
     };
-    Ok(match ctx.call::<ops::BranchCreate>(&conn, &input)? {
+    Ok(match conn.request::<ops::BranchCreate>(&input)? {
         ops::BranchOutcome::Committed { session } => {
             // The target is this connection's now, as Maka's is: it can be prompted at once.
             crate::acp::lifecycle::attach_made(ctx, &conn, &session)?;

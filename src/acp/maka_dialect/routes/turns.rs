@@ -39,7 +39,7 @@ pub fn resume(ctx: &Ctx, r: Resume) -> Result<Value, ResponseError> {
     let query = ops::SessionRef {
         session_id: r.session_id.clone(),
     };
-    let (run, high_water) = match ctx.call::<ops::ResumeQuery>(&conn, &query)? {
+    let (run, high_water) = match conn.request::<ops::ResumeQuery>(&query)? {
         ops::ResumeDisposition::Parked { reason } => return Ok(parked(&reason)),
         ops::ResumeDisposition::Ready {
             source_run_id,
@@ -64,7 +64,7 @@ pub fn resume(ctx: &Ctx, r: Resume) -> Result<Value, ResponseError> {
         source_high_water: high_water,
     };
     let started = crate::acp::turns::start_followed(ctx, &session, &turn_id, |conn| {
-        ctx.call::<ops::ResumeStart>(conn, &input)
+        conn.request::<ops::ResumeStart>(&input)
     })?;
     Ok(match started {
         ops::StartOutcome::Parked { reason } => {
