@@ -22,14 +22,7 @@ pub fn spawn(session: Arc<AcpSession>, shared: Arc<Shared>, conn: Connected, cal
     let _ = crate::threads::spawn(name, move || run(&session, &shared, &conn, call));
 }
 
-pub struct Call {
-    pub invocation_id: String,
-    pub tool_call_id: Option<String>,
-    pub service: String,
-    pub input: Value,
-    /// The input is large and was not in the frame: fetch it with `client.call.input`.
-    pub input_ref: bool,
-}
+use super::projection::EditorCall as Call;
 
 /// The ACP request for a host service, or why there is none.
 fn request(

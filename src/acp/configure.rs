@@ -6,9 +6,10 @@ use super::auth;
 use super::config_options::{self, CasStep, Catalog, SessionConfig};
 use super::errors::{self, MakaCode};
 use super::params::Params;
+use super::projection::config::Reply;
 use super::read;
 use super::session::AcpSession;
-use super::types::{to_json, ConfigOption, ConfigOptionsResponse, Empty, SessionUpdate};
+use super::types::{to_json, ConfigOption, ConfigOptionsResponse, Empty};
 use crate::host_api::ops::{self, CasOutcome, ConfigUpdateInput, SessionRef};
 use crate::host_api::wire::{Configuration, ConfigurationPatch, PermissionMode};
 use crate::jsonrpc::{Responder, ResponseError};
@@ -27,20 +28,23 @@ struct Changed {
 
 /// Validates (`make_patch`, before any host call), writes under revision CAS with bounded
 /// retries, and records the result. Changes the host announces meanwhile wait until the
-/// caller calls [`AcpSession::end_config_write`] after its response.
+/// caller ends the write ([`super::projection::config::ConfigEcho::end_write`]) after its response.
 fn change_config(
     ctx: &Ctx,
     session: &AcpSession,
     make_patch: impl FnOnce(&Configuration, &Catalog) -> Result<ConfigurationPatch, ResponseError>,
 ) -> Result<Changed, ResponseError> {
-    let (known, catalog) = session.config();
+    let (known, catalog) = session.configure(&ctx.shared, |c| (vec![], c.known()));
     let known = known.ok_or_else(|| {
         ResponseError::internal("the session's configuration is unknown; load the session again")
     })?;
     let patch = make_patch(&known.configuration, &catalog)?;
     let conn = ctx.host()?;
     let id = &session.id;
-    let view = config_options::View::of(&ctx.shared);
+    let read = |config: SessionConfig| {
+        let options = session.configure(&ctx.shared, |c| (vec![], c.read(Some(config), None)));
+        options.unwrap_or_default()
+    };
     let committed = config_options::with_cas_retry(
         known.revision,
         |revision| {
@@ -68,7 +72,7 @@ fn change_config(
                 .session
                 .ok_or_else(|| errors::unknown_session(id))?;
             // Whatever the other writer changed shows in this change's response.
-            session.record_config(Some(SessionConfig::from_session(&fresh)), view);
+            read(SessionConfig::from_session(&fresh));
             Ok(fresh.revision)
         },
         || {
@@ -80,7 +84,7 @@ fn change_config(
     )?;
     let fresh = SessionConfig::from_session(&committed);
     let new_mode = fresh.configuration.permission_mode;
-    let options = session.record_config(Some(fresh), view).unwrap_or_default();
+    let options = read(fresh);
     Ok(Changed { options, new_mode })
 }
 
@@ -95,22 +99,22 @@ pub fn apply_initial(
     initial: &[Value],
 ) -> Result<InitialValues, ResponseError> {
     let view = config_options::View::of(&ctx.shared);
-    session.begin_config_write();
+    begin_write(ctx, session);
     let changed = change_config(ctx, session, |c, catalog| {
         config_options::initial_patch(initial, c, catalog, view)
     });
     let changed = match changed {
         Ok(c) => c,
         Err(e) => {
-            session.end_config_write(&ctx.shared, None);
+            end_write(ctx, session, Reply::Failed);
             return Err(e);
         }
     };
-    let (config, _) = session.config();
+    let (config, _) = session.configure(&ctx.shared, |c| (vec![], c.known()));
     let modes = match config {
         Some(c) => config_options::modes(&c.configuration),
         None => {
-            session.end_config_write(&ctx.shared, None);
+            end_write(ctx, session, Reply::Failed);
             return Err(ResponseError::internal(
                 "the session's configuration is unknown",
             ));
@@ -134,7 +138,7 @@ impl InitialValues {
     /// The response with these options and modes is queued: the write ends, announcing only
     /// what someone else changed meanwhile.
     pub fn done(&self, ctx: &Ctx, session: &AcpSession) {
-        session.end_config_write(&ctx.shared, Some(self.mode));
+        end_write(ctx, session, Reply::Options(Some(self.mode)));
     }
 }
 
@@ -154,29 +158,30 @@ pub fn set_config_option(ctx: &Ctx, p: read::ConfigOption, responder: Responder)
         Err(e) => return responder.respond(Err(e)),
     };
     let view = config_options::View::of(&ctx.shared);
-    session.begin_config_write();
+    begin_write(ctx, &session);
     let changed = change_config(ctx, &session, |c, catalog| {
         let p = Params::of(params)?;
         config_options::patch_for(&p, c, catalog, view)
     });
-    match changed {
-        Ok(ch) if as_set_model => {
+    let reply = match changed {
+        Ok(_) if as_set_model => {
             responder.respond(Ok(to_json(&Empty {})));
-            session.emit(&ctx.shared, |_| {
-                let update = SessionUpdate::ConfigOptionUpdate {
-                    config_options: ch.options,
-                };
-                (vec![update], ())
-            });
+            Reply::Empty(None)
         }
-        Ok(ch) => responder.respond(Ok(to_json(&ConfigOptionsResponse {
-            config_options: ch.options,
-        }))),
-        Err(e) => responder.respond(Err(e)),
-    }
-    // Then the legacy mode view, when the change moved the mode, and anything another
-    // writer changed meanwhile.
-    session.end_config_write(&ctx.shared, None);
+        Ok(ch) => {
+            responder.respond(Ok(to_json(&ConfigOptionsResponse {
+                config_options: ch.options,
+            })));
+            Reply::Options(None)
+        }
+        Err(e) => {
+            responder.respond(Err(e));
+            Reply::Failed
+        }
+    };
+    // Then what the response did not carry: the options after `{}`, the legacy mode view
+    // when the change moved the mode, and anything another writer changed meanwhile.
+    end_write(ctx, &session, reply);
 }
 
 pub fn set_mode(ctx: &Ctx, p: read::SetMode, responder: Responder) {
@@ -185,23 +190,29 @@ pub fn set_mode(ctx: &Ctx, p: read::SetMode, responder: Responder) {
         Ok(s) => s,
         Err(e) => return responder.respond(Err(e)),
     };
-    session.begin_config_write();
-    match change_config(ctx, &session, |_, _| config_options::mode_patch(mode)) {
+    begin_write(ctx, &session);
+    let reply = match change_config(ctx, &session, |_, _| config_options::mode_patch(mode)) {
         Ok(ch) => {
             responder.respond(Ok(to_json(&Empty {})));
             // The client set this mode itself; the option view follows.
-            session.emit(&ctx.shared, |_| {
-                let update = SessionUpdate::ConfigOptionUpdate {
-                    config_options: ch.options,
-                };
-                (vec![update], ())
-            });
-            session.end_config_write(&ctx.shared, Some(ch.new_mode));
-            return;
+            Reply::Empty(Some(ch.new_mode))
         }
-        Err(e) => responder.respond(Err(e)),
-    }
-    session.end_config_write(&ctx.shared, None);
+        Err(e) => {
+            responder.respond(Err(e));
+            Reply::Failed
+        }
+    };
+    end_write(ctx, &session, reply);
+}
+
+/// A configuration write of this client begins: changes seen meanwhile wait for its end.
+fn begin_write(ctx: &Ctx, session: &AcpSession) {
+    session.configure(&ctx.shared, |c| (vec![], c.begin_write()));
+}
+
+/// The write is over (its response, which told `reply`, is queued).
+fn end_write(ctx: &Ctx, session: &AcpSession, reply: Reply) {
+    session.configure(&ctx.shared, |c| (c.end_write(reply), ()));
 }
 
 pub fn authenticate(ctx: &Ctx, method: &str) -> Result<Value, ResponseError> {

@@ -12,19 +12,16 @@ use super::client_call;
 use super::errors::{self, MakaCode};
 use super::host_link::Connected;
 use super::interaction;
-use super::projection::{Effect, TOOL_UNFINISHED};
+use super::projection::{self, answer, Effect, TOOL_UNFINISHED};
 /// Catch-ups tried in a row before the reader gives up (each after an error that allows one).
 pub const CATCH_UPS: usize = 5;
 use super::session::{AcpSession, ReaderStep, Shared};
-use super::types::{PromptResponse, StopReason, TurnStateNotification};
+use super::types::{PromptResponse, StopReason};
 use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot, TurnRef};
-use crate::host_api::wire::{
-    ErrorCode, FailureClass, Frame, FrameBody, Notice, NoticeFallback, NoticeSeverity, TokenUsage,
-    TurnOutcome, TurnSnapshot, TurnStatus,
-};
+use crate::host_api::wire::{ErrorCode, Frame};
 use crate::jsonrpc::ResponseError;
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -94,13 +91,7 @@ pub fn run(
             };
             // The stream's own frames (its end, heartbeats, an omission) carry no sequence
             // number; every other frame must be the next one, else catch up.
-            let control = matches!(
-                frame.body,
-                FrameBody::StreamEnd { .. }
-                    | FrameBody::Heartbeat { .. }
-                    | FrameBody::FrameOmitted { .. }
-            );
-            if !control {
+            if projection::facts(&frame.body).sequenced {
                 let Some(seq) = frame.seq else { continue };
                 let last = session.last_seq();
                 if seq != last + 1 {
@@ -236,24 +227,13 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
         }
         Err(e) => return Err(Gap::Again(e)),
     };
-    session.observe_snapshot(shared, &open);
+    let config = &open.session;
+    session.configure(shared, |c| {
+        (c.changed(config.revision, &config.configuration), ())
+    });
     match catch_up(session, shared, conn, &open) {
-        // Told as the host's notices are (only to a client that shows notices).
         Ok(()) => {
-            let notice = FrameBody::Notice {
-                turn_id: String::new(),
-                notice: Notice {
-                    message_id: format!("caught_up_{}", open.seq),
-                    severity: NoticeSeverity::Info,
-                    title:
-                        "The agent's updates were interrupted; caught up from the saved session."
-                            .into(),
-                    description: None,
-                    otherwise: NoticeFallback::Nothing,
-                    text: String::new(),
-                },
-            };
-            session.apply(shared, notice);
+            session.apply(shared, None, projection::caught_up_notice(open.seq));
         }
         Err(e) => log::error!("session {}: catching up failed: {e}", session.id),
     }
@@ -268,7 +248,7 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
             run_id: None,
         };
         let result = match conn.call::<ops::TurnQuery>(&input) {
-            Ok(snapshot) => snapshot_result(&snapshot),
+            Ok(snapshot) => answer::snapshot_result(&snapshot),
             Err(e) => Err(errors::from_client(&e)),
         };
         session.settle_tools(shared, TOOL_UNFINISHED);
@@ -317,7 +297,7 @@ pub(super) fn start_pending(
         if session.is_tracked(&c.invocation_id) {
             continue;
         }
-        let call = client_call::Call {
+        let call = projection::EditorCall {
             invocation_id: c.invocation_id.clone(),
             tool_call_id: c.tool_call_id.clone(),
             service: c.service.clone(),
@@ -346,11 +326,9 @@ fn handle_frame(
     frame: Frame,
 ) -> Flow {
     let Frame { seq, body, .. } = frame;
-    session.observe_frame(seq, &body);
-    super::maka_dialect::plan_frame(shared, &session.id, &body);
-    for effect in session.apply(shared, body) {
+    for effect in session.apply(shared, seq, body) {
         match effect {
-            Effect::Show(_) => {} // shown by `apply`
+            Effect::Show(_) | Effect::Notify(_) => {} // sent by `apply`
             Effect::Ask(i, shown_in) => {
                 if !session.is_tracked(&i.interaction_id) {
                     let (session, shared) = (Arc::clone(session), Arc::clone(shared));
@@ -361,43 +339,9 @@ fn handle_frame(
                 client_call::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), call)
             }
             Effect::Withdraw(key) => session.withdraw(shared, &key),
-            Effect::Configuration {
-                revision,
-                configuration,
-            } => session.config_changed(shared, revision, configuration),
-            Effect::Goal(goal) => {
-                session.goal_seen(&goal);
-                super::maka_dialect::goal_changed(shared, &session.id, &goal);
-            }
-            Effect::TurnEnded(end) => {
-                if session.turn_ended(&end.turn_id) {
-                    let result = terminal_result(
-                        &end.turn_id,
-                        end.outcome,
-                        &end.reason,
-                        Failure {
-                            class: end.failure_class,
-                            message: end.failure_message.as_deref(),
-                            details: end.failure_details.as_ref(),
-                        },
-                    );
-                    let end_turn_usage = shared.caps.end_turn_usage;
-                    session
-                        .finish_prompt(result.map(|r| with_usage(r, &end.usage, end_turn_usage)));
-                    super::maka_dialect::prompt_ended(session, shared, conn, end.outcome);
-                } else if shared.caps.maka_turn_status {
-                    super::maka_dialect::turn_status(shared, &session.id, &end);
-                } else {
-                    shared.outbox.notify(
-                        "_maka/turn_state",
-                        &TurnStateNotification {
-                            session_id: session.id.clone(),
-                            turn_id: end.turn_id,
-                            outcome: end.outcome,
-                            reason: end.reason,
-                        },
-                    );
-                }
+            Effect::Answer(answer, outcome) => {
+                session.finish_prompt(answer);
+                super::maka_dialect::prompt_ended(session, shared, conn, outcome);
             }
             Effect::WindowEnd {
                 session_removed: true,
@@ -422,164 +366,4 @@ fn handle_frame(
         }
     }
     Flow::Next
-}
-
-/// The turn's token usage on its prompt's answer: `_meta.quota` as claude-agent-acp,
-/// codex-acp and gemini-cli report it (the total and each model's: `token_count`,
-/// `model_usage`), and ACP's own unstable `usage` to a client that opted in. Nothing when the
-/// provider reported no usage.
-fn with_usage(
-    mut r: PromptResponse,
-    usage: &[(String, TokenUsage)],
-    acp_usage: bool,
-) -> PromptResponse {
-    if usage.is_empty() {
-        return r;
-    }
-    let count = |u: &TokenUsage| {
-        json!({
-            "input_tokens": u.input_tokens,
-            "output_tokens": u.output_tokens,
-            "cached_input_tokens": u.cached_tokens,
-            "reasoning_output_tokens": u.reasoning_tokens,
-            "total_tokens": u.input_tokens.saturating_add(u.output_tokens),
-        })
-    };
-    let mut total = TokenUsage::default();
-    for (_, u) in usage {
-        total.add(u);
-    }
-    let models: Vec<Value> = usage
-        .iter()
-        .map(|(model, u)| json!({"model": model, "token_count": count(u)}))
-        .collect();
-    let meta = r.meta.get_or_insert_with(|| json!({}));
-    meta["quota"] = json!({"token_count": count(&total), "model_usage": models});
-    if acp_usage {
-        r.usage = Some(json!({
-            "totalTokens": total.input_tokens.saturating_add(total.output_tokens),
-            "inputTokens": total.input_tokens,
-            "outputTokens": total.output_tokens,
-            "thoughtTokens": total.reasoning_tokens,
-            "cachedReadTokens": total.cached_tokens,
-        }));
-    }
-    r
-}
-
-/// Why a turn failed, as the host said it.
-struct Failure<'a> {
-    class: Option<FailureClass>,
-    /// One sentence for the person.
-    message: Option<&'a str>,
-    details: Option<&'a Value>,
-}
-
-/// The `session/prompt` result for a terminal frame.
-/// (A client that cancelled gets `cancelled` instead: [`AcpSession::finish_prompt`].)
-fn terminal_result(
-    turn_id: &str,
-    outcome: TurnOutcome,
-    reason: &str,
-    failure: Failure,
-) -> Result<PromptResponse, ResponseError> {
-    let stop = |r| Ok(PromptResponse::new(r));
-    match outcome {
-        TurnOutcome::Completed if reason == "step_limit" => stop(StopReason::MaxTurnRequests),
-        TurnOutcome::Completed => stop(StopReason::EndTurn),
-        // Stopped by someone else (another client, a host shutdown): not this client's cancel.
-        TurnOutcome::Cancelled => Ok(PromptResponse {
-            stop_reason: StopReason::EndTurn,
-            usage: None,
-            meta: Some(json!({"maka": {"outcome": "cancelled", "reason": reason}})),
-        }),
-        TurnOutcome::MaxTokens => stop(StopReason::MaxTokens),
-        TurnOutcome::Refused => stop(StopReason::Refusal),
-        TurnOutcome::Failed => Err(turn_failed(turn_id, failure)),
-    }
-}
-
-/// The host's sentence is the message (it says what happened and what to do); the class and
-/// the details (an HTTP status, the provider's answer) go in `data`.
-fn turn_failed(turn_id: &str, f: Failure) -> ResponseError {
-    let class = f.class.unwrap_or(FailureClass::RuntimeError);
-    let message = match f.message {
-        Some(m) if !m.trim().is_empty() => sentence(m),
-        _ => "The turn failed; the agent's log has the details.".to_string(),
-    };
-    let mut extra = json!({"failureClass": class, "turnId": turn_id});
-    if let Some(d) = f.details {
-        extra["details"] = d.clone();
-    }
-    MakaCode::TurnFailed.error_with(message, extra)
-}
-
-/// Capitalised and ending with a full stop (older hosts send lower-case fragments).
-fn sentence(m: &str) -> String {
-    let m = m.trim();
-    let mut out: String = m
-        .chars()
-        .take(1)
-        .flat_map(char::to_uppercase)
-        .chain(m.chars().skip(1))
-        .collect();
-    if !out.ends_with(['.', '!', '?', '…']) {
-        out.push('.');
-    }
-    out
-}
-
-/// The prompt result from a `turn.query` snapshot (used after a resync).
-fn snapshot_result(snapshot: &TurnSnapshot) -> Result<PromptResponse, ResponseError> {
-    let outcome = match snapshot.status {
-        TurnStatus::Completed => TurnOutcome::Completed,
-        TurnStatus::Cancelled => TurnOutcome::Cancelled,
-        TurnStatus::MaxTokens => TurnOutcome::MaxTokens,
-        TurnStatus::Refused => TurnOutcome::Refused,
-        _ => TurnOutcome::Failed,
-    };
-    terminal_result(
-        &snapshot.turn_id,
-        outcome,
-        snapshot.reason.as_deref().unwrap_or("end_turn"),
-        Failure {
-            class: snapshot.failure_class,
-            message: snapshot.failure_message.as_deref(),
-            details: snapshot.failure_details.as_ref().filter(|d| !d.is_null()),
-        },
-    )
-}
-
-#[cfg(test)]
-mod quota_tests {
-    use super::*;
-
-    /// A turn whose provider reported no usage has no quota; one that did has its total and
-    /// each model's.
-    #[test]
-    fn the_quota_is_the_turns_usage_by_model() {
-        let r = with_usage(PromptResponse::new(StopReason::EndTurn), &[], true);
-        assert_eq!(r.meta, None);
-        let r = with_usage(
-            PromptResponse::new(StopReason::EndTurn),
-            &[
-                ("a".into(), TokenUsage::new(10, 2, 4)),
-                ("b".into(), TokenUsage::new(u64::MAX, 1, 0)),
-            ],
-            false,
-        );
-        assert_eq!(r.usage, None, "ACP's usage only to a client that opted in");
-        let quota = &r.meta.unwrap()["quota"];
-        assert_eq!(quota["token_count"]["input_tokens"], u64::MAX, "saturates");
-        assert_eq!(quota["token_count"]["output_tokens"], 3);
-        assert_eq!(quota["model_usage"][0]["model"], "a");
-        assert_eq!(
-            quota["model_usage"][0]["token_count"]["cached_input_tokens"],
-            4
-        );
-        assert_eq!(
-            quota["model_usage"][1]["token_count"]["total_tokens"],
-            u64::MAX
-        );
-    }
 }

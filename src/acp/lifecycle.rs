@@ -237,7 +237,8 @@ fn attach_config(
     models: Option<&ModelCatalog>,
 ) -> SessionSetup {
     if let Some(m) = models {
-        session.set_catalog(Catalog::from_models_list(m));
+        let catalog = Catalog::from_models_list(m);
+        session.configure(&ctx.shared, |c| (vec![], c.set_catalog(catalog)));
     }
     // Subagents make the orchestration option meaningful (a host without them: no option).
     let declared = ctx.host().ok().and_then(|conn| {
@@ -247,12 +248,14 @@ fn attach_config(
         };
         conn.call::<ops::SubagentsList>(&input).ok()
     });
-    session.set_subagents(declared.is_some_and(|l| !l.agents.is_empty()));
+    let declared = declared.is_some_and(|l| !l.agents.is_empty());
     let config = SessionConfig::from_session(record);
     let mode = config.configuration.permission_mode;
     let modes = config_options::modes(&config.configuration);
-    let options = session.record_config(Some(config), config_options::View::of(&ctx.shared));
-    session.told_mode(mode);
+    let options = session.configure(&ctx.shared, |c| {
+        c.set_subagents(declared);
+        (vec![], c.read(Some(config), Some(mode)))
+    });
     SessionSetup {
         session_id: None,
         config_options: options,

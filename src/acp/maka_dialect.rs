@@ -8,10 +8,8 @@
 mod routes;
 pub use routes::*;
 
-use super::projection::TurnEnd;
 use super::session::Shared;
 use super::types::{AgentCapabilities, ConfigOption, ConfigOptionKind, SelectOptions};
-use crate::host_api::wire::{FrameBody, Goal, TurnOutcome};
 use crate::jsonrpc::{code, Responder, ResponseError};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -70,23 +68,6 @@ pub fn maka_error(mut e: ResponseError) -> ResponseError {
 
 // ---- notifications (§1.3: only to clients that opt in; ours to the others) ----
 
-/// The session's goal changed: `_maka/goal/status {sessionId, goal}` (Maka's Goal) to a
-/// client that set `_maka/goalPlanStatus`, else our `_maka/goal_update`.
-pub fn goal_changed(shared: &Shared, session_id: &str, goal: &Goal) {
-    if shared.caps.maka_goal_plan_status {
-        let goal = maka_goal(goal);
-        shared.outbox.notify(
-            "_maka/goal/status",
-            &json!({"sessionId": session_id, "goal": goal}),
-        );
-    } else {
-        shared.outbox.notify(
-            "_maka/goal_update",
-            &json!({"sessionId": session_id, "goal": goal}),
-        );
-    }
-}
-
 /// `_maka/goal/status` with a goal already in Maka's shape, to a client that opted in (a goal
 /// that waits for its prompt exists only here).
 pub fn goal_status(shared: &Shared, session_id: &str, goal: &Value) {
@@ -98,64 +79,24 @@ pub fn goal_status(shared: &Shared, session_id: &str, goal: &Value) {
     }
 }
 
-/// A turn this connection did not prompt ended, to a client that set `_maka/turnStatus`:
-/// `_maka/turn/status {sessionId, turnId, runId ("" : unknown here), status, failureClass?}`.
-pub fn turn_status(shared: &Shared, session_id: &str, end: &TurnEnd) {
-    let status = match end.outcome {
-        TurnOutcome::Cancelled => "cancelled",
-        TurnOutcome::Failed => "failed",
-        TurnOutcome::Completed | TurnOutcome::MaxTokens | TurnOutcome::Refused => "completed",
-    };
-    let mut params = json!({
-        "sessionId": session_id,
-        "turnId": end.turn_id,
-        "runId": "",
-        "status": status,
-    });
-    if let Some(class) = end.failure_class {
-        params["failureClass"] = super::types::to_json(&class);
-    }
-    shared.outbox.notify("_maka/turn/status", &params);
-}
-
-/// A plan frame, to a client that set `_maka/goalPlanStatus`: `_maka/plan/changed
-/// {sessionId, storeVersion, latestProposalId, activeExecutionId}` (a hint to query).
-pub fn plan_frame(shared: &Shared, session_id: &str, frame: &FrameBody) {
-    let FrameBody::PlanState {
-        revision,
-        status,
-        entries,
-    } = frame
-    else {
-        return;
-    };
-    if !shared.caps.maka_goal_plan_status {
-        return;
-    }
-    let plan = crate::host_api::ops::PlanView {
-        revision: *revision,
-        status: status.clone(),
-        entries: entries.clone(),
-        updated_at: None,
-    };
-    plan_changed(shared, session_id, &plan);
-}
-
-/// `_maka/plan/changed` for `plan` (see [`plan_frame`]).
+/// `_maka/plan/changed` for `plan`, to a client that set `_maka/goalPlanStatus` (a hint to
+/// query).
 pub fn plan_changed(shared: &Shared, session_id: &str, plan: &crate::host_api::ops::PlanView) {
-    if !shared.caps.maka_goal_plan_status {
-        return;
+    if shared.caps.maka_goal_plan_status {
+        let params = plan_changed_params(session_id, plan);
+        shared.outbox.notify("_maka/plan/changed", &params);
     }
+}
+
+/// `_maka/plan/changed {sessionId, storeVersion, latestProposalId, activeExecutionId}`'s params.
+pub fn plan_changed_params(session_id: &str, plan: &crate::host_api::ops::PlanView) -> Value {
     let page = routes::plan_page(session_id, plan);
-    shared.outbox.notify(
-        "_maka/plan/changed",
-        &json!({
-            "sessionId": session_id,
-            "storeVersion": page["storeVersion"],
-            "latestProposalId": page["latestProposalId"],
-            "activeExecutionId": page["activeExecutionId"],
-        }),
-    );
+    json!({
+        "sessionId": session_id,
+        "storeVersion": page["storeVersion"],
+        "latestProposalId": page["latestProposalId"],
+        "activeExecutionId": page["activeExecutionId"],
+    })
 }
 
 // ---- permissions ----

@@ -13,15 +13,15 @@
 //!
 //! The reader thread that follows the host's stream lives in `follow.rs`.
 
-use super::config_options::{self, Catalog, SessionConfig};
 use super::errors;
 use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
+use super::projection::config::ConfigEcho;
 use super::projection::{self, Effect, Projector};
-use super::types::{ConfigOption, PromptResponse, SessionUpdate, StopReason};
+use super::types::{PromptResponse, SessionUpdate, StopReason};
 use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot};
-use crate::host_api::wire::{Configuration, ErrorCode, FrameBody, PermissionMode};
+use crate::host_api::wire::{ErrorCode, FrameBody};
 use crate::jsonrpc::{lock, ClientCalls, Outbox, RequestId, Responder, ResponseError};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -75,7 +75,6 @@ struct SessionState {
     unprompted: Option<String>,
     position: Position,
     editor: EditorRequests,
-    config: ConfigState,
     goal: GoalState,
 }
 
@@ -102,22 +101,6 @@ struct EditorRequests {
     /// Host operations in flight that may call the editor (a rewind restoring files through
     /// it): the reader follows the stream meanwhile, to forward those calls.
     ops: usize,
-}
-
-/// The session's configuration and what the client was told of it.
-#[derive(Default)]
-struct ConfigState {
-    /// As last read or seen (highest revision wins), and the model catalog it is shown against.
-    current: Option<SessionConfig>,
-    catalog: Catalog,
-    /// What the client was last told: a change is announced only when it differs from this
-    /// (so a client's own change is never echoed back). Options kept serialized: a string is a
-    /// fraction of a tree, per session.
-    sent_options: String,
-    sent_mode: Option<PermissionMode>,
-    /// Configuration writes of this client in flight: a change seen meanwhile is announced by
-    /// the writer after its response (it may be the writer's own).
-    writers: usize,
 }
 
 /// The session's goal, as far as following its turns goes.
@@ -213,9 +196,8 @@ impl AcpSession {
         self.emit(shared, |view| {
             let mut out = vec![];
             for frame in frames {
-                if let FrameBody::TurnStarted { turn_id, .. } = frame {
-                    // Looked up only here: the streaming path takes no state lock for it.
-                    if self.prompt_turn().as_ref() == Some(turn_id) {
+                if let Some(turn_id) = projection::facts(frame).turn_started {
+                    if self.prompt_turn().as_deref() == Some(turn_id) {
                         view.mark_own_turn(turn_id);
                     }
                 }
@@ -225,29 +207,27 @@ impl AcpSession {
         })
     }
 
-    /// A live frame: what it does ([`Projector::apply`]); its updates are queued here, in
-    /// order, under the view lock; the other effects are returned for the reader to perform,
-    /// in order (after the updates: the prompt's answer never precedes them).
-    pub fn apply(&self, shared: &Shared, body: FrameBody) -> Vec<Effect> {
-        let own = match &body {
-            FrameBody::TurnStarted { turn_id, .. } => self.prompt_turn().filter(|t| t == turn_id),
-            _ => None,
-        };
+    /// A live frame (`seq`: its sequence number): what it tells the bookkeeping is recorded,
+    /// then what it does ([`Projector::apply`]) — its updates and notifications are queued
+    /// here, in order, under the view lock; the other effects are returned for the reader to
+    /// perform, in order (after those: the prompt's answer never precedes them).
+    pub fn apply(&self, shared: &Shared, seq: Option<u64>, body: FrameBody) -> Vec<Effect> {
+        let prompt_turn = self.observe(seq, projection::facts(&body));
         let mut view = lock(&self.view);
         if self.is_hushed() {
             return vec![]; // answered at stdin's end: nothing more is shown, asked or told
         }
-        if let Some(turn_id) = own {
-            // Not echoed back as a user message.
-            view.mark_own_turn(&turn_id);
-        }
         let mut rest = vec![];
-        for effect in view.apply(body, Instant::now()) {
+        for effect in view.apply(body, Instant::now(), prompt_turn.as_deref()) {
             match effect {
                 Effect::Show(updates) => {
                     for u in &updates {
                         shared.update(&self.id, u);
                     }
+                }
+                Effect::Notify(n) => {
+                    let (method, params) = n.message();
+                    shared.outbox.notify(method, &params);
                 }
                 other => rest.push(other),
             }
@@ -531,38 +511,40 @@ impl AcpSession {
         self.state().position.last_seq
     }
 
-    /// Records a frame's sequence number and what it says about the turn and the transcript.
-    pub fn observe_frame(&self, seq: Option<u64>, body: &FrameBody) {
+    /// Records a frame's sequence number and what it tells of the turns, the transcript, the
+    /// configuration and the goal; returns the turn the pending prompt waits for.
+    fn observe(&self, seq: Option<u64>, facts: projection::Facts) -> Option<String> {
         let mut st = self.state();
         if let Some(seq) = seq {
             st.position.last_seq = seq;
         }
-        match body {
-            FrameBody::TurnStarted { turn_id, .. } => {
-                st.position.active_turn = Some(turn_id.clone())
-            }
-            FrameBody::TranscriptAdvanced {
-                through_message_seq,
-            } => st.position.through = st.position.through.max(*through_message_seq),
-            FrameBody::SessionUpdated { revision, .. } => {
-                if let Some(c) = st.config.current.as_mut() {
-                    c.revision = c.revision.max(*revision);
-                }
-            }
-            _ => {}
+        if let Some(turn_id) = facts.turn_started {
+            st.position.active_turn = Some(turn_id.to_string());
         }
+        if let Some(turn_id) = facts.turn_ended {
+            if st.position.active_turn.as_deref() == Some(turn_id) {
+                st.position.active_turn = None;
+            }
+            if st.unprompted.as_deref() == Some(turn_id) {
+                st.unprompted = None;
+            }
+        }
+        if let Some(through) = facts.through {
+            st.position.through = st.position.through.max(through);
+        }
+        if let Some(goal) = facts.goal {
+            see_goal(&mut st, goal);
+        }
+        st.prompt.as_ref().map(|p| p.turn_id.clone())
     }
 
-    /// The turn ended: no longer active. Returns whether it was this connection's prompt.
-    pub fn turn_ended(&self, turn_id: &str) -> bool {
-        let mut st = self.state();
-        if st.position.active_turn.as_deref() == Some(turn_id) {
-            st.position.active_turn = None;
-        }
-        if st.unprompted.as_deref() == Some(turn_id) {
-            st.unprompted = None;
-        }
-        st.prompt.as_ref().is_some_and(|p| p.turn_id == turn_id)
+    /// A turn this connection expected did not start (or ended): no longer followed for it.
+    pub fn turn_ended(&self, turn_id: &str) {
+        let ended = projection::Facts {
+            turn_ended: Some(turn_id),
+            ..Default::default()
+        };
+        self.observe(None, ended);
     }
 
     /// A turn this connection starts without a prompt (`_session/steering`): followed from
@@ -649,13 +631,7 @@ impl AcpSession {
     /// older state than one already seen changes nothing (a frame the reader is behind on
     /// must not undo a resume the client just made). Returns whether it was applied.
     pub fn goal_seen(&self, goal: &crate::host_api::wire::Goal) -> bool {
-        let mut st = self.state();
-        if goal.revision < st.goal.revision {
-            return false;
-        }
-        st.goal.revision = goal.revision;
-        st.goal.live = goal.is_live();
-        true
+        see_goal(&mut self.state(), goal)
     }
 
     /// Runs `op` (a host call that may call the editor) with the stream followed meanwhile,
@@ -784,112 +760,16 @@ impl AcpSession {
         self.show(shared, &projection::snapshot_frames(open));
     }
 
-    // ---- configuration --------------------------------------------------------------------
+    // ---- configuration ----------------------------------------------------------------------
 
-    /// The models to show (whether the session has subagents is kept).
-    pub fn set_catalog(&self, catalog: Catalog) {
-        let mut st = self.state();
-        let subagents = st.config.catalog.subagents;
-        st.config.catalog = Catalog {
-            subagents,
-            ..catalog
-        };
-    }
-
-    /// Whether the session's folder declares subagents (the orchestration option shows).
-    pub fn set_subagents(&self, declared: bool) {
-        self.state().config.catalog.subagents = declared;
-    }
-
-    /// The configuration as known, and the catalog it is shown against.
-    pub fn config(&self) -> (Option<SessionConfig>, Catalog) {
-        let st = self.state();
-        (st.config.current.clone(), st.config.catalog.clone())
-    }
-
-    /// Records a configuration read from the host (newer revisions only) and returns the
-    /// options to show, remembering them as told. `None` while the configuration is unknown.
-    pub fn record_config(
+    /// Runs `f` on the session's configuration as the client was told it, and queues the
+    /// updates it makes (under the view lock, in order with the session's other updates).
+    pub fn configure<R>(
         &self,
-        config: Option<SessionConfig>,
-        view: config_options::View,
-    ) -> Option<Vec<ConfigOption>> {
-        let mut st = self.state();
-        if let Some(c) = config {
-            if st
-                .config
-                .current
-                .as_ref()
-                .is_none_or(|old| c.revision >= old.revision)
-            {
-                st.config.current = Some(c);
-            }
-        }
-        let c = st.config.current.as_ref()?;
-        let options = config_options::options(&c.configuration, &st.config.catalog, view);
-        st.config.sent_options = serde_json::to_string(&options).unwrap_or_default();
-        Some(options)
-    }
-
-    /// The client has been shown `mode` as the legacy mode (`modes` in a result).
-    pub fn told_mode(&self, mode: PermissionMode) {
-        self.state().config.sent_mode = Some(mode);
-    }
-
-    /// A configuration write of this client begins; changes seen meanwhile wait for it.
-    pub fn begin_config_write(&self) {
-        self.state().config.writers += 1;
-    }
-
-    /// The write is over (its response is queued): the client has been told `told_mode` as its
-    /// mode (the one it set); announces whatever else differs from what it was told.
-    pub fn end_config_write(&self, shared: &Shared, told_mode: Option<PermissionMode>) {
-        self.emit(shared, |_| {
-            let mut st = self.state();
-            st.config.writers = st.config.writers.saturating_sub(1);
-            if let Some(m) = told_mode {
-                st.config.sent_mode = Some(m);
-            }
-            let updates = if st.config.writers == 0 {
-                announcements(&mut st, config_options::View::of(shared))
-            } else {
-                vec![]
-            };
-            (updates, ())
-        })
-    }
-
-    /// A configuration change made on the host (the agent itself, another client): announced
-    /// as `config_option_update` (and `current_mode_update` when the mode moved) unless this
-    /// client already knows it, or one of its own writes is in flight (which then announces).
-    pub fn config_changed(&self, shared: &Shared, revision: u64, configuration: Configuration) {
-        self.emit(shared, |_| {
-            let mut st = self.state();
-            let Some(known) = st.config.current.as_ref() else {
-                return (vec![], ());
-            };
-            if revision <= known.revision {
-                return (vec![], ()); // this client's own change, or one it has re-read
-            }
-            st.config.current = Some(SessionConfig {
-                revision,
-                configuration,
-            });
-            if st.config.writers > 0 {
-                return (vec![], ());
-            }
-            (announcements(&mut st, config_options::View::of(shared)), ())
-        })
-    }
-
-    /// A `session.open` snapshot may carry a configuration this client has not seen (changed
-    /// while nothing followed the stream): announce it like a live change.
-    pub fn observe_snapshot(&self, shared: &Shared, open: &OpenSnapshot) {
-        self.config_changed(
-            shared,
-            open.session.revision,
-            open.session.configuration.clone(),
-        );
+        shared: &Shared,
+        f: impl FnOnce(&mut ConfigEcho) -> (Vec<SessionUpdate>, R),
+    ) -> R {
+        self.emit(shared, |view| f(&mut view.config))
     }
 }
 
@@ -922,6 +802,16 @@ fn send_turn_stop(link: &HostLink, id: &str, turn: &str) {
     }
 }
 
+/// A state of the goal: whether it was applied (an older one than seen is not).
+fn see_goal(st: &mut SessionState, goal: &crate::host_api::wire::Goal) -> bool {
+    if goal.revision < st.goal.revision {
+        return false;
+    }
+    st.goal.revision = goal.revision;
+    st.goal.live = goal.is_live();
+    true
+}
+
 /// No prompt waits, no turn runs, no host call may call the editor and no goal is live.
 fn nothing_to_follow(st: &SessionState) -> bool {
     st.prompt.is_none()
@@ -942,28 +832,4 @@ fn withdraw_all(shared: &Shared, ids: Vec<RequestId>) {
     for id in &ids {
         shared.calls.cancel(id);
     }
-}
-
-/// The updates that bring the client's view of the configuration up to date.
-fn announcements(st: &mut SessionState, view: config_options::View) -> Vec<SessionUpdate> {
-    let Some(c) = st.config.current.as_ref() else {
-        return vec![];
-    };
-    let mode = c.configuration.permission_mode;
-    let options = config_options::options(&c.configuration, &st.config.catalog, view);
-    let serialized = serde_json::to_string(&options).unwrap_or_default();
-    let mut out = vec![];
-    if serialized != st.config.sent_options {
-        st.config.sent_options = serialized;
-        out.push(SessionUpdate::ConfigOptionUpdate {
-            config_options: options,
-        });
-    }
-    if st.config.sent_mode != Some(mode) {
-        st.config.sent_mode = Some(mode);
-        out.push(SessionUpdate::CurrentModeUpdate {
-            current_mode_id: config_options::mode_id(mode).into(),
-        });
-    }
-    out
 }

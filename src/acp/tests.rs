@@ -310,13 +310,13 @@ fn a_prompt_answered_at_exit_is_the_sessions_last_word() {
         parent_tool_call_id: None,
         name: None,
     };
-    assert!(session.apply(&shared, tool).is_empty());
+    assert!(session.apply(&shared, None, tool).is_empty());
     assert_eq!(session.cancel_prompt(&shared).as_deref(), Some("t1"));
 
     session.answer_cancelled_at_exit(&shared);
     session.answer_cancelled_at_exit(&shared); // a second call answers nothing
     let late = text(3, 0, "still running");
-    assert!(session.apply(&shared, late.body.clone()).is_empty());
+    assert!(session.apply(&shared, None, late.body.clone()).is_empty());
     session.show(&shared, &[late.body]);
 
     let out: Vec<Value> = lines

@@ -6,6 +6,7 @@ use super::agent::Ctx;
 use super::errors;
 use super::errors::MakaCode;
 use super::host_link::Connected;
+use super::projection::config::ConfigEcho;
 use super::prompt;
 use super::read::Prompt;
 use super::session::AcpSession;
@@ -194,7 +195,10 @@ fn prepare(
         };
         match conn.request::<ops::SessionOpen>(&input) {
             Ok(open) => {
-                session.observe_snapshot(&ctx.shared, &open);
+                let config = &open.session;
+                let changed =
+                    |c: &mut ConfigEcho| (c.changed(config.revision, &config.configuration), ());
+                session.configure(&ctx.shared, changed);
                 session.set_position(open.seq, &conn.epoch, None);
                 session.saw_through(open.transcript.through_message_seq);
             }

@@ -8,6 +8,8 @@
 //! what was streamed (modulo chunk boundaries). Pure: no I/O, no clocks (the caller passes
 //! `now` for output throttling).
 
+pub mod answer;
+pub mod config;
 mod content;
 mod replay;
 mod subagents;
@@ -17,13 +19,14 @@ mod tests;
 pub use content::{diff, iso8601};
 pub use replay::{replay_frames, snapshot_frames};
 
+use crate::acp::types::TurnStateNotification;
 use crate::acp::types::{
     Chunk, ContentBlock, NoticeSeverity, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus,
     ToolCallUpdate,
 };
 use crate::host_api::wire::{
-    Compaction, CompactionStatus, Configuration, FailureClass, FrameBody, Goal, Interaction,
-    InteractionRequest, Notice, NoticeFallback, StreamEndReason, ToolResultContent, ToolStatus,
+    Compaction, CompactionStatus, FrameBody, Goal, Interaction, InteractionRequest, Notice,
+    NoticeFallback, NoticeSeverity as HostSeverity, StreamEndReason, ToolResultContent, ToolStatus,
     TurnOutcome,
 };
 use content::{
@@ -99,6 +102,8 @@ pub struct Projector {
     shows: Shows,
     /// The session this view is of (a child session's id is made from it).
     session_id: String,
+    /// The session's configuration as the client was told it.
+    pub config: config::ConfigEcho,
 }
 
 /// What the client can show beyond ACP's baseline, as far as the view's choices go.
@@ -120,6 +125,14 @@ pub struct Shows {
     /// `tool_call_update._meta.terminal_output_delta` (JetBrains' convention: the client set
     /// `clientCapabilities._meta.terminal_output_delta`).
     pub terminal_output_delta: bool,
+    /// ACP's unstable `usage` on a prompt's answer (`_meta.endTurnUsage`).
+    pub answer_usage: bool,
+    /// Maka's `_maka/turn/status` for another's turn (`_meta._maka/turnStatus`).
+    pub maka_turn_status: bool,
+    /// Maka's `_maka/goal/status` and `_maka/plan/changed` (`_meta._maka/goalPlanStatus`).
+    pub maka_goal_plan_status: bool,
+    /// How configuration options are shown.
+    pub config_view: crate::acp::config_options::View,
 }
 
 impl Projector {
@@ -128,6 +141,7 @@ impl Projector {
         Projector {
             shows,
             session_id: session_id.to_string(),
+            config: config::ConfigEcho::new(shows.config_view),
             ..Projector::default()
         }
     }
@@ -239,10 +253,39 @@ impl Projector {
     }
 
     /// Everything a live frame does, in order: the updates it shows first, then what the
-    /// reader performs. Every kind of frame has its arm.
-    pub fn apply(&mut self, body: FrameBody, now: Instant) -> Vec<Effect> {
+    /// reader performs — each effect the message as it goes out. Every kind of frame has its
+    /// arm. `prompt_turn`: the turn this connection's pending prompt waits for (its user
+    /// message is not echoed back; its end answers the prompt).
+    pub fn apply(
+        &mut self,
+        body: FrameBody,
+        now: Instant,
+        prompt_turn: Option<&str>,
+    ) -> Vec<Effect> {
         use FrameBody as F;
         match body {
+            F::TurnStarted { ref turn_id, .. } if prompt_turn == Some(turn_id.as_str()) => {
+                self.mark_own_turn(turn_id);
+                show(self.frame(&body, now))
+            }
+            F::PlanState {
+                revision,
+                ref status,
+                ref entries,
+            } if self.shows.maka_goal_plan_status => {
+                let plan = crate::host_api::ops::PlanView {
+                    revision,
+                    status: status.clone(),
+                    entries: entries.clone(),
+                    updated_at: None,
+                };
+                let params = crate::acp::maka_dialect::plan_changed_params(&self.session_id, &plan);
+                let told = Notification::Maka("_maka/plan/changed", params);
+                // A hint to query, before the plan is shown.
+                let mut out = vec![Effect::Notify(told)];
+                out.extend(show(self.frame(&body, now)));
+                out
+            }
             F::Usage {
                 turn_id: Some(ref turn_id),
                 model: Some(ref model),
@@ -270,8 +313,7 @@ impl Projector {
             | F::ToolOutputDelta { .. }
             | F::PlanUpdate { .. }
             | F::PlanState { .. }
-            | F::Usage { .. }
-            | F::SessionUpdated { .. } => show(self.frame(&body, now)),
+            | F::Usage { .. } => show(self.frame(&body, now)),
             F::ToolResult { .. } => {
                 // Throttled output first, then the result.
                 let mut out = self.pending_output();
@@ -297,7 +339,7 @@ impl Projector {
                 service,
                 input,
                 input_ref,
-            } => vec![Effect::EditorCall(crate::acp::client_call::Call {
+            } => vec![Effect::EditorCall(EditorCall {
                 invocation_id,
                 tool_call_id,
                 service,
@@ -310,11 +352,25 @@ impl Projector {
             F::ConfigurationChanged {
                 revision,
                 configuration,
-            } => vec![Effect::Configuration {
-                revision,
-                configuration,
-            }],
-            F::GoalUpdated { goal } => vec![Effect::Show(self.goal(&goal)), Effect::Goal(goal)],
+            } => show(self.config.changed(revision, &configuration)),
+            F::SessionUpdated { revision, .. } => {
+                self.config.saw_revision(revision);
+                show(self.frame(&body, now))
+            }
+            F::GoalUpdated { goal } => {
+                let session_id = self.session_id.clone();
+                let told = if self.shows.maka_goal_plan_status {
+                    let goal = crate::acp::maka_dialect::maka_goal(&goal);
+                    let params = json!({"sessionId": session_id, "goal": goal});
+                    Notification::Maka("_maka/goal/status", params)
+                } else {
+                    Notification::GoalUpdate(GoalUpdate {
+                        session_id,
+                        goal: goal.clone(),
+                    })
+                };
+                vec![Effect::Show(self.goal(&goal)), Effect::Notify(told)]
+            }
             F::TurnTerminal {
                 turn_id,
                 outcome,
@@ -327,24 +383,43 @@ impl Projector {
                 let mut out = self.pending_output();
                 out.extend(self.close_open_tools(TOOL_UNFINISHED));
                 self.turn_finished(&turn_id);
-                let usage = self
+                let usage: Vec<_> = self
                     .turn_usage
                     .remove(&turn_id)
                     .unwrap_or_default()
                     .into_iter()
                     .collect();
-                vec![
-                    Effect::Show(out),
-                    Effect::TurnEnded(TurnEnd {
+                let end = if prompt_turn == Some(turn_id.as_str()) {
+                    let failure = answer::Failure {
+                        class: failure_class,
+                        message: failure_message.as_deref(),
+                        details: failure_details.as_ref(),
+                    };
+                    let result = answer::terminal_result(&turn_id, outcome, &reason, failure);
+                    let usage_to = self.shows.answer_usage;
+                    let result = result.map(|r| answer::with_usage(r, &usage, usage_to));
+                    Effect::Answer(result, outcome)
+                } else if self.shows.maka_turn_status {
+                    let status = match outcome {
+                        TurnOutcome::Cancelled => "cancelled",
+                        TurnOutcome::Failed => "failed",
+                        _ => "completed",
+                    };
+                    let mut params = json!({"sessionId": self.session_id, "turnId": turn_id,
+                        "runId": "", "status": status});
+                    if let Some(class) = failure_class {
+                        params["failureClass"] = crate::acp::types::to_json(&class);
+                    }
+                    Effect::Notify(Notification::Maka("_maka/turn/status", params))
+                } else {
+                    Effect::Notify(Notification::TurnState(TurnStateNotification {
+                        session_id: self.session_id.clone(),
                         turn_id,
                         outcome,
                         reason,
-                        failure_class,
-                        failure_message,
-                        failure_details,
-                        usage,
-                    }),
-                ]
+                    }))
+                };
+                vec![Effect::Show(out), end]
             }
             F::StreamEnd { reason, .. } => vec![Effect::WindowEnd {
                 session_removed: reason == StreamEndReason::SessionRemoved,
@@ -955,44 +1030,134 @@ impl Projector {
 /// What a tool call still open when its turn ended says.
 pub const TOOL_UNFINISHED: &str = "The turn ended before this tool finished.";
 
-/// What a live frame makes the session's reader do ([`Projector::apply`]), in order.
+/// What a live frame makes the session's reader do ([`Projector::apply`]), in order: each
+/// the message as it goes out.
 pub enum Effect {
     /// Show these updates (queued in order, under the session's view lock).
     Show(Vec<SessionUpdate>),
+    /// Send this notification.
+    Notify(Notification),
     /// Put this dialog to the person (a thread of its own answers the host), in this child
     /// session when it is about one of a delegated agent's calls shown there.
     Ask(Interaction, Option<String>),
     /// Make this request of the editor (a thread of its own answers the host).
-    EditorCall(crate::acp::client_call::Call),
+    EditorCall(EditorCall),
     /// The host closed this dialog or editor call: withdraw it from the editor.
     Withdraw(String),
-    /// The session's configuration is now this revision: announce what the client was not
-    /// told.
-    Configuration {
-        revision: u64,
-        configuration: Configuration,
-    },
-    /// The session's goal changed: `_maka/goal_update`.
-    Goal(Goal),
-    /// A turn ended: the prompt waiting for it is answered; another's end is
-    /// `_maka/turn_state`.
-    TurnEnded(TurnEnd),
+    /// The pending prompt's turn ended: its answer (the stop reason mapped, usage attached),
+    /// and the outcome (a goal Maka's dialect armed for the prompt starts after a completed
+    /// one).
+    Answer(answer::Answer, TurnOutcome),
     /// The stream's window ends here (`session_removed`: the session is gone).
     WindowEnd { session_removed: bool },
     /// The host could not emit a frame of this kind: catch up from its durable state.
     Resync(String),
 }
 
-/// How a turn ended, as its terminal frame says.
-pub struct TurnEnd {
-    pub turn_id: String,
-    pub outcome: TurnOutcome,
-    pub reason: String,
-    pub failure_class: Option<FailureClass>,
-    pub failure_message: Option<String>,
-    pub failure_details: Option<Value>,
-    /// The turn's token usage by model, as the provider reported it (none: it reported none).
-    pub usage: Vec<(String, crate::host_api::wire::TokenUsage)>,
+/// A notification a frame sends besides its updates.
+pub enum Notification {
+    /// `_maka/turn_state`: a turn this connection did not prompt ended.
+    TurnState(TurnStateNotification),
+    /// `_maka/goal_update`: the session's goal changed.
+    GoalUpdate(GoalUpdate),
+    /// One of Maka's dialect (to a client that opted in): its method and params in Maka's
+    /// shape.
+    Maka(&'static str, Value),
+}
+
+impl Notification {
+    /// The method and params, as they go out.
+    pub fn message(&self) -> (&'static str, Value) {
+        use crate::acp::types::to_json;
+        match self {
+            Notification::TurnState(n) => ("_maka/turn_state", to_json(n)),
+            Notification::GoalUpdate(n) => ("_maka/goal_update", to_json(n)),
+            Notification::Maka(method, params) => (method, params.clone()),
+        }
+    }
+}
+
+/// `_maka/goal_update`'s params.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GoalUpdate {
+    pub session_id: String,
+    pub goal: Goal,
+}
+
+/// A call the host asks the editor to make (`client_call`).
+pub struct EditorCall {
+    pub invocation_id: String,
+    pub tool_call_id: Option<String>,
+    pub service: String,
+    pub input: Value,
+    /// The input is large and was not in the frame: fetch it with `client.call.input`.
+    pub input_ref: bool,
+}
+
+/// What a frame tells the session's bookkeeping (its position, its turns, its goal), read
+/// before the frame is applied.
+#[derive(Default)]
+pub struct Facts<'a> {
+    /// It carries a sequence number (the stream's own frames — its end, heartbeats, an
+    /// omission — do not).
+    pub sequenced: bool,
+    pub turn_started: Option<&'a str>,
+    pub turn_ended: Option<&'a str>,
+    /// The durable transcript item it says is saved.
+    pub through: Option<u64>,
+    pub goal: Option<&'a Goal>,
+}
+
+/// What `body` tells the session's bookkeeping.
+pub fn facts(body: &FrameBody) -> Facts<'_> {
+    let facts = Facts {
+        sequenced: true,
+        ..Facts::default()
+    };
+    match body {
+        FrameBody::StreamEnd { .. }
+        | FrameBody::Heartbeat { .. }
+        | FrameBody::FrameOmitted { .. } => Facts {
+            sequenced: false,
+            ..facts
+        },
+        FrameBody::TurnStarted { turn_id, .. } => Facts {
+            turn_started: Some(turn_id),
+            ..facts
+        },
+        FrameBody::TurnTerminal { turn_id, .. } => Facts {
+            turn_ended: Some(turn_id),
+            ..facts
+        },
+        FrameBody::TranscriptAdvanced {
+            through_message_seq,
+        } => Facts {
+            through: Some(*through_message_seq),
+            ..facts
+        },
+        FrameBody::GoalUpdated { goal } => Facts {
+            goal: Some(goal),
+            ..facts
+        },
+        _ => facts,
+    }
+}
+
+/// The notice a catch-up after a broken stream is told with (as the host's notices are: only
+/// to a client that shows notices), at snapshot position `seq`.
+pub fn caught_up_notice(seq: u64) -> FrameBody {
+    FrameBody::Notice {
+        turn_id: String::new(),
+        notice: Notice {
+            message_id: format!("caught_up_{seq}"),
+            severity: HostSeverity::Info,
+            title: "The agent's updates were interrupted; caught up from the saved session.".into(),
+            description: None,
+            otherwise: NoticeFallback::Nothing,
+            text: String::new(),
+        },
+    }
 }
 
 /// The most output one `terminal_output_delta` carries.
@@ -1067,9 +1232,9 @@ fn live_notice(n: Notice) -> Vec<SessionUpdate> {
         return vec![];
     }
     let severity = match n.severity {
-        crate::host_api::wire::NoticeSeverity::Info => NoticeSeverity::Info,
-        crate::host_api::wire::NoticeSeverity::Warning => NoticeSeverity::Warning,
-        crate::host_api::wire::NoticeSeverity::Error => NoticeSeverity::Error,
+        HostSeverity::Info => NoticeSeverity::Info,
+        HostSeverity::Warning => NoticeSeverity::Warning,
+        HostSeverity::Error => NoticeSeverity::Error,
     };
     vec![SessionUpdate::Notice {
         severity,

@@ -392,7 +392,7 @@ fn notices_are_live_to_clients_that_show_them_and_the_same_fallback_otherwise() 
             .into_iter()
             .flat_map(|f| {
                 if live {
-                    p.apply(f, now)
+                    p.apply(f, now, None)
                         .into_iter()
                         .flat_map(|e| match e {
                             Effect::Show(u) => u,
@@ -464,9 +464,33 @@ fn notices_are_live_to_clients_that_show_them_and_the_same_fallback_otherwise() 
     );
 }
 
-/// Every kind of frame, as the host writes it, and what a live one does: the effect kinds in
-/// order, and for the shown ones the update kinds. (The match in `Projector::apply` has no
-/// wildcard: a new kind of frame must be added here and there.)
+/// What an effect sends, as the client reads it: the updates' `params.update`, a notification's
+/// method and params, the prompt's answer; a dialog and an editor call name what they ask (their
+/// requests are made by threads of their own, `interaction.rs` and `client_call.rs`).
+fn wire(e: Effect) -> Value {
+    match e {
+        Effect::Show(u) => json!({"updates": json_all(u)}),
+        Effect::Notify(n) => {
+            let (method, params) = n.message();
+            json!({"method": method, "params": params})
+        }
+        Effect::Answer(Ok(r), _) => json!({"result": crate::acp::types::to_json(&r)}),
+        Effect::Answer(Err(e), _) => {
+            json!({"error": {"code": e.code, "message": e.message, "data": e.data}})
+        }
+        Effect::Ask(i, shown_in) => json!({"ask": i.interaction_id, "shownIn": shown_in}),
+        Effect::EditorCall(c) => json!({"editorCall": c.service, "invocationId": c.invocation_id}),
+        Effect::Withdraw(id) => json!({"withdraw": id}),
+        Effect::WindowEnd { session_removed } => {
+            json!({"windowEnd": {"sessionRemoved": session_removed}})
+        }
+        Effect::Resync(kind) => json!({"resync": kind}),
+    }
+}
+
+/// Every kind of frame, as the host writes it, and what a live one sends, exactly, in order.
+/// (The match in `Projector::apply` has no wildcard: a new kind of frame must be added here
+/// and there.)
 #[test]
 fn every_kind_of_frame_has_its_effects() {
     let goal = json!({"goalId": "g", "sessionId": "s", "objective": "o", "status": "active",
@@ -475,186 +499,274 @@ fn every_kind_of_frame_has_its_effects() {
         "status": "pending", "outcome": null, "request": {"kind": "question", "toolCallId": "c",
         "questions": [{"question": "q", "options": []}]}});
     let config = serde_json::to_value(crate::host_api::wire::Configuration::default()).unwrap();
-    let table: Vec<(Value, &str)> = vec![
+    let table: Vec<(Value, Value)> = vec![
         (
             json!({"kind": "turn_started", "turnId": "t", "runId": "r", "origin": "client",
                 "content": {"text": "hi"}, "contentTruncated": false}),
-            "show[user_message_chunk]",
+            json!([{"updates":[{"_meta":{"maka":{"turnId":"t"}},"content":{"text":"hi","type":"text"},"messageId":"u_t","sessionUpdate":"user_message_chunk"}]}]),
         ),
         (
             json!({"kind": "user_message", "turnId": "t", "messageId": "m0", "content": {"text": "more"}}),
-            "show[user_message_chunk]",
+            json!([{"updates":[{"_meta":{"maka":{"turnId":"t"}},"content":{"text":"more","type":"text"},"messageId":"m0","sessionUpdate":"user_message_chunk"}]}]),
         ),
         // The retry itself is told by its `notice` frame.
         (
             json!({"kind": "turn_status", "turnId": "t", "runId": "r", "status": "running",
                 "providerRetry": {"attempt": 1, "delayMs": 500, "reason": "HTTP 503"}}),
-            "show[]",
+            json!([{"updates":[]}]),
         ),
         (
             json!({"kind": "notice", "turnId": "t", "notice": {"messageId": "retry_t_1",
                 "severity": "warning", "title": "Retrying.", "otherwise": "thought",
                 "text": "Retrying.\n"}}),
-            "show[agent_thought_chunk]",
+            json!([{"updates":[{"content":{"text":"Retrying.\n","type":"text"},"messageId":"retry_t_1","sessionUpdate":"agent_thought_chunk"}]}]),
         ),
         (
             json!({"kind": "notice", "turnId": "t", "notice": {"messageId": "n1",
                 "severity": "warning", "title": "MCP server `x` did not start.",
                 "text": "⚠ MCP server `x` did not start\n\n"}}),
-            "show[agent_message_chunk]",
+            json!([{"updates":[{"content":{"text":"⚠ MCP server `x` did not start\n\n","type":"text"},"messageId":"n1","sessionUpdate":"agent_message_chunk"}]}]),
         ),
         // The plan by id is for clients that show it so; this one gets the legacy `plan`.
         (
             json!({"kind": "plan_state", "revision": 4, "status": "approved",
                 "entries": [{"content": "a", "status": "pending", "priority": "medium"}]}),
-            "show[]",
+            json!([{"updates":[]}]),
         ),
         (
             json!({"kind": "compaction", "turnId": "t", "compaction": {"compactionId": "c1",
                 "status": "in_progress", "trigger": "automatic"}}),
-            "show[]",
+            json!([{"updates":[]}]),
         ),
         (
             json!({"kind": "compaction", "turnId": "t", "compaction": {"compactionId": "c1",
                 "status": "completed", "trigger": "automatic", "summary": "S.",
                 "fallback": {"messageId": "compact_c1", "otherwise": "thought", "text": "Compacted.\n"}}}),
-            "show[agent_thought_chunk]",
+            json!([{"updates":[{"content":{"text":"Compacted.\n","type":"text"},"messageId":"compact_c1","sessionUpdate":"agent_thought_chunk"}]}]),
         ),
         (
             json!({"kind": "notice", "turnId": "t", "notice": {"messageId": "n2",
                 "severity": "info", "title": "Allowed by your rule.", "otherwise": "nothing"}}),
-            "show[]",
+            json!([{"updates":[]}]),
         ),
         (
             json!({"kind": "text_delta", "turnId": "t", "messageId": "m", "startOffset": 0,
                 "text": "a", "complete": false}),
-            "show[agent_message_chunk]",
+            json!([{"updates":[{"content":{"text":"a","type":"text"},"messageId":"m","sessionUpdate":"agent_message_chunk"}]}]),
         ),
         (
             json!({"kind": "thinking_delta", "turnId": "t", "messageId": "th", "startOffset": 0,
                 "text": "b", "complete": false}),
-            "show[agent_thought_chunk]",
+            json!([{"updates":[{"content":{"text":"b","type":"text"},"messageId":"th","sessionUpdate":"agent_thought_chunk"}]}]),
         ),
         (
             json!({"kind": "tool_start", "turnId": "t", "toolCallId": "c1", "toolName": "run_command",
                 "title": "ls", "activityKind": "command", "args": {}, "argsTruncated": false,
                 "locations": []}),
-            "show[tool_call]",
+            json!([{"updates":[{"kind":"execute","locations":[],"name":"run_command","rawInput":{},"sessionUpdate":"tool_call","status":"pending","title":"ls","toolCallId":"c1"}]}]),
         ),
         (
             json!({"kind": "tool_running", "turnId": "t", "toolCallId": "c1"}),
-            "show[tool_call_update]",
+            json!([{"updates":[{"sessionUpdate":"tool_call_update","status":"in_progress","toolCallId":"c1"}]}]),
         ),
         (
             json!({"kind": "tool_output_delta", "turnId": "t", "toolCallId": "c1", "outSeq": 1,
                 "stream": "stdout", "chunk": "x"}),
-            "show[tool_call_update]",
+            json!([{"updates":[{"content":[{"content":{"text":"```console\n$ ls\nx\n```","type":"text"},"type":"content"}],"sessionUpdate":"tool_call_update","status":"in_progress","toolCallId":"c1"}]}]),
         ),
         (
             json!({"kind": "tool_result", "turnId": "t", "toolCallId": "c1", "status": "completed",
                 "result": {"kind": "text", "text": "ok"}, "truncated": false}),
-            "show[tool_call_update]",
+            json!([{"updates":[{"content":[{"content":{"text":"ok","type":"text"},"type":"content"}],"rawOutput":{"kind":"text","text":"ok"},"sessionUpdate":"tool_call_update","status":"completed","toolCallId":"c1"}]}]),
         ),
         (
             json!({"kind": "interaction_request", "interaction": interaction}),
-            "ask",
+            json!([{"ask":"i1","shownIn":null}]),
         ),
         (
             json!({"kind": "interaction_closed", "interactionId": "i1", "status": "closed",
                 "outcome": {"kind": "closure", "reason": "turn_stopped"}}),
-            "withdraw",
+            json!([{"withdraw":"i1"}]),
         ),
         (
             json!({"kind": "plan_update", "turnId": "t", "entries": []}),
-            "show[plan]",
+            json!([{"updates":[{"entries":[],"sessionUpdate":"plan"}]}]),
         ),
         (
             json!({"kind": "usage", "turnId": "t", "delta": {"inputTokens": 1, "outputTokens": 1},
                 "totals": {"inputTokens": 1, "outputTokens": 1},
                 "context": {"usedTokens": 1, "windowTokens": 10}}),
-            "show[usage_update]",
+            json!([{"updates":[{"sessionUpdate":"usage_update","size":10,"used":1}]}]),
         ),
         (
             json!({"kind": "configuration_changed", "revision": 2, "configuration": config}),
-            "configuration",
+            json!([{"updates":[{"configOptions":[{"category":"mode","currentValue":"ask","description":"What the agent may do without asking","id":"mode","name":"Mode","options":[{"description":"Reads freely; asks before editing files or running commands","name":"Ask","value":"ask"},{"description":"Edits files and runs commands without asking","name":"Bypass","value":"bypass"},{"description":"Read-only: no edits, no commands","name":"Explore","value":"explore"}],"type":"select"},{"category":"model","currentValue":"default","id":"model","name":"Model","options":[{"description":"The host's default model","name":"Default","value":"default"}],"type":"select"},{"currentValue":"agent","description":"In plan, the agent proposes a plan and waits for approval before writing or running anything","id":"collaboration_mode","name":"Plan first","options":[{"description":"Work directly","name":"Agent","value":"agent"},{"description":"Propose a plan, then wait for approval","name":"Plan first","value":"plan"}],"type":"select"}],"sessionUpdate":"config_option_update"},{"currentModeId":"ask","sessionUpdate":"current_mode_update"}]}]),
         ),
         (
             json!({"kind": "session_updated", "revision": 2, "name": "n", "lastUsedAt": 0,
                 "isArchived": false}),
-            "show[session_info_update]",
+            json!([{"updates":[{"sessionUpdate":"session_info_update","title":"n","updatedAt":"1970-01-01T00:00:00.000Z"}]}]),
         ),
         (
             json!({"kind": "transcript_advanced", "throughMessageSeq": 3}),
-            "",
+            json!([]),
         ),
         (
             json!({"kind": "client_call", "invocationId": "v1", "service": "fs.read",
                 "input": {}, "inputRef": false}),
-            "editor_call",
+            json!([{"editorCall":"fs.read","invocationId":"v1"}]),
         ),
         (
             json!({"kind": "client_call_cancelled", "invocationId": "v1"}),
-            "withdraw",
+            json!([{"withdraw":"v1"}]),
         ),
         (
             json!({"kind": "turn_terminal", "turnId": "t", "runId": "r", "outcome": "completed",
                 "reason": "end_turn"}),
-            "show[] turn_ended",
+            json!([{"updates":[]},{"method":"_maka/turn_state","params":{"outcome":"completed","reason":"end_turn","sessionId":"s","turnId":"t"}}]),
         ),
         (
             json!({"kind": "goal_updated", "goal": goal}),
-            "show[session_info_update] goal",
+            json!([{"updates":[{"_meta":{"goal":{"controlMethod":"_session/goal","createdAt":0,"iterations":0,"maxIterations":3,"objective":"o","status":"active","tokensUsed":0}},"sessionUpdate":"session_info_update"}]},{"method":"_maka/goal_update","params":{"goal":{"goalId":"g","limits":{"maxTurns":3},"objective":"o","revision":0,"sessionId":"s","startedAt":0,"status":"active","tokensUsed":0,"turnsRun":0,"updatedAt":0},"sessionId":"s"}}]),
         ),
-        (json!({"kind": "session_removed"}), ""),
+        (json!({"kind": "session_removed"}), json!([])),
         (
             json!({"kind": "frame_omitted", "omittedKind": "tool_result", "bytes": 9}),
-            "resync",
+            json!([{"resync":"tool_result"}]),
         ),
-        (json!({"kind": "heartbeat", "headSeq": 4}), ""),
+        (json!({"kind": "heartbeat", "headSeq": 4}), json!([])),
         (
             json!({"kind": "stream_end", "reason": "window_complete", "lastSeq": 4}),
-            "window_end",
+            json!([{"windowEnd":{"sessionRemoved":false}}]),
         ),
         (
             json!({"kind": "stream_end", "reason": "session_removed", "lastSeq": 4}),
-            "window_end(removed)",
+            json!([{"windowEnd":{"sessionRemoved":true}}]),
         ),
-        (json!({"kind": "a_kind_from_a_newer_host"}), ""),
+        (json!({"kind": "a_kind_from_a_newer_host"}), json!([])),
     ];
     let mut p = Projector::new("s", Shows::default());
+    // The client was told the configuration at revision 1 (explore): a change is announced.
+    let told = crate::acp::config_options::SessionConfig {
+        revision: 1,
+        configuration: crate::host_api::wire::Configuration {
+            permission_mode: crate::host_api::wire::PermissionMode::Explore,
+            ..Default::default()
+        },
+    };
+    let mode = told.configuration.permission_mode;
+    p.config.read(Some(told), Some(mode));
     let now = Instant::now();
+    let mut wrong = vec![];
     for (frame, expected) in table {
         let body: FrameBody =
             serde_json::from_value(frame.clone()).unwrap_or_else(|e| panic!("{frame}: {e}"));
-        let said: Vec<String> = p
-            .apply(body, now + Duration::from_secs(1))
+        let said: Vec<Value> = p
+            .apply(body, now + Duration::from_secs(1), None)
             .into_iter()
-            .map(|e| match e {
-                Effect::Show(u) => format!(
-                    "show[{}]",
-                    json_all(u)
-                        .iter()
-                        .map(|u| u["sessionUpdate"].as_str().unwrap_or("?").to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
-                ),
-                Effect::Ask(..) => "ask".into(),
-                Effect::EditorCall(_) => "editor_call".into(),
-                Effect::Withdraw(_) => "withdraw".into(),
-                Effect::Configuration { .. } => "configuration".into(),
-                Effect::Goal(_) => "goal".into(),
-                Effect::TurnEnded(_) => "turn_ended".into(),
-                Effect::WindowEnd {
-                    session_removed: false,
-                } => "window_end".into(),
-                Effect::WindowEnd {
-                    session_removed: true,
-                } => "window_end(removed)".into(),
-                Effect::Resync(_) => "resync".into(),
-            })
+            .map(wire)
             .collect();
-        assert_eq!(said.join(" "), expected, "{frame}");
+        if Value::Array(said.clone()) != expected {
+            wrong.push(format!(
+                "{frame}\n  sent {}\n  not {expected}",
+                Value::Array(said)
+            ));
+        }
     }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The end of a turn, exactly as it is told: the prompt waiting for it is answered (each
+/// outcome's stop reason, a failed turn's error sentence, usage as `_meta.quota`), another's
+/// end is `_maka/turn_state` (Maka's `_maka/turn/status` to a client that opted in).
+#[test]
+fn a_turns_end_answers_its_prompt_or_is_told() {
+    let usage = json!({"kind": "usage", "turnId": "t", "model": "m",
+        "delta": {"inputTokens": 2, "outputTokens": 1}, "totals": {"inputTokens": 2, "outputTokens": 1}});
+    // (the prompt's turn, Maka's turn status, the end, what is sent after the settled tools;
+    // the first turn reported its usage)
+    let table: Vec<(Option<&str>, bool, Value, Value)> = vec![
+        (
+            Some("t"),
+            false,
+            json!({"outcome": "completed", "reason": "end_turn"}),
+            json!({"result":{"_meta":{"quota":{"model_usage":[{"model":"m","token_count":{"cached_input_tokens":0,"input_tokens":2,"output_tokens":1,"reasoning_output_tokens":0,"total_tokens":3}}],"token_count":{"cached_input_tokens":0,"input_tokens":2,"output_tokens":1,"reasoning_output_tokens":0,"total_tokens":3}}},"stopReason":"end_turn"}}),
+        ),
+        (
+            Some("t"),
+            false,
+            json!({"outcome": "completed", "reason": "step_limit"}),
+            json!({"result":{"stopReason":"max_turn_requests"}}),
+        ),
+        (
+            Some("t"),
+            false,
+            json!({"outcome": "cancelled", "reason": "stopped"}),
+            json!({"result":{"_meta":{"maka":{"outcome":"cancelled","reason":"stopped"}},"stopReason":"end_turn"}}),
+        ),
+        (
+            Some("t"),
+            false,
+            json!({"outcome": "max_tokens", "reason": "max_tokens"}),
+            json!({"result":{"stopReason":"max_tokens"}}),
+        ),
+        (
+            Some("t"),
+            false,
+            json!({"outcome": "refused", "reason": "refusal"}),
+            json!({"result":{"stopReason":"refusal"}}),
+        ),
+        (
+            Some("t"),
+            false,
+            json!({"outcome": "failed", "reason": "error",
+            "failureClass": "provider_error", "failureMessage": "the provider said no",
+            "failureDetails": {"status": 503}}),
+            json!({"error":{"code":-32603,"data":{"details":{"status":503},"failureClass":"provider_error","makaCode":"turn_failed","retryable":false,"turnId":"t"},"message":"The provider said no."}}),
+        ),
+        (
+            Some("t"),
+            false,
+            json!({"outcome": "failed", "reason": "error"}),
+            json!({"error":{"code":-32603,"data":{"failureClass":"runtime_error","makaCode":"turn_failed","retryable":false,"turnId":"t"},"message":"The turn failed; the agent's log has the details."}}),
+        ),
+        (
+            Some("other"),
+            false,
+            json!({"outcome": "completed", "reason": "end_turn"}),
+            json!({"method":"_maka/turn_state","params":{"outcome":"completed","reason":"end_turn","sessionId":"s","turnId":"t"}}),
+        ),
+        (
+            None,
+            true,
+            json!({"outcome": "failed", "reason": "error",
+            "failureClass": "provider_error"}),
+            json!({"method":"_maka/turn/status","params":{"failureClass":"provider_error","runId":"","sessionId":"s","status":"failed","turnId":"t"}}),
+        ),
+    ];
+    let mut wrong = vec![];
+    for (row, (prompt, maka, end, expected)) in table.into_iter().enumerate() {
+        let shows = Shows {
+            maka_turn_status: maka,
+            ..Shows::default()
+        };
+        let mut p = Projector::new("s", shows);
+        let now = Instant::now();
+        if row == 0 {
+            p.apply(serde_json::from_value(usage.clone()).unwrap(), now, prompt);
+        }
+        let mut frame = json!({"kind": "turn_terminal", "turnId": "t", "runId": "r"});
+        if let (Some(f), Some(e)) = (frame.as_object_mut(), end.as_object()) {
+            f.extend(e.clone());
+        }
+        let body: FrameBody = serde_json::from_value(frame).unwrap();
+        let said: Vec<Value> = p.apply(body, now, prompt).into_iter().map(wire).collect();
+        let said = said.last().cloned().unwrap_or_default();
+        if said != expected {
+            wrong.push(format!("{end}\n  sent {said}\n  not {expected}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 /// A compaction to a client that shows compactions: each state as it comes, a completed one
@@ -827,7 +939,7 @@ fn project_all(p: &mut Projector, frames: &[Value]) -> (Vec<(String, Value)>, us
     let mut asks = 0;
     for f in frames {
         let body: FrameBody = serde_json::from_value(f.clone()).unwrap();
-        for e in p.apply(body, now) {
+        for e in p.apply(body, now, None) {
             match e {
                 Effect::Show(u) => out.extend(routed(u)),
                 Effect::Ask(i, shown_in) => {
