@@ -156,7 +156,7 @@ fn after_success(session: &Arc<AcpSession>, shared: &Arc<Shared>, call: &Call, r
             let Some(terminal_id) = result.get("terminalId").and_then(Value::as_str) else {
                 return;
             };
-            session.add_terminal(terminal_id);
+            session.note_terminal(terminal_id, true);
             // Embed the live terminal in the tool call so the editor shows it as it runs.
             if let Some(tool) = &call.tool_call_id {
                 session.emit(shared, |view| {
@@ -171,7 +171,7 @@ fn after_success(session: &Arc<AcpSession>, shared: &Arc<Shared>, call: &Call, r
 
 fn forget_terminal(session: &Arc<AcpSession>, input: &Value) {
     if let Some(id) = input.get("terminalId").and_then(Value::as_str) {
-        session.forget_terminal(id);
+        session.note_terminal(id, false);
     }
 }
 

@@ -1,20 +1,20 @@
-//! A session's reader thread: follows the host's event stream while a turn is followed,
-//! shows every frame (through the session's view), starts dialogs and editor calls, and —
-//! when it sees the terminal frame of the turn a `session/prompt` waits for — answers that
-//! prompt itself. Because this one thread enqueues every update of the turn and then the
+//! A session's reader thread: follows the host's event stream while a turn is followed. It
+//! reads a frame, checks its `seq`, applies it (`AcpSession::apply`: what it becomes is
+//! decided in `projection/`) and performs the effects in order — updates and notifications,
+//! dialogs and editor calls on threads of their own, and, for the terminal frame of the turn
+//! a `session/prompt` waits for, that prompt's answer. Because this one thread enqueues every update of the turn and then the
 //! response, no update of the turn can follow the response. Idle sessions hold no stream.
 //!
 //! A gap (a 410, a sequence jump, an unreadable frame, a stream that broke while the host
 //! lives) is repaired from durable state: a fresh snapshot, the transcript since the last item
-//! seen, then what is in flight — the projector drops what it has shown already.
+//! seen, then what is in flight — the projector drops what it has shown already — at most
+//! [`CATCH_UPS`] times in a row.
 
 use super::client_call;
 use super::errors::{self, MakaCode};
 use super::host_link::Connected;
 use super::interaction;
 use super::projection::{self, answer, Effect, TOOL_UNFINISHED};
-/// Catch-ups tried in a row before the reader gives up (each after an error that allows one).
-pub const CATCH_UPS: usize = 5;
 use super::session::{AcpSession, ReaderStep, Shared};
 use super::types::{PromptResponse, StopReason};
 use crate::host_api::client::{ClientError, EventStream};
@@ -23,7 +23,10 @@ use crate::host_api::wire::{ErrorCode, Frame};
 use crate::jsonrpc::ResponseError;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Catch-ups tried in a row before the reader gives up (each after an error that allows one).
+pub const CATCH_UPS: usize = 5;
 
 /// The reader thread: follows the stream until the followed turn has ended and no prompt is
 /// waiting, reconnecting at every window end.
@@ -61,8 +64,8 @@ pub fn run(
                 refused += 1;
                 if refused > 100 {
                     // 10 s without a slot: nobody can follow this turn, so it stops.
-                    if let Some(t) = session.active_turn() {
-                        session.stop_turn(&shared, &t);
+                    if let Some(t) = session.position().active_turn {
+                        super::session::stop_turn(&shared, &session.id, &t);
                     }
                     let e = errors::capacity_exceeded("this turn; it was stopped");
                     stop(&session, &shared, Err(e));
@@ -93,7 +96,7 @@ pub fn run(
             // number; every other frame must be the next one, else catch up.
             if projection::facts(&frame.body).sequenced {
                 let Some(seq) = frame.seq else { continue };
-                let last = session.last_seq();
+                let last = session.position().last_seq;
                 if seq != last + 1 {
                     log::warn!(
                         "session {}: frame {seq} after {last}: re-opening",
@@ -112,6 +115,70 @@ pub fn run(
                 Flow::Stop => return,
             }
         }
+    }
+}
+
+/// Starts the reader unless one is running; `first` is a stream already opened for it.
+pub fn ensure_reader(
+    session: &Arc<AcpSession>,
+    shared: &Arc<Shared>,
+    conn: &Connected,
+    first: Option<EventStream>,
+) {
+    if !session.claim_reader() {
+        return;
+    }
+    let (s, sh, c) = (Arc::clone(session), Arc::clone(shared), conn.clone());
+    let reader = crate::threads::spawn(format!("acp-session-{}", session.id), move || {
+        run(s, sh, c, first)
+    });
+    if reader.is_none() {
+        session.release_reader(false);
+    }
+}
+
+/// The event stream a prompt will be followed on, opened before its turn starts: a turn
+/// nobody can follow is never started. `None` when a reader already follows the session.
+/// While the host's stream slots are full, retries for up to 5 s.
+pub fn open_stream(
+    session: &AcpSession,
+    conn: &Connected,
+) -> Result<Option<EventStream>, ResponseError> {
+    let position = session.position();
+    if position.reader {
+        return Ok(None);
+    }
+    let after = position.last_seq;
+    let epoch = position.epoch.unwrap_or_else(|| conn.epoch.clone());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match conn.events(&session.id, after, &epoch, 25_000, true) {
+            Ok(s) => return Ok(Some(s)),
+            // A prompt cancelled meanwhile stops waiting (its start answers it).
+            Err(ClientError::Host(h))
+                if h.code == ErrorCode::CapacityExceeded
+                    && Instant::now() < deadline
+                    && !session.is_cancelling() =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(ClientError::Host(h)) if h.code == ErrorCode::CapacityExceeded => {
+                return Err(errors::capacity_exceeded("this prompt; it was not started"))
+            }
+            Err(e) => return Err(errors::from_client(&e)),
+        }
+    }
+}
+
+/// Follows the session's turns while its goal is live (they start without a prompt here).
+pub fn follow_goal(
+    session: &Arc<AcpSession>,
+    shared: &Arc<Shared>,
+    conn: &Connected,
+    goal: &crate::host_api::wire::Goal,
+) {
+    if session.goal_seen(goal) && goal.is_live() {
+        ensure_reader(session, shared, conn, None);
     }
 }
 
@@ -175,7 +242,7 @@ fn judge(session: &AcpSession, conn: &Connected, e: &ClientError) -> Result<(), 
         ClientError::Transport(msg) => {
             log::warn!("session {}: the Runtime Host went away ({msg})", session.id);
             conn.forget();
-            session.forget_position();
+            session.release_reader(true);
             Err(MakaCode::HostUnavailable.error("The Runtime Host stopped while this turn was running; the turn did not finish. Send the prompt again to continue."))
         }
         ClientError::Host(h) if h.code == ErrorCode::ResyncRequired => Ok(()),
@@ -201,11 +268,11 @@ enum Gap {
 /// cancelled it) after settling its open tool calls — updates first, then the response, on
 /// this thread.
 fn stop(session: &Arc<AcpSession>, shared: &Shared, result: Result<PromptResponse, ResponseError>) {
-    session.release_reader();
-    if !session.has_prompt() {
+    session.release_reader(false);
+    if session.prompt_turn().is_none() {
         return;
     }
-    session.settle_tools(shared, TOOL_UNFINISHED);
+    super::view::settle_tools(session, shared, TOOL_UNFINISHED);
     session.finish_prompt(result);
 }
 
@@ -251,7 +318,7 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
             Ok(snapshot) => answer::snapshot_result(&snapshot),
             Err(e) => Err(errors::from_client(&e)),
         };
-        session.settle_tools(shared, TOOL_UNFINISHED);
+        super::view::settle_tools(session, shared, TOOL_UNFINISHED);
         session.finish_prompt(result);
     }
     Ok(())
@@ -267,9 +334,9 @@ fn catch_up(
     open: &OpenSnapshot,
 ) -> Result<(), ClientError> {
     let through = open.transcript.through_message_seq;
-    let after = session.through();
-    session.replay_transcript(shared, conn, after, through, true, &|| false)?;
-    session.show_in_flight(shared, open);
+    let after = session.position().through;
+    super::view::replay_transcript(session, shared, conn, after, through, true, &|| false)?;
+    super::view::show_in_flight(session, shared, open);
     start_pending(session, shared, conn, open);
     Ok(())
 }
@@ -283,7 +350,7 @@ pub(super) fn start_pending(
 ) {
     for i in &open.pending_interactions {
         if !session.is_tracked(&i.interaction_id) {
-            let shown_in = session.dialog(shared, i);
+            let shown_in = super::view::dialog(session, shared, i);
             interaction::spawn(
                 Arc::clone(session),
                 Arc::clone(shared),
@@ -338,7 +405,12 @@ fn handle_frame(
             Effect::EditorCall(call) => {
                 client_call::spawn(Arc::clone(session), Arc::clone(shared), conn.clone(), call)
             }
-            Effect::Withdraw(key) => session.withdraw(shared, &key),
+            Effect::Withdraw(key) => {
+                // The host closed it (answered elsewhere, withdrawn): withdrawn from the editor.
+                if let Some(request) = session.untrack(&key) {
+                    shared.calls.cancel(&request);
+                }
+            }
             Effect::Answer(answer, outcome) => {
                 session.finish_prompt(answer);
                 super::maka_dialect::prompt_ended(session, shared, conn, outcome);

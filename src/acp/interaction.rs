@@ -134,7 +134,7 @@ fn ask(
                 shared.calls.cancel(&call.id);
                 shared.calls.forget(&call.id);
                 // Withdrawn meanwhile (a cancel, a close): not a denial by silence.
-                if !session.untrack(id) || session.is_cancelling() {
+                if session.untrack(id).is_none() || session.is_cancelling() {
                     return Withdrawn;
                 }
                 log::warn!(
@@ -146,7 +146,7 @@ fn ask(
         },
     };
     // Still registered → nobody withdrew it.
-    let withdrawn = !session.untrack(id);
+    let withdrawn = session.untrack(id).is_none();
     let cancelling = session.is_cancelling();
     match reply {
         Ok(v)

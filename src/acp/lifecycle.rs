@@ -328,7 +328,7 @@ pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
             // already running.
             send_commands(ctx, &session);
             if snapshot.active_turn.is_some() {
-                session.ensure_reader(&ctx.shared, &conn, None);
+                super::follow::ensure_reader(&session, &ctx.shared, &conn, None);
             } else {
                 offer_resume(ctx, &session, &conn);
             }
@@ -338,7 +338,7 @@ pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
                 if goal.status != "cancelled" {
                     session.emit(&ctx.shared, |view| (view.goal(goal), ()));
                 }
-                session.follow_goal(&ctx.shared, &conn, goal);
+                super::follow::follow_goal(&session, &ctx.shared, &conn, goal);
             }
             // Dialogs and editor calls still waiting (the same start as a reader's catch-up).
             super::follow::start_pending(&session, &ctx.shared, &conn, &snapshot);
@@ -391,7 +391,7 @@ fn attach(
     replay: bool,
 ) -> Result<Attached, ResponseError> {
     let id = p.session_id;
-    if ctx.session(&id).is_some_and(|s| s.has_prompt()) {
+    if ctx.session(&id).is_some_and(|s| s.prompt_turn().is_some()) {
         return Err(MakaCode::SessionBusy.error(format!(
             "Session {id} has a prompt running; cancel it before loading the session again"
         )));
@@ -440,23 +440,29 @@ fn attach(
     if replay {
         // A `$/cancel_request` for this load has already been answered; stop working.
         let cancel = responder.cancel_flag();
-        let done = session
-            .replay_transcript(&ctx.shared, &conn, 0, through, false, &|| {
-                cancel.is_cancelled()
-            })
-            .map_err(|e| crate::acp::errors::from_client(&e))?;
+        let done = super::view::replay_transcript(
+            &session,
+            &ctx.shared,
+            &conn,
+            0,
+            through,
+            false,
+            &|| cancel.is_cancelled(),
+        )
+        .map_err(|e| crate::acp::errors::from_client(&e))?;
         if !done {
             return Err(ResponseError::cancelled());
         }
         // Tools of an interrupted past turn never got a result: show them settled.
         if active_turn.is_none() {
-            session.settle_tools(
+            super::view::settle_tools(
+                &session,
                 &ctx.shared,
                 "This tool did not finish (the turn was interrupted).",
             );
         }
     }
-    session.show_in_flight(&ctx.shared, &open);
+    super::view::show_in_flight(&session, &ctx.shared, &open);
     Ok((session, result, open, conn))
 }
 
@@ -510,7 +516,7 @@ pub fn list(ctx: &Ctx, p: ListSessions) -> Result<Value, ResponseError> {
 /// Cancels like `session/cancel`, waits (bounded) for the prompt to be answered, then drops
 /// the session from this connection. Durable state is untouched.
 fn detach(ctx: &Ctx, session: &Arc<AcpSession>) {
-    session.cancel(&ctx.shared);
+    super::session::cancel(session, &ctx.shared);
     session.wait_prompt_done(Duration::from_secs(10));
     client_call::release_all(session, &ctx.shared);
     session.close_and_withdraw(&ctx.shared);

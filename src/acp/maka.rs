@@ -11,7 +11,6 @@ use super::types::to_json;
 use crate::host_api::client::ClientError;
 use crate::host_api::ops;
 use crate::host_api::random_hex;
-use crate::host_api::wire::FrameBody;
 use crate::jsonrpc::ResponseError;
 use serde_json::{json, Value};
 
@@ -216,7 +215,7 @@ pub fn abandon(ctx: &Ctx, input: ops::AbandonInput) -> Result<Value, ResponseErr
     // The plan may be gone with the turns: a client that shows plans by id is told before the
     // answer (shown once, whether or not a reader also saw the host's frame).
     if let (Some(s), Some(plan)) = (ctx.session(&input.session_id), &o.plan) {
-        s.show(&ctx.shared, &[plan.frame()]);
+        super::view::show(&s, &ctx.shared, &[plan.frame()]);
     }
     Ok(json!({
         "abandonedTurnIds": o.abandoned_turn_ids,
@@ -260,7 +259,7 @@ pub fn show_goal(
 ) {
     if let Some(s) = ctx.session(session_id) {
         s.emit(&ctx.shared, |view| (view.goal(goal), ()));
-        s.follow_goal(&ctx.shared, conn, goal);
+        super::follow::follow_goal(&s, &ctx.shared, conn, goal);
     }
 }
 
@@ -275,16 +274,9 @@ pub fn plan_control(ctx: &Ctx, input: ops::PlanControlInput) -> Result<Value, Re
     {
         // No reader follows the session between turns: the change is shown here, as the
         // frames the host emitted for it would be (a revision is also the legacy `plan`).
-        if !s.has_prompt() {
-            let mut frames = vec![];
-            if revised {
-                frames.push(FrameBody::PlanUpdate {
-                    turn_id: String::new(),
-                    entries: plan.entries.clone(),
-                });
-            }
-            frames.push(plan.frame());
-            s.show(&ctx.shared, &frames);
+        if s.prompt_turn().is_none() {
+            let frames = super::projection::plan_change_frames(plan, revised);
+            super::view::show(&s, &ctx.shared, &frames);
         }
     }
     Ok(to_json(&outcome))

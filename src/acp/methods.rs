@@ -226,7 +226,7 @@ fn cancel(ctx: &Ctx, params: &Value) {
         return;
     };
     match ctx.session(id) {
-        Some(s) => s.cancel(&ctx.shared),
+        Some(s) => super::session::cancel(&s, &ctx.shared),
         None => log::debug!("session/cancel for unknown session {id}"),
     }
 }

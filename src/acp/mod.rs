@@ -6,7 +6,7 @@ pub(crate) mod client_call;
 pub(crate) mod config_options;
 mod configure;
 pub(crate) mod errors;
-mod follow;
+pub(crate) mod follow;
 pub(crate) mod host_link;
 pub(crate) mod initialize;
 pub(crate) mod interaction;
@@ -22,6 +22,7 @@ pub(crate) mod session;
 mod shared_names;
 mod turns;
 pub(crate) mod types;
+mod view;
 mod workers;
 
 #[cfg(test)]

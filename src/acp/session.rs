@@ -1,27 +1,26 @@
-//! One ACP session as this connection sees it: its state, behind methods that keep its rules.
+//! One ACP session as this connection sees it: its bookkeeping, behind methods that keep its
+//! rules — what the client sees is decided in `projection/` (held here as the view), shown
+//! outside the live stream by `view.rs`, followed by `follow.rs`.
 //!
 //! Two locks, each with one rule:
 //!
-//! - `state` (the prompt, requests in flight in the client, terminals, the stream position, the
-//!   configuration) is held only for short sections that never block: never across a send to
-//!   stdout, an HTTP call or a wait. The dispatcher takes it (to register a prompt, to cancel),
-//!   so nothing a client or a host does can stall the dispatcher through it.
-//! - `view` (the [`Projector`]: what this client has been shown) is held by the session thread
-//!   that turns frames into updates, across enqueueing them, so that a session's updates leave
-//!   in the order they were made. Only session threads (the reader, a load's worker, a call's
-//!   thread) take it; the dispatcher never does. Lock order: `view`, then `state`.
-//!
-//! The reader thread that follows the host's stream lives in `follow.rs`.
+//! - `state` (the prompt, requests in flight in the client, terminals, the stream position and
+//!   its reader, the goal's liveness) is held only for short sections that never block: never
+//!   across a send to stdout, an HTTP call or a wait. The dispatcher takes it (to register a
+//!   prompt, to cancel), so nothing a client or a host does can stall the dispatcher through it.
+//! - `view` (the [`Projector`]: what this client has been shown, the configuration as it was
+//!   told) is held by the session thread that turns frames into updates, across enqueueing
+//!   them, so that a session's updates leave in the order they were made. Only session threads
+//!   (the reader, a load's worker, a call's thread, a configuration write's worker) take it;
+//!   the dispatcher never does. Lock order: `view`, then `state`.
 
-use super::errors;
 use super::host_link::{Connected, HostLink};
 use super::initialize::ClientCapabilities;
 use super::projection::config::ConfigEcho;
 use super::projection::{self, Effect, Projector};
 use super::types::{PromptResponse, SessionUpdate, StopReason};
-use crate::host_api::client::{ClientError, EventStream};
-use crate::host_api::ops::{self, OpenSnapshot};
-use crate::host_api::wire::{ErrorCode, FrameBody};
+use crate::host_api::ops;
+use crate::host_api::wire::FrameBody;
 use crate::jsonrpc::{lock, ClientCalls, Outbox, RequestId, Responder, ResponseError};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,10 +64,9 @@ struct PendingPrompt {
     cancel_requested: bool,
 }
 
-/// What the session's threads share (behind `state`): seven plain parts.
+/// What the session's threads share (behind `state`): six plain parts.
 #[derive(Default)]
 struct SessionState {
-    reader_running: bool,
     closed: bool,
     prompt: Option<PendingPrompt>,
     /// A turn this connection started without a prompt (`_session/steering`), until its end.
@@ -79,16 +77,18 @@ struct SessionState {
 }
 
 /// Where this connection is in the session's stream.
-#[derive(Default)]
-struct Position {
+#[derive(Clone, Default)]
+pub struct Position {
     /// The last frame seen and the host epoch it belongs to.
-    last_seq: u64,
-    epoch: Option<String>,
+    pub last_seq: u64,
+    pub epoch: Option<String>,
     /// The turn the host is running, as last observed on the stream.
-    active_turn: Option<String>,
+    pub active_turn: Option<String>,
     /// The last durable transcript item this connection has seen (live or replayed): a
     /// catch-up after a gap starts after it.
-    through: u64,
+    pub through: u64,
+    /// A reader thread follows the stream.
+    pub reader: bool,
 }
 
 /// What this session asks of the editor.
@@ -148,10 +148,6 @@ impl AcpSession {
         })
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, SessionState> {
-        lock(&self.state)
-    }
-
     // ---- the view ------------------------------------------------------------------------
 
     /// Runs `f` on the view and enqueues the updates it makes, in order, before any other
@@ -163,7 +159,7 @@ impl AcpSession {
     ) -> R {
         let mut view = lock(&self.view);
         let (updates, r) = f(&mut view);
-        if !self.is_hushed() {
+        if !self.hushed.load(Ordering::Acquire) {
             for u in &updates {
                 shared.update(&self.id, u);
             }
@@ -171,50 +167,14 @@ impl AcpSession {
         r
     }
 
-    fn is_hushed(&self) -> bool {
-        self.hushed.load(Ordering::Acquire)
-    }
-
-    /// Projects frames and enqueues their updates. A turn this connection's prompt started is
-    /// not echoed back as a user message.
-    pub fn show(&self, shared: &Shared, frames: &[FrameBody]) {
-        self.show_as(shared, frames, Projector::frame)
-    }
-
-    /// As [`AcpSession::show`], for a catch-up ([`Projector::caught_up`]).
-    fn show_caught_up(&self, shared: &Shared, frames: &[FrameBody]) {
-        self.show_as(shared, frames, Projector::caught_up)
-    }
-
-    fn show_as(
-        &self,
-        shared: &Shared,
-        frames: &[FrameBody],
-        project: fn(&mut Projector, &FrameBody, Instant) -> Vec<SessionUpdate>,
-    ) {
-        let now = Instant::now();
-        self.emit(shared, |view| {
-            let mut out = vec![];
-            for frame in frames {
-                if let Some(turn_id) = projection::facts(frame).turn_started {
-                    if self.prompt_turn().as_deref() == Some(turn_id) {
-                        view.mark_own_turn(turn_id);
-                    }
-                }
-                out.extend(project(view, frame, now));
-            }
-            (out, ())
-        })
-    }
-
     /// A live frame (`seq`: its sequence number): what it tells the bookkeeping is recorded,
     /// then what it does ([`Projector::apply`]) — its updates and notifications are queued
     /// here, in order, under the view lock; the other effects are returned for the reader to
     /// perform, in order (after those: the prompt's answer never precedes them).
     pub fn apply(&self, shared: &Shared, seq: Option<u64>, body: FrameBody) -> Vec<Effect> {
-        let prompt_turn = self.observe(seq, projection::facts(&body));
+        let prompt_turn = observe(&mut lock(&self.state), seq, projection::facts(&body));
         let mut view = lock(&self.view);
-        if self.is_hushed() {
+        if self.hushed.load(Ordering::Acquire) {
             return vec![]; // answered at stdin's end: nothing more is shown, asked or told
         }
         let mut rest = vec![];
@@ -235,21 +195,6 @@ impl AcpSession {
         rest
     }
 
-    /// A dialog found waiting (a catch-up): as a live one ([`Projector::dialog`]) — the child
-    /// session it is shown in, if any, its child's state shown.
-    pub fn dialog(
-        &self,
-        shared: &Shared,
-        interaction: &crate::host_api::wire::Interaction,
-    ) -> Option<String> {
-        self.emit(shared, |view| view.dialog(interaction))
-    }
-
-    /// Settles the tool calls still open (`failed`, saying `why`).
-    pub fn settle_tools(&self, shared: &Shared, why: &str) {
-        self.emit(shared, |view| (view.close_open_tools(why), ()));
-    }
-
     // ---- the prompt ----------------------------------------------------------------------
 
     /// Makes `responder` the session's pending prompt for `turn_id`. Gives it back when a
@@ -260,7 +205,7 @@ impl AcpSession {
     /// cancelled turn settles a few milliseconds later. Any other pending prompt is busy.
     pub fn begin_prompt(&self, turn_id: &str, responder: Responder) -> Result<(), Responder> {
         // Waits only while the pending prompt is one the client cancelled.
-        let mut st = self.wait_while(CANCEL_SETTLE, |st| {
+        let mut st = wait_while(self, CANCEL_SETTLE, |st| {
             st.prompt.as_ref().is_some_and(|p| p.cancel_requested)
         });
         if st.prompt.is_some() {
@@ -279,28 +224,24 @@ impl AcpSession {
     /// must be stopped now). A prompt answered at stdin's end meanwhile
     /// ([`AcpSession::answer_cancelled_at_exit`]) stops its turn too: nobody follows it.
     pub fn prompt_started(&self) -> bool {
-        match self.state().prompt.as_mut() {
+        match lock(&self.state).prompt.as_mut() {
             Some(p) => {
                 p.started = true;
                 p.cancel_requested
             }
-            None => self.is_hushed(),
+            None => self.hushed.load(Ordering::Acquire),
         }
-    }
-
-    pub fn has_prompt(&self) -> bool {
-        self.state().prompt.is_some()
     }
 
     /// The turn the pending prompt waits for.
     pub fn prompt_turn(&self) -> Option<String> {
-        self.state().prompt.as_ref().map(|p| p.turn_id.clone())
+        lock(&self.state).prompt.as_ref().map(|p| p.turn_id.clone())
     }
 
     /// Whether the client cancelled the prompt or closed the session: a dialog's refusal then
     /// is the cancel's, not the person's answer.
     pub fn is_cancelling(&self) -> bool {
-        let st = self.state();
+        let st = lock(&self.state);
         st.closed || st.prompt.as_ref().is_some_and(|p| p.cancel_requested)
     }
 
@@ -308,7 +249,7 @@ impl AcpSession {
     /// and wakes whoever waits for it (`session/close`). After the client's `session/cancel`
     /// the answer is `cancelled`, whatever happened meanwhile (ACP).
     pub fn finish_prompt(&self, result: Result<PromptResponse, ResponseError>) {
-        let prompt = self.state().prompt.take();
+        let prompt = lock(&self.state).prompt.take();
         if let Some(p) = prompt {
             let result = if p.cancel_requested {
                 Ok(PromptResponse::new(StopReason::Cancelled))
@@ -325,47 +266,13 @@ impl AcpSession {
                 .respond(result.map(|r| super::types::to_json(&r)));
         }
         // Notified under the lock the waiter checks, so the wake-up cannot be missed.
-        let _st = self.state();
+        let _st = lock(&self.state);
         self.prompt_done.notify_all();
-    }
-
-    pub fn fail_prompt(&self, e: ResponseError) {
-        self.finish_prompt(Err(e));
     }
 
     /// Waits until no prompt is pending (bounded).
     pub fn wait_prompt_done(&self, timeout: Duration) {
-        drop(self.wait_while(timeout, |st| st.prompt.is_some()));
-    }
-
-    /// The state, once `waiting` is false of it or `timeout` has passed (woken by
-    /// [`AcpSession::finish_prompt`]).
-    fn wait_while(
-        &self,
-        timeout: Duration,
-        waiting: impl Fn(&SessionState) -> bool,
-    ) -> std::sync::MutexGuard<'_, SessionState> {
-        let deadline = Instant::now() + timeout;
-        let mut st = self.state();
-        while waiting(&st) {
-            let left = deadline.checked_duration_since(Instant::now());
-            let Some(left) = left.filter(|d| !d.is_zero()) else {
-                break;
-            };
-            st = match self.prompt_done.wait_timeout(st, left) {
-                Ok((g, _)) => g,
-                Err(p) => p.into_inner().0,
-            };
-        }
-        st
-    }
-
-    /// `session/cancel`: asks the host to stop the turn (now, or as soon as `turn.start`
-    /// returns) and withdraws every request this turn has open in the client.
-    pub fn cancel(self: &Arc<Self>, shared: &Arc<Shared>) {
-        if let Some(turn) = self.cancel_prompt(shared) {
-            self.stop_turn(shared, &turn);
-        }
+        drop(wait_while(self, timeout, |st| st.prompt.is_some()));
     }
 
     /// Marks the pending prompt cancelled (a turn not yet started never starts; one starting
@@ -373,7 +280,7 @@ impl AcpSession {
     /// open in the client. Returns the started turn that the host must be asked to stop.
     pub fn cancel_prompt(&self, shared: &Shared) -> Option<String> {
         let (turn, started, outstanding) = {
-            let mut st = self.state();
+            let mut st = lock(&self.state);
             let Some(p) = st.prompt.as_mut() else {
                 // A turn this connection started without a prompt (`_session/steering`) is
                 // stopped like a prompt's.
@@ -397,18 +304,13 @@ impl AcpSession {
         started.then_some(turn)
     }
 
-    /// Sends `turn.stop` without blocking the caller.
-    pub fn stop_turn(&self, shared: &Arc<Shared>, turn_id: &str) {
-        stop_turns(&shared.link, vec![(self.id.clone(), turn_id.to_string())]);
-    }
-
     /// Stdin closed and the prompt's turn did not stop in time: settles its open tool calls,
     /// answers it `cancelled` now, and shows nothing more of this session (its reader may still
     /// be following the turn, and no update may follow the answer). Under the view lock, so an
     /// update being shown goes out before the answer and none after it.
     pub fn answer_cancelled_at_exit(&self, shared: &Shared) {
         let mut view = lock(&self.view);
-        if !self.has_prompt() || self.is_hushed() {
+        if self.prompt_turn().is_none() || self.hushed.load(Ordering::Acquire) {
             return;
         }
         for u in &view.close_open_tools(projection::TOOL_UNFINISHED) {
@@ -423,7 +325,7 @@ impl AcpSession {
     /// Marks the session closed (nothing new is shown or asked); returns the turn its prompt
     /// started, if one runs.
     pub fn close(&self) -> Option<String> {
-        let mut st = self.state();
+        let mut st = lock(&self.state);
         st.closed = true;
         st.prompt
             .as_ref()
@@ -433,13 +335,13 @@ impl AcpSession {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.state().closed
+        lock(&self.state).closed
     }
 
     /// Closes the session and withdraws every request it has open in the client.
     pub fn close_and_withdraw(&self, shared: &Shared) {
         let ids = {
-            let mut st = self.state();
+            let mut st = lock(&self.state);
             st.closed = true;
             take_outstanding(&mut st)
         };
@@ -453,7 +355,7 @@ impl AcpSession {
     /// request itself. (After a `session/cancel` requests are still tracked: the host's
     /// clean-up — killing and releasing a terminal — runs through them.)
     pub fn track(&self, key: &str, request: RequestId) -> bool {
-        let mut st = self.state();
+        let mut st = lock(&self.state);
         if st.closed {
             return false;
         }
@@ -461,117 +363,65 @@ impl AcpSession {
         true
     }
 
-    /// Forgets `key`; true when it was still tracked (nobody withdrew it).
-    pub fn untrack(&self, key: &str) -> bool {
-        self.state().editor.outstanding.remove(key).is_some()
+    /// Forgets `key`: its request, when it was still tracked (nobody withdrew it).
+    pub fn untrack(&self, key: &str) -> Option<RequestId> {
+        lock(&self.state).editor.outstanding.remove(key)
     }
 
     pub fn is_tracked(&self, key: &str) -> bool {
-        self.state().editor.outstanding.contains_key(key)
-    }
-
-    /// The host closed `key` (answered elsewhere, withdrawn): withdraws its client request.
-    pub fn withdraw(&self, shared: &Shared, key: &str) {
-        let request = self.state().editor.outstanding.remove(key);
-        if let Some(r) = request {
-            shared.calls.cancel(&r);
-        }
+        lock(&self.state).editor.outstanding.contains_key(key)
     }
 
     // ---- editor terminals -----------------------------------------------------------------
 
-    pub fn add_terminal(&self, id: &str) {
-        self.state().editor.terminals.insert(id.to_string());
-    }
-
-    pub fn forget_terminal(&self, id: &str) {
-        self.state().editor.terminals.remove(id);
+    /// Editor terminal `id` was created (`open`) or released.
+    pub fn note_terminal(&self, id: &str, open: bool) {
+        let terminals = &mut lock(&self.state).editor.terminals;
+        if open {
+            terminals.insert(id.to_string());
+        } else {
+            terminals.remove(id);
+        }
     }
 
     pub fn take_terminals(&self) -> Vec<String> {
-        self.state().editor.terminals.drain().collect()
+        lock(&self.state).editor.terminals.drain().collect()
     }
 
     // ---- the stream position --------------------------------------------------------------
 
     /// Records the position a `session.open` snapshot gave.
     pub fn set_position(&self, seq: u64, epoch: &str, active_turn: Option<String>) {
-        let mut st = self.state();
+        let mut st = lock(&self.state);
         st.position.last_seq = seq;
         st.position.epoch = Some(epoch.to_string());
         st.position.active_turn = active_turn;
     }
 
-    /// Whether the stream position is valid for this host epoch (else `session.open` first).
-    pub fn positioned_for(&self, epoch: &str) -> bool {
-        self.state().position.epoch.as_deref() == Some(epoch)
-    }
-
-    pub fn last_seq(&self) -> u64 {
-        self.state().position.last_seq
-    }
-
-    /// Records a frame's sequence number and what it tells of the turns, the transcript, the
-    /// configuration and the goal; returns the turn the pending prompt waits for.
-    fn observe(&self, seq: Option<u64>, facts: projection::Facts) -> Option<String> {
-        let mut st = self.state();
-        if let Some(seq) = seq {
-            st.position.last_seq = seq;
-        }
-        if let Some(turn_id) = facts.turn_started {
-            st.position.active_turn = Some(turn_id.to_string());
-        }
-        if let Some(turn_id) = facts.turn_ended {
-            if st.position.active_turn.as_deref() == Some(turn_id) {
-                st.position.active_turn = None;
-            }
-            if st.unprompted.as_deref() == Some(turn_id) {
-                st.unprompted = None;
-            }
-        }
-        if let Some(through) = facts.through {
-            st.position.through = st.position.through.max(through);
-        }
-        if let Some(goal) = facts.goal {
-            see_goal(&mut st, goal);
-        }
-        st.prompt.as_ref().map(|p| p.turn_id.clone())
-    }
-
-    /// A turn this connection expected did not start (or ended): no longer followed for it.
-    pub fn turn_ended(&self, turn_id: &str) {
-        let ended = projection::Facts {
-            turn_ended: Some(turn_id),
-            ..Default::default()
-        };
-        self.observe(None, ended);
+    /// Where this connection is in the session's stream.
+    pub fn position(&self) -> Position {
+        lock(&self.state).position.clone()
     }
 
     /// A turn this connection starts without a prompt (`_session/steering`): followed from
     /// before it starts until its own end is seen — whatever the stream says of earlier turns
     /// or a re-read snapshot — and stopped by a cancel, a close or stdin's end, as a prompt's.
-    pub fn expect_turn(&self, turn_id: &str) {
-        self.state().unprompted = Some(turn_id.to_string());
-    }
-
-    /// The host is gone: the position means nothing any more.
-    pub fn forget_position(&self) {
-        let mut st = self.state();
-        st.position.epoch = None;
-        st.position.active_turn = None;
-    }
-
-    pub fn active_turn(&self) -> Option<String> {
-        self.state().position.active_turn.clone()
-    }
-
-    /// The last durable item seen.
-    pub fn through(&self) -> u64 {
-        self.state().position.through
+    /// `expected` false: it did not start after all (no longer followed for it).
+    pub fn expect_turn(&self, turn_id: &str, expected: bool) {
+        let mut st = lock(&self.state);
+        if expected {
+            st.unprompted = Some(turn_id.to_string());
+        } else {
+            let ended = projection::Facts {
+                turn_ended: Some(turn_id),
+                ..Default::default()
+            };
+            observe(&mut st, None, ended);
+        }
     }
 
     pub fn saw_through(&self, seq: u64) {
-        let mut st = self.state();
+        let mut st = lock(&self.state);
         st.position.through = st.position.through.max(seq);
     }
 
@@ -579,24 +429,29 @@ impl AcpSession {
 
     /// Marks a reader as running; false when one already runs.
     pub fn claim_reader(&self) -> bool {
-        let mut st = self.state();
-        !std::mem::replace(&mut st.reader_running, true)
+        let mut st = lock(&self.state);
+        !std::mem::replace(&mut st.position.reader, true)
     }
 
-    pub fn release_reader(&self) {
-        let mut st = self.state();
-        st.reader_running = false;
+    /// The reader stops; `host_gone`: its host is gone, so the position means nothing any
+    /// more.
+    pub fn release_reader(&self, host_gone: bool) {
+        let mut st = lock(&self.state);
+        st.position.reader = false;
         st.position.active_turn = None;
+        if host_gone {
+            st.position.epoch = None;
+        }
     }
 
     /// The reader's next step, decided (and, for `Stop`, recorded) in one section.
     pub fn reader_step(&self, default_epoch: &str) -> ReaderStep {
-        let mut st = self.state();
+        let mut st = lock(&self.state);
         if st.closed && st.prompt.is_some() {
             return ReaderStep::AnswerCancelled;
         }
         if st.closed || nothing_to_follow(&st) {
-            st.reader_running = false;
+            st.position.reader = false;
             return ReaderStep::Stop;
         }
         ReaderStep::Follow {
@@ -612,26 +467,14 @@ impl AcpSession {
 
     /// Whether nothing is left to follow (the followed turn is over, no prompt waits).
     pub fn idle(&self) -> bool {
-        nothing_to_follow(&self.state())
-    }
-
-    /// Follows the session's turns while its goal is live (they start without a prompt here).
-    pub fn follow_goal(
-        self: &Arc<Self>,
-        shared: &Arc<Shared>,
-        conn: &Connected,
-        goal: &crate::host_api::wire::Goal,
-    ) {
-        if self.goal_seen(goal) && goal.is_live() {
-            self.ensure_reader(shared, conn, None);
-        }
+        nothing_to_follow(&lock(&self.state))
     }
 
     /// A state of the goal (from the stream, or an answer): whether to keep following. An
     /// older state than one already seen changes nothing (a frame the reader is behind on
     /// must not undo a resume the client just made). Returns whether it was applied.
     pub fn goal_seen(&self, goal: &crate::host_api::wire::Goal) -> bool {
-        see_goal(&mut self.state(), goal)
+        see_goal(&mut lock(&self.state), goal)
     }
 
     /// Runs `op` (a host call that may call the editor) with the stream followed meanwhile,
@@ -642,122 +485,11 @@ impl AcpSession {
         conn: &Connected,
         op: impl FnOnce() -> T,
     ) -> T {
-        self.state().editor.ops += 1;
-        self.ensure_reader(shared, conn, None);
+        lock(&self.state).editor.ops += 1;
+        super::follow::ensure_reader(self, shared, conn, None);
         let out = op();
-        self.state().editor.ops -= 1;
+        lock(&self.state).editor.ops -= 1;
         out
-    }
-
-    /// The event stream a prompt will be followed on, opened before its turn starts: a turn
-    /// nobody can follow is never started. `None` when a reader already follows the session.
-    /// While the host's stream slots are full, retries for up to 5 s.
-    pub fn open_stream(&self, conn: &Connected) -> Result<Option<EventStream>, ResponseError> {
-        let (after, epoch) = {
-            let st = self.state();
-            if st.reader_running {
-                return Ok(None);
-            }
-            (
-                st.position.last_seq,
-                st.position
-                    .epoch
-                    .clone()
-                    .unwrap_or_else(|| conn.epoch.clone()),
-            )
-        };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match conn.events(&self.id, after, &epoch, 25_000, true) {
-                Ok(s) => return Ok(Some(s)),
-                // A prompt cancelled meanwhile stops waiting (its start answers it).
-                Err(ClientError::Host(h))
-                    if h.code == ErrorCode::CapacityExceeded
-                        && Instant::now() < deadline
-                        && !self.is_cancelling() =>
-                {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(ClientError::Host(h)) if h.code == ErrorCode::CapacityExceeded => {
-                    return Err(errors::capacity_exceeded("this prompt; it was not started"))
-                }
-                Err(e) => return Err(errors::from_client(&e)),
-            }
-        }
-    }
-
-    /// Starts the reader unless one is running; `first` is a stream already opened for it.
-    pub fn ensure_reader(
-        self: &Arc<Self>,
-        shared: &Arc<Shared>,
-        conn: &Connected,
-        first: Option<EventStream>,
-    ) {
-        if !self.claim_reader() {
-            return;
-        }
-        let (s, sh, c) = (Arc::clone(self), Arc::clone(shared), conn.clone());
-        let reader = crate::threads::spawn(format!("acp-session-{}", self.id), move || {
-            super::follow::run(s, sh, c, first)
-        });
-        if reader.is_none() {
-            self.state().reader_running = false;
-        }
-    }
-
-    // ---- replay and snapshots -------------------------------------------------------------
-
-    /// Shows the durable items after `after`, through `through` — `session/load`'s replay and a
-    /// reader's catch-up are this one loop — and records how far it got. `stop` is asked before
-    /// each page; `Ok(false)` when it said stop.
-    pub fn replay_transcript(
-        &self,
-        shared: &Shared,
-        conn: &Connected,
-        after: u64,
-        through: u64,
-        catching_up: bool,
-        stop: &dyn Fn() -> bool,
-    ) -> Result<bool, ClientError> {
-        let mut from = after;
-        while from < through {
-            if stop() {
-                return Ok(false);
-            }
-            let page = conn.call::<ops::TranscriptPage>(&ops::PageInput {
-                session_id: self.id.clone(),
-                direction: Some(ops::Direction::Newer),
-                cursor: Some(format!("n{from}")),
-                limit: Some(256),
-                max_bytes: None,
-                through_message_seq: Some(through),
-            })?;
-            let Some(last) = page.items.last().map(|i| i.message_seq) else {
-                break;
-            };
-            let frames: Vec<FrameBody> = page
-                .items
-                .iter()
-                .flat_map(projection::replay_frames)
-                .collect();
-            if catching_up {
-                self.show_caught_up(shared, &frames);
-            } else {
-                self.show(shared, &frames);
-            }
-            self.saw_through(last);
-            from = last;
-            if page.next_cursor.is_none() {
-                break;
-            }
-        }
-        Ok(true)
-    }
-
-    /// Shows what a `session.open` snapshot says is in flight (streamed but not yet durable text,
-    /// running tools); what was shown already is not shown again.
-    pub fn show_in_flight(&self, shared: &Shared, open: &OpenSnapshot) {
-        self.show(shared, &projection::snapshot_frames(open));
     }
 
     // ---- configuration ----------------------------------------------------------------------
@@ -832,4 +564,68 @@ fn withdraw_all(shared: &Shared, ids: Vec<RequestId>) {
     for id in &ids {
         shared.calls.cancel(id);
     }
+}
+
+/// `session/cancel`: asks the host to stop the turn (now, or as soon as `turn.start`
+/// returns) and withdraws every request this turn has open in the client.
+pub fn cancel(session: &AcpSession, shared: &Shared) {
+    if let Some(turn) = session.cancel_prompt(shared) {
+        stop_turn(shared, &session.id, &turn);
+    }
+}
+
+/// Sends `turn.stop` without blocking the caller.
+pub fn stop_turn(shared: &Shared, session_id: &str, turn_id: &str) {
+    stop_turns(
+        &shared.link,
+        vec![(session_id.to_string(), turn_id.to_string())],
+    );
+}
+
+/// The state, once `waiting` is false of it or `timeout` has passed (woken by
+/// [`AcpSession::finish_prompt`]).
+fn wait_while<'s>(
+    session: &'s AcpSession,
+    timeout: Duration,
+    waiting: impl Fn(&SessionState) -> bool,
+) -> std::sync::MutexGuard<'s, SessionState> {
+    let deadline = Instant::now() + timeout;
+    let mut st = lock(&session.state);
+    while waiting(&st) {
+        let left = deadline.checked_duration_since(Instant::now());
+        let Some(left) = left.filter(|d| !d.is_zero()) else {
+            break;
+        };
+        st = match session.prompt_done.wait_timeout(st, left) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+    }
+    st
+}
+
+/// Records a frame's sequence number and what it tells of the turns, the transcript, the
+/// configuration and the goal; returns the turn the pending prompt waits for.
+fn observe(st: &mut SessionState, seq: Option<u64>, facts: projection::Facts) -> Option<String> {
+    if let Some(seq) = seq {
+        st.position.last_seq = seq;
+    }
+    if let Some(turn_id) = facts.turn_started {
+        st.position.active_turn = Some(turn_id.to_string());
+    }
+    if let Some(turn_id) = facts.turn_ended {
+        if st.position.active_turn.as_deref() == Some(turn_id) {
+            st.position.active_turn = None;
+        }
+        if st.unprompted.as_deref() == Some(turn_id) {
+            st.unprompted = None;
+        }
+    }
+    if let Some(through) = facts.through {
+        st.position.through = st.position.through.max(through);
+    }
+    if let Some(goal) = facts.goal {
+        see_goal(st, goal);
+    }
+    st.prompt.as_ref().map(|p| p.turn_id.clone())
 }

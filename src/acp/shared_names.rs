@@ -95,7 +95,7 @@ pub fn steering(ctx: &Ctx, mut s: Steering) -> Result<Value, ResponseError> {
         }
         // A prompt of this client's whose turn is being started, or a turn another steer
         // just started: it will run, so the message is for it.
-        if (session.has_prompt() || started_by_another) && Instant::now() < deadline {
+        if (session.prompt_turn().is_some() || started_by_another) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         }

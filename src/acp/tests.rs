@@ -178,7 +178,7 @@ fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_res
         .unwrap();
     assert!(session.begin_prompt("t1", responder).is_ok());
     let conn = shared.link.current().unwrap();
-    session.ensure_reader(&shared, &conn, None);
+    super::follow::ensure_reader(&session, &shared, &conn, None);
 
     let out = lines_until(&lines, |v| v["id"] == 7);
     let shown: Vec<&str> = out
@@ -317,7 +317,7 @@ fn a_prompt_answered_at_exit_is_the_sessions_last_word() {
     session.answer_cancelled_at_exit(&shared); // a second call answers nothing
     let late = text(3, 0, "still running");
     assert!(session.apply(&shared, None, late.body.clone()).is_empty());
-    session.show(&shared, &[late.body]);
+    super::view::show(&session, &shared, &[late.body]);
 
     let out: Vec<Value> = lines
         .try_iter()
@@ -339,7 +339,7 @@ fn a_prompt_answered_at_exit_is_the_sessions_last_word() {
         ],
         "{out:?}"
     );
-    assert!(!session.has_prompt());
+    assert!(session.prompt_turn().is_none());
 }
 
 /// A host that answers every catch-up with "resync required" (a hostile or broken one) does
@@ -360,7 +360,7 @@ fn a_host_that_always_asks_for_a_resync_is_given_up_on_after_a_few_catch_ups() {
     let responder = requests.begin(RequestId::Int(7), "session/prompt").ok();
     assert!(session.begin_prompt("t1", responder.unwrap()).is_ok());
     let conn = shared.link.current().unwrap();
-    session.ensure_reader(&shared, &conn, None);
+    super::follow::ensure_reader(&session, &shared, &conn, None);
 
     let out = lines_until(&lines, |v| v["id"] == 7);
     let last = out.last().unwrap();
@@ -371,4 +371,45 @@ fn a_host_that_always_asks_for_a_resync_is_given_up_on_after_a_few_catch_ups() {
         .filter(|k| *k == "session.open")
         .count();
     assert_eq!(opens, super::follow::CATCH_UPS, "{:?}", host.called());
+}
+
+/// What a host frame becomes is decided in `projection/` alone: no other adapter file names a
+/// `FrameBody` variant (which any match on it, or any alias of it, needs). The host, which
+/// produces frames, and `host_api`, which defines them, are not the adapter; test files build
+/// frames to feed it.
+#[test]
+fn no_adapter_file_outside_projection_matches_on_frames() {
+    fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                rust_files(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = vec![];
+    rust_files(&src, &mut files);
+    let not_adapter = ["acp/projection/", "host/", "host_api/"];
+    let mut offenders = vec![];
+    for path in &files {
+        let rel = path
+            .strip_prefix(&src)
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        if not_adapter.iter().any(|p| rel.starts_with(p)) || rel.ends_with("tests.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("FrameBody::") || line.contains("FrameBody as") {
+                offenders.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    assert!(files.len() > 50, "the scan found the sources");
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
 }

@@ -99,11 +99,11 @@ pub fn start(ctx: &Ctx, r: Registered) {
     let id = session.id.clone();
     let conn = match ctx.host() {
         Ok(c) => c,
-        Err(e) => return session.fail_prompt(e),
+        Err(e) => return session.finish_prompt(Err(e)),
     };
     let stream = match prepare(ctx, &session, &conn) {
         Ok(s) => s,
-        Err(e) => return session.fail_prompt(e),
+        Err(e) => return session.finish_prompt(Err(e)),
     };
     if not_to_start(&session) {
         return; // the stream opened for it closes here
@@ -122,13 +122,13 @@ pub fn start(ctx: &Ctx, r: Registered) {
         TurnKind::Plan => plan(&conn, &id, &turn_id),
     };
     if let Err(e) = started {
-        return session.fail_prompt(e);
+        return session.finish_prompt(Err(e));
     }
     if session.prompt_started() {
         // session/cancel arrived while turn.start was in flight.
-        session.stop_turn(&ctx.shared, &turn_id);
+        super::session::stop_turn(&ctx.shared, &session.id, &turn_id);
     }
-    session.ensure_reader(&ctx.shared, &conn, stream);
+    super::follow::ensure_reader(&session, &ctx.shared, &conn, stream);
 }
 
 /// A turn no prompt waits for (`_session/steering` on an idle session): started and followed
@@ -164,14 +164,14 @@ pub fn start_followed<T>(
     let conn = ctx.host()?;
     let stream = prepare(ctx, session, &conn)?;
     // Followed until it ends, from before it starts.
-    session.expect_turn(turn_id);
+    session.expect_turn(turn_id, true);
     match start(&conn) {
         Ok(t) => {
-            session.ensure_reader(&ctx.shared, &conn, stream);
+            super::follow::ensure_reader(session, &ctx.shared, &conn, stream);
             Ok(t)
         }
         Err(e) => {
-            session.turn_ended(turn_id);
+            session.expect_turn(turn_id, false);
             Err(e)
         }
     }
@@ -186,7 +186,7 @@ fn prepare(
     conn: &Connected,
 ) -> Result<Option<crate::host_api::client::EventStream>, ResponseError> {
     let id = session.id.clone();
-    if !session.positioned_for(&conn.epoch) {
+    if session.position().epoch.as_deref() != Some(&conn.epoch) {
         // First prompt on this host epoch (or after a host restart): take a snapshot barrier.
         let input = OpenInput {
             session_id: id.clone(),
@@ -207,7 +207,7 @@ fn prepare(
         // A new host epoch has forgotten what this client can do.
         ctx.register_services(conn, &id)?;
     }
-    session.open_stream(conn)
+    super::follow::open_stream(session, conn)
 }
 
 /// A prompt cancelled before its turn started (the client's `session/cancel`, its closing the

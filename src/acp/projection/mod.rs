@@ -1144,6 +1144,20 @@ pub fn facts(body: &FrameBody) -> Facts<'_> {
     }
 }
 
+/// The frames the host emits for a plan change (a revision is also the legacy `plan`): what
+/// is shown of one made while no reader follows the session.
+pub fn plan_change_frames(plan: &crate::host_api::ops::PlanView, revised: bool) -> Vec<FrameBody> {
+    let mut frames = vec![];
+    if revised {
+        frames.push(FrameBody::PlanUpdate {
+            turn_id: String::new(),
+            entries: plan.entries.clone(),
+        });
+    }
+    frames.push(plan.frame());
+    frames
+}
+
 /// The notice a catch-up after a broken stream is told with (as the host's notices are: only
 /// to a client that shows notices), at snapshot position `seq`.
 pub fn caught_up_notice(seq: u64) -> FrameBody {

@@ -213,7 +213,7 @@ pub fn prompt_ended(
         match conn.call::<ops::GoalArm>(&armed.input) {
             Ok(goal) => {
                 session.emit(&shared, |view| (view.goal(&goal), ()));
-                session.follow_goal(&shared, &conn, &goal);
+                crate::acp::follow::follow_goal(&session, &shared, &conn, &goal);
             }
             Err(e) => {
                 // Told, not only logged: the client was answered `active` when it armed it.

@@ -255,7 +255,7 @@ pub fn plan_turn_start(ctx: &Ctx, c: PlanControl) -> Result<Value, ResponseError
     let session = owned(ctx, &c.session_id)?;
     // Busy is known before the plan is touched: nothing is approved for a turn that cannot
     // start.
-    if session.has_prompt() {
+    if session.prompt_turn().is_some() {
         return Err(errors::session_busy(&c.session_id));
     }
     let conn = ctx.host()?;
@@ -276,7 +276,7 @@ pub fn plan_turn_start(ctx: &Ctx, c: PlanControl) -> Result<Value, ResponseError
                "eventType": "execution_resumed", "proposalId": proposal_id(plan.revision),
                "executionId": execution_id(plan.revision)})
     };
-    if session.has_prompt() {
+    if session.prompt_turn().is_some() {
         return Err(errors::session_busy(&c.session_id));
     }
     let turn_id = c.turn_id.clone().unwrap_or_default();
@@ -293,7 +293,7 @@ pub fn plan_turn_start(ctx: &Ctx, c: PlanControl) -> Result<Value, ResponseError
             Ok(json!({"plan": plan_result, "turn": turn_snapshot(&turn)}))
         }
         ops::StartOutcome::Parked { reason } => {
-            session.turn_ended(&turn_id);
+            session.expect_turn(&turn_id, false);
             Err(MakaCode::PlanNotApproved
                 .error_with("The plan's turn could not start", json!({"reason": reason})))
         }

@@ -53,7 +53,7 @@ pub fn resume(ctx: &Ctx, r: Resume) -> Result<Value, ResponseError> {
     {
         return Ok(parked("resume_candidate_missing"));
     }
-    if session.has_prompt() {
+    if session.prompt_turn().is_some() {
         return Ok(parked("session_busy"));
     }
     let turn_id = format!("t_{}", crate::host_api::random_hex(8));
@@ -68,7 +68,7 @@ pub fn resume(ctx: &Ctx, r: Resume) -> Result<Value, ResponseError> {
     })?;
     Ok(match started {
         ops::StartOutcome::Parked { reason } => {
-            session.turn_ended(&turn_id);
+            session.expect_turn(&turn_id, false);
             parked(&reason)
         }
         ops::StartOutcome::Started { turn } => json!({
