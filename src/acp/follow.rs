@@ -93,20 +93,9 @@ pub fn run(
                 }
             };
             // The stream's own frames (its end, heartbeats, an omission) carry no sequence
-            // number; every other frame must be the next one, else catch up.
-            if projection::facts(&frame.body).sequenced {
-                let Some(seq) = frame.seq else { continue };
-                let last = session.position().last_seq;
-                if seq != last + 1 {
-                    log::warn!(
-                        "session {}: frame {seq} after {last}: re-opening",
-                        session.id
-                    );
-                    if !recover(&session, &shared, &conn, None) {
-                        return;
-                    }
-                    break;
-                }
+            // number; every other frame must (and must be the next one: `apply` checks).
+            if projection::facts(&frame.body).sequenced && frame.seq.is_none() {
+                continue;
             }
             match handle_frame(&session, &shared, &conn, frame) {
                 Flow::Next if session.idle() => break, // the followed turn is over: detach
@@ -300,7 +289,8 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
     });
     match catch_up(session, shared, conn, &open) {
         Ok(()) => {
-            session.apply(shared, None, projection::caught_up_notice(open.seq));
+            // Unnumbered: never out of sequence; its only effect is the notice shown.
+            let _ = session.apply(shared, None, projection::caught_up_notice(open.seq));
         }
         Err(e) => log::error!("session {}: catching up failed: {e}", session.id),
     }
@@ -393,7 +383,23 @@ fn handle_frame(
     frame: Frame,
 ) -> Flow {
     let Frame { seq, body, .. } = frame;
-    for effect in session.apply(shared, seq, body) {
+    let effects = match session.apply(shared, seq, body) {
+        Ok(effects) => effects,
+        Err(gap) => {
+            let seq = seq.unwrap_or_default();
+            log::warn!(
+                "session {}: frame {seq} after {}: re-opening",
+                session.id,
+                gap.last
+            );
+            return if recover(session, shared, conn, None) {
+                Flow::EndWindow
+            } else {
+                Flow::Stop
+            };
+        }
+    };
+    for effect in effects {
         match effect {
             Effect::Show(_) | Effect::Notify(_) => {} // sent by `apply`
             Effect::Ask(i, shown_in) => {

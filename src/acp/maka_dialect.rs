@@ -83,20 +83,9 @@ pub fn goal_status(shared: &Shared, session_id: &str, goal: &Value) {
 /// query).
 pub fn plan_changed(shared: &Shared, session_id: &str, plan: &crate::host_api::ops::PlanView) {
     if shared.caps.maka_goal_plan_status {
-        let params = plan_changed_params(session_id, plan);
+        let params = crate::acp::projection::maka::plan_changed(session_id, plan);
         shared.outbox.notify("_maka/plan/changed", &params);
     }
-}
-
-/// `_maka/plan/changed {sessionId, storeVersion, latestProposalId, activeExecutionId}`'s params.
-pub fn plan_changed_params(session_id: &str, plan: &crate::host_api::ops::PlanView) -> Value {
-    let page = routes::plan_page(session_id, plan);
-    json!({
-        "sessionId": session_id,
-        "storeVersion": page["storeVersion"],
-        "latestProposalId": page["latestProposalId"],
-        "activeExecutionId": page["activeExecutionId"],
-    })
 }
 
 // ---- permissions ----

@@ -126,6 +126,11 @@ pub struct AcpSession {
     hushed: AtomicBool,
 }
 
+/// A frame that does not follow the last one seen (`last`): the stream skipped some.
+pub struct OutOfSequence {
+    pub last: u64,
+}
+
 /// What the reader should do next.
 pub enum ReaderStep {
     /// Follow the stream after `after` in `epoch`.
@@ -167,15 +172,28 @@ impl AcpSession {
         r
     }
 
-    /// A live frame (`seq`: its sequence number): what it tells the bookkeeping is recorded,
-    /// then what it does ([`Projector::apply`]) — its updates and notifications are queued
-    /// here, in order, under the view lock; the other effects are returned for the reader to
-    /// perform, in order (after those: the prompt's answer never precedes them).
-    pub fn apply(&self, shared: &Shared, seq: Option<u64>, body: FrameBody) -> Vec<Effect> {
-        let prompt_turn = observe(&mut lock(&self.state), seq, projection::facts(&body));
+    /// A live frame (`seq`: its sequence number, which must follow the last one seen): what it
+    /// tells the bookkeeping is recorded, then what it does ([`Projector::apply`]) — its
+    /// updates and notifications are queued here, in order, under the view lock; the other
+    /// effects are returned for the reader to perform, in order (after those: the prompt's
+    /// answer never precedes them).
+    pub fn apply(
+        &self,
+        shared: &Shared,
+        seq: Option<u64>,
+        body: FrameBody,
+    ) -> Result<Vec<Effect>, OutOfSequence> {
+        let prompt_turn = {
+            let mut st = lock(&self.state);
+            let last = st.position.last_seq;
+            if seq.is_some_and(|seq| last.checked_add(1) != Some(seq)) {
+                return Err(OutOfSequence { last });
+            }
+            observe(&mut st, seq, projection::facts(&body))
+        };
         let mut view = lock(&self.view);
         if self.hushed.load(Ordering::Acquire) {
-            return vec![]; // answered at stdin's end: nothing more is shown, asked or told
+            return Ok(vec![]); // answered at stdin's end: nothing more is shown, asked or told
         }
         let mut rest = vec![];
         for effect in view.apply(body, Instant::now(), prompt_turn.as_deref()) {
@@ -192,7 +210,7 @@ impl AcpSession {
                 other => rest.push(other),
             }
         }
-        rest
+        Ok(rest)
     }
 
     // ---- the prompt ----------------------------------------------------------------------

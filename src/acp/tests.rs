@@ -5,7 +5,7 @@
 use super::agent::Ctx;
 use super::host_link::HostLink;
 use super::session::{AcpSession, Shared};
-use crate::host_api::client::HostApi;
+use crate::host_api::client::{ClientError, HostApi};
 use crate::host_api::fake::FakeHost;
 use crate::host_api::ops;
 use crate::host_api::wire::{
@@ -310,13 +310,17 @@ fn a_prompt_answered_at_exit_is_the_sessions_last_word() {
         parent_tool_call_id: None,
         name: None,
     };
-    assert!(session.apply(&shared, None, tool).is_empty());
+    assert!(session
+        .apply(&shared, None, tool)
+        .is_ok_and(|e| e.is_empty()));
     assert_eq!(session.cancel_prompt(&shared).as_deref(), Some("t1"));
 
     session.answer_cancelled_at_exit(&shared);
     session.answer_cancelled_at_exit(&shared); // a second call answers nothing
     let late = text(3, 0, "still running");
-    assert!(session.apply(&shared, None, late.body.clone()).is_empty());
+    assert!(session
+        .apply(&shared, None, late.body.clone())
+        .is_ok_and(|e| e.is_empty()));
     super::view::show(&session, &shared, &[late.body]);
 
     let out: Vec<Value> = lines
@@ -412,4 +416,69 @@ fn no_adapter_file_outside_projection_matches_on_frames() {
     }
     assert!(files.len() > 50, "the scan found the sources");
     assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
+/// The one rule for a lost host: any operation that finds the host not answering (a transport
+/// failure) forgets it, whichever call site made it, so the next call starts or finds a new
+/// one; an error the host answered with does not.
+#[test]
+fn any_host_call_that_finds_the_host_gone_forgets_it() {
+    struct Gone;
+    impl HostApi for Gone {
+        fn post(&self, _: &str, _: String) -> Result<(u16, String), ClientError> {
+            Err(ClientError::Transport("connection refused".into()))
+        }
+        fn events(
+            &self,
+            _: &str,
+            _: u64,
+            _: &str,
+            _: u64,
+            _: bool,
+        ) -> Result<crate::host_api::client::EventStream, ClientError> {
+            Err(ClientError::Transport("connection refused".into()))
+        }
+        fn is_alive(&self) -> bool {
+            false
+        }
+        fn shutdown(&self, _: u64) -> Result<(), ClientError> {
+            Ok(())
+        }
+        fn attach(&self) -> Result<Box<dyn Send>, ClientError> {
+            Ok(Box::new(()))
+        }
+    }
+    // A host that answers with an error is kept.
+    let (shared, _lines) = shared(Arc::new(FakeHost::default()));
+    let conn = shared.link.current().unwrap();
+    assert!(conn.call::<ops::ModelsList>(&ops::Empty {}).is_err());
+    assert!(shared.link.current().is_some());
+    // A host that does not answer is forgotten, by either kind of call.
+    for by_request in [false, true] {
+        let link = HostLink::connected(Arc::new(Gone), "e1");
+        let conn = link.current().unwrap();
+        if by_request {
+            assert!(conn.request::<ops::ModelsList>(&ops::Empty {}).is_err());
+        } else {
+            assert!(conn.call::<ops::ModelsList>(&ops::Empty {}).is_err());
+        }
+        assert!(link.current().is_none(), "by_request: {by_request}");
+    }
+}
+
+/// A host that numbers its frames up to `u64::MAX` does not make the sequence check overflow:
+/// any frame after that is out of sequence (the reader catches up), never a panic.
+#[test]
+fn a_frame_after_the_last_sequence_number_is_out_of_sequence() {
+    let (shared, _lines) = shared(Arc::new(FakeHost::default()));
+    let session = AcpSession::new("s", Default::default());
+    session.set_position(u64::MAX, "e1", None);
+    for seq in [0, 1, u64::MAX] {
+        let late = text(seq, 0, "x");
+        let applied = session.apply(&shared, late.seq, late.body);
+        assert!(applied.is_err_and(|gap| gap.last == u64::MAX), "seq {seq}");
+    }
+    session.set_position(4, "e1", None);
+    let next = text(5, 0, "x");
+    assert!(session.apply(&shared, next.seq, next.body).is_ok());
 }

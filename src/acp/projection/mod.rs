@@ -1,16 +1,19 @@
 //! Host frame → what the client sees: the one place this mapping lives. [`Projector::apply`]
-//! says, for every kind of frame, what a live frame does — the updates it shows and the
-//! [`Effect`]s the session's reader performs (a dialog, an editor call, a withdrawal, a
-//! configuration or goal announcement, the prompt's answer, a catch-up) — exhaustively: a new
-//! kind of frame does not compile until it is decided here. [`Projector::frame`] is its
-//! updates part, which `session/load` replay uses too: replay first turns each durable
-//! transcript item into the frame it was live ([`replay_frames`]), so a replayed turn shows
-//! what was streamed (modulo chunk boundaries). Pure: no I/O, no clocks (the caller passes
-//! `now` for output throttling).
+//! says, for every kind of frame, what a live frame does, as the messages that go out — the
+//! updates it shows, the notifications it sends (`_maka/turn_state`, `_maka/goal_update`,
+//! Maka's dialect's), the configuration it announces ([`config`]: the echo rule), the prompt's
+//! answer with its stop reason ([`answer`]), the dialogs and editor calls it starts, what it
+//! withdraws, a catch-up — exhaustively: a new kind of frame does not compile until it is
+//! decided here. The session's bookkeeping reads what a frame says through [`facts`].
+//! [`Projector::frame`] is its updates part, which `session/load` replay uses too: replay
+//! first turns each durable transcript item into the frame it was live ([`replay_frames`]), so
+//! a replayed turn shows what was streamed (modulo chunk boundaries). Pure: no I/O, no clocks
+//! (the caller passes `now` for output throttling).
 
 pub mod answer;
 pub mod config;
 mod content;
+pub mod maka;
 mod replay;
 mod subagents;
 #[cfg(test)]
@@ -19,10 +22,9 @@ mod tests;
 pub use content::{diff, iso8601};
 pub use replay::{replay_frames, snapshot_frames};
 
-use crate::acp::types::TurnStateNotification;
 use crate::acp::types::{
     Chunk, ContentBlock, NoticeSeverity, SessionUpdate, ToolCall, ToolCallContent, ToolCallStatus,
-    ToolCallUpdate,
+    ToolCallUpdate, TurnStateNotification,
 };
 use crate::host_api::wire::{
     Compaction, CompactionStatus, FrameBody, Goal, Interaction, InteractionRequest, Notice,
@@ -279,7 +281,7 @@ impl Projector {
                     entries: entries.clone(),
                     updated_at: None,
                 };
-                let params = crate::acp::maka_dialect::plan_changed_params(&self.session_id, &plan);
+                let params = maka::plan_changed(&self.session_id, &plan);
                 let told = Notification::Maka("_maka/plan/changed", params);
                 // A hint to query, before the plan is shown.
                 let mut out = vec![Effect::Notify(told)];
@@ -360,7 +362,7 @@ impl Projector {
             F::GoalUpdated { goal } => {
                 let session_id = self.session_id.clone();
                 let told = if self.shows.maka_goal_plan_status {
-                    let goal = crate::acp::maka_dialect::maka_goal(&goal);
+                    let goal = maka::maka_goal(&goal);
                     let params = json!({"sessionId": session_id, "goal": goal});
                     Notification::Maka("_maka/goal/status", params)
                 } else {

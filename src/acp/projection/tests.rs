@@ -1175,3 +1175,68 @@ fn output_pieces_are_bounded_and_whole() {
         "a character is never split, nor left behind"
     );
 }
+
+/// The echo rule, step by step: a client's own change is never echoed back; any other change
+/// is announced once; one seen while a write of the client is in flight waits for its end.
+#[test]
+fn a_clients_own_configuration_change_is_never_echoed_and_any_other_is_announced_once() {
+    use crate::acp::config_options::{SessionConfig, View};
+    use crate::host_api::wire::{Configuration, PermissionMode};
+    use config::{ConfigEcho, Reply};
+    let with = |mode| Configuration {
+        permission_mode: mode,
+        ..Configuration::default()
+    };
+    let kinds = |updates: Vec<SessionUpdate>| -> Vec<String> {
+        json_all(updates)
+            .iter()
+            .map(|u| u["sessionUpdate"].as_str().unwrap_or("?").to_string())
+            .collect()
+    };
+    let mut echo = ConfigEcho::new(View::default());
+    // Unknown until read: nothing to compare with, nothing announced.
+    assert!(echo.changed(1, &with(PermissionMode::Ask)).is_empty());
+    let read = SessionConfig {
+        revision: 1,
+        configuration: with(PermissionMode::Ask),
+    };
+    assert!(echo.read(Some(read), Some(PermissionMode::Ask)).is_some());
+    // The same revision (this client's own, or one it read): not news.
+    assert!(echo.changed(1, &with(PermissionMode::Bypass)).is_empty());
+    // Another's change: the options and the mode, once.
+    assert_eq!(
+        kinds(echo.changed(2, &with(PermissionMode::Bypass))),
+        ["config_option_update", "current_mode_update"]
+    );
+    assert!(echo.changed(2, &with(PermissionMode::Bypass)).is_empty());
+    // The client's own write: the change its write made arrives while the write is in
+    // flight; its response carries the options and the mode, so nothing is echoed.
+    echo.begin_write();
+    assert!(echo.changed(3, &with(PermissionMode::Explore)).is_empty());
+    let committed = SessionConfig {
+        revision: 3,
+        configuration: with(PermissionMode::Explore),
+    };
+    echo.read(Some(committed), None);
+    assert!(echo
+        .end_write(Reply::Options(Some(PermissionMode::Explore)))
+        .is_empty());
+    // A write answered `{}` (`session/set_mode`): the options follow, the mode it set does not.
+    echo.begin_write();
+    let committed = SessionConfig {
+        revision: 4,
+        configuration: with(PermissionMode::Ask),
+    };
+    echo.read(Some(committed), None);
+    assert_eq!(
+        kinds(echo.end_write(Reply::Empty(Some(PermissionMode::Ask)))),
+        ["config_option_update"]
+    );
+    // Another's change seen during a write that then failed: announced at the write's end.
+    echo.begin_write();
+    assert!(echo.changed(5, &with(PermissionMode::Bypass)).is_empty());
+    assert_eq!(
+        kinds(echo.end_write(Reply::Failed)),
+        ["config_option_update", "current_mode_update"]
+    );
+}

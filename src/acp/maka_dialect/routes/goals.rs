@@ -6,38 +6,7 @@ use crate::host_api::wire::TurnOutcome;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-/// Our goal as Maka's `Goal` (§1.2). Statuses: `waiting_for_approval` → `waiting`, `completed`
-/// → `achieved`, `cancelled` → `cleared`, a limit (`stopped`) → `max_iterations` /
-/// `budget_limited` / `stalled`, `failed` → `stalled`.
-pub fn maka_goal(g: &Goal) -> Value {
-    let status = match (g.status.as_str(), g.reason.as_deref()) {
-        ("waiting_for_approval", _) => "waiting",
-        ("completed", _) => "achieved",
-        ("cancelled", _) => "cleared",
-        ("stopped", Some("turn_limit")) => "max_iterations",
-        ("stopped", Some("token_limit")) => "budget_limited",
-        ("stopped" | "failed", _) => "stalled",
-        (other, _) => other,
-    };
-    let at = |s: &str| (g.status == s).then_some(g.updated_at);
-    json!({
-        "goalId": g.goal_id,
-        "revision": g.revision,
-        "sessionId": g.session_id,
-        "condition": g.objective,
-        "status": status,
-        "setAt": g.started_at,
-        "iterations": g.turns_run,
-        "maxIterations": g.limits.max_turns,
-        "consecutiveNoProgress": 0,
-        "blockCap": null,
-        "tokenBudget": g.limits.max_tokens,
-        "tokensSpent": g.tokens_used,
-        "lastReason": g.reason,
-        "achievedAt": at("completed"),
-        "pausedAt": at("paused"),
-    })
-}
+pub use crate::acp::projection::maka::maka_goal;
 
 /// `_maka/goal/query` in Maka's dialect → `{sessionId, goal: Goal | null}`.
 pub fn goal_query(ctx: &Ctx, input: ops::SessionRef) -> Result<Value, ResponseError> {

@@ -11,7 +11,7 @@ use crate::acp::params::{ParamResult, Params};
 use crate::acp::session::AcpSession;
 use crate::acp::types::to_json;
 use crate::host_api::ops::{self, ArtifactAnswer, ArtifactQueryInput};
-use crate::host_api::wire::{Goal, Session, TurnSnapshot};
+use crate::host_api::wire::{Session, TurnSnapshot};
 use crate::jsonrpc::ResponseError;
 use serde_json::{json, Value};
 use std::sync::Arc;

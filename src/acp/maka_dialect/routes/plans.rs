@@ -3,69 +3,8 @@
 use super::*;
 // ---- plans: a proposal per plan revision, an execution once approved ----
 
-fn proposal_id(revision: u64) -> String {
-    format!("proposal-{revision}")
-}
-
-fn execution_id(revision: u64) -> String {
-    format!("execution-{revision}")
-}
-
-/// The plan revision a proposal or execution id names.
-pub(super) fn revision_of(id: &str) -> Option<u64> {
-    id.strip_prefix("proposal-")
-        .or_else(|| id.strip_prefix("execution-"))?
-        .parse()
-        .ok()
-}
-
-fn steps(plan: &ops::PlanView) -> Value {
-    to_json(&plan.entries)
-}
-
-fn execution_active(plan: &ops::PlanView) -> bool {
-    plan.status == "approved" && plan.entries.iter().any(|e| e.status != "completed")
-}
-
-/// Our plan as Maka's page: its latest version is a proposal (`pending_approval`,
-/// `approved`, or `stale` once rejected); an approved one also has an execution.
-pub(in crate::acp::maka_dialect) fn plan_page(session_id: &str, plan: &ops::PlanView) -> Value {
-    let mut items = vec![];
-    let (mut latest, mut active) = (None, None);
-    if plan.revision > 0 {
-        let status = match plan.status.as_str() {
-            "approved" => "approved",
-            "rejected" => "stale",
-            _ => "pending_approval",
-        };
-        latest = Some(proposal_id(plan.revision));
-        items.push(json!({"kind": "proposal", "proposal": {
-            "proposalId": latest, "sessionId": session_id, "revision": plan.revision,
-            "status": status, "steps": steps(plan), "createdAt": plan.updated_at,
-        }}));
-        if plan.status == "approved" {
-            let running = execution_active(plan);
-            if running {
-                active = Some(execution_id(plan.revision));
-            }
-            items.push(json!({"kind": "execution", "execution": {
-                "executionId": execution_id(plan.revision), "proposalId": latest,
-                "sessionId": session_id,
-                "status": if running { "active" } else { "completed" },
-                "steps": steps(plan),
-            }}));
-        }
-    }
-    json!({
-        "kind": "page",
-        "sessionId": session_id,
-        "storeVersion": plan.revision,
-        "latestProposalId": latest,
-        "activeExecutionId": active,
-        "items": items,
-        "nextCursor": null,
-    })
-}
+pub(super) use crate::acp::projection::maka::revision_of;
+use crate::acp::projection::maka::{execution_id, plan_page, proposal_id};
 
 pub struct PlanQuery {
     session_id: String,

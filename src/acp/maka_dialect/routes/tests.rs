@@ -2,7 +2,8 @@
 
 use super::plans::revision_of;
 use super::*;
-use crate::host_api::wire::{GoalLimits, PlanEntry};
+use crate::acp::projection::maka::plan_page;
+use crate::host_api::wire::{Goal, GoalLimits, PlanEntry};
 
 fn goal(status: &str, reason: Option<&str>) -> Goal {
     Goal {
