@@ -82,6 +82,7 @@ impl Ctx {
             maka_turn_status: caps.maka_turn_status,
             maka_goal_plan_status: caps.maka_goal_plan_status,
             config_view: super::config_options::View::of(&self.shared),
+            forms: caps.elicitation_form,
         }
     }
 

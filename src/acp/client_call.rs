@@ -24,37 +24,6 @@ pub fn spawn(session: Arc<AcpSession>, shared: Arc<Shared>, conn: Connected, cal
 
 use super::projection::EditorCall as Call;
 
-/// The ACP request for a host service, or why there is none.
-fn request(
-    session_id: &str,
-    service: &str,
-    input: &Value,
-) -> Result<(&'static str, Value), String> {
-    let mut params = match input {
-        Value::Object(m) => Value::Object(m.clone()),
-        _ => return Err("the call's input is not an object".into()),
-    };
-    params["sessionId"] = json!(session_id);
-    let method = match service {
-        "fs.read_text_file" => "fs/read_text_file",
-        "fs.write_text_file" => "fs/write_text_file",
-        "terminal.create" => {
-            params["env"] = json!([]);
-            "terminal/create"
-        }
-        "terminal.output" => "terminal/output",
-        "terminal.wait_for_exit" => "terminal/wait_for_exit",
-        "terminal.kill" => "terminal/kill",
-        "terminal.release" => "terminal/release",
-        other => return Err(format!("this adapter does not perform {other}")),
-    };
-    // Optional fields are omitted rather than sent as null.
-    if let Value::Object(m) = &mut params {
-        m.retain(|_, v| !v.is_null());
-    }
-    Ok((method, params))
-}
-
 fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, mut call: Call) {
     if call.input_ref {
         let fetched = conn.call::<ClientCallInput>(&CallRef {
@@ -80,7 +49,7 @@ fn run(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected, mut ca
         result,
         error: None,
     };
-    let outcome = match request(&session.id, &call.service, &call.input) {
+    let outcome = match call.request(&session.id) {
         Err(e) => failed(e),
         // The client stopped reading requests' answers (stdin EOF): a release still goes out,
         // fire and forget, so no editor terminal is left behind.

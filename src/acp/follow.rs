@@ -340,13 +340,13 @@ pub(super) fn start_pending(
 ) {
     for i in &open.pending_interactions {
         if !session.is_tracked(&i.interaction_id) {
-            let shown_in = super::view::dialog(session, shared, i);
+            let asked = super::view::dialog(session, shared, i);
             interaction::spawn(
                 Arc::clone(session),
                 Arc::clone(shared),
                 conn.clone(),
                 i.clone(),
-                shown_in,
+                asked,
             );
         }
     }
@@ -402,10 +402,10 @@ fn handle_frame(
     for effect in effects {
         match effect {
             Effect::Show(_) | Effect::Notify(_) => {} // sent by `apply`
-            Effect::Ask(i, shown_in) => {
+            Effect::Ask(i, asked) => {
                 if !session.is_tracked(&i.interaction_id) {
                     let (session, shared) = (Arc::clone(session), Arc::clone(shared));
-                    interaction::spawn(session, shared, conn.clone(), i, shown_in);
+                    interaction::spawn(session, shared, conn.clone(), i, asked);
                 }
             }
             Effect::EditorCall(call) => {

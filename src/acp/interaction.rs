@@ -14,75 +14,63 @@
 //! that cannot be shown is answered "deny" / "no answer" at once.
 
 use super::host_link::Connected;
-use super::projection::diff;
-use super::session::{AcpSession, Shared};
-use super::types::{
-    to_json, PermissionOption, PermissionOptionKind, PermissionOutcome, PermissionReply,
-    RequestPermission, ToolCallContent, ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolKind,
+use super::projection::dialog::{
+    permission_params, Dialog, ALLOW_ONCE, ALLOW_SESSION, ALLOW_WORKSPACE, REJECT_WORKSPACE,
 };
+use super::session::{AcpSession, Shared};
+use super::types::{PermissionOutcome, PermissionReply};
 use crate::host_api::ops::{AnswerInput, InteractionAnswerOp};
 use crate::host_api::wire::{
-    Decision, Interaction, InteractionAnswer, InteractionRequest, Question, Review, RuleScope,
+    Decision, Interaction, InteractionAnswer, InteractionRequest, Question, RuleScope,
 };
 use crate::jsonrpc::CallResult;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-const ALLOW_ONCE: &str = "allow_once";
-const ALLOW_SESSION: &str = "allow_session";
-const ALLOW_WORKSPACE: &str = "allow_workspace";
-const REJECT: &str = "reject";
-const REJECT_WORKSPACE: &str = "reject_workspace";
-
 pub fn spawn(
     session: Arc<AcpSession>,
     shared: Arc<Shared>,
     conn: Connected,
     interaction: Interaction,
-    shown_in: Option<String>,
+    dialog: Dialog,
 ) {
     let name = format!("acp-ask-{}", interaction.interaction_id);
     // Without it the dialog stays pending; the host closes it with the turn.
     let _ = crate::threads::spawn(name, move || {
-        run(&session, &shared, &conn, interaction, shown_in)
+        run(&session, &shared, &conn, interaction, dialog)
     });
 }
 
-/// `shown_in`: the child session the dialog's call is shown in (else the session's own).
+/// Puts `dialog` (what the projection made of `interaction`) to the person and answers the host.
 fn run(
     session: &Arc<AcpSession>,
     shared: &Arc<Shared>,
     conn: &Connected,
     interaction: Interaction,
-    shown_in: Option<String>,
+    dialog: Dialog,
 ) {
     let id = interaction.interaction_id.clone();
-    let answer = match &interaction.request {
-        InteractionRequest::Permission { .. } | InteractionRequest::SandboxBoundary { .. } => {
-            let shown_in = shown_in.as_deref().unwrap_or(&session.id);
-            let params = to_json(&permission_params(shown_in, &interaction.request));
-            let bound = super::maka_dialect::permission_bound(
-                shared.dialect,
-                shared.link.tunables().permission_timeout_ms,
-            );
-            match ask(
-                session,
-                shared,
-                &id,
-                "session/request_permission",
-                params,
-                bound,
-            ) {
-                Answered(v) => Some(permission_answer(&interaction.request, &v)),
-                Withdrawn => None,
-                Refused(why) => Some(failed(&interaction.request, why)),
+    let request = &interaction.request;
+    let answer = match dialog {
+        Dialog::Unshown(answer) => Some(answer),
+        Dialog::Ask { method, params } => {
+            let bound = match request {
+                InteractionRequest::Question { .. } => None,
+                _ => super::maka_dialect::permission_bound(
+                    shared.dialect,
+                    shared.link.tunables().permission_timeout_ms,
+                ),
+            };
+            match (ask(session, shared, &id, method, params, bound), request) {
+                (Withdrawn, _) => None,
+                (Answered(v), InteractionRequest::Question { questions, .. }) => {
+                    Some(question_answer(questions, &v))
+                }
+                (Answered(v), _) => Some(permission_answer(request, &v)),
+                (Refused(why), _) => Some(failed(request, why)),
             }
         }
-        InteractionRequest::Question {
-            tool_call_id,
-            questions,
-        } => ask_questions(session, shared, &id, tool_call_id, questions),
     };
     let Some(answer) = answer else { return };
     let input = AnswerInput {
@@ -176,184 +164,6 @@ fn cut_reply(reply: &Value) -> String {
     }
 }
 
-fn option(id: &str, name: &str, kind: PermissionOptionKind) -> PermissionOption {
-    PermissionOption {
-        option_id: id.into(),
-        name: name.into(),
-        kind,
-    }
-}
-
-fn absolute_locations<'a>(paths: impl Iterator<Item = &'a str>) -> Option<Vec<ToolCallLocation>> {
-    let locs: Vec<ToolCallLocation> = paths
-        .filter(|p| p.starts_with('/'))
-        .map(|p| ToolCallLocation {
-            path: p.into(),
-            line: None,
-        })
-        .collect();
-    (!locs.is_empty()).then_some(locs)
-}
-
-/// The choices a permission dialog offers: what `rule` can keep, named so the person sees what
-/// "always" covers.
-fn permission_options(
-    rule: &Option<crate::host_api::wire::RuleTarget>,
-    review: Review,
-) -> Vec<PermissionOption> {
-    use PermissionOptionKind::{AllowAlways, AllowOnce, RejectAlways, RejectOnce};
-    if let Some(agent @ crate::host_api::wire::RuleTarget::Agent { .. }) = rule {
-        // A subagent's trust: once, or always for this very declaration, by name.
-        vec![
-            option(ALLOW_ONCE, "Allow once", AllowOnce),
-            option(
-                ALLOW_WORKSPACE,
-                &format!("Always allow {} in this workspace", agent.describe()),
-                AllowAlways,
-            ),
-            option(REJECT, "Reject", RejectOnce),
-        ]
-    } else if let Some(crate::host_api::wire::RuleTarget::InAgent {
-        name,
-        allow_always,
-        reject_always,
-        no_allow_once,
-        no_reject_once,
-    }) = rule
-    {
-        // A subagent's own dialog: its lasting options are its own to keep, and
-        // say so, with its words; only the choices it offered.
-        let mut options = vec![];
-        if !no_allow_once {
-            options.push(option(ALLOW_ONCE, "Allow once", AllowOnce));
-        }
-        if let Some(label) = allow_always {
-            options.push(option(
-                ALLOW_WORKSPACE,
-                &format!("Always allow in {name} ({label}; {name} remembers it)"),
-                AllowAlways,
-            ));
-        }
-        if !no_reject_once {
-            options.push(option(REJECT, "Reject", RejectOnce));
-        }
-        if let Some(label) = reject_always {
-            options.push(option(
-                REJECT_WORKSPACE,
-                &format!("Always reject in {name} ({label}; {name} remembers it)"),
-                RejectAlways,
-            ));
-        }
-        options
-    } else if let (Some(rule), false) = (rule, review == Review::Plan) {
-        // The rules the host can keep, named so the person sees what "always"
-        // covers. `allow_once` comes first and is the only one of its kind: clients
-        // that map options by kind, and auto-approvers, take the first `allow_once`,
-        // so nothing lasting is granted without being picked by name.
-        let what = rule.describe();
-        vec![
-            option(ALLOW_ONCE, "Allow once", AllowOnce),
-            option(
-                ALLOW_SESSION,
-                &format!("Allow {what} for this session"),
-                AllowAlways,
-            ),
-            option(
-                ALLOW_WORKSPACE,
-                &format!("Always allow {what} in this workspace"),
-                AllowAlways,
-            ),
-            option(REJECT, "Reject", RejectOnce),
-            option(
-                REJECT_WORKSPACE,
-                &format!("Always reject {what} in this workspace"),
-                RejectAlways,
-            ),
-        ]
-    } else if review == Review::Plan {
-        // Plan mode: approving the plan is what lets the agent start changing things.
-        vec![
-            option(ALLOW_ONCE, "Approve the plan and start", AllowOnce),
-            option(REJECT, "Keep planning", RejectOnce),
-        ]
-    } else {
-        // No rule can cover this call (a compound command, a file outside the
-        // working directory): once or not at all. Bypass mode stops the questions.
-        vec![
-            option(ALLOW_ONCE, "Allow once", AllowOnce),
-            option(REJECT, "Reject", RejectOnce),
-        ]
-    }
-}
-/// The dialog for a permission or a sandbox boundary (`question`s never get one).
-fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestPermission {
-    use PermissionOptionKind::{AllowOnce, RejectOnce};
-    let (tool_call, options) = match request {
-        InteractionRequest::Permission {
-            tool_call_id,
-            title,
-            review,
-            args,
-            locations,
-            diff: d,
-            rule,
-            ..
-        } => {
-            let kind = match review {
-                Review::Command => ToolKind::Execute,
-                Review::Edit | Review::Write => ToolKind::Edit,
-                Review::Plan => ToolKind::SwitchMode,
-                Review::Tool => ToolKind::Other,
-            };
-            let tool_call = ToolCallUpdate {
-                title: Some(title.clone()),
-                kind: Some(kind),
-                raw_input: args.clone(),
-                locations: absolute_locations(locations.iter().map(|l| l.path.as_str())),
-                content: d.as_ref().map(|d| vec![diff(d)]),
-                ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending)
-            };
-            let options = permission_options(rule, *review);
-            (tool_call, options)
-        }
-        InteractionRequest::SandboxBoundary {
-            tool_call_id,
-            paths,
-            justification,
-        } => {
-            let listed: Vec<String> = paths
-                .iter()
-                .map(|p| format!("{} ({})", p.path, p.access))
-                .collect();
-            let tool_call = ToolCallUpdate {
-                title: Some(format!(
-                    "Allow access outside the project: {}",
-                    listed.join(", ")
-                )),
-                content: Some(vec![ToolCallContent::text(justification)]),
-                locations: Some(
-                    absolute_locations(paths.iter().map(|p| p.path.as_str())).unwrap_or_default(),
-                ),
-                ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending)
-            };
-            let options = vec![
-                option(ALLOW_ONCE, "Allow access for this turn", AllowOnce),
-                option(REJECT, "Deny", RejectOnce),
-            ];
-            (tool_call, options)
-        }
-        InteractionRequest::Question { tool_call_id, .. } => (
-            ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending),
-            vec![],
-        ),
-    };
-    RequestPermission {
-        session_id: session_id.into(),
-        tool_call,
-        options,
-    }
-}
-
 fn deny(request: &InteractionRequest) -> InteractionAnswer {
     match request {
         InteractionRequest::SandboxBoundary { .. } => InteractionAnswer::SandboxBoundary {
@@ -435,77 +245,33 @@ fn permission_answer(request: &InteractionRequest, reply: &Value) -> Interaction
     }
 }
 
-fn ask_questions(
-    session: &Arc<AcpSession>,
-    shared: &Arc<Shared>,
-    id: &str,
-    tool_call_id: &str,
-    questions: &[Question],
-) -> Option<InteractionAnswer> {
-    if shared.caps.elicitation_form {
-        let mut properties = serde_json::Map::new();
-        for (i, q) in questions.iter().enumerate() {
-            let choices: Vec<Value> = q
+/// What the person chose in a question form (only an offered label counts as an answer).
+fn question_answer(questions: &[Question], reply: &Value) -> InteractionAnswer {
+    let accepted = reply.get("action").and_then(Value::as_str) == Some("accept");
+    let answers = (0..questions.len())
+        .map(|i| {
+            let a = reply
+                .pointer(&format!("/content/q{i}"))
+                .and_then(Value::as_str)?;
+            questions[i]
                 .options
                 .iter()
-                .map(|o| json!({"const": o.label, "title": o.label}))
-                .collect();
-            properties.insert(
-                format!("q{i}"),
-                json!({"type": "string", "title": q.question, "oneOf": choices}),
-            );
-        }
-        let message = if questions.len() == 1 {
-            questions[0].question.clone()
-        } else {
-            "The agent has some questions".to_string()
-        };
-        let params = json!({
-            "sessionId": session.id,
-            "toolCallId": tool_call_id,
-            "mode": "form",
-            "message": message,
-            "requestedSchema": {"type": "object", "properties": properties, "required": []},
-        });
-        return match ask(session, shared, id, "elicitation/create", params, None) {
-            Withdrawn => None,
-            Refused(_) => Some(InteractionAnswer::Question {
-                answers: vec![None; questions.len()],
-                unsupported: false,
-            }),
-            Answered(v) => {
-                let accepted = v.get("action").and_then(Value::as_str) == Some("accept");
-                let answers = (0..questions.len())
-                    .map(|i| {
-                        let a = v
-                            .pointer(&format!("/content/q{i}"))
-                            .and_then(Value::as_str)?;
-                        // Only an offered label counts as an answer.
-                        questions[i]
-                            .options
-                            .iter()
-                            .any(|o| o.label == a)
-                            .then(|| a.to_string())
-                    })
-                    .map(|a| if accepted { a } else { None })
-                    .collect();
-                Some(InteractionAnswer::Question {
-                    answers,
-                    unsupported: false,
-                })
-            }
-        };
+                .any(|o| o.label == a)
+                .then(|| a.to_string())
+        })
+        .map(|a| if accepted { a } else { None })
+        .collect();
+    InteractionAnswer::Question {
+        answers,
+        unsupported: false,
     }
-    // No form support: nothing is asked in a permission dialog (see the module docs).
-    Some(InteractionAnswer::Question {
-        answers: vec![None; questions.len()],
-        unsupported: true,
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::acp::types::to_json;
+    use crate::host_api::wire::Review;
     use crate::host_api::wire::{BoundaryPath, FileDiff, Location};
 
     #[test]

@@ -44,13 +44,13 @@ fn show_as(
     })
 }
 
-/// A dialog found waiting (a catch-up): as a live one ([`Projector::dialog`]) — the child
-/// session it is shown in, if any, its child's state shown.
+/// A dialog found waiting (a catch-up): as a live one ([`Projector::dialog`]) — what is
+/// asked, its child's state shown.
 pub fn dialog(
     session: &AcpSession,
     shared: &Shared,
     interaction: &crate::host_api::wire::Interaction,
-) -> Option<String> {
+) -> projection::dialog::Dialog {
     session.emit(shared, |view| view.dialog(interaction))
 }
 

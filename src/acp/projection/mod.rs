@@ -13,6 +13,8 @@
 pub mod answer;
 pub mod config;
 mod content;
+pub mod dialog;
+mod editor;
 pub mod maka;
 mod replay;
 mod subagents;
@@ -20,6 +22,7 @@ mod subagents;
 mod tests;
 
 pub use content::{diff, iso8601};
+pub use editor::EditorCall;
 pub use replay::{replay_frames, snapshot_frames};
 
 use crate::acp::types::{
@@ -135,6 +138,8 @@ pub struct Shows {
     pub maka_goal_plan_status: bool,
     /// How configuration options are shown.
     pub config_view: crate::acp::config_options::View,
+    /// Elicitation forms (`elicitation.form`): a question is asked in one.
+    pub forms: bool,
 }
 
 impl Projector {
@@ -199,10 +204,10 @@ impl Projector {
         }
     }
 
-    /// A dialog is put to the person: the session it is shown in (a delegation's child, for one
-    /// of its agent's calls), and — when it is about a delegation — that child's state
-    /// `requires_action`.
-    pub fn dialog(&mut self, interaction: &Interaction) -> (Vec<SessionUpdate>, Option<String>) {
+    /// A dialog is put to the person: what is asked ([`dialog::dialog`]: in the child session
+    /// a delegated agent's call is shown in, for one of its calls), and — when it is about a
+    /// delegation — that child's state `requires_action`.
+    pub fn dialog(&mut self, interaction: &Interaction) -> (Vec<SessionUpdate>, dialog::Dialog) {
         let (InteractionRequest::Permission { tool_call_id, .. }
         | InteractionRequest::SandboxBoundary { tool_call_id, .. }
         | InteractionRequest::Question { tool_call_id, .. }) = &interaction.request;
@@ -211,7 +216,10 @@ impl Projector {
             Some((d, _)) => self.child_state(&d, "requires_action"),
             None => vec![],
         };
-        (updates, shown_in)
+        let request = &interaction.request;
+        let forms = self.shows.forms;
+        let asked = dialog::dialog(request, &self.session_id, shown_in.as_deref(), forms);
+        (updates, asked)
     }
 
     /// The child of delegation `delegation` is in `state` now: shown when it was not already.
@@ -326,13 +334,13 @@ impl Projector {
             F::Notice { notice, .. } if self.shows.notices => show(self.live_notice(notice)),
             F::Notice { .. } | F::Compaction { .. } => show(self.frame(&body, now)),
             F::InteractionRequest { interaction } => {
-                let (waits, shown_in) = self.dialog(&interaction);
+                let (waits, asked) = self.dialog(&interaction);
                 let mut out = if waits.is_empty() {
                     vec![]
                 } else {
                     show(waits)
                 };
-                out.push(Effect::Ask(interaction, shown_in));
+                out.push(Effect::Ask(interaction, asked));
                 out
             }
             F::ClientCall {
@@ -1039,9 +1047,9 @@ pub enum Effect {
     Show(Vec<SessionUpdate>),
     /// Send this notification.
     Notify(Notification),
-    /// Put this dialog to the person (a thread of its own answers the host), in this child
-    /// session when it is about one of a delegated agent's calls shown there.
-    Ask(Interaction, Option<String>),
+    /// Put this interaction to the person so (a thread of its own sends it and answers the
+    /// host).
+    Ask(Interaction, dialog::Dialog),
     /// Make this request of the editor (a thread of its own answers the host).
     EditorCall(EditorCall),
     /// The host closed this dialog or editor call: withdraw it from the editor.
@@ -1085,16 +1093,6 @@ impl Notification {
 pub struct GoalUpdate {
     pub session_id: String,
     pub goal: Goal,
-}
-
-/// A call the host asks the editor to make (`client_call`).
-pub struct EditorCall {
-    pub invocation_id: String,
-    pub tool_call_id: Option<String>,
-    pub service: String,
-    pub input: Value,
-    /// The input is large and was not in the frame: fetch it with `client.call.input`.
-    pub input_ref: bool,
 }
 
 /// What a frame tells the session's bookkeeping (its position, its turns, its goal), read

@@ -478,8 +478,18 @@ fn wire(e: Effect) -> Value {
         Effect::Answer(Err(e), _) => {
             json!({"error": {"code": e.code, "message": e.message, "data": e.data}})
         }
-        Effect::Ask(i, shown_in) => json!({"ask": i.interaction_id, "shownIn": shown_in}),
-        Effect::EditorCall(c) => json!({"editorCall": c.service, "invocationId": c.invocation_id}),
+        Effect::Ask(i, dialog::Dialog::Ask { method, params }) => {
+            json!({"ask": i.interaction_id, "method": method, "params": params})
+        }
+        Effect::Ask(i, dialog::Dialog::Unshown(answer)) => {
+            json!({"ask": i.interaction_id, "unshown": answer})
+        }
+        Effect::EditorCall(c) => match c.request("s") {
+            Ok((method, params)) => {
+                json!({"editorCall": c.invocation_id, "method": method, "params": params})
+            }
+            Err(why) => json!({"editorCall": c.invocation_id, "refused": why}),
+        },
         Effect::Withdraw(id) => json!({"withdraw": id}),
         Effect::WindowEnd { session_removed } => {
             json!({"windowEnd": {"sessionRemoved": session_removed}})
@@ -581,7 +591,14 @@ fn every_kind_of_frame_has_its_effects() {
         ),
         (
             json!({"kind": "interaction_request", "interaction": interaction}),
-            json!([{"ask":"i1","shownIn":null}]),
+            json!([{"ask":"i1","unshown":{"answers":[null],"kind":"question","unsupported":true}}]),
+        ),
+        (
+            json!({"kind": "interaction_request", "interaction": {"interactionId": "i2",
+                "sessionId": "s", "turnId": "t", "status": "pending", "outcome": null,
+                "request": {"kind": "permission", "toolCallId": "c1", "toolName": "run_command",
+                    "title": "rm x", "review": "command", "rememberForTurnAllowed": false}}}),
+            json!([{"ask":"i2","method":"session/request_permission","params":{"options":[{"kind":"allow_once","name":"Allow once","optionId":"allow_once"},{"kind":"reject_once","name":"Reject","optionId":"reject"}],"sessionId":"s","toolCall":{"kind":"execute","status":"pending","title":"rm x","toolCallId":"c1"}}}]),
         ),
         (
             json!({"kind": "interaction_closed", "interactionId": "i1", "status": "closed",
@@ -612,9 +629,19 @@ fn every_kind_of_frame_has_its_effects() {
             json!([]),
         ),
         (
-            json!({"kind": "client_call", "invocationId": "v1", "service": "fs.read",
+            json!({"kind": "client_call", "invocationId": "v1", "service": "fs.read_text_file",
+                "input": {"path": "/w/a.rs", "line": null}, "inputRef": false}),
+            json!([{"editorCall":"v1","method":"fs/read_text_file","params":{"path":"/w/a.rs","sessionId":"s"}}]),
+        ),
+        (
+            json!({"kind": "client_call", "invocationId": "v2", "service": "terminal.create",
+                "input": {"command": "ls", "cwd": "/w"}, "inputRef": false}),
+            json!([{"editorCall":"v2","method":"terminal/create","params":{"command":"ls","cwd":"/w","env":[],"sessionId":"s"}}]),
+        ),
+        (
+            json!({"kind": "client_call", "invocationId": "v3", "service": "fs.delete",
                 "input": {}, "inputRef": false}),
-            json!([{"editorCall":"fs.read","invocationId":"v1"}]),
+            json!([{"editorCall":"v3","refused":"this adapter does not perform fs.delete"}]),
         ),
         (
             json!({"kind": "client_call_cancelled", "invocationId": "v1"}),
@@ -942,16 +969,17 @@ fn project_all(p: &mut Projector, frames: &[Value]) -> (Vec<(String, Value)>, us
         for e in p.apply(body, now, None) {
             match e {
                 Effect::Show(u) => out.extend(routed(u)),
-                Effect::Ask(i, shown_in) => {
+                Effect::Ask(i, asked) => {
                     asks += 1;
                     let InteractionRequest::Permission { tool_call_id, .. } = &i.request else {
                         panic!("a permission")
                     };
+                    let dialog::Dialog::Ask { params, .. } = asked else {
+                        panic!("a permission is asked")
+                    };
                     // Its dialog names the session its call is shown in.
-                    out.push((
-                        shown_in.unwrap_or_else(|| "s".into()),
-                        json!({"dialog": tool_call_id}),
-                    ));
+                    let shown_in = params["sessionId"].as_str().unwrap_or("?").to_string();
+                    out.push((shown_in, json!({"dialog": tool_call_id})));
                 }
                 _ => {}
             }
