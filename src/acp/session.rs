@@ -264,22 +264,11 @@ impl AcpSession {
     }
 
     /// The prompt could not start (no host, `turn.start` refused), or its turn ended: answers it
-    /// and wakes whoever waits for it (`session/close`). After the client's `session/cancel`
-    /// the answer is `cancelled`, whatever happened meanwhile (ACP).
+    /// ([`projection::answer::final_answer`]) and wakes whoever waits for it (`session/close`).
     pub fn finish_prompt(&self, result: Result<PromptResponse, ResponseError>) {
         let prompt = lock(&self.state).prompt.take();
         if let Some(p) = prompt {
-            let result = if p.cancel_requested {
-                Ok(PromptResponse::new(StopReason::Cancelled))
-            } else {
-                result
-            };
-            // Every answer names its turn (`_meta.maka.turnId`).
-            let result = result.map(|mut r| {
-                let meta = r.meta.get_or_insert_with(|| serde_json::json!({}));
-                meta["maka"]["turnId"] = serde_json::json!(p.turn_id);
-                r
-            });
+            let result = projection::answer::final_answer(result, &p.turn_id, p.cancel_requested);
             p.responder
                 .respond(result.map(|r| super::types::to_json(&r)));
         }

@@ -11,6 +11,22 @@ use serde_json::{json, Value};
 /// A prompt's answer.
 pub type Answer = Result<PromptResponse, ResponseError>;
 
+/// The answer a prompt for `turn_id` gets: after the client's `session/cancel` it is
+/// `cancelled`, whatever happened meanwhile (ACP); every answer names its turn
+/// (`_meta.maka.turnId`).
+pub fn final_answer(answer: Answer, turn_id: &str, cancelled: bool) -> Answer {
+    let answer = if cancelled {
+        Ok(PromptResponse::new(StopReason::Cancelled))
+    } else {
+        answer
+    };
+    answer.map(|mut r| {
+        let meta = r.meta.get_or_insert_with(|| json!({}));
+        meta["maka"]["turnId"] = json!(turn_id);
+        r
+    })
+}
+
 /// The turn's token usage on its prompt's answer: `_meta.quota` as claude-agent-acp,
 /// codex-acp and gemini-cli report it (the total and each model's: `token_count`,
 /// `model_usage`), and ACP's own unstable `usage` to a client that opted in. Nothing when the
@@ -168,5 +184,16 @@ mod quota_tests {
             quota["model_usage"][1]["token_count"]["total_tokens"],
             u64::MAX
         );
+    }
+
+    /// Every answer names its turn; after the client's cancel it is `cancelled`, whatever the
+    /// turn's end said (an error included).
+    #[test]
+    fn the_final_answer_names_its_turn_and_a_cancel_wins() {
+        let failed = Err(MakaCode::TurnFailed.error("The turn failed."));
+        let a = final_answer(failed.clone(), "t1", true).unwrap();
+        assert_eq!(a.stop_reason, StopReason::Cancelled);
+        assert_eq!(a.meta.unwrap()["maka"]["turnId"], "t1");
+        assert!(final_answer(failed, "t1", false).is_err());
     }
 }
