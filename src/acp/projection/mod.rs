@@ -1111,37 +1111,23 @@ pub struct Facts<'a> {
 
 /// What `body` tells the session's bookkeeping.
 pub fn facts(body: &FrameBody) -> Facts<'_> {
-    let facts = Facts {
+    let mut facts = Facts {
         sequenced: true,
         ..Facts::default()
     };
     match body {
         FrameBody::StreamEnd { .. }
         | FrameBody::Heartbeat { .. }
-        | FrameBody::FrameOmitted { .. } => Facts {
-            sequenced: false,
-            ..facts
-        },
-        FrameBody::TurnStarted { turn_id, .. } => Facts {
-            turn_started: Some(turn_id),
-            ..facts
-        },
-        FrameBody::TurnTerminal { turn_id, .. } => Facts {
-            turn_ended: Some(turn_id),
-            ..facts
-        },
+        | FrameBody::FrameOmitted { .. } => facts.sequenced = false,
+        FrameBody::TurnStarted { turn_id, .. } => facts.turn_started = Some(turn_id),
+        FrameBody::TurnTerminal { turn_id, .. } => facts.turn_ended = Some(turn_id),
         FrameBody::TranscriptAdvanced {
             through_message_seq,
-        } => Facts {
-            through: Some(*through_message_seq),
-            ..facts
-        },
-        FrameBody::GoalUpdated { goal } => Facts {
-            goal: Some(goal),
-            ..facts
-        },
-        _ => facts,
+        } => facts.through = Some(*through_message_seq),
+        FrameBody::GoalUpdated { goal } => facts.goal = Some(goal),
+        _ => {}
     }
+    facts
 }
 
 /// The frames the host emits for a plan change (a revision is also the legacy `plan`): what
