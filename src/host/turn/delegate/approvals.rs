@@ -10,55 +10,33 @@ impl Turn {
     pub(super) fn subagent_permission(
         &mut self,
         name: &str,
-        params: &Value,
+        asked: &RequestPermission,
         calls: &mut ChildCalls,
-    ) -> (Value, Option<Shown>) {
-        let options = params
-            .get("options")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let option_of = |kind: &str| {
-            options
-                .iter()
-                .find(|o| o.get("kind").and_then(Value::as_str) == Some(kind))
-        };
-        let id_of = |kinds: &[&str]| {
-            kinds
-                .iter()
-                .find_map(|k| option_of(k).and_then(|o| o.get("optionId").cloned()))
-        };
-        let label_of = |kind: &str| {
+    ) -> (PermissionReply, Option<Shown>) {
+        use PermissionOptionKind::{AllowAlways, AllowOnce, RejectAlways, RejectOnce};
+        let option_of = |kind: PermissionOptionKind| asked.options.iter().find(|o| o.kind == kind);
+        let id_of = |kind: PermissionOptionKind| option_of(kind).map(|o| o.option_id.clone());
+        let label_of = |kind: PermissionOptionKind| {
             // The agent's words, on one line and short: the dialog says whose they are.
-            option_of(kind)
-                .map(|o| agent_words(o.get("name").and_then(Value::as_str).unwrap_or(kind), 60))
+            option_of(kind).map(|o| agent_words(&o.name, 60))
         };
-        let tool_call = params.get("toolCall").cloned().unwrap_or(Value::Null);
-        let sub = tool_call
-            .get("toolCallId")
-            .and_then(Value::as_str)
-            .unwrap_or("");
+        let tool_call = &asked.tool_call;
+        let sub = tool_call.tool_call_id.as_str();
         // The dialog points at the call it is about: shown now if the agent did not announce
         // it first (as codex does for the commands it wants to run).
         let announced_now = !sub.is_empty() && calls.get(sub).is_none();
         let ours = if sub.is_empty() {
             None
         } else {
-            self.show_child(name, calls, sub, &tool_call, Seen::Dialog)
+            self.show_child(name, calls, sub, tool_call, Seen::Dialog)
         };
         let ours = ours.or_else(|| self.delegating.clone()).unwrap_or_default();
-        let title = agent_words(
-            tool_call
-                .get("title")
-                .and_then(Value::as_str)
-                .unwrap_or("an action"),
-            120,
-        );
+        let title = agent_words(tool_call.title.as_deref().unwrap_or("an action"), 120);
         // The agent writes its title; the command its dialog covers is named by the host, as
         // it is (invisible characters spelled out). One that cannot be shown whole and plain —
         // too long, or holding control or invisible characters — covers nothing: its
         // `terminal/create` is asked about again, by the host.
-        let shown = Shown::of(&tool_call, &self.cwd);
+        let shown = Shown::of(tool_call, &self.cwd);
         let title = match &shown {
             Some(Shown::Command(c)) if title != *c => {
                 format!("{title} (runs `{}`)", spelled_out(c, MAX_SHOWN_COMMAND))
@@ -90,11 +68,10 @@ impl Turn {
             PermissionMode::Explore => (false, false),
             PermissionMode::Ask => {
                 // The agent's own "always" choices reach the person, named as the agent's.
-                let (allow_always, reject_always) =
-                    (label_of("allow_always"), label_of("reject_always"));
+                let (allow_always, reject_always) = (label_of(AllowAlways), label_of(RejectAlways));
                 let (no_allow_once, no_reject_once) = (
-                    option_of("allow_once").is_none(),
-                    option_of("reject_once").is_none(),
+                    option_of(AllowOnce).is_none(),
+                    option_of(RejectOnce).is_none(),
                 );
                 let rule = (allow_always.is_some()
                     || reject_always.is_some()
@@ -112,7 +89,7 @@ impl Turn {
                     tool_name: "delegate".into(),
                     title: format!("{name}: {title}"),
                     review: Review::Tool,
-                    args: tool_call.get("rawInput").cloned(),
+                    args: tool_call.raw_input.clone(),
                     locations: vec![],
                     diff: None,
                     remember_for_turn_allowed: false,
@@ -132,14 +109,18 @@ impl Turn {
         // Only what was picked: a lasting option is never the stand-in for a missing one-off
         // (the agent would keep it); without the option, the answer is `cancelled`.
         let chosen = match (allowed, lasting) {
-            (true, true) => id_of(&["allow_always"]),
-            (true, false) => id_of(&["allow_once"]),
-            (false, true) => id_of(&["reject_always"]),
-            (false, false) => id_of(&["reject_once"]),
+            (true, true) => id_of(AllowAlways),
+            (true, false) => id_of(AllowOnce),
+            (false, true) => id_of(RejectAlways),
+            (false, false) => id_of(RejectOnce),
         };
-        let answer = match &chosen {
-            Some(option_id) => json!({"outcome": {"outcome": "selected", "optionId": option_id}}),
-            None => json!({"outcome": {"outcome": "cancelled"}}),
+        let answer = PermissionReply {
+            outcome: match &chosen {
+                Some(option_id) => PermissionOutcome::Selected {
+                    option_id: option_id.clone(),
+                },
+                None => PermissionOutcome::Cancelled,
+            },
         };
         if announced_now && (!allowed || chosen.is_none()) {
             // It will not run: settled now, not left open until the delegation ends.
@@ -220,29 +201,46 @@ pub(super) enum Shown {
 impl Shown {
     /// From the dialog's `toolCall`: its `rawInput.command` (a string or its words), else the
     /// one file it names (`rawInput.path` or its single location), resolved.
-    pub(super) fn of(tool_call: &Value, cwd: &Path) -> Option<Shown> {
-        if let Some(c) = tool_call.pointer("/rawInput/command") {
+    pub(super) fn of(tool_call: &ToolCallUpdate, cwd: &Path) -> Option<Shown> {
+        // `rawInput` is the agent's own tool's input (free-form in ACP): only these two
+        // fields are looked at, and only in an object.
+        let raw = tool_call
+            .raw_input
+            .as_ref()
+            .and_then(|r| ShownInput::deserialize(r).ok())
+            .unwrap_or_default();
+        if let Some(c) = raw.command {
             return match c {
-                Value::String(s) => Some(Shown::Command(s.clone())),
+                Value::String(s) => Some(Shown::Command(s)),
                 Value::Array(words) => Some(Shown::Command(permissions::shell_line(
                     &words.iter().filter_map(Value::as_str).collect::<Vec<_>>(),
                 ))),
                 _ => None,
             };
         }
-        let locations = tool_call.get("locations").and_then(Value::as_array);
-        let path = match locations.map(Vec::as_slice) {
-            Some([one]) => one.get("path").and_then(Value::as_str),
-            _ => tool_call.pointer("/rawInput/path").and_then(Value::as_str),
+        let path = match tool_call.locations.as_deref() {
+            Some([one]) => Some(one.path.as_str()),
+            _ => raw.path.as_ref().and_then(Value::as_str),
         }?;
-        let new_text = tool_call
-            .get("content")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .find(|c| c.get("type").and_then(Value::as_str) == Some("diff"))
-            .and_then(|c| c.get("newText").and_then(Value::as_str))
-            .map(String::from);
+        let new_text = tool_call.content.iter().flatten().find_map(|c| match c {
+            ToolCallContent::Diff { new_text, .. } => Some(new_text.clone()),
+            _ => None,
+        });
         Some(Shown::Write(tool_fs::resolve(cwd, path), new_text))
     }
+}
+
+/// What [`Shown::of`] reads of a `rawInput`: `command` and `path` as they are (`null` too:
+/// a command given as `null` shows nothing, so it covers nothing).
+#[derive(Default, Deserialize)]
+struct ShownInput {
+    #[serde(default, deserialize_with = "present")]
+    command: Option<Value>,
+    #[serde(default)]
+    path: Option<Value>,
+}
+
+/// A field that is there, whatever its value (`null` included).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }

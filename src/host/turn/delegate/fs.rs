@@ -5,11 +5,7 @@ use super::*;
 
 impl Turn {
     /// The agent's path, resolved, inside this session's folders.
-    pub(super) fn subagent_path(&self, params: &Value) -> Result<PathBuf, ResponseError> {
-        let p = params
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ResponseError::invalid_params("`path` is required"))?;
+    pub(super) fn subagent_path(&self, p: &str) -> Result<PathBuf, ResponseError> {
         if !Path::new(p).is_absolute() {
             return Err(ResponseError::invalid_params("`path` must be absolute"));
         }
@@ -23,23 +19,16 @@ impl Turn {
         Ok(path)
     }
 
-    pub(super) fn subagent_read(&mut self, params: &Value) -> Result<Value, ResponseError> {
-        let path = self.subagent_path(params)?;
+    pub(super) fn subagent_read(&mut self, asked: &ReadTextFile) -> Result<Value, ResponseError> {
+        let path = self.subagent_path(&asked.path)?;
         let text = tool_fs::current_text(self, &path).ok_or_else(|| {
             ResponseError::new(
                 code::RESOURCE_NOT_FOUND,
                 format!("{} cannot be read", path.display()),
             )
         })?;
-        let line = params
-            .get("line")
-            .and_then(Value::as_u64)
-            .unwrap_or(1)
-            .max(1) as usize;
-        let limit = params
-            .get("limit")
-            .and_then(Value::as_u64)
-            .map(|l| l as usize);
+        let line = asked.line.unwrap_or(1).max(1) as usize;
+        let limit = asked.limit.map(|l| l as usize);
         let content: String = match (line, limit) {
             (1, None) => text,
             _ => text
@@ -56,14 +45,11 @@ impl Turn {
     pub(super) fn subagent_write(
         &mut self,
         name: &str,
-        params: &Value,
+        asked: &WriteTextFile,
         approved: Option<Shown>,
     ) -> Result<Value, ResponseError> {
-        let path = self.subagent_path(params)?;
-        let content = params
-            .get("content")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ResponseError::invalid_params("`content` is required"))?;
+        let path = self.subagent_path(&asked.path)?;
+        let content = asked.content.as_str();
         let args = json!({"path": path.display().to_string(), "content": content});
         let shown =
             matches!(&approved, Some(Shown::Write(p, Some(t))) if *p == path && t == content);

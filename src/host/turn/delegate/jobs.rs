@@ -87,19 +87,15 @@ impl Turn {
     pub(super) fn agent_message(&mut self, job: &mut Job, message: Incoming) {
         let previous = self.delegating.replace(job.id.clone());
         let name = job.agent.name.clone();
-        let mut next = Some(message);
+        let mut next = Some(FromAgent::read(&name, message));
         while let Some(message) = next.take() {
-            if let Some(first) = answer_piece(&message) {
-                let first = first.to_string();
-                next = self.show_answer(job, first);
-                continue;
-            }
             match message {
-                Incoming::Notification(n) if n.method == "session/update" => {
-                    self.subagent_update(&job.id, &name, &n.params, &mut job.calls, &job.terminals)
+                FromAgent::Piece(first) => next = self.show_answer(job, first),
+                FromAgent::Update(u) => {
+                    self.subagent_update(&job.id, &name, u, &mut job.calls, &job.terminals)
                 }
-                Incoming::Notification(_) => {}
-                Incoming::Request(r, responder) => self.serve_subagent(
+                FromAgent::Nothing => {}
+                FromAgent::Request(r, responder) => self.serve_subagent(
                     &name,
                     r,
                     responder,
@@ -114,7 +110,7 @@ impl Turn {
 
     /// Shows `text`, a piece of the job's answer, with the pieces queued behind it; returns
     /// the first other message taken from the queue, to be handled next.
-    pub(super) fn show_answer(&mut self, job: &mut Job, mut text: String) -> Option<Incoming> {
+    pub(super) fn show_answer(&mut self, job: &mut Job, mut text: String) -> Option<FromAgent> {
         let mut next = None;
         // Bounded in messages too (empty pieces add no bytes): a cancel and the other jobs are
         // looked at again soon whatever the agent sends.
@@ -124,10 +120,10 @@ impl Turn {
             let Ok(m) = job.agent.incoming.try_recv() else {
                 break;
             };
-            match answer_piece(&m) {
-                Some(t) => text.push_str(t),
-                None => {
-                    next = Some(m);
+            match FromAgent::read(&job.agent.name, m) {
+                FromAgent::Piece(t) => text.push_str(&t),
+                other => {
+                    next = Some(other);
                     break;
                 }
             }
@@ -157,19 +153,26 @@ impl Turn {
         }
         let outcome = match answer {
             Ok(Ok(v)) => {
-                let reason = v
-                    .get("stopReason")
-                    .and_then(Value::as_str)
-                    .unwrap_or("end_turn");
                 self.settle_calls(&mut job.calls, "the agent finished without settling it");
-                match reason {
-                    "end_turn" if job.answer.trim().is_empty() => ToolOutcome::completed(
-                        format!("Agent {name} finished without an answer."),
-                        false,
-                    ),
-                    "end_turn" => ToolOutcome::completed(std::mem::take(&mut job.answer), false),
-                    other => ToolOutcome::failed(format!(
-                        "agent {name} stopped ({other}); its answer so far:\n{}",
+                match serde_json::from_value::<PromptResponse>(v).map(|r| r.stop_reason) {
+                    Ok(StopReason::EndTurn) if job.answer.trim().is_empty() => {
+                        ToolOutcome::completed(
+                            format!("Agent {name} finished without an answer."),
+                            false,
+                        )
+                    }
+                    Ok(StopReason::EndTurn) => {
+                        ToolOutcome::completed(std::mem::take(&mut job.answer), false)
+                    }
+                    Ok(other) => ToolOutcome::failed(format!(
+                        "agent {name} stopped ({}); its answer so far:\n{}",
+                        to_json(&other).as_str().unwrap_or("?"),
+                        job.answer
+                    )),
+                    // (An unknown stop reason too: the error names it.)
+                    Err(e) => ToolOutcome::failed(format!(
+                        "agent {name} answered its task with no stop reason ACP defines ({}); its answer so far:\n{}",
+                        crate::host_api::head(&e.to_string(), MAX_ERROR),
                         job.answer
                     )),
                 }
@@ -197,17 +200,177 @@ impl Turn {
     }
 }
 
-/// The text of an `agent_message_chunk` update (a piece of the agent's answer), if it is one.
-pub(super) fn answer_piece(message: &Incoming) -> Option<&str> {
-    let Incoming::Notification(n) = message else {
-        return None;
-    };
-    if n.method != "session/update" {
-        return None;
+/// The most of a parse error of an agent's message that is quoted (it may repeat the agent's
+/// words).
+pub(super) const MAX_ERROR: usize = 300;
+
+/// A message of a delegation's agent, read as ACP types.
+pub(super) enum FromAgent {
+    /// The text of an `agent_message_chunk`: a piece of its answer.
+    Piece(String),
+    /// Any other `session/update` (an unknown kind included, by name).
+    Update(AgentUpdate),
+    Request(Request, Responder),
+    /// A notification the host does not act on, or an update that does not read (logged).
+    Nothing,
+}
+
+impl FromAgent {
+    pub(super) fn read(agent: &str, message: Incoming) -> FromAgent {
+        let n = match message {
+            Incoming::Request(r, responder) => return FromAgent::Request(r, responder),
+            Incoming::Notification(n) if n.method == "session/update" => n,
+            Incoming::Notification(_) => return FromAgent::Nothing,
+        };
+        match serde_json::from_value::<SessionNotification>(n.params) {
+            Ok(SessionNotification {
+                update:
+                    AgentUpdate::Update(SessionUpdate::AgentMessageChunk(Chunk {
+                        content: ContentBlock::Text { text },
+                        ..
+                    })),
+                ..
+            }) => FromAgent::Piece(text),
+            Ok(n) => FromAgent::Update(n.update),
+            Err(e) => {
+                log::warn!(
+                    "agent {agent}: a session/update that does not read as ACP's is skipped: {}",
+                    crate::host_api::head(&e.to_string(), MAX_ERROR)
+                );
+                FromAgent::Nothing
+            }
+        }
     }
-    let u = n.params.get("update")?;
-    if u.get("sessionUpdate")?.as_str()? != "agent_message_chunk" {
-        return None;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jsonrpc::Notification;
+
+    fn update(u: Value) -> Incoming {
+        Incoming::Notification(Notification {
+            method: "session/update".into(),
+            params: json!({"sessionId": "s", "update": u}),
+        })
     }
-    u.get("content")?.get("text")?.as_str()
+
+    /// What each message of an agent becomes: a piece of its answer, an update shown, or
+    /// nothing (tolerated or refused, never a panic).
+    #[test]
+    fn an_agents_messages_read_as_acp_types() {
+        #[derive(Debug, PartialEq)]
+        enum Is {
+            Piece(&'static str),
+            ToolCall,
+            ToolCallUpdate,
+            Plan(usize),
+            Unknown(&'static str),
+            Other,
+            Nothing,
+        }
+        let rows: Vec<(&str, Incoming, Is)> = vec![
+            (
+                "a piece of the answer",
+                update(
+                    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "Hi"}}),
+                ),
+                Is::Piece("Hi"),
+            ),
+            (
+                "an image in the answer: not text, not shown",
+                update(
+                    json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "image", "data": "", "mimeType": "image/png"}}),
+                ),
+                Is::Other,
+            ),
+            (
+                "a thought: read, not shown",
+                update(
+                    json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hm"}}),
+                ),
+                Is::Other,
+            ),
+            (
+                "a tool call",
+                update(
+                    json!({"sessionUpdate": "tool_call", "toolCallId": "c", "title": "ls", "kind": "execute"}),
+                ),
+                Is::ToolCall,
+            ),
+            (
+                "an update",
+                update(
+                    json!({"sessionUpdate": "tool_call_update", "toolCallId": "c", "status": "completed"}),
+                ),
+                Is::ToolCallUpdate,
+            ),
+            (
+                "a plan",
+                update(
+                    json!({"sessionUpdate": "plan", "entries": [{"content": "a", "priority": "low", "status": "pending"}]}),
+                ),
+                Is::Plan(1),
+            ),
+            (
+                "a kind from the future",
+                update(json!({"sessionUpdate": "hologram", "x": 1})),
+                Is::Unknown("hologram"),
+            ),
+            (
+                "a call without an id: refused (logged), nothing shown",
+                update(json!({"sessionUpdate": "tool_call", "title": "ls"})),
+                Is::Nothing,
+            ),
+            (
+                "no update at all",
+                Incoming::Notification(Notification {
+                    method: "session/update".into(),
+                    params: json!({"sessionId": "s"}),
+                }),
+                Is::Nothing,
+            ),
+            (
+                "params that are not an object",
+                Incoming::Notification(Notification {
+                    method: "session/update".into(),
+                    params: json!([1, 2]),
+                }),
+                Is::Nothing,
+            ),
+            (
+                "another notification",
+                Incoming::Notification(Notification {
+                    method: "_agent/thing".into(),
+                    params: json!({}),
+                }),
+                Is::Nothing,
+            ),
+        ];
+        for (name, message, want) in rows {
+            let got = match FromAgent::read("helper", message) {
+                FromAgent::Piece(t) => {
+                    assert_eq!(Is::Piece("Hi"), want, "{name}: {t}");
+                    assert_eq!(t, "Hi");
+                    continue;
+                }
+                FromAgent::Update(AgentUpdate::ToolCall(_)) => Is::ToolCall,
+                FromAgent::Update(AgentUpdate::Update(SessionUpdate::ToolCallUpdate(_))) => {
+                    Is::ToolCallUpdate
+                }
+                FromAgent::Update(AgentUpdate::Update(SessionUpdate::Plan { entries })) => {
+                    Is::Plan(entries.len())
+                }
+                FromAgent::Update(AgentUpdate::Unknown(k)) => {
+                    assert_eq!(Is::Unknown("hologram"), want, "{name}");
+                    assert_eq!(k, "hologram");
+                    continue;
+                }
+                FromAgent::Update(_) => Is::Other,
+                FromAgent::Request(..) => panic!("{name}: a request"),
+                FromAgent::Nothing => Is::Nothing,
+            };
+            assert_eq!(got, want, "{name}");
+        }
+    }
 }

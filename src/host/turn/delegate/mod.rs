@@ -12,6 +12,14 @@
 //! [`terminals`] (commands); [`graph`] is graph mode.
 
 use super::*;
+use crate::acp::types::from_agents::{
+    AgentUpdate, CreateTerminal, ReadTextFile, SessionNotification, TerminalRef, WriteTextFile,
+};
+use crate::acp::types::{
+    to_json, Chunk, ContentBlock, PermissionOptionKind, PermissionOutcome, PermissionReply,
+    PromptResponse, RequestPermission, SessionUpdate, StopReason, ToolCallContent, ToolCallStatus,
+    ToolCallUpdate, ToolKind,
+};
 use crate::host::permissions;
 use crate::host::subagents::calls::{ChildCalls, Seen};
 use crate::host::subagents::client::Subagent;
@@ -20,6 +28,7 @@ use crate::host_api::wire::{
     Decision, Review, RuleScope, RuleTarget, ToolResultContent, ToolStatus,
 };
 use crate::jsonrpc::{code, Incoming, Request, Responder, ResponseError};
+use serde::Deserialize;
 use std::collections::HashMap;
 
 mod approvals;
@@ -32,6 +41,7 @@ mod terminals;
 mod updates;
 
 use approvals::{agent_words, Shown};
+use jobs::MAX_ERROR;
 
 /// What the model is told of continuing an agent's conversation.
 const SESSION_PARAM: &str = "continue an earlier conversation with the agent: the session its result named (e.g. \"helper#1\"); \"new\" starts a fresh one. Left out, the agent's latest session is continued unless another delegation of the same step is using it.";

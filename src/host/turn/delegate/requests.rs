@@ -16,27 +16,36 @@ impl Turn {
         terminals: &mut subagents::terminals::Terminals,
         allowed: &mut Option<Shown>,
     ) {
-        if r.method == "terminal/wait_for_exit" {
-            return terminals.wait_for_exit(&r.params, responder);
+        let Request { method, params, .. } = r;
+        if method == "terminal/wait_for_exit" {
+            return match read::<TerminalRef>(&method, params) {
+                Ok(t) => terminals.wait_for_exit(&t, responder),
+                Err(e) => responder.respond(Err(e)),
+            };
         }
-        let result = match r.method.as_str() {
+        let result = match method.as_str() {
             "session/request_permission" => {
-                let (answer, covers) = self.subagent_permission(name, &r.params, calls);
-                *allowed = covers;
-                Ok(answer)
+                // A new dialog: what an earlier one allowed covers nothing any more.
+                *allowed = None;
+                read::<RequestPermission>(&method, params).map(|asked| {
+                    let (answer, covers) = self.subagent_permission(name, &asked, calls);
+                    *allowed = covers;
+                    to_json(&answer)
+                })
             }
-            "fs/read_text_file" => self.subagent_read(&r.params),
+            "fs/read_text_file" => read(&method, params).and_then(|r| self.subagent_read(&r)),
             "fs/write_text_file" => {
                 let approved = allowed.take();
-                self.subagent_write(name, &r.params, approved)
+                read(&method, params).and_then(|w| self.subagent_write(name, &w, approved))
             }
             "terminal/create" => {
                 let approved = allowed.take();
-                self.subagent_terminal(name, &r.params, terminals, approved)
+                read(&method, params)
+                    .and_then(|c| self.subagent_terminal(name, &c, terminals, approved))
             }
-            "terminal/output" => terminals.output(&r.params),
-            "terminal/kill" => terminals.kill(&r.params),
-            "terminal/release" => terminals.release(&r.params),
+            "terminal/output" => read(&method, params).and_then(|t| terminals.output(&t)),
+            "terminal/kill" => read(&method, params).and_then(|t| terminals.kill(&t)),
+            "terminal/release" => read(&method, params).and_then(|t| terminals.release(&t)),
             other => Err(ResponseError::new(
                 code::METHOD_NOT_FOUND,
                 format!("maka-acp does not offer {other} to subagents"),
@@ -69,5 +78,88 @@ impl Turn {
                 Err(ResponseError::new(code::INVALID_REQUEST, why))
             }
         }
+    }
+}
+
+/// A request's params as the ACP type they are, else the error the agent is answered with
+/// (what does not read, and why).
+fn read<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, ResponseError> {
+    serde_json::from_value(params).map_err(|e| {
+        let why = e.to_string();
+        ResponseError::invalid_params(format!(
+            "{method}: {}",
+            crate::host_api::head(&why, MAX_ERROR)
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request whose params do not read as ACP's is answered "invalid params", naming the
+    /// method and what is wrong (and never runs).
+    #[test]
+    fn params_that_do_not_read_are_refused_saying_why() {
+        let rows: Vec<(&str, Value, &str)> = vec![
+            (
+                "terminal/create",
+                json!({"sessionId": "s"}),
+                "missing field `command`",
+            ),
+            (
+                "terminal/create",
+                json!({"sessionId": "s", "command": "ls", "args": ["-l", 5]}),
+                "invalid type: integer `5`",
+            ),
+            (
+                "terminal/create",
+                json!({"sessionId": "s", "command": "ls", "env": [{"name": "A"}]}),
+                "missing field `value`",
+            ),
+            (
+                "fs/write_text_file",
+                json!({"sessionId": "s", "path": "/a"}),
+                "missing field `content`",
+            ),
+            (
+                "fs/read_text_file",
+                json!({"sessionId": "s", "path": 3}),
+                "invalid type: integer `3`",
+            ),
+            ("terminal/output", json!(null), "invalid type: null"),
+            (
+                "session/request_permission",
+                json!({"sessionId": "s", "options": []}),
+                "missing field `toolCall`",
+            ),
+        ];
+        for (method, params, why) in rows {
+            let e = match method {
+                "terminal/create" => read::<CreateTerminal>(method, params).map(drop),
+                "fs/write_text_file" => read::<WriteTextFile>(method, params).map(drop),
+                "fs/read_text_file" => read::<ReadTextFile>(method, params).map(drop),
+                "terminal/output" => read::<TerminalRef>(method, params).map(drop),
+                _ => read::<RequestPermission>(method, params).map(drop),
+            }
+            .unwrap_err();
+            assert_eq!(e.code, code::INVALID_PARAMS, "{method}");
+            assert!(
+                e.message
+                    .starts_with(&format!("Invalid params: {method}: "))
+                    && e.message.contains(why),
+                "{method}: {}",
+                e.message
+            );
+        }
+        // A long value the agent sent is not quoted whole.
+        let long = "x".repeat(10_000);
+        let e = read::<ReadTextFile>(
+            "fs/read_text_file",
+            json!({"sessionId": "s", "path": "/a", "line": long}),
+        )
+        .unwrap_err();
+        assert!(e.message.contains("xxxx"), "{}", e.message);
+        assert!(e.message.len() < 400, "{}", e.message.len());
     }
 }

@@ -11,7 +11,7 @@ impl Turn {
     pub(super) fn subagent_terminal(
         &mut self,
         name: &str,
-        params: &Value,
+        asked: &CreateTerminal,
         terminals: &mut subagents::terminals::Terminals,
         approved: Option<Shown>,
     ) -> Result<Value, ResponseError> {
@@ -19,31 +19,20 @@ impl Turn {
         // the one `sh` line that runs it: what the gate judges, the dialog shows and a rule
         // keeps. A program path with a space or a tab in it is quoted, so no rule for the
         // program named by its first word covers it.
-        let program = params.get("command").and_then(Value::as_str).unwrap_or("");
-        let args = crate::host_api::string_list(params.get("args"));
-        let argv: Vec<&str> = std::iter::once(program)
-            .chain(args.iter().map(String::as_str))
+        let argv: Vec<&str> = std::iter::once(asked.command.as_str())
+            .chain(asked.args.iter().map(String::as_str))
             .collect();
         let line = permissions::shell_line(&argv);
-        let cwd = match params.get("cwd").and_then(Value::as_str) {
-            Some(_) => {
-                let p = json!({"path": params["cwd"]});
-                self.subagent_path(&p)?
-            }
+        let cwd = match &asked.cwd {
+            Some(folder) => self.subagent_path(folder)?,
             None => self.cwd.clone(),
         };
         // `sh -c X` runs X: a dialog that showed X showed this command.
-        let script = match (
-            params.get("command").and_then(Value::as_str),
-            params
-                .get("args")
-                .and_then(Value::as_array)
-                .map(Vec::as_slice),
-        ) {
-            (Some("sh" | "bash" | "/bin/sh" | "/bin/bash"), Some([flag, x]))
+        let script = match (asked.command.as_str(), asked.args.as_slice()) {
+            ("sh" | "bash" | "/bin/sh" | "/bin/bash", [flag, x])
                 if flag == "-c" || flag == "-lc" =>
             {
-                x.as_str()
+                Some(x.as_str())
             }
             _ => None,
         };
@@ -53,13 +42,7 @@ impl Turn {
         // kept rule or earlier dialog covers such a command (`VAR=…` and `cd … &&` are never
         // plain words): it is always put to the person.
         // A variable's name is shown as it is: only names a shell could set.
-        let bad_name = params
-            .get("env")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.get("name").and_then(Value::as_str))
-            .find(|n| !env_name(n));
+        let bad_name = asked.env.iter().map(|e| &e.name).find(|n| !env_name(n));
         if let Some(n) = bad_name {
             return Err(ResponseError::new(
                 code::INVALID_PARAMS,
@@ -68,18 +51,10 @@ impl Turn {
                 ),
             ));
         }
-        let env: Vec<String> = params
-            .get("env")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| {
-                Some(format!(
-                    "{}={}",
-                    e.get("name").and_then(Value::as_str)?,
-                    permissions::shell_word(e.get("value").and_then(Value::as_str)?)
-                ))
-            })
+        let env: Vec<String> = asked
+            .env
+            .iter()
+            .map(|e| format!("{}={}", e.name, permissions::shell_word(&e.value)))
             .collect();
         let mut gated = line.clone();
         if !env.is_empty() {
@@ -97,7 +72,7 @@ impl Turn {
                 if same_command(a, &line) || script.is_some_and(|x| same_command(a, x)));
         let args = json!({"command": gated});
         self.subagent_gate(name, "run_command", &args, &format!("run {gated}"), shown)?;
-        terminals.create(params, &argv, &cwd)
+        terminals.create(asked, &argv, &cwd)
     }
 }
 

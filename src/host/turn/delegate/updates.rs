@@ -5,51 +5,32 @@ use super::*;
 
 impl Turn {
     /// One `session/update` of the agent other than a piece of its answer
-    /// ([`Turn::agent_message`] shows those), shown in this session.
+    /// ([`Turn::agent_message`] shows those), shown in this session: its tool calls and its
+    /// plan; any other kind is not shown.
     pub(super) fn subagent_update(
         &mut self,
         parent: &str,
         name: &str,
-        params: &Value,
+        update: AgentUpdate,
         calls: &mut ChildCalls,
         terminals: &subagents::terminals::Terminals,
     ) {
-        let Some(u) = params.get("update") else {
-            return;
-        };
-        let kind = u.get("sessionUpdate").and_then(Value::as_str).unwrap_or("");
-        match kind {
-            "tool_call" | "tool_call_update" => {
-                let Some(sub) = u.get("toolCallId").and_then(Value::as_str) else {
-                    return;
-                };
-                // An update of a call it never announced is shown too (as a new call); a late
-                // one of a settled call is not.
-                let seen = if kind == "tool_call" {
-                    Seen::Announced
-                } else {
-                    Seen::Updated
-                };
-                if self.show_child(name, calls, sub, u, seen).is_none() {
-                    return;
-                }
-                calls.absorb(sub, u, |id| terminals.text_of(id));
-                if let Some(status) = u.get("status").and_then(Value::as_str) {
-                    self.sub_status(status, calls, sub);
-                }
+        match update {
+            AgentUpdate::ToolCall(u) => {
+                self.child_call(name, &u, Seen::Announced, calls, terminals)
             }
-            "plan" => {
-                let steps: Vec<String> = u
-                    .get("entries")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|e| {
-                        Some(format!(
+            AgentUpdate::Update(SessionUpdate::ToolCallUpdate(u)) => {
+                self.child_call(name, &u, Seen::Updated, calls, terminals)
+            }
+            AgentUpdate::Update(SessionUpdate::Plan { entries }) => {
+                let steps: Vec<String> = entries
+                    .iter()
+                    .map(|e| {
+                        format!(
                             "[{}] {}",
-                            e.get("status")?.as_str()?,
-                            e.get("content")?.as_str()?
-                        ))
+                            to_json(&e.status).as_str().unwrap_or("?"),
+                            e.content
+                        )
                     })
                     .collect();
                 let current = self.current_tool.replace(parent.to_string());
@@ -59,7 +40,28 @@ impl Turn {
                 );
                 self.current_tool = current;
             }
-            _ => {}
+            AgentUpdate::Update(_) | AgentUpdate::Unknown(_) => {}
+        }
+    }
+
+    /// A `tool_call` or `tool_call_update` of the agent: shown (an update of a call it never
+    /// announced too, as a new call; a late one of a settled call not), what it carries kept,
+    /// its status applied.
+    fn child_call(
+        &mut self,
+        name: &str,
+        u: &ToolCallUpdate,
+        seen: Seen,
+        calls: &mut ChildCalls,
+        terminals: &subagents::terminals::Terminals,
+    ) {
+        let sub = u.tool_call_id.as_str();
+        if self.show_child(name, calls, sub, u, seen).is_none() {
+            return;
+        }
+        calls.absorb(sub, u, |id| terminals.text_of(id));
+        if let Some(status) = u.status {
+            self.sub_status(status, calls, sub);
         }
     }
 
@@ -70,26 +72,23 @@ impl Turn {
         name: &str,
         calls: &mut ChildCalls,
         sub: &str,
-        u: &Value,
+        u: &ToolCallUpdate,
         seen: Seen,
     ) -> Option<String> {
         let (ours, new) = calls.open(sub, seen)?;
         if new {
-            let title = agent_words(
-                u.get("title").and_then(Value::as_str).unwrap_or("tool"),
-                120,
-            );
-            let kind = match u.get("kind").and_then(Value::as_str) {
-                Some("read") => "read",
-                Some("edit" | "delete" | "move") => "edit",
-                Some("search") => "search",
-                Some("execute") => "command",
+            let title = agent_words(u.title.as_deref().unwrap_or("tool"), 120);
+            let kind = match u.kind {
+                Some(ToolKind::Read) => "read",
+                Some(ToolKind::Edit | ToolKind::Delete | ToolKind::Move) => "edit",
+                Some(ToolKind::Search) => "search",
+                Some(ToolKind::Execute) => "command",
                 _ => "tool",
             };
-            let args = u.get("rawInput").cloned().unwrap_or(json!({}));
+            let args = u.raw_input.clone().unwrap_or(json!({}));
             // Its tool's name as the agent gives it (ACP `ToolCall.name`), only shown, when
             // it is a plain name — no `/`, so it never reads as one of this session's MCP tools.
-            let tool = u.get("name").and_then(Value::as_str).filter(|n| {
+            let tool = u.name.as_deref().filter(|n| {
                 (1..=64).contains(&n.len())
                     && n.chars()
                         .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
@@ -109,11 +108,11 @@ impl Turn {
     }
 
     /// A subagent tool call's status: running, or settled with what it showed.
-    pub(super) fn sub_status(&mut self, status: &str, calls: &mut ChildCalls, sub: &str) {
+    pub(super) fn sub_status(&mut self, status: ToolCallStatus, calls: &mut ChildCalls, sub: &str) {
         let settled = match status {
-            "completed" => ToolStatus::Completed,
-            "failed" => ToolStatus::Failed,
-            "in_progress" => {
+            ToolCallStatus::Completed => ToolStatus::Completed,
+            ToolCallStatus::Failed => ToolStatus::Failed,
+            ToolCallStatus::InProgress => {
                 let Some(ours) = calls.get(sub) else {
                     return;
                 };
