@@ -910,8 +910,9 @@ pub mod from_agents {
 }
 
 /// The schema's `x-deserialize-default-on-error`: an optional field whose value does not read
-/// as its type is left at its default, as if it were absent.
-fn default_on_error<'de, D, T>(d: D) -> Result<T, D::Error>
+/// as its type is left at its default, as if it were absent. (The host reads its own lenient
+/// inputs with it too.)
+pub(crate) fn default_on_error<'de, D, T>(d: D) -> Result<T, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: serde::de::DeserializeOwned + Default,

@@ -19,17 +19,9 @@ impl Turn {
             session: Option<String>,
         }
         let mut tasks: Vec<Task> = vec![];
-        for t in args
-            .get("tasks")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let (Some(tid), Some(agent), Some(task)) = (
-                t.get("id").and_then(Value::as_str),
-                t.get("agent").and_then(Value::as_str),
-                t.get("task").and_then(Value::as_str),
-            ) else {
+        for t in GraphArgs::of(args).tasks {
+            let t = GraphTask::deserialize(&t).unwrap_or_default();
+            let (Some(tid), Some(agent), Some(task)) = (t.id, t.call.agent, t.call.task) else {
                 return ToolOutcome::failed("every task needs `id`, `agent` and `task`".into());
             };
             if tid.is_empty()
@@ -46,11 +38,16 @@ impl Turn {
                 return ToolOutcome::failed(format!("two tasks have the id {tid:?}"));
             }
             tasks.push(Task {
-                id: tid.into(),
-                agent: agent.into(),
-                task: task.into(),
-                deps: crate::host_api::string_list(t.get("dependsOn")),
-                session: tools::text_arg(t, "session").map(String::from),
+                id: tid,
+                agent,
+                task,
+                deps: t
+                    .depends_on
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect(),
+                session: t.call.session,
             });
         }
         if tasks.is_empty() || tasks.len() > 32 {

@@ -88,11 +88,52 @@ pub(super) fn graph_spec(agents: &[AgentSpec]) -> Value {
     }})
 }
 
+/// A `delegate` call's arguments as the model gives them: a value of the wrong type is
+/// absent (the call then fails, saying what it needs).
+#[derive(Default, Deserialize)]
+struct DelegateArgs {
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    agent: Option<String>,
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    task: Option<String>,
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    session: Option<String>,
+}
+
+impl DelegateArgs {
+    fn of(args: &Value) -> DelegateArgs {
+        DelegateArgs::deserialize(args).unwrap_or_default()
+    }
+}
+
+/// A `delegate_graph` call's arguments: its tasks, each read by [`GraphTask`].
+#[derive(Default, Deserialize)]
+struct GraphArgs {
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    tasks: Vec<Value>,
+}
+
+/// One task of a graph: `id`, `agent` and `task` needed, `session` and `dependsOn` (its
+/// strings) optional.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GraphTask {
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    id: Option<String>,
+    #[serde(flatten)]
+    call: DelegateArgs,
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    depends_on: Vec<Value>,
+}
+
+impl GraphArgs {
+    fn of(args: &Value) -> GraphArgs {
+        GraphArgs::deserialize(args).unwrap_or_default()
+    }
+}
+
 pub(super) fn graph_plan(args: &Value) -> tools::ToolPlan {
-    let n = args
-        .get("tasks")
-        .and_then(Value::as_array)
-        .map_or(0, Vec::len);
+    let n = GraphArgs::of(args).tasks.len();
     tools::ToolPlan {
         title: format!("Delegate {n} tasks"),
         activity_kind: "tool",
@@ -103,10 +144,10 @@ pub(super) fn graph_plan(args: &Value) -> tools::ToolPlan {
 }
 
 /// A delegate call's `agent` and (non-empty) `task`.
-fn agent_and_task(args: &Value) -> Option<(&str, &str)> {
+fn agent_and_task(args: &DelegateArgs) -> Option<(&str, &str)> {
     Some((
-        tools::text_arg(args, "agent")?,
-        tools::text_arg(args, "task").filter(|t| !t.trim().is_empty())?,
+        args.agent.as_deref()?,
+        args.task.as_deref().filter(|t| !t.trim().is_empty())?,
     ))
 }
 
@@ -117,8 +158,9 @@ const NEEDS_AGENT_AND_TASK: &str = "delegate needs `agent` and `task`";
 const SWARM_PARALLEL: usize = 8;
 
 pub(super) fn plan(args: &Value) -> tools::ToolPlan {
-    let agent = args.get("agent").and_then(Value::as_str).unwrap_or("?");
-    let task = args.get("task").and_then(Value::as_str).unwrap_or("");
+    let args = DelegateArgs::of(args);
+    let agent = args.agent.as_deref().unwrap_or("?");
+    let task = args.task.as_deref().unwrap_or("");
     tools::ToolPlan {
         title: format!("{agent}: {}", tool_fs::cut_words(task, 60)),
         activity_kind: "tool",
@@ -161,12 +203,13 @@ struct Wanted {
 
 impl Wanted {
     fn of(id: &str, args: &Value) -> Option<Wanted> {
-        let (agent, task) = agent_and_task(args)?;
+        let args = DelegateArgs::of(args);
+        let (agent, task) = agent_and_task(&args)?;
         Some(Wanted {
             id: id.to_string(),
             agent: agent.to_string(),
             task: task.to_string(),
-            session: tools::text_arg(args, "session").map(String::from),
+            session: args.session.clone(),
         })
     }
 }
@@ -264,5 +307,53 @@ fn cancelled(name: &str) -> ToolOutcome {
             text: format!("The delegation to {name} was cancelled."),
         },
         truncated: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The model's arguments read typed, as leniently as before: a value of the wrong type is
+    /// absent, so the call fails saying what it needs.
+    #[test]
+    fn the_models_delegate_arguments_read_as_far_as_they_go() {
+        let rows = [
+            (json!({"agent": "a", "task": "t"}), Some(("a", "t", None))),
+            (
+                json!({"agent": "a", "task": "t", "session": "a#2", "extra": 1}),
+                Some(("a", "t", Some("a#2"))),
+            ),
+            (
+                json!({"agent": "a", "task": "t", "session": 2}),
+                Some(("a", "t", None)),
+            ),
+            (json!({"agent": 5, "task": "t"}), None),
+            (json!({"agent": "a", "task": "   "}), None),
+            (json!({"agent": "a"}), None),
+            (json!("delegate a t"), None),
+        ];
+        for (args, want) in rows {
+            let got = Wanted::of("c", &args).map(|w| (w.agent, w.task, w.session));
+            let want = want.map(|(a, t, s): (&str, &str, Option<&str>)| {
+                (a.to_string(), t.to_string(), s.map(String::from))
+            });
+            assert_eq!(got, want, "{args}");
+        }
+        let graph = json!({"tasks": [
+            {"id": "x", "agent": "a", "task": "t", "session": "new", "dependsOn": ["y", 3]},
+            "not a task",
+            {"id": 1}]});
+        assert_eq!(graph_plan(&graph).title, "Delegate 3 tasks");
+        let tasks: Vec<GraphTask> = GraphArgs::of(&graph)
+            .tasks
+            .iter()
+            .map(|t| GraphTask::deserialize(t).unwrap_or_default())
+            .collect();
+        assert_eq!(tasks[0].id.as_deref(), Some("x"));
+        assert_eq!(tasks[0].call.session.as_deref(), Some("new"));
+        assert_eq!(tasks[0].depends_on, [json!("y"), json!(3)]);
+        assert!(tasks[1].id.is_none() && tasks[2].id.is_none());
+        assert_eq!(graph_plan(&json!({"tasks": 5})).title, "Delegate 0 tasks");
     }
 }
