@@ -1,10 +1,11 @@
 //! The ACP v1 types this agent writes, as plain serde structs (the field names are the
-//! schema's, `../shared/acp/schema-v1/schema.json`), and the one reply it reads back typed (a
-//! permission answer). Only what this agent sends is here; the integration tests validate every
-//! line against the official schema as a cross-check.
+//! schema's, `tests/schema/schema.json`, schema 1.20.0), and the one reply the adapter reads
+//! back typed (a permission answer). The integration tests validate every line written against
+//! the official schema as a cross-check.
 //!
 //! The same types read what other agents send the host (a delegation's `session/update`s, its
-//! permission requests, its `fs/*` and `terminal/*` calls): "Reading other agents" below. They
+//! permission requests, its `fs/*` and `terminal/*` calls; what only the host reads is in
+//! [`from_agents`]), and every `session/update` kind of the schema but `subagent_update`. They
 //! read as the schema allows (`schema.json`'s `x-deserialize-default-on-error` and
 //! `x-deserialize-skip-invalid-items`): unknown fields are ignored, an optional field that does
 //! not read is absent, a list item that does not read is left out, an unknown tool kind is
