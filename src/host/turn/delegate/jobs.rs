@@ -87,7 +87,7 @@ impl Turn {
     pub(super) fn agent_message(&mut self, job: &mut Job, message: Incoming) {
         let previous = self.delegating.replace(job.id.clone());
         let name = job.agent.name.clone();
-        let mut next = Some(FromAgent::read(&name, message));
+        let mut next = Some(FromAgent::read(&name, message, &mut job.unread));
         while let Some(message) = next.take() {
             match message {
                 FromAgent::Piece(first) => next = self.show_answer(job, first),
@@ -120,7 +120,7 @@ impl Turn {
             let Ok(m) = job.agent.incoming.try_recv() else {
                 break;
             };
-            match FromAgent::read(&job.agent.name, m) {
+            match FromAgent::read(&job.agent.name, m, &mut job.unread) {
                 FromAgent::Piece(t) => text.push_str(&t),
                 other => {
                     next = Some(other);
@@ -204,6 +204,9 @@ impl Turn {
 /// words).
 pub(super) const MAX_ERROR: usize = 300;
 
+/// How many updates of one delegation that do not read are logged.
+const LOGGED_UNREAD: usize = 5;
+
 /// A message of a delegation's agent, read as ACP types.
 pub(super) enum FromAgent {
     /// The text of an `agent_message_chunk`: a piece of its answer.
@@ -216,7 +219,9 @@ pub(super) enum FromAgent {
 }
 
 impl FromAgent {
-    pub(super) fn read(agent: &str, message: Incoming) -> FromAgent {
+    /// `unread` counts the updates of this agent that did not read: the first
+    /// [`LOGGED_UNREAD`] are logged, so an agent that sends nothing else cannot flood the log.
+    pub(super) fn read(agent: &str, message: Incoming, unread: &mut usize) -> FromAgent {
         let n = match message {
             Incoming::Request(r, responder) => return FromAgent::Request(r, responder),
             Incoming::Notification(n) if n.method == "session/update" => n,
@@ -233,10 +238,18 @@ impl FromAgent {
             }) => FromAgent::Piece(text),
             Ok(n) => FromAgent::Update(n.update),
             Err(e) => {
-                log::warn!(
-                    "agent {agent}: a session/update that does not read as ACP's is skipped: {}",
-                    crate::host_api::head(&e.to_string(), MAX_ERROR)
-                );
+                *unread += 1;
+                if *unread <= LOGGED_UNREAD {
+                    log::warn!(
+                        "agent {agent}: a session/update that does not read as ACP's is skipped: {}{}",
+                        crate::host_api::head(&e.to_string(), MAX_ERROR),
+                        if *unread == LOGGED_UNREAD {
+                            " (further ones of this delegation are not logged)"
+                        } else {
+                            ""
+                        }
+                    );
+                }
                 FromAgent::Nothing
             }
         }
@@ -347,8 +360,9 @@ mod tests {
                 Is::Nothing,
             ),
         ];
+        let mut unread = 0;
         for (name, message, want) in rows {
-            let got = match FromAgent::read("helper", message) {
+            let got = match FromAgent::read("helper", message, &mut unread) {
                 FromAgent::Piece(t) => {
                     assert_eq!(Is::Piece("Hi"), want, "{name}: {t}");
                     assert_eq!(t, "Hi");
@@ -372,5 +386,9 @@ mod tests {
             };
             assert_eq!(got, want, "{name}");
         }
+        assert_eq!(
+            unread, 3,
+            "the refused updates are counted (and only the first logged)"
+        );
     }
 }

@@ -187,6 +187,8 @@ struct Job {
     /// showed it: it covers that very command's `terminal/create` or that file's write, and
     /// nothing else.
     allowed: Option<Shown>,
+    /// How many of its `session/update`s did not read (only the first few are logged).
+    unread: usize,
     /// The line its result ends with: the session handle that continues this conversation.
     session_note: String,
     outcome: Option<ToolOutcome>,

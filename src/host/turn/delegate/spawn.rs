@@ -215,6 +215,7 @@ impl Turn {
             incoming_open: true,
             terminals: Default::default(),
             allowed: None,
+            unread: 0,
             session_note,
             outcome: None,
         })
