@@ -154,25 +154,29 @@ impl Turn {
         let outcome = match answer {
             Ok(Ok(v)) => {
                 self.settle_calls(&mut job.calls, "the agent finished without settling it");
-                match serde_json::from_value::<PromptResponse>(v).map(|r| r.stop_reason) {
-                    Ok(StopReason::EndTurn) if job.answer.trim().is_empty() => {
-                        ToolOutcome::completed(
-                            format!("Agent {name} finished without an answer."),
-                            false,
-                        )
-                    }
-                    Ok(StopReason::EndTurn) => {
+                // An answer with no stop reason ACP defines (missing, or one a newer schema
+                // added) counts as the end of the turn, as it always did here: what the agent
+                // said is its answer, and a sloppy agent does not fail the delegation.
+                let reason = serde_json::from_value::<PromptResponse>(v)
+                    .map(|r| r.stop_reason)
+                    .unwrap_or_else(|e| {
+                        log::warn!(
+                            "agent {name} answered its task with no stop reason ACP defines ({}); taking it as end_turn",
+                            crate::host_api::head(&e.to_string(), MAX_ERROR)
+                        );
+                        StopReason::EndTurn
+                    });
+                match reason {
+                    StopReason::EndTurn if job.answer.trim().is_empty() => ToolOutcome::completed(
+                        format!("Agent {name} finished without an answer."),
+                        false,
+                    ),
+                    StopReason::EndTurn => {
                         ToolOutcome::completed(std::mem::take(&mut job.answer), false)
                     }
-                    Ok(other) => ToolOutcome::failed(format!(
+                    other => ToolOutcome::failed(format!(
                         "agent {name} stopped ({}); its answer so far:\n{}",
                         to_json(&other).as_str().unwrap_or("?"),
-                        job.answer
-                    )),
-                    // (An unknown stop reason too: the error names it.)
-                    Err(e) => ToolOutcome::failed(format!(
-                        "agent {name} answered its task with no stop reason ACP defines ({}); its answer so far:\n{}",
-                        crate::host_api::head(&e.to_string(), MAX_ERROR),
                         job.answer
                     )),
                 }
