@@ -277,7 +277,7 @@ fn what_an_agent_sends_is_read_as_acp_types_tolerating_what_the_schema_allows() 
     assert!(result.contains("odd done"), "{result}");
     assert!(
         !result.contains("stopped"),
-        "an unknown stop reason ends the turn, it does not fail the delegation: {result}"
+        "an answer without a stop reason ends the turn, it does not fail the delegation: {result}"
     );
     let streamed: String = updates
         .iter()

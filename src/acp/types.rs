@@ -25,6 +25,8 @@ pub enum SessionUpdate {
     UserMessageChunk(Chunk),
     AgentMessageChunk(Chunk),
     AgentThoughtChunk(Chunk),
+    /// (Read as [`from_agents::AgentUpdate::ToolCall`], with the fields a new call may carry.)
+    #[serde(skip_deserializing)]
     ToolCall(ToolCall),
     ToolCallUpdate(ToolCallUpdate),
     Plan {
@@ -750,6 +752,21 @@ pub mod from_agents {
     #![allow(dead_code)]
     use super::*;
 
+    /// Reads `T` from `v` only when `v` is a JSON object. serde's derived readers also take a
+    /// struct from an array, field by position, which no ACP message (nor any input of the host's)
+    /// means: `rawInput: ["rm -rf ~"]` is not a command.
+    pub(crate) fn read_object<'de, T: Deserialize<'de>>(
+        v: &'de Value,
+    ) -> Result<T, serde_json::Error> {
+        if !v.is_object() {
+            return Err(<serde_json::Error as serde::de::Error>::custom(format!(
+                "expected an object, found {}",
+                crate::jsonrpc::message::json_type(v)
+            )));
+        }
+        T::deserialize(v)
+    }
+
     /// `params.update` of a `session/update` another agent sends the host: the kinds it reads,
     /// typed; any other by name. A known kind that does not read (a required field missing or of
     /// the wrong type) is an error, which says what is wrong.
@@ -760,33 +777,21 @@ pub mod from_agents {
         ToolCall(ToolCallUpdate),
         /// Every other kind this crate reads ([`AgentUpdate::READ`]), typed.
         Update(SessionUpdate),
-        /// A kind this crate does not read (newer than its schema, or one it only writes):
-        /// tolerated, by name.
+        /// A kind the host does not use (or one newer than this crate's schema): tolerated, by
+        /// name.
         Unknown(String),
     }
 
     impl AgentUpdate {
-        /// The `sessionUpdate` kinds read typed (into [`SessionUpdate`]): all the schema's but
-        /// `subagent_update` (written only; its state names are this agent's own).
+        /// The `sessionUpdate` kinds read typed (into [`SessionUpdate`]): the ones the host
+        /// uses (a delegation's answer, its tool calls, its plan). Every other kind is taken by
+        /// name and not read further: a field the host would not use cannot make an update of
+        /// a kind it ignores "not read" (nor use up the log's budget for ones that matter).
         pub const READ: &'static [&'static str] = &[
-            "user_message_chunk",
             "agent_message_chunk",
-            "agent_thought_chunk",
             "tool_call",
             "tool_call_update",
             "plan",
-            "plan_update",
-            "plan_removed",
-            "available_commands_update",
-            "current_mode_update",
-            "config_option_update",
-            "session_info_update",
-            "usage_update",
-            "notice",
-            "compaction_update",
-            "compaction_summary_chunk",
-            "session_message",
-            "session_message_chunk",
         ];
     }
 
@@ -1013,9 +1018,9 @@ mod read_tests {
                 })),
             ),
             (
-                "thought piece",
+                "thought piece: not used by the host, by name",
                 json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "hmm"}}),
-                AgentUpdate::Update(SessionUpdate::AgentThoughtChunk(chunk("", "hmm"))),
+                AgentUpdate::Unknown("agent_thought_chunk".into()),
             ),
             (
                 "codex: a command announced",
@@ -1116,36 +1121,35 @@ mod read_tests {
                     ],
                 }),
             ),
+            // Kinds the host does not use are taken by name, whatever their fields: one the
+            // schema allows (an open enum value, a markdown plan, a bad optional field) is never
+            // "an update that does not read".
             (
                 "opencode: its commands",
                 json!({"sessionUpdate": "available_commands_update", "availableCommands": [
-                    {"name": "init", "description": "create AGENTS.md", "input": null}]}),
-                AgentUpdate::Update(SessionUpdate::AvailableCommandsUpdate {
-                    available_commands: vec![AvailableCommand {
-                        name: "init".into(),
-                        description: "create AGENTS.md".into(),
-                        input: None,
-                    }],
-                }),
+                    {"name": "init", "input": {}}]}),
+                AgentUpdate::Unknown("available_commands_update".into()),
             ),
             (
                 "a mode change",
                 json!({"sessionUpdate": "current_mode_update", "currentModeId": "plan"}),
-                AgentUpdate::Update(SessionUpdate::CurrentModeUpdate { current_mode_id: "plan".into() }),
+                AgentUpdate::Unknown("current_mode_update".into()),
             ),
             (
-                "a title; an updatedAt that is not a string is absent",
-                json!({"sessionUpdate": "session_info_update", "title": "Fix it", "updatedAt": 5}),
-                AgentUpdate::Update(SessionUpdate::SessionInfoUpdate {
-                    title: Some("Fix it".into()),
-                    updated_at: None,
-                    meta: None,
-                }),
+                "usage with a cost of another shape",
+                json!({"sessionUpdate": "usage_update", "used": 10, "size": 200000,
+                       "cost": {"amount": "1", "currency": "USD"}}),
+                AgentUpdate::Unknown("usage_update".into()),
             ),
             (
-                "usage",
-                json!({"sessionUpdate": "usage_update", "used": 10, "size": 200000}),
-                AgentUpdate::Update(SessionUpdate::UsageUpdate { used: 10, size: 200000, cost: None }),
+                "a notice of a severity newer than this crate",
+                json!({"sessionUpdate": "notice", "severity": "_debug", "title": "x", "description": 5}),
+                AgentUpdate::Unknown("notice".into()),
+            ),
+            (
+                "a markdown plan",
+                json!({"sessionUpdate": "plan_update", "plan": {"type": "markdown", "planId": "p", "markdown": "# x"}}),
+                AgentUpdate::Unknown("plan_update".into()),
             ),
             (
                 "a kind newer than this schema: tolerated, by name",
@@ -1221,6 +1225,18 @@ mod read_tests {
     }
 
     #[test]
+    fn a_struct_is_read_from_an_object_only() {
+        // serde's derive would read these by position.
+        let array = json!([1, {"loadSession": true}]);
+        assert!(from_agents::read_object::<PeerInitialize>(&array).is_err());
+        let params = json!(["s", {"sessionUpdate": "plan", "entries": []}]);
+        assert!(from_agents::read_object::<SessionNotification>(&params).is_err());
+        let object = json!({"protocolVersion": 1});
+        let read = from_agents::read_object::<PeerInitialize>(&object);
+        assert_eq!(read.ok().and_then(|p| p.protocol_version), Some(1));
+    }
+
+    #[test]
     fn every_kind_of_the_schema_is_read_or_named() {
         let schema: Value = serde_json::from_str(
             &std::fs::read_to_string(concat!(
@@ -1237,11 +1253,13 @@ mod read_tests {
             .map(|k| k["properties"]["sessionUpdate"]["const"].as_str().unwrap())
             .collect();
         assert!(kinds.len() >= 19, "{kinds:?}");
-        for k in kinds {
-            assert!(
-                AgentUpdate::READ.contains(&k) || k == "subagent_update",
-                "{k}: neither read nor named"
-            );
+        // A kind the host does not read is taken by name, whatever else the update holds.
+        for k in kinds.iter().filter(|k| !AgentUpdate::READ.contains(k)) {
+            let odd = json!({"sessionUpdate": k, "entries": 5, "content": [], "_meta": 1});
+            assert_eq!(read(odd), Ok(AgentUpdate::Unknown(k.to_string())), "{k}");
+        }
+        for k in AgentUpdate::READ {
+            assert!(kinds.contains(k), "{k}: not a kind of the schema");
         }
     }
 

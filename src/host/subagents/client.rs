@@ -5,6 +5,7 @@
 //! turn to serve.
 
 use super::AgentSpec;
+use crate::acp::types::from_agents::read_object;
 use crate::acp::types::from_agents::PeerInitialize;
 use crate::acp::types::SessionSetup;
 use crate::host::child_peer::ChildPeer;
@@ -70,8 +71,13 @@ impl Subagent {
             timeout,
         );
         let init = match init.and_then(|v| {
-            serde_json::from_value::<PeerInitialize>(v)
-                .map_err(|e| format!("its answer is not ACP's InitializeResponse ({e})"))
+            read_object::<PeerInitialize>(&v).map_err(|e| {
+                let why = e.to_string();
+                format!(
+                    "its answer is not ACP's InitializeResponse ({})",
+                    crate::host_api::head(&why, 300)
+                )
+            })
         }) {
             Ok(init) => init,
             Err(e) => {
@@ -99,7 +105,7 @@ impl Subagent {
             json!({"cwd": cwd, "mcpServers": []}),
             timeout,
         ) {
-            Ok(v) => match serde_json::from_value::<SessionSetup>(v)
+            Ok(v) => match read_object::<SessionSetup>(&v)
                 .ok()
                 .and_then(|r| r.session_id)
                 .as_deref()

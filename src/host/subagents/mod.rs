@@ -12,6 +12,7 @@ pub mod client;
 pub mod sandbox;
 pub mod terminals;
 
+use crate::acp::types::from_agents::read_object;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
@@ -164,7 +165,7 @@ struct Declared {
 }
 
 fn parse(map: &Value, source: &'static str, problems: &mut Vec<String>) -> Vec<AgentSpec> {
-    let agents = Declarations::deserialize(map).unwrap_or_default().agents;
+    let agents = read_object::<Declarations>(map).unwrap_or_default().agents;
     let mut out = vec![];
     for (name, spec) in &agents {
         let valid_name = !name.is_empty()
@@ -172,7 +173,7 @@ fn parse(map: &Value, source: &'static str, problems: &mut Vec<String>) -> Vec<A
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        let declared = Declared::deserialize(spec).ok();
+        let declared = read_object::<Declared>(spec).ok();
         let Some((declared, command)) = declared.and_then(|mut d| d.command.take().map(|c| (d, c)))
         else {
             problems.push(format!("agent {name:?} ({source}) has no `command`"));

@@ -3,6 +3,7 @@
 //! what such a dialog showed ([`Shown`]), which alone an earlier "allow" covers.
 
 use super::*;
+use crate::acp::types::from_agents::read_object;
 
 impl Turn {
     /// The answer for the agent, and the command the person allowed when the dialog showed
@@ -207,7 +208,7 @@ impl Shown {
         let raw = tool_call
             .raw_input
             .as_ref()
-            .and_then(|r| ShownInput::deserialize(r).ok())
+            .and_then(|r| read_object::<ShownInput>(r).ok())
             .unwrap_or_default();
         if let Some(c) = raw.command {
             return match c {

@@ -2,6 +2,7 @@
 //! [`GRAPH_PARALLEL`] agents, each wave's tasks given the results they depend on.
 
 use super::*;
+use crate::acp::types::from_agents::read_object;
 
 /// At most this many agents run at once in a graph's wave.
 const GRAPH_PARALLEL: usize = 4;
@@ -20,7 +21,7 @@ impl Turn {
         }
         let mut tasks: Vec<Task> = vec![];
         for t in GraphArgs::of(args).tasks {
-            let t = GraphTask::deserialize(&t).unwrap_or_default();
+            let t = read_object::<GraphTask>(&t).unwrap_or_default();
             let (Some(tid), Some(agent), Some(task)) = (t.id, t.call.agent, t.call.task) else {
                 return ToolOutcome::failed("every task needs `id`, `agent` and `task`".into());
             };

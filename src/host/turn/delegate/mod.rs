@@ -12,13 +12,14 @@
 //! [`terminals`] (commands); [`graph`] is graph mode.
 
 use super::*;
+use crate::acp::types::from_agents::read_object;
 use crate::acp::types::from_agents::{
     AgentUpdate, CreateTerminal, ReadTextFile, SessionNotification, TerminalRef, WriteTextFile,
 };
 use crate::acp::types::{
     to_json, Chunk, ContentBlock, PermissionOptionKind, PermissionOutcome, PermissionReply,
-    PromptResponse, RequestPermission, SessionUpdate, StopReason, ToolCallContent, ToolCallStatus,
-    ToolCallUpdate, ToolKind,
+    RequestPermission, SessionUpdate, StopReason, ToolCallContent, ToolCallStatus, ToolCallUpdate,
+    ToolKind,
 };
 use crate::host::permissions;
 use crate::host::subagents::calls::{ChildCalls, Seen};
@@ -102,7 +103,7 @@ struct DelegateArgs {
 
 impl DelegateArgs {
     fn of(args: &Value) -> DelegateArgs {
-        DelegateArgs::deserialize(args).unwrap_or_default()
+        read_object::<DelegateArgs>(args).unwrap_or_default()
     }
 }
 
@@ -128,7 +129,7 @@ struct GraphTask {
 
 impl GraphArgs {
     fn of(args: &Value) -> GraphArgs {
-        GraphArgs::deserialize(args).unwrap_or_default()
+        read_object::<GraphArgs>(args).unwrap_or_default()
     }
 }
 

@@ -2,6 +2,7 @@
 //! and the one gate its actions pass (the model's own, its dialogs titled by the host).
 
 use super::*;
+use crate::acp::types::from_agents::read_object;
 
 impl Turn {
     /// A request of the agent: permissions go to the person (by this session's mode), files are
@@ -84,7 +85,7 @@ impl Turn {
 /// A request's params as the ACP type they are, else the error the agent is answered with
 /// (what does not read, and why).
 fn read<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, ResponseError> {
-    serde_json::from_value(params).map_err(|e| {
+    read_object(&params).map_err(|e| {
         let why = e.to_string();
         ResponseError::invalid_params(format!(
             "{method}: {}",
@@ -127,7 +128,11 @@ mod tests {
                 json!({"sessionId": "s", "path": 3}),
                 "invalid type: integer `3`",
             ),
-            ("terminal/output", json!(null), "invalid type: null"),
+            (
+                "terminal/output",
+                json!(null),
+                "expected an object, found null",
+            ),
             (
                 "session/request_permission",
                 json!({"sessionId": "s", "options": []}),
