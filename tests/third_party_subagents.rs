@@ -239,6 +239,57 @@ fn a_child_calls_output_is_kept_wherever_the_agent_reported_it() {
     assert_eq!(streamed["rawOutput"], json!({"exit_code": 0}));
 }
 
+/// Issue 48 item 4: what an agent sends is read as ACP's types, as the schema allows. An update
+/// kind from the future, one without its kind, a call without its id and an image piece are
+/// skipped; a call of an unknown kind with fields from the future is shown (as a plain tool)
+/// with its output; a plan entry of an unknown status is left out; a `terminal/create` whose
+/// params do not read is refused saying why, and nothing runs. The delegation goes on to its
+/// answer.
+#[test]
+fn what_an_agent_sends_is_read_as_acp_types_tolerating_what_the_schema_allows() {
+    let data = TempDir::new("tp-odd-data");
+    let ws = TempDir::new("tp-odd-ws");
+    let prompts = ["stub: odd"];
+    let mut a = parent(&data, &prompts, json!({"stub": stub(json!({}))}));
+    let s = a.new_session(ws.path());
+    let t = a.prompt(&s, prompts[0], |r| panic!("no dialog expected: {r}"));
+    ended(&t);
+    let updates = t.updates_for(&s);
+    let delegate = delegations(&updates).pop().unwrap();
+    let odd = format!("{delegate}.call_odd");
+    assert_eq!(
+        children(&updates, &delegate),
+        [(odd.clone(), "stub: beam up".to_string())],
+        "only the call that reads is shown"
+    );
+    let shown = updates
+        .iter()
+        .find(|u| u["sessionUpdate"] == "tool_call" && u["toolCallId"] == odd.as_str())
+        .unwrap();
+    assert_eq!(shown["kind"], "other", "an unknown kind: a plain tool");
+    assert_eq!(text_of(settled(&updates, &odd)), "beamed");
+    let result = text_of(settled(&updates, &delegate));
+    assert!(
+        result
+            .contains("terminal error: Invalid params: terminal/create: invalid type: integer `5`"),
+        "{result}"
+    );
+    assert!(result.contains("odd done"), "{result}");
+    assert!(
+        !result.contains("stopped"),
+        "an answer without a stop reason ends the turn, it does not fail the delegation: {result}"
+    );
+    let streamed: String = updates
+        .iter()
+        .filter(|u| u["toolCallId"] == delegate.as_str())
+        .map(|u| text_of(u))
+        .collect();
+    assert!(
+        streamed.contains("stub's plan:\n[completed] look\n") && !streamed.contains("dream"),
+        "{streamed}"
+    );
+}
+
 /// Item 3: the agents of one swarm step start together. Each stub answers `initialize` only
 /// once both have reached it (or after 10 s, alone): started one after another, the first
 /// would wait alone.

@@ -4,7 +4,9 @@
 //! one, `rawOutput` likewise, the display-only terminal (`_meta.terminal_output`) appends — so a
 //! call that settles with no content of its own still shows what it printed.
 
+use crate::acp::types::{ContentBlock, ToolCallContent, ToolCallUpdate};
 use crate::host_api::wire::ToolResultContent;
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
@@ -122,27 +124,25 @@ impl ChildCalls {
 
     /// Takes in what a `tool_call` / `tool_call_update` of open call `sub` carries.
     /// `terminal_text` gives what a terminal we served it printed.
-    pub fn absorb(&mut self, sub: &str, u: &Value, terminal_text: impl Fn(&str) -> Option<String>) {
+    pub fn absorb(
+        &mut self,
+        sub: &str,
+        u: &ToolCallUpdate,
+        terminal_text: impl Fn(&str) -> Option<String>,
+    ) {
         let Some(c) = self.open.get_mut(sub) else {
             return;
         };
-        if let Some(content) = u.get("content").and_then(Value::as_array) {
+        if let Some(content) = &u.content {
             let mut text = content
                 .iter()
-                .filter_map(|c| match c.get("type").and_then(Value::as_str) {
-                    Some("content") => c
-                        .pointer("/content/text")
-                        .and_then(Value::as_str)
-                        .map(String::from),
-                    Some("diff") => Some(format!(
-                        "Changed {}",
-                        c.get("path").and_then(Value::as_str).unwrap_or("a file")
-                    )),
+                .filter_map(|c| match c {
+                    ToolCallContent::Content {
+                        content: ContentBlock::Text { text },
+                    } => Some(text.clone()),
+                    ToolCallContent::Diff { path, .. } => Some(format!("Changed {path}")),
                     // A command it ran in a terminal we gave it: what it printed.
-                    Some("terminal") => c
-                        .get("terminalId")
-                        .and_then(Value::as_str)
-                        .and_then(&terminal_text),
+                    ToolCallContent::Terminal { terminal_id } => terminal_text(terminal_id),
                     _ => None,
                 })
                 .collect::<Vec<_>>()
@@ -150,7 +150,7 @@ impl ChildCalls {
             c.truncated |= crate::host_api::keep_tail(&mut text, TEXT_LIMIT);
             c.content = Some(text);
         }
-        if let Some(raw) = u.get("rawOutput").filter(|r| !r.is_null()) {
+        if let Some(raw) = &u.raw_output {
             if raw.to_string().len() <= RAW_LIMIT {
                 c.raw_output = Some(raw.clone());
             } else {
@@ -159,11 +159,8 @@ impl ChildCalls {
                 c.truncated = true;
             }
         }
-        if let Some(data) = u
-            .pointer("/_meta/terminal_output/data")
-            .and_then(Value::as_str)
-        {
-            c.terminal.push_str(data);
+        if let Some(data) = u.meta.as_ref().and_then(DisplayTerminal::data) {
+            c.terminal.push_str(&data);
             c.truncated |= crate::host_api::keep_tail(&mut c.terminal, TEXT_LIMIT);
         }
     }
@@ -197,6 +194,27 @@ impl ChildCalls {
             .drain()
             .map(|(_, c)| (c.ours, c.dialog_only))
             .collect()
+    }
+}
+
+/// `_meta.terminal_output` of a tool call update: what a display-only terminal printed
+/// (claude-agent-acp's, the extension Zed reads).
+#[derive(Deserialize)]
+struct DisplayTerminal {
+    terminal_output: TerminalOutput,
+}
+
+#[derive(Deserialize)]
+struct TerminalOutput {
+    data: String,
+}
+
+impl DisplayTerminal {
+    /// The text in `meta`, when it carries some (any other `_meta` is not ours to read).
+    fn data(meta: &Value) -> Option<String> {
+        DisplayTerminal::deserialize(meta)
+            .ok()
+            .map(|d| d.terminal_output.data)
     }
 }
 
@@ -234,6 +252,13 @@ mod tests {
     impl ChildCalls {
         fn open_call(&mut self, sub: &str) -> (String, bool) {
             self.open(sub, Seen::Announced).unwrap()
+        }
+
+        /// [`ChildCalls::absorb`] of `update` (the fields of a `tool_call_update` of `sub`).
+        fn take_in(&mut self, sub: &str, update: &Value, f: impl Fn(&str) -> Option<String>) {
+            let mut update = update.clone();
+            update["toolCallId"] = json!(sub);
+            self.absorb(sub, &serde_json::from_value(update).unwrap(), f)
         }
     }
 
@@ -293,8 +318,8 @@ mod tests {
         let none = |_: &str| None;
         // codex: the output streams as content while running, the end carries rawOutput only.
         c.open_call("exec");
-        c.absorb("exec", &json!({"content": [{"type": "content", "content": {"type": "text", "text": "streamed"}}]}), none);
-        c.absorb("exec", &json!({"status": "completed", "rawOutput": {"exit_code": 0, "aggregated_output": "raw"}}), none);
+        c.take_in("exec", &json!({"content": [{"type": "content", "content": {"type": "text", "text": "streamed"}}]}), none);
+        c.take_in("exec", &json!({"status": "completed", "rawOutput": {"exit_code": 0, "aggregated_output": "raw"}}), none);
         let s = c.settle("exec").unwrap();
         assert_eq!(text(&s), "streamed");
         assert!(
@@ -302,14 +327,14 @@ mod tests {
         );
         // Only rawOutput.
         c.open_call("r");
-        c.absorb(
+        c.take_in(
             "r",
             &json!({"rawOutput": {"formatted_output": "from raw", "exit_code": 0}}),
             none,
         );
         assert_eq!(text(&c.settle("r").unwrap()), "from raw");
         c.open_call("s");
-        c.absorb(
+        c.take_in(
             "s",
             &json!({"rawOutput": {"stdout": "out", "stderr": "err"}}),
             none,
@@ -318,7 +343,7 @@ mod tests {
         // The display-only terminal.
         c.open_call("t");
         for d in ["one ", "two"] {
-            c.absorb(
+            c.take_in(
                 "t",
                 &json!({"_meta": {"terminal_output": {"terminal_id": "t", "data": d}}}),
                 none,
@@ -327,7 +352,7 @@ mod tests {
         assert_eq!(text(&c.settle("t").unwrap()), "one two");
         // A terminal we served.
         c.open_call("u");
-        c.absorb(
+        c.take_in(
             "u",
             &json!({"content": [{"type": "terminal", "terminalId": "term-1"}]}),
             |id: &str| (id == "term-1").then(|| "printed".to_string()),
@@ -335,12 +360,12 @@ mod tests {
         assert_eq!(text(&c.settle("u").unwrap()), "printed");
         // A later content replaces the earlier one.
         c.open_call("v");
-        c.absorb(
+        c.take_in(
             "v",
             &json!({"content": [{"type": "content", "content": {"type": "text", "text": "old"}}]}),
             none,
         );
-        c.absorb(
+        c.take_in(
             "v",
             &json!({"content": [{"type": "content", "content": {"type": "text", "text": "new"}}]}),
             none,
@@ -348,7 +373,7 @@ mod tests {
         assert_eq!(text(&c.settle("v").unwrap()), "new");
         // An oversized rawOutput is not kept; the call says it was cut.
         c.open_call("w");
-        c.absorb(
+        c.take_in(
             "w",
             &json!({"rawOutput": {"output": "y".repeat(RAW_LIMIT)}}),
             none,

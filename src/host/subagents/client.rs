@@ -5,6 +5,9 @@
 //! turn to serve.
 
 use super::AgentSpec;
+use crate::acp::types::from_agents::read_object;
+use crate::acp::types::from_agents::PeerInitialize;
+use crate::acp::types::SessionSetup;
 use crate::host::child_peer::ChildPeer;
 use crate::jsonrpc::{Incoming, Message, PendingCall};
 use crossbeam_channel::Receiver;
@@ -67,19 +70,27 @@ impl Subagent {
             }),
             timeout,
         );
-        let init = match init {
-            Ok(v) => v,
+        let init = match init.and_then(|v| {
+            read_object::<PeerInitialize>(&v).map_err(|e| {
+                let why = e.to_string();
+                format!(
+                    "its answer is not ACP's InitializeResponse ({})",
+                    crate::host_api::head(&why, 300)
+                )
+            })
+        }) {
+            Ok(init) => init,
             Err(e) => {
                 agent.stop();
                 return Err(format!("initialize failed: {e}"));
             }
         };
-        if init.get("protocolVersion").and_then(Value::as_u64) != Some(1) {
+        if init.protocol_version != Some(1) {
             agent.stop();
-            return Err(format!(
-                "it speaks ACP protocol version {}, not 1",
-                init.get("protocolVersion").unwrap_or(&Value::Null)
-            ));
+            return Err(match init.protocol_version {
+                Some(v) => format!("it speaks ACP protocol version {v}, not 1"),
+                None => "it names no ACP protocol version (this host speaks 1)".to_string(),
+            });
         }
         agent.can_continue = reopening(&init).is_some();
         if let Some(id) = earlier {
@@ -94,7 +105,11 @@ impl Subagent {
             json!({"cwd": cwd, "mcpServers": []}),
             timeout,
         ) {
-            Ok(v) => match v.get("sessionId").and_then(Value::as_str) {
+            Ok(v) => match read_object::<SessionSetup>(&v)
+                .ok()
+                .and_then(|r| r.session_id)
+                .as_deref()
+            {
                 // Kept in the session's record: bounded like every name the host keeps.
                 Some(id) if id.len() > 256 => {
                     agent.stop();
@@ -116,7 +131,7 @@ impl Subagent {
 
     /// Opens session `id` again: `session/resume` when the agent offers it, else `session/load`
     /// (whose replay is not shown again: it is drained). False when neither works.
-    fn reopen(&self, init: &Value, id: &str, cwd: &str, timeout: Duration) -> bool {
+    fn reopen(&self, init: &PeerInitialize, id: &str, cwd: &str, timeout: Duration) -> bool {
         let params = json!({"sessionId": id, "cwd": cwd, "mcpServers": []});
         let Some(method) = reopening(init) else {
             return false;
@@ -201,14 +216,11 @@ impl Subagent {
 
 /// How the agent reopens a session, by its `initialize` answer: `session/resume`, else
 /// `session/load`, else not at all.
-fn reopening(init: &Value) -> Option<&'static str> {
-    let caps = init.get("agentCapabilities")?;
-    if caps
-        .pointer("/sessionCapabilities/resume")
-        .is_some_and(Value::is_object)
-    {
+fn reopening(init: &PeerInitialize) -> Option<&'static str> {
+    let caps = &init.agent_capabilities;
+    if caps.session_capabilities.resume.is_some() {
         Some("session/resume")
-    } else if caps.get("loadSession").and_then(Value::as_bool) == Some(true) {
+    } else if caps.load_session {
         Some("session/load")
     } else {
         None

@@ -12,7 +12,9 @@ pub mod client;
 pub mod sandbox;
 pub mod terminals;
 
-use serde_json::Value;
+use crate::acp::types::from_agents::read_object;
+use serde::Deserialize;
+use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 
 /// A regular file's identity: where it really is and which version it is (device, inode,
@@ -140,18 +142,40 @@ impl AgentSpec {
     }
 }
 
+/// A file's (or the config's) `agents`: each agent's declaration by name, in the file's order.
+/// Read leniently, as a person writes it: a value of the wrong type is absent.
+#[derive(Default, Deserialize)]
+struct Declarations {
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    agents: Map<String, Value>,
+}
+
+/// One agent's declaration: `command` is required (its absence is reported); `args` keeps its
+/// strings, `env` its string values.
+#[derive(Deserialize)]
+struct Declared {
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    command: Option<String>,
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    args: Vec<Value>,
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    env: Map<String, Value>,
+    #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+    description: String,
+}
+
 fn parse(map: &Value, source: &'static str, problems: &mut Vec<String>) -> Vec<AgentSpec> {
-    let Some(agents) = map.get("agents").and_then(Value::as_object) else {
-        return vec![];
-    };
+    let agents = read_object::<Declarations>(map).unwrap_or_default().agents;
     let mut out = vec![];
-    for (name, spec) in agents {
+    for (name, spec) in &agents {
         let valid_name = !name.is_empty()
             && name.len() <= 64
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        let Some(command) = spec.get("command").and_then(Value::as_str) else {
+        let declared = read_object::<Declared>(spec).ok();
+        let Some((declared, command)) = declared.and_then(|mut d| d.command.take().map(|c| (d, c)))
+        else {
             problems.push(format!("agent {name:?} ({source}) has no `command`"));
             continue;
         };
@@ -163,22 +187,21 @@ fn parse(map: &Value, source: &'static str, problems: &mut Vec<String>) -> Vec<A
         }
         out.push(AgentSpec {
             name: name.clone(),
-            command: command.to_string(),
-            args: crate::host_api::string_list(spec.get("args")),
-            env: spec
-                .get("env")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
+            command,
+            args: declared
+                .args
+                .iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect(),
+            env: declared
+                .env
+                .iter()
                 .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
                 // Learned here: from now on redacted wherever text leaves the host.
                 .inspect(|(k, v)| crate::secrets::register_declared(k, v))
                 .collect(),
-            description: spec
-                .get("description")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
+            description: declared.description,
             source,
         });
     }
@@ -246,6 +269,26 @@ pub fn list(data_dir: &Path, workspace: &str) -> crate::host_api::ops::SubagentL
 /// The most agent sessions one session keeps (with each agent's latest always among them).
 const MAX_SESSIONS: usize = 256;
 
+/// `subagents.json` as stored: by handle (with each agent's latest), or the older file (agent
+/// → its one session id). Entries that do not read are left out.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoredSessions {
+    Handles {
+        sessions: Map<String, Value>,
+        #[serde(default, deserialize_with = "crate::acp::types::default_on_error")]
+        latest: Map<String, Value>,
+    },
+    Old(Map<String, Value>),
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredSession {
+    agent: String,
+    session_id: String,
+}
+
 #[derive(Debug, Default, PartialEq)]
 pub struct Continuity {
     /// handle → (agent, its session id)
@@ -261,38 +304,31 @@ impl Continuity {
 
     fn from_json(v: Option<Value>) -> Continuity {
         let mut c = Continuity::default();
-        let Some(v) = v else {
-            return c;
-        };
-        if let Some(sessions) = v.get("sessions").and_then(Value::as_object) {
-            for (handle, s) in sessions {
-                if let (Some(agent), Some(id)) = (
-                    s.get("agent").and_then(Value::as_str),
-                    s.get("sessionId").and_then(Value::as_str),
-                ) {
-                    c.sessions
-                        .insert(handle.clone(), (agent.to_string(), id.to_string()));
+        match v.map(|v| StoredSessions::deserialize(&v)) {
+            Some(Ok(StoredSessions::Handles { sessions, latest })) => {
+                for (handle, s) in sessions {
+                    if let Ok(StoredSession { agent, session_id }) = StoredSession::deserialize(&s)
+                    {
+                        c.sessions.insert(handle, (agent, session_id));
+                    }
+                }
+                for (agent, h) in latest {
+                    if let Some(h) = h.as_str().filter(|h| c.sessions.contains_key(*h)) {
+                        c.latest.insert(agent, h.to_string());
+                    }
                 }
             }
-            for (agent, h) in v
-                .get("latest")
-                .and_then(Value::as_object)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(h) = h.as_str().filter(|h| c.sessions.contains_key(*h)) {
-                    c.latest.insert(agent.clone(), h.to_string());
+            Some(Ok(StoredSessions::Old(old))) => {
+                for (agent, id) in old {
+                    if let Some(id) = id.as_str() {
+                        let h = format!("{agent}#1");
+                        c.sessions
+                            .insert(h.clone(), (agent.clone(), id.to_string()));
+                        c.latest.insert(agent, h);
+                    }
                 }
             }
-        } else if let Some(old) = v.as_object() {
-            for (agent, id) in old {
-                if let Some(id) = id.as_str() {
-                    let h = format!("{agent}#1");
-                    c.sessions
-                        .insert(h.clone(), (agent.clone(), id.to_string()));
-                    c.latest.insert(agent.clone(), h);
-                }
-            }
+            Some(Err(_)) | None => {}
         }
         c
     }
@@ -509,6 +545,76 @@ mod tests {
         changed.args.push("--evil".into());
         assert!(!trusted(&dir, "/w", &changed), "per command line");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Declarations and `subagents.json` are read typed but leniently, as before: a value of
+    /// the wrong type is absent (a missing `command` is reported), an entry that does not read
+    /// is left out, and nothing in them makes the read fail.
+    #[test]
+    fn declarations_and_kept_sessions_of_odd_shapes_read_as_far_as_they_go() {
+        use serde_json::json;
+        /// An agent as read: its command line, environment and description.
+        type Seen = (String, Vec<(String, String)>, String);
+        let rows = [
+            (json!({"agents": 5}), vec![], 0),
+            (json!({"agents": {"a": "not an object"}}), vec![], 1),
+            (json!({"agents": {"a": {"command": 7}}}), vec![], 1),
+            (
+                json!({"agents": {"a": {"command": "x", "args": ["-v", 3, null], "env": {"K": "v", "N": 1}, "description": 2}}}),
+                vec![("x -v", vec![("K", "v")], "")],
+                0,
+            ),
+        ];
+        for (v, want, problem_count) in rows {
+            let mut problems = vec![];
+            let got: Vec<Seen> = parse(&v, "user", &mut problems)
+                .into_iter()
+                .map(|a| (a.command_line(), a.env.clone(), a.description.clone()))
+                .collect();
+            let want: Vec<Seen> = want
+                .into_iter()
+                .map(|(c, e, d)| {
+                    (
+                        c.to_string(),
+                        e.into_iter()
+                            .map(|(k, v)| (k.to_string(), v.to_string()))
+                            .collect(),
+                        d.to_string(),
+                    )
+                })
+                .collect();
+            assert_eq!(got, want, "{v}");
+            assert_eq!(problems.len(), problem_count, "{v}: {problems:?}");
+        }
+        let kept = [
+            (
+                json!({"sessions": {"h#1": {"agent": "h", "sessionId": "s1"}, "h#2": {"agent": 1}},
+                    "latest": {"h": "h#1", "g": "g#9"}}),
+                vec![("h#1", "h", "s1")],
+                Some("h#1"),
+            ),
+            (
+                json!({"sessions": {"h#1": {"agent": "h", "sessionId": "s1"}}, "latest": 5}),
+                vec![("h#1", "h", "s1")],
+                None,
+            ),
+            (
+                json!({"h": "old", "g": 5}),
+                vec![("h#1", "h", "old")],
+                Some("h#1"),
+            ),
+            (json!([1, 2]), vec![], None),
+        ];
+        for (v, sessions, latest) in kept {
+            let c = Continuity::from_json(Some(v.clone()));
+            let got: Vec<(&str, &str, &str)> = c
+                .sessions
+                .iter()
+                .map(|(h, (a, id))| (h.as_str(), a.as_str(), id.as_str()))
+                .collect();
+            assert_eq!(got, sessions, "{v}");
+            assert_eq!(c.latest("h").map(|(h, _)| h), latest, "{v}");
+        }
     }
 
     /// Conversations are kept under handles: an older file reads as `<agent>#1`, new handles

@@ -3,6 +3,7 @@
 //! delegation's terminals are killed when it ends ([`Terminals`] on drop), so nothing a
 //! subagent started outlives its delegation.
 
+use crate::acp::types::from_agents::{CreateTerminal, TerminalRef};
 use crate::host::tools::shell::kill_group;
 use crate::jsonrpc::{code, Responder, ResponseError};
 use serde_json::{json, Value};
@@ -55,11 +56,8 @@ fn bad(msg: impl Into<String>) -> ResponseError {
 }
 
 impl Terminals {
-    fn term(&self, params: &Value) -> Result<Arc<Term>, ResponseError> {
-        let id = params
-            .get("terminalId")
-            .and_then(Value::as_str)
-            .ok_or_else(|| bad("`terminalId` is required"))?;
+    fn term(&self, which: &TerminalRef) -> Result<Arc<Term>, ResponseError> {
+        let id = &which.terminal_id;
         self.map.get(id).cloned().ok_or_else(|| {
             ResponseError::new(code::RESOURCE_NOT_FOUND, format!("no terminal {id}"))
         })
@@ -69,7 +67,7 @@ impl Terminals {
     /// `cwd` must already be checked to be inside the session's folders.
     pub fn create(
         &mut self,
-        params: &Value,
+        asked: &CreateTerminal,
         argv: &[&str],
         cwd: &Path,
     ) -> Result<Value, ResponseError> {
@@ -82,9 +80,8 @@ impl Terminals {
         let Some((&command, args)) = argv.split_first().filter(|(c, _)| !c.is_empty()) else {
             return Err(bad("`command` is required"));
         };
-        let limit = params
-            .get("outputByteLimit")
-            .and_then(Value::as_u64)
+        let limit = asked
+            .output_byte_limit
             .map_or(OUTPUT_LIMIT, |l| (l as usize).min(OUTPUT_LIMIT));
         let mut cmd = Command::new(command);
         cmd.args(args)
@@ -93,17 +90,10 @@ impl Terminals {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        let declared = params
-            .get("env")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|e| {
-                Some((
-                    e.get("name").and_then(Value::as_str)?,
-                    e.get("value").and_then(Value::as_str)?,
-                ))
-            });
+        let declared = asked
+            .env
+            .iter()
+            .map(|e| (e.name.as_str(), e.value.as_str()));
         crate::host::child_env::apply(&mut cmd, declared);
         let mut child = cmd.spawn().map_err(|e| {
             ResponseError::new(
@@ -179,8 +169,8 @@ impl Terminals {
         Ok(json!({ "terminalId": id }))
     }
 
-    pub fn output(&self, params: &Value) -> Result<Value, ResponseError> {
-        let t = self.term(params)?;
+    pub fn output(&self, which: &TerminalRef) -> Result<Value, ResponseError> {
+        let t = self.term(which)?;
         let out = t.lock();
         let mut v = json!({"output": out.text, "truncated": out.truncated});
         if let Some(exit) = &out.exit {
@@ -190,8 +180,8 @@ impl Terminals {
     }
 
     /// Answers when the command exits (on a thread of its own: the delegation goes on).
-    pub fn wait_for_exit(&self, params: &Value, responder: Responder) {
-        match self.term(params) {
+    pub fn wait_for_exit(&self, which: &TerminalRef, responder: Responder) {
+        match self.term(which) {
             Err(e) => responder.respond(Err(e)),
             Ok(t) => {
                 // Without the thread the responder is dropped, which answers with an error.
@@ -208,20 +198,19 @@ impl Terminals {
         }
     }
 
-    pub fn kill(&self, params: &Value) -> Result<Value, ResponseError> {
-        kill_group(self.term(params)?.pgid);
+    pub fn kill(&self, which: &TerminalRef) -> Result<Value, ResponseError> {
+        kill_group(self.term(which)?.pgid);
         Ok(json!({}))
     }
 
-    pub fn release(&mut self, params: &Value) -> Result<Value, ResponseError> {
-        let t = self.term(params)?;
+    pub fn release(&mut self, which: &TerminalRef) -> Result<Value, ResponseError> {
+        let t = self.term(which)?;
         kill_group(t.pgid);
-        if let Some(id) = params.get("terminalId").and_then(Value::as_str) {
-            self.map.remove(id);
-            self.released.push((id.to_string(), t.lock().text.clone()));
-            if self.released.len() > MAX_TERMINALS {
-                self.released.remove(0);
-            }
+        let id = &which.terminal_id;
+        self.map.remove(id);
+        self.released.push((id.clone(), t.lock().text.clone()));
+        if self.released.len() > MAX_TERMINALS {
+            self.released.remove(0);
         }
         Ok(json!({}))
     }

@@ -1,0 +1,164 @@
+//! docs/audit.md tells an auditor what to read, in what order, and how long it is (issue 48,
+//! item 6). This test keeps it true: every row's line count is within 5 % of the files it
+//! names, every source file of the adapter's path is named in some row, and every proof a row
+//! cites (`path::function`) is a function in that file.
+//!
+//! A file's count is its non-test lines: the lines before its `#[cfg(test)]` + `mod … {`
+//! block (unit tests at the end of a file, as every file here puts them); a folder's is the sum
+//! over its `.rs` files; files named `tests.rs` count nothing.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(rel: &str) -> String {
+    std::fs::read_to_string(root().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+/// Lines before the file's unit-test module.
+fn non_test_lines(text: &str) -> usize {
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .windows(2)
+        .position(|w| {
+            w[0].trim() == "#[cfg(test)]"
+                && w[1].trim_start().starts_with("mod ")
+                && w[1].trim_end().ends_with('{')
+        })
+        .unwrap_or(lines.len())
+}
+
+fn rust_files(rel: &str) -> Vec<PathBuf> {
+    let path = root().join(rel);
+    if path.is_file() {
+        return vec![path];
+    }
+    let mut files = Vec::new();
+    let mut dirs = vec![path];
+    while let Some(dir) = dirs.pop() {
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn count(rel: &str) -> usize {
+    rust_files(rel)
+        .iter()
+        .filter(|p| p.file_name().is_some_and(|n| n != "tests.rs"))
+        .map(|p| non_test_lines(&std::fs::read_to_string(p).unwrap_or_default()))
+        .sum()
+}
+
+/// The code spans of a table cell.
+fn spans(cell: &str) -> Vec<&str> {
+    cell.split('`').skip(1).step_by(2).collect()
+}
+
+#[derive(Debug)]
+struct Row {
+    paths: Vec<String>,
+    stated: usize,
+    proofs: Vec<String>,
+}
+
+/// Rows of the guide's reading tables: `| `files` | lines | what to check | proof |`.
+fn rows() -> Vec<Row> {
+    let guide = read("docs/audit.md");
+    guide
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split('|').map(str::trim).collect();
+            let stated = cells.get(1)?.replace(',', "").parse().ok()?;
+            Some(Row {
+                paths: spans(cells[0]).into_iter().map(String::from).collect(),
+                stated,
+                proofs: cells
+                    .get(3)
+                    .map(|c| spans(c).into_iter().map(String::from).collect())
+                    .unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn every_count_in_the_guide_is_within_five_percent_of_the_files() {
+    let rows = rows();
+    assert!(rows.len() >= 10, "docs/audit.md has too few rows: {rows:?}");
+    let mut wrong = Vec::new();
+    for row in &rows {
+        let actual: usize = row.paths.iter().map(|p| count(p)).sum();
+        let allowed = row.stated.div_ceil(20);
+        if actual.abs_diff(row.stated) > allowed {
+            wrong.push(format!("{:?}: says {}, is {actual}", row.paths, row.stated));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "update docs/audit.md:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn every_file_on_the_adapters_path_is_in_the_guide() {
+    let named: Vec<PathBuf> = rows()
+        .iter()
+        .flat_map(|r| r.paths.iter().flat_map(|p| rust_files(p)))
+        .collect();
+    let mut missing = Vec::new();
+    for dir in ["src/jsonrpc", "src/acp", "src/host_api"] {
+        for file in rust_files(dir) {
+            let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            // Unit tests, and the fake host only tests build.
+            if name == "tests.rs" || name == "fake.rs" {
+                continue;
+            }
+            if !named.contains(&file) {
+                missing.push(file.display().to_string());
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/audit.md names no row for:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn every_proof_the_guide_cites_exists() {
+    let mut wrong = Vec::new();
+    for proof in rows().iter().flat_map(|r| r.proofs.clone()) {
+        let Some((file, function)) = proof.rsplit_once("::") else {
+            continue;
+        };
+        if !file.ends_with(".rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(root().join(file)).unwrap_or_default();
+        if !text.contains(&format!("fn {function}(")) {
+            wrong.push(proof);
+        }
+    }
+    assert!(wrong.is_empty(), "no such test: {wrong:?}");
+}
+
+#[test]
+fn the_count_skips_only_the_unit_test_module() {
+    let text = "a\n#[cfg(test)]\nmod fake;\nb\n#[cfg(test)]\nmod tests {\n fn t() {}\n}\n";
+    assert_eq!(non_test_lines(text), 4);
+    assert_eq!(non_test_lines("a\nb\n"), 2);
+}
