@@ -4,6 +4,7 @@
 //! registered here, in order with every other message, then started on a worker.
 
 use super::auth;
+use super::errors::MakaCode;
 use super::host_link::{Connected, HostLink, LocalHost};
 use super::initialize::{self, InitializeParams};
 use super::methods::{self, Job};
@@ -181,9 +182,9 @@ impl Agent {
                 }
             }
             // Picked above; a row never nests dialect choices.
-            Job::ByDialect(_) => responder.respond(Err(ResponseError::internal(
-                "the method table picked no job for this dialect",
-            ))),
+            Job::ByDialect(_) => responder.respond(Err(
+                MakaCode::Internal.error("the method table picked no job for this dialect")
+            )),
         }
     }
 
@@ -241,8 +242,7 @@ impl Agent {
                 "{left} request(s) still unanswered {} s after stdin closed; answering them with an error",
                 EOF_GRACE.as_secs()
             );
-            conn.incoming.answer_all(&ResponseError::new(
-                code::INTERNAL_ERROR,
+            conn.incoming.answer_all(&MakaCode::Internal.error(
                 "maka-acp stopped before this request finished, because the client closed stdin",
             ));
         }

@@ -36,7 +36,7 @@ fn change_config(
 ) -> Result<Changed, ResponseError> {
     let (known, catalog) = session.configure(&ctx.shared, |c| (vec![], c.known()));
     let known = known.ok_or_else(|| {
-        ResponseError::internal("the session's configuration is unknown; load the session again")
+        MakaCode::Internal.error("the session's configuration is unknown; load the session again")
     })?;
     let patch = make_patch(&known.configuration, &catalog)?;
     let conn = ctx.host()?;
@@ -115,9 +115,8 @@ pub fn apply_initial(
         Some(c) => config_options::modes(&c.configuration),
         None => {
             end_write(ctx, session, Reply::Failed);
-            return Err(ResponseError::internal(
-                "the session's configuration is unknown",
-            ));
+            return Err(MakaCode::Internal
+                .error("the session's configuration is unknown; load the session again"));
         }
     };
     Ok(InitialValues {
@@ -251,9 +250,7 @@ pub fn logout(ctx: &Ctx) -> Result<Value, ResponseError> {
             }
         ),
         Err(e) => {
-            return Err(ResponseError::internal(format_args!(
-                "cannot update the config file: {e}"
-            )))
+            return Err(MakaCode::Internal.error(format!("cannot update the config file: {e}")))
         }
     }
     auth::reload_host(link);

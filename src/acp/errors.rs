@@ -1,6 +1,15 @@
-//! Every error this agent answers with, in one place. Each carries `data.makaCode` (a
-//! [`MakaCode`]) and `retryable`, so clients can switch on the code; the message is one
-//! sentence a person can act on, details go in `data`.
+//! Every error this agent answers with, in one place; the message is one sentence a person can
+//! act on, details go in `data`.
+//!
+//! Which errors carry `data.makaCode` (a [`MakaCode`], with `retryable`), so clients can switch
+//! on it: every error about what the agent or the host did — the host's own errors pass its
+//! code through ([`from_client`]), and the agent's are made here ([`MakaCode::error`]; nothing
+//! else in `acp/` writes `-32603`, `-32002` or `-32000`, and a test checks it). Errors about
+//! the request itself carry none, since JSON-RPC's code says it all: `-32600` (invalid request,
+//! e.g. before `initialize`), `-32601` (no such method), `-32602` (bad params, naming the field
+//! in the message) and `-32800` (cancelled). The JSON-RPC layer's own answers (`-32700` for a
+//! line that is not JSON, an oversized line) carry none either. Under `--acp` (Maka's dialect)
+//! a not-found error is reshaped as Maka's (`maka_dialect::maka_error`).
 
 use crate::host_api::client::ClientError;
 use crate::host_api::wire::ErrorCode;
@@ -31,6 +40,9 @@ pub enum MakaCode {
     NoRunningTurn,
     /// `_maka/plan/start` without an approved plan.
     PlanNotApproved,
+    /// What the agent could not do for a reason of its own (a config file it could not
+    /// write, a state it lost, stopping before the answer): the message says which.
+    Internal,
 }
 
 impl MakaCode {
@@ -48,6 +60,7 @@ impl MakaCode {
             MakaCode::ResumeParked => "resume_parked",
             MakaCode::NoRunningTurn => "no_running_turn",
             MakaCode::PlanNotApproved => "plan_not_approved",
+            MakaCode::Internal => "internal_error",
         }
     }
 

@@ -383,6 +383,53 @@ fn a_host_that_always_asks_for_a_resync_is_given_up_on_after_a_few_catch_ups() {
 /// frames to feed it.
 #[test]
 fn no_adapter_file_outside_projection_matches_on_frames() {
+    let not_adapter = ["acp/projection/", "host/", "host_api/"];
+    let offenders = lines_outside(&not_adapter, |line| {
+        line.contains("FrameBody::") || line.contains("FrameBody as")
+    });
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
+/// Every error the agent makes about what it or the host did carries `data.makaCode`: the
+/// codes that mean that (`-32603`, `-32002`, `-32000`) are written by `errors.rs` alone. The
+/// others: `client_call.rs` reports a client's unreadable reply to the host (not an answer to
+/// the client), `projection/subagents.rs` shows a child session's failure in its state, and
+/// `maka_dialect.rs` reshapes errors as Maka's (`errors.rs` says so).
+#[test]
+fn the_agents_own_errors_are_made_in_errors_rs() {
+    let elsewhere = [
+        "acp/errors.rs",
+        "acp/client_call.rs",
+        "acp/projection/subagents.rs",
+        "acp/maka_dialect.rs",
+        "host/",
+        "host_api/",
+        "jsonrpc/",
+        "cli",
+        "embedded.rs",
+        "login.rs",
+        "demo.rs",
+    ];
+    let offenders = lines_outside(&elsewhere, |line| {
+        [
+            "INTERNAL_ERROR",
+            "RESOURCE_NOT_FOUND",
+            "AUTH_REQUIRED",
+            "ResponseError::internal(",
+        ]
+        .iter()
+        .any(|c| line.contains(c))
+    });
+    assert!(
+        offenders.is_empty(),
+        "use MakaCode:\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// The lines of `src/` (before each file's unit tests; test files skipped) outside the
+/// `skipped` prefixes that `matches` says yes to.
+fn lines_outside(skipped: &[&str], matches: impl Fn(&str) -> bool) -> Vec<String> {
     fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let path = entry.path();
@@ -396,7 +443,7 @@ fn no_adapter_file_outside_projection_matches_on_frames() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut files = vec![];
     rust_files(&src, &mut files);
-    let not_adapter = ["acp/projection/", "host/", "host_api/"];
+    assert!(files.len() > 50, "the scan found the sources");
     let mut offenders = vec![];
     for path in &files {
         let rel = path
@@ -404,18 +451,22 @@ fn no_adapter_file_outside_projection_matches_on_frames() {
             .unwrap()
             .to_string_lossy()
             .replace('\\', "/");
-        if not_adapter.iter().any(|p| rel.starts_with(p)) || rel.ends_with("tests.rs") {
+        if skipped.iter().any(|p| rel.starts_with(p)) || rel.ends_with("tests.rs") {
             continue;
         }
         let text = std::fs::read_to_string(path).unwrap();
         for (n, line) in text.lines().enumerate() {
-            if line.contains("FrameBody::") || line.contains("FrameBody as") {
+            if line.trim() == "#[cfg(test)]"
+                && text.lines().nth(n + 1).is_some_and(|l| l.ends_with('{'))
+            {
+                break;
+            }
+            if matches(line) {
                 offenders.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
             }
         }
     }
-    assert!(files.len() > 50, "the scan found the sources");
-    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+    offenders
 }
 
 /// The one rule for a lost host: any operation that finds the host not answering (a transport

@@ -180,9 +180,8 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
     match i {
         Ingest::Begin { input, upload_id } => {
             let ops::IngestInput::Begin { session_id, .. } = &input else {
-                return Err(ResponseError::internal(
-                    "an upload's begin without its session",
-                ));
+                return Err(crate::acp::errors::MakaCode::Internal
+                    .error("an upload's begin without its session"));
             };
             let session_id = session_id.clone();
             owned(ctx, &session_id)?;
