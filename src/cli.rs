@@ -45,6 +45,8 @@ pub(crate) struct ServeArgs {
     pub listen: std::net::SocketAddr,
     pub token_file: Option<PathBuf>,
     pub tls_proxied: bool,
+    pub route_peers: Option<Vec<String>>,
+    pub route_self: Option<String>,
 }
 
 impl PartialEq for AdapterConfig {
@@ -139,6 +141,8 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                     listen: std::net::SocketAddr::from(([127, 0, 0, 1], 8430)),
                     token_file: None,
                     tls_proxied: false,
+                    route_peers: None,
+                    route_self: None,
                 });
             }
             Value(v)
@@ -189,6 +193,26 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                 let v = PathBuf::from(string_value(&mut parser, "--token-file")?);
                 if let Some(s) = serve.as_mut() {
                     s.token_file = Some(v);
+                }
+            }
+            Long("route-peers") if serve.is_some() => {
+                let v = string_value(&mut parser, "--route-peers")?;
+                let peers: Vec<String> = v
+                    .split(',')
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect();
+                if peers.len() < 2 {
+                    return Err(format!("--route-peers '{v}': list every upstream server, comma-separated, as nginx's upstream block names them (HOST:PORT,HOST:PORT)"));
+                }
+                if let Some(s) = serve.as_mut() {
+                    s.route_peers = Some(peers);
+                }
+            }
+            Long("route-self") if serve.is_some() => {
+                let v = string_value(&mut parser, "--route-self")?;
+                if let Some(s) = serve.as_mut() {
+                    s.route_self = Some(v);
                 }
             }
             Long("tls-proxied") if serve.is_some() => {
@@ -442,7 +466,12 @@ fn run_host(args: HostArgs) -> i32 {
 #[cfg(feature = "serve")]
 fn run_serve(args: ServeArgs, config: AdapterConfig) -> i32 {
     let idle_timeout = config.tunables.serve_idle_timeout;
+    let route = args.route_peers.map(|peers| {
+        let me = args.route_self.unwrap_or_else(|| args.listen.to_string());
+        (peers, me)
+    });
     crate::serve::run(crate::serve::ServeOptions {
+        route,
         listen: args.listen,
         token_file: args.token_file,
         tls_proxied: args.tls_proxied,

@@ -19,6 +19,8 @@ complete -c maka-acp -n '__fish_seen_subcommand_from host' -l token-stdin -d 're
 complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l listen -x -d 'address and port to serve ACP on (/acp); a non-loopback address needs --tls-proxied'
 complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l token-file -r -F -d 'the bearer token every request must carry, from this file (mode 0600); without it a token is generated and written to DATA_DIR/serve.token'
 complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l tls-proxied -d 'a TLS proxy is in front (docs/deployment.md): allows a non-loopback --listen and Host names that are not this machine\'s'
+complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l route-peers -x -d 'several processes behind nginx\'s `hash $http_acp_connection_id consistent`: every upstream server, comma-separated, as its upstream block names them; connection ids are then made so that nginx routes them back to this process'
+complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l route-self -x -d 'which of --route-peers this process is'
 complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l host-url -x -d 'use this Runtime Host for every connection instead of starting the embedded one (its token comes from MAKA_HOST_TOKEN)'
 complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l data-dir -r -F -d 'where the embedded host keeps sessions (and where a generated token is written)'
 complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l log-level -x -a 'off error warn info debug trace' -d 'how much to log to stderr'

@@ -159,6 +159,22 @@ pub const SERVE_OPTIONS: &[Opt] = &[
         default: None,
     },
     Opt {
+        long: "route-peers",
+        short: None,
+        value: Some(("LIST", Kind::Addr)),
+        help: "several processes behind nginx's `hash $http_acp_connection_id consistent`: every upstream server, comma-separated, as its upstream block names them; connection ids are then made so that nginx routes them back to this process",
+        env: None,
+        default: None,
+    },
+    Opt {
+        long: "route-self",
+        short: None,
+        value: Some(("HOST:PORT", Kind::Addr)),
+        help: "which of --route-peers this process is",
+        env: None,
+        default: Some("the --listen address"),
+    },
+    Opt {
         long: "host-url",
         short: None,
         value: Some(("URL", Kind::Url)),

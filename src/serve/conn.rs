@@ -73,6 +73,7 @@ struct PeekParams {
 impl AcpConn {
     /// Starts a connection: its agent on a thread of its own, sharing `local` (the one host).
     pub fn start(
+        id: String,
         config: AdapterConfig,
         local: Arc<dyn LocalHost>,
         websocket: bool,
@@ -81,7 +82,7 @@ impl AcpConn {
         let (tx, rx) = bounded(INBOX);
         let (initial_tx, initial_rx) = bounded(1);
         let conn = Arc::new(AcpConn {
-            id: crate::host_api::random_hex(16),
+            id,
             websocket,
             inbox: Mutex::new(Some(tx)),
             initial: Mutex::new((!websocket).then_some(initial_tx)),

@@ -10,6 +10,7 @@
 
 mod auth;
 mod conn;
+mod route;
 mod routes;
 mod stream;
 mod ws;
@@ -41,6 +42,8 @@ pub struct ServeOptions {
     /// How long a connection may have no stream and send nothing before it is closed (its
     /// turns cancelled; its sessions stay in the host).
     pub idle_timeout: Duration,
+    /// `--route-peers` (nginx's upstream servers, in its order) and `--route-self`.
+    pub route: Option<(Vec<String>, String)>,
 }
 
 /// The process's connections.
@@ -88,9 +91,23 @@ pub struct Server {
     pub local: Arc<dyn LocalHost>,
     pub token: String,
     pub tls_proxied: bool,
+    /// The proxy's hash ring, when several processes share one address.
+    ring: Option<route::Ring>,
 }
 
 impl Server {
+    /// A new connection id: 160 random bits, drawn again until the proxy's ring sends it here.
+    fn new_id(&self) -> String {
+        for _ in 0..10_000 {
+            let id = crate::host_api::random_hex(20);
+            if self.ring.as_ref().is_none_or(|r| r.is_mine(&id)) {
+                return id;
+            }
+        }
+        log::warn!("no connection id routed to this process in 10000 draws; check --route-peers");
+        crate::host_api::random_hex(20)
+    }
+
     /// Opens a connection (its agent started) and registers it.
     fn open(
         &self,
@@ -103,6 +120,7 @@ impl Server {
         }
         let registry = Arc::downgrade(&self.registry);
         let (conn, initial) = AcpConn::start(
+            self.new_id(),
             self.config.clone(),
             Arc::clone(&self.local),
             websocket,
@@ -177,6 +195,16 @@ pub fn run(options: ServeOptions) -> i32 {
             return 1;
         }
     };
+    let ring = match &options.route {
+        Some((peers, me)) => match route::Ring::new(peers, me) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                eprintln!("maka-acp serve: {e}");
+                return 2;
+            }
+        },
+        None => None,
+    };
     let embedded: Arc<dyn LocalHost> = Arc::new(crate::embedded::Embedded);
     let local: Arc<dyn LocalHost> = Arc::new(SharedHost {
         link: HostLink::new(options.config.clone(), Arc::clone(&embedded)),
@@ -192,6 +220,7 @@ pub fn run(options: ServeOptions) -> i32 {
         local,
         token,
         tls_proxied: options.tls_proxied,
+        ring,
     });
     let idle = options.idle_timeout;
     let reaper = Arc::downgrade(&registry);
