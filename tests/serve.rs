@@ -1186,3 +1186,25 @@ fn the_official_sdk_clients_hold_a_whole_conversation_over_http_and_websocket() 
         assert!(checked > 40, "{transport}: only {checked} messages");
     }
 }
+
+/// A client that closes its event stream and opens it again at once (as acp-openai-gateway does
+/// around every request) gets it, not 409: the server looks whether the first receiver's client
+/// is still there before refusing a second one.
+#[test]
+fn a_stream_reopened_at_once_is_not_refused() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    for _ in 0..5 {
+        c.drop_streams();
+        let (status, socket) = c.try_stream(None, None);
+        assert_eq!(status, 200, "the connection's stream");
+        c.streams.push(socket.unwrap());
+        let (status, socket) = c.try_stream(Some(&sid), None);
+        assert_eq!(status, 200, "the session's stream");
+        c.streams.push(socket.unwrap());
+    }
+    let id = c.prompt(&sid, "hello");
+    let (r, _) = c.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+}

@@ -309,6 +309,9 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
     };
     conn.touch();
     let socket = ex.stream();
+    if let Ok(probe) = socket.try_clone() {
+        lease.watch(move || !client_gone(&probe));
+    }
     let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: keep-alive\r\nX-Accel-Buffering: no\r\n\r\n";
     if socket
         .write_all(head.as_bytes())
@@ -346,15 +349,21 @@ fn pump_events(socket: &mut TcpStream, mut lease: Lease) {
     }
 }
 
-/// Whether the client closed its side (an event stream's client sends nothing).
+/// Whether the client closed its side (an event stream's client sends nothing): a peek that
+/// does not wait and does not change the socket's mode (the writer may be mid-write on it).
 fn client_gone(socket: &TcpStream) -> bool {
-    if socket.set_nonblocking(true).is_err() {
-        return false;
-    }
+    use std::os::fd::AsRawFd;
     let mut byte = [0u8; 1];
-    let gone = matches!(socket.peek(&mut byte), Ok(0));
-    let _ = socket.set_nonblocking(false);
-    gone
+    // SAFETY: a one-byte read into our own buffer, on a descriptor this TcpStream owns.
+    let n = unsafe {
+        libc::recv(
+            socket.as_raw_fd(),
+            byte.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0
 }
 
 fn is_upgrade(request: &Request) -> bool {

@@ -33,6 +33,8 @@ struct Inner {
     waiting_bytes: usize,
     /// The lease of the active receiver.
     receiver: Option<u64>,
+    /// Whether the active receiver's client is still there (its socket not closed).
+    receiver_alive: Option<Box<dyn Fn() -> bool + Send>>,
     leases: u64,
     /// A WebSocket ping's payload to answer (the latest only).
     pong: Option<Vec<u8>>,
@@ -118,15 +120,17 @@ impl Stream {
     }
 
     /// Becomes the stream's receiver, from the message after `last_seen` (SSE `Last-Event-ID`)
-    /// or, without it, from the first message not yet handed out. A second receiver is refused,
-    /// unless it resumes (`last_seen`): a client coming back after its connection dropped takes
-    /// the stream over from the receiver the server has not yet seen go.
+    /// or, without it, from the first message not yet handed out. A second receiver is refused
+    /// while the first one's client is there; one that resumes (`last_seen`), or comes after a
+    /// client that has closed its side, takes the stream over (the server may not have seen the
+    /// first one go yet: a client that reopens its stream at once must not be refused).
     pub fn acquire(self: &Arc<Stream>, last_seen: Option<u64>) -> Result<Lease, Refused> {
         let mut s = self.lock();
         if let Some(why) = &s.closed {
             return Err(Refused::Closed(why.clone()));
         }
-        if s.receiver.is_some() && last_seen.is_none() {
+        let alive = s.receiver_alive.as_ref().is_none_or(|alive| alive());
+        if s.receiver.is_some() && last_seen.is_none() && alive {
             return Err(Refused::Busy);
         }
         let from = match last_seen {
@@ -143,6 +147,7 @@ impl Stream {
         s.leases += 1;
         let lease = s.leases;
         s.receiver = Some(lease);
+        s.receiver_alive = None;
         Ok(Lease {
             stream: Arc::clone(self),
             lease,
@@ -159,6 +164,14 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// How to tell whether this receiver's client is still there.
+    pub fn watch(&self, alive: impl Fn() -> bool + Send + 'static) {
+        let mut s = self.stream.lock();
+        if s.receiver == Some(self.lease) {
+            s.receiver_alive = Some(Box::new(alive));
+        }
+    }
+
     /// The next message (or a pong, or the end), waiting at most `wait`.
     pub fn next(&mut self, wait: Duration) -> Next {
         let mut s = self.stream.lock();
@@ -216,6 +229,7 @@ impl Drop for Lease {
         let mut s = self.stream.lock();
         if s.receiver == Some(self.lease) {
             s.receiver = None;
+            s.receiver_alive = None;
         }
         drop(s);
         self.stream.wake.notify_all();
@@ -255,6 +269,9 @@ mod tests {
         assert!(s.push("d".into()).is_ok());
         let mut fresh = s.acquire(None).ok().unwrap();
         assert_eq!(event(fresh.next(Duration::ZERO)), (4, "d".into()));
+        // A receiver whose client has gone is replaced without waiting for the server to see it.
+        fresh.watch(|| false);
+        assert!(s.acquire(None).is_ok());
     }
 
     #[test]
