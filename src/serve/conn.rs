@@ -201,7 +201,8 @@ impl AcpConn {
             return;
         };
         let json: Arc<str> = Arc::from(text);
-        if let Some(initial) = lock(&self.initial).take() {
+        let initial = lock(&self.initial).take();
+        if let Some(initial) = initial {
             let _ = initial.send(json);
             return;
         }
