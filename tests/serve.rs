@@ -923,6 +923,10 @@ fn a_client_that_disappears_is_closed_and_its_session_loads_elsewhere() {
         text_of(&replay).contains("Starting slowly"),
         "the history is replayed: {replay:?}"
     );
+    // Its turn was cancelled (the script would still be silent for 30 s): a new one runs now.
+    let id = again.prompt(&sid, "hello");
+    let (r, _) = again.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     let stderr = s.stderr.lock().unwrap().clone();
     assert!(
         stderr.contains("no event stream and no request"),
