@@ -950,9 +950,15 @@ fn a_conversation_over_websocket() {
     let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
     let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
     ws.send_frame(0x9, b"hi");
-    let (op, payload) = ws.frame();
+    // Messages (the session's commands) and the server's own pings may come first.
+    let pong = loop {
+        let (op, payload) = ws.frame();
+        if op != 0x1 && op != 0x9 {
+            break (op, payload);
+        }
+    };
     assert_eq!(
-        (op, payload.as_slice()),
+        (pong.0, pong.1.as_slice()),
         (0xA, b"hi".as_slice()),
         "a pong with the ping's payload"
     );
@@ -1211,4 +1217,41 @@ fn a_stream_reopened_at_once_is_not_refused() {
     let id = c.prompt(&sid, "hello");
     let (r, _) = c.until_response(id, |v| panic!("{v}"));
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+}
+
+/// A WebSocket client that vanishes without closing (no frame, not even a pong, for the idle
+/// timeout) is closed: its running turn is cancelled, and its session goes on from another
+/// connection.
+#[test]
+fn a_websocket_client_that_vanishes_is_closed_and_its_turn_cancelled() {
+    let s = Serve::start_with(&[("MAKA_SERVE_IDLE_TIMEOUT_MS", "1000")]);
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}}));
+    loop {
+        let v = ws.message();
+        if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    // The client goes silent with its socket open (a laptop lid closed).
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut again = HttpClient::connect(&s);
+    let id = again.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    again.open_stream(Some(&sid), None);
+    let (r, _) = again.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("error").is_none(), "loaded: {r}");
+    let id = again.prompt(&sid, "hello");
+    let (r, _) = again.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let stderr = s.stderr.lock().unwrap().clone();
+    assert!(stderr.contains("no sign of the client"), "{stderr}");
+    drop(ws);
 }

@@ -91,6 +91,8 @@ pub struct Server {
     pub local: Arc<dyn LocalHost>,
     pub token: String,
     pub tls_proxied: bool,
+    /// How long a connection may show no sign of its client (see [`ServeOptions`]).
+    pub idle_timeout: Duration,
     /// The proxy's hash ring, when several processes share one address.
     ring: Option<route::Ring>,
 }
@@ -220,6 +222,7 @@ pub fn run(options: ServeOptions) -> i32 {
         local,
         token,
         tls_proxied: options.tls_proxied,
+        idle_timeout: options.idle_timeout,
         ring,
     });
     let idle = options.idle_timeout;

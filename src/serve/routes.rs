@@ -433,11 +433,14 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
         Ok(l) => l,
         Err(_) => return,
     };
+    // A live client answers the writer's pings (at least three within the idle timeout):
+    // silence for the idle timeout means it vanished without closing; its turns are cancelled.
+    let ping_every = KEEP_ALIVE.min(server.idle_timeout / 3);
+    let _ = socket.set_read_timeout(Some(server.idle_timeout));
     let _ = crate::threads::spawn(format!("ws-write-{}", &conn.id[..8]), move || {
-        pump_frames(writer, lease)
+        pump_frames(writer, lease, ping_every)
     });
     // Reads frames until the client closes; the connection closes with the socket.
-    let _ = socket.set_read_timeout(None);
     let why = read_frames(reader, &conn);
     server.registry.remove(&conn.id, &why);
 }
@@ -469,6 +472,14 @@ fn read_frames(reader: &mut BufReader<TcpStream>, conn: &AcpConn) -> String {
             Ok(Err(ws::Violation(code, why))) => {
                 conn.close(&format!("{code} {why}"));
                 return format!("WebSocket protocol error: {why}");
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return "no sign of the client (not even a pong) within the idle timeout".into()
             }
             Err(e) => return format!("the WebSocket broke: {e}"),
         }
@@ -508,12 +519,16 @@ fn close_code(why: &str) -> u16 {
 
 /// Writes the connection's messages as text frames; a close frame with the reason when the
 /// connection closes.
-fn pump_frames(mut socket: TcpStream, mut lease: Lease) {
+fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
+    // A ping every `ping_every` even while messages flow: the client's pongs are what tells the
+    // reader it is still there.
+    let mut last_ping = Instant::now();
     loop {
-        let written = match lease.next(KEEP_ALIVE) {
+        let due = ping_every.saturating_sub(last_ping.elapsed());
+        let written = match lease.next(due) {
             Next::Event(_, json) => ws::write_frame(&mut socket, ws::OP_TEXT, json.as_bytes()),
             Next::Pong(p) => ws::write_frame(&mut socket, ws::OP_PONG, &p),
-            Next::Idle => ws::write_frame(&mut socket, ws::OP_PING, b""),
+            Next::Idle => Ok(()),
             Next::Closed(why) => {
                 let code = close_code(&why);
                 let _ = ws::write_frame(&mut socket, ws::OP_CLOSE, &ws::close_payload(code, &why));
@@ -522,6 +537,13 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease) {
             }
             Next::Gone => return,
         };
+        let written = written.and_then(|()| {
+            if last_ping.elapsed() < ping_every {
+                return Ok(());
+            }
+            last_ping = Instant::now();
+            ws::write_frame(&mut socket, ws::OP_PING, b"")
+        });
         if written.and_then(|()| socket.flush()).is_err() {
             let _ = socket.shutdown(std::net::Shutdown::Both);
             return;
