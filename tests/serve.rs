@@ -1255,3 +1255,26 @@ fn a_websocket_client_that_vanishes_is_closed_and_its_turn_cancelled() {
     assert!(stderr.contains("no sign of the client"), "{stderr}");
     drop(ws);
 }
+
+/// A connection holds at most 256 sessions: the next `session/new` is refused with 429 and a
+/// reason (the SDK's client turns it into that request's error), and the connection goes on.
+#[test]
+fn a_connection_holds_at_most_256_sessions() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let mut c = HttpClient::connect(&s);
+    let cwd = s.ws.path().to_path_buf();
+    for _ in 0..256 {
+        c.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    }
+    // Each session's first message (its commands) makes its stream.
+    std::thread::sleep(Duration::from_millis(500));
+    let r = s.post(
+        Some(&c.conn),
+        None,
+        &json!({"jsonrpc": "2.0", "id": 999, "method": "session/new", "params": {"cwd": cwd, "mcpServers": []}}),
+    );
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.body.contains("256 sessions"), "{}", r.body);
+    let listed = c.call("session/list", json!({}));
+    assert!(listed.get("result").is_some(), "{listed}");
+}
