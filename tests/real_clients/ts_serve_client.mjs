@@ -15,9 +15,15 @@ import readline from "node:readline";
 
 const [agentBin, ws, transport, transcriptPath] = process.argv.slice(2);
 
-// The server: a free loopback port; its URL and token file come on stderr.
-const server = spawn(agentBin, ["serve", "--listen", "127.0.0.1:0"], { stdio: ["ignore", "ignore", "pipe"] });
-const { url, token } = await new Promise((resolve, reject) => {
+// The server: a free loopback port; its URL and token file come on stderr. With ACP_SERVE_URL
+// and ACP_SERVE_TOKEN, one already running (behind a proxy: tests/serve_nginx.rs).
+const external = process.env.ACP_SERVE_URL;
+const server = external
+  ? null
+  : spawn(agentBin, ["serve", "--listen", "127.0.0.1:0"], { stdio: ["ignore", "ignore", "pipe"] });
+const { url, token } = external
+  ? { url: external, token: process.env.ACP_SERVE_TOKEN }
+  : await new Promise((resolve, reject) => {
   const lines = readline.createInterface({ input: server.stderr });
   lines.on("line", (line) => {
     process.stderr.write(line + "\n");
@@ -188,5 +194,5 @@ const summary = await app.connectWith(stream, async (agent) => {
 
 await stream.writable.close().catch(() => {});
 if (transcript) fs.closeSync(transcript);
-server.kill();
+server?.kill();
 process.stdout.write(JSON.stringify(summary) + "\n");
