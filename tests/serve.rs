@@ -1278,3 +1278,26 @@ fn a_connection_holds_at_most_256_sessions() {
     let listed = c.call("session/list", json!({}));
     assert!(listed.get("result").is_some(), "{listed}");
 }
+
+/// A client that asks `Expect: 100-continue` (curl, for a body over 1 KiB) is told to go on
+/// before it sends the body, instead of waiting for its own timeout.
+#[test]
+fn expect_100_continue_is_answered() {
+    let s = Serve::start();
+    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}).to_string();
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    sock.set_read_timeout(Some(STEP)).unwrap();
+    let head = format!(
+        "POST /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+        s.port,
+        s.auth(),
+        body.len()
+    );
+    sock.write_all(head.as_bytes()).unwrap();
+    let mut reader = BufReader::new(sock.try_clone().unwrap());
+    let (status, _) = read_head(&mut reader);
+    assert_eq!(status, 100, "told to go on before the body");
+    sock.write_all(body.as_bytes()).unwrap();
+    let (status, _) = read_head(&mut reader);
+    assert_eq!(status, 200);
+}

@@ -121,6 +121,20 @@ impl Exchange<'_> {
         self.reader.get_mut()
     }
 
+    /// Answers `Expect: 100-continue` (curl sends it before a body over 1 KiB and waits a second
+    /// for it): the body may come.
+    #[cfg(feature = "serve")]
+    pub fn continue_100(&mut self) {
+        let stream = self.reader.get_mut();
+        if stream
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .and_then(|()| stream.flush())
+            .is_err()
+        {
+            self.close = true;
+        }
+    }
+
     /// Takes the connection over with what was read past the head (a WebSocket: the client
     /// may send its first frame at once). The connection is closed afterwards.
     #[cfg(feature = "serve")]

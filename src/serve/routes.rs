@@ -104,6 +104,12 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             &format!("Payload Too Large: one message may have at most {MAX_LINE_BYTES} bytes"),
         );
     }
+    if request
+        .header("Expect")
+        .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
+    {
+        ex.continue_100();
+    }
     let Ok(body) = ex.read_body() else {
         ex.close = true;
         return;
