@@ -25,7 +25,8 @@ fn script() -> Value {
                 [{"text": "Running."}, {"tool": "run_command", "args": {"command": "echo hi"}}],
                 [{"text": "Ran it."}]]},
             {"when": "chatty", "responses": [[{"repeat": {"text": "ab", "times": 300}}]]},
-            {"when": "slow", "responses": [[{"text": "Starting slowly"}, {"delayMs": 30000}, {"text": "never"}]]}
+            {"when": "slow", "responses": [[{"text": "Starting slowly"}, {"delayMs": 30000}, {"text": "never"}]]},
+            {"when": "flood", "responses": [[{"repeat": {"text": "x".repeat(1000), "times": 6000}}]]}
         ],
         "default": [[{"text": "Hello from the script!"}]]
     })
@@ -1300,4 +1301,26 @@ fn expect_100_continue_is_answered() {
     sock.write_all(body.as_bytes()).unwrap();
     let (status, _) = read_head(&mut reader);
     assert_eq!(status, 200);
+}
+
+/// A receiver that comes back after more than the replay window was sent gets no silent gap:
+/// the connection is closed (410) saying why, and later requests learn it (404 with the reason).
+#[test]
+fn a_receiver_beyond_the_replay_window_closes_the_connection_with_its_reason() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "flood");
+    let (r, _) = c.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    c.drop_streams();
+    let (status, _) = c.try_stream(Some(&sid), Some(1));
+    assert_eq!(status, 410, "the messages after event 1 are gone");
+    let r = s.post(
+        Some(&c.conn),
+        None,
+        &json!({"jsonrpc": "2.0", "id": 99, "method": "session/list", "params": {}}),
+    );
+    assert_eq!(r.status, 404);
+    assert!(r.body.contains("no longer kept"), "{}", r.body);
 }
