@@ -15,6 +15,11 @@ pub(crate) enum Command {
         log_level: Option<String>,
     },
     Host(HostArgs),
+    Serve {
+        args: ServeArgs,
+        config: AdapterConfig,
+        log_level: Option<String>,
+    },
     Demo,
     Login,
     /// `generate man|bash|zsh|fish`.
@@ -33,6 +38,15 @@ pub(crate) struct HostArgs {
     /// `--token-stdin`: the token is the first line of stdin.
     pub token_stdin: bool,
     pub tunables: crate::tunables::Tunables,
+}
+
+#[derive(Debug, PartialEq)]
+pub(crate) struct ServeArgs {
+    pub listen: std::net::SocketAddr,
+    pub token_file: Option<PathBuf>,
+    pub tls_proxied: bool,
+    pub route_peers: Option<Vec<String>>,
+    pub route_self: Option<String>,
 }
 
 impl PartialEq for AdapterConfig {
@@ -87,6 +101,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
     let mut log_level = None;
     let mut dialect = acp::Dialect::Ours;
     let mut host: Option<HostArgs> = None;
+    let mut serve: Option<ServeArgs> = None;
     while let Some(arg) = parser.next().map_err(|e| e.to_string())? {
         match arg {
             Value(v) if cfg!(feature = "host") && v == "demo" && host.is_none() => {
@@ -119,7 +134,20 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                 no_more_arguments(&mut parser, "generate")?;
                 return Ok(Command::Generate(target));
             }
-            Value(v) if cfg!(feature = "host") && v == "host" && host.is_none() => {
+            Value(v)
+                if cfg!(feature = "serve") && v == "serve" && host.is_none() && serve.is_none() =>
+            {
+                serve = Some(ServeArgs {
+                    listen: std::net::SocketAddr::from(([127, 0, 0, 1], 8430)),
+                    token_file: None,
+                    tls_proxied: false,
+                    route_peers: None,
+                    route_self: None,
+                });
+            }
+            Value(v)
+                if cfg!(feature = "host") && v == "host" && host.is_none() && serve.is_none() =>
+            {
                 host = Some(HostArgs {
                     listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
                     data_dir: None,
@@ -130,13 +158,15 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                 });
             }
             Value(v)
-                if !cfg!(feature = "host")
-                    && ["demo", "login", "host"].contains(&&*v.to_string_lossy()) =>
+                if !cfg!(feature = "serve")
+                    && ["demo", "login", "host", "serve"].contains(&&*v.to_string_lossy()) =>
             {
-                return Err(format!(
-                    "`{}` needs the embedded Runtime Host, which this build leaves out (cargo feature `host`)",
-                    v.to_string_lossy()
-                ));
+                let what = if v == "serve" && cfg!(feature = "host") {
+                    "ACP over HTTP and WebSocket, which this build leaves out (cargo feature `serve`)"
+                } else {
+                    "the embedded Runtime Host, which this build leaves out (cargo feature `host`)"
+                };
+                return Err(format!("`{}` needs {what}", v.to_string_lossy()));
             }
             Long("listen") if host.is_some() => {
                 let v = string_value(&mut parser, "--listen")?;
@@ -150,6 +180,46 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                     h.listen = addr;
                 }
             }
+            Long("listen") if serve.is_some() => {
+                let v = string_value(&mut parser, "--listen")?;
+                let addr: std::net::SocketAddr = v.parse().map_err(|_| {
+                    format!("invalid --listen '{v}': expected IP:PORT, e.g. 127.0.0.1:8430")
+                })?;
+                if let Some(s) = serve.as_mut() {
+                    s.listen = addr;
+                }
+            }
+            Long("token-file") if serve.is_some() => {
+                let v = PathBuf::from(string_value(&mut parser, "--token-file")?);
+                if let Some(s) = serve.as_mut() {
+                    s.token_file = Some(v);
+                }
+            }
+            Long("route-peers") if serve.is_some() => {
+                let v = string_value(&mut parser, "--route-peers")?;
+                let peers: Vec<String> = v
+                    .split(',')
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect();
+                if peers.len() < 2 {
+                    return Err(format!("--route-peers '{v}': list every upstream server, comma-separated, as nginx's upstream block names them (HOST:PORT,HOST:PORT)"));
+                }
+                if let Some(s) = serve.as_mut() {
+                    s.route_peers = Some(peers);
+                }
+            }
+            Long("route-self") if serve.is_some() => {
+                let v = string_value(&mut parser, "--route-self")?;
+                if let Some(s) = serve.as_mut() {
+                    s.route_self = Some(v);
+                }
+            }
+            Long("tls-proxied") if serve.is_some() => {
+                if let Some(s) = serve.as_mut() {
+                    s.tls_proxied = true;
+                }
+            }
             Long("token-stdin") if host.is_some() => {
                 if let Some(h) = host.as_mut() {
                     h.token_stdin = true;
@@ -161,7 +231,12 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                 }
             }
             Short('h') | Long("help") => {
-                return Ok(Command::Help(host.as_ref().map(|_| "host")));
+                let sub = match (&host, &serve) {
+                    (Some(_), _) => Some("host"),
+                    (_, Some(_)) => Some("serve"),
+                    _ => None,
+                };
+                return Ok(Command::Help(sub));
             }
             Short('V') | Long("version") => return Ok(Command::Version),
             Long("acp") if host.is_none() => dialect = acp::Dialect::Maka,
@@ -190,6 +265,14 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
         h.log_level = log_level;
         return Ok(Command::Host(h));
     }
+    if let Some(s) = &serve {
+        if !s.listen.ip().is_loopback() && !s.tls_proxied {
+            return Err(format!(
+                "--listen {} is not a loopback address: plain HTTP is served only to this machine; put a TLS proxy in front and add --tls-proxied (docs/deployment.md)",
+                s.listen
+            ));
+        }
+    }
     if let Some(token) = &env.host_token {
         crate::secrets::register(token);
     }
@@ -217,18 +300,23 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
     if host_url.is_none() && !cfg!(feature = "host") {
         return Err("this build has no embedded Runtime Host (cargo feature `host`): give --host-url (or MAKA_HOST_URL) and MAKA_HOST_TOKEN".into());
     }
-    Ok(Command::Agent {
-        config: AdapterConfig {
-            host_url,
-            host_token: env.host_token,
-            host_tls,
-            data_dir,
-            log_level: log_level.clone(),
-            tunables: env.tunables,
-            dialect,
-        },
-        log_level,
-    })
+    let config = AdapterConfig {
+        host_url,
+        host_token: env.host_token,
+        host_tls,
+        data_dir,
+        log_level: log_level.clone(),
+        tunables: env.tunables,
+        dialect,
+    };
+    if let Some(args) = serve {
+        return Ok(Command::Serve {
+            args,
+            config,
+            log_level,
+        });
+    }
+    Ok(Command::Agent { config, log_level })
 }
 
 /// What this build can do without `--host-url`: start the embedded host (feature `host`), or
@@ -348,6 +436,14 @@ pub fn main() -> i32 {
             }
         }
         Command::Host(args) => run_host(args),
+        Command::Serve {
+            args,
+            config,
+            log_level,
+        } => {
+            init_logging(log_level.as_deref());
+            run_serve(args, config)
+        }
         Command::Demo => run_demo(),
         Command::Login => run_login(),
     }
@@ -365,6 +461,29 @@ fn run_host(args: HostArgs) -> i32 {
         watch_stdin: args.watch_stdin,
         token_stdin: args.token_stdin,
     })
+}
+
+#[cfg(feature = "serve")]
+fn run_serve(args: ServeArgs, config: AdapterConfig) -> i32 {
+    let idle_timeout = config.tunables.serve_idle_timeout;
+    let route = args.route_peers.map(|peers| {
+        let me = args.route_self.unwrap_or_else(|| args.listen.to_string());
+        (peers, me)
+    });
+    crate::serve::run(crate::serve::ServeOptions {
+        route,
+        listen: args.listen,
+        token_file: args.token_file,
+        tls_proxied: args.tls_proxied,
+        config,
+        idle_timeout,
+    })
+}
+
+// Refused while parsing in builds without it; never reached.
+#[cfg(not(feature = "serve"))]
+fn run_serve(_: ServeArgs, _: AdapterConfig) -> i32 {
+    2
 }
 
 #[cfg(feature = "host")]
@@ -460,6 +579,7 @@ mod tests {
         let sample = |o: &spec::Opt| match o.value {
             Some((_, spec::Kind::Url)) => Some("http://127.0.0.1:1"),
             Some((_, spec::Kind::Dir)) => Some("/tmp"),
+            Some((_, spec::Kind::File)) => Some("/nonexistent-token"),
             Some((_, spec::Kind::Addr)) => Some("127.0.0.1:0"),
             Some((_, spec::Kind::Choice(c))) => Some(c[0]),
             None => None,

@@ -18,5 +18,7 @@ pub mod jsonrpc;
 #[cfg(feature = "host")]
 pub(crate) mod login;
 pub mod secrets;
+#[cfg(feature = "serve")]
+pub(crate) mod serve;
 pub(crate) mod threads;
 pub mod tunables;

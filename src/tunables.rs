@@ -30,6 +30,10 @@ pub struct Tunables {
     /// withdrawn and the tool denied as "no answer" (`MAKA_PERMISSION_TIMEOUT_MS`, `0` = never,
     /// else ≥ 100). Unset: the dialect's default (`maka_dialect::permission_bound`).
     pub permission_timeout_ms: Option<u64>,
+    /// `maka-acp serve`: how long a connection may have no event stream and send nothing
+    /// before it is closed, its running turns cancelled (`MAKA_SERVE_IDLE_TIMEOUT_MS`, ≥ 100;
+    /// 120 s).
+    pub serve_idle_timeout: Duration,
 }
 
 impl Default for Tunables {
@@ -42,6 +46,7 @@ impl Default for Tunables {
             fsync: true,
             compact_at_percent: 80,
             permission_timeout_ms: None,
+            serve_idle_timeout: Duration::from_secs(120),
         }
     }
 }
@@ -85,6 +90,11 @@ impl Tunables {
                 .map_or(d.compact_at_percent, |p| p as u8),
             permission_timeout_ms: number("MAKA_PERMISSION_TIMEOUT_MS")
                 .filter(|ms| *ms == 0 || *ms >= 100),
+            serve_idle_timeout: millis(
+                "MAKA_SERVE_IDLE_TIMEOUT_MS",
+                100..=u64::MAX,
+                d.serve_idle_timeout,
+            ),
         }
     }
 }

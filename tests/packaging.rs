@@ -167,7 +167,7 @@ fn bash_fish_and_zsh_complete_what_help_lists() {
             "fish: {prefix} {partial} → {opt}"
         );
     }
-    let subcommands = ["host", "demo", "login", "generate"];
+    let subcommands = ["host", "serve", "demo", "login", "generate"];
     let top = bash("maka-acp ''");
     let fish_top = fish("maka-acp ");
     for s in subcommands {
@@ -180,6 +180,7 @@ fn bash_fish_and_zsh_complete_what_help_lists() {
     run("zsh", &["-n", "dist/completions/_maka-acp"]);
     for (line, want) in [
         ("maka-acp host --l", &["--listen", "--log-level"][..]),
+        ("maka-acp serve --t", &["--token-file", "--tls-proxied"][..]),
         ("maka-acp --log-level ", &["debug", "trace"][..]),
         ("maka-acp gen", &["generate"][..]),
         ("maka-acp generate ", &["man", "fish"][..]),

@@ -5,7 +5,7 @@ _maka_acp() {
     prev="${COMP_WORDS[COMP_CWORD-1]}"
     for ((i = 1; i < COMP_CWORD; i++)); do
         case "${COMP_WORDS[i]}" in
-            host|demo|login|generate) sub="${COMP_WORDS[i]}"; break ;;
+            host|serve|demo|login|generate) sub="${COMP_WORDS[i]}"; break ;;
         esac
     done
     case "$prev" in
@@ -13,10 +13,14 @@ _maka_acp() {
         --data-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
         --log-level) COMPREPLY=($(compgen -W "off error warn info debug trace" -- "$cur")); return ;;
         --listen) COMPREPLY=(); return ;;
+        --token-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --route-peers) COMPREPLY=(); return ;;
+        --route-self) COMPREPLY=(); return ;;
     esac
     case "$sub" in
-        "") COMPREPLY=($(compgen -W "host demo login generate --host-url --data-dir --log-level --acp --help --version -h -V" -- "$cur")) ;;
+        "") COMPREPLY=($(compgen -W "host serve demo login generate --host-url --data-dir --log-level --acp --help --version -h -V" -- "$cur")) ;;
         host) COMPREPLY=($(compgen -W "--listen --data-dir --log-level --ignore-stdin --token-stdin" -- "$cur")) ;;
+        serve) COMPREPLY=($(compgen -W "--listen --token-file --tls-proxied --route-peers --route-self --host-url --data-dir --log-level" -- "$cur")) ;;
         demo) COMPREPLY=($(compgen -W "" -- "$cur")) ;;
         login) COMPREPLY=($(compgen -W "" -- "$cur")) ;;
         generate) COMPREPLY=($(compgen -W "man bash zsh fish" -- "$cur")) ;;

@@ -133,6 +133,7 @@ fn bash() -> String {
         seen.push(o.long);
         let action = match kind {
             Kind::Dir => "COMPREPLY=($(compgen -d -- \"$cur\"))".to_string(),
+            Kind::File => "COMPREPLY=($(compgen -f -- \"$cur\"))".to_string(),
             Kind::Choice(c) => format!("COMPREPLY=($(compgen -W \"{}\" -- \"$cur\"))", c.join(" ")),
             Kind::Url | Kind::Addr => "COMPREPLY=()".to_string(),
         };
@@ -192,6 +193,7 @@ fn zsh_specs(options: &[Opt]) -> Vec<String> {
             let action = match o.value {
                 None => String::new(),
                 Some((name, Kind::Dir)) => format!(":{name}:_files -/"),
+                Some((name, Kind::File)) => format!(":{name}:_files"),
                 Some((name, Kind::Choice(c))) => format!(":{name}:({})", c.join(" ")),
                 Some((name, _)) => format!(":{name}: "),
             };
@@ -249,7 +251,7 @@ fn fish_option(out: &mut String, condition: &str, o: &Opt) {
     }
     match o.value {
         None => {}
-        Some((_, Kind::Dir)) => line.push_str(" -r -F"),
+        Some((_, Kind::Dir | Kind::File)) => line.push_str(" -r -F"),
         Some((_, Kind::Choice(c))) => line.push_str(&format!(" -x -a '{}'", c.join(" "))),
         Some(_) => line.push_str(" -x"),
     }

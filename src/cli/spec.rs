@@ -7,6 +7,7 @@
 pub enum Kind {
     Url,
     Dir,
+    File,
     Addr,
     Choice(&'static [&'static str]),
 }
@@ -131,6 +132,67 @@ pub const HOST_OPTIONS: &[Opt] = &[
     },
 ];
 
+/// `maka-acp serve [OPTIONS]`.
+pub const SERVE_OPTIONS: &[Opt] = &[
+    Opt {
+        long: "listen",
+        short: None,
+        value: Some(("ADDR", Kind::Addr)),
+        help: "address and port to serve ACP on (/acp); a non-loopback address needs --tls-proxied",
+        env: None,
+        default: Some("127.0.0.1:8430"),
+    },
+    Opt {
+        long: "token-file",
+        short: None,
+        value: Some(("PATH", Kind::File)),
+        help: "the bearer token every request must carry, from this file (mode 0600); without it a token is generated and written to DATA_DIR/serve.token",
+        env: None,
+        default: None,
+    },
+    Opt {
+        long: "tls-proxied",
+        short: None,
+        value: None,
+        help: "a TLS proxy is in front (docs/deployment.md): allows a non-loopback --listen and Host names that are not this machine's",
+        env: None,
+        default: None,
+    },
+    Opt {
+        long: "route-peers",
+        short: None,
+        value: Some(("LIST", Kind::Addr)),
+        help: "several processes behind nginx's `hash $http_acp_connection_id consistent`: every upstream server, comma-separated, as its upstream block names them; connection ids are then made so that nginx routes them back to this process",
+        env: None,
+        default: None,
+    },
+    Opt {
+        long: "route-self",
+        short: None,
+        value: Some(("HOST:PORT", Kind::Addr)),
+        help: "which of --route-peers this process is",
+        env: None,
+        default: Some("the --listen address"),
+    },
+    Opt {
+        long: "host-url",
+        short: None,
+        value: Some(("URL", Kind::Url)),
+        help: "use this Runtime Host for every connection instead of starting the embedded one (its token comes from MAKA_HOST_TOKEN)",
+        env: Some("MAKA_HOST_URL"),
+        default: None,
+    },
+    Opt {
+        long: "data-dir",
+        short: None,
+        value: Some(("DIR", Kind::Dir)),
+        help: "where the embedded host keeps sessions (and where a generated token is written)",
+        env: Some("MAKA_DATA_DIR"),
+        default: Some("$XDG_DATA_HOME/maka-acp"),
+    },
+    LOG_LEVEL,
+];
+
 pub const GENERATE_TARGETS: &[&str] = &["man", "bash", "zsh", "fish"];
 
 pub const SUBCOMMANDS: &[Subcommand] = &[
@@ -138,6 +200,13 @@ pub const SUBCOMMANDS: &[Subcommand] = &[
         name: "host",
         summary: "run the reference Runtime Host (HTTP on loopback; token from MAKA_HOST_TOKEN)",
         options: HOST_OPTIONS,
+        operands: &[],
+        needs_host: true,
+    },
+    Subcommand {
+        name: "serve",
+        summary: "serve ACP over Streamable HTTP and WebSocket (the official SDK's transports) on /acp, every connection on one Runtime Host",
+        options: SERVE_OPTIONS,
         operands: &[],
         needs_host: true,
     },
@@ -175,6 +244,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("MAKA_MODEL", "the model name; required with an endpoint"),
     ("MAKA_SCRIPT", "the offline scripted provider: inline JSON or a file"),
     ("MAKA_CONFIG", "the config file `maka-acp login` writes (default $XDG_CONFIG_HOME/maka-acp/config.json)"),
+    ("MAKA_SERVE_IDLE_TIMEOUT_MS", "`maka-acp serve`: how long a connection may have no event stream and send nothing before it is closed and its turns cancelled (default 120000)"),
     ("RUST_LOG", "log level or env_logger filters (as --log-level)"),
 ];
 

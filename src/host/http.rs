@@ -37,6 +37,7 @@ pub struct Server {
     addr: SocketAddr,
     stopping: AtomicBool,
     open: Arc<AtomicUsize>,
+    max_connections: usize,
 }
 
 /// A parsed request head. The body, if any, is still on the connection.
@@ -119,6 +120,28 @@ impl Exchange<'_> {
         self.close = true;
         self.reader.get_mut()
     }
+
+    /// Answers `Expect: 100-continue` (curl sends it before a body over 1 KiB and waits a second
+    /// for it): the body may come.
+    #[cfg(feature = "serve")]
+    pub fn continue_100(&mut self) {
+        let stream = self.reader.get_mut();
+        if stream
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .and_then(|()| stream.flush())
+            .is_err()
+        {
+            self.close = true;
+        }
+    }
+
+    /// Takes the connection over with what was read past the head (a WebSocket: the client
+    /// may send its first frame at once). The connection is closed afterwards.
+    #[cfg(feature = "serve")]
+    pub fn take_reader(&mut self) -> &mut BufReader<TcpStream> {
+        self.close = true;
+        self.reader
+    }
 }
 
 impl Server {
@@ -130,7 +153,15 @@ impl Server {
             addr,
             stopping: AtomicBool::new(false),
             open: Arc::default(),
+            max_connections: MAX_CONNECTIONS,
         })
+    }
+
+    /// Serves at most `max` connections at once (`maka-acp serve` holds one per event stream).
+    #[cfg(feature = "serve")]
+    pub fn with_max_connections(mut self, max: usize) -> Server {
+        self.max_connections = max;
+        self
     }
 
     pub fn port(&self) -> u16 {
@@ -152,7 +183,7 @@ impl Server {
             };
             let n = self.open.fetch_add(1, Ordering::AcqRel);
             let guard = Open(Arc::clone(&self.open));
-            if n >= MAX_CONNECTIONS {
+            if n >= self.max_connections {
                 refuse_busy(stream);
                 drop(guard);
                 continue;
@@ -369,17 +400,23 @@ fn read_head(
 /// answers of model providers.
 pub fn reason(status: u16) -> &'static str {
     match status {
+        101 => "Switching Protocols",
         200 => "OK",
+        202 => "Accepted",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
         404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
         408 => "Request Timeout",
         409 => "Conflict",
         410 => "Gone",
         411 => "Length Required",
         413 => "Payload Too Large",
+        415 => "Unsupported Media Type",
         422 => "Unprocessable Entity",
+        426 => "Upgrade Required",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",

@@ -1,0 +1,328 @@
+//! One ACP connection over HTTP or WebSocket: the same agent core the stdio transport drives
+//! (`acp::serve` over a `jsonrpc::Connection`), fed from a channel instead of stdin, its output
+//! routed to streams instead of stdout. Routing follows the SDK's server: a response goes where
+//! its request came from (`session/load`'s too, after its replay), a request or notification with
+//! a `sessionId` to that session's stream, everything else to the connection's stream; over
+//! WebSocket, everything to the one socket.
+
+use super::stream::{Lease, Refused, Stream};
+use crate::acp::{AdapterConfig, LocalHost};
+use crate::jsonrpc::lock;
+use crossbeam_channel::{bounded, Receiver, Sender};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::io::{self, BufRead, Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Messages waiting for the connection's reader (then its dispatcher's own bounded inbox).
+const INBOX: usize = 64;
+/// Sessions (their streams) one connection may hold.
+pub const MAX_SESSIONS: usize = 256;
+/// Longest connection or session id routed (the SDK's `DEFAULT_MAX_ID_LENGTH`).
+pub const MAX_ID_LENGTH: usize = 1024;
+
+#[derive(Clone, PartialEq)]
+pub enum Route {
+    Connection,
+    Session(String),
+}
+
+pub struct AcpConn {
+    pub id: String,
+    pub websocket: bool,
+    /// Lines for the agent; `None` once the connection is closed (the agent sees the end of
+    /// its input and takes its EOF path: answers, cancels turns, releases sessions).
+    inbox: Mutex<Option<Sender<Vec<u8>>>>,
+    /// Where the `initialize` response goes (the POST that opened the connection waits).
+    initial: Mutex<Option<Sender<Arc<str>>>>,
+    pub stream: Arc<Stream>,
+    sessions: Mutex<HashMap<String, Arc<Stream>>>,
+    /// Our requests' routes (by the id key of the client's request).
+    pending: Mutex<HashMap<String, Route>>,
+    /// The agent's requests' routes, for checking the client's answers.
+    asked: Mutex<HashMap<String, Route>>,
+    last_active: Mutex<Instant>,
+    closed: Mutex<Option<String>>,
+}
+
+/// The key of a JSON-RPC id (the SDK's `messageIdKey`).
+pub fn id_key(id: &serde_json::Value) -> Option<String> {
+    match id {
+        serde_json::Value::String(s) => Some(format!("string:{s}")),
+        serde_json::Value::Number(n) => Some(format!("number:{n}")),
+        serde_json::Value::Null => Some("null".into()),
+        _ => None,
+    }
+}
+
+/// What routing needs of an outgoing message (nothing else is read).
+#[derive(Deserialize)]
+struct Peek {
+    id: Option<serde_json::Value>,
+    method: Option<String>,
+    params: Option<PeekParams>,
+}
+
+#[derive(Deserialize)]
+struct PeekParams {
+    #[serde(rename = "sessionId")]
+    session_id: Option<serde_json::Value>,
+}
+
+impl AcpConn {
+    /// Starts a connection: its agent on a thread of its own, sharing `local` (the one host).
+    pub fn start(
+        id: String,
+        config: AdapterConfig,
+        local: Arc<dyn LocalHost>,
+        websocket: bool,
+        on_end: impl FnOnce(&str, &str) + Send + 'static,
+    ) -> io::Result<(Arc<AcpConn>, Receiver<Arc<str>>)> {
+        let (tx, rx) = bounded(INBOX);
+        let (initial_tx, initial_rx) = bounded(1);
+        let conn = Arc::new(AcpConn {
+            id,
+            websocket,
+            inbox: Mutex::new(Some(tx)),
+            initial: Mutex::new((!websocket).then_some(initial_tx)),
+            stream: Stream::new(),
+            sessions: Mutex::default(),
+            pending: Mutex::default(),
+            asked: Mutex::default(),
+            last_active: Mutex::new(Instant::now()),
+            closed: Mutex::default(),
+        });
+        let name = format!("acp-{}", &conn.id[..8]);
+        let sink = Sink {
+            conn: Arc::clone(&conn),
+            partial: Vec::new(),
+        };
+        let jsonrpc = crate::jsonrpc::Connection::from_io(&name, ChannelReader::new(rx), sink)?;
+        let agent_conn = Arc::clone(&conn);
+        std::thread::Builder::new().name(name).spawn(move || {
+            crate::acp::serve(jsonrpc, config, local);
+            agent_conn.close("the agent ended the connection");
+            let why = agent_conn.closed().unwrap_or_default();
+            on_end(&agent_conn.id, &why);
+        })?;
+        Ok((conn, initial_rx))
+    }
+
+    pub fn touch(&self) {
+        *lock(&self.last_active) = Instant::now();
+    }
+
+    /// Idle: no receiver on any stream and nothing posted for `timeout`.
+    pub fn idle_for(&self, timeout: Duration) -> bool {
+        if self.stream.has_receiver() || lock(&self.sessions).values().any(|s| s.has_receiver()) {
+            self.touch();
+            return false;
+        }
+        lock(&self.last_active).elapsed() >= timeout
+    }
+
+    pub fn closed(&self) -> Option<String> {
+        lock(&self.closed).clone()
+    }
+
+    /// Hands a message to the agent (blocking while its inbox is full). False once closed.
+    pub fn deliver(&self, line: Vec<u8>) -> bool {
+        self.touch();
+        let Some(tx) = lock(&self.inbox).clone() else {
+            return false;
+        };
+        tx.send(line).is_ok()
+    }
+
+    /// Closes the connection: the agent's input ends, every stream ends with `why`.
+    pub fn close(&self, why: &str) {
+        {
+            let mut closed = lock(&self.closed);
+            if closed.is_some() {
+                return;
+            }
+            *closed = Some(why.to_string());
+        }
+        log::info!("closing ACP connection {}: {why}", &self.id[..8]);
+        drop(lock(&self.inbox).take());
+        drop(lock(&self.initial).take());
+        self.stream.close(why);
+        let sessions: Vec<Arc<Stream>> = lock(&self.sessions).values().cloned().collect();
+        for s in sessions {
+            s.close(why);
+        }
+    }
+
+    pub fn session_count(&self) -> usize {
+        lock(&self.sessions).len()
+    }
+
+    /// The stream of `session`, made on first use; `None` past [`MAX_SESSIONS`].
+    pub fn session_stream(&self, session: &str) -> Option<Arc<Stream>> {
+        let mut sessions = lock(&self.sessions);
+        if let Some(s) = sessions.get(session) {
+            return Some(Arc::clone(s));
+        }
+        if sessions.len() >= MAX_SESSIONS {
+            return None;
+        }
+        let s = Stream::new();
+        if let Some(why) = lock(&self.closed).as_deref() {
+            s.close(why);
+        }
+        sessions.insert(session.to_string(), Arc::clone(&s));
+        Some(s)
+    }
+
+    pub fn acquire(&self, route: &Route, last_seen: Option<u64>) -> Result<Lease, Refused> {
+        let stream = match route {
+            Route::Connection => Arc::clone(&self.stream),
+            Route::Session(id) => self.session_stream(id).ok_or(Refused::Closed(format!(
+                "this connection already holds {MAX_SESSIONS} session streams"
+            )))?,
+        };
+        stream.acquire(last_seen)
+    }
+
+    /// A request of the client's: its response goes back on `route`.
+    pub fn expect_response(&self, key: String, route: Route) {
+        lock(&self.pending).insert(key, route);
+    }
+
+    /// The route of the agent's request the client answers (taken: one answer each).
+    pub fn answered(&self, key: &str) -> Option<Route> {
+        lock(&self.asked).remove(key)
+    }
+
+    /// One line the agent wrote: to the POST waiting for `initialize`, or onto its stream.
+    fn route_outgoing(&self, line: &[u8]) {
+        let Ok(text) = std::str::from_utf8(line) else {
+            return;
+        };
+        let json: Arc<str> = Arc::from(text);
+        let initial = lock(&self.initial).take();
+        if let Some(initial) = initial {
+            let _ = initial.send(json);
+            return;
+        }
+        let stream = if self.websocket {
+            Some(Arc::clone(&self.stream))
+        } else {
+            match self.outgoing_route(text) {
+                Route::Connection => Some(Arc::clone(&self.stream)),
+                Route::Session(id) => self.session_stream(&id),
+            }
+        };
+        let Some(stream) = stream else {
+            return self.close(&format!(
+                "the connection exceeded {MAX_SESSIONS} session streams"
+            ));
+        };
+        if stream.push(json).is_err() {
+            self.close(&format!(
+                "the client read none of the last {} MiB the agent sent on a stream",
+                super::stream::MAX_BUFFERED_BYTES >> 20
+            ));
+        }
+    }
+
+    fn outgoing_route(&self, text: &str) -> Route {
+        let Ok(peek) = serde_json::from_str::<Peek>(text) else {
+            return Route::Connection;
+        };
+        let key = peek.id.as_ref().and_then(id_key);
+        if peek.method.is_none() {
+            return key
+                .and_then(|k| lock(&self.pending).remove(&k))
+                .unwrap_or(Route::Connection);
+        }
+        let session = peek
+            .params
+            .and_then(|p| p.session_id)
+            .and_then(|s| s.as_str().map(str::to_string));
+        let route = match session {
+            Some(s) => Route::Session(s),
+            None => Route::Connection,
+        };
+        if let Some(k) = key {
+            lock(&self.asked).insert(k, route.clone());
+        }
+        route
+    }
+}
+
+/// The agent's input: each message from the channel, as one line; the end when it closes.
+struct ChannelReader {
+    rx: Receiver<Vec<u8>>,
+    buf: Vec<u8>,
+    at: usize,
+}
+
+impl ChannelReader {
+    fn new(rx: Receiver<Vec<u8>>) -> ChannelReader {
+        ChannelReader {
+            rx,
+            buf: Vec::new(),
+            at: 0,
+        }
+    }
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        let available = self.fill_buf()?;
+        let n = available.len().min(out.len());
+        out[..n].copy_from_slice(&available[..n]);
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl BufRead for ChannelReader {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if self.at >= self.buf.len() {
+            match self.rx.recv() {
+                Ok(mut line) => {
+                    line.push(b'\n');
+                    self.buf = line;
+                    self.at = 0;
+                }
+                Err(_) => return Ok(&[]),
+            }
+        }
+        Ok(&self.buf[self.at..])
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.at = (self.at + n).min(self.buf.len());
+    }
+}
+
+/// The agent's output: cut into lines, each routed as it completes.
+struct Sink {
+    conn: Arc<AcpConn>,
+    partial: Vec<u8>,
+}
+
+impl Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let mut rest = bytes;
+        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+            if self.partial.is_empty() {
+                self.conn.route_outgoing(&rest[..end]);
+            } else {
+                self.partial.extend_from_slice(&rest[..end]);
+                let line = std::mem::take(&mut self.partial);
+                self.conn.route_outgoing(&line);
+            }
+            rest = &rest[end + 1..];
+        }
+        self.partial.extend_from_slice(rest);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}

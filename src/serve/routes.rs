@@ -1,0 +1,558 @@
+//! `/acp`: POST (messages; `initialize` opens a connection), GET (an event stream, or a
+//! WebSocket upgrade), DELETE (closes a connection), with the SDK server's statuses.
+
+use super::conn::{id_key, AcpConn, Route, MAX_ID_LENGTH};
+use super::stream::{Lease, Next, Refused};
+use super::ws;
+use super::Server;
+use crate::host::http::{Exchange, Request};
+use crate::jsonrpc::line_reader::MAX_LINE_BYTES;
+use serde_json::{json, Value};
+use std::io::{BufReader, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const CONNECTION_ID: &str = "Acp-Connection-Id";
+const SESSION_ID: &str = "Acp-Session-Id";
+/// How long the POST that opens a connection waits for the `initialize` response.
+const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
+/// An event stream's keep-alive comment (the SDK's interval).
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// How often a waiting stream checks that its client is still there.
+const POLL: Duration = Duration::from_secs(1);
+
+/// Methods whose POST must carry `Acp-Session-Id` (the SDK's `SESSION_SCOPED_METHODS`).
+const SESSION_SCOPED: &[&str] = &[
+    "session/cancel",
+    "session/close",
+    "session/delete",
+    "session/fork",
+    "session/load",
+    "session/prompt",
+    "session/resume",
+    "session/set_config_option",
+    "session/set_mode",
+    "session/set_model",
+];
+/// Methods that make the connection hold one more session.
+const OPENS_SESSION: &[&str] = &[
+    "session/new",
+    "session/load",
+    "session/resume",
+    "session/fork",
+];
+
+pub fn handle(server: &Server, request: Request, ex: &mut Exchange) {
+    let path = request.target.split('?').next().unwrap_or("");
+    if path != "/acp" {
+        return text(ex, 404, "Not Found: the ACP endpoint is /acp");
+    }
+    if !super::auth::bearer_ok(request.header("Authorization"), &server.token) {
+        return ex.respond(
+            401,
+            &[("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")],
+            b"Unauthorized: send Authorization: Bearer <token> (the token is in the file maka-acp serve printed)",
+        );
+    }
+    if let Err(why) = super::auth::origin_ok(
+        request.header("Origin"),
+        request.header("Host"),
+        server.tls_proxied,
+    ) {
+        return text(ex, 403, &why);
+    }
+    match request.method.as_str() {
+        "POST" => post(server, &request, ex),
+        "GET" if is_upgrade(&request) => websocket(server, &request, ex),
+        "GET" => get(server, &request, ex),
+        "DELETE" => delete(server, &request, ex),
+        _ => text(ex, 405, "Method Not Allowed"),
+    }
+}
+
+fn text(ex: &mut Exchange, status: u16, body: &str) {
+    ex.respond(status, &[("Content-Type", "text/plain")], body.as_bytes());
+}
+
+fn connection(server: &Server, request: &Request, ex: &mut Exchange) -> Option<Arc<AcpConn>> {
+    let Some(id) = request.header(CONNECTION_ID) else {
+        text(ex, 400, "Missing Acp-Connection-Id");
+        return None;
+    };
+    match server.registry.get(id) {
+        Ok(c) => Some(c),
+        Err(why) => {
+            text(ex, 404, &why);
+            None
+        }
+    }
+}
+
+fn post(server: &Server, request: &Request, ex: &mut Exchange) {
+    let json_type = request
+        .header("Content-Type")
+        .and_then(|t| t.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
+    if !json_type {
+        return text(ex, 415, "Unsupported Media Type");
+    }
+    if request.content_length > MAX_LINE_BYTES as u64 {
+        return text(
+            ex,
+            413,
+            &format!("Payload Too Large: one message may have at most {MAX_LINE_BYTES} bytes"),
+        );
+    }
+    if request
+        .header("Expect")
+        .is_some_and(|e| e.eq_ignore_ascii_case("100-continue"))
+    {
+        ex.continue_100();
+    }
+    let Ok(body) = ex.read_body() else {
+        ex.close = true;
+        return;
+    };
+    let Ok(message) = serde_json::from_slice::<Value>(&body) else {
+        return text(ex, 400, "Invalid JSON");
+    };
+    if message.is_array() {
+        let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "Invalid request", "data": "JSON-RPC batches are not supported"}});
+        return ex.respond(
+            400,
+            &[("Content-Type", "application/json")],
+            error.to_string().as_bytes(),
+        );
+    }
+    let Some(object) = message.as_object() else {
+        return text(ex, 400, "Invalid JSON-RPC message");
+    };
+    // The agent reads one message a line: a body written over several lines is made one.
+    let line = if body.contains(&b'\n') || body.contains(&b'\r') {
+        message.to_string().into_bytes()
+    } else {
+        body
+    };
+    let method = object.get("method").and_then(Value::as_str);
+    let is_initialize = method == Some("initialize")
+        && object.contains_key("id")
+        && object.get("jsonrpc") == Some(&json!("2.0"));
+    if is_initialize {
+        if request.header(CONNECTION_ID).is_some() {
+            return text(ex, 400, "Initialize not allowed on existing connection");
+        }
+        return initialize(server, object.get("id"), line, ex);
+    }
+    let Some(conn) = connection(server, request, ex) else {
+        return;
+    };
+    let header_session = request.header(SESSION_ID);
+    if header_session.is_some_and(|s| s.len() > MAX_ID_LENGTH) {
+        return text(
+            ex,
+            400,
+            &format!("Acp-Session-Id exceeds maxIdLength ({MAX_ID_LENGTH})"),
+        );
+    }
+    let id = object.get("id");
+    match method {
+        None => {
+            // The client's answer to one of the agent's requests.
+            let route = id.and_then(id_key).and_then(|k| conn.answered(&k));
+            if let Some(Route::Session(s)) = &route {
+                match header_session {
+                    None => return text(ex, 400, "Missing Acp-Session-Id"),
+                    Some(h) if h != s => return text(ex, 400, "Mismatched Acp-Session-Id"),
+                    _ => {}
+                }
+            }
+        }
+        Some(method) => {
+            let params_session = object
+                .get("params")
+                .and_then(|p| p.get("sessionId"))
+                .and_then(Value::as_str);
+            if (SESSION_SCOPED.contains(&method) || params_session.is_some())
+                && header_session.is_none()
+            {
+                return text(ex, 400, "Missing Acp-Session-Id");
+            }
+            if let (Some(h), Some(p)) = (header_session, params_session) {
+                if h != p {
+                    return text(ex, 400, "Mismatched Acp-Session-Id");
+                }
+            }
+            if OPENS_SESSION.contains(&method) && conn.session_count() >= super::conn::MAX_SESSIONS
+            {
+                return text(ex, 429, &format!(
+                    "this connection already holds {} sessions, the most one may; close some (session/close) or open another connection",
+                    super::conn::MAX_SESSIONS
+                ));
+            }
+            let route = match header_session.or(params_session) {
+                Some(s) => Route::Session(s.to_string()),
+                None => Route::Connection,
+            };
+            // Unlike the SDK's server, `session/load`'s answer goes on the session's stream too:
+            // after the history it replays there, never before it (on another stream a client
+            // could read the answer before the replay and take the history as complete).
+            if let Some(key) = id.and_then(id_key) {
+                conn.expect_response(key, route);
+            }
+        }
+    }
+    if !conn.deliver(line) {
+        let why = conn.closed().unwrap_or_default();
+        return text(
+            ex,
+            404,
+            &format!("Unknown Acp-Connection-Id: the connection was closed ({why})"),
+        );
+    }
+    ex.respond(202, &[], b"");
+}
+
+/// Opens a connection: the `initialize` response is the answer, with the connection's id.
+fn initialize(server: &Server, id: Option<&Value>, line: Vec<u8>, ex: &mut Exchange) {
+    if id.is_none_or(Value::is_null) {
+        return text(ex, 400, "Initialize request must include an ID");
+    }
+    let (conn, initial) = match server.open(false) {
+        Ok(c) => c,
+        Err(why) => return text(ex, 503, &why),
+    };
+    let answer = if conn.deliver(line) {
+        initial.recv_timeout(INITIALIZE_TIMEOUT).ok()
+    } else {
+        None
+    };
+    let Some(answer) = answer else {
+        server.registry.remove(&conn.id, "initialize failed");
+        let error = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "Initialize failed", "data": "the agent did not answer initialize"}});
+        return ex.respond(
+            500,
+            &[("Content-Type", "application/json")],
+            error.to_string().as_bytes(),
+        );
+    };
+    conn.touch();
+    ex.respond(
+        200,
+        &[
+            ("Content-Type", "application/json"),
+            (CONNECTION_ID, &conn.id),
+        ],
+        answer.as_bytes(),
+    );
+}
+
+fn delete(server: &Server, request: &Request, ex: &mut Exchange) {
+    let Some(id) = request.header(CONNECTION_ID) else {
+        return text(ex, 400, "Missing Acp-Connection-Id");
+    };
+    match server.registry.remove(id, "the client closed it (DELETE)") {
+        Some(_) => ex.respond(202, &[], b""),
+        None => text(ex, 404, "Unknown Acp-Connection-Id"),
+    }
+}
+
+/// An event stream: the connection's, or a session's (`Acp-Session-Id`), from the message
+/// after `Last-Event-ID` when the client comes back.
+fn get(server: &Server, request: &Request, ex: &mut Exchange) {
+    let accepts = request
+        .header("Accept")
+        .is_some_and(|a| a.to_ascii_lowercase().contains("text/event-stream"));
+    if !accepts {
+        return text(ex, 406, "Not Acceptable");
+    }
+    let Some(conn) = connection(server, request, ex) else {
+        return;
+    };
+    let route = match request.header(SESSION_ID) {
+        Some(s) if s.len() > MAX_ID_LENGTH => {
+            return text(
+                ex,
+                400,
+                &format!("Acp-Session-Id exceeds maxIdLength ({MAX_ID_LENGTH})"),
+            )
+        }
+        Some(s) => Route::Session(s.to_string()),
+        None => Route::Connection,
+    };
+    if conn.websocket {
+        return text(ex, 409, "Outbound stream already has an active receiver");
+    }
+    let last_seen = match request
+        .header("Last-Event-ID")
+        .map(|v| v.trim().parse::<u64>())
+    {
+        None => None,
+        Some(Ok(n)) => Some(n),
+        Some(Err(_)) => return text(ex, 400, "Last-Event-ID is not an event id of this server"),
+    };
+    let lease = match conn.acquire(&route, last_seen) {
+        Ok(l) => l,
+        Err(Refused::Busy) => {
+            return text(ex, 409, "Outbound stream already has an active receiver")
+        }
+        Err(Refused::Gap(seen)) => {
+            let why = format!("the client came back after event {seen}, whose successors are no longer kept (more than {} MiB were sent since)", super::stream::REPLAY_WINDOW_BYTES >> 20);
+            server.registry.remove(&conn.id, &why);
+            return text(
+                ex,
+                410,
+                &format!("Gone: the connection was closed because {why}"),
+            );
+        }
+        Err(Refused::Closed(why)) => {
+            return text(
+                ex,
+                404,
+                &format!("Unknown Acp-Connection-Id: the connection was closed ({why})"),
+            )
+        }
+    };
+    conn.touch();
+    let socket = ex.stream();
+    if let Ok(probe) = socket.try_clone() {
+        lease.watch(move || !client_gone(&probe));
+    }
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: keep-alive\r\nX-Accel-Buffering: no\r\n\r\n";
+    if socket
+        .write_all(head.as_bytes())
+        .and_then(|()| socket.flush())
+        .is_err()
+    {
+        return;
+    }
+    pump_events(socket, lease);
+    conn.touch();
+}
+
+/// Writes the stream's messages as SSE events (with their ids) until the stream or the client
+/// ends; a comment keeps an idle stream alive through proxies.
+fn pump_events(socket: &mut TcpStream, mut lease: Lease) {
+    let mut quiet_since = Instant::now();
+    loop {
+        let written = match lease.next(POLL) {
+            Next::Event(id, json) => {
+                quiet_since = Instant::now();
+                let event = format!("id: {id}\ndata: {json}\n\n");
+                socket.write_all(event.as_bytes())
+            }
+            Next::Idle if quiet_since.elapsed() >= KEEP_ALIVE => {
+                quiet_since = Instant::now();
+                socket.write_all(b":\n\n")
+            }
+            Next::Idle if client_gone(socket) => return,
+            Next::Idle | Next::Pong(_) => Ok(()),
+            Next::Closed(_) | Next::Gone => return,
+        };
+        if written.is_err() {
+            return;
+        }
+    }
+}
+
+/// Whether the client closed its side (an event stream's client sends nothing): a peek that
+/// does not wait and does not change the socket's mode (the writer may be mid-write on it).
+fn client_gone(socket: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut byte = [0u8; 1];
+    // SAFETY: a one-byte read into our own buffer, on a descriptor this TcpStream owns.
+    let n = unsafe {
+        libc::recv(
+            socket.as_raw_fd(),
+            byte.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0
+}
+
+fn is_upgrade(request: &Request) -> bool {
+    request
+        .header("Upgrade")
+        .is_some_and(|u| u.eq_ignore_ascii_case("websocket"))
+}
+
+/// The WebSocket upgrade: `101` with `Acp-Connection-Id`, then one JSON-RPC message per text
+/// frame both ways; this thread reads, a second one writes.
+fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
+    let upgrade_token = request.header("Connection").is_some_and(|c| {
+        c.split(',')
+            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+    });
+    let Some(key) = request
+        .header("Sec-WebSocket-Key")
+        .filter(|_| upgrade_token)
+    else {
+        return text(
+            ex,
+            400,
+            "Bad WebSocket upgrade: Connection: Upgrade and Sec-WebSocket-Key are required",
+        );
+    };
+    if request.header("Sec-WebSocket-Version") != Some("13") {
+        return ex.respond(
+            426,
+            &[
+                ("Content-Type", "text/plain"),
+                ("Sec-WebSocket-Version", "13"),
+            ],
+            b"Upgrade Required: WebSocket version 13",
+        );
+    }
+    let (conn, _) = match server.open(true) {
+        Ok(c) => c,
+        Err(why) => return text(ex, 503, &why),
+    };
+    let head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{CONNECTION_ID}: {}\r\n\r\n",
+        ws::accept_key(key),
+        conn.id
+    );
+    let reader = ex.take_reader();
+    let socket = reader.get_mut();
+    if socket
+        .write_all(head.as_bytes())
+        .and_then(|()| socket.flush())
+        .is_err()
+    {
+        server
+            .registry
+            .remove(&conn.id, "the client left during the upgrade");
+        return;
+    }
+    let writer = match socket.try_clone() {
+        Ok(w) => w,
+        Err(e) => {
+            server
+                .registry
+                .remove(&conn.id, &format!("cannot share the socket: {e}"));
+            return;
+        }
+    };
+    let lease = match conn.acquire(&Route::Connection, None) {
+        Ok(l) => l,
+        Err(_) => return,
+    };
+    // A live client answers the writer's pings (at least three within the idle timeout):
+    // silence for the idle timeout means it vanished without closing; its turns are cancelled.
+    let ping_every = KEEP_ALIVE.min(server.idle_timeout / 3);
+    let _ = socket.set_read_timeout(Some(server.idle_timeout));
+    let _ = crate::threads::spawn(format!("ws-write-{}", &conn.id[..8]), move || {
+        pump_frames(writer, lease, ping_every)
+    });
+    // Reads frames until the client closes; the connection closes with the socket.
+    let why = read_frames(reader, &conn);
+    server.registry.remove(&conn.id, &why);
+}
+
+fn read_frames(reader: &mut BufReader<TcpStream>, conn: &AcpConn) -> String {
+    let mut partial = None;
+    loop {
+        match ws::read_message(reader, MAX_LINE_BYTES, &mut partial) {
+            Ok(Ok(Some(ws::Incoming::Text(text)))) => {
+                if let Some(answer) = refuse_message(&text) {
+                    let _ = conn.stream.push(answer.into());
+                    continue;
+                }
+                let line = if text.contains(['\n', '\r']) {
+                    serde_json::from_str::<Value>(&text)
+                        .map_or_else(|_| text.clone(), |v| v.to_string())
+                } else {
+                    text
+                };
+                if !conn.deliver(line.into_bytes()) {
+                    return "the connection was closed".into();
+                }
+            }
+            Ok(Ok(Some(ws::Incoming::Ping(p)))) => conn.stream.pong(p),
+            Ok(Ok(Some(ws::Incoming::Pong | ws::Incoming::Binary))) => {}
+            Ok(Ok(Some(ws::Incoming::Close(_)))) | Ok(Ok(None)) => {
+                return "the client closed the WebSocket".into()
+            }
+            Ok(Err(ws::Violation(code, why))) => {
+                conn.close(&format!("{code} {why}"));
+                return format!("WebSocket protocol error: {why}");
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return "no sign of the client (not even a pong) within the idle timeout".into()
+            }
+            Err(e) => return format!("the WebSocket broke: {e}"),
+        }
+    }
+}
+
+/// A message the SDK's server answers itself: not JSON, a batch, not an object.
+fn refuse_message(text: &str) -> Option<String> {
+    let (code, message, data) = match serde_json::from_str::<Value>(text) {
+        Err(_) => (-32700, "Parse error", Value::Null),
+        Ok(Value::Array(_)) => (
+            -32600,
+            "Invalid request",
+            json!("JSON-RPC batches are not supported"),
+        ),
+        Ok(Value::Object(_)) => return None,
+        Ok(_) => (-32600, "Invalid request", Value::Null),
+    };
+    let mut error = json!({"code": code, "message": message});
+    if !data.is_null() {
+        error["data"] = data;
+    }
+    Some(json!({"jsonrpc": "2.0", "id": null, "error": error}).to_string())
+}
+
+/// The close code for a connection closed for `why`: the client's own close is normal, a
+/// protocol violation carries its code (`"1002 …"`), anything else is a policy close.
+fn close_code(why: &str) -> u16 {
+    if why.starts_with("the client") {
+        return ws::CLOSE_NORMAL;
+    }
+    why.get(..4)
+        .and_then(|c| c.parse::<u16>().ok())
+        .filter(|c| (1000..1012).contains(c))
+        .unwrap_or(ws::CLOSE_POLICY)
+}
+
+/// Writes the connection's messages as text frames; a close frame with the reason when the
+/// connection closes.
+fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
+    // A ping every `ping_every` even while messages flow: the client's pongs are what tells the
+    // reader it is still there.
+    let mut last_ping = Instant::now();
+    loop {
+        let due = ping_every.saturating_sub(last_ping.elapsed());
+        let written = match lease.next(due) {
+            Next::Event(_, json) => ws::write_frame(&mut socket, ws::OP_TEXT, json.as_bytes()),
+            Next::Pong(p) => ws::write_frame(&mut socket, ws::OP_PONG, &p),
+            Next::Idle => Ok(()),
+            Next::Closed(why) => {
+                let code = close_code(&why);
+                let _ = ws::write_frame(&mut socket, ws::OP_CLOSE, &ws::close_payload(code, &why));
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            Next::Gone => return,
+        };
+        let written = written.and_then(|()| {
+            if last_ping.elapsed() < ping_every {
+                return Ok(());
+            }
+            last_ping = Instant::now();
+            ws::write_frame(&mut socket, ws::OP_PING, b"")
+        });
+        if written.and_then(|()| socket.flush()).is_err() {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    }
+}

