@@ -86,6 +86,9 @@ impl Maka {
             json!({"cwd": self.ws.path(), "mcpServers": []}),
         );
         let id = r["sessionId"].as_str().unwrap().to_string();
+        // The commands follow the response (after a host call of their own): read them here,
+        // so a test's later silence is not broken by them arriving late on a loaded machine.
+        self.agent.expect_commands(&id);
         (id, r["configOptions"].clone())
     }
 

@@ -8,7 +8,8 @@
 //! the request itself carry none, since JSON-RPC's code says it all: `-32600` (invalid request,
 //! e.g. before `initialize`), `-32601` (no such method), `-32602` (bad params, naming the field
 //! in the message) and `-32800` (cancelled). The JSON-RPC layer's own answers (`-32700` for a
-//! line that is not JSON, an oversized line) carry none either. Under `--acp` (Maka's dialect)
+//! line that is not JSON, an oversized line, `-32603` for a handler that never answered, which
+//! is a bug) carry none either. Under `--acp` (Maka's dialect)
 //! a not-found error is reshaped as Maka's (`maka_dialect::maka_error`).
 
 use crate::host_api::client::ClientError;

@@ -180,10 +180,18 @@ fn recover(
     conn: &Connected,
     mut cause: Option<ClientError>,
 ) -> bool {
-    for _ in 0..CATCH_UPS {
+    for attempt in 0..CATCH_UPS {
+        // Back to back the catch-ups would all fall into one short blip of the host: 0, 100,
+        // 200, 400, 800 ms (1.5 s in all) before giving up.
+        if attempt > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(50 << attempt));
+        }
         if let Some(e) = cause.take() {
             if let Err(answer) = judge(session, conn, &e) {
-                stop(session, shared, Err(answer));
+                // The reader is released once, by `stop`; a host that went away takes its
+                // epoch with it (the next reader follows the new host's).
+                let host_gone = matches!(e, ClientError::Transport(_));
+                stop_reader(session, shared, Err(answer), host_gone);
                 return false;
             }
         }
@@ -231,7 +239,6 @@ fn judge(session: &AcpSession, conn: &Connected, e: &ClientError) -> Result<(), 
         ClientError::Transport(msg) => {
             log::warn!("session {}: the Runtime Host went away ({msg})", session.id);
             conn.forget();
-            session.release_reader(true);
             Err(MakaCode::HostUnavailable.error("The Runtime Host stopped while this turn was running; the turn did not finish. Send the prompt again to continue."))
         }
         ClientError::Host(h) if h.code == ErrorCode::ResyncRequired => Ok(()),
@@ -257,7 +264,17 @@ enum Gap {
 /// cancelled it) after settling its open tool calls — updates first, then the response, on
 /// this thread.
 fn stop(session: &Arc<AcpSession>, shared: &Shared, result: Result<PromptResponse, ResponseError>) {
-    session.release_reader(false);
+    stop_reader(session, shared, result, false)
+}
+
+/// [`stop`], `host_gone`: the host went away, and the stream position's epoch with it.
+fn stop_reader(
+    session: &Arc<AcpSession>,
+    shared: &Shared,
+    result: Result<PromptResponse, ResponseError>,
+    host_gone: bool,
+) {
+    session.release_reader(host_gone);
     if session.prompt_turn().is_none() {
         return;
     }

@@ -1,7 +1,7 @@
 //! The adapter's link to its Runtime Host: an external one (`--host-url`), or the one this
 //! build can start by itself ([`LocalHost`]: the embedded host, `crate::embedded`), started
 //! lazily on the first session method (never for `initialize`). A host that stops answering is
-//! forgotten ([`HostLink::lost`]) and the next call starts (or finds) a new one.
+//! forgotten ([`Connected::call`]: the one rule) and the next call starts (or finds) a new one.
 
 use super::agent::AdapterConfig;
 use super::initialize::ClientCapabilities;
@@ -87,12 +87,21 @@ impl Connected {
     }
 
     /// Runs host operation `O`. The one rule for a lost host: a transport failure (the host
-    /// did not answer) forgets it — stopping it, if it is ours — so the next call starts (or
-    /// finds) a new one.
+    /// did not answer this call) forgets it — stopping it, if it is ours — unless it still
+    /// answers its health check, so the next call starts (or finds) a new one. A host that is
+    /// alive but slow (one call timed out, a connection reset) is kept: killing it would end
+    /// every session's turn, and other adapters' sessions on it too.
     pub fn call<O: Operation>(&self, input: &O::Input) -> Result<O::Output, ClientError> {
         let out = self.client.call::<O>(input);
-        if let Err(ClientError::Transport(_)) = &out {
-            self.forget();
+        if let Err(ClientError::Transport(e)) = &out {
+            if self.is_alive() {
+                log::warn!(
+                    "{}: {e}; the Runtime Host still answers, so it is kept",
+                    O::KEY
+                );
+            } else {
+                self.forget();
+            }
         }
         out
     }

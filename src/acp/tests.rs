@@ -471,10 +471,13 @@ fn lines_outside(skipped: &[&str], matches: impl Fn(&str) -> bool) -> Vec<String
 
 /// The one rule for a lost host: any operation that finds the host not answering (a transport
 /// failure) forgets it, whichever call site made it, so the next call starts or finds a new
-/// one; an error the host answered with does not.
+/// one — unless the host still answers its health check (one slow call does not kill a host
+/// every session uses); an error the host answered with does not.
 #[test]
 fn any_host_call_that_finds_the_host_gone_forgets_it() {
-    struct Gone;
+    struct Gone {
+        alive: bool,
+    }
     impl HostApi for Gone {
         fn post(&self, _: &str, _: String) -> Result<(u16, String), ClientError> {
             Err(ClientError::Transport("connection refused".into()))
@@ -490,7 +493,7 @@ fn any_host_call_that_finds_the_host_gone_forgets_it() {
             Err(ClientError::Transport("connection refused".into()))
         }
         fn is_alive(&self) -> bool {
-            false
+            self.alive
         }
         fn shutdown(&self, _: u64) -> Result<(), ClientError> {
             Ok(())
@@ -499,6 +502,11 @@ fn any_host_call_that_finds_the_host_gone_forgets_it() {
             Ok(Box::new(()))
         }
     }
+    // A host whose call failed but that answers its health check is kept.
+    let link = HostLink::connected(Arc::new(Gone { alive: true }), "e1");
+    let conn = link.current().unwrap();
+    assert!(conn.call::<ops::ModelsList>(&ops::Empty {}).is_err());
+    assert!(link.current().is_some(), "a slow but living host is kept");
     // A host that answers with an error is kept.
     let (shared, _lines) = shared(Arc::new(FakeHost::default()));
     let conn = shared.link.current().unwrap();
@@ -506,7 +514,7 @@ fn any_host_call_that_finds_the_host_gone_forgets_it() {
     assert!(shared.link.current().is_some());
     // A host that does not answer is forgotten, by either kind of call.
     for by_request in [false, true] {
-        let link = HostLink::connected(Arc::new(Gone), "e1");
+        let link = HostLink::connected(Arc::new(Gone { alive: false }), "e1");
         let conn = link.current().unwrap();
         if by_request {
             assert!(conn.request::<ops::ModelsList>(&ops::Empty {}).is_err());
