@@ -147,8 +147,17 @@ struct SharedHost {
 }
 
 impl LocalHost for SharedHost {
+    /// A connection asks when it has no host: at its first session method, or after it found
+    /// its host gone (a call failed and the health check too). That forgot only the
+    /// connection's copy: the shared host is checked here, and one that does not answer is
+    /// forgotten (stopped) in the shared link too, so the next start replaces it for everyone.
     fn start(&self, _: &AdapterConfig) -> Result<Started, ResponseError> {
-        let connected = self.link.get()?;
+        let mut connected = self.link.get()?;
+        if !connected.is_alive() {
+            log::warn!("the shared Runtime Host does not answer; starting another");
+            connected.forget();
+            connected = self.link.get()?;
+        }
         Ok(Started {
             connected,
             child: None,
@@ -255,5 +264,52 @@ fn reap_idle(registry: std::sync::Weak<Registry>, idle: Duration) {
             );
             registry.remove(&c.id, &why);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::acp::NoLocalHost;
+    use crate::host_api::client::{ClientError, EventStream, HostApi};
+
+    /// A host that accepts connections and answers nothing, its health check included.
+    struct Hung;
+    impl HostApi for Hung {
+        fn post(&self, _: &str, _: String) -> Result<(u16, String), ClientError> {
+            Err(ClientError::Transport("timed out".into()))
+        }
+        fn events(
+            &self,
+            _: &str,
+            _: u64,
+            _: &str,
+            _: u64,
+            _: bool,
+        ) -> Result<EventStream, ClientError> {
+            Err(ClientError::Transport("timed out".into()))
+        }
+        fn is_alive(&self) -> bool {
+            false
+        }
+        fn shutdown(&self, _: u64) -> Result<(), ClientError> {
+            Ok(())
+        }
+        fn attach(&self) -> Result<Box<dyn Send>, ClientError> {
+            Ok(Box::new(()))
+        }
+    }
+
+    /// A connection that found its host gone asks the shared one again: a shared host that
+    /// does not answer is not handed out again but forgotten for every connection (the next
+    /// start replaces it; here, with no host to start, the start fails).
+    #[test]
+    fn a_shared_host_that_does_not_answer_is_replaced_not_handed_out_again() {
+        let shared = SharedHost {
+            link: HostLink::connected(Arc::new(Hung), "e1"),
+            local: Arc::new(NoLocalHost),
+        };
+        assert!(shared.start(&AdapterConfig::default()).is_err());
+        assert!(shared.link.current().is_none());
     }
 }
