@@ -50,7 +50,23 @@ impl Drop for Serve {
 }
 
 fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Child, Arc<Mutex<String>>, Receiver<String>) {
-    let mut cmd = Command::new(support::BIN);
+    // MAKA_TEST_NOFILE: run it under that open-file limit (soft and hard).
+    let nofile = env
+        .iter()
+        .find(|(k, _)| *k == "MAKA_TEST_NOFILE")
+        .map(|(_, v)| *v);
+    let mut cmd = match nofile {
+        Some(n) => {
+            let mut c = Command::new("sh");
+            c.args([
+                "-c",
+                &format!("ulimit -n {n} && exec \"$0\" \"$@\""),
+                support::BIN,
+            ]);
+            c
+        }
+        None => Command::new(support::BIN),
+    };
     cmd.arg("serve")
         .args(args)
         .env_remove("MAKA_HOST_URL")
@@ -1278,6 +1294,41 @@ fn a_connection_holds_at_most_256_sessions() {
     assert!(r.body.contains("256 sessions"), "{}", r.body);
     let listed = c.call("session/list", json!({}));
     assert!(listed.get("result").is_some(), "{listed}");
+}
+
+/// Out of descriptors, the accept loop neither spins nor floods the log: sockets are capped
+/// below the open-file limit, the one over the cap is told so (a status, not silence or a
+/// reset), and a failing `accept` waits before it tries again.
+#[test]
+fn a_server_out_of_descriptors_refuses_with_a_status_and_does_not_spin() {
+    let s = Serve::start_with(&[("MAKA_TEST_NOFILE", "128")]);
+    let held: Vec<TcpStream> = (0..150)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", s.port)).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let cpu = || -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", s.child.id())).unwrap();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    let before = cpu();
+    std::thread::sleep(Duration::from_secs(2));
+    let ticks = cpu() - before;
+    assert!(
+        ticks < 50,
+        "the server used {ticks} ticks of CPU in 2 s while full"
+    );
+    let r = s.exchange("POST", &[("Content-Type", "application/json")], b"{}");
+    assert!(matches!(r.status, 429 | 503), "{} {}", r.status, r.body);
+    drop(held);
+    let stderr = s.stderr.lock().unwrap().clone();
+    let floods = stderr.matches("accept failed").count();
+    assert!(floods <= 2, "{floods} accept failures logged");
 }
 
 /// A client that asks `Expect: 100-continue` (curl, for a body over 1 KiB) is told to go on

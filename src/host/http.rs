@@ -16,7 +16,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Request line plus headers.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -28,6 +28,14 @@ pub const MAX_CONNECTIONS: usize = 256;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// A client that does not read its answer for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Descriptors kept free below the open-file limit for what is not a client's socket (the
+/// store's files, tool processes' pipes, the server's own threads): at least this many, or a
+/// quarter of the limit.
+const FD_RESERVE: usize = 64;
+/// The first pause after a failed `accept`, and the longest.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(1));
+/// One log line per this long while `accept` keeps failing.
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// What a server hands each request to (the routes).
 pub type Route = Arc<dyn Fn(Request, &mut Exchange) + Send + Sync>;
@@ -153,14 +161,15 @@ impl Server {
             addr,
             stopping: AtomicBool::new(false),
             open: Arc::default(),
-            max_connections: MAX_CONNECTIONS,
+            max_connections: MAX_CONNECTIONS.min(socket_cap()),
         })
     }
 
-    /// Serves at most `max` connections at once (`maka-acp serve` holds one per event stream).
+    /// Serves at most `max` connections at once (`maka-acp serve` holds one per event stream),
+    /// fewer when the open-file limit does not leave room for them.
     #[cfg(feature = "serve")]
     pub fn with_max_connections(mut self, max: usize) -> Server {
-        self.max_connections = max;
+        self.max_connections = max.min(socket_cap());
         self
     }
 
@@ -170,6 +179,7 @@ impl Server {
 
     /// Accepts connections until [`Server::unblock`], handing each request to `route`.
     pub fn serve(&self, route: Route) {
+        let mut backoff = AcceptBackoff::default();
         for conn in self.listener.incoming() {
             if self.stopping.load(Ordering::Acquire) {
                 break;
@@ -177,10 +187,13 @@ impl Server {
             let stream = match conn {
                 Ok(s) => s,
                 Err(e) => {
-                    log::warn!("accept failed: {e}");
+                    // Out of descriptors (EMFILE) or memory: the pending connection stays in the
+                    // backlog, so retrying at once would spin; wait for sockets to close.
+                    backoff.failed(&e);
                     continue;
                 }
             };
+            backoff.succeeded();
             let n = self.open.fetch_add(1, Ordering::AcqRel);
             let guard = Open(Arc::clone(&self.open));
             if n >= self.max_connections {
@@ -206,6 +219,68 @@ impl Server {
         self.stopping.store(true, Ordering::Release);
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
     }
+}
+
+/// Pauses after a failed `accept` (growing while it keeps failing) and logs it at most once
+/// per [`ACCEPT_LOG_EVERY`].
+#[derive(Default)]
+struct AcceptBackoff {
+    delay: Option<Duration>,
+    logged: Option<Instant>,
+    unlogged: u64,
+}
+
+impl AcceptBackoff {
+    fn failed(&mut self, e: &io::Error) {
+        if self.logged.is_none_or(|t| t.elapsed() >= ACCEPT_LOG_EVERY) {
+            log::warn!(
+                "accept failed: {e} ({} more failures since the last report); waiting before the next accept",
+                self.unlogged
+            );
+            self.logged = Some(Instant::now());
+            self.unlogged = 0;
+        } else {
+            self.unlogged += 1;
+        }
+        let delay = self.delay.unwrap_or(ACCEPT_BACKOFF.0);
+        std::thread::sleep(delay);
+        self.delay = Some((delay * 3 / 2).min(ACCEPT_BACKOFF.1));
+    }
+
+    fn succeeded(&mut self) {
+        self.delay = None;
+    }
+}
+
+/// How many client sockets fit below the open-file limit, after raising its soft value to the
+/// hard one (a server should not stop at a shell's default of 1024 when it may hold more).
+fn socket_cap() -> usize {
+    let limit = raise_open_file_limit();
+    limit.saturating_sub(FD_RESERVE.max(limit / 4)).max(1)
+}
+
+/// Raises `RLIMIT_NOFILE`'s soft limit to its hard one (at most 2^20); the soft limit after.
+fn raise_open_file_limit() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write or read only the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    let wanted = lim.rlim_max.min(1 << 20);
+    if lim.rlim_cur < wanted {
+        let raised = libc::rlimit {
+            rlim_cur: wanted,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = wanted;
+        }
+    }
+    usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
 }
 
 struct Open(Arc<AtomicUsize>);
