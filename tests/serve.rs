@@ -1331,6 +1331,35 @@ fn a_server_out_of_descriptors_refuses_with_a_status_and_does_not_spin() {
     assert!(floods <= 2, "{floods} accept failures logged");
 }
 
+/// Slowloris: a client that trickles its request head a byte at a time is cut off at the head's
+/// deadline (408), however regularly its bytes come.
+#[test]
+fn a_head_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
+    let s = Serve::start();
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let started = Instant::now();
+    sock.write_all(b"POST /acp HTTP/1.1\r\n").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut answer = Vec::new();
+    while started.elapsed() < Duration::from_secs(14) {
+        if sock.write_all(b"X").is_err() {
+            break;
+        }
+        let mut buf = [0u8; 512];
+        match sock.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(13), "held for {elapsed:?}");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+}
+
 /// A client that asks `Expect: 100-continue` (curl, for a body over 1 KiB) is told to go on
 /// before it sends the body, instead of waiting for its own timeout.
 #[test]

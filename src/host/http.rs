@@ -23,9 +23,13 @@ const MAX_HEAD_BYTES: usize = 16 * 1024;
 const MAX_HEADERS: usize = 64;
 /// Open connections served at once; more are answered 503 and closed.
 pub const MAX_CONNECTIONS: usize = 256;
-/// How long a client may take to send a request head, and how long an idle keep-alive
-/// connection is kept.
+/// How long an idle keep-alive connection is kept (waiting for the next request's first byte),
+/// and how long a body read may wait for its next bytes.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a whole request head may take: from accept for the first request, from its first
+/// byte for a later one. A deadline, not a per-read timeout: a client trickling one byte at a
+/// time cannot hold a slot longer than this.
+const HEAD_DEADLINE: Duration = Duration::from_secs(10);
 /// A client that does not read its answer for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Descriptors kept free below the open-file limit for what is not a client's socket (the
@@ -181,6 +185,7 @@ impl Server {
     pub fn serve(&self, route: Route) {
         let mut backoff = AcceptBackoff::default();
         for conn in self.listener.incoming() {
+            let accepted = Instant::now();
             if self.stopping.load(Ordering::Acquire) {
                 break;
             }
@@ -206,7 +211,7 @@ impl Server {
                 .name("host-conn".into())
                 .spawn(move || {
                     let _guard = guard;
-                    connection(stream, &*route);
+                    connection(stream, accepted, &*route);
                 });
             if let Err(e) = spawned {
                 log::error!("cannot start a connection thread: {e}");
@@ -291,8 +296,9 @@ impl Drop for Open {
     }
 }
 
+/// Answers a socket over the cap and closes it; on the accept thread, so it never waits long.
 fn refuse_busy(mut stream: TcpStream) {
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
     let body = br#"{"ok":false,"error":{"code":"capacity_exceeded","message":"too many open connections","retryable":true}}"#;
     let head = format!(
         "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -301,9 +307,26 @@ fn refuse_busy(mut stream: TcpStream) {
     let _ = stream
         .write_all(head.as_bytes())
         .and_then(|()| stream.write_all(body));
+    // Closing with the client's request unread would reset the connection and could discard
+    // the answer before the client read it: end our side (FIN after the answer), then drop
+    // what already arrived, without waiting for more.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    if stream.set_nonblocking(true).is_ok() {
+        let mut buf = [0u8; 4096];
+        for _ in 0..16 {
+            match stream.read(&mut buf) {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+    }
 }
 
-fn connection(stream: TcpStream, route: &(dyn Fn(Request, &mut Exchange) + Send + Sync)) {
+fn connection(
+    stream: TcpStream,
+    accepted: Instant,
+    route: &(dyn Fn(Request, &mut Exchange) + Send + Sync),
+) {
     let remote = match stream.peer_addr() {
         Ok(a) => a,
         Err(_) => return,
@@ -312,8 +335,11 @@ fn connection(stream: TcpStream, route: &(dyn Fn(Request, &mut Exchange) + Send 
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let _ = stream.set_read_timeout(Some(HEAD_TIMEOUT));
     let mut reader = BufReader::with_capacity(16 * 1024, stream);
+    let mut deadline = accepted + HEAD_DEADLINE;
     loop {
-        let request = match read_head(&mut reader, remote) {
+        let head = read_head(&mut reader, remote, deadline);
+        let _ = reader.get_ref().set_read_timeout(Some(HEAD_TIMEOUT));
+        let request = match head {
             Ok(Some(r)) => r,
             Ok(None) => return, // closed between requests, or idle too long
             Err(HeadError::Bad(status, why)) => {
@@ -348,6 +374,45 @@ fn connection(stream: TcpStream, route: &(dyn Fn(Request, &mut Exchange) + Send 
         if ex.close {
             return;
         }
+        // Keep-alive: wait (idle) for the next request's first byte; its head has the
+        // deadline from then.
+        match reader.fill_buf() {
+            Ok(b) if !b.is_empty() => deadline = Instant::now() + HEAD_DEADLINE,
+            _ => return,
+        }
+    }
+}
+
+/// Reads up to and including `\n` (at most `max` bytes) before `deadline`: the socket's read
+/// timeout is set to what is left before each read.
+fn read_line_by(
+    reader: &mut BufReader<TcpStream>,
+    deadline: Instant,
+    max: usize,
+    line: &mut Vec<u8>,
+) -> io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        reader.get_ref().set_read_timeout(Some(left))?;
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok(read);
+        }
+        let room = max - read;
+        let (take, done) = match available.iter().take(room).position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len().min(room), false),
+        };
+        line.extend_from_slice(&available[..take]);
+        reader.consume(take);
+        read += take;
+        if done || read >= max {
+            return Ok(read);
+        }
     }
 }
 
@@ -380,15 +445,13 @@ enum HeadError {
 fn read_head(
     reader: &mut BufReader<TcpStream>,
     remote: SocketAddr,
+    deadline: Instant,
 ) -> Result<Option<Request>, HeadError> {
     let mut lines: Vec<String> = Vec::new();
     let mut total = 0usize;
     loop {
         let mut line = Vec::new();
-        let n = match (&mut *reader)
-            .take((MAX_HEAD_BYTES - total + 1) as u64)
-            .read_until(b'\n', &mut line)
-        {
+        let n = match read_line_by(reader, deadline, MAX_HEAD_BYTES - total + 1, &mut line) {
             Ok(n) => n,
             Err(_) if lines.is_empty() && total == 0 => return Ok(None),
             Err(_) => {
