@@ -707,6 +707,19 @@ fn every_refusal_has_the_sdk_servers_status() {
             409,
         ),
         (
+            "a Last-Event-ID beyond what the stream sent",
+            "GET",
+            vec![
+                ("Authorization", a),
+                ("Accept", "text/event-stream"),
+                ("Acp-Connection-Id", cid),
+                ("Acp-Session-Id", "not-opened"),
+                ("Last-Event-ID", "5"),
+            ],
+            "",
+            400,
+        ),
+        (
             "DELETE without a connection",
             "DELETE",
             vec![("Authorization", a)],
@@ -1358,6 +1371,33 @@ fn a_head_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
     assert!(elapsed < Duration::from_secs(13), "held for {elapsed:?}");
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+}
+
+/// A session's stream is dropped once its `session/close` answer was handed out, and a stream
+/// opened for a made-up session once its receiver leaves empty: a connection that opens and
+/// closes sessions, or probes session ids, for ever is never refused nor closed for it.
+#[test]
+fn closed_sessions_and_made_up_streams_do_not_count_against_the_cap() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let mut c = HttpClient::connect(&s);
+    for i in 0..300 {
+        let (status, socket) = c.try_stream(Some(&format!("made-up-{i}")), None);
+        assert_eq!(status, 200, "a made-up session's stream {i}");
+        let _ = socket.unwrap().shutdown(std::net::Shutdown::Both);
+        if i % 100 == 99 {
+            // The server sees a receiver gone within a second.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    }
+    for _ in 0..300 {
+        let sid = c.new_session();
+        let r = c.call("session/close", json!({"sessionId": sid}));
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    let sid = c.new_session();
+    assert!(!sid.is_empty());
+    let listed = c.call("session/list", json!({}));
+    assert!(listed.get("result").is_some(), "{listed}");
 }
 
 /// A client that asks `Expect: 100-continue` (curl, for a body over 1 KiB) is told to go on

@@ -17,8 +17,12 @@ use std::time::{Duration, Instant};
 
 /// Messages waiting for the connection's reader (then its dispatcher's own bounded inbox).
 const INBOX: usize = 64;
-/// Sessions (their streams) one connection may hold.
+/// Session streams one connection may hold (live ones: a stream is dropped once its session's
+/// close answer was handed out, or when it has no receiver and holds nothing). A request over
+/// it is refused (429); the connection goes on.
 pub const MAX_SESSIONS: usize = 256;
+/// Methods whose answer is a session's stream's last message.
+const ENDS_SESSION: &[&str] = &["session/close", "session/delete"];
 /// Longest connection or session id routed (the SDK's `DEFAULT_MAX_ID_LENGTH`).
 pub const MAX_ID_LENGTH: usize = 1024;
 
@@ -38,8 +42,8 @@ pub struct AcpConn {
     initial: Mutex<Option<Sender<Arc<str>>>>,
     pub stream: Arc<Stream>,
     sessions: Mutex<HashMap<String, Arc<Stream>>>,
-    /// Our requests' routes (by the id key of the client's request).
-    pending: Mutex<HashMap<String, Route>>,
+    /// The client's requests' routes (by the id key), and whether the answer ends its session.
+    pending: Mutex<HashMap<String, (Route, bool)>>,
     /// The agent's requests' routes, for checking the client's answers.
     asked: Mutex<HashMap<String, Route>>,
     last_active: Mutex<Instant>,
@@ -62,6 +66,7 @@ struct Peek {
     id: Option<serde_json::Value>,
     method: Option<String>,
     params: Option<PeekParams>,
+    result: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -154,40 +159,51 @@ impl AcpConn {
         }
     }
 
+    /// The live session streams (the ones that can be forgotten are, first).
     pub fn session_count(&self) -> usize {
-        lock(&self.sessions).len()
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|_, s| !s.disposable());
+        sessions.len()
     }
 
-    /// The stream of `session`, made on first use; `None` past [`MAX_SESSIONS`].
-    pub fn session_stream(&self, session: &str) -> Option<Arc<Stream>> {
+    /// The stream of `session` (made on first use, at most `cap` of them), given to `with`
+    /// under the sessions' lock: a stream is never forgotten between being found and used.
+    fn with_session_stream<T>(
+        &self,
+        session: &str,
+        cap: usize,
+        with: impl FnOnce(&Arc<Stream>) -> T,
+    ) -> Option<T> {
         let mut sessions = lock(&self.sessions);
-        if let Some(s) = sessions.get(session) {
-            return Some(Arc::clone(s));
+        if let Some(s) = sessions.get(session).filter(|s| !s.disposable()) {
+            return Some(with(s));
         }
-        if sessions.len() >= MAX_SESSIONS {
+        sessions.retain(|_, s| !s.disposable());
+        if sessions.len() >= cap {
             return None;
         }
         let s = Stream::new();
         if let Some(why) = lock(&self.closed).as_deref() {
             s.close(why);
         }
-        sessions.insert(session.to_string(), Arc::clone(&s));
-        Some(s)
+        let out = with(&s);
+        sessions.insert(session.to_string(), s);
+        Some(out)
     }
 
     pub fn acquire(&self, route: &Route, last_seen: Option<u64>) -> Result<Lease, Refused> {
-        let stream = match route {
-            Route::Connection => Arc::clone(&self.stream),
-            Route::Session(id) => self.session_stream(id).ok_or(Refused::Closed(format!(
-                "this connection already holds {MAX_SESSIONS} session streams"
-            )))?,
-        };
-        stream.acquire(last_seen)
+        match route {
+            Route::Connection => self.stream.acquire(last_seen),
+            Route::Session(id) => self
+                .with_session_stream(id, MAX_SESSIONS, |s| s.acquire(last_seen))
+                .unwrap_or(Err(Refused::TooMany(MAX_SESSIONS))),
+        }
     }
 
     /// A request of the client's: its response goes back on `route`.
-    pub fn expect_response(&self, key: String, route: Route) {
-        lock(&self.pending).insert(key, route);
+    pub fn expect_response(&self, key: String, route: Route, method: &str) {
+        let ends = ENDS_SESSION.contains(&method);
+        lock(&self.pending).insert(key, (route, ends));
     }
 
     /// The route of the agent's request the client answers (taken: one answer each).
@@ -206,20 +222,34 @@ impl AcpConn {
             let _ = initial.send(json);
             return;
         }
-        let stream = if self.websocket {
-            Some(Arc::clone(&self.stream))
+        let route = if self.websocket {
+            (Route::Connection, false)
         } else {
-            match self.outgoing_route(text) {
-                Route::Connection => Some(Arc::clone(&self.stream)),
-                Route::Session(id) => self.session_stream(&id),
+            self.outgoing_route(text)
+        };
+        let pushed = match route {
+            (Route::Connection, _) => self.stream.push(json),
+            (Route::Session(id), last) => {
+                let push = |s: &Arc<Stream>| {
+                    if last {
+                        s.push_last(Arc::clone(&json))
+                    } else {
+                        s.push(Arc::clone(&json))
+                    }
+                };
+                // The agent writes only for sessions this connection opened, and POSTs that
+                // would open more are refused at the cap: past twice the cap (races of
+                // session/new), the message goes on the connection's stream, not nowhere.
+                match self.with_session_stream(&id, 2 * MAX_SESSIONS, push) {
+                    Some(pushed) => pushed,
+                    None => {
+                        log::warn!("ACP connection {}: no room for the stream of session {id}; its message goes on the connection's stream", &self.id[..8]);
+                        self.stream.push(json)
+                    }
+                }
             }
         };
-        let Some(stream) = stream else {
-            return self.close(&format!(
-                "the connection exceeded {MAX_SESSIONS} session streams"
-            ));
-        };
-        if stream.push(json).is_err() {
+        if pushed.is_err() {
             self.close(&format!(
                 "the client read none of the last {} MiB the agent sent on a stream",
                 super::stream::MAX_BUFFERED_BYTES >> 20
@@ -227,15 +257,18 @@ impl AcpConn {
         }
     }
 
-    fn outgoing_route(&self, text: &str) -> Route {
+    /// Where an outgoing message goes, and whether it is its session stream's last (a
+    /// successful `session/close` or `session/delete` answer).
+    fn outgoing_route(&self, text: &str) -> (Route, bool) {
         let Ok(peek) = serde_json::from_str::<Peek>(text) else {
-            return Route::Connection;
+            return (Route::Connection, false);
         };
         let key = peek.id.as_ref().and_then(id_key);
         if peek.method.is_none() {
-            return key
-                .and_then(|k| lock(&self.pending).remove(&k))
-                .unwrap_or(Route::Connection);
+            return match key.and_then(|k| lock(&self.pending).remove(&k)) {
+                Some((route, ends)) => (route, ends && peek.result.is_some()),
+                None => (Route::Connection, false),
+            };
         }
         let session = peek
             .params
@@ -248,7 +281,7 @@ impl AcpConn {
         if let Some(k) = key {
             lock(&self.asked).insert(k, route.clone());
         }
-        route
+        (route, false)
     }
 }
 

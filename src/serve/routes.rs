@@ -198,7 +198,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             // after the history it replays there, never before it (on another stream a client
             // could read the answer before the replay and take the history as complete).
             if let Some(key) = id.and_then(id_key) {
-                conn.expect_response(key, route);
+                conn.expect_response(key, route, method);
             }
         }
     }
@@ -295,6 +295,12 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
         Ok(l) => l,
         Err(Refused::Busy) => {
             return text(ex, 409, "Outbound stream already has an active receiver")
+        }
+        Err(Refused::Ahead(seen, last)) => {
+            return text(ex, 400, &format!("Last-Event-ID {seen} names an event this stream has not sent (the last it sent is {last}); reopen without it, or with the id of the last event you read"))
+        }
+        Err(Refused::TooMany(n)) => {
+            return text(ex, 429, &format!("this connection already holds {n} session streams, the most one may; close a session (session/close) or its stream first"))
         }
         Err(Refused::Gap(seen)) => {
             let why = format!("the client came back after event {seen}, whose successors are no longer kept (more than {} MiB were sent since)", super::stream::REPLAY_WINDOW_BYTES >> 20);

@@ -36,6 +36,9 @@ struct Inner {
     /// Whether the active receiver's client is still there (its socket not closed).
     receiver_alive: Option<Box<dyn Fn() -> bool + Send>>,
     leases: u64,
+    /// The id of the message after which the stream ends (a session's `session/close` or
+    /// `session/delete` answer): once it is handed out, the stream is closed.
+    last: Option<u64>,
     /// A WebSocket ping's payload to answer (the latest only).
     pong: Option<Vec<u8>>,
     closed: Option<String>,
@@ -58,6 +61,10 @@ pub enum Refused {
     Busy,
     /// The messages after this id are no longer kept.
     Gap(u64),
+    /// `Last-Event-ID` names an event this stream has not sent (the last one it sent).
+    Ahead(u64, u64),
+    /// The connection already holds this many session streams (429).
+    TooMany(usize),
     Closed(String),
 }
 
@@ -99,6 +106,21 @@ impl Stream {
         Ok(())
     }
 
+    /// Appends the stream's last message: once a receiver has it, the stream ends.
+    pub fn push_last(&self, json: Arc<str>) -> Result<(), Overflow> {
+        self.push(json)?;
+        let mut s = self.lock();
+        s.last = Some(s.next_id - 1);
+        Ok(())
+    }
+
+    /// Whether the stream can be forgotten: no receiver, and it ended or holds nothing (a
+    /// receiver that comes back finds a new, empty one — as it would have).
+    pub fn disposable(&self) -> bool {
+        let s = self.lock();
+        s.receiver.is_none() && (s.closed.is_some() || s.events.is_empty())
+    }
+
     /// Answers a WebSocket ping (through the socket's one writer).
     pub fn pong(&self, payload: Vec<u8>) {
         self.lock().pong = Some(payload);
@@ -135,8 +157,10 @@ impl Stream {
         }
         let from = match last_seen {
             None => s.handed,
+            // An id past what was handed out would skip messages nobody read.
+            Some(seen) if seen >= s.handed => return Err(Refused::Ahead(seen, s.handed - 1)),
             Some(seen) => {
-                let from = seen.saturating_add(1).min(s.next_id);
+                let from = seen + 1;
                 let oldest = s.events.front().map_or(s.next_id, |e| e.0);
                 if from < oldest {
                     return Err(Refused::Gap(seen));
@@ -190,11 +214,16 @@ impl Lease {
             if at < s.next_id {
                 let (id, json) = s.events[(at - oldest) as usize].clone();
                 self.cursor = id + 1;
-                if id >= s.handed {
+                // The cursor never passes `handed` (acquire refuses an id beyond it): the
+                // messages are handed out one by one, each moving its bytes once.
+                if id == s.handed {
                     s.handed = id + 1;
-                    s.waiting_bytes -= json.len();
-                    s.handed_bytes += json.len();
+                    s.waiting_bytes = s.waiting_bytes.saturating_sub(json.len());
+                    s.handed_bytes = s.handed_bytes.saturating_add(json.len());
                     evict_replayed(&mut s);
+                }
+                if s.last == Some(id) && s.closed.is_none() {
+                    s.closed = Some("its session was closed".into());
                 }
                 return Next::Event(id, json);
             }
@@ -216,7 +245,7 @@ fn evict_replayed(s: &mut Inner) {
     while s.handed_bytes > REPLAY_WINDOW_BYTES {
         match s.events.front() {
             Some((id, json)) if *id < s.handed => {
-                s.handed_bytes -= json.len();
+                s.handed_bytes = s.handed_bytes.saturating_sub(json.len());
                 s.events.pop_front();
             }
             _ => break,
@@ -286,6 +315,41 @@ mod tests {
         drop(lease);
         assert!(matches!(s.acquire(Some(0)), Err(Refused::Gap(0))));
         assert!(s.acquire(Some(2)).is_ok());
+    }
+
+    /// The bytes counted as waiting and as handed out are exactly those of the kept messages.
+    fn accounted(s: &Stream) -> bool {
+        let i = s.lock();
+        let (handed, waiting): (Vec<_>, Vec<_>) = i.events.iter().partition(|e| e.0 < i.handed);
+        let sum = |v: Vec<&(u64, Arc<str>)>| v.iter().map(|e| e.1.len()).sum::<usize>();
+        sum(handed) == i.handed_bytes && sum(waiting) == i.waiting_bytes
+    }
+
+    #[test]
+    fn a_last_event_id_beyond_what_was_sent_is_refused_and_the_bytes_stay_accounted() {
+        let s = Stream::new();
+        for m in ["a", "bb", "ccc"] {
+            assert!(s.push(m.into()).is_ok());
+        }
+        // Nothing handed out yet: any id but 0 names an event this stream never sent.
+        assert!(matches!(s.acquire(Some(2)), Err(Refused::Ahead(2, 0))));
+        let mut lease = s.acquire(Some(0)).ok().unwrap();
+        assert_eq!(event(lease.next(Duration::ZERO)), (1, "a".into()));
+        drop(lease);
+        assert!(matches!(s.acquire(Some(99)), Err(Refused::Ahead(99, 1))));
+        assert!(accounted(&s));
+        let mut lease = s.acquire(Some(1)).ok().unwrap();
+        assert_eq!(event(lease.next(Duration::ZERO)), (2, "bb".into()));
+        assert!(accounted(&s));
+        // Past the replay window, eviction takes back exactly what was handed out.
+        let big: Arc<str> = "x".repeat(REPLAY_WINDOW_BYTES).into();
+        assert!(s.push(Arc::clone(&big)).is_ok());
+        for _ in 0..2 {
+            event(lease.next(Duration::ZERO));
+        }
+        assert!(accounted(&s));
+        drop(lease);
+        assert!(s.acquire(Some(4)).is_ok());
     }
 
     #[test]
