@@ -1400,6 +1400,51 @@ fn closed_sessions_and_made_up_streams_do_not_count_against_the_cap() {
     assert!(listed.get("result").is_some(), "{listed}");
 }
 
+/// A declared body length costs nothing until the bytes arrive: forty POSTs each declaring
+/// 60 MiB and sending none do not make the server reserve 2.4 GB.
+#[test]
+fn a_declared_body_length_is_not_reserved_before_the_bytes_arrive() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let vm = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    };
+    // Warm up the threads (their stacks and allocator arenas) with small posts first.
+    let warm: Vec<TcpStream> = (0..40).map(|_| post_declaring(&s, &c.conn, 10)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(warm);
+    std::thread::sleep(Duration::from_millis(500));
+    let before = vm();
+    let held: Vec<TcpStream> = (0..40)
+        .map(|_| post_declaring(&s, &c.conn, 60 << 20))
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    let grown = vm().saturating_sub(before);
+    drop(held);
+    assert!(grown < 1 << 30, "the server grew by {} MiB", grown >> 20);
+    let listed = c.call("session/list", json!({}));
+    assert!(listed.get("result").is_some(), "{listed}");
+}
+
+/// A POST whose head declares `len` body bytes, none of them sent.
+fn post_declaring(s: &Serve, conn: &str, len: u64) -> TcpStream {
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let head = format!(
+        "POST /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nContent-Type: application/json\r\nAcp-Connection-Id: {conn}\r\nContent-Length: {len}\r\n\r\n",
+        s.port,
+        s.auth()
+    );
+    sock.write_all(head.as_bytes()).unwrap();
+    sock
+}
+
 /// A client that asks `Expect: 100-continue` (curl, for a body over 1 KiB) is told to go on
 /// before it sends the body, instead of waiting for its own timeout.
 #[test]

@@ -5,7 +5,7 @@
 //! a `sessionId` to that session's stream, everything else to the connection's stream; over
 //! WebSocket, everything to the one socket.
 
-use super::stream::{Lease, Refused, Stream};
+use super::stream::{Budget, Lease, Refused, Stream};
 use crate::acp::{AdapterConfig, LocalHost};
 use crate::jsonrpc::lock;
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -42,6 +42,8 @@ pub struct AcpConn {
     initial: Mutex<Option<Sender<Arc<str>>>>,
     pub stream: Arc<Stream>,
     sessions: Mutex<HashMap<String, Arc<Stream>>>,
+    /// The bytes all these streams hold.
+    budget: Arc<Budget>,
     /// The client's requests' routes (by the id key), and whether the answer ends its session.
     pending: Mutex<HashMap<String, (Route, bool)>>,
     /// The agent's requests' routes, for checking the client's answers.
@@ -86,13 +88,15 @@ impl AcpConn {
     ) -> io::Result<(Arc<AcpConn>, Receiver<Arc<str>>)> {
         let (tx, rx) = bounded(INBOX);
         let (initial_tx, initial_rx) = bounded(1);
+        let budget: Arc<Budget> = Arc::default();
         let conn = Arc::new(AcpConn {
             id,
             websocket,
             inbox: Mutex::new(Some(tx)),
             initial: Mutex::new((!websocket).then_some(initial_tx)),
-            stream: Stream::new(),
+            stream: Stream::new_in(Arc::clone(&budget)),
             sessions: Mutex::default(),
+            budget,
             pending: Mutex::default(),
             asked: Mutex::default(),
             last_active: Mutex::new(Instant::now()),
@@ -182,7 +186,7 @@ impl AcpConn {
         if sessions.len() >= cap {
             return None;
         }
-        let s = Stream::new();
+        let s = Stream::new_in(Arc::clone(&self.budget));
         if let Some(why) = lock(&self.closed).as_deref() {
             s.close(why);
         }
@@ -251,7 +255,7 @@ impl AcpConn {
         };
         if pushed.is_err() {
             self.close(&format!(
-                "the client read none of the last {} MiB the agent sent on a stream",
+                "the client read none of the last {} MiB the agent sent on its streams",
                 super::stream::MAX_BUFFERED_BYTES >> 20
             ));
         }

@@ -2,23 +2,53 @@
 //! the messages the agent sent, numbered (the SSE `id:`), kept in a bounded buffer so that a
 //! receiver that drops and comes back with `Last-Event-ID` gets every message it missed.
 //!
-//! Bounds: messages not yet handed to a receiver may take [`MAX_BUFFERED_BYTES`] (the SDK's
-//! `DEFAULT_MAX_BUFFERED_BYTES`); past that the connection is closed (a client that does not
-//! read is not buffered for forever). Messages already handed out are kept for replay up to
-//! [`REPLAY_WINDOW_BYTES`]; a receiver that asks for older ones gets an error, never a gap.
+//! Bounds, per connection (one [`Budget`] shared by all its streams): messages not yet handed to
+//! a receiver may take [`MAX_BUFFERED_BYTES`] (the SDK's `DEFAULT_MAX_BUFFERED_BYTES`, per
+//! connection as there); past that the connection is closed (a client that does not read is
+//! not buffered for ever). Messages already handed out are kept for replay up to
+//! [`REPLAY_WINDOW_BYTES`] a stream and [`CONNECTION_REPLAY_BYTES`] a connection; a receiver
+//! that asks for older ones gets an error, never a gap.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Bytes of messages waiting for a receiver, per stream (the SDK's default).
+/// Bytes of messages waiting for a receiver, per connection (the SDK's default).
 pub const MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
-/// Bytes of messages already written kept for a receiver that reconnects.
+/// Bytes of messages already written kept for a receiver that reconnects, per stream.
 pub const REPLAY_WINDOW_BYTES: usize = 4 * 1024 * 1024;
+/// The same, for all the streams of a connection together.
+pub const CONNECTION_REPLAY_BYTES: usize = 4 * REPLAY_WINDOW_BYTES;
+
+/// The bytes a connection's streams hold, counted together.
+#[derive(Default)]
+pub struct Budget {
+    waiting: AtomicUsize,
+    replay: AtomicUsize,
+}
+
+impl Budget {
+    /// Takes `len` waiting bytes if they fit under [`MAX_BUFFERED_BYTES`].
+    fn take_waiting(&self, len: usize) -> bool {
+        self.waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(len).filter(|&n| n <= MAX_BUFFERED_BYTES)
+            })
+            .is_ok()
+    }
+}
+
+fn give_back(counter: &AtomicUsize, len: usize) {
+    let _ = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+        Some(held.saturating_sub(len))
+    });
+}
 
 pub struct Stream {
     inner: Mutex<Inner>,
     wake: Condvar,
+    budget: Arc<Budget>,
 }
 
 #[derive(Default)]
@@ -72,7 +102,14 @@ pub enum Refused {
 pub struct Overflow;
 
 impl Stream {
+    /// A stream with a budget of its own.
+    #[cfg(test)]
     pub fn new() -> Arc<Stream> {
+        Stream::new_in(Arc::default())
+    }
+
+    /// A stream of a connection whose streams share `budget`.
+    pub fn new_in(budget: Arc<Budget>) -> Arc<Stream> {
         Arc::new(Stream {
             inner: Mutex::new(Inner {
                 next_id: 1,
@@ -80,7 +117,15 @@ impl Stream {
                 ..Inner::default()
             }),
             wake: Condvar::new(),
+            budget,
         })
+    }
+
+    /// Gives what the stream holds back to the connection's budget.
+    fn release(&self, s: &mut Inner) {
+        give_back(&self.budget.waiting, std::mem::take(&mut s.waiting_bytes));
+        give_back(&self.budget.replay, std::mem::take(&mut s.handed_bytes));
+        s.events.clear();
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -94,7 +139,7 @@ impl Stream {
             return Ok(());
         }
         let len = json.len();
-        if s.waiting_bytes + len > MAX_BUFFERED_BYTES {
+        if !self.budget.take_waiting(len) {
             return Err(Overflow);
         }
         let id = s.next_id;
@@ -132,7 +177,7 @@ impl Stream {
         if s.closed.is_none() {
             s.closed = Some(why.to_string());
         }
-        s.events.clear();
+        self.release(&mut s);
         drop(s);
         self.wake.notify_all();
     }
@@ -217,10 +262,13 @@ impl Lease {
                 // The cursor never passes `handed` (acquire refuses an id beyond it): the
                 // messages are handed out one by one, each moving its bytes once.
                 if id == s.handed {
+                    let budget = &self.stream.budget;
                     s.handed = id + 1;
                     s.waiting_bytes = s.waiting_bytes.saturating_sub(json.len());
+                    give_back(&budget.waiting, json.len());
                     s.handed_bytes = s.handed_bytes.saturating_add(json.len());
-                    evict_replayed(&mut s);
+                    budget.replay.fetch_add(json.len(), Ordering::AcqRel);
+                    evict_replayed(&mut s, budget);
                 }
                 if s.last == Some(id) && s.closed.is_none() {
                     s.closed = Some("its session was closed".into());
@@ -240,16 +288,30 @@ impl Lease {
     }
 }
 
-/// Forgets the oldest messages already handed out beyond the replay window.
-fn evict_replayed(s: &mut Inner) {
-    while s.handed_bytes > REPLAY_WINDOW_BYTES {
+/// Forgets the oldest messages already handed out beyond the stream's replay window, or while
+/// the connection's streams together keep more than theirs.
+fn evict_replayed(s: &mut Inner, budget: &Budget) {
+    while s.handed_bytes > REPLAY_WINDOW_BYTES
+        || budget.replay.load(Ordering::Acquire) > CONNECTION_REPLAY_BYTES
+    {
         match s.events.front() {
             Some((id, json)) if *id < s.handed => {
                 s.handed_bytes = s.handed_bytes.saturating_sub(json.len());
+                give_back(&budget.replay, json.len());
                 s.events.pop_front();
             }
             _ => break,
         }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        give_back(&self.budget.waiting, s.waiting_bytes);
+        give_back(&self.budget.replay, s.handed_bytes);
+        s.waiting_bytes = 0;
+        s.handed_bytes = 0;
     }
 }
 
@@ -350,6 +412,34 @@ mod tests {
         assert!(accounted(&s));
         drop(lease);
         assert!(s.acquire(Some(4)).is_ok());
+    }
+
+    #[test]
+    fn a_connections_streams_share_one_budget_given_back_when_they_end() {
+        let budget: Arc<Budget> = Arc::default();
+        let (a, b) = (
+            Stream::new_in(Arc::clone(&budget)),
+            Stream::new_in(Arc::clone(&budget)),
+        );
+        let big: Arc<str> = "x".repeat(MAX_BUFFERED_BYTES / 2).into();
+        assert!(a.push(Arc::clone(&big)).is_ok());
+        assert!(b.push(Arc::clone(&big)).is_ok());
+        // Together they hold the connection's bound: a third message anywhere overflows.
+        assert!(a.push("y".into()).is_err());
+        assert!(Stream::new_in(Arc::clone(&budget))
+            .push("y".into())
+            .is_err());
+        // Read, the bytes move to the replay budget (kept within its bound)...
+        let mut lease = a.acquire(None).ok().unwrap();
+        event(lease.next(Duration::ZERO));
+        assert!(budget.replay.load(Ordering::Acquire) <= CONNECTION_REPLAY_BYTES);
+        assert!(b.push("y".into()).is_ok());
+        drop(lease);
+        // ...and a stream that ends or is dropped gives back all it held.
+        b.close("test");
+        drop(a);
+        assert_eq!(budget.waiting.load(Ordering::Acquire), 0);
+        assert_eq!(budget.replay.load(Ordering::Acquire), 0);
     }
 
     #[test]

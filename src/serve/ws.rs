@@ -114,6 +114,9 @@ pub struct Violation(pub u16, pub &'static str);
 
 /// Reads one message (reassembling fragments; control frames between them are returned at
 /// once), at most `max` bytes. `Ok(None)`: the connection ended.
+/// A frame's buffer starts at most this large and grows with what arrives.
+const GROW_FROM: usize = 64 * 1024;
+
 pub fn read_message<R: Read>(
     input: &mut R,
     max: usize,
@@ -164,7 +167,8 @@ pub fn read_message<R: Read>(
         if !read_full(input, &mut mask)? {
             return Ok(Ok(None));
         }
-        let mut payload = Vec::with_capacity(len as usize);
+        // Grown as the bytes arrive, not reserved from the declared length.
+        let mut payload = Vec::with_capacity((len as usize).min(GROW_FROM));
         if (&mut *input).take(len).read_to_end(&mut payload)? < len as usize {
             return Ok(Ok(None));
         }
