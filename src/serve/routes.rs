@@ -8,6 +8,7 @@ use super::Server;
 use crate::host::http::{Exchange, Request};
 use crate::jsonrpc::line_reader::MAX_LINE_BYTES;
 use serde_json::{json, Value};
+use std::collections::VecDeque;
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -21,6 +22,11 @@ const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How often a waiting stream checks that its client is still there.
 const POLL: Duration = Duration::from_secs(1);
+/// A message counts as delivered once its client is seen still there this long after it was
+/// written (a client closing within it gets the message again on its next receiver).
+const CONFIRM_AFTER: Duration = Duration::from_secs(1);
+/// Writes this close together are confirmed together.
+const CONFIRM_STEP: Duration = Duration::from_millis(100);
 
 /// Methods whose POST must carry `Acp-Session-Id` (the SDK's `SESSION_SCOPED_METHODS`).
 const SESSION_SCOPED: &[&str] = &[
@@ -321,6 +327,7 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
     };
     conn.touch();
     let socket = ex.stream();
+    watch_liveness(socket, server.idle_timeout);
     if let Ok(probe) = socket.try_clone() {
         lease.watch(move || !client_gone(&probe));
     }
@@ -337,32 +344,54 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
 }
 
 /// Writes the stream's messages as SSE events (with their ids) until the stream or the client
-/// ends; a comment keeps an idle stream alive through proxies.
+/// ends; a comment keeps an idle stream alive through proxies. A message counts as delivered
+/// once the client is seen still there [`CONFIRM_AFTER`] after it was written; when the
+/// client turns out to be gone, the ones not confirmed are handed out again to the next
+/// receiver (the SDK's client reopens without `Last-Event-ID`).
 fn pump_events(socket: &mut TcpStream, mut lease: Lease) {
     let mut quiet_since = Instant::now();
+    // (when written, the cursor after it): at most one entry per CONFIRM_STEP.
+    let mut unconfirmed: VecDeque<(Instant, u64)> = VecDeque::new();
     loop {
         let written = match lease.next(POLL) {
             Next::Event(id, json) => {
                 quiet_since = Instant::now();
                 let event = format!("id: {id}\ndata: {json}\n\n");
+                let now = Instant::now();
+                match unconfirmed.back_mut() {
+                    Some((at, upto)) if now.duration_since(*at) < CONFIRM_STEP => *upto = id + 1,
+                    _ => unconfirmed.push_back((now, id + 1)),
+                }
                 socket.write_all(event.as_bytes())
             }
             Next::Idle if quiet_since.elapsed() >= KEEP_ALIVE => {
                 quiet_since = Instant::now();
                 socket.write_all(b":\n\n")
             }
-            Next::Idle if client_gone(socket) => return,
             Next::Idle | Next::Pong(_) => Ok(()),
-            Next::Closed(_) | Next::Gone => return,
+            Next::Closed(why) => {
+                let _ = write!(socket, ": closed: {}\n\n", why.replace(['\n', '\r'], " "));
+                let _ = socket.flush();
+                return;
+            }
+            Next::Gone => return,
         };
-        if written.is_err() {
-            return;
+        if written.is_err() || client_gone(socket) {
+            return lease.lost();
+        }
+        while let Some(&(at, upto)) = unconfirmed.front() {
+            if at.elapsed() < CONFIRM_AFTER {
+                break;
+            }
+            lease.confirm(upto);
+            unconfirmed.pop_front();
         }
     }
 }
 
-/// Whether the client closed its side (an event stream's client sends nothing): a peek that
-/// does not wait and does not change the socket's mode (the writer may be mid-write on it).
+/// Whether the client is gone: it closed its side (an event stream's client sends nothing),
+/// or the socket failed (reset, or TCP_USER_TIMEOUT: data unacknowledged that long). A peek
+/// that does not wait and does not change the socket's mode (the writer may be mid-write).
 fn client_gone(socket: &TcpStream) -> bool {
     use std::os::fd::AsRawFd;
     let mut byte = [0u8; 1];
@@ -375,7 +404,44 @@ fn client_gone(socket: &TcpStream) -> bool {
             libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
     };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        );
+    }
     n == 0
+}
+
+/// Makes a long-lived socket notice a client that vanished without closing (sleep, a NAT
+/// dropping it): TCP keep-alive probes, and unacknowledged data or probes for `idle` fail it.
+fn watch_liveness(socket: &TcpStream, idle: Duration) {
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_raw_fd();
+    let secs = idle.as_secs().clamp(2, 3600) as libc::c_int;
+    let millis = idle.as_millis().clamp(1000, 3_600_000) as libc::c_uint;
+    let set = |level, name, value: libc::c_int| {
+        // SAFETY: setsockopt reads one int we own, on a descriptor this TcpStream owns.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, (secs / 2).max(1));
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, (secs / 6).max(1));
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3);
+    set(
+        libc::IPPROTO_TCP,
+        libc::TCP_USER_TIMEOUT,
+        millis as libc::c_int,
+    );
 }
 
 fn is_upgrade(request: &Request) -> bool {
@@ -422,6 +488,7 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
     );
     let reader = ex.take_reader();
     let socket = reader.get_mut();
+    watch_liveness(socket, server.idle_timeout);
     if socket
         .write_all(head.as_bytes())
         .and_then(|()| socket.flush())

@@ -57,8 +57,10 @@ struct Inner {
     events: VecDeque<(u64, Arc<str>)>,
     /// The id the next message gets (ids start at 1).
     next_id: u64,
-    /// Ids below this were handed to a receiver.
+    /// Ids below this were handed to a receiver (and not taken back: see [`Lease::lost`]).
     handed: u64,
+    /// Ids below this were written to some receiver at least once.
+    sent: u64,
     handed_bytes: usize,
     waiting_bytes: usize,
     /// The lease of the active receiver.
@@ -114,6 +116,7 @@ impl Stream {
             inner: Mutex::new(Inner {
                 next_id: 1,
                 handed: 1,
+                sent: 1,
                 ..Inner::default()
             }),
             wake: Condvar::new(),
@@ -202,10 +205,12 @@ impl Stream {
         }
         let from = match last_seen {
             None => s.handed,
-            // An id past what was handed out would skip messages nobody read.
-            Some(seen) if seen >= s.handed => return Err(Refused::Ahead(seen, s.handed - 1)),
+            // An id past what was ever sent would skip messages nobody read.
+            Some(seen) if seen >= s.sent => return Err(Refused::Ahead(seen, s.sent - 1)),
             Some(seen) => {
                 let from = seen + 1;
+                // The client says it read up to `seen` (what a lost receiver gave back too).
+                mark_handed(&mut s, from, &self.budget);
                 let oldest = s.events.front().map_or(s.next_id, |e| e.0);
                 if from < oldest {
                     return Err(Refused::Gap(seen));
@@ -221,6 +226,7 @@ impl Stream {
             stream: Arc::clone(self),
             lease,
             cursor: from,
+            confirmed: from,
         })
     }
 }
@@ -230,9 +236,44 @@ pub struct Lease {
     stream: Arc<Stream>,
     lease: u64,
     cursor: u64,
+    /// Messages below this id are known to have reached the client (see [`Lease::confirm`]).
+    confirmed: u64,
 }
 
 impl Lease {
+    /// The id of the next message this receiver gets.
+    #[cfg(test)]
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// The messages below `upto` reached the client (it was still there well after they were
+    /// written).
+    pub fn confirm(&mut self, upto: u64) {
+        self.confirmed = self.confirmed.max(upto.min(self.cursor));
+    }
+
+    /// Ends a receiver whose client is gone: the messages it was handed but could not have
+    /// confirmed count as not handed out, so a receiver that comes back without
+    /// `Last-Event-ID` (the SDK's client) gets them again.
+    pub fn lost(self) {
+        let mut s = self.stream.lock();
+        if s.receiver != Some(self.lease) || s.handed <= self.confirmed {
+            return;
+        }
+        let oldest = s.events.front().map_or(s.next_id, |e| e.0);
+        let back_to = self.confirmed.max(oldest);
+        let moved = bytes_between(&s, back_to, s.handed);
+        s.handed = back_to;
+        s.handed_bytes = s.handed_bytes.saturating_sub(moved);
+        s.waiting_bytes = s.waiting_bytes.saturating_add(moved);
+        give_back(&self.stream.budget.replay, moved);
+        self.stream
+            .budget
+            .waiting
+            .fetch_add(moved, Ordering::AcqRel);
+    }
+
     /// How to tell whether this receiver's client is still there.
     pub fn watch(&self, alive: impl Fn() -> bool + Send + 'static) {
         let mut s = self.stream.lock();
@@ -259,17 +300,8 @@ impl Lease {
             if at < s.next_id {
                 let (id, json) = s.events[(at - oldest) as usize].clone();
                 self.cursor = id + 1;
-                // The cursor never passes `handed` (acquire refuses an id beyond it): the
-                // messages are handed out one by one, each moving its bytes once.
-                if id == s.handed {
-                    let budget = &self.stream.budget;
-                    s.handed = id + 1;
-                    s.waiting_bytes = s.waiting_bytes.saturating_sub(json.len());
-                    give_back(&budget.waiting, json.len());
-                    s.handed_bytes = s.handed_bytes.saturating_add(json.len());
-                    budget.replay.fetch_add(json.len(), Ordering::AcqRel);
-                    evict_replayed(&mut s, budget);
-                }
+                s.sent = s.sent.max(id + 1);
+                mark_handed(&mut s, id + 1, &self.stream.budget);
                 if s.last == Some(id) && s.closed.is_none() {
                     s.closed = Some("its session was closed".into());
                 }
@@ -286,6 +318,32 @@ impl Lease {
             }
         }
     }
+}
+
+/// The bytes of the kept messages with ids in `from..to` (ids are consecutive: an index range).
+fn bytes_between(s: &Inner, from: u64, to: u64) -> usize {
+    let oldest = s.events.front().map_or(s.next_id, |e| e.0);
+    let start = from.saturating_sub(oldest).min(s.events.len() as u64) as usize;
+    let end = to.saturating_sub(oldest).min(s.events.len() as u64) as usize;
+    s.events
+        .range(start..end.max(start))
+        .map(|e| e.1.len())
+        .sum()
+}
+
+/// Counts the messages below `upto` as handed out (each one's bytes move from waiting to
+/// replay once), then forgets what falls out of the replay window.
+fn mark_handed(s: &mut Inner, upto: u64, budget: &Budget) {
+    if upto <= s.handed {
+        return;
+    }
+    let moved = bytes_between(s, s.handed, upto);
+    s.handed = upto;
+    s.waiting_bytes = s.waiting_bytes.saturating_sub(moved);
+    give_back(&budget.waiting, moved);
+    s.handed_bytes = s.handed_bytes.saturating_add(moved);
+    budget.replay.fetch_add(moved, Ordering::AcqRel);
+    evict_replayed(s, budget);
 }
 
 /// Forgets the oldest messages already handed out beyond the stream's replay window, or while
@@ -440,6 +498,26 @@ mod tests {
         drop(a);
         assert_eq!(budget.waiting.load(Ordering::Acquire), 0);
         assert_eq!(budget.replay.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn what_a_vanished_receiver_could_not_confirm_is_handed_out_again() {
+        let s = Stream::new();
+        for m in ["a", "b", "c"] {
+            assert!(s.push(m.into()).is_ok());
+        }
+        let mut lease = s.acquire(None).ok().unwrap();
+        event(lease.next(Duration::ZERO));
+        lease.confirm(lease.cursor());
+        event(lease.next(Duration::ZERO));
+        event(lease.next(Duration::ZERO));
+        lease.lost();
+        assert!(accounted(&s));
+        // A receiver without Last-Event-ID gets what the lost one could not confirm.
+        let mut again = s.acquire(None).ok().unwrap();
+        assert_eq!(event(again.next(Duration::ZERO)), (2, "b".into()));
+        assert_eq!(event(again.next(Duration::ZERO)), (3, "c".into()));
+        assert!(accounted(&s));
     }
 
     #[test]
