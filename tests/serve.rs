@@ -695,6 +695,18 @@ fn every_refusal_has_the_sdk_servers_status() {
             409,
         ),
         (
+            "a second receiver resuming (Last-Event-ID)",
+            "GET",
+            vec![
+                ("Authorization", a),
+                ("Accept", "text/event-stream"),
+                ("Acp-Connection-Id", cid),
+                ("Last-Event-ID", "1"),
+            ],
+            "",
+            409,
+        ),
+        (
             "a second receiver of a session",
             "GET",
             vec![

@@ -191,16 +191,17 @@ impl Stream {
 
     /// Becomes the stream's receiver, from the message after `last_seen` (SSE `Last-Event-ID`)
     /// or, without it, from the first message not yet handed out. A second receiver is refused
-    /// while the first one's client is there; one that resumes (`last_seen`), or comes after a
-    /// client that has closed its side, takes the stream over (the server may not have seen the
+    /// while the first one's client is there, `Last-Event-ID` or not; one that comes after a
+    /// client that has closed its side takes the stream over (the server may not have seen the
     /// first one go yet: a client that reopens its stream at once must not be refused).
     pub fn acquire(self: &Arc<Stream>, last_seen: Option<u64>) -> Result<Lease, Refused> {
         let mut s = self.lock();
         if let Some(why) = &s.closed {
             return Err(Refused::Closed(why.clone()));
         }
+        // With or without Last-Event-ID: a receiver whose client is there keeps its stream.
         let alive = s.receiver_alive.as_ref().is_none_or(|alive| alive());
-        if s.receiver.is_some() && last_seen.is_none() && alive {
+        if s.receiver.is_some() && alive {
             return Err(Refused::Busy);
         }
         let from = match last_seen {
@@ -406,7 +407,10 @@ mod tests {
         assert!(matches!(s.acquire(None), Err(Refused::Busy)));
         assert_eq!(event(first.next(Duration::ZERO)), (1, "a".into()));
         assert_eq!(event(first.next(Duration::ZERO)), (2, "b".into()));
-        // The client resumes before the server saw its first receiver go: it takes over.
+        // Resuming does not take a stream from a receiver whose client is there...
+        assert!(matches!(s.acquire(Some(1)), Err(Refused::Busy)));
+        // ...but does once that client has closed, before the server saw it go.
+        first.watch(|| false);
         let mut again = s.acquire(Some(1)).ok().unwrap();
         assert!(matches!(first.next(Duration::ZERO), Next::Gone));
         drop(first);
