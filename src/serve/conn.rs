@@ -210,9 +210,15 @@ impl AcpConn {
         lock(&self.pending).insert(key, (route, ends));
     }
 
-    /// The route of the agent's request the client answers (taken: one answer each).
-    pub fn answered(&self, key: &str) -> Option<Route> {
-        lock(&self.asked).remove(key)
+    /// The route of the agent's request the client answers (looked at: the answer may still
+    /// be refused; [`AcpConn::answered`] takes it once accepted).
+    pub fn asked_route(&self, key: &str) -> Option<Route> {
+        lock(&self.asked).get(key).cloned()
+    }
+
+    /// The client's answer to the agent's request `key` was accepted: one answer each.
+    pub fn answered(&self, key: &str) {
+        lock(&self.asked).remove(key);
     }
 
     /// One line the agent wrote: to the POST waiting for `initialize`, or onto its stream.

@@ -164,14 +164,19 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
     let id = object.get("id");
     match method {
         None => {
-            // The client's answer to one of the agent's requests.
-            let route = id.and_then(id_key).and_then(|k| conn.answered(&k));
+            // The client's answer to one of the agent's requests: checked against its route
+            // first, the route taken only once the answer is accepted (as the SDK does).
+            let key = id.and_then(id_key);
+            let route = key.as_deref().and_then(|k| conn.asked_route(k));
             if let Some(Route::Session(s)) = &route {
                 match header_session {
                     None => return text(ex, 400, "Missing Acp-Session-Id"),
                     Some(h) if h != s => return text(ex, 400, "Mismatched Acp-Session-Id"),
                     _ => {}
                 }
+            }
+            if let Some(k) = &key {
+                conn.answered(k);
             }
         }
         Some(method) => {
