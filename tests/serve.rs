@@ -495,6 +495,9 @@ fn every_refusal_has_the_sdk_servers_status() {
     let own_origin = format!("http://127.0.0.1:{}", s.port);
     let big_head = "x".repeat(20 * 1024);
     let over = (64u64 * 1024 * 1024 + 1).to_string();
+    let plus_length = format!("+{}", new.len());
+    let lower_bearer = auth.replacen("Bearer", "bearer", 1);
+    let notification = json!({"jsonrpc": "2.0", "method": "x/noop", "params": {}}).to_string();
     type Row<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16);
     let rows: Vec<Row> = vec![
         ("no token", "POST", vec![json_ct], &new, 401),
@@ -565,6 +568,86 @@ fn every_refusal_has_the_sdk_servers_status() {
             ],
             &new,
             403,
+        ),
+        (
+            "a loopback address with a name after it",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Host", "[::1]evil.com"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            403,
+        ),
+        (
+            "a space before a header's colon",
+            "POST",
+            vec![("Authorization ", a), json_ct, ("Acp-Connection-Id", cid)],
+            &new,
+            400,
+        ),
+        (
+            "a signed Content-Length",
+            "POST",
+            vec![
+                ("Authorization", a),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+                ("Content-Length", &plus_length),
+            ],
+            &new,
+            400,
+        ),
+        (
+            "two Content-Lengths",
+            "POST",
+            vec![
+                ("Authorization", a),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+                ("Content-Length", "0"),
+                ("Content-Length", "0"),
+            ],
+            "",
+            400,
+        ),
+        (
+            "two Authorizations",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Authorization", "Bearer 0000"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            400,
+        ),
+        (
+            "two Hosts",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Host", "127.0.0.1"),
+                ("Host", "evil.example"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            400,
+        ),
+        (
+            "the Bearer scheme in lower case",
+            "POST",
+            vec![
+                ("Authorization", &lower_bearer),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &notification,
+            202,
         ),
         ("another path", "PUT", vec![("Authorization", a)], "", 405),
         (

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 /// Request line plus headers.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
 const MAX_HEADERS: usize = 64;
+/// Headers a request may carry once: a second one is refused, never one of them chosen.
+const SINGLE_HEADERS: &[&str] = &["Host", "Authorization", "Content-Length"];
 /// Open connections served at once; more are answered 503 and closed.
 pub const MAX_CONNECTIONS: usize = 256;
 /// How long an idle keep-alive connection is kept (waiting for the next request's first byte),
@@ -501,12 +503,26 @@ fn read_head(
         "HTTP/1.0" => true,
         _ => return Err(HeadError::Bad(505, "only HTTP/1.1 is served")),
     };
-    let mut headers = Vec::with_capacity(lines.len() - 1);
+    let mut headers: Vec<(String, String)> = Vec::with_capacity(lines.len() - 1);
     for l in &lines[1..] {
         let Some((k, v)) = l.split_once(':') else {
             return Err(HeadError::Bad(400, "malformed header line"));
         };
-        headers.push((k.trim().to_string(), v.trim().to_string()));
+        // RFC 9112: no whitespace in a field name, none between it and the colon.
+        if k.is_empty()
+            || k.bytes()
+                .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+        {
+            return Err(HeadError::Bad(400, "malformed header name"));
+        }
+        let once = SINGLE_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(k));
+        if once && headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(k)) {
+            return Err(HeadError::Bad(
+                400,
+                "a header that may appear once appears twice",
+            ));
+        }
+        headers.push((k.to_string(), v.trim().to_string()));
     }
     let mut request = Request {
         method: method.to_string(),
@@ -520,9 +536,11 @@ fn read_head(
         return Err(HeadError::Bad(411, "send the body with a Content-Length"));
     }
     if let Some(len) = request.header("Content-Length") {
-        request.content_length = len
-            .parse()
-            .map_err(|_| HeadError::Bad(400, "Content-Length is not a number"))?;
+        // Digits only: `+5` or ` 5` would be read differently by a proxy in front.
+        request.content_length = Some(len)
+            .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|l| l.parse().ok())
+            .ok_or(HeadError::Bad(400, "Content-Length is not a number"))?;
     }
     if let Some(c) = request.header("Connection") {
         if c.eq_ignore_ascii_case("close") {
