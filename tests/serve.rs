@@ -497,6 +497,11 @@ fn every_refusal_has_the_sdk_servers_status() {
     let over = (64u64 * 1024 * 1024 + 1).to_string();
     let plus_length = format!("+{}", new.len());
     let lower_bearer = auth.replacen("Bearer", "bearer", 1);
+    let fractional_id =
+        json!({"jsonrpc": "2.0", "id": 1.5, "method": "session/list", "params": {}}).to_string();
+    let long_id =
+        json!({"jsonrpc": "2.0", "id": "i".repeat(1025), "method": "session/list", "params": {}})
+            .to_string();
     let notification = json!({"jsonrpc": "2.0", "method": "x/noop", "params": {}}).to_string();
     type Row<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16);
     let rows: Vec<Row> = vec![
@@ -648,6 +653,20 @@ fn every_refusal_has_the_sdk_servers_status() {
             ],
             &notification,
             202,
+        ),
+        (
+            "a request id the agent cannot echo",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
+            &fractional_id,
+            400,
+        ),
+        (
+            "a request id over maxIdLength",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
+            &long_id,
+            400,
         ),
         ("another path", "PUT", vec![("Authorization", a)], "", 405),
         (

@@ -52,14 +52,28 @@ pub struct AcpConn {
     closed: Mutex<Option<String>>,
 }
 
-/// The key of a JSON-RPC id (the SDK's `messageIdKey`).
+/// The key of a JSON-RPC id (the SDK's `messageIdKey`), for the ids the agent's JSON-RPC layer
+/// reads and echoes (`RequestId`'s one rule: `1.0` or `true` is none, so no route waits for
+/// an answer that never comes).
 pub fn id_key(id: &serde_json::Value) -> Option<String> {
-    match id {
+    match crate::jsonrpc::RequestId::from_value(id)?.to_value() {
         serde_json::Value::String(s) => Some(format!("string:{s}")),
-        serde_json::Value::Number(n) => Some(format!("number:{n}")),
         serde_json::Value::Null => Some("null".into()),
-        _ => None,
+        n => Some(format!("number:{n}")),
     }
+}
+
+/// The client's requests in flight on one connection, at most (their routes are kept).
+pub const MAX_PENDING: usize = 4096;
+
+/// Why a request's id cannot be routed.
+pub enum IdRefused {
+    /// Not an id the agent echoes, or a string over [`MAX_ID_LENGTH`] (400).
+    Invalid(String),
+    /// A request with this id is in flight (400).
+    InUse,
+    /// [`MAX_PENDING`] requests are in flight (429).
+    TooMany,
 }
 
 /// What routing needs of an outgoing message (nothing else is read).
@@ -205,9 +219,32 @@ impl AcpConn {
     }
 
     /// A request of the client's: its response goes back on `route`.
-    pub fn expect_response(&self, key: String, route: Route, method: &str) {
+    pub fn expect_response(
+        &self,
+        id: &serde_json::Value,
+        route: Route,
+        method: &str,
+    ) -> Result<(), IdRefused> {
+        if id.as_str().is_some_and(|s| s.len() > MAX_ID_LENGTH) {
+            return Err(IdRefused::Invalid(format!(
+                "Request ID exceeds maxIdLength ({MAX_ID_LENGTH})"
+            )));
+        }
+        let Some(key) = id_key(id) else {
+            return Err(IdRefused::Invalid(format!(
+                "Invalid request id {id}: use a string, an integer or null"
+            )));
+        };
         let ends = ENDS_SESSION.contains(&method);
-        lock(&self.pending).insert(key, (route, ends));
+        let mut pending = lock(&self.pending);
+        if pending.contains_key(&key) {
+            return Err(IdRefused::InUse);
+        }
+        if pending.len() >= MAX_PENDING {
+            return Err(IdRefused::TooMany);
+        }
+        pending.insert(key, (route, ends));
+        Ok(())
     }
 
     /// The route of the agent's request the client answers (looked at: the answer may still

@@ -1,7 +1,7 @@
 //! `/acp`: POST (messages; `initialize` opens a connection), GET (an event stream, or a
 //! WebSocket upgrade), DELETE (closes a connection), with the SDK server's statuses.
 
-use super::conn::{id_key, AcpConn, Route, MAX_ID_LENGTH};
+use super::conn::{id_key, AcpConn, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING};
 use super::stream::{Lease, Next, Refused};
 use super::ws;
 use super::Server;
@@ -208,8 +208,13 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             // Unlike the SDK's server, `session/load`'s answer goes on the session's stream too:
             // after the history it replays there, never before it (on another stream a client
             // could read the answer before the replay and take the history as complete).
-            if let Some(key) = id.and_then(id_key) {
-                conn.expect_response(key, route, method);
+            if let Some(id) = id {
+                match conn.expect_response(id, route, method) {
+                    Ok(()) => {}
+                    Err(IdRefused::Invalid(why)) => return text(ex, 400, &why),
+                    Err(IdRefused::InUse) => return text(ex, 400, "Request ID already in use by a request in progress on this connection"),
+                    Err(IdRefused::TooMany) => return text(ex, 429, &format!("this connection already has {MAX_PENDING} requests in progress; wait for their answers")),
+                }
             }
         }
     }
