@@ -1148,10 +1148,39 @@ fn an_unmasked_websocket_frame_is_closed_with_1002() {
     );
 }
 
+/// A WebSocket's first message must be `initialize` (the SDK's server closes 1002 otherwise,
+/// with a reason that does not repeat the code); its messages are frames, never POSTs; a close
+/// frame of one byte is a protocol error.
+#[test]
+fn a_websocket_opens_with_initialize_and_takes_no_posts() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    let r = s.post(
+        Some(&ws.conn),
+        None,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "session/list", "params": {}}),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    ws.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/list", "params": {}}));
+    let (op, payload) = ws.frame();
+    assert_eq!(op, 0x8);
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1002);
+    assert_eq!(
+        String::from_utf8_lossy(&payload[2..]),
+        "First message must be initialize"
+    );
+    let mut ws = WsClient::connect(&s);
+    ws.send_frame(0x8, &[3]);
+    let (op, payload) = ws.frame();
+    assert_eq!(op, 0x8);
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1002);
+}
+
 struct WsClient {
     stream: TcpStream,
     reader: BufReader<TcpStream>,
     methods: HashMap<String, String>,
+    conn: String,
 }
 
 impl WsClient {
@@ -1183,6 +1212,7 @@ impl WsClient {
             stream,
             reader,
             methods: HashMap::new(),
+            conn: h("Acp-Connection-Id").unwrap_or_default(),
         }
     }
 

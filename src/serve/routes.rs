@@ -153,6 +153,15 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
     let Some(conn) = connection(server, request, ex) else {
         return;
     };
+    if conn.websocket {
+        // Its messages are its frames: a POST would reach its agent past the socket's reader
+        // (and its first-message rule). The SDK's server accepts it; nothing of its sends it.
+        return text(
+            ex,
+            409,
+            "this connection is a WebSocket: send its messages as frames on it",
+        );
+    }
     let header_session = request.header(SESSION_ID);
     if header_session.is_some_and(|s| s.len() > MAX_ID_LENGTH) {
         return text(
@@ -536,12 +545,23 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
 
 fn read_frames(reader: &mut BufReader<TcpStream>, conn: &AcpConn) -> String {
     let mut partial = None;
+    let mut initialized = false;
     loop {
         match ws::read_message(reader, MAX_LINE_BYTES, &mut partial) {
             Ok(Ok(Some(ws::Incoming::Text(text)))) => {
                 if let Some(answer) = refuse_message(&text) {
                     let _ = conn.stream.push(answer.into());
                     continue;
+                }
+                if !initialized {
+                    match first_message(&text) {
+                        First::Initialize => initialized = true,
+                        First::Ignored => continue,
+                        First::Refused(why) => {
+                            conn.close(&format!("{} {why}", ws::CLOSE_PROTOCOL));
+                            return format!("WebSocket protocol error: {why}");
+                        }
+                    }
                 }
                 let line = if text.contains(['\n', '\r']) {
                     serde_json::from_str::<Value>(&text)
@@ -573,6 +593,33 @@ fn read_frames(reader: &mut BufReader<TcpStream>, conn: &AcpConn) -> String {
             Err(e) => return format!("the WebSocket broke: {e}"),
         }
     }
+}
+
+enum First {
+    Initialize,
+    /// A response before `initialize` (the SDK's server drops it).
+    Ignored,
+    /// Close 1002 with this reason (the SDK's server's).
+    Refused(&'static str),
+}
+
+/// What the SDK's server does with a WebSocket's first JSON object: only `initialize`, with an
+/// id, opens the connection.
+fn first_message(text: &str) -> First {
+    let Ok(message) = serde_json::from_str::<Value>(text) else {
+        return First::Refused("First message must be initialize");
+    };
+    let method = message.get("method").and_then(Value::as_str);
+    if method.is_none() && (message.get("result").is_some() || message.get("error").is_some()) {
+        return First::Ignored;
+    }
+    if method != Some("initialize") {
+        return First::Refused("First message must be initialize");
+    }
+    if message.get("id").is_none_or(Value::is_null) {
+        return First::Refused("Initialize request must include an ID");
+    }
+    First::Initialize
 }
 
 /// A message the SDK's server answers itself: not JSON, a batch, not an object.
@@ -620,7 +667,10 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
             Next::Idle => Ok(()),
             Next::Closed(why) => {
                 let code = close_code(&why);
-                let _ = ws::write_frame(&mut socket, ws::OP_CLOSE, &ws::close_payload(code, &why));
+                // The reason without the code it may start with (`"1002 …"`): said once.
+                let reason = why.strip_prefix(&format!("{code} ")).unwrap_or(&why);
+                let _ =
+                    ws::write_frame(&mut socket, ws::OP_CLOSE, &ws::close_payload(code, reason));
                 let _ = socket.shutdown(std::net::Shutdown::Both);
                 return;
             }
