@@ -1589,6 +1589,38 @@ fn post_declaring(s: &Serve, conn: &str, len: u64) -> TcpStream {
     sock
 }
 
+/// A stream the server ends says why, as its last line (an SSE comment), before it closes.
+#[test]
+fn a_stream_the_server_ends_says_why() {
+    let s = Serve::start();
+    let c = HttpClient::connect(&s);
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    sock.set_read_timeout(Some(STEP)).unwrap();
+    let head = format!(
+        "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {}\r\nAcp-Session-Id: a-session\r\n\r\n",
+        s.port,
+        s.auth(),
+        c.conn
+    );
+    sock.write_all(head.as_bytes()).unwrap();
+    let mut reader = BufReader::new(sock);
+    let (status, _) = read_head(&mut reader);
+    assert_eq!(status, 200);
+    let r = s.exchange(
+        "DELETE",
+        &[("Authorization", &s.auth()), ("Acp-Connection-Id", &c.conn)],
+        b"",
+    );
+    assert_eq!(r.status, 202);
+    let mut rest = String::new();
+    let _ = reader.read_to_string(&mut rest);
+    assert!(
+        rest.trim_end()
+            .ends_with(": closed: the client closed it (DELETE)"),
+        "{rest:?}"
+    );
+}
+
 /// A client that asks `Expect: 100-continue` (curl, for a body over 1 KiB) is told to go on
 /// before it sends the body, instead of waiting for its own timeout.
 #[test]
