@@ -982,6 +982,29 @@ fn a_conversation_over_sse_with_a_permission_dialog() {
     assert!(hosts > 0);
 }
 
+/// An answer to the agent's request on a session is checked against that session before it is
+/// taken: one refused for its header does not let a later one through unchecked.
+#[test]
+fn a_refused_answer_leaves_the_agents_request_checked() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "run it");
+    let (r, _) = c.until_response(id, |v| {
+        let answer = |session: Option<&str>| {
+            s.post(
+                Some(&c.conn),
+                session,
+                &json!({"jsonrpc": "2.0", "id": v["id"], "result": allow(v)}),
+            )
+        };
+        assert_eq!(answer(Some("another")).status, 400, "a mismatched session");
+        assert_eq!(answer(None).status, 400, "still checked: no session header");
+        allow(v)
+    });
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+}
+
 /// A stream that drops mid-turn and comes back with `Last-Event-ID` gets every message it
 /// missed, in order, without a gap or a repeat.
 #[test]
