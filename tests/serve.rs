@@ -50,7 +50,23 @@ impl Drop for Serve {
 }
 
 fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Child, Arc<Mutex<String>>, Receiver<String>) {
-    let mut cmd = Command::new(support::BIN);
+    // MAKA_TEST_NOFILE: run it under that open-file limit (soft and hard).
+    let nofile = env
+        .iter()
+        .find(|(k, _)| *k == "MAKA_TEST_NOFILE")
+        .map(|(_, v)| *v);
+    let mut cmd = match nofile {
+        Some(n) => {
+            let mut c = Command::new("sh");
+            c.args([
+                "-c",
+                &format!("ulimit -n {n} && exec \"$0\" \"$@\""),
+                support::BIN,
+            ]);
+            c
+        }
+        None => Command::new(support::BIN),
+    };
     cmd.arg("serve")
         .args(args)
         .env_remove("MAKA_HOST_URL")
@@ -479,6 +495,14 @@ fn every_refusal_has_the_sdk_servers_status() {
     let own_origin = format!("http://127.0.0.1:{}", s.port);
     let big_head = "x".repeat(20 * 1024);
     let over = (64u64 * 1024 * 1024 + 1).to_string();
+    let plus_length = format!("+{}", new.len());
+    let lower_bearer = auth.replacen("Bearer", "bearer", 1);
+    let fractional_id =
+        json!({"jsonrpc": "2.0", "id": 1.5, "method": "session/list", "params": {}}).to_string();
+    let long_id =
+        json!({"jsonrpc": "2.0", "id": "i".repeat(1025), "method": "session/list", "params": {}})
+            .to_string();
+    let notification = json!({"jsonrpc": "2.0", "method": "x/noop", "params": {}}).to_string();
     type Row<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16);
     let rows: Vec<Row> = vec![
         ("no token", "POST", vec![json_ct], &new, 401),
@@ -549,6 +573,100 @@ fn every_refusal_has_the_sdk_servers_status() {
             ],
             &new,
             403,
+        ),
+        (
+            "a loopback address with a name after it",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Host", "[::1]evil.com"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            403,
+        ),
+        (
+            "a space before a header's colon",
+            "POST",
+            vec![("Authorization ", a), json_ct, ("Acp-Connection-Id", cid)],
+            &new,
+            400,
+        ),
+        (
+            "a signed Content-Length",
+            "POST",
+            vec![
+                ("Authorization", a),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+                ("Content-Length", &plus_length),
+            ],
+            &new,
+            400,
+        ),
+        (
+            "two Content-Lengths",
+            "POST",
+            vec![
+                ("Authorization", a),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+                ("Content-Length", "0"),
+                ("Content-Length", "0"),
+            ],
+            "",
+            400,
+        ),
+        (
+            "two Authorizations",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Authorization", "Bearer 0000"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            400,
+        ),
+        (
+            "two Hosts",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Host", "127.0.0.1"),
+                ("Host", "evil.example"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &new,
+            400,
+        ),
+        (
+            "the Bearer scheme in lower case",
+            "POST",
+            vec![
+                ("Authorization", &lower_bearer),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &notification,
+            202,
+        ),
+        (
+            "a request id the agent cannot echo",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
+            &fractional_id,
+            400,
+        ),
+        (
+            "a request id over maxIdLength",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
+            &long_id,
+            400,
         ),
         ("another path", "PUT", vec![("Authorization", a)], "", 405),
         (
@@ -679,6 +797,18 @@ fn every_refusal_has_the_sdk_servers_status() {
             409,
         ),
         (
+            "a second receiver resuming (Last-Event-ID)",
+            "GET",
+            vec![
+                ("Authorization", a),
+                ("Accept", "text/event-stream"),
+                ("Acp-Connection-Id", cid),
+                ("Last-Event-ID", "1"),
+            ],
+            "",
+            409,
+        ),
+        (
             "a second receiver of a session",
             "GET",
             vec![
@@ -689,6 +819,19 @@ fn every_refusal_has_the_sdk_servers_status() {
             ],
             "",
             409,
+        ),
+        (
+            "a Last-Event-ID beyond what the stream sent",
+            "GET",
+            vec![
+                ("Authorization", a),
+                ("Accept", "text/event-stream"),
+                ("Acp-Connection-Id", cid),
+                ("Acp-Session-Id", "not-opened"),
+                ("Last-Event-ID", "5"),
+            ],
+            "",
+            400,
         ),
         (
             "DELETE without a connection",
@@ -837,6 +980,29 @@ fn a_conversation_over_sse_with_a_permission_dialog() {
     assert!(ids.contains(&sid.as_str()), "{listed}");
     let hosts = std::fs::read_dir(s._data.path()).unwrap().count();
     assert!(hosts > 0);
+}
+
+/// An answer to the agent's request on a session is checked against that session before it is
+/// taken: one refused for its header does not let a later one through unchecked.
+#[test]
+fn a_refused_answer_leaves_the_agents_request_checked() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "run it");
+    let (r, _) = c.until_response(id, |v| {
+        let answer = |session: Option<&str>| {
+            s.post(
+                Some(&c.conn),
+                session,
+                &json!({"jsonrpc": "2.0", "id": v["id"], "result": allow(v)}),
+            )
+        };
+        assert_eq!(answer(Some("another")).status, 400, "a mismatched session");
+        assert_eq!(answer(None).status, 400, "still checked: no session header");
+        allow(v)
+    });
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
 }
 
 /// A stream that drops mid-turn and comes back with `Last-Event-ID` gets every message it
@@ -1005,10 +1171,39 @@ fn an_unmasked_websocket_frame_is_closed_with_1002() {
     );
 }
 
+/// A WebSocket's first message must be `initialize` (the SDK's server closes 1002 otherwise,
+/// with a reason that does not repeat the code); its messages are frames, never POSTs; a close
+/// frame of one byte is a protocol error.
+#[test]
+fn a_websocket_opens_with_initialize_and_takes_no_posts() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    let r = s.post(
+        Some(&ws.conn),
+        None,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "session/list", "params": {}}),
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    ws.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/list", "params": {}}));
+    let (op, payload) = ws.frame();
+    assert_eq!(op, 0x8);
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1002);
+    assert_eq!(
+        String::from_utf8_lossy(&payload[2..]),
+        "First message must be initialize"
+    );
+    let mut ws = WsClient::connect(&s);
+    ws.send_frame(0x8, &[3]);
+    let (op, payload) = ws.frame();
+    assert_eq!(op, 0x8);
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1002);
+}
+
 struct WsClient {
     stream: TcpStream,
     reader: BufReader<TcpStream>,
     methods: HashMap<String, String>,
+    conn: String,
 }
 
 impl WsClient {
@@ -1040,6 +1235,7 @@ impl WsClient {
             stream,
             reader,
             methods: HashMap::new(),
+            conn: h("Acp-Connection-Id").unwrap_or_default(),
         }
     }
 
@@ -1278,6 +1474,174 @@ fn a_connection_holds_at_most_256_sessions() {
     assert!(r.body.contains("256 sessions"), "{}", r.body);
     let listed = c.call("session/list", json!({}));
     assert!(listed.get("result").is_some(), "{listed}");
+}
+
+/// Out of descriptors, the accept loop neither spins nor floods the log: sockets are capped
+/// below the open-file limit, the one over the cap is told so (a status, not silence or a
+/// reset), and a failing `accept` waits before it tries again.
+#[test]
+fn a_server_out_of_descriptors_refuses_with_a_status_and_does_not_spin() {
+    let s = Serve::start_with(&[("MAKA_TEST_NOFILE", "128")]);
+    let held: Vec<TcpStream> = (0..150)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", s.port)).ok())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let cpu = || -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", s.child.id())).unwrap();
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap()
+            .split_whitespace()
+            .collect();
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    let before = cpu();
+    std::thread::sleep(Duration::from_secs(2));
+    let ticks = cpu() - before;
+    assert!(
+        ticks < 50,
+        "the server used {ticks} ticks of CPU in 2 s while full"
+    );
+    let r = s.exchange("POST", &[("Content-Type", "application/json")], b"{}");
+    assert!(matches!(r.status, 429 | 503), "{} {}", r.status, r.body);
+    drop(held);
+    let stderr = s.stderr.lock().unwrap().clone();
+    let floods = stderr.matches("accept failed").count();
+    assert!(floods <= 2, "{floods} accept failures logged");
+}
+
+/// Slowloris: a client that trickles its request head a byte at a time is cut off at the head's
+/// deadline (408), however regularly its bytes come.
+#[test]
+fn a_head_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
+    let s = Serve::start();
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let started = Instant::now();
+    sock.write_all(b"POST /acp HTTP/1.1\r\n").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut answer = Vec::new();
+    while started.elapsed() < Duration::from_secs(14) {
+        if sock.write_all(b"X").is_err() {
+            break;
+        }
+        let mut buf = [0u8; 512];
+        match sock.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+    }
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(13), "held for {elapsed:?}");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+}
+
+/// A session's stream is dropped once its `session/close` answer was handed out, and a stream
+/// opened for a made-up session once its receiver leaves empty: a connection that opens and
+/// closes sessions, or probes session ids, for ever is never refused nor closed for it.
+#[test]
+fn closed_sessions_and_made_up_streams_do_not_count_against_the_cap() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let mut c = HttpClient::connect(&s);
+    for i in 0..300 {
+        let (status, socket) = c.try_stream(Some(&format!("made-up-{i}")), None);
+        assert_eq!(status, 200, "a made-up session's stream {i}");
+        let _ = socket.unwrap().shutdown(std::net::Shutdown::Both);
+        if i % 100 == 99 {
+            // The server sees a receiver gone within a second.
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+    }
+    for _ in 0..300 {
+        let sid = c.new_session();
+        let r = c.call("session/close", json!({"sessionId": sid}));
+        assert!(r.get("result").is_some(), "{r}");
+    }
+    let sid = c.new_session();
+    assert!(!sid.is_empty());
+    let listed = c.call("session/list", json!({}));
+    assert!(listed.get("result").is_some(), "{listed}");
+}
+
+/// A declared body length costs nothing until the bytes arrive: forty POSTs each declaring
+/// 60 MiB and sending none do not make the server reserve 2.4 GB.
+#[test]
+fn a_declared_body_length_is_not_reserved_before_the_bytes_arrive() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let vm = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", s.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmSize:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            * 1024
+    };
+    // Warm up the threads (their stacks and allocator arenas) with small posts first.
+    let warm: Vec<TcpStream> = (0..40).map(|_| post_declaring(&s, &c.conn, 10)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(warm);
+    std::thread::sleep(Duration::from_millis(500));
+    let before = vm();
+    let held: Vec<TcpStream> = (0..40)
+        .map(|_| post_declaring(&s, &c.conn, 60 << 20))
+        .collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    let grown = vm().saturating_sub(before);
+    drop(held);
+    assert!(grown < 1 << 30, "the server grew by {} MiB", grown >> 20);
+    let listed = c.call("session/list", json!({}));
+    assert!(listed.get("result").is_some(), "{listed}");
+}
+
+/// A POST whose head declares `len` body bytes, none of them sent.
+fn post_declaring(s: &Serve, conn: &str, len: u64) -> TcpStream {
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let head = format!(
+        "POST /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nContent-Type: application/json\r\nAcp-Connection-Id: {conn}\r\nContent-Length: {len}\r\n\r\n",
+        s.port,
+        s.auth()
+    );
+    sock.write_all(head.as_bytes()).unwrap();
+    sock
+}
+
+/// A stream the server ends says why, as its last line (an SSE comment), before it closes.
+#[test]
+fn a_stream_the_server_ends_says_why() {
+    let s = Serve::start();
+    let c = HttpClient::connect(&s);
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    sock.set_read_timeout(Some(STEP)).unwrap();
+    let head = format!(
+        "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {}\r\nAcp-Session-Id: a-session\r\n\r\n",
+        s.port,
+        s.auth(),
+        c.conn
+    );
+    sock.write_all(head.as_bytes()).unwrap();
+    let mut reader = BufReader::new(sock);
+    let (status, _) = read_head(&mut reader);
+    assert_eq!(status, 200);
+    let r = s.exchange(
+        "DELETE",
+        &[("Authorization", &s.auth()), ("Acp-Connection-Id", &c.conn)],
+        b"",
+    );
+    assert_eq!(r.status, 202);
+    let mut rest = String::new();
+    let _ = reader.read_to_string(&mut rest);
+    assert!(
+        rest.trim_end()
+            .ends_with(": closed: the client closed it (DELETE)"),
+        "{rest:?}"
+    );
 }
 
 /// A client that asks `Expect: 100-continue` (curl, for a body over 1 KiB) is told to go on

@@ -16,18 +16,32 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Request line plus headers.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
 const MAX_HEADERS: usize = 64;
+/// Headers a request may carry once: a second one is refused, never one of them chosen.
+const SINGLE_HEADERS: &[&str] = &["Host", "Authorization", "Content-Length"];
 /// Open connections served at once; more are answered 503 and closed.
 pub const MAX_CONNECTIONS: usize = 256;
-/// How long a client may take to send a request head, and how long an idle keep-alive
-/// connection is kept.
+/// How long an idle keep-alive connection is kept (waiting for the next request's first byte),
+/// and how long a body read may wait for its next bytes.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a whole request head may take: from accept for the first request, from its first
+/// byte for a later one. A deadline, not a per-read timeout: a client trickling one byte at a
+/// time cannot hold a slot longer than this.
+const HEAD_DEADLINE: Duration = Duration::from_secs(10);
 /// A client that does not read its answer for this long is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Descriptors kept free below the open-file limit for what is not a client's socket (the
+/// store's files, tool processes' pipes, the server's own threads): at least this many, or a
+/// quarter of the limit.
+const FD_RESERVE: usize = 64;
+/// The first pause after a failed `accept`, and the longest.
+const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(1));
+/// One log line per this long while `accept` keeps failing.
+const ACCEPT_LOG_EVERY: Duration = Duration::from_secs(5);
 
 /// What a server hands each request to (the routes).
 pub type Route = Arc<dyn Fn(Request, &mut Exchange) + Send + Sync>;
@@ -73,8 +87,8 @@ pub struct Exchange<'a> {
 impl Exchange<'_> {
     /// Reads the whole body; the caller has checked its declared length against its limit.
     pub fn read_body(&mut self) -> io::Result<Vec<u8>> {
-        // Its length was checked against the limit: one allocation of the declared size.
-        let mut buf = Vec::with_capacity(self.body_left.min(64 << 20) as usize);
+        // Grown as the bytes arrive: a declared length the client never sends costs nothing.
+        let mut buf = Vec::with_capacity(self.body_left.min(64 * 1024) as usize);
         (&mut *self.reader)
             .take(self.body_left)
             .read_to_end(&mut buf)?;
@@ -153,14 +167,15 @@ impl Server {
             addr,
             stopping: AtomicBool::new(false),
             open: Arc::default(),
-            max_connections: MAX_CONNECTIONS,
+            max_connections: MAX_CONNECTIONS.min(socket_cap()),
         })
     }
 
-    /// Serves at most `max` connections at once (`maka-acp serve` holds one per event stream).
+    /// Serves at most `max` connections at once (`maka-acp serve` holds one per event stream),
+    /// fewer when the open-file limit does not leave room for them.
     #[cfg(feature = "serve")]
     pub fn with_max_connections(mut self, max: usize) -> Server {
-        self.max_connections = max;
+        self.max_connections = max.min(socket_cap());
         self
     }
 
@@ -170,17 +185,22 @@ impl Server {
 
     /// Accepts connections until [`Server::unblock`], handing each request to `route`.
     pub fn serve(&self, route: Route) {
+        let mut backoff = AcceptBackoff::default();
         for conn in self.listener.incoming() {
+            let accepted = Instant::now();
             if self.stopping.load(Ordering::Acquire) {
                 break;
             }
             let stream = match conn {
                 Ok(s) => s,
                 Err(e) => {
-                    log::warn!("accept failed: {e}");
+                    // Out of descriptors (EMFILE) or memory: the pending connection stays in the
+                    // backlog, so retrying at once would spin; wait for sockets to close.
+                    backoff.failed(&e);
                     continue;
                 }
             };
+            backoff.succeeded();
             let n = self.open.fetch_add(1, Ordering::AcqRel);
             let guard = Open(Arc::clone(&self.open));
             if n >= self.max_connections {
@@ -193,7 +213,7 @@ impl Server {
                 .name("host-conn".into())
                 .spawn(move || {
                     let _guard = guard;
-                    connection(stream, &*route);
+                    connection(stream, accepted, &*route);
                 });
             if let Err(e) = spawned {
                 log::error!("cannot start a connection thread: {e}");
@@ -208,6 +228,68 @@ impl Server {
     }
 }
 
+/// Pauses after a failed `accept` (growing while it keeps failing) and logs it at most once
+/// per [`ACCEPT_LOG_EVERY`].
+#[derive(Default)]
+struct AcceptBackoff {
+    delay: Option<Duration>,
+    logged: Option<Instant>,
+    unlogged: u64,
+}
+
+impl AcceptBackoff {
+    fn failed(&mut self, e: &io::Error) {
+        if self.logged.is_none_or(|t| t.elapsed() >= ACCEPT_LOG_EVERY) {
+            log::warn!(
+                "accept failed: {e} ({} more failures since the last report); waiting before the next accept",
+                self.unlogged
+            );
+            self.logged = Some(Instant::now());
+            self.unlogged = 0;
+        } else {
+            self.unlogged += 1;
+        }
+        let delay = self.delay.unwrap_or(ACCEPT_BACKOFF.0);
+        std::thread::sleep(delay);
+        self.delay = Some((delay * 3 / 2).min(ACCEPT_BACKOFF.1));
+    }
+
+    fn succeeded(&mut self) {
+        self.delay = None;
+    }
+}
+
+/// How many client sockets fit below the open-file limit, after raising its soft value to the
+/// hard one (a server should not stop at a shell's default of 1024 when it may hold more).
+fn socket_cap() -> usize {
+    let limit = raise_open_file_limit();
+    limit.saturating_sub(FD_RESERVE.max(limit / 4)).max(1)
+}
+
+/// Raises `RLIMIT_NOFILE`'s soft limit to its hard one (at most 2^20); the soft limit after.
+fn raise_open_file_limit() -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit write or read only the struct we pass.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return 1024;
+    }
+    let wanted = lim.rlim_max.min(1 << 20);
+    if lim.rlim_cur < wanted {
+        let raised = libc::rlimit {
+            rlim_cur: wanted,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            lim.rlim_cur = wanted;
+        }
+    }
+    usize::try_from(lim.rlim_cur).unwrap_or(usize::MAX)
+}
+
 struct Open(Arc<AtomicUsize>);
 
 impl Drop for Open {
@@ -216,8 +298,9 @@ impl Drop for Open {
     }
 }
 
+/// Answers a socket over the cap and closes it; on the accept thread, so it never waits long.
 fn refuse_busy(mut stream: TcpStream) {
-    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
     let body = br#"{"ok":false,"error":{"code":"capacity_exceeded","message":"too many open connections","retryable":true}}"#;
     let head = format!(
         "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -226,9 +309,26 @@ fn refuse_busy(mut stream: TcpStream) {
     let _ = stream
         .write_all(head.as_bytes())
         .and_then(|()| stream.write_all(body));
+    // Closing with the client's request unread would reset the connection and could discard
+    // the answer before the client read it: end our side (FIN after the answer), then drop
+    // what already arrived, without waiting for more.
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    if stream.set_nonblocking(true).is_ok() {
+        let mut buf = [0u8; 4096];
+        for _ in 0..16 {
+            match stream.read(&mut buf) {
+                Ok(n) if n > 0 => {}
+                _ => break,
+            }
+        }
+    }
 }
 
-fn connection(stream: TcpStream, route: &(dyn Fn(Request, &mut Exchange) + Send + Sync)) {
+fn connection(
+    stream: TcpStream,
+    accepted: Instant,
+    route: &(dyn Fn(Request, &mut Exchange) + Send + Sync),
+) {
     let remote = match stream.peer_addr() {
         Ok(a) => a,
         Err(_) => return,
@@ -237,8 +337,11 @@ fn connection(stream: TcpStream, route: &(dyn Fn(Request, &mut Exchange) + Send 
     let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
     let _ = stream.set_read_timeout(Some(HEAD_TIMEOUT));
     let mut reader = BufReader::with_capacity(16 * 1024, stream);
+    let mut deadline = accepted + HEAD_DEADLINE;
     loop {
-        let request = match read_head(&mut reader, remote) {
+        let head = read_head(&mut reader, remote, deadline);
+        let _ = reader.get_ref().set_read_timeout(Some(HEAD_TIMEOUT));
+        let request = match head {
             Ok(Some(r)) => r,
             Ok(None) => return, // closed between requests, or idle too long
             Err(HeadError::Bad(status, why)) => {
@@ -273,6 +376,45 @@ fn connection(stream: TcpStream, route: &(dyn Fn(Request, &mut Exchange) + Send 
         if ex.close {
             return;
         }
+        // Keep-alive: wait (idle) for the next request's first byte; its head has the
+        // deadline from then.
+        match reader.fill_buf() {
+            Ok(b) if !b.is_empty() => deadline = Instant::now() + HEAD_DEADLINE,
+            _ => return,
+        }
+    }
+}
+
+/// Reads up to and including `\n` (at most `max` bytes) before `deadline`: the socket's read
+/// timeout is set to what is left before each read.
+fn read_line_by(
+    reader: &mut BufReader<TcpStream>,
+    deadline: Instant,
+    max: usize,
+    line: &mut Vec<u8>,
+) -> io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        reader.get_ref().set_read_timeout(Some(left))?;
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok(read);
+        }
+        let room = max - read;
+        let (take, done) = match available.iter().take(room).position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (available.len().min(room), false),
+        };
+        line.extend_from_slice(&available[..take]);
+        reader.consume(take);
+        read += take;
+        if done || read >= max {
+            return Ok(read);
+        }
     }
 }
 
@@ -305,15 +447,13 @@ enum HeadError {
 fn read_head(
     reader: &mut BufReader<TcpStream>,
     remote: SocketAddr,
+    deadline: Instant,
 ) -> Result<Option<Request>, HeadError> {
     let mut lines: Vec<String> = Vec::new();
     let mut total = 0usize;
     loop {
         let mut line = Vec::new();
-        let n = match (&mut *reader)
-            .take((MAX_HEAD_BYTES - total + 1) as u64)
-            .read_until(b'\n', &mut line)
-        {
+        let n = match read_line_by(reader, deadline, MAX_HEAD_BYTES - total + 1, &mut line) {
             Ok(n) => n,
             Err(_) if lines.is_empty() && total == 0 => return Ok(None),
             Err(_) => {
@@ -363,12 +503,26 @@ fn read_head(
         "HTTP/1.0" => true,
         _ => return Err(HeadError::Bad(505, "only HTTP/1.1 is served")),
     };
-    let mut headers = Vec::with_capacity(lines.len() - 1);
+    let mut headers: Vec<(String, String)> = Vec::with_capacity(lines.len() - 1);
     for l in &lines[1..] {
         let Some((k, v)) = l.split_once(':') else {
             return Err(HeadError::Bad(400, "malformed header line"));
         };
-        headers.push((k.trim().to_string(), v.trim().to_string()));
+        // RFC 9112: no whitespace in a field name, none between it and the colon.
+        if k.is_empty()
+            || k.bytes()
+                .any(|b| b.is_ascii_whitespace() || b.is_ascii_control())
+        {
+            return Err(HeadError::Bad(400, "malformed header name"));
+        }
+        let once = SINGLE_HEADERS.iter().any(|h| h.eq_ignore_ascii_case(k));
+        if once && headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(k)) {
+            return Err(HeadError::Bad(
+                400,
+                "a header that may appear once appears twice",
+            ));
+        }
+        headers.push((k.to_string(), v.trim().to_string()));
     }
     let mut request = Request {
         method: method.to_string(),
@@ -382,9 +536,11 @@ fn read_head(
         return Err(HeadError::Bad(411, "send the body with a Content-Length"));
     }
     if let Some(len) = request.header("Content-Length") {
-        request.content_length = len
-            .parse()
-            .map_err(|_| HeadError::Bad(400, "Content-Length is not a number"))?;
+        // Digits only: `+5` or ` 5` would be read differently by a proxy in front.
+        request.content_length = Some(len)
+            .filter(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|l| l.parse().ok())
+            .ok_or(HeadError::Bad(400, "Content-Length is not a number"))?;
     }
     if let Some(c) = request.header("Connection") {
         if c.eq_ignore_ascii_case("close") {

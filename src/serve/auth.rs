@@ -59,12 +59,16 @@ fn write_private(path: &Path, token: &str) -> Result<(), String> {
     written.map_err(|e| format!("cannot write the token file {}: {e}", path.display()))
 }
 
-/// `Authorization: Bearer <token>`, compared in constant time.
+/// `Authorization: Bearer <token>` (the scheme case-insensitive, RFC 9110), compared in
+/// constant time.
 pub fn bearer_ok(header: Option<&str>, token: &str) -> bool {
     use subtle::ConstantTimeEq;
-    let Some(given) = header.and_then(|h| h.strip_prefix("Bearer ")) else {
+    let Some((scheme, given)) = header.and_then(|h| h.split_once(' ')) else {
         return false;
     };
+    if !scheme.eq_ignore_ascii_case("Bearer") {
+        return false;
+    }
     given.trim().as_bytes().ct_eq(token.as_bytes()).into()
 }
 
@@ -97,11 +101,26 @@ pub fn origin_ok(
     ))
 }
 
+/// Whether `host` (a `Host` header: name or address, then an optional `:port`) names this
+/// machine; anything after a bracketed address but a port makes it not.
 fn is_loopback_name(host: &str) -> bool {
-    let name = match host.strip_prefix('[') {
-        Some(rest) => rest.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(n, _)| n),
+    let (name, port) = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((name, after)) => (name, after),
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, _)) => (name, &host[name.len()..]),
+            None => (host, ""),
+        },
     };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    if !port_ok {
+        return false;
+    }
     name.eq_ignore_ascii_case("localhost")
         || name
             .parse::<std::net::IpAddr>()
@@ -119,7 +138,8 @@ mod tests {
             (Some("Bearer 0123456789abcdef0123"), true),
             (Some("Bearer 0123456789abcdef012"), false),
             (Some("Bearer 0123456789abcdef01234"), false),
-            (Some("bearer 0123456789abcdef0123"), false),
+            (Some("bearer 0123456789abcdef0123"), true),
+            (Some("BEARER 0123456789abcdef0123"), true),
             (Some("Basic 0123456789abcdef0123"), false),
             (Some("Bearer "), false),
             (None, false),
@@ -154,6 +174,9 @@ mod tests {
             ),
             (Some("null"), Some("127.0.0.1:8430"), false, false),
             (None, Some("evil.example:8430"), false, false),
+            (None, Some("[::1]evil.com"), false, false),
+            (None, Some("[::1]:80evil"), false, false),
+            (None, Some("127.0.0.1:"), false, false),
             (
                 Some("http://evil.example:8430"),
                 Some("evil.example:8430"),

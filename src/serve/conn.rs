@@ -5,7 +5,7 @@
 //! a `sessionId` to that session's stream, everything else to the connection's stream; over
 //! WebSocket, everything to the one socket.
 
-use super::stream::{Lease, Refused, Stream};
+use super::stream::{Budget, Lease, Refused, Stream};
 use crate::acp::{AdapterConfig, LocalHost};
 use crate::jsonrpc::lock;
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -17,8 +17,12 @@ use std::time::{Duration, Instant};
 
 /// Messages waiting for the connection's reader (then its dispatcher's own bounded inbox).
 const INBOX: usize = 64;
-/// Sessions (their streams) one connection may hold.
+/// Session streams one connection may hold (live ones: a stream is dropped once its session's
+/// close answer was handed out, or when it has no receiver and holds nothing). A request over
+/// it is refused (429); the connection goes on.
 pub const MAX_SESSIONS: usize = 256;
+/// Methods whose answer is a session's stream's last message.
+const ENDS_SESSION: &[&str] = &["session/close", "session/delete"];
 /// Longest connection or session id routed (the SDK's `DEFAULT_MAX_ID_LENGTH`).
 pub const MAX_ID_LENGTH: usize = 1024;
 
@@ -38,22 +42,38 @@ pub struct AcpConn {
     initial: Mutex<Option<Sender<Arc<str>>>>,
     pub stream: Arc<Stream>,
     sessions: Mutex<HashMap<String, Arc<Stream>>>,
-    /// Our requests' routes (by the id key of the client's request).
-    pending: Mutex<HashMap<String, Route>>,
+    /// The bytes all these streams hold.
+    budget: Arc<Budget>,
+    /// The client's requests' routes (by the id key), and whether the answer ends its session.
+    pending: Mutex<HashMap<String, (Route, bool)>>,
     /// The agent's requests' routes, for checking the client's answers.
     asked: Mutex<HashMap<String, Route>>,
     last_active: Mutex<Instant>,
     closed: Mutex<Option<String>>,
 }
 
-/// The key of a JSON-RPC id (the SDK's `messageIdKey`).
+/// The key of a JSON-RPC id (the SDK's `messageIdKey`), for the ids the agent's JSON-RPC layer
+/// reads and echoes (`RequestId`'s one rule: `1.0` or `true` is none, so no route waits for
+/// an answer that never comes).
 pub fn id_key(id: &serde_json::Value) -> Option<String> {
-    match id {
+    match crate::jsonrpc::RequestId::from_value(id)?.to_value() {
         serde_json::Value::String(s) => Some(format!("string:{s}")),
-        serde_json::Value::Number(n) => Some(format!("number:{n}")),
         serde_json::Value::Null => Some("null".into()),
-        _ => None,
+        n => Some(format!("number:{n}")),
     }
+}
+
+/// The client's requests in flight on one connection, at most (their routes are kept).
+pub const MAX_PENDING: usize = 4096;
+
+/// Why a request's id cannot be routed.
+pub enum IdRefused {
+    /// Not an id the agent echoes, or a string over [`MAX_ID_LENGTH`] (400).
+    Invalid(String),
+    /// A request with this id is in flight (400).
+    InUse,
+    /// [`MAX_PENDING`] requests are in flight (429).
+    TooMany,
 }
 
 /// What routing needs of an outgoing message (nothing else is read).
@@ -62,6 +82,7 @@ struct Peek {
     id: Option<serde_json::Value>,
     method: Option<String>,
     params: Option<PeekParams>,
+    result: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -81,13 +102,15 @@ impl AcpConn {
     ) -> io::Result<(Arc<AcpConn>, Receiver<Arc<str>>)> {
         let (tx, rx) = bounded(INBOX);
         let (initial_tx, initial_rx) = bounded(1);
+        let budget: Arc<Budget> = Arc::default();
         let conn = Arc::new(AcpConn {
             id,
             websocket,
             inbox: Mutex::new(Some(tx)),
             initial: Mutex::new((!websocket).then_some(initial_tx)),
-            stream: Stream::new(),
+            stream: Stream::new_in(Arc::clone(&budget)),
             sessions: Mutex::default(),
+            budget,
             pending: Mutex::default(),
             asked: Mutex::default(),
             last_active: Mutex::new(Instant::now()),
@@ -154,45 +177,85 @@ impl AcpConn {
         }
     }
 
+    /// The live session streams (the ones that can be forgotten are, first).
     pub fn session_count(&self) -> usize {
-        lock(&self.sessions).len()
+        let mut sessions = lock(&self.sessions);
+        sessions.retain(|_, s| !s.disposable());
+        sessions.len()
     }
 
-    /// The stream of `session`, made on first use; `None` past [`MAX_SESSIONS`].
-    pub fn session_stream(&self, session: &str) -> Option<Arc<Stream>> {
+    /// The stream of `session` (made on first use, at most `cap` of them), given to `with`
+    /// under the sessions' lock: a stream is never forgotten between being found and used.
+    fn with_session_stream<T>(
+        &self,
+        session: &str,
+        cap: usize,
+        with: impl FnOnce(&Arc<Stream>) -> T,
+    ) -> Option<T> {
         let mut sessions = lock(&self.sessions);
-        if let Some(s) = sessions.get(session) {
-            return Some(Arc::clone(s));
+        if let Some(s) = sessions.get(session).filter(|s| !s.disposable()) {
+            return Some(with(s));
         }
-        if sessions.len() >= MAX_SESSIONS {
+        sessions.retain(|_, s| !s.disposable());
+        if sessions.len() >= cap {
             return None;
         }
-        let s = Stream::new();
+        let s = Stream::new_in(Arc::clone(&self.budget));
         if let Some(why) = lock(&self.closed).as_deref() {
             s.close(why);
         }
-        sessions.insert(session.to_string(), Arc::clone(&s));
-        Some(s)
+        let out = with(&s);
+        sessions.insert(session.to_string(), s);
+        Some(out)
     }
 
     pub fn acquire(&self, route: &Route, last_seen: Option<u64>) -> Result<Lease, Refused> {
-        let stream = match route {
-            Route::Connection => Arc::clone(&self.stream),
-            Route::Session(id) => self.session_stream(id).ok_or(Refused::Closed(format!(
-                "this connection already holds {MAX_SESSIONS} session streams"
-            )))?,
-        };
-        stream.acquire(last_seen)
+        match route {
+            Route::Connection => self.stream.acquire(last_seen),
+            Route::Session(id) => self
+                .with_session_stream(id, MAX_SESSIONS, |s| s.acquire(last_seen))
+                .unwrap_or(Err(Refused::TooMany(MAX_SESSIONS))),
+        }
     }
 
     /// A request of the client's: its response goes back on `route`.
-    pub fn expect_response(&self, key: String, route: Route) {
-        lock(&self.pending).insert(key, route);
+    pub fn expect_response(
+        &self,
+        id: &serde_json::Value,
+        route: Route,
+        method: &str,
+    ) -> Result<(), IdRefused> {
+        if id.as_str().is_some_and(|s| s.len() > MAX_ID_LENGTH) {
+            return Err(IdRefused::Invalid(format!(
+                "Request ID exceeds maxIdLength ({MAX_ID_LENGTH})"
+            )));
+        }
+        let Some(key) = id_key(id) else {
+            return Err(IdRefused::Invalid(format!(
+                "Invalid request id {id}: use a string, an integer or null"
+            )));
+        };
+        let ends = ENDS_SESSION.contains(&method);
+        let mut pending = lock(&self.pending);
+        if pending.contains_key(&key) {
+            return Err(IdRefused::InUse);
+        }
+        if pending.len() >= MAX_PENDING {
+            return Err(IdRefused::TooMany);
+        }
+        pending.insert(key, (route, ends));
+        Ok(())
     }
 
-    /// The route of the agent's request the client answers (taken: one answer each).
-    pub fn answered(&self, key: &str) -> Option<Route> {
-        lock(&self.asked).remove(key)
+    /// The route of the agent's request the client answers (looked at: the answer may still
+    /// be refused; [`AcpConn::answered`] takes it once accepted).
+    pub fn asked_route(&self, key: &str) -> Option<Route> {
+        lock(&self.asked).get(key).cloned()
+    }
+
+    /// The client's answer to the agent's request `key` was accepted: one answer each.
+    pub fn answered(&self, key: &str) {
+        lock(&self.asked).remove(key);
     }
 
     /// One line the agent wrote: to the POST waiting for `initialize`, or onto its stream.
@@ -206,36 +269,53 @@ impl AcpConn {
             let _ = initial.send(json);
             return;
         }
-        let stream = if self.websocket {
-            Some(Arc::clone(&self.stream))
+        let route = if self.websocket {
+            (Route::Connection, false)
         } else {
-            match self.outgoing_route(text) {
-                Route::Connection => Some(Arc::clone(&self.stream)),
-                Route::Session(id) => self.session_stream(&id),
+            self.outgoing_route(text)
+        };
+        let pushed = match route {
+            (Route::Connection, _) => self.stream.push(json),
+            (Route::Session(id), last) => {
+                let push = |s: &Arc<Stream>| {
+                    if last {
+                        s.push_last(Arc::clone(&json))
+                    } else {
+                        s.push(Arc::clone(&json))
+                    }
+                };
+                // The agent writes only for sessions this connection opened, and POSTs that
+                // would open more are refused at the cap: past twice the cap (races of
+                // session/new), the message goes on the connection's stream, not nowhere.
+                match self.with_session_stream(&id, 2 * MAX_SESSIONS, push) {
+                    Some(pushed) => pushed,
+                    None => {
+                        log::warn!("ACP connection {}: no room for the stream of session {id}; its message goes on the connection's stream", &self.id[..8]);
+                        self.stream.push(json)
+                    }
+                }
             }
         };
-        let Some(stream) = stream else {
-            return self.close(&format!(
-                "the connection exceeded {MAX_SESSIONS} session streams"
-            ));
-        };
-        if stream.push(json).is_err() {
+        if pushed.is_err() {
             self.close(&format!(
-                "the client read none of the last {} MiB the agent sent on a stream",
+                "the client read none of the last {} MiB the agent sent on its streams",
                 super::stream::MAX_BUFFERED_BYTES >> 20
             ));
         }
     }
 
-    fn outgoing_route(&self, text: &str) -> Route {
+    /// Where an outgoing message goes, and whether it is its session stream's last (a
+    /// successful `session/close` or `session/delete` answer).
+    fn outgoing_route(&self, text: &str) -> (Route, bool) {
         let Ok(peek) = serde_json::from_str::<Peek>(text) else {
-            return Route::Connection;
+            return (Route::Connection, false);
         };
         let key = peek.id.as_ref().and_then(id_key);
         if peek.method.is_none() {
-            return key
-                .and_then(|k| lock(&self.pending).remove(&k))
-                .unwrap_or(Route::Connection);
+            return match key.and_then(|k| lock(&self.pending).remove(&k)) {
+                Some((route, ends)) => (route, ends && peek.result.is_some()),
+                None => (Route::Connection, false),
+            };
         }
         let session = peek
             .params
@@ -248,7 +328,7 @@ impl AcpConn {
         if let Some(k) = key {
             lock(&self.asked).insert(k, route.clone());
         }
-        route
+        (route, false)
     }
 }
 

@@ -1,13 +1,14 @@
 //! `/acp`: POST (messages; `initialize` opens a connection), GET (an event stream, or a
 //! WebSocket upgrade), DELETE (closes a connection), with the SDK server's statuses.
 
-use super::conn::{id_key, AcpConn, Route, MAX_ID_LENGTH};
+use super::conn::{id_key, AcpConn, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING};
 use super::stream::{Lease, Next, Refused};
 use super::ws;
 use super::Server;
 use crate::host::http::{Exchange, Request};
 use crate::jsonrpc::line_reader::MAX_LINE_BYTES;
 use serde_json::{json, Value};
+use std::collections::VecDeque;
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -21,6 +22,11 @@ const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How often a waiting stream checks that its client is still there.
 const POLL: Duration = Duration::from_secs(1);
+/// A message counts as delivered once its client is seen still there this long after it was
+/// written (a client closing within it gets the message again on its next receiver).
+const CONFIRM_AFTER: Duration = Duration::from_secs(1);
+/// Writes this close together are confirmed together.
+const CONFIRM_STEP: Duration = Duration::from_millis(100);
 
 /// Methods whose POST must carry `Acp-Session-Id` (the SDK's `SESSION_SCOPED_METHODS`).
 const SESSION_SCOPED: &[&str] = &[
@@ -147,6 +153,15 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
     let Some(conn) = connection(server, request, ex) else {
         return;
     };
+    if conn.websocket {
+        // Its messages are its frames: a POST would reach its agent past the socket's reader
+        // (and its first-message rule). The SDK's server accepts it; nothing of its sends it.
+        return text(
+            ex,
+            409,
+            "this connection is a WebSocket: send its messages as frames on it",
+        );
+    }
     let header_session = request.header(SESSION_ID);
     if header_session.is_some_and(|s| s.len() > MAX_ID_LENGTH) {
         return text(
@@ -158,14 +173,19 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
     let id = object.get("id");
     match method {
         None => {
-            // The client's answer to one of the agent's requests.
-            let route = id.and_then(id_key).and_then(|k| conn.answered(&k));
+            // The client's answer to one of the agent's requests: checked against its route
+            // first, the route taken only once the answer is accepted (as the SDK does).
+            let key = id.and_then(id_key);
+            let route = key.as_deref().and_then(|k| conn.asked_route(k));
             if let Some(Route::Session(s)) = &route {
                 match header_session {
                     None => return text(ex, 400, "Missing Acp-Session-Id"),
                     Some(h) if h != s => return text(ex, 400, "Mismatched Acp-Session-Id"),
                     _ => {}
                 }
+            }
+            if let Some(k) = &key {
+                conn.answered(k);
             }
         }
         Some(method) => {
@@ -197,8 +217,13 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             // Unlike the SDK's server, `session/load`'s answer goes on the session's stream too:
             // after the history it replays there, never before it (on another stream a client
             // could read the answer before the replay and take the history as complete).
-            if let Some(key) = id.and_then(id_key) {
-                conn.expect_response(key, route);
+            if let Some(id) = id {
+                match conn.expect_response(id, route, method) {
+                    Ok(()) => {}
+                    Err(IdRefused::Invalid(why)) => return text(ex, 400, &why),
+                    Err(IdRefused::InUse) => return text(ex, 400, "Request ID already in use by a request in progress on this connection"),
+                    Err(IdRefused::TooMany) => return text(ex, 429, &format!("this connection already has {MAX_PENDING} requests in progress; wait for their answers")),
+                }
             }
         }
     }
@@ -296,6 +321,12 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
         Err(Refused::Busy) => {
             return text(ex, 409, "Outbound stream already has an active receiver")
         }
+        Err(Refused::Ahead(seen, last)) => {
+            return text(ex, 400, &format!("Last-Event-ID {seen} names an event this stream has not sent (the last it sent is {last}); reopen without it, or with the id of the last event you read"))
+        }
+        Err(Refused::TooMany(n)) => {
+            return text(ex, 429, &format!("this connection already holds {n} session streams, the most one may; close a session (session/close) or its stream first"))
+        }
         Err(Refused::Gap(seen)) => {
             let why = format!("the client came back after event {seen}, whose successors are no longer kept (more than {} MiB were sent since)", super::stream::REPLAY_WINDOW_BYTES >> 20);
             server.registry.remove(&conn.id, &why);
@@ -315,6 +346,7 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
     };
     conn.touch();
     let socket = ex.stream();
+    watch_liveness(socket, server.idle_timeout);
     if let Ok(probe) = socket.try_clone() {
         lease.watch(move || !client_gone(&probe));
     }
@@ -331,32 +363,54 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
 }
 
 /// Writes the stream's messages as SSE events (with their ids) until the stream or the client
-/// ends; a comment keeps an idle stream alive through proxies.
+/// ends; a comment keeps an idle stream alive through proxies. A message counts as delivered
+/// once the client is seen still there [`CONFIRM_AFTER`] after it was written; when the
+/// client turns out to be gone, the ones not confirmed are handed out again to the next
+/// receiver (the SDK's client reopens without `Last-Event-ID`).
 fn pump_events(socket: &mut TcpStream, mut lease: Lease) {
     let mut quiet_since = Instant::now();
+    // (when written, the cursor after it): at most one entry per CONFIRM_STEP.
+    let mut unconfirmed: VecDeque<(Instant, u64)> = VecDeque::new();
     loop {
         let written = match lease.next(POLL) {
             Next::Event(id, json) => {
                 quiet_since = Instant::now();
                 let event = format!("id: {id}\ndata: {json}\n\n");
+                let now = Instant::now();
+                match unconfirmed.back_mut() {
+                    Some((at, upto)) if now.duration_since(*at) < CONFIRM_STEP => *upto = id + 1,
+                    _ => unconfirmed.push_back((now, id + 1)),
+                }
                 socket.write_all(event.as_bytes())
             }
             Next::Idle if quiet_since.elapsed() >= KEEP_ALIVE => {
                 quiet_since = Instant::now();
                 socket.write_all(b":\n\n")
             }
-            Next::Idle if client_gone(socket) => return,
             Next::Idle | Next::Pong(_) => Ok(()),
-            Next::Closed(_) | Next::Gone => return,
+            Next::Closed(why) => {
+                let _ = write!(socket, ": closed: {}\n\n", why.replace(['\n', '\r'], " "));
+                let _ = socket.flush();
+                return;
+            }
+            Next::Gone => return,
         };
-        if written.is_err() {
-            return;
+        if written.is_err() || client_gone(socket) {
+            return lease.lost();
+        }
+        while let Some(&(at, upto)) = unconfirmed.front() {
+            if at.elapsed() < CONFIRM_AFTER {
+                break;
+            }
+            lease.confirm(upto);
+            unconfirmed.pop_front();
         }
     }
 }
 
-/// Whether the client closed its side (an event stream's client sends nothing): a peek that
-/// does not wait and does not change the socket's mode (the writer may be mid-write on it).
+/// Whether the client is gone: it closed its side (an event stream's client sends nothing),
+/// or the socket failed (reset, or TCP_USER_TIMEOUT: data unacknowledged that long). A peek
+/// that does not wait and does not change the socket's mode (the writer may be mid-write).
 fn client_gone(socket: &TcpStream) -> bool {
     use std::os::fd::AsRawFd;
     let mut byte = [0u8; 1];
@@ -369,7 +423,44 @@ fn client_gone(socket: &TcpStream) -> bool {
             libc::MSG_PEEK | libc::MSG_DONTWAIT,
         )
     };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        return !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+        );
+    }
     n == 0
+}
+
+/// Makes a long-lived socket notice a client that vanished without closing (sleep, a NAT
+/// dropping it): TCP keep-alive probes, and unacknowledged data or probes for `idle` fail it.
+fn watch_liveness(socket: &TcpStream, idle: Duration) {
+    use std::os::fd::AsRawFd;
+    let fd = socket.as_raw_fd();
+    let secs = idle.as_secs().clamp(2, 3600) as libc::c_int;
+    let millis = idle.as_millis().clamp(1000, 3_600_000) as libc::c_uint;
+    let set = |level, name, value: libc::c_int| {
+        // SAFETY: setsockopt reads one int we own, on a descriptor this TcpStream owns.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, (secs / 2).max(1));
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, (secs / 6).max(1));
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3);
+    set(
+        libc::IPPROTO_TCP,
+        libc::TCP_USER_TIMEOUT,
+        millis as libc::c_int,
+    );
 }
 
 fn is_upgrade(request: &Request) -> bool {
@@ -416,6 +507,7 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
     );
     let reader = ex.take_reader();
     let socket = reader.get_mut();
+    watch_liveness(socket, server.idle_timeout);
     if socket
         .write_all(head.as_bytes())
         .and_then(|()| socket.flush())
@@ -453,12 +545,23 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
 
 fn read_frames(reader: &mut BufReader<TcpStream>, conn: &AcpConn) -> String {
     let mut partial = None;
+    let mut initialized = false;
     loop {
         match ws::read_message(reader, MAX_LINE_BYTES, &mut partial) {
             Ok(Ok(Some(ws::Incoming::Text(text)))) => {
                 if let Some(answer) = refuse_message(&text) {
                     let _ = conn.stream.push(answer.into());
                     continue;
+                }
+                if !initialized {
+                    match first_message(&text) {
+                        First::Initialize => initialized = true,
+                        First::Ignored => continue,
+                        First::Refused(why) => {
+                            conn.close(&format!("{} {why}", ws::CLOSE_PROTOCOL));
+                            return format!("WebSocket protocol error: {why}");
+                        }
+                    }
                 }
                 let line = if text.contains(['\n', '\r']) {
                     serde_json::from_str::<Value>(&text)
@@ -490,6 +593,33 @@ fn read_frames(reader: &mut BufReader<TcpStream>, conn: &AcpConn) -> String {
             Err(e) => return format!("the WebSocket broke: {e}"),
         }
     }
+}
+
+enum First {
+    Initialize,
+    /// A response before `initialize` (the SDK's server drops it).
+    Ignored,
+    /// Close 1002 with this reason (the SDK's server's).
+    Refused(&'static str),
+}
+
+/// What the SDK's server does with a WebSocket's first JSON object: only `initialize`, with an
+/// id, opens the connection.
+fn first_message(text: &str) -> First {
+    let Ok(message) = serde_json::from_str::<Value>(text) else {
+        return First::Refused("First message must be initialize");
+    };
+    let method = message.get("method").and_then(Value::as_str);
+    if method.is_none() && (message.get("result").is_some() || message.get("error").is_some()) {
+        return First::Ignored;
+    }
+    if method != Some("initialize") {
+        return First::Refused("First message must be initialize");
+    }
+    if message.get("id").is_none_or(Value::is_null) {
+        return First::Refused("Initialize request must include an ID");
+    }
+    First::Initialize
 }
 
 /// A message the SDK's server answers itself: not JSON, a batch, not an object.
@@ -537,7 +667,10 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
             Next::Idle => Ok(()),
             Next::Closed(why) => {
                 let code = close_code(&why);
-                let _ = ws::write_frame(&mut socket, ws::OP_CLOSE, &ws::close_payload(code, &why));
+                // The reason without the code it may start with (`"1002 …"`): said once.
+                let reason = why.strip_prefix(&format!("{code} ")).unwrap_or(&why);
+                let _ =
+                    ws::write_frame(&mut socket, ws::OP_CLOSE, &ws::close_payload(code, reason));
                 let _ = socket.shutdown(std::net::Shutdown::Both);
                 return;
             }

@@ -2,23 +2,53 @@
 //! the messages the agent sent, numbered (the SSE `id:`), kept in a bounded buffer so that a
 //! receiver that drops and comes back with `Last-Event-ID` gets every message it missed.
 //!
-//! Bounds: messages not yet handed to a receiver may take [`MAX_BUFFERED_BYTES`] (the SDK's
-//! `DEFAULT_MAX_BUFFERED_BYTES`); past that the connection is closed (a client that does not
-//! read is not buffered for forever). Messages already handed out are kept for replay up to
-//! [`REPLAY_WINDOW_BYTES`]; a receiver that asks for older ones gets an error, never a gap.
+//! Bounds, per connection (one [`Budget`] shared by all its streams): messages not yet handed to
+//! a receiver may take [`MAX_BUFFERED_BYTES`] (the SDK's `DEFAULT_MAX_BUFFERED_BYTES`, per
+//! connection as there); past that the connection is closed (a client that does not read is
+//! not buffered for ever). Messages already handed out are kept for replay up to
+//! [`REPLAY_WINDOW_BYTES`] a stream and [`CONNECTION_REPLAY_BYTES`] a connection; a receiver
+//! that asks for older ones gets an error, never a gap.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
-/// Bytes of messages waiting for a receiver, per stream (the SDK's default).
+/// Bytes of messages waiting for a receiver, per connection (the SDK's default).
 pub const MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
-/// Bytes of messages already written kept for a receiver that reconnects.
+/// Bytes of messages already written kept for a receiver that reconnects, per stream.
 pub const REPLAY_WINDOW_BYTES: usize = 4 * 1024 * 1024;
+/// The same, for all the streams of a connection together.
+pub const CONNECTION_REPLAY_BYTES: usize = 4 * REPLAY_WINDOW_BYTES;
+
+/// The bytes a connection's streams hold, counted together.
+#[derive(Default)]
+pub struct Budget {
+    waiting: AtomicUsize,
+    replay: AtomicUsize,
+}
+
+impl Budget {
+    /// Takes `len` waiting bytes if they fit under [`MAX_BUFFERED_BYTES`].
+    fn take_waiting(&self, len: usize) -> bool {
+        self.waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+                held.checked_add(len).filter(|&n| n <= MAX_BUFFERED_BYTES)
+            })
+            .is_ok()
+    }
+}
+
+fn give_back(counter: &AtomicUsize, len: usize) {
+    let _ = counter.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+        Some(held.saturating_sub(len))
+    });
+}
 
 pub struct Stream {
     inner: Mutex<Inner>,
     wake: Condvar,
+    budget: Arc<Budget>,
 }
 
 #[derive(Default)]
@@ -27,8 +57,10 @@ struct Inner {
     events: VecDeque<(u64, Arc<str>)>,
     /// The id the next message gets (ids start at 1).
     next_id: u64,
-    /// Ids below this were handed to a receiver.
+    /// Ids below this were handed to a receiver (and not taken back: see [`Lease::lost`]).
     handed: u64,
+    /// Ids below this were written to some receiver at least once.
+    sent: u64,
     handed_bytes: usize,
     waiting_bytes: usize,
     /// The lease of the active receiver.
@@ -36,6 +68,9 @@ struct Inner {
     /// Whether the active receiver's client is still there (its socket not closed).
     receiver_alive: Option<Box<dyn Fn() -> bool + Send>>,
     leases: u64,
+    /// The id of the message after which the stream ends (a session's `session/close` or
+    /// `session/delete` answer): once it is handed out, the stream is closed.
+    last: Option<u64>,
     /// A WebSocket ping's payload to answer (the latest only).
     pong: Option<Vec<u8>>,
     closed: Option<String>,
@@ -58,6 +93,10 @@ pub enum Refused {
     Busy,
     /// The messages after this id are no longer kept.
     Gap(u64),
+    /// `Last-Event-ID` names an event this stream has not sent (the last one it sent).
+    Ahead(u64, u64),
+    /// The connection already holds this many session streams (429).
+    TooMany(usize),
     Closed(String),
 }
 
@@ -65,15 +104,31 @@ pub enum Refused {
 pub struct Overflow;
 
 impl Stream {
+    /// A stream with a budget of its own.
+    #[cfg(test)]
     pub fn new() -> Arc<Stream> {
+        Stream::new_in(Arc::default())
+    }
+
+    /// A stream of a connection whose streams share `budget`.
+    pub fn new_in(budget: Arc<Budget>) -> Arc<Stream> {
         Arc::new(Stream {
             inner: Mutex::new(Inner {
                 next_id: 1,
                 handed: 1,
+                sent: 1,
                 ..Inner::default()
             }),
             wake: Condvar::new(),
+            budget,
         })
+    }
+
+    /// Gives what the stream holds back to the connection's budget.
+    fn release(&self, s: &mut Inner) {
+        give_back(&self.budget.waiting, std::mem::take(&mut s.waiting_bytes));
+        give_back(&self.budget.replay, std::mem::take(&mut s.handed_bytes));
+        s.events.clear();
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -87,7 +142,7 @@ impl Stream {
             return Ok(());
         }
         let len = json.len();
-        if s.waiting_bytes + len > MAX_BUFFERED_BYTES {
+        if !self.budget.take_waiting(len) {
             return Err(Overflow);
         }
         let id = s.next_id;
@@ -97,6 +152,21 @@ impl Stream {
         drop(s);
         self.wake.notify_all();
         Ok(())
+    }
+
+    /// Appends the stream's last message: once a receiver has it, the stream ends.
+    pub fn push_last(&self, json: Arc<str>) -> Result<(), Overflow> {
+        self.push(json)?;
+        let mut s = self.lock();
+        s.last = Some(s.next_id - 1);
+        Ok(())
+    }
+
+    /// Whether the stream can be forgotten: no receiver, and it ended or holds nothing (a
+    /// receiver that comes back finds a new, empty one — as it would have).
+    pub fn disposable(&self) -> bool {
+        let s = self.lock();
+        s.receiver.is_none() && (s.closed.is_some() || s.events.is_empty())
     }
 
     /// Answers a WebSocket ping (through the socket's one writer).
@@ -110,7 +180,7 @@ impl Stream {
         if s.closed.is_none() {
             s.closed = Some(why.to_string());
         }
-        s.events.clear();
+        self.release(&mut s);
         drop(s);
         self.wake.notify_all();
     }
@@ -121,22 +191,27 @@ impl Stream {
 
     /// Becomes the stream's receiver, from the message after `last_seen` (SSE `Last-Event-ID`)
     /// or, without it, from the first message not yet handed out. A second receiver is refused
-    /// while the first one's client is there; one that resumes (`last_seen`), or comes after a
-    /// client that has closed its side, takes the stream over (the server may not have seen the
+    /// while the first one's client is there, `Last-Event-ID` or not; one that comes after a
+    /// client that has closed its side takes the stream over (the server may not have seen the
     /// first one go yet: a client that reopens its stream at once must not be refused).
     pub fn acquire(self: &Arc<Stream>, last_seen: Option<u64>) -> Result<Lease, Refused> {
         let mut s = self.lock();
         if let Some(why) = &s.closed {
             return Err(Refused::Closed(why.clone()));
         }
+        // With or without Last-Event-ID: a receiver whose client is there keeps its stream.
         let alive = s.receiver_alive.as_ref().is_none_or(|alive| alive());
-        if s.receiver.is_some() && last_seen.is_none() && alive {
+        if s.receiver.is_some() && alive {
             return Err(Refused::Busy);
         }
         let from = match last_seen {
             None => s.handed,
+            // An id past what was ever sent would skip messages nobody read.
+            Some(seen) if seen >= s.sent => return Err(Refused::Ahead(seen, s.sent - 1)),
             Some(seen) => {
-                let from = seen.saturating_add(1).min(s.next_id);
+                let from = seen + 1;
+                // The client says it read up to `seen` (what a lost receiver gave back too).
+                mark_handed(&mut s, from, &self.budget);
                 let oldest = s.events.front().map_or(s.next_id, |e| e.0);
                 if from < oldest {
                     return Err(Refused::Gap(seen));
@@ -152,6 +227,7 @@ impl Stream {
             stream: Arc::clone(self),
             lease,
             cursor: from,
+            confirmed: from,
         })
     }
 }
@@ -161,9 +237,44 @@ pub struct Lease {
     stream: Arc<Stream>,
     lease: u64,
     cursor: u64,
+    /// Messages below this id are known to have reached the client (see [`Lease::confirm`]).
+    confirmed: u64,
 }
 
 impl Lease {
+    /// The id of the next message this receiver gets.
+    #[cfg(test)]
+    pub fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
+    /// The messages below `upto` reached the client (it was still there well after they were
+    /// written).
+    pub fn confirm(&mut self, upto: u64) {
+        self.confirmed = self.confirmed.max(upto.min(self.cursor));
+    }
+
+    /// Ends a receiver whose client is gone: the messages it was handed but could not have
+    /// confirmed count as not handed out, so a receiver that comes back without
+    /// `Last-Event-ID` (the SDK's client) gets them again.
+    pub fn lost(self) {
+        let mut s = self.stream.lock();
+        if s.receiver != Some(self.lease) || s.handed <= self.confirmed {
+            return;
+        }
+        let oldest = s.events.front().map_or(s.next_id, |e| e.0);
+        let back_to = self.confirmed.max(oldest);
+        let moved = bytes_between(&s, back_to, s.handed);
+        s.handed = back_to;
+        s.handed_bytes = s.handed_bytes.saturating_sub(moved);
+        s.waiting_bytes = s.waiting_bytes.saturating_add(moved);
+        give_back(&self.stream.budget.replay, moved);
+        self.stream
+            .budget
+            .waiting
+            .fetch_add(moved, Ordering::AcqRel);
+    }
+
     /// How to tell whether this receiver's client is still there.
     pub fn watch(&self, alive: impl Fn() -> bool + Send + 'static) {
         let mut s = self.stream.lock();
@@ -190,11 +301,10 @@ impl Lease {
             if at < s.next_id {
                 let (id, json) = s.events[(at - oldest) as usize].clone();
                 self.cursor = id + 1;
-                if id >= s.handed {
-                    s.handed = id + 1;
-                    s.waiting_bytes -= json.len();
-                    s.handed_bytes += json.len();
-                    evict_replayed(&mut s);
+                s.sent = s.sent.max(id + 1);
+                mark_handed(&mut s, id + 1, &self.stream.budget);
+                if s.last == Some(id) && s.closed.is_none() {
+                    s.closed = Some("its session was closed".into());
                 }
                 return Next::Event(id, json);
             }
@@ -211,16 +321,56 @@ impl Lease {
     }
 }
 
-/// Forgets the oldest messages already handed out beyond the replay window.
-fn evict_replayed(s: &mut Inner) {
-    while s.handed_bytes > REPLAY_WINDOW_BYTES {
+/// The bytes of the kept messages with ids in `from..to` (ids are consecutive: an index range).
+fn bytes_between(s: &Inner, from: u64, to: u64) -> usize {
+    let oldest = s.events.front().map_or(s.next_id, |e| e.0);
+    let start = from.saturating_sub(oldest).min(s.events.len() as u64) as usize;
+    let end = to.saturating_sub(oldest).min(s.events.len() as u64) as usize;
+    s.events
+        .range(start..end.max(start))
+        .map(|e| e.1.len())
+        .sum()
+}
+
+/// Counts the messages below `upto` as handed out (each one's bytes move from waiting to
+/// replay once), then forgets what falls out of the replay window.
+fn mark_handed(s: &mut Inner, upto: u64, budget: &Budget) {
+    if upto <= s.handed {
+        return;
+    }
+    let moved = bytes_between(s, s.handed, upto);
+    s.handed = upto;
+    s.waiting_bytes = s.waiting_bytes.saturating_sub(moved);
+    give_back(&budget.waiting, moved);
+    s.handed_bytes = s.handed_bytes.saturating_add(moved);
+    budget.replay.fetch_add(moved, Ordering::AcqRel);
+    evict_replayed(s, budget);
+}
+
+/// Forgets the oldest messages already handed out beyond the stream's replay window, or while
+/// the connection's streams together keep more than theirs.
+fn evict_replayed(s: &mut Inner, budget: &Budget) {
+    while s.handed_bytes > REPLAY_WINDOW_BYTES
+        || budget.replay.load(Ordering::Acquire) > CONNECTION_REPLAY_BYTES
+    {
         match s.events.front() {
             Some((id, json)) if *id < s.handed => {
-                s.handed_bytes -= json.len();
+                s.handed_bytes = s.handed_bytes.saturating_sub(json.len());
+                give_back(&budget.replay, json.len());
                 s.events.pop_front();
             }
             _ => break,
         }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        give_back(&self.budget.waiting, s.waiting_bytes);
+        give_back(&self.budget.replay, s.handed_bytes);
+        s.waiting_bytes = 0;
+        s.handed_bytes = 0;
     }
 }
 
@@ -257,7 +407,10 @@ mod tests {
         assert!(matches!(s.acquire(None), Err(Refused::Busy)));
         assert_eq!(event(first.next(Duration::ZERO)), (1, "a".into()));
         assert_eq!(event(first.next(Duration::ZERO)), (2, "b".into()));
-        // The client resumes before the server saw its first receiver go: it takes over.
+        // Resuming does not take a stream from a receiver whose client is there...
+        assert!(matches!(s.acquire(Some(1)), Err(Refused::Busy)));
+        // ...but does once that client has closed, before the server saw it go.
+        first.watch(|| false);
         let mut again = s.acquire(Some(1)).ok().unwrap();
         assert!(matches!(first.next(Duration::ZERO), Next::Gone));
         drop(first);
@@ -286,6 +439,89 @@ mod tests {
         drop(lease);
         assert!(matches!(s.acquire(Some(0)), Err(Refused::Gap(0))));
         assert!(s.acquire(Some(2)).is_ok());
+    }
+
+    /// The bytes counted as waiting and as handed out are exactly those of the kept messages.
+    fn accounted(s: &Stream) -> bool {
+        let i = s.lock();
+        let (handed, waiting): (Vec<_>, Vec<_>) = i.events.iter().partition(|e| e.0 < i.handed);
+        let sum = |v: Vec<&(u64, Arc<str>)>| v.iter().map(|e| e.1.len()).sum::<usize>();
+        sum(handed) == i.handed_bytes && sum(waiting) == i.waiting_bytes
+    }
+
+    #[test]
+    fn a_last_event_id_beyond_what_was_sent_is_refused_and_the_bytes_stay_accounted() {
+        let s = Stream::new();
+        for m in ["a", "bb", "ccc"] {
+            assert!(s.push(m.into()).is_ok());
+        }
+        // Nothing handed out yet: any id but 0 names an event this stream never sent.
+        assert!(matches!(s.acquire(Some(2)), Err(Refused::Ahead(2, 0))));
+        let mut lease = s.acquire(Some(0)).ok().unwrap();
+        assert_eq!(event(lease.next(Duration::ZERO)), (1, "a".into()));
+        drop(lease);
+        assert!(matches!(s.acquire(Some(99)), Err(Refused::Ahead(99, 1))));
+        assert!(accounted(&s));
+        let mut lease = s.acquire(Some(1)).ok().unwrap();
+        assert_eq!(event(lease.next(Duration::ZERO)), (2, "bb".into()));
+        assert!(accounted(&s));
+        // Past the replay window, eviction takes back exactly what was handed out.
+        let big: Arc<str> = "x".repeat(REPLAY_WINDOW_BYTES).into();
+        assert!(s.push(Arc::clone(&big)).is_ok());
+        for _ in 0..2 {
+            event(lease.next(Duration::ZERO));
+        }
+        assert!(accounted(&s));
+        drop(lease);
+        assert!(s.acquire(Some(4)).is_ok());
+    }
+
+    #[test]
+    fn a_connections_streams_share_one_budget_given_back_when_they_end() {
+        let budget: Arc<Budget> = Arc::default();
+        let (a, b) = (
+            Stream::new_in(Arc::clone(&budget)),
+            Stream::new_in(Arc::clone(&budget)),
+        );
+        let big: Arc<str> = "x".repeat(MAX_BUFFERED_BYTES / 2).into();
+        assert!(a.push(Arc::clone(&big)).is_ok());
+        assert!(b.push(Arc::clone(&big)).is_ok());
+        // Together they hold the connection's bound: a third message anywhere overflows.
+        assert!(a.push("y".into()).is_err());
+        assert!(Stream::new_in(Arc::clone(&budget))
+            .push("y".into())
+            .is_err());
+        // Read, the bytes move to the replay budget (kept within its bound)...
+        let mut lease = a.acquire(None).ok().unwrap();
+        event(lease.next(Duration::ZERO));
+        assert!(budget.replay.load(Ordering::Acquire) <= CONNECTION_REPLAY_BYTES);
+        assert!(b.push("y".into()).is_ok());
+        drop(lease);
+        // ...and a stream that ends or is dropped gives back all it held.
+        b.close("test");
+        drop(a);
+        assert_eq!(budget.waiting.load(Ordering::Acquire), 0);
+        assert_eq!(budget.replay.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn what_a_vanished_receiver_could_not_confirm_is_handed_out_again() {
+        let s = Stream::new();
+        for m in ["a", "b", "c"] {
+            assert!(s.push(m.into()).is_ok());
+        }
+        let mut lease = s.acquire(None).ok().unwrap();
+        event(lease.next(Duration::ZERO));
+        lease.confirm(lease.cursor());
+        event(lease.next(Duration::ZERO));
+        event(lease.next(Duration::ZERO));
+        lease.lost();
+        assert!(accounted(&s));
+        // A receiver without Last-Event-ID gets what the lost one could not confirm.
+        let mut again = s.acquire(None).ok().unwrap();
+        assert_eq!(event(again.next(Duration::ZERO)), (2, "b".into()));
+        assert_eq!(event(again.next(Duration::ZERO)), (3, "c".into()));
+        assert!(accounted(&s));
     }
 
     #[test]

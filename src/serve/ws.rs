@@ -114,6 +114,9 @@ pub struct Violation(pub u16, pub &'static str);
 
 /// Reads one message (reassembling fragments; control frames between them are returned at
 /// once), at most `max` bytes. `Ok(None)`: the connection ended.
+/// A frame's buffer starts at most this large and grows with what arrives.
+const GROW_FROM: usize = 64 * 1024;
+
 pub fn read_message<R: Read>(
     input: &mut R,
     max: usize,
@@ -164,7 +167,8 @@ pub fn read_message<R: Read>(
         if !read_full(input, &mut mask)? {
             return Ok(Ok(None));
         }
-        let mut payload = Vec::with_capacity(len as usize);
+        // Grown as the bytes arrive, not reserved from the declared length.
+        let mut payload = Vec::with_capacity((len as usize).min(GROW_FROM));
         if (&mut *input).take(len).read_to_end(&mut payload)? < len as usize {
             return Ok(Ok(None));
         }
@@ -175,8 +179,28 @@ pub fn read_message<R: Read>(
             OP_PING => return Ok(Ok(Some(Incoming::Ping(payload)))),
             OP_PONG => return Ok(Ok(Some(Incoming::Pong))),
             OP_CLOSE => {
+                // RFC 6455 §5.5.1: empty, or a code of two bytes then UTF-8; §7.4: codes a
+                // peer may send.
+                if payload.len() == 1 {
+                    return Ok(Err(Violation(
+                        CLOSE_PROTOCOL,
+                        "a close payload of one byte",
+                    )));
+                }
                 let code =
                     (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
+                if code.is_some_and(|c| !sendable_close_code(c)) {
+                    return Ok(Err(Violation(
+                        CLOSE_PROTOCOL,
+                        "a close code a peer may not send",
+                    )));
+                }
+                if payload.len() > 2 && std::str::from_utf8(&payload[2..]).is_err() {
+                    return Ok(Err(Violation(
+                        CLOSE_NOT_UTF8,
+                        "a close reason that is not UTF-8",
+                    )));
+                }
                 return Ok(Ok(Some(Incoming::Close(code))));
             }
             OP_TEXT | OP_BINARY if partial.is_some() => {
@@ -247,6 +271,12 @@ pub fn write_frame<W: Write>(out: &mut W, opcode: u8, payload: &[u8]) -> io::Res
     }
     out.write_all(&head)?;
     out.write_all(payload)
+}
+
+/// Whether a peer may send close code `c` (RFC 6455 §7.4.1-2: not 1004-1006 nor 1015, which
+/// are reserved or never sent, nor what is unassigned below 3000).
+fn sendable_close_code(c: u16) -> bool {
+    matches!(c, 1000..=1003 | 1007..=1014 | 3000..=4999)
 }
 
 /// A close frame's payload: the code and a reason cut to fit a control frame.
@@ -416,6 +446,35 @@ mod tests {
                 "close",
                 frame(true, OP_CLOSE, &1000u16.to_be_bytes(), true),
                 vec![Ok(Some(Incoming::Close(Some(1000))))],
+            ),
+            (
+                "a close payload of one byte",
+                frame(true, OP_CLOSE, &[3], true),
+                vec![Err(Violation(
+                    CLOSE_PROTOCOL,
+                    "a close payload of one byte",
+                ))],
+            ),
+            (
+                "a reserved close code",
+                frame(true, OP_CLOSE, &1005u16.to_be_bytes(), true),
+                vec![Err(Violation(
+                    CLOSE_PROTOCOL,
+                    "a close code a peer may not send",
+                ))],
+            ),
+            (
+                "an unassigned close code",
+                frame(true, OP_CLOSE, &2000u16.to_be_bytes(), true),
+                vec![Err(Violation(
+                    CLOSE_PROTOCOL,
+                    "a close code a peer may not send",
+                ))],
+            ),
+            (
+                "an application close code",
+                frame(true, OP_CLOSE, &4000u16.to_be_bytes(), true),
+                vec![Ok(Some(Incoming::Close(Some(4000))))],
             ),
             (
                 "binary",
