@@ -9,6 +9,7 @@ pub mod fake_responses;
 pub mod host;
 pub mod rng;
 pub mod schema;
+pub mod tls;
 
 use serde_json::{json, Value};
 use std::collections::HashMap;
