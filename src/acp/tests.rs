@@ -5,7 +5,7 @@
 use super::agent::Ctx;
 use super::host_link::HostLink;
 use super::session::{AcpSession, Shared};
-use crate::host_api::client::{ClientError, HostApi};
+use crate::host_api::client::HostApi;
 use crate::host_api::fake::FakeHost;
 use crate::host_api::ops;
 use crate::host_api::wire::{
@@ -475,35 +475,9 @@ fn lines_outside(skipped: &[&str], matches: impl Fn(&str) -> bool) -> Vec<String
 /// every session uses); an error the host answered with does not.
 #[test]
 fn any_host_call_that_finds_the_host_gone_forgets_it() {
-    struct Gone {
-        alive: bool,
-    }
-    impl HostApi for Gone {
-        fn post(&self, _: &str, _: String) -> Result<(u16, String), ClientError> {
-            Err(ClientError::Transport("connection refused".into()))
-        }
-        fn events(
-            &self,
-            _: &str,
-            _: u64,
-            _: &str,
-            _: u64,
-            _: bool,
-        ) -> Result<crate::host_api::client::EventStream, ClientError> {
-            Err(ClientError::Transport("connection refused".into()))
-        }
-        fn is_alive(&self) -> bool {
-            self.alive
-        }
-        fn shutdown(&self, _: u64) -> Result<(), ClientError> {
-            Ok(())
-        }
-        fn attach(&self) -> Result<Box<dyn Send>, ClientError> {
-            Ok(Box::new(()))
-        }
-    }
+    use crate::host_api::fake::Unreachable;
     // A host whose call failed but that answers its health check is kept.
-    let link = HostLink::connected(Arc::new(Gone { alive: true }), "e1");
+    let link = HostLink::connected(Arc::new(Unreachable { alive: true }), "e1");
     let conn = link.current().unwrap();
     assert!(conn.call::<ops::ModelsList>(&ops::Empty {}).is_err());
     assert!(link.current().is_some(), "a slow but living host is kept");
@@ -514,7 +488,7 @@ fn any_host_call_that_finds_the_host_gone_forgets_it() {
     assert!(shared.link.current().is_some());
     // A host that does not answer is forgotten, by either kind of call.
     for by_request in [false, true] {
-        let link = HostLink::connected(Arc::new(Gone { alive: false }), "e1");
+        let link = HostLink::connected(Arc::new(Unreachable { alive: false }), "e1");
         let conn = link.current().unwrap();
         if by_request {
             assert!(conn.request::<ops::ModelsList>(&ops::Empty {}).is_err());

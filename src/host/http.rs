@@ -76,6 +76,19 @@ impl Request {
     }
 }
 
+/// `Authorization: Bearer <token>` (the scheme case-insensitive, RFC 9110), compared in
+/// constant time: the one check of both servers on this code, the host's and `serve`'s.
+pub fn bearer_ok(header: Option<&str>, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some((scheme, given)) = header.and_then(|h| h.split_once(' ')) else {
+        return false;
+    };
+    if !scheme.eq_ignore_ascii_case("Bearer") {
+        return false;
+    }
+    given.trim().as_bytes().ct_eq(token.as_bytes()).into()
+}
+
 /// One connection: the router reads the body and writes exactly one answer (or a stream).
 pub struct Exchange<'a> {
     reader: &'a mut BufReader<TcpStream>,

@@ -74,12 +74,6 @@ fn header_value<'a>(request: &'a Request, name: &str) -> Option<&'a str> {
     request.header(name)
 }
 
-/// A comparison whose time does not depend on where the first difference is.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use subtle::ConstantTimeEq;
-    a.ct_eq(b).into()
-}
-
 fn authorize(host: &Host, request: &Request) -> Result<(), HostError> {
     let deny = |why: &str| HostError::new(ErrorCode::Unauthorized, why.to_string());
     if header_value(request, "Origin").is_some() {
@@ -108,10 +102,7 @@ fn authorize(host: &Host, request: &Request) -> Result<(), HostError> {
             return Err(deny("unexpected Host header"));
         }
     }
-    let given = header_value(request, "Authorization")
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if !constant_time_eq(given.trim().as_bytes(), host.token.as_bytes()) {
+    if !super::http::bearer_ok(header_value(request, "Authorization"), &host.token) {
         return Err(deny("missing or wrong bearer token"));
     }
     Ok(())

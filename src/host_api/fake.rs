@@ -109,3 +109,34 @@ impl HostApi for FakeHost {
         Ok(Box::new(()))
     }
 }
+
+/// A host every call to which fails as if it did not answer (a transport failure); `alive`:
+/// whether it still answers its health check (slow but there) or not (gone or hung).
+pub struct Unreachable {
+    pub alive: bool,
+}
+
+impl HostApi for Unreachable {
+    fn post(&self, _: &str, _: String) -> Result<(u16, String), ClientError> {
+        Err(ClientError::Transport("connection refused".into()))
+    }
+    fn events(
+        &self,
+        _: &str,
+        _: u64,
+        _: &str,
+        _: u64,
+        _: bool,
+    ) -> Result<EventStream, ClientError> {
+        Err(ClientError::Transport("connection refused".into()))
+    }
+    fn is_alive(&self) -> bool {
+        self.alive
+    }
+    fn shutdown(&self, _: u64) -> Result<(), ClientError> {
+        Ok(())
+    }
+    fn attach(&self) -> Result<Box<dyn Send>, ClientError> {
+        Ok(Box::new(()))
+    }
+}

@@ -45,7 +45,8 @@ fn read_token_file(path: &Path) -> Result<String, String> {
 
 fn write_private(path: &Path, token: &str) -> Result<(), String> {
     if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
+        // The data dir, private as the host makes it.
+        crate::host::store::create_private_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     // A file left by an earlier run may have any mode: replace it rather than write into it.
@@ -59,18 +60,7 @@ fn write_private(path: &Path, token: &str) -> Result<(), String> {
     written.map_err(|e| format!("cannot write the token file {}: {e}", path.display()))
 }
 
-/// `Authorization: Bearer <token>` (the scheme case-insensitive, RFC 9110), compared in
-/// constant time.
-pub fn bearer_ok(header: Option<&str>, token: &str) -> bool {
-    use subtle::ConstantTimeEq;
-    let Some((scheme, given)) = header.and_then(|h| h.split_once(' ')) else {
-        return false;
-    };
-    if !scheme.eq_ignore_ascii_case("Bearer") {
-        return false;
-    }
-    given.trim().as_bytes().ct_eq(token.as_bytes()).into()
-}
+pub use crate::host::http::bearer_ok;
 
 /// A browser's `Origin` must be this server's own (its authority the request's `Host`); and a
 /// server on loopback answers only loopback names, so that a page whose DNS name was rebound to

@@ -271,34 +271,7 @@ fn reap_idle(registry: std::sync::Weak<Registry>, idle: Duration) {
 mod tests {
     use super::*;
     use crate::acp::NoLocalHost;
-    use crate::host_api::client::{ClientError, EventStream, HostApi};
-
-    /// A host that accepts connections and answers nothing, its health check included.
-    struct Hung;
-    impl HostApi for Hung {
-        fn post(&self, _: &str, _: String) -> Result<(u16, String), ClientError> {
-            Err(ClientError::Transport("timed out".into()))
-        }
-        fn events(
-            &self,
-            _: &str,
-            _: u64,
-            _: &str,
-            _: u64,
-            _: bool,
-        ) -> Result<EventStream, ClientError> {
-            Err(ClientError::Transport("timed out".into()))
-        }
-        fn is_alive(&self) -> bool {
-            false
-        }
-        fn shutdown(&self, _: u64) -> Result<(), ClientError> {
-            Ok(())
-        }
-        fn attach(&self) -> Result<Box<dyn Send>, ClientError> {
-            Ok(Box::new(()))
-        }
-    }
+    use crate::host_api::fake::Unreachable;
 
     /// A connection that found its host gone asks the shared one again: a shared host that
     /// does not answer is not handed out again but forgotten for every connection (the next
@@ -306,7 +279,7 @@ mod tests {
     #[test]
     fn a_shared_host_that_does_not_answer_is_replaced_not_handed_out_again() {
         let shared = SharedHost {
-            link: HostLink::connected(Arc::new(Hung), "e1"),
+            link: HostLink::connected(Arc::new(Unreachable { alive: false }), "e1"),
             local: Arc::new(NoLocalHost),
         };
         assert!(shared.start(&AdapterConfig::default()).is_err());
