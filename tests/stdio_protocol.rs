@@ -68,9 +68,35 @@ fn malformed_input_gets_precise_errors_and_the_agent_keeps_serving() {
     let mut agent = AgentProcess::spawn();
     bad_then_good(&mut agent, b"{not json\n", -32700, Value::Null);
     bad_then_good(&mut agent, b"\xff\xfe\xfd\n", -32700, Value::Null);
+    // A line JSON cannot read whose start shows a request's id is answered with that id (as
+    // an oversized line is), so its sender is not left waiting: a truncated object, a lone
+    // surrogate (grammatical JSON that serde refuses), bytes that are not UTF-8 in `params`.
     bad_then_good(
         &mut agent,
         b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"\n",
+        -32700,
+        json!(1),
+    );
+    let e = bad_then_good(
+        &mut agent,
+        b"{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"session/prompt\",\"params\":{\"sessionId\":\"s\",\"prompt\":[{\"type\":\"text\",\"text\":\"\\ud800\"}]}}\n",
+        -32700,
+        json!(12),
+    );
+    assert!(
+        e["message"].as_str().unwrap().starts_with("Parse error"),
+        "{e}"
+    );
+    bad_then_good(
+        &mut agent,
+        b"{\"jsonrpc\":\"2.0\",\"method\":\"initialize\",\"id\":\"thirteen\",\"params\":{\"x\":\"\xff\"}}\n",
+        -32700,
+        json!("thirteen"),
+    );
+    // An id that itself cannot be read still names `null`.
+    bad_then_good(
+        &mut agent,
+        b"{\"jsonrpc\":\"2.0\",\"id\":\"\\udc00\",\"method\":\"initialize\"}\n",
         -32700,
         Value::Null,
     );

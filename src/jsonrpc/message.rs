@@ -262,18 +262,28 @@ impl Invalid {
     }
 }
 
+/// The id of a line that is not JSON serde reads (a lone surrogate `"\ud800"` is valid JSON
+/// grammar that serde refuses), read as an oversized line's is: its sender can then match the
+/// `-32700` to its request instead of waiting for an answer that names `null`.
+fn request_id_at_start(line: &[u8]) -> RequestId {
+    match super::oversized::read_head(line) {
+        super::oversized::Head::Request(id) => id,
+        _ => RequestId::Null,
+    }
+}
+
 /// Parses one ndjson line (without its newline).
 pub fn parse_line(line: &[u8]) -> Result<Message, Invalid> {
     let text = std::str::from_utf8(line).map_err(|e| {
         Invalid::new(
-            RequestId::Null,
+            request_id_at_start(line),
             code::PARSE_ERROR,
             format!("Parse error: invalid UTF-8 at byte {}", e.valid_up_to()),
         )
     })?;
     let value: Value = serde_json::from_str(text).map_err(|e| {
         Invalid::new(
-            RequestId::Null,
+            request_id_at_start(line),
             code::PARSE_ERROR,
             format!("Parse error: {e}"),
         )
