@@ -166,6 +166,22 @@ fn config_options_by_makas_ids_and_categories() {
     );
     assert_eq!(e["code"], -32602);
     assert_eq!(e["data"]["field"], "value");
+    // An error names the id the client sent, never ours (`mode`, `thought_level`), which a
+    // Maka client was never offered.
+    for (id, value, ours) in [
+        ("permission_mode", json!("sometimes"), "`mode`"),
+        ("thinking_level", json!("lots"), "`thought_level`"),
+        ("thinking_level", json!(true), "`thought_level`"),
+    ] {
+        let e = m.error(
+            "session/set_config_option",
+            json!({"sessionId": sid, "configId": id, "value": value}),
+        );
+        assert_eq!(e["code"], -32602, "{e}");
+        let message = e["message"].as_str().unwrap();
+        assert!(message.contains(&format!("`{id}`")), "{id}: {message}");
+        assert!(!message.contains(ours), "{id}: {message}");
+    }
 }
 
 /// §1 "Ownership": a session this connection does not own is `-32602` with `data.reason:

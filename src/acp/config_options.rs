@@ -445,7 +445,9 @@ pub fn patch_for(
 ) -> Result<ConfigurationPatch, ResponseError> {
     // Either dialect's spelling of an id, in either dialect; checked against our set (with
     // plan-first as a select for its select spelling, and what Maka always offers).
-    let id = maka_dialect::our_config_id(p.required_str("configId")?);
+    // Errors name the id as the client sent it (a Maka client never saw our `mode`).
+    let sent = p.required_str("configId")?;
+    let id = maka_dialect::our_config_id(sent);
     let catalog = &match view.dialect {
         Dialect::Maka => maka_catalog(catalog),
         Dialect::Ours => catalog.clone(),
@@ -459,7 +461,7 @@ pub fn patch_for(
             .map(|o| o.id.clone())
             .collect();
         return Err(invalid(format!(
-            "`configId` {id:?} is not an option of this session; it offers {}",
+            "`configId` {sent:?} is not an option of this session; it offers {}",
             offered(&ids)
         ))
         .with_data(serde_json::json!({"field": "configId", "reason": "unsupported"})));
@@ -475,7 +477,7 @@ pub fn patch_for(
     if matches!(option.kind, ConfigOptionKind::Boolean { .. }) {
         let (Some(b), None | Some("boolean")) = (value.as_bool(), declared) else {
             return Err(invalid(format!(
-                "`{id}` is a boolean option; send `\"type\": \"boolean\"` and a true/false `value`"
+                "`{sent}` is a boolean option; send `\"type\": \"boolean\"` and a true/false `value`"
             )));
         };
         return Ok(ConfigurationPatch {
@@ -489,7 +491,7 @@ pub fn patch_for(
     }
     let Some(v) = value.as_str().filter(|_| declared != Some("boolean")) else {
         return Err(invalid(format!(
-            "`{id}` is a select option; `value` must be one of its value ids"
+            "`{sent}` is a select option; `value` must be one of its value ids"
         ))
         .with_data(serde_json::json!({"field": "value", "reason": "invalid_type"})));
     };
@@ -520,7 +522,7 @@ pub fn patch_for(
     if !values.contains(&v) {
         let values: Vec<String> = values.into_iter().map(String::from).collect();
         return Err(invalid(format!(
-            "{v:?} is not a value of `{id}`; it offers {}",
+            "{v:?} is not a value of `{sent}`; it offers {}",
             offered(&values)
         ))
         .with_data(serde_json::json!({"field": "value", "reason": "unsupported"})));
