@@ -228,11 +228,80 @@ print -r -- "$out""#,
     plain[after..].to_string()
 }
 
+/// `scripts/registry-entry` with `args` (paths relative to the repository), as a release runs it.
+fn registry_entry(args: &[&str]) -> std::process::Output {
+    Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/registry-entry"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The registry's validator checks that every archive and package an entry names exists, so
+/// the entry is made from what a release published, never kept by hand: the repository holds
+/// no entry naming routes, and the script names exactly the routes it is told were published,
+/// with the archive's own sha256.
+#[test]
+fn the_registry_entry_names_only_published_routes_with_the_archives_sha256() {
+    assert!(
+        !Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("dist/agent.json")
+            .exists(),
+        "a hand-kept entry would name routes no release published"
+    );
+    let dir = tempfile_dir("registry-entry");
+    let version = env!("CARGO_PKG_VERSION");
+    let archive = dir.join(format!("maka-acp-{version}-linux-x86_64.tar.gz"));
+    std::fs::write(&archive, b"not really an archive").unwrap();
+    let archive = archive.to_str().unwrap();
+    let sha = run("sha256sum", &[archive]).0;
+    let sha = sha.split_whitespace().next().unwrap();
+
+    let out = registry_entry(&["--archive", archive]);
+    assert!(out.status.success(), "{out:?}");
+    let m: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let routes: Vec<&String> = m["distribution"].as_object().unwrap().keys().collect();
+    assert_eq!(routes, ["binary"], "only what was published");
+    assert_eq!(m["distribution"]["binary"]["linux-x86_64"]["sha256"], sha);
+
+    let out = registry_entry(&["--uvx"]);
+    let m: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let routes: Vec<&String> = m["distribution"].as_object().unwrap().keys().collect();
+    assert_eq!(routes, ["uvx"]);
+
+    let out = registry_entry(&[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("at least one published route"), "{err}");
+    let misnamed = dir.join("maka-acp.tar.gz");
+    std::fs::write(&misnamed, b"x").unwrap();
+    let out = registry_entry(&["--archive", misnamed.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("scripts/dist"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("maka-acp-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// The ACP registry's rules for `<id>/agent.json` and `<id>/icon.svg`, as its FORMAT.md,
-/// agent.schema.json and build script state them.
+/// agent.schema.json and build script state them, checked on the entry a release with every
+/// route published would submit.
 #[test]
 fn the_registry_manifest_and_icon_follow_the_registrys_rules() {
-    let m: Value = serde_json::from_str(&read("dist/agent.json")).unwrap();
+    let dir = tempfile_dir("registry-rules");
+    let archive = dir.join(format!(
+        "maka-acp-{}-linux-x86_64.tar.gz",
+        env!("CARGO_PKG_VERSION")
+    ));
+    std::fs::write(&archive, b"x").unwrap();
+    let out = registry_entry(&["--archive", archive.to_str().unwrap(), "--npx", "--uvx"]);
+    assert!(out.status.success(), "{out:?}");
+    std::fs::remove_dir_all(dir).unwrap();
+    let m: Value = serde_json::from_slice(&out.stdout).unwrap();
     let obj = m.as_object().unwrap();
     let allowed = [
         "id",
@@ -296,7 +365,7 @@ fn the_registry_manifest_and_icon_follow_the_registrys_rules() {
         let t = target.as_object().unwrap();
         for k in t.keys() {
             assert!(
-                ["archive", "cmd", "args", "env"].contains(&k.as_str()),
+                ["archive", "cmd", "args", "env", "sha256"].contains(&k.as_str()),
                 "{k}"
             );
         }
