@@ -31,8 +31,8 @@ use crate::acp::types::{
 };
 use crate::host_api::wire::{
     Compaction, CompactionStatus, FrameBody, Goal, Interaction, InteractionRequest, Notice,
-    NoticeFallback, NoticeSeverity as HostSeverity, StreamEndReason, ToolResultContent, ToolStatus,
-    TurnOutcome,
+    NoticeFallback, NoticeSeverity as HostSeverity, StreamEndReason, TokenUsage, ToolResultContent,
+    ToolStatus, TurnOutcome,
 };
 use content::{
     fenced_output, locations, plan, result_content, result_locations, terminal_verdict, tool_kind,
@@ -290,11 +290,11 @@ impl Projector {
                     updated_at: None,
                 };
                 let params = maka::plan_changed(&self.session_id, &plan);
-                let told = Notification::Maka("_maka/plan/changed", params);
                 // A hint to query, before the plan is shown.
-                let mut out = vec![Effect::Notify(told)];
-                out.extend(show(self.frame(&body, now)));
-                out
+                let told = Effect::Notify(Notification::Maka("_maka/plan/changed", params));
+                std::iter::once(told)
+                    .chain(show(self.frame(&body, now)))
+                    .collect()
             }
             F::Usage {
                 turn_id: Some(ref turn_id),
@@ -302,15 +302,7 @@ impl Projector {
                 ref delta,
                 ..
             } => {
-                if !self.turn_usage.contains_key(turn_id) && self.turn_usage.len() >= 8 {
-                    self.turn_usage.clear();
-                }
-                self.turn_usage
-                    .entry(turn_id.clone())
-                    .or_default()
-                    .entry(model.clone())
-                    .or_default()
-                    .add(delta);
+                self.count_usage(turn_id, model, delta);
                 show(self.frame(&body, now))
             }
             F::TurnStarted { .. }
@@ -335,13 +327,11 @@ impl Projector {
             F::Notice { .. } | F::Compaction { .. } => show(self.frame(&body, now)),
             F::InteractionRequest { interaction } => {
                 let (waits, asked) = self.dialog(&interaction);
-                let mut out = if waits.is_empty() {
-                    vec![]
-                } else {
-                    show(waits)
-                };
-                out.push(Effect::Ask(interaction, asked));
-                out
+                let waits = (!waits.is_empty()).then(|| Effect::Show(waits));
+                waits
+                    .into_iter()
+                    .chain([Effect::Ask(interaction, asked)])
+                    .collect()
             }
             F::ClientCall {
                 invocation_id,
@@ -367,20 +357,7 @@ impl Projector {
                 self.config.saw_revision(revision);
                 show(self.frame(&body, now))
             }
-            F::GoalUpdated { goal } => {
-                let session_id = self.session_id.clone();
-                let told = if self.shows.maka_goal_plan_status {
-                    let goal = maka::maka_goal(&goal);
-                    let params = json!({"sessionId": session_id, "goal": goal});
-                    Notification::Maka("_maka/goal/status", params)
-                } else {
-                    Notification::GoalUpdate(GoalUpdate {
-                        session_id,
-                        goal: goal.clone(),
-                    })
-                };
-                vec![Effect::Show(self.goal(&goal)), Effect::Notify(told)]
-            }
+            F::GoalUpdated { goal } => self.goal_updated(goal),
             F::TurnTerminal {
                 turn_id,
                 outcome,
@@ -390,46 +367,12 @@ impl Projector {
                 failure_details,
                 ..
             } => {
-                let mut out = self.pending_output();
-                out.extend(self.close_open_tools(TOOL_UNFINISHED));
-                self.turn_finished(&turn_id);
-                let usage: Vec<_> = self
-                    .turn_usage
-                    .remove(&turn_id)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .collect();
-                let end = if prompt_turn == Some(turn_id.as_str()) {
-                    let failure = answer::Failure {
-                        class: failure_class,
-                        message: failure_message.as_deref(),
-                        details: failure_details.as_ref(),
-                    };
-                    let result = answer::terminal_result(&turn_id, outcome, &reason, failure);
-                    let usage_to = self.shows.answer_usage;
-                    let result = result.map(|r| answer::with_usage(r, &usage, usage_to));
-                    Effect::Answer(result, outcome)
-                } else if self.shows.maka_turn_status {
-                    let status = match outcome {
-                        TurnOutcome::Cancelled => "cancelled",
-                        TurnOutcome::Failed => "failed",
-                        _ => "completed",
-                    };
-                    let mut params = json!({"sessionId": self.session_id, "turnId": turn_id,
-                        "runId": "", "status": status});
-                    if let Some(class) = failure_class {
-                        params["failureClass"] = crate::acp::types::to_json(&class);
-                    }
-                    Effect::Notify(Notification::Maka("_maka/turn/status", params))
-                } else {
-                    Effect::Notify(Notification::TurnState(TurnStateNotification {
-                        session_id: self.session_id.clone(),
-                        turn_id,
-                        outcome,
-                        reason,
-                    }))
+                let failure = answer::Failure {
+                    class: failure_class,
+                    message: failure_message.as_deref(),
+                    details: failure_details.as_ref(),
                 };
-                vec![Effect::Show(out), end]
+                self.turn_terminal(turn_id, outcome, reason, failure, prompt_turn)
             }
             F::StreamEnd { reason, .. } => vec![Effect::WindowEnd {
                 session_removed: reason == StreamEndReason::SessionRemoved,
@@ -443,6 +386,84 @@ impl Projector {
             | F::Heartbeat { .. }
             | F::Unknown => vec![],
         }
+    }
+
+    /// A turn's usage, by model, until its end answers the prompt with it (the last 8 turns'
+    /// at most: a turn whose end this connection never sees is not kept for ever).
+    fn count_usage(&mut self, turn_id: &str, model: &str, delta: &TokenUsage) {
+        if !self.turn_usage.contains_key(turn_id) && self.turn_usage.len() >= 8 {
+            self.turn_usage.clear();
+        }
+        self.turn_usage
+            .entry(turn_id.to_string())
+            .or_default()
+            .entry(model.to_string())
+            .or_default()
+            .add(delta);
+    }
+
+    /// The goal's new state: shown, then told (Maka's `_maka/goal/status` to a client that
+    /// asked for it, else the shared `_session/goal_update`).
+    fn goal_updated(&mut self, goal: Goal) -> Vec<Effect> {
+        let session_id = self.session_id.clone();
+        let told = if self.shows.maka_goal_plan_status {
+            let goal = maka::maka_goal(&goal);
+            let params = json!({"sessionId": session_id, "goal": goal});
+            Notification::Maka("_maka/goal/status", params)
+        } else {
+            Notification::GoalUpdate(GoalUpdate {
+                session_id,
+                goal: goal.clone(),
+            })
+        };
+        vec![Effect::Show(self.goal(&goal)), Effect::Notify(told)]
+    }
+
+    /// A turn's end: its throttled output and open tools closed first, then the prompt's
+    /// answer when it is this connection's prompt, else a notification that it ended.
+    fn turn_terminal(
+        &mut self,
+        turn_id: String,
+        outcome: TurnOutcome,
+        reason: String,
+        failure: answer::Failure,
+        prompt_turn: Option<&str>,
+    ) -> Vec<Effect> {
+        let mut out = self.pending_output();
+        out.extend(self.close_open_tools(TOOL_UNFINISHED));
+        self.turn_finished(&turn_id);
+        let usage: Vec<_> = self
+            .turn_usage
+            .remove(&turn_id)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let end = if prompt_turn == Some(turn_id.as_str()) {
+            let result = answer::terminal_result(&turn_id, outcome, &reason, failure);
+            let usage_to = self.shows.answer_usage;
+            let result = result.map(|r| answer::with_usage(r, &usage, usage_to));
+            Effect::Answer(result, outcome)
+        } else if self.shows.maka_turn_status {
+            let status = match outcome {
+                TurnOutcome::Cancelled => "cancelled",
+                TurnOutcome::Failed => "failed",
+                _ => "completed",
+            };
+            let mut params = json!({"sessionId": self.session_id, "turnId": turn_id,
+                "runId": "", "status": status});
+            if let Some(class) = failure.class {
+                params["failureClass"] = crate::acp::types::to_json(&class);
+            }
+            Effect::Notify(Notification::Maka("_maka/turn/status", params))
+        } else {
+            Effect::Notify(Notification::TurnState(TurnStateNotification {
+                session_id: self.session_id.clone(),
+                turn_id,
+                outcome,
+                reason,
+            }))
+        };
+        vec![Effect::Show(out), end]
     }
 
     /// A durable item's frame during a catch-up (the live stream fell behind): as on replay,
@@ -729,19 +750,12 @@ impl Projector {
         if hidden {
             return vec![];
         }
-        let mut maka = serde_json::Map::new();
-        if *args_truncated {
-            maka.insert("argsTruncated".into(), json!(true));
-        }
-        if let (Some(parent), None) = (parent_tool_call_id, &in_child) {
-            // A subagent's tool call, shown under the `delegate` call that ran it (a client
-            // that shows subagents sees it in the child session instead).
-            maka.insert("parentToolCallId".into(), json!(parent));
-        }
-        if let Some(c) = &child {
-            maka.insert("subagentSessionId".into(), json!(c));
-        }
-        let mut meta = (!maka.is_empty()).then(|| json!({ "maka": maka }));
+        // A subagent's tool call is shown under the `delegate` call that ran it (a client that
+        // shows subagents sees it in the child session instead).
+        let under = parent_tool_call_id
+            .as_deref()
+            .filter(|_| in_child.is_none());
+        let mut meta = start_meta(*args_truncated, under, child.as_deref());
         let mut content = vec![];
         if let Some(c) = &child {
             // The link from the call to the session it started (ACP `SessionReference`).
@@ -1199,6 +1213,21 @@ pub fn goal_snapshot(goal: &crate::host_api::wire::Goal) -> Value {
 
 fn show(updates: Vec<SessionUpdate>) -> Vec<Effect> {
     vec![Effect::Show(updates)]
+}
+
+/// A tool call's `_meta.maka` at its start, when it has anything to say.
+fn start_meta(args_truncated: bool, parent: Option<&str>, child: Option<&str>) -> Option<Value> {
+    let mut maka = serde_json::Map::new();
+    if args_truncated {
+        maka.insert("argsTruncated".into(), json!(true));
+    }
+    if let Some(parent) = parent {
+        maka.insert("parentToolCallId".into(), json!(parent));
+    }
+    if let Some(c) = child {
+        maka.insert("subagentSessionId".into(), json!(c));
+    }
+    (!maka.is_empty()).then(|| json!({ "maka": maka }))
 }
 
 /// The plan tool: shown as the ACP `plan`, not as a tool call.
