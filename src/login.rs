@@ -124,7 +124,29 @@ pub fn run(
         }
         break (!v.is_empty()).then_some(v);
     };
-    // Other keys (thinking levels, context window) are kept.
+    save(path, openai, &model, base_url, key)?;
+    w(
+        out,
+        &format!(
+            "Saved: model {model} via {}. Restart or re-connect the agent to use it.\n",
+            if openai {
+                "OpenAI"
+            } else {
+                "the OpenAI-compatible endpoint"
+            }
+        ),
+    )
+}
+
+/// Writes the answers into the settings file, keeping its other keys (thinking levels, context
+/// window).
+fn save(
+    path: &Path,
+    openai: bool,
+    model: &str,
+    base_url: Option<String>,
+    key: Option<String>,
+) -> Result<(), String> {
     let mut values = match std::fs::read(path)
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
@@ -149,19 +171,7 @@ pub fn run(
         Some(k) => values.insert("apiKey".into(), json!(k)),
         None => values.remove("apiKey"),
     };
-    config::write_file(path, &values)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    w(
-        out,
-        &format!(
-            "Saved: model {model} via {}. Restart or re-connect the agent to use it.\n",
-            if openai {
-                "OpenAI"
-            } else {
-                "the OpenAI-compatible endpoint"
-            }
-        ),
-    )
+    config::write_file(path, &values).map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 #[cfg(test)]

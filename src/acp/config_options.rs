@@ -527,6 +527,11 @@ pub fn patch_for(
         ))
         .with_data(serde_json::json!({"field": "value", "reason": "unsupported"})));
     }
+    value_patch(id, v)
+}
+
+/// The one-field patch that sets option `id` to `v`, a value it offers.
+fn value_patch(id: &str, v: &str) -> Result<ConfigurationPatch, ResponseError> {
     let mut patch = ConfigurationPatch::default();
     match id {
         "mode" => return mode_patch(v),
