@@ -3,8 +3,9 @@
 //! schema validation of every line) stays in `tests/`.
 
 use super::agent::Ctx;
+use super::connection::Shared;
 use super::host_link::HostLink;
-use super::session::{AcpSession, Shared};
+use super::session::AcpSession;
 use crate::host_api::client::HostApi;
 use crate::host_api::fake::FakeHost;
 use crate::host_api::ops;
@@ -84,13 +85,12 @@ fn record(revision: u64) -> Session {
 fn shared(host: Arc<FakeHost>) -> (Arc<Shared>, TestLines) {
     let (outbox, lines) = test_outbox();
     let client: Arc<dyn HostApi> = host;
-    let shared = Arc::new(Shared {
-        calls: Arc::new(ClientCalls::new(outbox.clone())),
-        outbox,
-        link: Arc::new(HostLink::connected(client, "e1")),
-        caps: Default::default(),
-        dialect: Default::default(),
-    });
+    let shared = Arc::new(Shared::new(
+        outbox.clone(),
+        Arc::new(ClientCalls::new(outbox)),
+        Arc::new(HostLink::connected(client, "e1")),
+        Default::default(),
+    ));
     (shared, lines)
 }
 
@@ -219,10 +219,7 @@ fn delete_gives_up_after_three_conflicting_writes_with_a_retryable_error() {
             }),
     );
     let (shared, _lines) = shared(Arc::clone(&host));
-    let ctx = Ctx {
-        shared,
-        sessions: Arc::default(),
-    };
+    let ctx = Ctx { shared };
     let e = super::lifecycle::delete(&ctx, "s").unwrap_err();
     let data = e.data.unwrap_or_default();
     assert_eq!(
