@@ -1,9 +1,12 @@
 //! Apache Maka's dialect (`maka-acp --acp`): what a client written for Maka's own `maka --acp`
 //! expects, presented over this agent's one implementation (`docs/maka-extensions.md`,
 //! "Apache Maka's dialect"). The dialect is a plain value of the connection ([`Dialect`], in
-//! [`super::connection::Shared`]), read at the few places that present things: `initialize`
-//! ([`advertise`]), the config options ([`config_options`]) and the error convention
-//! ([`answer_in`]). Nothing here serves a request on its own.
+//! its context, [`super::connection::Shared`]), read at the few places that present things:
+//! `initialize` ([`advertise`]), the config options ([`config_options`]) and the error
+//! convention ([`answer_in`]). What the dialect keeps about a connection (the copies it made,
+//! its open uploads, its goals waiting for a prompt: [`Kept`]) is in that context too, never in
+//! a static, so under `serve` no connection sees another's. Nothing here serves a request on
+//! its own; `routes/` does.
 
 mod routes;
 pub use routes::*;
