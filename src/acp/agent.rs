@@ -61,9 +61,9 @@ impl Ctx {
         lock(&self.shared.sessions).get(id).cloned()
     }
 
-    /// Command output through Zed's display-only `_meta.terminal_*` convention: only for a
-    /// client that asks for it and has no real terminals.
-    /// What this client can show beyond ACP's baseline (the view's choices).
+    /// What this client can show beyond ACP's baseline (the view's choices); command output
+    /// through Zed's display-only `_meta.terminal_*` convention only for a client that asks for
+    /// it and has no real terminals.
     pub fn shows(&self) -> super::projection::Shows {
         let caps = self.shared.caps();
         super::projection::Shows {
