@@ -1476,6 +1476,125 @@ fn a_connection_holds_at_most_256_sessions() {
     assert!(listed.get("result").is_some(), "{listed}");
 }
 
+/// Connection B takes up a session connection A holds (`session/load`, the replay read).
+fn load_elsewhere(b: &mut HttpClient, sid: &str) {
+    let cwd = b.serve.ws.path().to_path_buf();
+    let id = b.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    b.open_stream(Some(sid), None);
+    let (r, _) = b.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("error").is_none(), "loaded: {r}");
+}
+
+/// What Apache Maka's dialect keeps about a connection is that connection's: a copy made by
+/// branch/create on one connection is not another's to abandon. The other, holding the same
+/// session, is answered `retained` and nothing is deleted: the one that made the copy still
+/// abandons it.
+#[test]
+fn a_copy_another_connection_made_is_retained_not_abandoned() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let mut a = HttpClient::connect(&s);
+    let sid = a.new_session();
+    let id = a.prompt(&sid, "hello");
+    let (r, _) = a.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let page = a.call("_maka/session/copy-source/query", json!({"sessionId": sid}));
+    let page = &page["result"];
+    let made = a.call(
+        "_maka/session/branch/create",
+        json!({"sourceSessionId": sid, "targetSessionId": "copy-by-a",
+               "sourceTurnId": page["contributions"][0]["turnId"],
+               "expectedSourceRevision": page["expectedSourceRevision"]}),
+    );
+    assert_eq!(made["result"]["kind"], "committed", "{made}");
+
+    let mut b = HttpClient::connect(&s);
+    load_elsewhere(&mut b, "copy-by-a");
+    let abandon = json!({"targetSessionId": "copy-by-a"});
+    let r = b.call("_maka/session/revision/abandon", abandon.clone());
+    assert_eq!(
+        r["result"],
+        json!({"kind": "retained", "sessionId": "copy-by-a"}),
+        "{r}"
+    );
+    let r = a.call("_maka/session/revision/abandon", abandon);
+    assert_eq!(
+        r["result"],
+        json!({"kind": "abandoned", "sessionId": "copy-by-a"}),
+        "the copy was still there for the connection that made it: {r}"
+    );
+}
+
+/// Maka's limit of 64 open uploads is per connection: one connection holding 64 does not
+/// refuse another's upload.
+#[test]
+fn open_uploads_are_limited_per_connection() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let digest = "sha256:c6f8fe9ce3845602fd8135fe51fa897fcc03b4157b2017c18aa7cecd1347eb39";
+    let begin = |c: &mut HttpClient, sid: &str, n: usize| {
+        c.call(
+            "_maka/artifact/ingest",
+            json!({"kind": "begin", "sessionId": sid, "uploadId": format!("u{n}"),
+                   "name": "n.txt", "totalBytes": 10, "contentSha256": digest}),
+        )
+    };
+    let mut a = HttpClient::connect(&s);
+    let sid_a = a.new_session();
+    for n in 0..64 {
+        let r = begin(&mut a, &sid_a, n);
+        assert_eq!(r["result"]["kind"], "upload_opened", "upload {n}: {r}");
+    }
+    let r = begin(&mut a, &sid_a, 64);
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("64 uploads are open on this connection")),
+        "the 65th on the same connection is refused: {r}"
+    );
+    let mut b = HttpClient::connect(&s);
+    let sid_b = b.new_session();
+    let r = begin(&mut b, &sid_b, 0);
+    assert_eq!(r["result"]["kind"], "upload_opened", "{r}");
+}
+
+/// A goal armed with Maka's params waits for the next prompt of the connection that armed
+/// it: another connection's prompt in the same session does not start it, and the one that
+/// armed it can still clear it.
+#[test]
+fn a_goal_armed_on_one_connection_is_not_started_by_anothers_prompt() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let mut a = HttpClient::connect(&s);
+    let sid = a.new_session();
+    let armed = a.call(
+        "_maka/goal/arm",
+        json!({"sessionId": sid, "condition": "make it shine"}),
+    );
+    let goal_id = armed["result"]["goal"]["goalId"].clone();
+    assert!(goal_id.is_string(), "{armed}");
+
+    let mut b = HttpClient::connect(&s);
+    load_elsewhere(&mut b, &sid);
+    let id = b.prompt(&sid, "hello");
+    let (r, _) = b.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+
+    let cleared = a.call(
+        "_maka/goal/control",
+        json!({"sessionId": sid, "goalId": goal_id, "expectedRevision": 0, "action": "clear"}),
+    );
+    assert_eq!(
+        cleared["result"]["goal"]["status"], "cleared",
+        "still waiting for this connection's prompt: {cleared}"
+    );
+    let q = b.call("_maka/goal/query", json!({"sessionId": sid}));
+    assert!(
+        q["result"]["goal"].is_null(),
+        "no goal was started on the host: {q}"
+    );
+}
+
 /// Out of descriptors, the accept loop neither spins nor floods the log: sockets are capped
 /// below the open-file limit, the one over the cap is told so (a status, not silence or a
 /// reset), and a failing `accept` waits before it tries again.

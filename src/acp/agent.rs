@@ -4,19 +4,19 @@
 //! registered here, in order with every other message, then started on a worker.
 
 use super::auth;
+use super::connection::Shared;
 use super::errors::MakaCode;
 use super::host_link::{Connected, HostLink, LocalHost};
 use super::initialize::{self, InitializeParams};
 use super::methods::{self, Job};
-use super::session::{AcpSession, Shared};
+use super::session::AcpSession;
 use super::turns;
 use super::workers::Workers;
 use crate::host_api::ops::{self, CapabilityInput, SessionRef, TurnRef};
 use crate::jsonrpc::{code, lock, Connection, Incoming, Notification, Responder, ResponseError};
 use serde_json::Value;
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where the Runtime Host is, from the command line and environment.
@@ -38,24 +38,18 @@ pub struct AdapterConfig {
 /// How long the requests read before stdin closed may take to be answered.
 const EOF_GRACE: Duration = Duration::from_secs(10);
 
-pub type Sessions = Arc<Mutex<HashMap<String, Arc<AcpSession>>>>;
-
+/// The dispatcher of one connection: its context, and what only the dispatcher touches.
 struct Agent {
-    conn_outbox: crate::jsonrpc::Outbox,
-    calls: Arc<crate::jsonrpc::ClientCalls>,
-    link: Arc<HostLink>,
-    /// Set by `initialize`; before it, the client is assumed to support nothing.
-    client: Option<InitializeParams>,
-    sessions: Sessions,
+    shared: Arc<Shared>,
+    /// `initialize` succeeded: later methods may run (the capabilities are in `shared`).
+    initialized: bool,
     workers: Workers,
-    dialect: super::Dialect,
 }
 
-/// What a method needs: the connection's shared parts and its sessions.
+/// What a method needs: its connection's context.
 #[derive(Clone)]
 pub struct Ctx {
     pub shared: Arc<Shared>,
-    pub sessions: Sessions,
 }
 
 impl Ctx {
@@ -64,14 +58,14 @@ impl Ctx {
     }
 
     pub fn session(&self, id: &str) -> Option<Arc<AcpSession>> {
-        lock(&self.sessions).get(id).cloned()
+        lock(&self.shared.sessions).get(id).cloned()
     }
 
-    /// Command output through Zed's display-only `_meta.terminal_*` convention: only for a
-    /// client that asks for it and has no real terminals.
-    /// What this client can show beyond ACP's baseline (the view's choices).
+    /// What this client can show beyond ACP's baseline (the view's choices); command output
+    /// through Zed's display-only `_meta.terminal_*` convention only for a client that asks for
+    /// it and has no real terminals.
     pub fn shows(&self) -> super::projection::Shows {
-        let caps = &self.shared.caps;
+        let caps = self.shared.caps();
         super::projection::Shows {
             display_terminal: !caps.terminal && caps.terminal_output_meta,
             notices: caps.notices,
@@ -93,7 +87,7 @@ impl Ctx {
         conn: &Connected,
         session_id: &str,
     ) -> Result<(), ResponseError> {
-        let services = super::client_call::services(&self.shared.caps);
+        let services = super::client_call::services(&self.shared.caps());
         if services.is_empty() {
             return Ok(());
         }
@@ -108,13 +102,15 @@ impl Ctx {
 /// Serves one ACP connection until the client closes stdin. `local`: what this build can do
 /// without `--host-url` (start the embedded host, or nothing).
 pub fn serve(conn: Connection, config: AdapterConfig, local: Arc<dyn LocalHost>) {
+    let dialect = config.dialect;
     let mut agent = Agent {
-        dialect: config.dialect,
-        conn_outbox: conn.outbox.clone(),
-        calls: Arc::clone(&conn.client_calls),
-        link: Arc::new(HostLink::new(config, local)),
-        client: None,
-        sessions: Arc::default(),
+        shared: Arc::new(Shared::new(
+            conn.outbox.clone(),
+            Arc::clone(&conn.client_calls),
+            Arc::new(HostLink::new(config, local)),
+            dialect,
+        )),
+        initialized: false,
         workers: Workers::new(),
     };
     while let Ok(incoming) = conn.inbox.recv() {
@@ -128,39 +124,28 @@ pub fn serve(conn: Connection, config: AdapterConfig, local: Arc<dyn LocalHost>)
     log::debug!("client closed the connection; answering what it sent, then shutting down");
     agent.answer_what_was_read(&conn);
     agent.release_all();
-    agent.link.shutdown();
+    agent.shared.link.shutdown();
     conn.finish();
 }
 
 impl Agent {
     fn ctx(&self) -> Ctx {
         Ctx {
-            shared: Arc::new(Shared {
-                outbox: self.conn_outbox.clone(),
-                calls: Arc::clone(&self.calls),
-                link: Arc::clone(&self.link),
-                caps: self
-                    .client
-                    .as_ref()
-                    .map(|c| c.capabilities.clone())
-                    .unwrap_or_default(),
-                dialect: self.dialect,
-            }),
-            sessions: Arc::clone(&self.sessions),
+            shared: Arc::clone(&self.shared),
         }
     }
 
     /// A request: its method's row reads the params, and the job runs where the row says.
     fn handle(&mut self, method: &str, params: &Value, responder: Responder) {
-        let responder = super::maka_dialect::answer_in(self.dialect, responder);
+        let responder = super::maka_dialect::answer_in(self.shared.dialect, responder);
         // Unknown methods, `_` extensions we do not implement, and methods this build does not
         // serve.
-        let Some(row) = methods::find(method, self.link.local().can_log_out()) else {
+        let Some(row) = methods::find(method, self.shared.link.local().can_log_out()) else {
             return responder.respond(Err(ResponseError::method_not_found(method)));
         };
-        let job = match (row.read)(params).and_then(|j| j.in_dialect(self.dialect)) {
+        let job = match (row.read)(params).and_then(|j| j.in_dialect(self.shared.dialect)) {
             Ok(job) => job,
-            Err(e) if self.client.is_some() || method == "initialize" => {
+            Err(e) if self.initialized || method == "initialize" => {
                 return responder.respond(Err(e))
             }
             Err(_) => return responder.respond(Err(needs_initialize(method))),
@@ -169,7 +154,7 @@ impl Agent {
             Job::Initialize(p) => responder.respond(self.initialize(p)),
             // Capabilities decide what every later method may do; without a successful
             // `initialize` there are none to go by.
-            _ if self.client.is_none() => responder.respond(Err(needs_initialize(method))),
+            _ if !self.initialized => responder.respond(Err(needs_initialize(method))),
             Job::Work(serve) => {
                 let ctx = self.ctx();
                 self.workers.run(move || serve(&ctx, responder));
@@ -203,11 +188,13 @@ impl Agent {
         if let Some(info) = &params.client_info {
             log::info!("client {} {} connected", info.name, info.version);
         }
-        let ready = auth::provider_configured(&self.link);
-        let methods = auth::methods(&self.link, &params.capabilities, ready);
-        let mut result = initialize::result(&params, methods, self.link.local().can_log_out());
-        super::maka_dialect::advertise(self.dialect, &mut result.agent_capabilities);
-        self.client = Some(params);
+        let ready = auth::provider_configured(&self.shared.link);
+        let methods = auth::methods(&self.shared.link, &params.capabilities, ready);
+        let mut result =
+            initialize::result(&params, methods, self.shared.link.local().can_log_out());
+        super::maka_dialect::advertise(self.shared.dialect, &mut result.agent_capabilities);
+        self.shared.set_caps(params.capabilities);
+        self.initialized = true;
         Ok(super::types::to_json(&result))
     }
 
@@ -224,12 +211,13 @@ impl Agent {
     fn answer_what_was_read(&self, conn: &Connection) {
         let ctx = self.ctx();
         conn.client_calls.close_all();
-        let sessions: Vec<Arc<AcpSession>> = lock(&self.sessions).values().cloned().collect();
+        let sessions: Vec<Arc<AcpSession>> =
+            lock(&self.shared.sessions).values().cloned().collect();
         let running = sessions
             .iter()
             .filter_map(|s| Some((s.id.clone(), s.cancel_prompt(&ctx.shared)?)))
             .collect();
-        super::session::stop_turns(&self.link, running);
+        super::session::stop_turns(&self.shared.link, running);
         if conn.incoming.wait_answered(EOF_GRACE) == 0 {
             return;
         }
@@ -255,8 +243,9 @@ impl Agent {
     /// a thousand host calls, not a thousand in a row.
     fn release_all(&self) {
         let ctx = self.ctx();
-        let sessions: Vec<Arc<AcpSession>> = lock(&self.sessions).values().cloned().collect();
-        let has_services = !super::client_call::services(&ctx.shared.caps).is_empty();
+        let sessions: Vec<Arc<AcpSession>> =
+            lock(&self.shared.sessions).values().cloned().collect();
+        let has_services = !super::client_call::services(&ctx.shared.caps()).is_empty();
         let releasers =
             crate::threads::for_each("acp-release", super::workers::WORKERS, sessions, move |s| {
                 release(&ctx, &s, has_services)

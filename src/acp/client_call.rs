@@ -7,8 +7,9 @@
 //! the host could not release (a stop, a lost host, a closed session, the client leaving) is
 //! released by the adapter: every terminal is released on every exit path.
 
+use super::connection::Shared;
 use super::host_link::Connected;
-use super::session::{AcpSession, Shared};
+use super::session::AcpSession;
 use crate::host_api::ops::{
     CallOutcome, CallRef, CallResultInput, ClientCallInput, ClientCallResult, ClientService,
 };

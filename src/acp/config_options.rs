@@ -180,9 +180,9 @@ pub struct View {
 }
 
 impl View {
-    pub fn of(shared: &super::session::Shared) -> View {
+    pub fn of(shared: &super::connection::Shared) -> View {
         View {
-            boolean: shared.caps.boolean_config_options,
+            boolean: shared.caps().boolean_config_options,
             dialect: shared.dialect,
         }
     }

@@ -11,11 +11,12 @@
 //! [`CATCH_UPS`] times in a row.
 
 use super::client_call;
+use super::connection::Shared;
 use super::errors::{self, MakaCode};
 use super::host_link::Connected;
 use super::interaction;
 use super::projection::{self, answer, Effect, TOOL_UNFINISHED};
-use super::session::{AcpSession, ReaderStep, Shared};
+use super::session::{AcpSession, ReaderStep};
 use super::types::{PromptResponse, StopReason};
 use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot, TurnRef};

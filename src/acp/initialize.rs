@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 pub const PROTOCOL_VERSION: u16 = 1;
 
 /// What the client told us it supports. Omitted means unsupported.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ClientCapabilities {
     pub fs_read_text_file: bool,
     pub fs_write_text_file: bool,

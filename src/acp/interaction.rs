@@ -13,11 +13,12 @@
 //! turn; otherwise it counts as deny / no answer. Nothing stays pending forever: an interaction
 //! that cannot be shown is answered "deny" / "no answer" at once.
 
+use super::connection::Shared;
 use super::host_link::Connected;
 use super::projection::dialog::{
     permission_params, Dialog, ALLOW_ONCE, ALLOW_SESSION, ALLOW_WORKSPACE, REJECT_WORKSPACE,
 };
-use super::session::{AcpSession, Shared};
+use super::session::AcpSession;
 use super::types::{PermissionOutcome, PermissionReply};
 use crate::host_api::ops::{AnswerInput, InteractionAnswerOp};
 use crate::host_api::wire::{

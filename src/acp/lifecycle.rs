@@ -53,7 +53,7 @@ fn attach_new(
     let session = AcpSession::new(&id, ctx.shows());
     let mut result = attach_config(ctx, &session, record, models);
     result.session_id = Some(id.clone());
-    lock(&ctx.sessions).insert(id, Arc::clone(&session));
+    lock(&ctx.shared.sessions).insert(id, Arc::clone(&session));
     Ok((result, session))
 }
 
@@ -316,7 +316,7 @@ pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
     match attached {
         Ok((session, result, snapshot, conn, applied)) => {
             // Loading again replaces this connection's previous view of the session.
-            let old = lock(&ctx.sessions).insert(session.id.clone(), Arc::clone(&session));
+            let old = lock(&ctx.shared.sessions).insert(session.id.clone(), Arc::clone(&session));
             if let Some(old) = old {
                 old.close();
             }
@@ -520,7 +520,7 @@ fn detach(ctx: &Ctx, session: &Arc<AcpSession>) {
     session.wait_prompt_done(Duration::from_secs(10));
     client_call::release_all(session, &ctx.shared);
     session.close_and_withdraw(&ctx.shared);
-    lock(&ctx.sessions).remove(&session.id);
+    lock(&ctx.shared.sessions).remove(&session.id);
     // The host stops what it ran for this client (MCP servers); durable state stays.
     if let Ok(conn) = ctx.host() {
         let input = SessionRef {

@@ -1,14 +1,17 @@
 //! Apache Maka's dialect (`maka-acp --acp`): what a client written for Maka's own `maka --acp`
 //! expects, presented over this agent's one implementation (`docs/maka-extensions.md`,
 //! "Apache Maka's dialect"). The dialect is a plain value of the connection ([`Dialect`], in
-//! [`super::session::Shared`]), read at the few places that present things: `initialize`
-//! ([`advertise`]), the config options ([`config_options`]) and the error convention
-//! ([`answer_in`]). Nothing here serves a request on its own.
+//! its context, [`super::connection::Shared`]), read at the few places that present things:
+//! `initialize` ([`advertise`]), the config options ([`config_options`]) and the error
+//! convention ([`answer_in`]). What the dialect keeps about a connection (the copies it made,
+//! its open uploads, its goals waiting for a prompt: [`Kept`]) is in that context too, never in
+//! a static, so under `serve` no connection sees another's. Nothing here serves a request on
+//! its own; `routes/` does.
 
 mod routes;
 pub use routes::*;
 
-use super::session::Shared;
+use super::connection::Shared;
 use super::types::{AgentCapabilities, ConfigOption, ConfigOptionKind, SelectOptions};
 use crate::jsonrpc::{code, Responder, ResponseError};
 use serde_json::{json, Value};
@@ -71,7 +74,7 @@ pub fn maka_error(mut e: ResponseError) -> ResponseError {
 /// `_maka/goal/status` with a goal already in Maka's shape, to a client that opted in (a goal
 /// that waits for its prompt exists only here).
 pub fn goal_status(shared: &Shared, session_id: &str, goal: &Value) {
-    if shared.caps.maka_goal_plan_status {
+    if shared.caps().maka_goal_plan_status {
         shared.outbox.notify(
             "_maka/goal/status",
             &json!({"sessionId": session_id, "goal": goal}),
@@ -82,7 +85,7 @@ pub fn goal_status(shared: &Shared, session_id: &str, goal: &Value) {
 /// `_maka/plan/changed` for `plan`, to a client that set `_maka/goalPlanStatus` (a hint to
 /// query).
 pub fn plan_changed(shared: &Shared, session_id: &str, plan: &crate::host_api::ops::PlanView) {
-    if shared.caps.maka_goal_plan_status {
+    if shared.caps().maka_goal_plan_status {
         let params = crate::acp::projection::maka::plan_changed(session_id, plan);
         shared.outbox.notify("_maka/plan/changed", &params);
     }

@@ -5,6 +5,7 @@ pub(crate) mod auth;
 pub(crate) mod client_call;
 pub(crate) mod config_options;
 mod configure;
+pub(crate) mod connection;
 pub(crate) mod errors;
 pub(crate) mod follow;
 pub(crate) mod host_link;

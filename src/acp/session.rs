@@ -14,46 +14,18 @@
 //!   (the reader, a load's worker, a call's thread, a configuration write's worker) take it;
 //!   the dispatcher never does. Lock order: `view`, then `state`.
 
+use super::connection::Shared;
 use super::host_link::{Connected, HostLink};
-use super::initialize::ClientCapabilities;
 use super::projection::config::ConfigEcho;
 use super::projection::{self, Effect, Projector};
 use super::types::{PromptResponse, SessionUpdate, StopReason};
 use crate::host_api::ops;
 use crate::host_api::wire::FrameBody;
-use crate::jsonrpc::{lock, ClientCalls, Outbox, RequestId, Responder, ResponseError};
+use crate::jsonrpc::{lock, RequestId, Responder, ResponseError};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-/// What session threads share with the dispatcher.
-pub struct Shared {
-    pub outbox: Outbox,
-    pub calls: Arc<ClientCalls>,
-    pub link: Arc<HostLink>,
-    pub caps: ClientCapabilities,
-    /// Whose names and shapes this connection speaks (`--acp`: Apache Maka's).
-    pub dialect: super::Dialect,
-}
-
-impl Shared {
-    /// Enqueues one `session/update` (of a child session, for an update that belongs to one).
-    pub fn update(&self, session_id: &str, update: &SessionUpdate) {
-        let (session_id, update) = match update {
-            SessionUpdate::InChild { session_id, update } => (session_id.as_str(), &**update),
-            update => (session_id, update),
-        };
-        #[derive(serde::Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Params<'a> {
-            session_id: &'a str,
-            update: &'a SessionUpdate,
-        }
-        self.outbox
-            .notify("session/update", &Params { session_id, update });
-    }
-}
 
 /// A `session/prompt` waiting for its turn to end.
 struct PendingPrompt {

@@ -3,8 +3,9 @@
 //! schema validation of every line) stays in `tests/`.
 
 use super::agent::Ctx;
+use super::connection::Shared;
 use super::host_link::HostLink;
-use super::session::{AcpSession, Shared};
+use super::session::AcpSession;
 use crate::host_api::client::HostApi;
 use crate::host_api::fake::FakeHost;
 use crate::host_api::ops;
@@ -84,13 +85,12 @@ fn record(revision: u64) -> Session {
 fn shared(host: Arc<FakeHost>) -> (Arc<Shared>, TestLines) {
     let (outbox, lines) = test_outbox();
     let client: Arc<dyn HostApi> = host;
-    let shared = Arc::new(Shared {
-        calls: Arc::new(ClientCalls::new(outbox.clone())),
-        outbox,
-        link: Arc::new(HostLink::connected(client, "e1")),
-        caps: Default::default(),
-        dialect: Default::default(),
-    });
+    let shared = Arc::new(Shared::new(
+        outbox.clone(),
+        Arc::new(ClientCalls::new(outbox)),
+        Arc::new(HostLink::connected(client, "e1")),
+        Default::default(),
+    ));
     (shared, lines)
 }
 
@@ -219,10 +219,7 @@ fn delete_gives_up_after_three_conflicting_writes_with_a_retryable_error() {
             }),
     );
     let (shared, _lines) = shared(Arc::clone(&host));
-    let ctx = Ctx {
-        shared,
-        sessions: Arc::default(),
-    };
+    let ctx = Ctx { shared };
     let e = super::lifecycle::delete(&ctx, "s").unwrap_err();
     let data = e.data.unwrap_or_default();
     assert_eq!(
@@ -429,7 +426,46 @@ fn the_agents_own_errors_are_made_in_errors_rs() {
 
 /// The lines of `src/` (before each file's unit tests; test files skipped) outside the
 /// `skipped` prefixes that `matches` says yes to.
+/// What belongs to a connection is in its context (`connection.rs`), made and dropped with it:
+/// no static in `src/acp` can change (a lock, an atomic, a cell, a value set once), so under
+/// `serve` no connection's state is another's.
+#[test]
+fn no_static_in_the_agent_holds_state() {
+    let offenders = source_lines(
+        |rel| rel.starts_with("acp/"),
+        |line| {
+            let line = line.trim_start();
+            let declares = [
+                "static ",
+                "pub static ",
+                "pub(crate) static ",
+                "pub(super) static ",
+            ]
+            .iter()
+            .any(|s| line.starts_with(s))
+                || line.contains("thread_local!");
+            declares
+                && (line.contains("static mut ")
+                    || ["Mutex", "RwLock", "Atomic", "Cell", "Once", "Condvar"]
+                        .iter()
+                        .any(|t| line.contains(t))
+                    || line.contains("thread_local!"))
+        },
+    );
+    assert!(
+        offenders.is_empty(),
+        "keep it in the connection context (acp/connection.rs):\n{}",
+        offenders.join("\n")
+    );
+}
+
 fn lines_outside(skipped: &[&str], matches: impl Fn(&str) -> bool) -> Vec<String> {
+    source_lines(|rel| !skipped.iter().any(|p| rel.starts_with(p)), matches)
+}
+
+/// The lines of `src/` that `matches`, in the files (by their path under `src/`) `include`
+/// takes, before their unit tests.
+fn source_lines(include: impl Fn(&str) -> bool, matches: impl Fn(&str) -> bool) -> Vec<String> {
     fn rust_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap().flatten() {
             let path = entry.path();
@@ -451,7 +487,7 @@ fn lines_outside(skipped: &[&str], matches: impl Fn(&str) -> bool) -> Vec<String
             .unwrap()
             .to_string_lossy()
             .replace('\\', "/");
-        if skipped.iter().any(|p| rel.starts_with(p)) || rel.ends_with("tests.rs") {
+        if !include(&rel) || rel.ends_with("tests.rs") {
             continue;
         }
         let text = std::fs::read_to_string(path).unwrap();

@@ -113,7 +113,7 @@ pub enum SessionUpdate {
         content: ContentBlock,
     },
     /// Not a kind of its own: `update` belongs to the child session `session_id`, and the
-    /// `session/update` carrying it names that session ([`crate::acp::session::Shared::update`]).
+    /// `session/update` carrying it names that session ([`crate::acp::connection::Shared::update`]).
     #[serde(skip)]
     InChild {
         session_id: String,

@@ -3,9 +3,10 @@
 //! durable transcript), what a snapshot says is in flight, a dialog found waiting, the tool
 //! calls a turn left open. What each frame shows is decided in `projection/`.
 
+use super::connection::Shared;
 use super::host_link::Connected;
 use super::projection::{self, Projector};
-use super::session::{AcpSession, Shared};
+use super::session::AcpSession;
 use super::types::SessionUpdate;
 use crate::host_api::client::ClientError;
 use crate::host_api::ops::{self, OpenSnapshot};

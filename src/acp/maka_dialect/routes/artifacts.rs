@@ -99,18 +99,33 @@ pub fn artifact_query(ctx: &Ctx, q: ArtifactQuery) -> Result<Value, ResponseErro
 
 // ---- artifact ingest: the client's `uploadId` → the host's ----
 
-/// Maka's limit on uploads open at once (per connection: one process serves one).
+/// Maka's limit on uploads open at once, per connection.
 const OPEN_UPLOADS: usize = 64;
 /// Maka's chunk bound: 48 KiB of data (its base64 is 4/3 as long).
 const MAX_CHUNK_BASE64: usize = 48 * 1024 * 4 / 3 + 4;
 
-/// The host's upload id of each open upload, by (session, the client's `uploadId`).
-static UPLOADS: std::sync::Mutex<Option<std::collections::HashMap<(String, String), String>>> =
-    std::sync::Mutex::new(None);
+/// One connection's open uploads (in its context, [`Kept`]): the host's upload id of each, by
+/// (session, the client's `uploadId`). At most [`OPEN_UPLOADS`].
+#[derive(Default)]
+pub struct Uploads(std::sync::Mutex<std::collections::HashMap<(String, String), String>>);
 
-fn host_upload(session_id: &str, upload_id: &str) -> Option<String> {
-    let key = (session_id.to_string(), upload_id.to_string());
-    crate::jsonrpc::lock(&UPLOADS).as_ref()?.get(&key).cloned()
+impl Uploads {
+    fn host_upload(&self, session_id: &str, upload_id: &str) -> Option<String> {
+        let key = (session_id.to_string(), upload_id.to_string());
+        crate::jsonrpc::lock(&self.0).get(&key).cloned()
+    }
+
+    fn full(&self) -> bool {
+        crate::jsonrpc::lock(&self.0).len() >= OPEN_UPLOADS
+    }
+
+    fn open(&self, key: (String, String), host: String) {
+        crate::jsonrpc::lock(&self.0).insert(key, host);
+    }
+
+    fn settled(&self, key: &(String, String)) {
+        crate::jsonrpc::lock(&self.0).remove(key);
+    }
 }
 
 pub enum Ingest {
@@ -185,7 +200,8 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
             };
             let session_id = session_id.clone();
             owned(ctx, &session_id)?;
-            if let Some(host) = host_upload(&session_id, &upload_id) {
+            let uploads = &ctx.shared.maka.uploads;
+            if let Some(host) = uploads.host_upload(&session_id, &upload_id) {
                 let status = ops::IngestInput::Status {
                     session_id,
                     upload_id: host,
@@ -196,10 +212,7 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
                     true,
                 ));
             }
-            if crate::jsonrpc::lock(&UPLOADS)
-                .as_ref()
-                .is_some_and(|m| m.len() >= OPEN_UPLOADS)
-            {
+            if uploads.full() {
                 return Err(MakaCode::CapacityExceeded.error(format!(
                     "{OPEN_UPLOADS} uploads are open on this connection; commit or abort one first"
                 )));
@@ -209,9 +222,7 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
                 upload_id: host, ..
             } = &out
             {
-                crate::jsonrpc::lock(&UPLOADS)
-                    .get_or_insert_with(Default::default)
-                    .insert((session_id, upload_id.clone()), host.clone());
+                uploads.open((session_id, upload_id.clone()), host.clone());
             }
             Ok(maka_ingest(&upload_id, out, true))
         }
@@ -221,7 +232,12 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
             offset,
             data_base64,
         } => {
-            let host = host_upload(&session_id, &upload_id).ok_or_else(|| no_upload(&upload_id))?;
+            let host = ctx
+                .shared
+                .maka
+                .uploads
+                .host_upload(&session_id, &upload_id)
+                .ok_or_else(|| no_upload(&upload_id))?;
             let part = ops::IngestInput::Part {
                 session_id,
                 upload_id: host,
@@ -246,7 +262,7 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
             else {
                 return Ok(to_json(&conn.request::<ops::ArtifactIngest>(&input)?));
             };
-            let Some(host) = host_upload(session_id, upload_id) else {
+            let Some(host) = ctx.shared.maka.uploads.host_upload(session_id, upload_id) else {
                 return Ok(to_json(&conn.request::<ops::ArtifactIngest>(&input)?));
             };
             let key = (session_id.clone(), upload_id.clone());
@@ -271,9 +287,7 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
                 .and_then(|d| d.get("makaCode"))
                 == Some(&json!("not_found"));
             if out.is_ok() || gone {
-                if let Some(m) = crate::jsonrpc::lock(&UPLOADS).as_mut() {
-                    m.remove(&key);
-                }
+                ctx.shared.maka.uploads.settled(&key);
             }
             Ok(maka_ingest(&key.1, out?, false))
         }

@@ -1,7 +1,7 @@
 //! Maka's goal requests over our goals.
 
 use super::*;
-use crate::acp::session::Shared;
+use crate::acp::connection::Shared;
 use crate::host_api::wire::TurnOutcome;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -11,7 +11,7 @@ pub use crate::acp::projection::maka::maka_goal;
 /// `_maka/goal/query` in Maka's dialect → `{sessionId, goal: Goal | null}`.
 pub fn goal_query(ctx: &Ctx, input: ops::SessionRef) -> Result<Value, ResponseError> {
     owned(ctx, &input.session_id)?;
-    if let Some(goal) = armed_goal(&input.session_id) {
+    if let Some(goal) = ctx.shared.maka.armed.view(&input.session_id) {
         return Ok(json!({"sessionId": input.session_id, "goal": goal}));
     }
     let conn = ctx.host()?;
@@ -83,17 +83,37 @@ struct Armed {
     set_at: u64,
 }
 
-/// The goals armed for a next prompt, by session (one process serves one connection).
-static ARMED: Mutex<Option<HashMap<String, Armed>>> = Mutex::new(None);
-/// Sessions with a goal waiting at once, at most.
+/// The goals one connection armed for a next prompt (in its context, [`Kept`]), by session:
+/// only this connection's prompts start them.
+#[derive(Default)]
+pub struct ArmedGoals(Mutex<HashMap<String, Armed>>);
+/// Sessions with a goal waiting at once, per connection, at most.
 const MAX_ARMED: usize = 1024;
 
-fn armed_goal(session_id: &str) -> Option<Value> {
-    let armed = crate::jsonrpc::lock(&ARMED);
-    armed
-        .as_ref()?
-        .get(session_id)
-        .map(|a| armed_view(a, "active"))
+impl ArmedGoals {
+    fn view(&self, session_id: &str) -> Option<Value> {
+        crate::jsonrpc::lock(&self.0)
+            .get(session_id)
+            .map(|a| armed_view(a, "active"))
+    }
+
+    fn arm(&self, armed: Armed) -> Result<(), ResponseError> {
+        let mut all = crate::jsonrpc::lock(&self.0);
+        if let Some(a) = all.get(&armed.input.session_id) {
+            return Err(goal_exists(&a.goal_id, "armed"));
+        }
+        if all.len() >= MAX_ARMED {
+            return Err(MakaCode::CapacityExceeded.error(format!(
+                "{MAX_ARMED} sessions already have a goal waiting for a prompt; send one first"
+            )));
+        }
+        all.insert(armed.input.session_id.clone(), armed);
+        Ok(())
+    }
+
+    fn take(&self, session_id: &str) -> Option<Armed> {
+        crate::jsonrpc::lock(&self.0).remove(session_id)
+    }
 }
 
 fn armed_view(a: &Armed, status: &str) -> Value {
@@ -142,26 +162,15 @@ pub fn goal_arm(ctx: &Ctx, input: ops::GoalArmInput) -> Result<Value, ResponseEr
         set_at: crate::host_api::wire::now_ms(),
     };
     let view = armed_view(&armed, "active");
-    {
-        let mut all = crate::jsonrpc::lock(&ARMED);
-        let all = all.get_or_insert_with(HashMap::new);
-        if let Some(a) = all.get(&armed.input.session_id) {
-            return Err(goal_exists(&a.goal_id, "armed"));
-        }
-        if all.len() >= MAX_ARMED {
-            return Err(MakaCode::CapacityExceeded.error(format!(
-                "{MAX_ARMED} sessions already have a goal waiting for a prompt; send one first"
-            )));
-        }
-        all.insert(armed.input.session_id.clone(), armed);
-    }
+    ctx.shared.maka.armed.arm(armed)?;
     let session_id = at.session_id;
     crate::acp::maka_dialect::goal_status(&ctx.shared, &session_id, &view);
     Ok(json!({"sessionId": session_id, "goal": view}))
 }
 
-/// A prompt of this connection's ended: a goal armed for it is armed on the host now, and the
-/// session follows it (on its own thread: the reader that saw the end goes on reading).
+/// A prompt of this connection's ended: a goal this connection armed for it is armed on the
+/// host now, and the session follows it (on its own thread: the reader that saw the end goes on
+/// reading).
 pub fn prompt_ended(
     session: &Arc<AcpSession>,
     shared: &Arc<Shared>,
@@ -171,10 +180,7 @@ pub fn prompt_ended(
     if outcome != TurnOutcome::Completed {
         return; // it waits for a prompt that completes
     }
-    let Some(armed) = crate::jsonrpc::lock(&ARMED)
-        .as_mut()
-        .and_then(|all| all.remove(&session.id))
-    else {
+    let Some(armed) = shared.maka.armed.take(&session.id) else {
         return;
     };
     let (session, shared, conn) = (Arc::clone(session), Arc::clone(shared), conn.clone());
@@ -266,7 +272,7 @@ pub fn goal_control(ctx: &Ctx, c: GoalControl) -> Result<Value, ResponseError> {
 /// Control of a goal still waiting for its prompt: `clear` forgets it; pausing or resuming a
 /// goal that has not started is not something our goals can be. `None`: not a waiting goal.
 fn control_armed(ctx: &Ctx, c: &GoalControl) -> Result<Option<Value>, ResponseError> {
-    let Some(armed) = take_armed(c)? else {
+    let Some(armed) = take_armed(&ctx.shared.maka.armed, c)? else {
         return Ok(None);
     };
     // Told outside the lock (a send).
@@ -275,12 +281,9 @@ fn control_armed(ctx: &Ctx, c: &GoalControl) -> Result<Option<Value>, ResponseEr
     Ok(Some(json!({"sessionId": c.session_id, "goal": view})))
 }
 
-/// The waiting goal `c` clears, taken out of [`ARMED`]; `None` when `c` is not about one.
-fn take_armed(c: &GoalControl) -> Result<Option<Armed>, ResponseError> {
-    let mut all = crate::jsonrpc::lock(&ARMED);
-    let Some(all) = all.as_mut() else {
-        return Ok(None);
-    };
+/// The waiting goal `c` clears, taken out of `armed`; `None` when `c` is not about one.
+fn take_armed(armed: &ArmedGoals, c: &GoalControl) -> Result<Option<Armed>, ResponseError> {
+    let mut all = crate::jsonrpc::lock(&armed.0);
     if all
         .get(&c.session_id)
         .is_none_or(|a| a.goal_id != c.goal_id)

@@ -71,6 +71,16 @@ fn adapter_error(operation: &str, message: impl std::fmt::Display) -> ResponseEr
         .with_data(json!({"source": "adapter", "operation": operation, "code": "invalid_request"}))
 }
 
+/// What Maka's dialect keeps about one connection, in its context
+/// ([`crate::acp::connection::Shared::maka`]) and dropped with it: each part bounded per
+/// connection, none seen by another connection.
+#[derive(Default)]
+pub struct Kept {
+    made: Made,
+    uploads: Uploads,
+    armed: ArmedGoals,
+}
+
 mod artifacts;
 mod goals;
 mod memory;

@@ -148,7 +148,7 @@ pub fn branch_create(ctx: &Ctx, b: BranchCreate) -> Result<Value, ResponseError>
         ops::BranchOutcome::Committed { session } => {
             // The target is this connection's now, as Maka's is: it can be prompted at once.
             crate::acp::lifecycle::attach_made(ctx, &conn, &session)?;
-            made_here(&session.id);
+            ctx.shared.maka.made.record(&session.id);
             json!({"kind": "committed", "session": catalog_item(&session)})
         }
         ops::BranchOutcome::SourceRevisionConflict { expected, actual } => json!({
@@ -163,16 +163,27 @@ pub fn read_abandon(p: &Params) -> ParamResult<String> {
     Ok(p.required_str("targetSessionId")?.into())
 }
 
-/// The copies this connection made with branch or revision create: the only sessions
-/// `abandon` deletes (a fork, another client's copy or an older one is kept). Bounded; a
-/// copy not recorded is retained, never deleted by mistake.
-static MADE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+/// The copies one connection made with branch or revision create (in its context,
+/// [`Kept`]): the only sessions its `abandon` deletes (a fork, another connection's copy or an
+/// older one is kept). Bounded; a copy not recorded is retained, never deleted by mistake.
+#[derive(Default)]
+pub struct Made(std::sync::Mutex<Vec<String>>);
 const MADE_MAX: usize = 4096;
 
-fn made_here(id: &str) {
-    let mut made = crate::jsonrpc::lock(&MADE);
-    if made.len() < MADE_MAX {
-        made.push(id.to_string());
+impl Made {
+    fn record(&self, id: &str) {
+        let mut made = crate::jsonrpc::lock(&self.0);
+        if made.len() < MADE_MAX {
+            made.push(id.to_string());
+        }
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        crate::jsonrpc::lock(&self.0).iter().any(|m| m == id)
+    }
+
+    fn forget(&self, id: &str) {
+        crate::jsonrpc::lock(&self.0).retain(|m| m != id);
     }
 }
 
@@ -181,11 +192,10 @@ fn made_here(id: &str) {
 /// connection is kept — `retained`; a session it does not hold is Maka's unknown session.
 pub fn abandon(ctx: &Ctx, target: String) -> Result<Value, ResponseError> {
     owned(ctx, &target)?;
-    let made = crate::jsonrpc::lock(&MADE).contains(&target);
-    if !made {
+    if !ctx.shared.maka.made.contains(&target) {
         return Ok(json!({"kind": "retained", "sessionId": target}));
     }
     crate::acp::lifecycle::delete(ctx, &target)?;
-    crate::jsonrpc::lock(&MADE).retain(|id| *id != target);
+    ctx.shared.maka.made.forget(&target);
     Ok(json!({"kind": "abandoned", "sessionId": target}))
 }
