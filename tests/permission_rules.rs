@@ -362,7 +362,12 @@ fn run_one_dialog(
     let mut titles = vec![];
     let t = a.prompt(session, prompt, |r| {
         assert_eq!(r["method"], "session/request_permission", "{r}");
-        titles.push(r["params"]["toolCall"]["title"].as_str().unwrap_or_default().to_string());
+        titles.push(
+            r["params"]["toolCall"]["title"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
         select(answer)
     });
     assert_eq!(t.response["result"]["stopReason"], "end_turn", "{prompt}");
@@ -397,7 +402,10 @@ fn a_kept_rule_for_a_reading_program_asks_before_reading_through_a_link() {
     run(&mut a, &s, "cat plain", &["allow_workspace"]);
     run(&mut a, &s, "grep plain", &["allow_workspace"]);
     // Inside the workspace the kept rules decide: no dialog.
-    for (prompt, shown) in [("cat plain", "token inside"), ("grep plain", "src/plain.txt:1:token inside")] {
+    for (prompt, shown) in [
+        ("cat plain", "token inside"),
+        ("grep plain", "src/plain.txt:1:token inside"),
+    ] {
         let (t, _) = run(&mut a, &s, prompt, &[]);
         let results = tool_results(&t, &s);
         assert_eq!(results[0].0, "completed", "{prompt}: {results:?}");
@@ -412,13 +420,18 @@ fn a_kept_rule_for_a_reading_program_asks_before_reading_through_a_link() {
         let (t, titles) = run_one_dialog(&mut a, &s, prompt, "reject");
         assert_eq!(
             titles,
-            [format!("Allow access outside the project: {} (read)", outside.display())],
+            [format!(
+                "Allow access outside the project: {} (read)",
+                outside.display()
+            )],
             "{prompt}"
         );
         let results = tool_results(&t, &s);
         assert_eq!(results[0].0, "failed", "{prompt}: {results:?}");
         assert!(
-            results[0].1.contains("Access outside the session's folders was denied"),
+            results[0]
+                .1
+                .contains("Access outside the session's folders was denied"),
             "{prompt}: {results:?}"
         );
         let seen = serde_json::to_string(&t.updates_for(&s)).unwrap();

@@ -539,9 +539,9 @@ impl Recursion {
                 pattern_first,
             } => (short_values, long_flags, pattern_first),
             Operands::BeforeExpression => {
-                return args.first().is_none_or(|w| {
-                    w.starts_with('-') || w.starts_with('(') || w.starts_with('!')
-                })
+                return args
+                    .first()
+                    .is_none_or(|w| w.starts_with('-') || w.starts_with('(') || w.starts_with('!'))
             }
             Operands::NamedOnly => return false,
             Operands::Unknown => return true,
@@ -1429,7 +1429,10 @@ mod tests {
             ("head -n5 ./notes.txt", outside(&[&secret])),
             ("jq -fnotes.txt x", outside(&[&secret])),
             ("grep --file=notes.txt x src/a.txt", outside(&[&secret])),
-            ("cat /nowhere-maka/x", outside(&[&PathBuf::from("/nowhere-maka/x")])),
+            (
+                "cat /nowhere-maka/x",
+                outside(&[&PathBuf::from("/nowhere-maka/x")]),
+            ),
             ("cut -d/ -f1 src/a.txt", outside(&[])),
             ("grep token docs", outside(&[])),
             ("ls docs/deep", outside(&[])),

@@ -312,7 +312,8 @@ impl Turn {
                 if evidence.is_empty() {
                     return ToolOutcome::failed("goal_complete needs `evidence`".into());
                 }
-                match crate::host::goals::complete(&self.host, &self.cell, evidence) {
+                let goal_id = self.spec.goal_id.as_deref();
+                match crate::host::goals::complete(&self.host, &self.cell, goal_id, evidence) {
                     Ok(msg) => ToolOutcome::completed(msg, false),
                     Err(msg) => ToolOutcome::failed(msg),
                 }
