@@ -15,6 +15,10 @@
 //! grammar ([`PREFIX_PROGRAMS`]); for any other program the lasting choice is the exact
 //! command. A reject rule looks loosely at every part of a command. Reject rules are a
 //! convenience, not a sandbox: explore mode is the read-only guarantee.
+//!
+//! No rule widens the session's folders: where an allow rule lets a command run unasked, what
+//! it would read outside them ([`outside_reads`]: its words resolved as `read_file` resolves a
+//! path, the links below the folders a recursive reader walks) gets the boundary dialog.
 
 use crate::host_api::wire::{Decision, PermissionRule, Review, RuleTarget};
 use crate::jsonrpc::lock;
