@@ -19,6 +19,12 @@ fn script() -> Value {
                 [{"tool": "goal_complete", "args": {"evidence": "It shines in every test."}}],
                 [{"text": "Goal met."}]]},
             {"when": "never ends", "responses": [[{"delayMs": 150}, {"text": "Still going."}]]},
+            {"when": "Work toward this goal: run the long job", "responses": [
+                [{"tool": "run_command", "args": {"command": "sleep 600"}}],
+                [{"text": "Stopped."}]]},
+            {"when": "Work toward this goal: finish it", "responses": [
+                [{"tool": "goal_complete", "args": {"evidence": "finished"}}],
+                [{"text": "Finished."}]]},
             {"when": "Work toward this goal: write the report", "responses": [
                 [{"delayMs": 1500}, {"tool": "write_file", "args": {"path": "report.txt", "content": "done\n"}}],
                 [{"tool": "goal_complete", "args": {"evidence": "report.txt written"}}],
@@ -328,4 +334,157 @@ fn a_goal_stopped_at_its_limit_is_a_notice_to_clients_that_show_notices() {
         notices[0]["title"],
         "The goal stopped at its limit of 2 turns before it was met."
     );
+}
+
+/// Plays the editor for one line of the agent's: allows a permission once, opens a terminal,
+/// answers its output and release. `terminal/wait_for_exit` and `terminal/kill` are returned
+/// unanswered, for the test to answer when it chooses.
+fn play_editor(a: &mut AgentProcess, v: &Value) -> Option<Value> {
+    let reply = match (v["method"].as_str(), v.get("id")) {
+        (Some("session/request_permission"), Some(_)) => {
+            json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}})
+        }
+        (Some("terminal/create"), Some(_)) => json!({"terminalId": "term-1"}),
+        (Some("terminal/output"), Some(_)) => json!({"output": "", "truncated": false}),
+        (Some("terminal/release"), Some(_)) => json!({}),
+        (Some("terminal/wait_for_exit" | "terminal/kill"), Some(_)) => return Some(v.clone()),
+        _ => return None,
+    };
+    a.send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": reply}));
+    None
+}
+
+/// Issue 54 item 7 (a): `_session/goal` `set` while the old goal's turn runs. The old goal's
+/// turn runs a command in the editor's terminal, and the editor holds the answers that let
+/// that turn end (`terminal/kill`, `terminal/wait_for_exit`) until the new goal's `set` is
+/// answered: the old turn's stop comes after the new goal is armed, every time. That stop is
+/// the old goal's: the new goal, answered `active`, stays so — it is never paused by it — runs
+/// its own turn and is met.
+#[test]
+fn a_goal_set_while_the_old_goals_turn_runs_is_not_stopped_by_that_turn() {
+    let data = TempDir::new("goal-set-data");
+    let ws = TempDir::new("goal-set-ws");
+    let mut a = AgentProcess::scripted(&script(), data.path());
+    a.call_ok(
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {"terminal": true}}),
+    );
+    let s = a.new_session(ws.path());
+    let (set, early) = a.call(
+        "_session/goal",
+        json!({"sessionId": s, "action": "set", "objective": "run the long job"}),
+    );
+    assert_eq!(set["result"]["goal"]["status"], "active", "{set}");
+    let mut held: Vec<Value> = early
+        .iter()
+        .filter_map(|v| play_editor(&mut a, v))
+        .collect();
+    // The old goal's command runs in the editor's terminal: its wait is held.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !held.iter().any(|v| v["method"] == "terminal/wait_for_exit") {
+        assert!(
+            Instant::now() < deadline,
+            "the old goal's command never ran"
+        );
+        let v = a.recv();
+        held.extend(play_editor(&mut a, &v));
+    }
+    // The new goal is set while that turn cannot end.
+    let id = a.request(
+        "_session/goal",
+        json!({"sessionId": s, "action": "set", "objective": "finish it"}),
+    );
+    let answer = loop {
+        assert!(Instant::now() < deadline, "no answer to the second set");
+        let v = a.recv();
+        if v["id"] == id && v.get("method").is_none() {
+            break v;
+        }
+        held.extend(play_editor(&mut a, &v));
+    };
+    assert_eq!(answer["result"]["goal"]["status"], "active", "{answer}");
+    assert_eq!(answer["result"]["goal"]["objective"], "finish it");
+    // Now the old turn may end: the kill and the wait are answered.
+    let finish = |a: &mut AgentProcess, v: &Value| {
+        let result = match v["method"].as_str() {
+            Some("terminal/kill") => json!({}),
+            _ => json!({"exitCode": null, "signal": "SIGKILL"}),
+        };
+        a.send(&json!({"jsonrpc": "2.0", "id": v["id"], "result": result}));
+    };
+    for v in std::mem::take(&mut held) {
+        finish(&mut a, &v);
+    }
+    // Every state of the new goal shown from here on: never paused; met by its own turn.
+    let mut shown = vec![];
+    while shown.last() != Some(&"complete".to_string()) {
+        assert!(
+            Instant::now() < deadline,
+            "the new goal never completed: {shown:?}"
+        );
+        let v = a.recv();
+        if let Some(h) = play_editor(&mut a, &v) {
+            finish(&mut a, &h);
+        }
+        let goal = &v["params"]["update"]["_meta"]["goal"];
+        if v["params"]["update"]["sessionUpdate"] == "session_info_update"
+            && goal["objective"] == "finish it"
+        {
+            assert_ne!(
+                goal["status"], "paused",
+                "paused by the old goal's turn: {v}"
+            );
+            shown.push(goal["status"].as_str().unwrap_or_default().to_string());
+        }
+    }
+    let q = a.call_ok("_maka/goal/query", json!({"sessionId": s}));
+    assert_eq!(q["goal"]["objective"], "finish it", "{q}");
+    assert_eq!(q["goal"]["status"], "completed", "{q}");
+    assert_eq!(q["goal"]["evidence"], "finished", "{q}");
+}
+
+/// Issue 54 item 7 (b): pausing or resuming a goal that has ended (here stopped by its turn
+/// limit, `limited` to `_session/goal`) says what is true — it has ended; set a new one — with
+/// the code of the other changes its state does not allow (`_maka/goal/control`'s), not "no
+/// goal" (`-32002`).
+#[test]
+fn pausing_a_goal_that_has_ended_says_it_has_ended() {
+    let data = TempDir::new("goal-ended-data");
+    let ws = TempDir::new("goal-ended-ws");
+    let mut a = agent(data.path());
+    let s = a.new_session(ws.path());
+    let armed = a.call_ok(
+        "_maka/goal/arm",
+        json!({"sessionId": s, "objective": "never ends", "maxTurns": 1}),
+    );
+    let lines = until_goal(&mut a, "stopped");
+    assert_eq!(
+        lines.last().unwrap()["params"]["goal"]["reason"],
+        "turn_limit"
+    );
+    let (other, _) = a.call(
+        "_maka/goal/control",
+        json!({"sessionId": s, "goalId": armed["goalId"], "action": "pause"}),
+    );
+    let other = error_of(&other).clone();
+    for action in ["pause", "resume"] {
+        let (resp, _) = a.call("_session/goal", json!({"sessionId": s, "action": action}));
+        let e = error_of(&resp);
+        assert_eq!(e["code"], other["code"], "{action}: {resp} vs {other}");
+        assert_eq!(e["code"], -32603, "{action}: {resp}");
+        assert_eq!(e["data"]["makaCode"], "operation_conflict", "{resp}");
+        assert_eq!(e["data"]["retryable"], false, "{resp}");
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.contains("has ended (stopped: turn_limit)")
+                && message.contains("set a new goal"),
+            "{action}: {message}"
+        );
+    }
+    // A new goal can be set over it.
+    let set = a.call_ok(
+        "_session/goal",
+        json!({"sessionId": s, "action": "set", "objective": "make it shine"}),
+    );
+    assert_eq!(set["goal"]["status"], "active", "{set}");
 }

@@ -46,6 +46,26 @@ fn script() -> Value {
             {"when": "write-b", "responses": [
                 [{"tool": "write_file", "args": {"path": "src/deep/b.txt", "content": "b\n"}}],
                 [{"text": "done"}]
+            ]},
+            {"when": "cat plain", "responses": [
+                [{"tool": "run_command", "args": {"command": "cat src/plain.txt"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "cat link", "responses": [
+                [{"tool": "run_command", "args": {"command": "cat notes.txt"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "grep plain", "responses": [
+                [{"tool": "run_command", "args": {"command": "grep -rn token src"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "grep below", "responses": [
+                [{"tool": "run_command", "args": {"command": "grep -rn token docs"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "grep vendor", "responses": [
+                [{"tool": "run_command", "args": {"command": "grep -R token vendor"}}],
+                [{"text": "done"}]
             ]}
         ],
         "default": [[{"text": "Hello."}]]
@@ -330,4 +350,96 @@ fn a_kept_rule_that_decides_a_call_is_told_to_clients_that_show_notices() {
     // A dialog the person answers is no rule's decision: no notice.
     let (t, _) = run(&mut a, &s, "compound", &["allow_once"]);
     assert!(notices(&t).is_empty(), "{:#?}", t.updates_for(&s));
+}
+
+/// Runs a prompt whose one dialog is answered `answer`: the transcript and the dialog's title.
+fn run_one_dialog(
+    a: &mut AgentProcess,
+    session: &str,
+    prompt: &str,
+    answer: &str,
+) -> (Transcript, Vec<String>) {
+    let mut titles = vec![];
+    let t = a.prompt(session, prompt, |r| {
+        assert_eq!(r["method"], "session/request_permission", "{r}");
+        titles.push(
+            r["params"]["toolCall"]["title"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        );
+        select(answer)
+    });
+    assert_eq!(t.response["result"]["stopReason"], "end_turn", "{prompt}");
+    (t, titles)
+}
+
+/// Issue 54 item 3: "always allow commands starting with `cat`" (or `grep`) covers reading the
+/// workspace, never what a link in it leads to. `cat notes.txt` where `notes.txt` links to a
+/// file outside, `grep -R` over a linked folder and `grep -r` over a folder with such a link
+/// below it each get the dialog `read_file` gets for that path, naming where the link leads;
+/// refused, nothing outside is read. The same commands inside the workspace run unasked.
+#[test]
+fn a_kept_rule_for_a_reading_program_asks_before_reading_through_a_link() {
+    let data = TempDir::new("rules-link-data");
+    let ws = TempDir::new("rules-link-ws");
+    let out = TempDir::new("rules-link-outside");
+    let secret = out.path().join("secret.txt");
+    std::fs::write(&secret, "token OUTSIDE-SECRET\n").unwrap();
+    let keys = out.path().join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("id.txt"), "token OUTSIDE-KEY\n").unwrap();
+    std::fs::create_dir_all(ws.path().join("src")).unwrap();
+    std::fs::write(ws.path().join("src/plain.txt"), "token inside\n").unwrap();
+    std::os::unix::fs::symlink(&secret, ws.path().join("notes.txt")).unwrap();
+    std::fs::create_dir_all(ws.path().join("docs")).unwrap();
+    std::fs::write(ws.path().join("docs/guide.md"), "token guide\n").unwrap();
+    std::os::unix::fs::symlink(&keys, ws.path().join("docs/more")).unwrap();
+    std::os::unix::fs::symlink(&keys, ws.path().join("vendor")).unwrap();
+
+    let mut a = agent(&data);
+    let s = a.new_session(ws.path());
+    run(&mut a, &s, "cat plain", &["allow_workspace"]);
+    run(&mut a, &s, "grep plain", &["allow_workspace"]);
+    // Inside the workspace the kept rules decide: no dialog.
+    for (prompt, shown) in [
+        ("cat plain", "token inside"),
+        ("grep plain", "src/plain.txt:1:token inside"),
+    ] {
+        let (t, _) = run(&mut a, &s, prompt, &[]);
+        let results = tool_results(&t, &s);
+        assert_eq!(results[0].0, "completed", "{prompt}: {results:?}");
+        assert!(results[0].1.contains(shown), "{prompt}: {results:?}");
+    }
+    // Through a link: the boundary dialog, naming the outside path; refused, nothing read.
+    for (prompt, outside) in [
+        ("cat link", &secret),
+        ("grep vendor", &keys),
+        ("grep below", &keys),
+    ] {
+        let (t, titles) = run_one_dialog(&mut a, &s, prompt, "reject");
+        assert_eq!(
+            titles,
+            [format!(
+                "Allow access outside the project: {} (read)",
+                outside.display()
+            )],
+            "{prompt}"
+        );
+        let results = tool_results(&t, &s);
+        assert_eq!(results[0].0, "failed", "{prompt}: {results:?}");
+        assert!(
+            results[0]
+                .1
+                .contains("Access outside the session's folders was denied"),
+            "{prompt}: {results:?}"
+        );
+        let seen = serde_json::to_string(&t.updates_for(&s)).unwrap();
+        assert!(!seen.contains("OUTSIDE-"), "{prompt}: read outside: {seen}");
+    }
+    // Allowed for the turn, as `read_file`'s boundary is: then it runs.
+    let (t, _) = run_one_dialog(&mut a, &s, "grep vendor", "allow_once");
+    let results = tool_results(&t, &s);
+    assert_eq!(results[0].0, "completed", "{results:?}");
+    assert!(results[0].1.contains("OUTSIDE-KEY"), "{results:?}");
 }

@@ -162,19 +162,21 @@ pub fn read_goal(p: &Params) -> ParamResult<GoalControl> {
 }
 
 /// `_session/goal` → `{"goal": snapshot | null}`. `set` replaces a goal still running or
-/// paused; `clear` of no goal is done already; `pause` and `resume` need a goal to act on.
+/// paused; `clear` of no goal is done already; `pause` and `resume` need a goal to act on —
+/// one that has ended (met, stopped by a limit, failed) is refused by the host as any change
+/// its state does not allow (`operation_conflict`, saying it has ended).
 pub fn goal(ctx: &Ctx, g: GoalControl) -> Result<Value, ResponseError> {
     let session_id = g.session_id;
     if ctx.session(&session_id).is_none() {
         return Err(errors::unknown_session(&session_id));
     }
     let conn = ctx.host()?;
-    let current = conn
+    let goal = conn
         .request::<ops::GoalQuery>(&ops::SessionRef {
             session_id: session_id.clone(),
         })?
-        .goal
-        .filter(|g| g.is_live() || g.status == "paused");
+        .goal;
+    let current = goal.clone().filter(|g| g.is_live() || g.status == "paused");
     let control = |goal_id: &str, action: &str| {
         let input = ops::GoalControlInput {
             session_id: session_id.clone(),
@@ -200,11 +202,26 @@ pub fn goal(ctx: &Ctx, g: GoalControl) -> Result<Value, ResponseError> {
         }
         (GoalAction::Clear, None) => return Ok(json!({"goal": null})),
         (GoalAction::Clear, Some(goal)) => control(&goal.goal_id, "cancel")?,
-        (GoalAction::Pause | GoalAction::Resume, None) => {
-            return Err(super::errors::MakaCode::NotFound.error_with(
-                format!("Session {session_id} has no goal to pause or resume; set one first"),
-                json!({"sessionId": session_id}),
-            ))
+        // A goal that ended (one cleared is none): the host refuses it, saying so.
+        (action @ (GoalAction::Pause | GoalAction::Resume), None) => {
+            match goal.filter(|g| g.status != "cancelled") {
+                Some(ended) => {
+                    let name = if matches!(action, GoalAction::Pause) {
+                        "pause"
+                    } else {
+                        "resume"
+                    };
+                    control(&ended.goal_id, name)?
+                }
+                None => {
+                    return Err(super::errors::MakaCode::NotFound.error_with(
+                        format!(
+                            "Session {session_id} has no goal to pause or resume; set one first"
+                        ),
+                        json!({"sessionId": session_id}),
+                    ))
+                }
+            }
         }
         (GoalAction::Pause, Some(goal)) => control(&goal.goal_id, "pause")?,
         (GoalAction::Resume, Some(goal)) => control(&goal.goal_id, "resume")?,

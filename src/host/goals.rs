@@ -131,13 +131,32 @@ pub fn control(host: &Arc<Host>, input: GoalControlInput) -> Result<Goal, HostEr
             .filter(|g| g.goal_id == input.goal_id)
             .ok_or_else(|| HostError::not_found(format!("goal {}", input.goal_id)))?;
         let illegal = |g: &Goal| {
-            HostError::new(
-                ErrorCode::OperationConflict,
+            let message = if g.is_live() || g.status == "paused" {
                 format!(
                     "goal {} is {}; it cannot {}",
                     g.goal_id, g.status, input.action
-                ),
-            )
+                )
+            } else {
+                // It has ended (met, stopped by a limit, failed, cancelled): say so, and what
+                // can be done instead.
+                let why = g
+                    .reason
+                    .as_deref()
+                    .filter(|r| *r != g.status)
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                format!(
+                    "goal {} has ended ({}{why}), so it cannot be {}; set a new goal instead",
+                    g.goal_id,
+                    g.status,
+                    match input.action.as_str() {
+                        "pause" => "paused",
+                        "resume" => "resumed",
+                        _ => "cancelled",
+                    }
+                )
+            };
+            HostError::new(ErrorCode::OperationConflict, message)
         };
         let mut restart = false;
         match input.action.as_str() {
@@ -150,14 +169,12 @@ pub fn control(host: &Arc<Host>, input: GoalControlInput) -> Result<Goal, HostEr
             "cancel" if goal.is_live() || goal.status == "paused" => {
                 ended(&mut goal, "cancelled", "cancelled");
                 // Its running turn stops too.
-                if let Some(a) = st.active.as_ref() {
-                    if st
-                        .turns
-                        .get(&a.turn_id)
-                        .is_some_and(|t| t.snapshot.origin == "goal")
-                    {
-                        a.cancel.cancel();
-                    }
+                if let Some(a) = st
+                    .active
+                    .as_ref()
+                    .filter(|a| a.goal_id.as_deref() == Some(goal.goal_id.as_str()))
+                {
+                    a.cancel.cancel();
                 }
             }
             "pause" | "resume" | "cancel" => return Err(illegal(&goal)),
@@ -175,14 +192,15 @@ pub fn control(host: &Arc<Host>, input: GoalControlInput) -> Result<Goal, HostEr
     Ok(goal)
 }
 
-/// Starts the driver thread of `goal_id`, unless one still runs (it goes on with the goal).
+/// Starts the driver thread of `goal_id`, unless its driver still runs (it goes on with the
+/// goal). A driver of an earlier goal may still be ending: it leaves at its next check.
 fn drive(host: &Arc<Host>, cell: &Arc<SessionCell>, goal_id: &str) -> Result<(), HostError> {
     {
         let mut st = cell.lock();
-        if st.goal_driver {
+        if st.goal_driver.as_deref() == Some(goal_id) {
             return Ok(());
         }
-        st.goal_driver = true;
+        st.goal_driver = Some(goal_id.to_string());
     }
     let (h, c, id) = (Arc::clone(host), Arc::clone(cell), goal_id.to_string());
     std::thread::Builder::new()
@@ -190,9 +208,16 @@ fn drive(host: &Arc<Host>, cell: &Arc<SessionCell>, goal_id: &str) -> Result<(),
         .spawn(move || driver(h, c, id))
         .map(|_| ())
         .map_err(|e| {
-            cell.lock().goal_driver = false;
+            leave(&mut cell.lock(), goal_id);
             HostError::internal(format!("cannot start the goal's driver: {e}"))
         })
+}
+
+/// The driver of `goal_id` leaves: the session has no driver unless another goal's took over.
+fn leave(st: &mut SessionState, goal_id: &str) {
+    if st.goal_driver.as_deref() == Some(goal_id) {
+        st.goal_driver = None;
+    }
 }
 
 fn prompt(goal: &Goal) -> String {
@@ -222,7 +247,7 @@ fn driver(host: Arc<Host>, cell: Arc<SessionCell>, goal_id: String) {
             let mut st = cell.lock();
             let goal = st.goal.clone().filter(|g| g.goal_id == goal_id);
             let Some(mut goal) = goal.filter(|g| g.is_live() && !st.removed) else {
-                st.goal_driver = false;
+                leave(&mut st, &goal_id);
                 return;
             };
             let minutes = (now_ms().saturating_sub(goal.started_at)) / 60_000;
@@ -249,7 +274,7 @@ fn driver(host: Arc<Host>, cell: Arc<SessionCell>, goal_id: String) {
                 cell.notice(&mut st, "", notice);
                 ended(&mut goal, "stopped", reason);
                 let _ = save(&host, &cell, &mut st, goal);
-                st.goal_driver = false;
+                leave(&mut st, &goal_id);
                 return;
             }
             if st.active.is_some() {
@@ -264,13 +289,15 @@ fn driver(host: Arc<Host>, cell: Arc<SessionCell>, goal_id: String) {
             text: prompt(&goal),
             attachments: vec![],
         };
-        match super::ops::start_goal_turn(&host, &turn_id, &cell, content) {
+        match super::ops::start_goal_turn(&host, &turn_id, &cell, &goal_id, content) {
             Ok(StartOutcome::Started { .. }) => {}
             Ok(StartOutcome::Parked { reason }) => {
                 log::warn!("goal {goal_id}: turn not started ({reason})");
             }
-            // Someone else's turn got in first: wait for it (above).
-            Err(e) if e.code == ErrorCode::SessionBusy => {}
+            // Someone else's turn got in first: wait for it (above). Or the goal stopped being
+            // the live one since it was read: the check above lets the driver leave.
+            Err(e)
+                if e.code == ErrorCode::SessionBusy || e.code == ErrorCode::OperationConflict => {}
             Err(e) => {
                 let mut st = cell.lock();
                 if let Some(mut g) = st.goal.clone().filter(|g| g.goal_id == goal_id) {
@@ -283,24 +310,29 @@ fn driver(host: Arc<Host>, cell: Arc<SessionCell>, goal_id: String) {
                     }
                     let _ = save(&host, &cell, &mut st, g);
                 }
-                st.goal_driver = false;
+                leave(&mut st, &goal_id);
                 return;
             }
         }
     }
 }
 
-/// A goal's turn ended (called by the turn, before its terminal frame): count it and its
-/// tokens; a stopped turn pauses the goal, a failed one fails it.
+/// A turn of goal `goal_id` ended (called by the turn, before its terminal frame): count it
+/// and its tokens; a stopped turn pauses the goal, a failed one fails it. Only that goal's: a
+/// turn stopped because its goal was replaced (`set` while it ran) ends after the new goal is
+/// armed, and is none of the new goal's business.
 pub fn turn_finished(
     host: &Host,
     cell: &SessionCell,
     st: &mut SessionState,
+    goal_id: &str,
     status: TurnStatus,
     why: Option<String>,
     tokens: u64,
 ) {
-    let Some(mut g) = st.goal.clone() else { return };
+    let Some(mut g) = st.goal.clone().filter(|g| g.goal_id == goal_id) else {
+        return;
+    };
     g.turns_run += 1;
     g.tokens_used = g.tokens_used.saturating_add(tokens);
     if g.is_live() {
@@ -321,12 +353,23 @@ pub fn turn_finished(
 /// The longest evidence a completed goal keeps.
 const MAX_EVIDENCE_BYTES: usize = 16 * 1024;
 
-/// `goal_complete` from a goal's turn: the objective is met.
-pub fn complete(host: &Host, cell: &SessionCell, evidence: &str) -> Result<String, String> {
+/// `goal_complete`: the objective is met. From a goal's turn (`goal_id`), only that goal.
+pub fn complete(
+    host: &Host,
+    cell: &SessionCell,
+    goal_id: Option<&str>,
+    evidence: &str,
+) -> Result<String, String> {
     let mut st = cell.lock();
     let Some(mut goal) = st.goal.clone().filter(Goal::is_live) else {
         return Err("No goal is armed in this session.".into());
     };
+    if goal_id.is_some_and(|id| id != goal.goal_id) {
+        return Err(
+            "The goal this turn worked toward was cancelled or replaced; nothing was marked complete."
+                .into(),
+        );
+    }
     goal.status = "completed".into();
     // Bounded: the goal travels in a frame (1 MiB at most) and in every `_maka/goal_update`;
     // unbounded evidence made the "completed" notification too large to send.
@@ -345,9 +388,15 @@ pub fn complete(host: &Host, cell: &SessionCell, evidence: &str) -> Result<Strin
     Ok("The goal is marked complete.".into())
 }
 
-/// A goal turn waits on the person (`waiting`), or got its answer.
-pub fn waiting(host: &Host, cell: &SessionCell, st: &mut SessionState, waiting: bool) {
-    let Some(mut goal) = st.goal.clone() else {
+/// A turn of goal `goal_id` waits on the person (`waiting`), or got its answer.
+pub fn waiting(
+    host: &Host,
+    cell: &SessionCell,
+    st: &mut SessionState,
+    goal_id: &str,
+    waiting: bool,
+) {
+    let Some(mut goal) = st.goal.clone().filter(|g| g.goal_id == goal_id) else {
         return;
     };
     let next = match (waiting, goal.status.as_str()) {

@@ -15,6 +15,10 @@
 //! grammar ([`PREFIX_PROGRAMS`]); for any other program the lasting choice is the exact
 //! command. A reject rule looks loosely at every part of a command. Reject rules are a
 //! convenience, not a sandbox: explore mode is the read-only guarantee.
+//!
+//! No rule widens the session's folders: where an allow rule lets a command run unasked, what
+//! it would read outside them ([`outside_reads`]: its words resolved as `read_file` resolves a
+//! path, the links below the folders a recursive reader walks) gets the boundary dialog.
 
 use crate::host_api::wire::{Decision, PermissionRule, Review, RuleTarget};
 use crate::jsonrpc::lock;
@@ -329,6 +333,393 @@ fn leaves_the_workspace(word: &str) -> bool {
     [word, value]
         .iter()
         .any(|w| w.starts_with('/') || w.starts_with('~') || w.split('/').any(|part| part == ".."))
+}
+
+/// What a command reads, as the boundary sees it ([`outside_reads`]).
+#[derive(Debug, PartialEq)]
+pub enum Reads {
+    /// The paths it may read that lie outside the session's folders, resolved (none: it
+    /// reads only inside them).
+    Outside(Vec<PathBuf>),
+    /// It could not be checked within the bounds (a folder too large to walk, too many
+    /// words or links): why, for the log. No kept rule decides it; the person is asked.
+    Unchecked(String),
+}
+
+/// Most entries a recursive read's folders are walked for links before it asks instead.
+const READ_WALK_LIMIT: usize = 20_000;
+/// Most path candidates of one command's words.
+const READ_CANDIDATE_LIMIT: usize = 2_000;
+/// Most outside paths one boundary dialog names; past it the command asks as a whole.
+const READ_OUTSIDE_LIMIT: usize = 16;
+
+/// How a program that reads folders recursively is read: what turns recursion on, and how
+/// its operands are told apart (with no folder operand it reads the working directory).
+struct Recursion {
+    program: &'static str,
+    /// Recursive whatever its options say (`du`, `find`).
+    always: bool,
+    /// Short options that make it recursive, anywhere in a cluster (`-rn`).
+    short: &'static str,
+    /// Long options that make it recursive (or an abbreviation of one: `--rec`).
+    long: &'static [&'static str],
+    operands: Operands,
+}
+
+/// How a recursive reader's operands are found, to know whether it reads the working
+/// directory. Each errs on the safe side: a word that may be an option's value is no operand,
+/// so the working directory is walked.
+enum Operands {
+    /// GNU options: `short_values` take a value (the rest of the cluster, or the next word);
+    /// `long_flags` take none (any other long option given without `=` may take the next
+    /// word); with `pattern_first`, the first operand is a pattern unless `-e`/`-f`
+    /// (`--regexp`/`--file`) gave one.
+    Gnu {
+        short_values: &'static str,
+        long_flags: &'static [&'static str],
+        pattern_first: bool,
+    },
+    /// Folders before the expression (`find [-H|-L|-P] folder… -name x`).
+    BeforeExpression,
+    /// Only what it names (`diff -r a b` needs both).
+    NamedOnly,
+    /// No grammar kept here (`rg`, `tree`): it counts as reading the working directory.
+    Unknown,
+}
+
+const GREP_FLAGS: &[&str] = &[
+    "recursive",
+    "dereference-recursive",
+    "line-number",
+    "ignore-case",
+    "no-ignore-case",
+    "count",
+    "files-with-matches",
+    "files-without-match",
+    "invert-match",
+    "word-regexp",
+    "line-regexp",
+    "with-filename",
+    "no-filename",
+    "only-matching",
+    "quiet",
+    "silent",
+    "no-messages",
+    "byte-offset",
+    "text",
+    "null",
+    "null-data",
+    "fixed-strings",
+    "extended-regexp",
+    "basic-regexp",
+    "perl-regexp",
+    "initial-tab",
+    "line-buffered",
+];
+
+const fn grep(program: &'static str) -> Recursion {
+    Recursion {
+        program,
+        always: false,
+        short: "rR",
+        long: &["recursive", "dereference-recursive"],
+        operands: Operands::Gnu {
+            short_values: "ABCDdefm",
+            long_flags: GREP_FLAGS,
+            pattern_first: true,
+        },
+    }
+}
+
+/// The programs that read folders recursively. `find`, `rg` and `tree` are on no prefix
+/// allow-list, but an exact rule may name them.
+const RECURSIVE_READERS: &[Recursion] = &[
+    grep("grep"),
+    grep("egrep"),
+    grep("fgrep"),
+    Recursion {
+        program: "ls",
+        always: false,
+        short: "R",
+        long: &["recursive"],
+        operands: Operands::Gnu {
+            short_values: "ITw",
+            long_flags: &[
+                "recursive",
+                "all",
+                "almost-all",
+                "human-readable",
+                "classify",
+                "directory",
+                "reverse",
+                "size",
+                "dereference",
+                "numeric-uid-gid",
+                "inode",
+            ],
+            pattern_first: false,
+        },
+    },
+    Recursion {
+        program: "diff",
+        always: false,
+        short: "r",
+        long: &["recursive"],
+        operands: Operands::NamedOnly,
+    },
+    Recursion {
+        program: "du",
+        always: true,
+        short: "",
+        long: &[],
+        operands: Operands::Gnu {
+            short_values: "BdtX",
+            long_flags: &[
+                "all",
+                "summarize",
+                "human-readable",
+                "si",
+                "bytes",
+                "dereference",
+                "dereference-args",
+                "no-dereference",
+                "count-links",
+                "apparent-size",
+                "total",
+                "one-file-system",
+                "separate-dirs",
+                "null",
+                "inodes",
+            ],
+            pattern_first: false,
+        },
+    },
+    Recursion {
+        program: "find",
+        always: true,
+        short: "",
+        long: &[],
+        operands: Operands::BeforeExpression,
+    },
+    Recursion {
+        program: "rg",
+        always: true,
+        short: "",
+        long: &[],
+        operands: Operands::Unknown,
+    },
+    Recursion {
+        program: "tree",
+        always: true,
+        short: "",
+        long: &[],
+        operands: Operands::Unknown,
+    },
+];
+
+impl Recursion {
+    /// Whether these arguments make it recurse. Loose on purpose: an option letter found
+    /// where it is really a value (`-er`) costs a walk, never a missed one.
+    fn recurses(&self, args: &[&str]) -> bool {
+        let option = |w: &&str| match w.strip_prefix("--") {
+            Some(long) => {
+                let name = long.split('=').next().unwrap_or(long);
+                (!name.is_empty() && self.long.iter().any(|l| l.starts_with(name)))
+                    || long.ends_with("=recurse")
+            }
+            None => w.starts_with('-') && w[1..].chars().any(|c| self.short.contains(c)),
+        };
+        // grep's `-d recurse` (`-drecurse`, `--directories recurse`).
+        let recurse_value = |w: &&str| !self.short.is_empty() && w.ends_with("recurse");
+        self.always || args.iter().any(|w| option(w) || recurse_value(w))
+    }
+
+    /// Whether it names no folder of its own, and so reads the working directory.
+    fn reads_cwd(&self, args: &[&str]) -> bool {
+        let (short_values, long_flags, pattern_first) = match self.operands {
+            Operands::Gnu {
+                short_values,
+                long_flags,
+                pattern_first,
+            } => (short_values, long_flags, pattern_first),
+            Operands::BeforeExpression => {
+                return args
+                    .first()
+                    .is_none_or(|w| w.starts_with('-') || w.starts_with('(') || w.starts_with('!'))
+            }
+            Operands::NamedOnly => return false,
+            Operands::Unknown => return true,
+        };
+        let mut operands = 0usize;
+        let mut pattern_given = false;
+        let mut options_ended = false;
+        let mut i = 0;
+        while i < args.len() {
+            let word = args[i];
+            i += 1;
+            if options_ended || word == "-" || !word.starts_with('-') {
+                operands += 1;
+            } else if word == "--" {
+                options_ended = true;
+            } else if let Some(long) = word.strip_prefix("--") {
+                let (name, valued) = long
+                    .split_once('=')
+                    .map_or((long, false), |(n, _)| (n, true));
+                if pattern_first
+                    && !name.is_empty()
+                    && ["regexp", "file"].iter().any(|o| o.starts_with(name))
+                {
+                    pattern_given = true;
+                }
+                if !valued && !long_flags.contains(&name) {
+                    i += 1;
+                }
+            } else {
+                let cluster = &word[1..];
+                if let Some((at, c)) = cluster
+                    .char_indices()
+                    .find(|(_, c)| short_values.contains(*c))
+                {
+                    pattern_given |= pattern_first && "ef".contains(c);
+                    if at + c.len_utf8() == cluster.len() {
+                        i += 1;
+                    }
+                }
+            }
+        }
+        if pattern_first && !pattern_given {
+            operands = operands.saturating_sub(1);
+        }
+        operands == 0
+    }
+}
+
+/// The paths a word may name: itself; an option's value (`--file=x`); and for a cluster of
+/// short options, what follows each letter (`-fnotes.txt`, `-f/etc/passwd`: the value may
+/// start anywhere). A value made only of `/` is a separator (`cut -d/`), not the root.
+fn path_candidates(word: &str) -> Vec<&str> {
+    let mut out = vec![word];
+    if let Some((_, value)) = word.split_once('=') {
+        out.push(value);
+    }
+    if word.starts_with('-') && !word.starts_with("--") {
+        // Plain words are ASCII: every index is a boundary.
+        out.extend((2..word.len()).map(|i| &word[i..]));
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|c| {
+        !c.is_empty() && (c == &word || !c.chars().all(|ch| ch == '/')) && seen.insert(*c)
+    });
+    out
+}
+
+/// What `command` would read outside `roots` (the session's folders), for a kept rule that
+/// allows it: every word that may be a path, resolved exactly as `read_file` resolves its
+/// path ([`crate::host::tools::fs::resolve`], every link followed), and for a program that
+/// reads folders recursively (`grep -r`, `ls -R`, `du`, `find`…), every link below the
+/// folders it reads (the named ones, or the working directory), walked within
+/// [`READ_WALK_LIMIT`] entries. A kept rule never widens the session's folders: what is
+/// outside gets the boundary dialog, as `read_file`'s path does; what cannot be checked is
+/// asked as a whole. A command the matcher cannot read (no plain words) reads nothing here:
+/// no allow rule covers it.
+pub fn outside_reads(command: &str, cwd: &Path, roots: &[PathBuf]) -> Reads {
+    use crate::host::tools::fs::resolve;
+    let Some(words) = plain_words(command) else {
+        return Reads::Outside(vec![]);
+    };
+    let (&program, args) = match words.split_first() {
+        Some(split) => split,
+        None => return Reads::Outside(vec![]),
+    };
+    let inside = |p: &Path| roots.iter().any(|r| p.starts_with(r));
+    let recursion = RECURSIVE_READERS
+        .iter()
+        .find(|r| r.program == program)
+        .filter(|r| r.recurses(args));
+    let mut outside = std::collections::BTreeSet::new();
+    let mut folders = vec![];
+    let mut candidates = 0;
+    for word in args {
+        for c in path_candidates(word) {
+            candidates += 1;
+            if candidates > READ_CANDIDATE_LIMIT {
+                return Reads::Unchecked(format!(
+                    "its words name more than {READ_CANDIDATE_LIMIT} possible paths"
+                ));
+            }
+            let real = resolve(cwd, c);
+            if !inside(&real) {
+                outside.insert(real);
+            } else if recursion.is_some() && real.is_dir() {
+                folders.push(real);
+            }
+        }
+    }
+    if let Some(r) = recursion {
+        if r.reads_cwd(args) {
+            folders.push(cwd.to_path_buf());
+        }
+        if let Err(why) = links_leading_outside(folders, &inside, &mut outside) {
+            return Reads::Unchecked(why);
+        }
+    }
+    if outside.len() > READ_OUTSIDE_LIMIT {
+        return Reads::Unchecked(format!(
+            "it reads more than {READ_OUTSIDE_LIMIT} paths outside the session's folders"
+        ));
+    }
+    Reads::Outside(outside.into_iter().collect())
+}
+
+/// Walks `folders` (resolved, inside the roots) for links: each link that leads outside is
+/// added to `outside` (where it leads); one that leads to a folder inside is walked too (a
+/// reader that follows links goes there). `Err` past [`READ_WALK_LIMIT`] entries or
+/// [`READ_OUTSIDE_LIMIT`] outside paths.
+fn links_leading_outside(
+    folders: Vec<PathBuf>,
+    inside: &dyn Fn(&Path) -> bool,
+    outside: &mut std::collections::BTreeSet<PathBuf>,
+) -> Result<(), String> {
+    use crate::host::tools::fs::resolve;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = folders;
+    let mut entries = 0usize;
+    while let Some(dir) = stack.pop() {
+        if !seen.insert(dir.clone()) {
+            continue;
+        }
+        // A folder nobody can list: the program cannot read it either.
+        let Ok(list) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in list.flatten() {
+            entries += 1;
+            if entries > READ_WALK_LIMIT {
+                return Err(format!(
+                    "its folders hold more than {READ_WALK_LIMIT} entries to check for links"
+                ));
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_symlink() {
+                let real = resolve(Path::new("/"), entry.path());
+                if !inside(&real) {
+                    outside.insert(real);
+                    if outside.len() > READ_OUTSIDE_LIMIT {
+                        return Err(format!(
+                            "it reads more than {READ_OUTSIDE_LIMIT} paths outside the session's folders"
+                        ));
+                    }
+                } else if real.is_dir() {
+                    stack.push(real);
+                }
+            } else if kind.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The words of each part of a command, split loosely (on operators, quotes, backslashes and
@@ -1006,6 +1397,77 @@ mod tests {
             ..call(in_src)
         };
         assert!(verdict(&rules, &as_command).is_none(), "kinds do not mix");
+    }
+
+    /// What a command would read outside the workspace, found as `read_file` finds its path
+    /// (links followed) and, for recursive readers, through the links below its folders.
+    #[test]
+    fn what_a_command_reads_outside_is_found_through_links() {
+        use std::os::unix::fs::symlink;
+        let base = std::env::temp_dir().join(format!(
+            "maka-reads-{}-{}",
+            std::process::id(),
+            crate::host_api::wire::now_ms()
+        ));
+        let (ws, out) = (base.join("ws"), base.join("out"));
+        for d in [ws.join("src"), ws.join("docs/deep"), out.join("keys")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let base = std::fs::canonicalize(&base).unwrap();
+        let (ws, out) = (base.join("ws"), base.join("out"));
+        let (secret, keys) = (out.join("secret.txt"), out.join("keys"));
+        std::fs::write(&secret, "s").unwrap();
+        std::fs::write(ws.join("src/a.txt"), "a").unwrap();
+        symlink(&secret, ws.join("notes.txt")).unwrap();
+        symlink(&keys, ws.join("vendor")).unwrap();
+        symlink(&keys, ws.join("docs/deep/more")).unwrap();
+        // A link to a folder inside is followed: what is below it counts too.
+        symlink(ws.join("docs"), ws.join("src/docs-link")).unwrap();
+        symlink("../src", ws.join("docs/up")).unwrap(); // a loop, walked once
+        let roots = [ws.clone()];
+        let reads = |c: &str| outside_reads(c, &ws, &roots);
+        let outside = |p: &[&PathBuf]| Reads::Outside(p.iter().map(|p| p.to_path_buf()).collect());
+        for (command, want) in [
+            ("cat src/a.txt", outside(&[])),
+            ("cat notes.txt", outside(&[&secret])),
+            ("head -n5 ./notes.txt", outside(&[&secret])),
+            ("jq -fnotes.txt x", outside(&[&secret])),
+            ("grep --file=notes.txt x src/a.txt", outside(&[&secret])),
+            (
+                "cat /nowhere-maka/x",
+                outside(&[&PathBuf::from("/nowhere-maka/x")]),
+            ),
+            ("cut -d/ -f1 src/a.txt", outside(&[])),
+            ("grep token docs", outside(&[])),
+            ("ls docs/deep", outside(&[])),
+            ("grep -R token vendor", outside(&[&keys])),
+            ("grep -rn token docs", outside(&[&keys])),
+            ("grep -r token src", outside(&[&keys])),
+            ("grep -n --recursive token docs/deep", outside(&[&keys])),
+            ("grep -r token src/a.txt", outside(&[])),
+            ("grep -r token", outside(&[&keys, &secret])),
+            ("grep -r -A 3 token", outside(&[&keys, &secret])),
+            ("grep -r -e token", outside(&[&keys, &secret])),
+            ("ls -R", outside(&[&keys, &secret])),
+            ("du -sh docs", outside(&[&keys])),
+            ("find . -name x", outside(&[&keys, &secret])),
+            ("find -name x", outside(&[&keys, &secret])),
+            ("diff -r src docs", outside(&[&keys])),
+            ("git log -5", outside(&[])),
+        ] {
+            assert_eq!(reads(command), want, "{command:?}");
+        }
+        // Past the bounds it is not checked: the person is asked.
+        let long = format!("cat -{}", "x".repeat(READ_CANDIDATE_LIMIT + 10));
+        assert!(matches!(reads(&long), Reads::Unchecked(_)));
+        let big = ws.join("big");
+        std::fs::create_dir_all(&big).unwrap();
+        for i in 0..=READ_WALK_LIMIT {
+            std::fs::File::create(big.join(i.to_string())).unwrap();
+        }
+        assert!(matches!(reads("grep -r x big"), Reads::Unchecked(_)));
+        assert_eq!(reads("grep x big/1"), outside(&[]));
+        std::fs::remove_dir_all(&base).unwrap();
     }
 
     #[test]

@@ -46,8 +46,9 @@ pub struct SessionState {
     pub usage_totals: TokenUsage,
     /// The session's goal, if one was ever armed (`goal.json`).
     pub goal: Option<crate::host_api::wire::Goal>,
-    /// A goal driver thread runs for this session.
-    pub goal_driver: bool,
+    /// The goal whose driver thread runs for this session. A driver of a goal that is no
+    /// longer the session's leaves at its next check, without touching this.
+    pub goal_driver: Option<String>,
     /// Tokens per model (for costs at the current prices), from the transcript's usage items.
     pub usage_by_model: HashMap<String, TokenUsage>,
     /// Transcript lines that could not be read and were moved aside (once loaded).
@@ -109,6 +110,8 @@ pub struct ActiveTurn {
     pub approved_paths: Vec<String>,
     /// Messages added while it runs (`turn.message.submit`), taken in at its next model step.
     pub steering: Vec<(String, MessageContent)>,
+    /// The goal it runs for (origin `goal`).
+    pub goal_id: Option<String>,
 }
 
 #[derive(Clone)]
@@ -216,7 +219,7 @@ impl SessionCell {
                 usage_totals: TokenUsage::default(),
                 usage_by_model: HashMap::new(),
                 goal: None,
-                goal_driver: false,
+                goal_driver: None,
                 quarantine: Vec::new(),
                 removed: false,
                 readers: HashMap::new(),
@@ -572,7 +575,7 @@ impl SessionState {
             && self.readers.is_empty()
             && self.interactions.values().all(|i| i.answer_tx.is_none())
             && self.client_calls.is_empty()
-            && !self.goal_driver;
+            && self.goal_driver.is_none();
         if idle && self.transcript.is_some() {
             self.transcript = None;
             self.usage_totals = TokenUsage::default();

@@ -292,7 +292,7 @@ pub(super) fn plan_turn_start(
         text,
         attachments: vec![],
     };
-    super::turns::start_with_origin(host, &input.turn_id, &cell, "plan", content)
+    super::turns::start_with_origin(host, &input.turn_id, &cell, "plan", None, content)
 }
 
 // ---- artifacts --------------------------------------------------------------------------------

@@ -134,14 +134,16 @@ fn check_id(what: &str, id: &str) -> Result<(), HostError> {
     }
 }
 
-/// A goal's turn (origin `goal`), admitted like a prompt.
+/// A turn of goal `goal_id` (origin `goal`), admitted like a prompt while that goal is the
+/// session's live one (else `operation_conflict`).
 pub(crate) fn start_goal_turn(
     host: &Arc<Host>,
     turn_id: &str,
     cell: &Arc<SessionCell>,
+    goal_id: &str,
     content: MessageContent,
 ) -> Result<op::StartOutcome, HostError> {
-    turns::start_with_origin(host, turn_id, cell, "goal", content)
+    turns::start_with_origin(host, turn_id, cell, "goal", Some(goal_id), content)
 }
 
 /// Locks a session and loads its transcript (recovering it after a crash on first use).

@@ -25,6 +25,7 @@ pub(super) fn start(host: &Arc<Host>, input: TurnStartInput) -> Result<StartOutc
         &cell,
         &input.turn_id,
         "prompt",
+        None,
         Some(input.content),
         fingerprint,
         max_steps,
@@ -96,6 +97,7 @@ pub(super) fn start_with_origin(
     turn_id: &str,
     cell: &Arc<SessionCell>,
     origin: &str,
+    goal_id: Option<&str>,
     content: MessageContent,
 ) -> Result<StartOutcome, HostError> {
     check_id("turnId", turn_id)?;
@@ -106,6 +108,7 @@ pub(super) fn start_with_origin(
         cell,
         turn_id,
         origin,
+        goal_id,
         Some(content),
         fingerprint,
         max_steps,
@@ -113,13 +116,14 @@ pub(super) fn start_with_origin(
     )
 }
 
-/// Admits a turn (prompt or resume) and starts its thread.
+/// Admits a turn (prompt or resume; a goal's, for goal `goal_id`) and starts its thread.
 #[allow(clippy::too_many_arguments)]
 fn admit(
     host: &Arc<Host>,
     cell: &Arc<SessionCell>,
     turn_id: &str,
     origin: &str,
+    goal_id: Option<&str>,
     content: Option<MessageContent>,
     fingerprint: String,
     max_steps: usize,
@@ -149,6 +153,20 @@ fn admit(
             ErrorCode::SessionArchived,
             "the session is archived; make it active first",
         ));
+    }
+    // A goal's turn starts only while its goal is the session's live one: a driver that read
+    // the goal just before it was cancelled or replaced starts nothing for it.
+    if let Some(goal_id) = goal_id {
+        if !st
+            .goal
+            .as_ref()
+            .is_some_and(|g| g.goal_id == goal_id && g.is_live())
+        {
+            return Err(HostError::new(
+                ErrorCode::OperationConflict,
+                format!("goal {goal_id} is no longer the session's live goal; no turn was started for it"),
+            ));
+        }
     }
     if let Some(a) = &st.active {
         return Err(HostError::new(
@@ -215,6 +233,7 @@ fn admit(
         remembered: Default::default(),
         approved_paths: vec![],
         steering: vec![],
+        goal_id: goal_id.map(String::from),
     });
     st.turns.insert(
         turn_id.into(),
@@ -258,7 +277,7 @@ fn admit(
     host.bump_catalog();
     let spec = TurnSpec {
         turn_id: turn_id.into(),
-        origin: origin.into(),
+        goal_id: goal_id.map(String::from),
         run_id,
         prompt_text,
         max_steps,
@@ -447,6 +466,7 @@ pub(super) fn resume_start(
         &cell,
         &input.turn_id,
         "resume",
+        None,
         None,
         fingerprint,
         host.tunables.max_steps,

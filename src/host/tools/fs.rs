@@ -26,9 +26,12 @@ pub(super) const WALK_LIMIT: usize = 100_000;
 /// every symbolic link resolved — the last component too, and links whose target does not
 /// exist yet (a dangling `link -> /outside/file` is `/outside/file`, which is what a write
 /// would create). Bounded: after 40 links the rest is kept as written (opening it fails).
-pub fn resolve(cwd: &Path, p: &str) -> PathBuf {
-    let joined = if Path::new(p).is_absolute() {
-        PathBuf::from(p)
+/// The one resolver: every tool, the boundary and the kept rules' reading of a command
+/// (`permissions::outside_reads`) see a path through it.
+pub fn resolve(cwd: &Path, p: impl AsRef<Path>) -> PathBuf {
+    let p = p.as_ref();
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
     } else {
         cwd.join(p)
     };
@@ -194,7 +197,7 @@ pub fn read_host_input(
     max: u64,
 ) -> Result<Option<Vec<u8>>, String> {
     use std::os::unix::fs::OpenOptionsExt;
-    let real = resolve(Path::new("/"), &path.to_string_lossy());
+    let real = resolve(Path::new("/"), path);
     let roots: Vec<PathBuf> = roots
         .iter()
         .map(|r| fs::canonicalize(r).unwrap_or_else(|_| r.clone()))
@@ -241,7 +244,7 @@ pub fn read_host_input(
 /// agent wrote into replaced by a link to somewhere else. The rewind's boundary check: a path
 /// that no longer resolves to itself is a conflict, never an action.
 pub fn still_itself(path: &Path) -> Result<(), PathBuf> {
-    let now = resolve(Path::new("/"), &path.to_string_lossy());
+    let now = resolve(Path::new("/"), path);
     if now == path {
         Ok(())
     } else {

@@ -209,11 +209,36 @@ impl Turn {
             )
         };
         // Kept rules matter only to calls that need a permission: reads never look them up.
-        let decided = plan.review.and_then(|review| {
+        let mut decided = plan.review.and_then(|review| {
             let workspace_rules = self.host.permissions.for_workspace(&self.workspace_key());
             let kept: Vec<&PermissionRule> = session_rules.iter().chain(&workspace_rules).collect();
             permissions::verdict(&kept, &self.rule_call(review, name, args, plan)).cloned()
         });
+        // A kept rule never widens the session's folders: where it is what lets a command run
+        // unasked, what the command would read outside them — its words resolved as
+        // `read_file` resolves a path, the links below a folder it reads recursively — gets
+        // the boundary dialog, as `read_file`'s path does; a command too large to check is
+        // asked as a whole.
+        let mut touches = plan.touches.clone();
+        let allowed_by_rule = decided
+            .as_ref()
+            .is_some_and(|r| r.decision == Decision::Allow)
+            && mode == PermissionMode::Ask
+            && !remembered
+            && !shown;
+        if let (true, Some(review)) = (allowed_by_rule, plan.review) {
+            if let Some(command) = self.rule_call(review, name, args, plan).command {
+                match permissions::outside_reads(command, &self.cwd, &self.roots) {
+                    permissions::Reads::Outside(paths) => {
+                        touches.extend(paths.into_iter().map(|p| (p, "read")));
+                    }
+                    permissions::Reads::Unchecked(why) => {
+                        log::info!("a kept rule does not decide `{command}`: {why}");
+                        decided = None;
+                    }
+                }
+            }
+        }
         // The person is told when a kept rule, not a question, decided: a refusal (unless
         // explore mode refuses first) or an allowance where ask mode would have asked.
         let told = decided.as_ref().filter(|r| match r.decision {
@@ -234,7 +259,7 @@ impl Turn {
             collaboration,
             review: plan.review,
             has_plan,
-            touches: &plan.touches,
+            touches: &touches,
             roots: &self.roots,
             approved: &approved,
             remembered: remembered
@@ -287,7 +312,8 @@ impl Turn {
                 if evidence.is_empty() {
                     return ToolOutcome::failed("goal_complete needs `evidence`".into());
                 }
-                match crate::host::goals::complete(&self.host, &self.cell, evidence) {
+                let goal_id = self.spec.goal_id.as_deref();
+                match crate::host::goals::complete(&self.host, &self.cell, goal_id, evidence) {
                     Ok(msg) => ToolOutcome::completed(msg, false),
                     Err(msg) => ToolOutcome::failed(msg),
                 }

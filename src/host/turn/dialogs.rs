@@ -42,9 +42,9 @@ impl Turn {
             self.set_status(&mut st, TurnStatus::WaitingForUser);
             self.cell
                 .emit(&mut st, FrameBody::InteractionRequest { interaction });
-            if self.spec.origin == "goal" {
+            if let Some(goal_id) = &self.spec.goal_id {
                 // The goal waits for the person (who may not be here yet) instead of guessing.
-                crate::host::goals::waiting(&self.host, &self.cell, &mut st, true);
+                crate::host::goals::waiting(&self.host, &self.cell, &mut st, goal_id, true);
             }
         }
         let outcome = select! {
@@ -60,8 +60,8 @@ impl Turn {
             }
         };
         self.set_status(&mut st, TurnStatus::Running);
-        if self.spec.origin == "goal" {
-            crate::host::goals::waiting(&self.host, &self.cell, &mut st, false);
+        if let Some(goal_id) = &self.spec.goal_id {
+            crate::host::goals::waiting(&self.host, &self.cell, &mut st, goal_id, false);
         }
         answer
     }

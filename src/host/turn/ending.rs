@@ -18,7 +18,8 @@ pub(super) struct TurnEnd {
     cell: Arc<SessionCell>,
     turn_id: String,
     run_id: String,
-    origin: String,
+    /// The goal the turn runs for: its end counts for that goal only.
+    goal_id: Option<String>,
     tokens_at_start: u64,
     ended: AtomicBool,
 }
@@ -35,7 +36,7 @@ impl TurnEnd {
             cell: Arc::clone(cell),
             turn_id: spec.turn_id.clone(),
             run_id: spec.run_id.clone(),
-            origin: spec.origin.clone(),
+            goal_id: spec.goal_id.clone(),
             tokens_at_start,
             ended: AtomicBool::new(false),
         }
@@ -106,7 +107,7 @@ impl TurnEnd {
             rec.snapshot.ended_at = Some(now_ms());
         }
         st.active = None;
-        if self.origin == "goal" {
+        if let Some(goal_id) = &self.goal_id {
             let used = st
                 .usage_totals
                 .input_tokens
@@ -116,6 +117,7 @@ impl TurnEnd {
                 &self.host,
                 &self.cell,
                 &mut st,
+                goal_id,
                 status,
                 why,
                 used.saturating_sub(self.tokens_at_start),

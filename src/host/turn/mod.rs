@@ -48,8 +48,9 @@ fn frame_pieces(text: &str) -> impl Iterator<Item = &str> {
 
 pub struct TurnSpec {
     pub turn_id: String,
-    /// `prompt`, `resume`, `plan` or `goal`.
-    pub origin: String,
+    /// The goal it runs for (origin `goal`): its end, its dialogs and its `goal_complete`
+    /// count for that goal only — never for one set after it while it was ending.
+    pub goal_id: Option<String>,
     pub run_id: String,
     pub prompt_text: Arc<str>,
     pub max_steps: usize,
