@@ -466,6 +466,7 @@ fn run_host(args: HostArgs) -> i32 {
 #[cfg(feature = "serve")]
 fn run_serve(args: ServeArgs, config: AdapterConfig) -> i32 {
     let idle_timeout = config.tunables.serve_idle_timeout;
+    let body_deadline = config.tunables.serve_body_deadline;
     let route = args.route_peers.map(|peers| {
         let me = args.route_self.unwrap_or_else(|| args.listen.to_string());
         (peers, me)
@@ -477,6 +478,7 @@ fn run_serve(args: ServeArgs, config: AdapterConfig) -> i32 {
         tls_proxied: args.tls_proxied,
         config,
         idle_timeout,
+        body_deadline,
     })
 }
 

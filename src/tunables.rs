@@ -34,6 +34,10 @@ pub struct Tunables {
     /// before it is closed, its running turns cancelled (`MAKA_SERVE_IDLE_TIMEOUT_MS`, ≥ 100;
     /// 120 s).
     pub serve_idle_timeout: Duration,
+    /// `maka-acp serve`: how long one request body (from the end of its head) or one WebSocket
+    /// frame (from its first byte) may take to arrive whole (`MAKA_SERVE_BODY_DEADLINE_MS`,
+    /// ≥ 100; 60 s).
+    pub serve_body_deadline: Duration,
 }
 
 impl Default for Tunables {
@@ -47,6 +51,7 @@ impl Default for Tunables {
             compact_at_percent: 80,
             permission_timeout_ms: None,
             serve_idle_timeout: Duration::from_secs(120),
+            serve_body_deadline: Duration::from_secs(60),
         }
     }
 }
@@ -94,6 +99,11 @@ impl Tunables {
                 "MAKA_SERVE_IDLE_TIMEOUT_MS",
                 100..=u64::MAX,
                 d.serve_idle_timeout,
+            ),
+            serve_body_deadline: millis(
+                "MAKA_SERVE_BODY_DEADLINE_MS",
+                100..=u64::MAX,
+                d.serve_body_deadline,
             ),
         }
     }
@@ -175,6 +185,7 @@ mod tests {
             "MAKA_PROVIDER_IDLE_TIMEOUT_MS" => Some(" 2500 ".into()),
             "MAKA_HOST_FSYNC" => Some("0".into()),
             "MAKA_PERMISSION_TIMEOUT_MS" => Some("50".into()),
+            "MAKA_SERVE_BODY_DEADLINE_MS" => Some("50".into()),
             _ => None,
         });
         assert_eq!(t.permission_timeout_ms, None, "below 100 ms and not 0");
@@ -182,5 +193,10 @@ mod tests {
         assert_eq!(t.mcp_start_timeout, Duration::from_secs(30));
         assert_eq!(t.provider_idle_timeout, Duration::from_millis(2500));
         assert!(!t.fsync);
+        assert_eq!(
+            t.serve_body_deadline,
+            Duration::from_secs(60),
+            "below 100 ms"
+        );
     }
 }

@@ -290,3 +290,43 @@ fn a_prompt_that_cannot_be_followed_is_never_started() {
     );
     drop(held);
 }
+
+/// Issue 54 §2: any local user can find the embedded host's port (`/proc/net/tcp`). While a
+/// hostile client holds 2 100 sockets to it without the token (its slots are 256), an
+/// editor's prompt through the stdio adapter to that host goes through: sockets without the
+/// token get one answer and are closed, and never take a token holder's slot.
+#[test]
+fn an_editors_prompt_goes_through_while_its_hosts_port_is_flooded_without_the_token() {
+    let data = TempDir::new("hh-flood");
+    let ws = TempDir::new("hh-flood-ws");
+    let script = json!({"default": [[{"text": "Hello through the flood."}]]});
+    let mut agent = support::AgentProcess::scripted(&script, &data.0);
+    agent.initialize();
+    let id = agent.new_session(ws.path());
+    let info: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.0.join("host.json")).unwrap()).unwrap();
+    let port = info["port"].as_u64().unwrap() as u16;
+    let held = support::tokenless_flood(port, "/v1/health", 2100, 200);
+    let t = agent.prompt(&id, "hello", |r| panic!("{r}"));
+    assert_eq!(
+        t.response["result"]["stopReason"],
+        "end_turn",
+        "{}\n{}",
+        t.response,
+        agent.stderr()
+    );
+    assert!(
+        t.text().contains("Hello through the flood."),
+        "{}",
+        t.text()
+    );
+    // A second session: new sockets to the host, still while they are held.
+    let id2 = agent.new_session(ws.path());
+    let t = agent.prompt(&id2, "again", |r| panic!("{r}"));
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{}",
+        t.response
+    );
+    drop(held);
+}

@@ -179,20 +179,26 @@ impl Response {
     }
 }
 
+/// One exchange on a socket of its own. Pseudo-headers: `(":version", "HTTP/1.0")` sends that
+/// version, `(":omit", "Host")` sends no `Host`.
 fn raw_exchange(port: u16, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(STEP)).unwrap();
-    let mut head = format!("{method} /acp HTTP/1.1\r\n");
+    let pseudo = |name: &str| headers.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
+    let version = pseudo(":version").unwrap_or("HTTP/1.1");
+    let mut head = format!("{method} /acp {version}\r\n");
     if !headers
         .iter()
         .any(|(k, _)| k.eq_ignore_ascii_case("Connection"))
     {
         head.push_str("Connection: close\r\n");
     }
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("Host")) {
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("Host"))
+        && pseudo(":omit") != Some("Host")
+    {
         head.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
     }
-    for (k, v) in headers {
+    for (k, v) in headers.iter().filter(|(k, _)| !k.starts_with(':')) {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     if !headers
@@ -575,7 +581,7 @@ fn every_refusal_has_the_sdk_servers_status() {
             403,
         ),
         (
-            "a loopback address with a name after it",
+            "a loopback address with a name after it (not a Host)",
             "POST",
             vec![
                 ("Authorization", a),
@@ -584,7 +590,7 @@ fn every_refusal_has_the_sdk_servers_status() {
                 ("Acp-Connection-Id", cid),
             ],
             &new,
-            403,
+            400,
         ),
         (
             "a space before a header's colon",
@@ -860,10 +866,117 @@ fn every_refusal_has_the_sdk_servers_status() {
             "",
             426,
         ),
+        // Issue 54 §6: the handshake and the head to the letter.
+        (
+            "a WebSocket upgrade on HTTP/1.0",
+            "GET",
+            vec![
+                (":version", "HTTP/1.0"),
+                ("Authorization", a),
+                ("Upgrade", "websocket"),
+                ("Connection", "Upgrade"),
+                ("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ=="),
+                ("Sec-WebSocket-Version", "13"),
+            ],
+            "",
+            400,
+        ),
+        (
+            "a WebSocket key that is not 16 bytes in base64",
+            "GET",
+            vec![
+                ("Authorization", a),
+                ("Upgrade", "websocket"),
+                ("Connection", "Upgrade"),
+                ("Sec-WebSocket-Key", "dGhlIHNhbXBsZQ=="),
+                ("Sec-WebSocket-Version", "13"),
+            ],
+            "",
+            400,
+        ),
+        (
+            "a NUL in a header value",
+            "POST",
+            vec![
+                ("Authorization", a),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+                ("X-Note", "a\0b"),
+            ],
+            &notification,
+            400,
+        ),
+        (
+            "a CR in a header value",
+            "POST",
+            vec![
+                ("Authorization", a),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+                ("X-Note", "a\rb"),
+            ],
+            &notification,
+            400,
+        ),
+        (
+            "Connection as a token list with close in it",
+            "POST",
+            vec![
+                ("Authorization", a),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+                ("Connection", "Keep-Alive, CLOSE"),
+            ],
+            &notification,
+            202,
+        ),
+        (
+            "an HTTP/1.1 request without Host",
+            "POST",
+            vec![
+                (":omit", "Host"),
+                ("Authorization", a),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &notification,
+            400,
+        ),
+        (
+            "a second Origin",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Origin", &own_origin),
+                ("Origin", "http://evil.example"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &notification,
+            400,
+        ),
+        (
+            "a Host whose port is not a port",
+            "POST",
+            vec![
+                ("Authorization", a),
+                ("Host", "localhost:99999999999"),
+                json_ct,
+                ("Acp-Connection-Id", cid),
+            ],
+            &notification,
+            400,
+        ),
     ];
     for (name, method, headers, body, status) in rows {
         let r = s.exchange(method, &headers, body.as_bytes());
         assert_eq!(r.status, status, "{name}: {}", r.body);
+        let wants_close = headers
+            .iter()
+            .any(|(k, v)| *k == "Connection" && v.to_ascii_lowercase().contains("close"));
+        if wants_close {
+            assert_eq!(r.header("Connection"), Some("close"), "{name}");
+        }
         if status == 401 {
             assert_eq!(r.header("WWW-Authenticate"), Some("Bearer"), "{name}");
         }
@@ -921,6 +1034,41 @@ fn the_token_file_must_be_private_and_plain_http_stays_on_loopback() {
         let err = stderr.lock().unwrap().clone();
         assert!(err.contains(says), "{args:?}: {err}");
     }
+    // A FIFO (or anything but a regular file) is refused at once, saying why; it used to
+    // block the start until something wrote to it.
+    let fifo = dir.path().join("token.fifo");
+    let made = Command::new("mkfifo")
+        .arg("-m")
+        .arg("600")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let fifo_arg = fifo.display().to_string();
+    let (mut child, stderr, _) = spawn(
+        &["--listen", "127.0.0.1:0", "--token-file", &fifo_arg],
+        &[("MAKA_DATA_DIR", &data)],
+    );
+    let until = Instant::now() + STEP;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let err = stderr.lock().unwrap().clone();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(2),
+        "a FIFO token file: {err}"
+    );
+    assert!(err.contains("not a regular file"), "{err}");
     // A private file is used as it is.
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let (mut child, _, lines) = spawn(
@@ -1596,8 +1744,9 @@ fn a_goal_armed_on_one_connection_is_not_started_by_anothers_prompt() {
 }
 
 /// Out of descriptors, the accept loop neither spins nor floods the log: sockets are capped
-/// below the open-file limit, the one over the cap is told so (a status, not silence or a
-/// reset), and a failing `accept` waits before it tries again.
+/// below the open-file limit — those without the token in a small pool of their own, the
+/// oldest closed to make room — and a request with the token over the served cap is told so
+/// with 503 (as docs/configuration.md says), not silence or a reset.
 #[test]
 fn a_server_out_of_descriptors_refuses_with_a_status_and_does_not_spin() {
     let s = Serve::start_with(&[("MAKA_TEST_NOFILE", "128")]);
@@ -1622,12 +1771,70 @@ fn a_server_out_of_descriptors_refuses_with_a_status_and_does_not_spin() {
         ticks < 50,
         "the server used {ticks} ticks of CPU in 2 s while full"
     );
-    let r = s.exchange("POST", &[("Content-Type", "application/json")], b"{}");
-    assert!(matches!(r.status, 429 | 503), "{} {}", r.status, r.body);
+    // Token holders' kept-alive sockets fill the served slots; the one past them gets 503.
+    let mut kept = vec![];
+    let busy = loop {
+        assert!(kept.len() < 200, "no cap below the open-file limit");
+        let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        sock.set_read_timeout(Some(STEP)).unwrap();
+        let head = format!(
+            "DELETE /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\n\r\n",
+            s.port,
+            s.auth()
+        );
+        sock.write_all(head.as_bytes()).unwrap();
+        let mut reader = BufReader::new(sock.try_clone().unwrap());
+        let (status, headers) = read_head(&mut reader);
+        if status != 400 {
+            break (status, headers);
+        }
+        kept.push((sock, reader));
+    };
+    assert_eq!(busy.0, 503, "{:?}", busy.1);
+    assert!(kept.len() >= 16, "only {} served", kept.len());
+    let retry = busy.1.iter().find(|(k, _)| k == "Retry-After");
+    assert!(retry.is_some(), "{:?}", busy.1);
+    drop(kept);
     drop(held);
     let stderr = s.stderr.lock().unwrap().clone();
     let floods = stderr.matches("accept failed").count();
     assert!(floods <= 2, "{floods} accept failures logged");
+}
+
+/// Issue 54 §2: a socket that has not shown the token holds no slot. While a hostile client
+/// holds 2 100 sockets that asked without it (more than the server's 2 048 slots) and 200
+/// that send nothing, a token holder's
+/// `initialize` is served, its already-open event stream delivers its prompt's answer, and a
+/// request without the token gets its 401 and then its socket is closed.
+#[test]
+fn sockets_without_the_token_never_take_a_token_holders_slot() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let held = support::tokenless_flood(s.port, "/acp", 2100, 200);
+    // A new token holder, while they are held.
+    let mut other = HttpClient::connect(&s);
+    let other_sid = other.new_session();
+    let id = other.prompt(&other_sid, "hello");
+    let (r, _) = other.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    // The first one's prompt, its answer on the stream it opened before.
+    let id = c.prompt(&sid, "hello");
+    let (r, events) = c.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert!(text_of(&events).contains("Hello from the script!"));
+    // A request without the token: one answer, then the server closes the socket.
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    sock.set_read_timeout(Some(STEP)).unwrap();
+    let head = format!("GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\n\r\n", s.port);
+    sock.write_all(head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let ended = sock.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(ended.is_ok(), "the socket stays open after {answer:?}");
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.contains("Connection: close"), "{answer}");
+    drop(held);
 }
 
 /// Slowloris: a client that trickles its request head a byte at a time is cut off at the head's
@@ -1806,4 +2013,76 @@ fn a_receiver_beyond_the_replay_window_closes_the_connection_with_its_reason() {
     );
     assert_eq!(r.status, 404);
     assert!(r.body.contains("no longer kept"), "{}", r.body);
+}
+
+/// Issue 54 §5: a request body trickled a byte at a time is cut off at its deadline
+/// (`MAKA_SERVE_BODY_DEADLINE_MS`) with 408, however regularly its bytes come.
+#[test]
+fn a_body_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
+    let s = Serve::start_with(&[("MAKA_SERVE_BODY_DEADLINE_MS", "1000")]);
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    let head = format!(
+        "POST /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n",
+        s.port,
+        s.auth()
+    );
+    sock.write_all(head.as_bytes()).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    while started.elapsed() < Duration::from_secs(10) && answer.is_empty() {
+        let _ = sock.write_all(b" ");
+        let mut buf = [0u8; 512];
+        match sock.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(answer.contains("1000 ms"), "{answer}");
+}
+
+/// Issue 54 §5: a WebSocket frame trickled a byte at a time is cut off at its deadline (the
+/// same `MAKA_SERVE_BODY_DEADLINE_MS`): closed 1008 saying why, well before the idle timeout
+/// its bytes keep at bay.
+#[test]
+fn a_websocket_frame_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
+    let s = Serve::start_with(&[("MAKA_SERVE_BODY_DEADLINE_MS", "1000")]);
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    // A masked text frame of 100 bytes: its head, then its payload a byte at a time.
+    ws.stream
+        .write_all(&[0x81, 0x80 | 100, 1, 2, 3, 4])
+        .unwrap();
+    ws.stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let started = Instant::now();
+    let mut closed = None;
+    while started.elapsed() < Duration::from_secs(10) && closed.is_none() {
+        let _ = ws.stream.write_all(b"x");
+        match ws.reader.fill_buf() {
+            Ok([]) => break,
+            Ok(_) => {
+                ws.stream.set_read_timeout(Some(STEP)).unwrap();
+                let (op, payload) = ws.frame();
+                if op == 0x8 {
+                    closed = Some(payload);
+                }
+                ws.stream
+                    .set_read_timeout(Some(Duration::from_millis(200)))
+                    .unwrap();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => break,
+        }
+    }
+    let payload = closed.expect("a close frame within 10 s");
+    assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1008);
+    let reason = String::from_utf8_lossy(&payload[2..]);
+    assert!(reason.contains("did not arrive whole"), "{reason}");
 }

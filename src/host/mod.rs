@@ -362,7 +362,7 @@ pub fn bind(
         );
     }
     let server = Arc::new(
-        http::Server::bind(listen)
+        http::Server::bind(listen, token.clone())
             .map_err(|e| BindError::other(format!("cannot listen on {listen}: {e}")))?,
     );
     let port = server.port();

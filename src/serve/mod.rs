@@ -44,6 +44,9 @@ pub struct ServeOptions {
     pub idle_timeout: Duration,
     /// `--route-peers` (nginx's upstream servers, in its order) and `--route-self`.
     pub route: Option<(Vec<String>, String)>,
+    /// How long one request body (from the end of its head) or one WebSocket frame (from its
+    /// first byte) may take to arrive whole (`MAKA_SERVE_BODY_DEADLINE_MS`).
+    pub body_deadline: Duration,
 }
 
 /// The process's connections.
@@ -89,10 +92,11 @@ pub struct Server {
     pub registry: Arc<Registry>,
     pub config: AdapterConfig,
     pub local: Arc<dyn LocalHost>,
-    pub token: String,
     pub tls_proxied: bool,
     /// How long a connection may show no sign of its client (see [`ServeOptions`]).
     pub idle_timeout: Duration,
+    /// How long one WebSocket frame may take to arrive whole (see [`ServeOptions`]).
+    pub body_deadline: Duration,
     /// The proxy's hash ring, when several processes share one address.
     ring: Option<route::Ring>,
 }
@@ -199,8 +203,14 @@ pub fn run(options: ServeOptions) -> i32 {
             return 2;
         }
     };
-    let server = match crate::host::http::Server::bind(options.listen) {
-        Ok(s) => s.with_max_connections(MAX_SOCKETS),
+    let busy = format!(
+        "Service Unavailable: this server already holds {MAX_SOCKETS} open sockets (or as many as its open-file limit allows); close one or try again later"
+    );
+    let server = match crate::host::http::Server::bind(options.listen, token) {
+        Ok(s) => s
+            .with_max_connections(MAX_SOCKETS)
+            .with_body_deadline(options.body_deadline)
+            .with_busy_answer("text/plain", &busy),
         Err(e) => {
             eprintln!("maka-acp serve: cannot listen on {}: {e}", options.listen);
             return 1;
@@ -229,9 +239,9 @@ pub fn run(options: ServeOptions) -> i32 {
         registry: Arc::clone(&registry),
         config: options.config,
         local,
-        token,
         tls_proxied: options.tls_proxied,
         idle_timeout: options.idle_timeout,
+        body_deadline: options.body_deadline,
         ring,
     });
     let idle = options.idle_timeout;

@@ -54,7 +54,9 @@ pub fn handle(server: &Server, request: Request, ex: &mut Exchange) {
     if path != "/acp" {
         return text(ex, 404, "Not Found: the ACP endpoint is /acp");
     }
-    if !super::auth::bearer_ok(request.header("Authorization"), &server.token) {
+    // The server checked the token; a request without it gets this one answer, and its
+    // socket is closed (`host::http`).
+    if !request.authenticated {
         return ex.respond(
             401,
             &[("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")],
@@ -116,9 +118,15 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
     {
         ex.continue_100();
     }
-    let Ok(body) = ex.read_body() else {
-        ex.close = true;
-        return;
+    let body = match ex.read_body() {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+            return text(ex, 408, &format!("Request Timeout: {e}"));
+        }
+        Err(_) => {
+            ex.close = true;
+            return;
+        }
     };
     let Ok(message) = serde_json::from_slice::<Value>(&body) else {
         return text(ex, 400, "Invalid JSON");
@@ -464,21 +472,24 @@ fn watch_liveness(socket: &TcpStream, idle: Duration) {
 }
 
 fn is_upgrade(request: &Request) -> bool {
-    request
-        .header("Upgrade")
-        .is_some_and(|u| u.eq_ignore_ascii_case("websocket"))
+    request.has_token("Upgrade", "websocket")
 }
 
-/// The WebSocket upgrade: `101` with `Acp-Connection-Id`, then one JSON-RPC message per text
-/// frame both ways; this thread reads, a second one writes.
+/// The WebSocket upgrade (RFC 6455 §4.2): checked, the connection opened and its stream
+/// acquired, its writer thread started — and only then `101` with `Acp-Connection-Id`; any of
+/// them failing is answered with a status instead. Then one JSON-RPC message per text frame
+/// both ways; this thread reads, the writer writes.
 fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
-    let upgrade_token = request.header("Connection").is_some_and(|c| {
-        c.split(',')
-            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-    });
+    if request.http10 {
+        return text(
+            ex,
+            400,
+            "Bad WebSocket upgrade: the handshake needs HTTP/1.1",
+        );
+    }
     let Some(key) = request
         .header("Sec-WebSocket-Key")
-        .filter(|_| upgrade_token)
+        .filter(|_| request.has_token("Connection", "upgrade"))
     else {
         return text(
             ex,
@@ -486,6 +497,13 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
             "Bad WebSocket upgrade: Connection: Upgrade and Sec-WebSocket-Key are required",
         );
     };
+    if !ws::key_ok(key) {
+        return text(
+            ex,
+            400,
+            "Bad WebSocket upgrade: Sec-WebSocket-Key must be 16 bytes in base64",
+        );
+    }
     if request.header("Sec-WebSocket-Version") != Some("13") {
         return ex.respond(
             426,
@@ -500,6 +518,39 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
         Ok(c) => c,
         Err(why) => return text(ex, 503, &why),
     };
+    let refuse = |ex: &mut Exchange, why: String| {
+        server.registry.remove(&conn.id, &why);
+        text(ex, 503, &format!("Service Unavailable: {why}"));
+    };
+    let lease = match conn.acquire(&Route::Connection, None) {
+        Ok(l) => l,
+        Err(Refused::Closed(why)) => {
+            return refuse(ex, format!("the connection closed as it opened ({why})"))
+        }
+        Err(_) => {
+            return refuse(
+                ex,
+                "the connection's stream is held by another receiver".into(),
+            )
+        }
+    };
+    let writer = match ex.stream().try_clone() {
+        Ok(w) => w,
+        Err(e) => return refuse(ex, format!("cannot share the socket: {e}")),
+    };
+    // A live client answers the writer's pings (at least three within the idle timeout):
+    // silence for the idle timeout means it vanished without closing; its turns are cancelled.
+    let ping_every = KEEP_ALIVE.min(server.idle_timeout / 3);
+    // The writer starts writing once the `101` is out (dropped unsent: it leaves at once).
+    let (start, started) = crossbeam_channel::bounded::<()>(1);
+    let spawned = crate::threads::spawn(format!("ws-write-{}", &conn.id[..8]), move || {
+        if started.recv().is_ok() {
+            pump_frames(writer, lease, ping_every);
+        }
+    });
+    if spawned.is_none() {
+        return refuse(ex, "cannot start the WebSocket's writer thread".into());
+    }
     let head = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{CONNECTION_ID}: {}\r\n\r\n",
         ws::accept_key(key),
@@ -518,36 +569,70 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
             .remove(&conn.id, "the client left during the upgrade");
         return;
     }
-    let writer = match socket.try_clone() {
-        Ok(w) => w,
-        Err(e) => {
-            server
-                .registry
-                .remove(&conn.id, &format!("cannot share the socket: {e}"));
-            return;
-        }
-    };
-    let lease = match conn.acquire(&Route::Connection, None) {
-        Ok(l) => l,
-        Err(_) => return,
-    };
-    // A live client answers the writer's pings (at least three within the idle timeout):
-    // silence for the idle timeout means it vanished without closing; its turns are cancelled.
-    let ping_every = KEEP_ALIVE.min(server.idle_timeout / 3);
-    let _ = socket.set_read_timeout(Some(server.idle_timeout));
-    let _ = crate::threads::spawn(format!("ws-write-{}", &conn.id[..8]), move || {
-        pump_frames(writer, lease, ping_every)
-    });
+    let _ = start.send(());
     // Reads frames until the client closes; the connection closes with the socket.
-    let why = read_frames(reader, &conn);
+    let mut input = Deadlined {
+        reader,
+        idle: server.idle_timeout,
+        frame_limit: server.body_deadline,
+        due: None,
+        overdue: false,
+    };
+    let why = read_frames(&mut input, &conn);
     server.registry.remove(&conn.id, &why);
 }
 
-fn read_frames(reader: &mut BufReader<TcpStream>, conn: &AcpConn) -> String {
+/// A WebSocket's input: the socket's read timeout is the idle timeout between frames, and
+/// what is left of the frame's deadline within one (a frame trickled a byte at a time cannot
+/// outlive it).
+struct Deadlined<'a> {
+    reader: &'a mut BufReader<TcpStream>,
+    idle: Duration,
+    frame_limit: Duration,
+    /// When the frame being read must be whole.
+    due: Option<Instant>,
+    /// The frame's deadline passed.
+    overdue: bool,
+}
+
+impl std::io::Read for Deadlined<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.reader.buffer().is_empty() {
+            let wait = match self.due {
+                None => self.idle,
+                Some(due) => {
+                    let left = due.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        self.overdue = true;
+                        return Err(std::io::ErrorKind::TimedOut.into());
+                    }
+                    left.min(self.idle)
+                }
+            };
+            self.reader.get_ref().set_read_timeout(Some(wait))?;
+        }
+        let read = std::io::Read::read(self.reader, buf);
+        if read.is_err() && self.due.is_some_and(|due| Instant::now() >= due) {
+            self.overdue = true;
+        }
+        read
+    }
+}
+
+impl ws::FrameInput for Deadlined<'_> {
+    fn frame_begins(&mut self) {
+        self.due = Some(Instant::now() + self.frame_limit);
+    }
+    fn frame_ends(&mut self) {
+        self.due = None;
+    }
+}
+
+fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
     let mut partial = None;
     let mut initialized = false;
     loop {
-        match ws::read_message(reader, MAX_LINE_BYTES, &mut partial) {
+        match ws::read_message(input, MAX_LINE_BYTES, &mut partial) {
             Ok(Ok(Some(ws::Incoming::Text(text)))) => {
                 if let Some(answer) = refuse_message(&text) {
                     let _ = conn.stream.push(answer.into());
@@ -581,6 +666,14 @@ fn read_frames(reader: &mut BufReader<TcpStream>, conn: &AcpConn) -> String {
             Ok(Err(ws::Violation(code, why))) => {
                 conn.close(&format!("{code} {why}"));
                 return format!("WebSocket protocol error: {why}");
+            }
+            Err(_) if input.overdue => {
+                let why = format!(
+                    "a frame did not arrive whole within {} ms",
+                    input.frame_limit.as_millis()
+                );
+                conn.close(&format!("{} {why}", ws::CLOSE_POLICY));
+                return format!("WebSocket closed: {why}");
             }
             Err(e)
                 if matches!(

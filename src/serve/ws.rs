@@ -12,6 +12,17 @@ pub fn accept_key(key: &str) -> String {
     base64(&sha1(format!("{}{GUID}", key.trim()).as_bytes()))
 }
 
+/// Whether a `Sec-WebSocket-Key` is what RFC 6455 §4.1 says a client sends: 16 bytes in
+/// base64 (22 characters of its alphabet, then `==`).
+pub fn key_ok(key: &str) -> bool {
+    let b = key.as_bytes();
+    b.len() == 24
+        && b[22..] == *b"=="
+        && b[..22]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
+}
+
 /// SHA-1 (FIPS 180-4): only for the handshake, which RFC 6455 defines with it.
 fn sha1(data: &[u8]) -> [u8; 20] {
     let mut h: [u32; 5] = [0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0];
@@ -112,20 +123,33 @@ pub enum Incoming {
 #[derive(Debug, PartialEq)]
 pub struct Violation(pub u16, pub &'static str);
 
-/// Reads one message (reassembling fragments; control frames between them are returned at
-/// once), at most `max` bytes. `Ok(None)`: the connection ended.
 /// A frame's buffer starts at most this large and grows with what arrives.
 const GROW_FROM: usize = 64 * 1024;
 
-pub fn read_message<R: Read>(
+/// Where frames are read from, told when a frame begins (its first byte arrived) and when it
+/// has been read whole: a socket holds each frame to a deadline from its first byte.
+pub trait FrameInput: Read {
+    fn frame_begins(&mut self) {}
+    fn frame_ends(&mut self) {}
+}
+
+impl FrameInput for &[u8] {}
+
+/// Reads one message (reassembling fragments; control frames between them are returned at
+/// once), at most `max` bytes. `Ok(None)`: the connection ended.
+pub fn read_message<R: FrameInput>(
     input: &mut R,
     max: usize,
     partial: &mut Option<(u8, Vec<u8>)>,
 ) -> io::Result<Result<Option<Incoming>, Violation>> {
     loop {
         let mut head = [0u8; 2];
-        if !read_full(input, &mut head)? {
+        if !read_full(input, &mut head[..1])? {
             return Ok(Ok(None));
+        }
+        input.frame_begins();
+        if !read_full(input, &mut head[1..])? {
+            return Err(io::ErrorKind::UnexpectedEof.into());
         }
         let fin = head[0] & 0x80 != 0;
         if head[0] & 0x70 != 0 {
@@ -172,6 +196,7 @@ pub fn read_message<R: Read>(
         if (&mut *input).take(len).read_to_end(&mut payload)? < len as usize {
             return Ok(Ok(None));
         }
+        input.frame_ends();
         for (i, b) in payload.iter_mut().enumerate() {
             *b ^= mask[i % 4];
         }
@@ -300,6 +325,23 @@ mod tests {
             accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
             "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
         );
+    }
+
+    #[test]
+    fn a_key_is_16_bytes_in_base64() {
+        for (key, ok) in [
+            ("dGhlIHNhbXBsZSBub25jZQ==", true),
+            ("AAAAAAAAAAAAAAAAAAAA+/==", true),
+            ("dGhlIHNhbXBsZSBub25jZQ", false),
+            ("dGhlIHNhbXBsZSBub25jZQ=", false),
+            ("x", false),
+            ("", false),
+            ("dGhlIHNhbXBsZSBub25jZQ=A", false),
+            ("dGhlIHNhbXBsZSBub25jZ!==", false),
+            ("dGhlIHNhbXBsZSBub25jZSBsb25nZXI=", false),
+        ] {
+            assert_eq!(key_ok(key), ok, "{key:?}");
+        }
     }
 
     #[test]

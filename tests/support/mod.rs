@@ -616,3 +616,58 @@ pub fn option<'a>(options: &'a Value, id: &str) -> &'a Value {
         .find(|o| o["id"] == id)
         .unwrap_or_else(|| panic!("no option {id} in {options}"))
 }
+
+/// Raises this process's open-file limit toward `want` (the hard limit allowing); how many
+/// descriptors it may then hold.
+#[cfg(feature = "host")]
+pub fn raise_open_file_limit(want: u64) -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read or write only the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
+            return 1024;
+        }
+        if lim.rlim_cur < want {
+            let raised = libc::rlimit {
+                rlim_cur: want.min(lim.rlim_max),
+                rlim_max: lim.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                lim.rlim_cur = raised.rlim_cur;
+            }
+        }
+    }
+    lim.rlim_cur
+}
+
+/// A hostile local client's sockets without the token (loopback only): `asking` of them each
+/// send a request without it (answered 401), then `silent` more send nothing.
+#[cfg(feature = "host")]
+pub fn tokenless_flood(
+    port: u16,
+    path: &str,
+    asking: usize,
+    silent: usize,
+) -> Vec<std::net::TcpStream> {
+    let want = asking + silent;
+    let room = raise_open_file_limit(want as u64 + 512) as usize;
+    assert!(
+        room >= want + 512,
+        "this process may hold only {room} descriptors, {want} are needed"
+    );
+    let mut held = Vec::with_capacity(want);
+    for i in 0..want {
+        let Ok(mut sock) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            continue;
+        };
+        if i < asking {
+            let head = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+            let _ = sock.write_all(head.as_bytes());
+        }
+        held.push(sock);
+    }
+    held
+}
