@@ -93,11 +93,14 @@ impl Env {
 
 use spec::LEVELS;
 
-pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Result<Command, String> {
+pub(crate) fn parse(
+    args: impl IntoIterator<Item = OsString>,
+    mut env: Env,
+) -> Result<Command, String> {
     use lexopt::prelude::*;
     let mut parser = lexopt::Parser::from_args(args);
-    let mut host_url = env.host_url;
-    let mut data_dir = env.data_dir.map(PathBuf::from);
+    let mut host_url = env.host_url.take();
+    let mut data_dir = env.data_dir.take().map(PathBuf::from);
     let mut log_level = None;
     let mut dialect = acp::Dialect::Ours;
     let mut host: Option<HostArgs> = None;
@@ -113,130 +116,42 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
                 return Ok(Command::Login);
             }
             Value(v) if v == "generate" && host.is_none() => {
-                let targets = spec::GENERATE_TARGETS.join(", ");
-                let target = match parser.value() {
-                    Ok(v) => v.into_string().map_err(|_| {
-                        format!(
-                            "generate what? expected one of {targets}, e.g. maka-acp generate man"
-                        )
-                    })?,
-                    Err(_) => {
-                        return Err(format!(
-                            "generate what? expected one of {targets}, e.g. maka-acp generate man"
-                        ))
-                    }
-                };
-                if !spec::GENERATE_TARGETS.contains(&target.as_str()) {
-                    return Err(format!(
-                        "generate what? '{target}': expected one of {targets}"
-                    ));
-                }
+                let target = generate_target(&mut parser)?;
                 no_more_arguments(&mut parser, "generate")?;
                 return Ok(Command::Generate(target));
             }
             Value(v)
                 if cfg!(feature = "serve") && v == "serve" && host.is_none() && serve.is_none() =>
             {
-                serve = Some(ServeArgs {
-                    listen: std::net::SocketAddr::from(([127, 0, 0, 1], 8430)),
-                    token_file: None,
-                    tls_proxied: false,
-                    route_peers: None,
-                    route_self: None,
-                });
+                serve = Some(ServeArgs::new());
             }
             Value(v)
                 if cfg!(feature = "host") && v == "host" && host.is_none() && serve.is_none() =>
             {
-                host = Some(HostArgs {
-                    listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-                    data_dir: None,
-                    log_level: None,
-                    watch_stdin: true,
-                    token_stdin: false,
-                    tunables: env.tunables.clone(),
-                });
+                host = Some(HostArgs::new(env.tunables.clone()));
             }
             Value(v)
                 if !cfg!(feature = "serve")
                     && ["demo", "login", "host", "serve"].contains(&&*v.to_string_lossy()) =>
             {
-                let what = if v == "serve" && cfg!(feature = "host") {
-                    "ACP over HTTP and WebSocket, which this build leaves out (cargo feature `serve`)"
-                } else {
-                    "the embedded Runtime Host, which this build leaves out (cargo feature `host`)"
-                };
-                return Err(format!("`{}` needs {what}", v.to_string_lossy()));
+                return Err(left_out(&v.to_string_lossy()));
             }
-            Long("listen") if host.is_some() => {
-                let v = string_value(&mut parser, "--listen")?;
-                let addr: std::net::SocketAddr = v.parse().map_err(|_| {
-                    format!("invalid --listen '{v}': expected IP:PORT, e.g. 127.0.0.1:0")
-                })?;
-                if !addr.ip().is_loopback() {
-                    return Err(format!("--listen must be a loopback address, got {addr}"));
+            // A subcommand's own options (the others below are everyone's).
+            Long(name) if serve.is_some() && ServeArgs::OWN.contains(&name) => {
+                let name = name.to_string();
+                if let Some(s) = serve.as_mut() {
+                    s.option(&name, &mut parser)?;
                 }
+            }
+            Long(name) if host.is_some() && HostArgs::OWN.contains(&name) => {
+                let name = name.to_string();
                 if let Some(h) = host.as_mut() {
-                    h.listen = addr;
-                }
-            }
-            Long("listen") if serve.is_some() => {
-                let v = string_value(&mut parser, "--listen")?;
-                let addr: std::net::SocketAddr = v.parse().map_err(|_| {
-                    format!("invalid --listen '{v}': expected IP:PORT, e.g. 127.0.0.1:8430")
-                })?;
-                if let Some(s) = serve.as_mut() {
-                    s.listen = addr;
-                }
-            }
-            Long("token-file") if serve.is_some() => {
-                let v = PathBuf::from(string_value(&mut parser, "--token-file")?);
-                if let Some(s) = serve.as_mut() {
-                    s.token_file = Some(v);
-                }
-            }
-            Long("route-peers") if serve.is_some() => {
-                let v = string_value(&mut parser, "--route-peers")?;
-                let peers: Vec<String> = v
-                    .split(',')
-                    .map(|p| p.trim().to_string())
-                    .filter(|p| !p.is_empty())
-                    .collect();
-                if peers.len() < 2 {
-                    return Err(format!("--route-peers '{v}': list every upstream server, comma-separated, as nginx's upstream block names them (HOST:PORT,HOST:PORT)"));
-                }
-                if let Some(s) = serve.as_mut() {
-                    s.route_peers = Some(peers);
-                }
-            }
-            Long("route-self") if serve.is_some() => {
-                let v = string_value(&mut parser, "--route-self")?;
-                if let Some(s) = serve.as_mut() {
-                    s.route_self = Some(v);
-                }
-            }
-            Long("tls-proxied") if serve.is_some() => {
-                if let Some(s) = serve.as_mut() {
-                    s.tls_proxied = true;
-                }
-            }
-            Long("token-stdin") if host.is_some() => {
-                if let Some(h) = host.as_mut() {
-                    h.token_stdin = true;
-                }
-            }
-            Long("ignore-stdin") if host.is_some() => {
-                if let Some(h) = host.as_mut() {
-                    h.watch_stdin = false;
+                    h.option(&name, &mut parser)?;
                 }
             }
             Short('h') | Long("help") => {
-                let sub = match (&host, &serve) {
-                    (Some(_), _) => Some("host"),
-                    (_, Some(_)) => Some("serve"),
-                    _ => None,
-                };
-                return Ok(Command::Help(sub));
+                let sub = [(host.is_some(), "host"), (serve.is_some(), "serve")];
+                return Ok(Command::Help(sub.iter().find(|s| s.0).map(|s| s.1)));
             }
             Short('V') | Long("version") => return Ok(Command::Version),
             Long("acp") if host.is_none() => dialect = acp::Dialect::Maka,
@@ -244,16 +159,7 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
             Long("data-dir") => {
                 data_dir = Some(PathBuf::from(string_value(&mut parser, "--data-dir")?))
             }
-            Long("log-level") => {
-                let level = string_value(&mut parser, "--log-level")?.to_ascii_lowercase();
-                if !LEVELS.contains(&level.as_str()) {
-                    return Err(format!(
-                        "invalid --log-level '{level}': expected one of {}",
-                        LEVELS.join(", ")
-                    ));
-                }
-                log_level = Some(level);
-            }
+            Long("log-level") => log_level = Some(log_level_value(&mut parser)?),
             Value(v) => {
                 return Err(format!("unexpected argument '{}'", v.to_string_lossy()));
             }
@@ -273,6 +179,26 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
             ));
         }
     }
+    let config = adapter_config(env, host_url, data_dir, log_level.clone(), dialect)?;
+    if let Some(args) = serve {
+        return Ok(Command::Serve {
+            args,
+            config,
+            log_level,
+        });
+    }
+    Ok(Command::Agent { config, log_level })
+}
+
+/// The adapter's configuration: the host it uses (checked: a URL needs its token, plain HTTP
+/// only to this machine, a readable `MAKA_HOST_CA`), or the embedded one where this build has it.
+fn adapter_config(
+    env: Env,
+    host_url: Option<String>,
+    data_dir: Option<PathBuf>,
+    log_level: Option<String>,
+    dialect: acp::Dialect,
+) -> Result<AdapterConfig, String> {
     if let Some(token) = &env.host_token {
         crate::secrets::register(token);
     }
@@ -300,23 +226,15 @@ pub(crate) fn parse(args: impl IntoIterator<Item = OsString>, env: Env) -> Resul
     if host_url.is_none() && !cfg!(feature = "host") {
         return Err("this build has no embedded Runtime Host (cargo feature `host`): give --host-url (or MAKA_HOST_URL) and MAKA_HOST_TOKEN".into());
     }
-    let config = AdapterConfig {
+    Ok(AdapterConfig {
         host_url,
         host_token: env.host_token,
         host_tls,
         data_dir,
-        log_level: log_level.clone(),
+        log_level,
         tunables: env.tunables,
         dialect,
-    };
-    if let Some(args) = serve {
-        return Ok(Command::Serve {
-            args,
-            config,
-            log_level,
-        });
-    }
-    Ok(Command::Agent { config, log_level })
+    })
 }
 
 /// What this build can do without `--host-url`: start the embedded host (feature `host`), or
@@ -329,6 +247,142 @@ fn local_host() -> std::sync::Arc<dyn acp::LocalHost> {
 }
 
 /// For subcommands that take no arguments.
+impl ServeArgs {
+    /// `serve`'s defaults: loopback, port 8430, a generated token.
+    fn new() -> ServeArgs {
+        ServeArgs {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 8430)),
+            token_file: None,
+            tls_proxied: false,
+            route_peers: None,
+            route_self: None,
+        }
+    }
+}
+
+impl ServeArgs {
+    /// The options only `serve` takes.
+    const OWN: &'static [&'static str] = &[
+        "listen",
+        "token-file",
+        "route-peers",
+        "route-self",
+        "tls-proxied",
+    ];
+
+    /// Reads one of [`Self::OWN`].
+    fn option(&mut self, name: &str, parser: &mut lexopt::Parser) -> Result<(), String> {
+        match name {
+            "listen" => self.listen = listen_value(parser, "127.0.0.1:8430")?,
+            "token-file" => {
+                self.token_file = Some(PathBuf::from(string_value(parser, "--token-file")?))
+            }
+            "route-peers" => self.route_peers = Some(route_peers_value(parser)?),
+            "route-self" => self.route_self = Some(string_value(parser, "--route-self")?),
+            "tls-proxied" => self.tls_proxied = true,
+            _ => return Err(format!("--{name} is not an option of serve")),
+        }
+        Ok(())
+    }
+}
+
+impl HostArgs {
+    /// The options only `host` takes.
+    const OWN: &'static [&'static str] = &["listen", "token-stdin", "ignore-stdin"];
+
+    /// Reads one of [`Self::OWN`].
+    fn option(&mut self, name: &str, parser: &mut lexopt::Parser) -> Result<(), String> {
+        match name {
+            "listen" => {
+                let addr = listen_value(parser, "127.0.0.1:0")?;
+                if !addr.ip().is_loopback() {
+                    return Err(format!("--listen must be a loopback address, got {addr}"));
+                }
+                self.listen = addr;
+            }
+            "token-stdin" => self.token_stdin = true,
+            "ignore-stdin" => self.watch_stdin = false,
+            _ => return Err(format!("--{name} is not an option of host")),
+        }
+        Ok(())
+    }
+
+    /// `host`'s defaults: loopback, a port the OS picks, watching stdin.
+    fn new(tunables: crate::tunables::Tunables) -> HostArgs {
+        HostArgs {
+            listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir: None,
+            log_level: None,
+            watch_stdin: true,
+            token_stdin: false,
+            tunables,
+        }
+    }
+}
+
+/// Why a subcommand this build leaves out cannot run.
+fn left_out(subcommand: &str) -> String {
+    let what = if subcommand == "serve" && cfg!(feature = "host") {
+        "ACP over HTTP and WebSocket, which this build leaves out (cargo feature `serve`)"
+    } else {
+        "the embedded Runtime Host, which this build leaves out (cargo feature `host`)"
+    };
+    format!("`{subcommand}` needs {what}")
+}
+
+/// `generate`'s target: one of [`spec::GENERATE_TARGETS`].
+fn generate_target(parser: &mut lexopt::Parser) -> Result<String, String> {
+    let targets = spec::GENERATE_TARGETS.join(", ");
+    let what = || format!("generate what? expected one of {targets}, e.g. maka-acp generate man");
+    let target = parser
+        .value()
+        .map_err(|_| what())?
+        .into_string()
+        .map_err(|_| what())?;
+    if !spec::GENERATE_TARGETS.contains(&target.as_str()) {
+        return Err(format!(
+            "generate what? '{target}': expected one of {targets}"
+        ));
+    }
+    Ok(target)
+}
+
+/// `--listen IP:PORT`.
+fn listen_value(
+    parser: &mut lexopt::Parser,
+    example: &str,
+) -> Result<std::net::SocketAddr, String> {
+    let v = string_value(parser, "--listen")?;
+    v.parse()
+        .map_err(|_| format!("invalid --listen '{v}': expected IP:PORT, e.g. {example}"))
+}
+
+/// `--route-peers HOST:PORT,HOST:PORT…`: at least two.
+fn route_peers_value(parser: &mut lexopt::Parser) -> Result<Vec<String>, String> {
+    let v = string_value(parser, "--route-peers")?;
+    let peers: Vec<String> = v
+        .split(',')
+        .map(|p| p.trim().to_string())
+        .filter(|p| !p.is_empty())
+        .collect();
+    if peers.len() < 2 {
+        return Err(format!("--route-peers '{v}': list every upstream server, comma-separated, as nginx's upstream block names them (HOST:PORT,HOST:PORT)"));
+    }
+    Ok(peers)
+}
+
+/// `--log-level LEVEL`, one of [`LEVELS`].
+fn log_level_value(parser: &mut lexopt::Parser) -> Result<String, String> {
+    let level = string_value(parser, "--log-level")?.to_ascii_lowercase();
+    if !LEVELS.contains(&level.as_str()) {
+        return Err(format!(
+            "invalid --log-level '{level}': expected one of {}",
+            LEVELS.join(", ")
+        ));
+    }
+    Ok(level)
+}
+
 fn no_more_arguments(parser: &mut lexopt::Parser, command: &str) -> Result<(), String> {
     match parser.next().map_err(|e| e.to_string())? {
         Some(extra) => Err(format!(

@@ -325,14 +325,7 @@ impl Projector {
             // Live: a `notice` to a client that shows them; else its fallback, as on replay.
             F::Notice { notice, .. } if self.shows.notices => show(self.live_notice(notice)),
             F::Notice { .. } | F::Compaction { .. } => show(self.frame(&body, now)),
-            F::InteractionRequest { interaction } => {
-                let (waits, asked) = self.dialog(&interaction);
-                let waits = (!waits.is_empty()).then(|| Effect::Show(waits));
-                waits
-                    .into_iter()
-                    .chain([Effect::Ask(interaction, asked)])
-                    .collect()
-            }
+            F::InteractionRequest { interaction } => self.ask(interaction),
             F::ClientCall {
                 invocation_id,
                 tool_call_id,
@@ -386,6 +379,18 @@ impl Projector {
             | F::Heartbeat { .. }
             | F::Unknown => vec![],
         }
+    }
+
+    /// A dialog: what the turn shows while it waits (when anything), then the question.
+    fn ask(&mut self, interaction: Interaction) -> Vec<Effect> {
+        let (waits, asked) = self.dialog(&interaction);
+        let mut out = if waits.is_empty() {
+            vec![]
+        } else {
+            show(waits)
+        };
+        out.push(Effect::Ask(interaction, asked));
+        out
     }
 
     /// A turn's usage, by model, until its end answers the prompt with it (the last 8 turns'
