@@ -74,8 +74,6 @@ impl Ctx {
             subagents: caps.subagents,
             terminal_output_delta: caps.terminal_output_delta,
             answer_usage: caps.end_turn_usage,
-            maka_turn_status: caps.maka_turn_status,
-            maka_goal_plan_status: caps.maka_goal_plan_status,
             config_view: super::config_options::View::of(&self.shared),
             forms: caps.elicitation_form,
         }

@@ -61,6 +61,14 @@ impl Shared {
         *lock(&self.caps) = caps;
     }
 
+    /// Tells the client what the projection says happened, worded for this client
+    /// ([`super::maka_dialect::told`]: ours, or Apache Maka's to a client that opted in).
+    pub fn tell(&self, n: &super::projection::Notification) {
+        if let Some((method, params)) = super::maka_dialect::told(&self.caps(), n) {
+            self.outbox.notify(method, &params);
+        }
+    }
+
     /// Enqueues one `session/update` (of a child session, for an update that belongs to one).
     pub fn update(&self, session_id: &str, update: &SessionUpdate) {
         let (session_id, update) = match update {

@@ -459,6 +459,35 @@ fn no_static_in_the_agent_holds_state() {
     );
 }
 
+/// The projection says what happened in no client's dialect: it names neither the dialect nor
+/// anything of Apache Maka's wording (its notifications, its shapes); the connection words
+/// what the projection returns on the way out (`maka_dialect::told`).
+#[test]
+fn the_projection_knows_no_dialect() {
+    let offenders = source_lines(
+        |rel| rel.starts_with("acp/projection/"),
+        |line| {
+            let code = line.trim_start();
+            !code.starts_with("//")
+                && [
+                    "maka_dialect",
+                    "Dialect",
+                    "mod maka",
+                    "_maka/turn/status",
+                    "_maka/goal/status",
+                    "_maka/plan/changed",
+                ]
+                .iter()
+                .any(|t| code.contains(t))
+        },
+    );
+    assert!(
+        offenders.is_empty(),
+        "word it for the client in maka_dialect::told:\n{}",
+        offenders.join("\n")
+    );
+}
+
 fn lines_outside(skipped: &[&str], matches: impl Fn(&str) -> bool) -> Vec<String> {
     source_lines(|rel| !skipped.iter().any(|p| rel.starts_with(p)), matches)
 }
