@@ -1,9 +1,13 @@
 //! Apache Maka's dialect (`maka-acp --acp`): what a client written for Maka's own `maka --acp`
 //! expects, presented over this agent's one implementation (`docs/maka-extensions.md`,
 //! "Apache Maka's dialect"). The dialect is a plain value of the connection ([`Dialect`], in
-//! its context, [`super::connection::Shared`]), read at the few places that present things:
-//! `initialize` ([`advertise`]), the config options ([`config_options`]) and the error
-//! convention ([`answer_in`]). What the dialect keeps about a connection (the copies it made,
+//! its context, [`super::connection::Shared`]), chosen once when it opens (`--acp` on stdio;
+//! `serve --acp`, or `?dialect=maka` on the request that opens a `serve` connection) and read
+//! at the edge only: which rows of the method table serve it (`methods.rs`, `MAKA_METHODS`),
+//! `initialize` ([`advertise`]), the config options ([`config_options`]), the error
+//! convention ([`answer_in`]) and the permission bound ([`permission_bound`]). Notifications
+//! are worded on the way out, after the projection, which knows no dialect ([`told`]: Maka's
+//! to a client that opted in, ours otherwise). What the dialect keeps about a connection (the copies it made,
 //! its open uploads, its goals waiting for a prompt: [`Kept`]) is in that context too, never in
 //! a static, so under `serve` no connection sees another's. Nothing here serves a request on
 //! its own; `routes/` does.
