@@ -7,10 +7,10 @@
 //! `initialize` ([`advertise`]), the config options ([`config_options`]), the error
 //! convention ([`answer_in`]) and the permission bound ([`permission_bound`]). Notifications
 //! are worded on the way out, after the projection, which knows no dialect ([`told`]: Maka's
-//! to a client that opted in, ours otherwise). What the dialect keeps about a connection (the copies it made,
-//! its open uploads, its goals waiting for a prompt: [`Kept`]) is in that context too, never in
-//! a static, so under `serve` no connection sees another's. Nothing here serves a request on
-//! its own; `routes/` does.
+//! to a client that opted in, ours otherwise). What the dialect keeps about a connection (the
+//! copies it made, its open uploads, its goals waiting for a prompt: [`Kept`]) is in that
+//! context too, never in a static, so under `serve` no connection sees another's. Nothing here
+//! serves a request on its own; `routes/` does.
 
 mod routes;
 pub mod shapes;
