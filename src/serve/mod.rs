@@ -120,7 +120,7 @@ impl Server {
         let asked = query
             .split('&')
             .filter_map(|pair| pair.strip_prefix("dialect="))
-            .last();
+            .next_back();
         match asked {
             None => Ok(self.config.dialect),
             Some("maka") => Ok(Dialect::Maka),

@@ -322,7 +322,7 @@ impl Projector {
             F::Notice { .. } | F::Compaction { .. } => show(self.frame(&body, now)),
             F::InteractionRequest { interaction } => {
                 let (waits, asked) = self.dialog(&interaction);
-                let waits = (!waits.is_empty()).then(|| Effect::Show(waits));
+                let waits = (!waits.is_empty()).then_some(Effect::Show(waits));
                 waits
                     .into_iter()
                     .chain([Effect::Ask(interaction, asked)])
