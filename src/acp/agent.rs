@@ -75,7 +75,7 @@ impl Ctx {
             subagents: caps.subagents,
             terminal_output_delta: caps.terminal_output_delta,
             answer_usage: caps.end_turn_usage,
-            config_view: super::config_options::View::of(&self.shared),
+            config_view: self.shared.config_view(),
             forms: caps.elicitation_form,
         }
     }

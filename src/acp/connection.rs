@@ -69,6 +69,15 @@ impl Shared {
         }
     }
 
+    /// Who this connection's configuration options are shown to: its client's taste in
+    /// option kinds and its dialect.
+    pub fn config_view(&self) -> super::config_options::View {
+        super::config_options::View {
+            boolean: self.caps().boolean_config_options,
+            dialect: self.dialect,
+        }
+    }
+
     /// Enqueues one `session/update` (of a child session, for an update that belongs to one).
     pub fn update(&self, session_id: &str, update: &SessionUpdate) {
         let (session_id, update) = match update {

@@ -4,7 +4,7 @@
 //! its context, [`super::connection::Shared`]), chosen once when it opens (`--acp` on stdio;
 //! `serve --acp`, or `?dialect=maka` on the request that opens a `serve` connection) and read
 //! at the edge only: which rows of the method table serve it (`methods.rs`, `MAKA_METHODS`),
-//! `initialize` ([`advertise`]), the config options ([`config_options`]), the error
+//! `initialize` ([`advertise`]), the config options (`config_options.rs`), the error
 //! convention ([`answer_in`]) and the permission bound ([`permission_bound`]). Notifications
 //! are worded on the way out, after the projection, which knows no dialect ([`told`]: Maka's
 //! to a client that opted in, ours otherwise). What the dialect keeps about a connection (the
@@ -19,21 +19,12 @@ pub use routes::*;
 use super::connection::Shared;
 use super::initialize::ClientCapabilities;
 use super::projection::Notification;
-use super::types::{to_json, AgentCapabilities, ConfigOption, ConfigOptionKind, SelectOptions};
+pub use super::types::Dialect;
+use super::types::{to_json, AgentCapabilities};
 use crate::host_api::wire::TurnOutcome;
 use crate::jsonrpc::{code, Responder, ResponseError};
 use serde_json::{json, Value};
 use std::time::Duration;
-
-/// Whose names and shapes a connection speaks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Dialect {
-    /// maka-acp's own (`docs/maka-extensions.md`).
-    #[default]
-    Ours,
-    /// Apache Maka's `maka --acp` (selected with `--acp`).
-    Maka,
-}
 
 // ---- initialize ----
 
@@ -157,92 +148,6 @@ pub fn unanswered(bound: Duration) -> String {
          `explore`, or set MAKA_PERMISSION_TIMEOUT_MS",
         bound.as_secs_f64()
     )
-}
-
-// ---- session config options ----
-
-/// Our id for a config id in either dialect (Maka's `permission_mode` and `thinking_level` are
-/// our `mode` and `thought_level`; the rest are spelled alike).
-pub fn our_config_id(id: &str) -> &str {
-    match id {
-        "permission_mode" => "mode",
-        "thinking_level" => "thought_level",
-        other => other,
-    }
-}
-
-/// Our options (select plan-first, orchestration offered) as Maka presents them: its ids,
-/// names and categories, in its order; no `model` option (Maka has none, and Paseo's Maka
-/// provider offers its own "configured default" only when no option is in category `model`).
-/// `session/set_model` and `configId: "model"` still work.
-pub fn config_options(ours: Vec<ConfigOption>) -> Vec<ConfigOption> {
-    const ORDER: [&str; 4] = [
-        "mode",
-        "thought_level",
-        "collaboration_mode",
-        "orchestration_mode",
-    ];
-    let mut out: Vec<ConfigOption> = ours
-        .into_iter()
-        .filter_map(|mut o| {
-            let (id, name, category) = match o.id.as_str() {
-                "mode" => (
-                    "permission_mode",
-                    "Permission mode",
-                    "_maka/permission_mode",
-                ),
-                "thought_level" => ("thinking_level", "Thinking level", "thought_level"),
-                "collaboration_mode" => ("collaboration_mode", "Collaboration mode", "mode"),
-                "orchestration_mode" => (
-                    "orchestration_mode",
-                    "Orchestration mode",
-                    "_maka/orchestration_mode",
-                ),
-                _ => return None,
-            };
-            if id == "thinking_level" || id == "collaboration_mode" {
-                rename_values(&mut o.kind);
-            }
-            o.id = id.into();
-            o.name = name.into();
-            o.category = Some(category.into());
-            Some(o)
-        })
-        .collect();
-    out.sort_by_key(|o| {
-        ORDER
-            .iter()
-            .position(|x| *x == our_config_id(&o.id))
-            .unwrap_or(ORDER.len())
-    });
-    out
-}
-
-/// Maka's display names of thinking levels and collaboration modes.
-fn rename_values(kind: &mut ConfigOptionKind) {
-    let ConfigOptionKind::Select {
-        options: SelectOptions::Flat(choices),
-        ..
-    } = kind
-    else {
-        return;
-    };
-    for c in choices {
-        let name = match c.value.as_str() {
-            "off" => "Off",
-            "minimal" => "Minimal",
-            "low" => "Low",
-            "medium" => "Medium",
-            "high" => "High",
-            "xhigh" => "Extra high",
-            "max" => "Max",
-            "ultra" => "Ultra",
-            "agent" => "Agent",
-            "plan" => "Plan",
-            _ => continue,
-        };
-        c.name = name.into();
-    }
 }
 
 #[cfg(test)]

@@ -488,6 +488,53 @@ fn the_projection_knows_no_dialect() {
     );
 }
 
+/// Nor does it reach the dialect through what it uses: the projection and the configuration
+/// options it shows (`config_options.rs`) use only the adapter's leaf modules (types, params,
+/// errors), so neither sits in an import cycle with the connection, the dialect or the method
+/// table.
+#[test]
+fn the_projection_uses_only_leaf_modules() {
+    let others = [
+        "agent",
+        "auth",
+        "client_call",
+        "configure",
+        "connection",
+        "follow",
+        "host_link",
+        "initialize",
+        "interaction",
+        "lifecycle",
+        "maka",
+        "maka_dialect",
+        "methods",
+        "prompt",
+        "read",
+        "session",
+        "shared_names",
+        "turns",
+        "view",
+        "workers",
+    ];
+    let offenders = source_lines(
+        |rel| rel.starts_with("acp/projection/") || rel == "acp/config_options.rs",
+        |line| {
+            let code = line.trim_start();
+            let names = |prefix: &str| {
+                code.match_indices(prefix).any(|(i, _)| {
+                    let name: String = code[i + prefix.len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    others.contains(&name.as_str())
+                })
+            };
+            !code.starts_with("//") && (names("crate::acp::") || names("super::"))
+        },
+    );
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
 fn lines_outside(skipped: &[&str], matches: impl Fn(&str) -> bool) -> Vec<String> {
     source_lines(|rel| !skipped.iter().any(|p| rel.starts_with(p)), matches)
 }
