@@ -1251,10 +1251,15 @@ struct WsClient {
 
 impl WsClient {
     fn connect(s: &Serve) -> WsClient {
+        WsClient::connect_to(s, "/acp")
+    }
+
+    /// The upgrade GET to `target` (the endpoint with a query string).
+    fn connect_to(s: &Serve, target: &str) -> WsClient {
         let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
         stream.set_read_timeout(Some(STEP)).unwrap();
         let head = format!(
-            "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
             s.port,
             s.auth()
         );
@@ -1565,6 +1570,23 @@ fn each_connection_chooses_its_dialect_when_it_opens() {
     let sid = ours.new_session();
     let r = ours.call("_maka/goal/query", json!({"sessionId": sid}));
     assert!(r["result"].get("sessionId").is_none(), "ours: {r}");
+
+    // The WebSocket upgrade chooses the same way.
+    let init = json!({"protocolVersion": 1, "clientCapabilities": {}});
+    let mut ws = WsClient::connect_to(&s, "/acp?dialect=maka");
+    let r = ws.call(0, "initialize", init.clone());
+    assert!(
+        r["result"]["agentCapabilities"]["_meta"]["_maka/goalPlan"].is_object(),
+        "{r}"
+    );
+    let mut ws = WsClient::connect(&s);
+    let r = ws.call(0, "initialize", init);
+    assert!(
+        r["result"]["agentCapabilities"]["_meta"]
+            .get("_maka/goalPlan")
+            .is_none(),
+        "{r}"
+    );
     drop(s);
 
     let s = Serve::start_with_args(&["--acp"], &[]);
