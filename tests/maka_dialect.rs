@@ -405,19 +405,24 @@ fn goals_by_makas_params_and_goal_shape() {
         let r = done.unwrap_or_else(|| panic!("{action} kept conflicting"));
         assert_eq!(r["goal"]["status"], status, "{action}: {r}");
     }
-    // Our own params still mean ours on the same name.
-    let ours = m.agent.call_ok(
+    // The connection's dialect decides, not the params: ours on the same name are a `-32602`
+    // naming Maka's field.
+    let e = m.error(
         "_maka/goal/arm",
         json!({"sessionId": sid2, "objective": "make it shine", "maxTurns": 2}),
     );
-    assert_eq!(ours["objective"], "make it shine", "{ours}");
+    assert_eq!(e["code"], -32602, "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("`condition`"),
+        "{e}"
+    );
 }
 
 /// §1.2 session rows: `copy-source/query` pages the turns with `expectedSourceRevision`;
 /// `branch/create` and `revision/create` (Maka's params) copy into the client's
 /// `targetSessionId`, a stale revision is a `source_revision_conflict` result;
-/// `revision/abandon {targetSessionId}` abandons a copy and retains anything else; our own
-/// `revision/create {label}` still means ours.
+/// `revision/abandon {targetSessionId}` abandons a copy and retains anything else; in this
+/// dialect `revision/create` is Maka's whatever its params (ours, `{label}`, are a `-32602`).
 #[test]
 fn copy_source_branch_and_revisions_by_makas_params() {
     let (mut m, _) = maka("branch", json!({}), &[]);
@@ -523,12 +528,17 @@ fn copy_source_branch_and_revisions_by_makas_params() {
         json!({"targetSessionId": "sess_of_someone_else"}),
     );
     assert_eq!(reason(&e), "unknown_session", "{e}");
-    // Ours, by our params, on the clashing name.
-    let named = m.agent.call_ok(
+    // The clashing name is Maka's on this connection, whatever the params: ours are a
+    // `-32602` naming Maka's field.
+    let e = m.error(
         "_maka/session/revision/create",
         json!({"sessionId": sid, "label": "before the change"}),
     );
-    assert!(named["revisionId"].is_string(), "{named}");
+    assert_eq!(e["code"], -32602, "{e}");
+    assert!(
+        e["message"].as_str().unwrap().contains("`sourceSessionId`"),
+        "{e}"
+    );
     // An unowned source is Maka's unknown_session.
     let e = m.error(
         "_maka/session/branch/create",

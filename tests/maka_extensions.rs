@@ -191,3 +191,38 @@ fn a_turn_interrupted_by_a_host_crash_is_offered_after_load_and_resumed_once() {
     );
     assert_eq!(turns[1]["turnId"], resumed_id);
 }
+
+/// Without `--acp` the names both adapters use are ours whatever the params: Apache Maka's
+/// params (`condition`, `targetSessionId`, `kind`) are read as ours — a `-32602` naming our
+/// field — and never switch the request to Maka's meaning (the connection's dialect does).
+#[test]
+fn makas_params_do_not_choose_makas_meaning_without_acp() {
+    let data = TempDir::new("maka-sniff-data");
+    let ws = TempDir::new("maka-sniff-ws");
+    let mut agent = AgentProcess::scripted(&script(), data.path());
+    agent.initialize();
+    let session = agent.new_session(ws.path());
+    for (method, params, field) in [
+        (
+            "_maka/goal/arm",
+            json!({"sessionId": session, "condition": "make it shine"}),
+            "`objective`",
+        ),
+        (
+            "_maka/session/revision/abandon",
+            json!({"targetSessionId": session}),
+            "`sessionId`",
+        ),
+    ] {
+        let (resp, _) = agent.call(method, params);
+        let e = error_of(&resp);
+        assert_eq!(e["code"], -32602, "{method}: {resp}");
+        assert!(
+            e["message"].as_str().unwrap().contains(field),
+            "{method}: {resp}"
+        );
+    }
+    // Maka's memory query by `kind` is our memory view, not Maka's `state`.
+    let memory = agent.call_ok("_maka/memory/query", json!({"kind": "state"}));
+    assert!(memory.get("kind").is_none(), "{memory}");
+}

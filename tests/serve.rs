@@ -102,6 +102,11 @@ impl Serve {
     }
 
     fn start_with(env: &[(&str, &str)]) -> Serve {
+        Serve::start_with_args(&[], env)
+    }
+
+    /// `serve --listen 127.0.0.1:0` with these options too.
+    fn start_with_args(args: &[&str], env: &[(&str, &str)]) -> Serve {
         let data = TempDir::new("serve-data");
         let ws = TempDir::new("serve-ws");
         let script = script().to_string();
@@ -113,7 +118,8 @@ impl Serve {
             ("XDG_CONFIG_HOME", &config),
         ];
         all.extend_from_slice(env);
-        let (child, stderr, lines) = spawn(&["--listen", "127.0.0.1:0"], &all);
+        let args = [&["--listen", "127.0.0.1:0"], args].concat();
+        let (child, stderr, lines) = spawn(&args, &all);
         let line = lines
             .iter()
             .find(|l| l.contains("/acp"))
@@ -149,6 +155,17 @@ impl Serve {
     }
 
     fn post(&self, conn: Option<&str>, session: Option<&str>, message: &Value) -> Response {
+        self.post_to("/acp", conn, session, message)
+    }
+
+    /// [`Serve::post`] to `target` (the endpoint with a query string).
+    fn post_to(
+        &self,
+        target: &str,
+        conn: Option<&str>,
+        session: Option<&str>,
+        message: &Value,
+    ) -> Response {
         let auth = self.auth();
         let mut h = vec![
             ("Authorization", auth.as_str()),
@@ -160,7 +177,13 @@ impl Serve {
         if let Some(s) = session {
             h.push(("Acp-Session-Id", s));
         }
-        self.exchange("POST", &h, message.to_string().as_bytes())
+        raw_exchange_to(
+            self.port,
+            target,
+            "POST",
+            &h,
+            message.to_string().as_bytes(),
+        )
     }
 }
 
@@ -182,11 +205,21 @@ impl Response {
 /// One exchange on a socket of its own. Pseudo-headers: `(":version", "HTTP/1.0")` sends that
 /// version, `(":omit", "Host")` sends no `Host`.
 fn raw_exchange(port: u16, method: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+    raw_exchange_to(port, "/acp", method, headers, body)
+}
+
+fn raw_exchange_to(
+    port: u16,
+    target: &str,
+    method: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(STEP)).unwrap();
     let pseudo = |name: &str| headers.iter().find(|(k, _)| *k == name).map(|(_, v)| *v);
     let version = pseudo(":version").unwrap_or("HTTP/1.1");
-    let mut head = format!("{method} /acp {version}\r\n");
+    let mut head = format!("{method} {target} {version}\r\n");
     if !headers
         .iter()
         .any(|(k, _)| k.eq_ignore_ascii_case("Connection"))
@@ -261,11 +294,21 @@ struct HttpClient<'a> {
 
 impl<'a> HttpClient<'a> {
     fn connect(serve: &'a Serve) -> HttpClient<'a> {
+        HttpClient::connect_to(serve, "/acp")
+    }
+
+    /// A connection in Apache Maka's dialect, chosen as docs/maka-extensions.md says.
+    fn connect_maka(serve: &'a Serve) -> HttpClient<'a> {
+        HttpClient::connect_to(serve, "/acp?dialect=maka")
+    }
+
+    /// A connection opened by an `initialize` POST to `target`.
+    fn connect_to(serve: &'a Serve, target: &str) -> HttpClient<'a> {
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": 1,
             "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
             "clientInfo": {"name": "serve-test", "version": "1"}}});
-        let r = serve.post(None, None, &init);
+        let r = serve.post_to(target, None, None, &init);
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.header("Content-Type"), Some("application/json"));
         let conn = r
@@ -1356,10 +1399,15 @@ struct WsClient {
 
 impl WsClient {
     fn connect(s: &Serve) -> WsClient {
+        WsClient::connect_to(s, "/acp")
+    }
+
+    /// The upgrade GET to `target` (the endpoint with a query string).
+    fn connect_to(s: &Serve, target: &str) -> WsClient {
         let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
         stream.set_read_timeout(Some(STEP)).unwrap();
         let head = format!(
-            "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
             s.port,
             s.auth()
         );
@@ -1636,14 +1684,72 @@ fn load_elsewhere(b: &mut HttpClient, sid: &str) {
     assert!(r.get("error").is_none(), "loaded: {r}");
 }
 
-/// What Apache Maka's dialect keeps about a connection is that connection's: a copy made by
-/// branch/create on one connection is not another's to abandon. The other, holding the same
+/// The dialect is chosen once per connection, by the request that opens it: `?dialect=maka`
+/// (Apache Maka's, as `--acp` on stdio), else the server's (`serve --acp`: Maka's, which
+/// `?dialect=ours` overrides); an unknown one is refused with a status that says what to send.
+/// Connections of both dialects share one server, each answered in its own.
+#[test]
+fn each_connection_chooses_its_dialect_when_it_opens() {
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": 1}});
+    let opens = |s: &Serve, target: &str| -> bool {
+        let r = s.post_to(target, None, None, &init);
+        assert_eq!(r.status, 200, "{target}: {}", r.body);
+        let v: Value = serde_json::from_str(&r.body).unwrap();
+        v["result"]["agentCapabilities"]["_meta"]["_maka/goalPlan"].is_object()
+    };
+    let s = Serve::start();
+    assert!(!opens(&s, "/acp"), "ours by default");
+    assert!(opens(&s, "/acp?dialect=maka"), "Maka's when asked");
+    assert!(!opens(&s, "/acp?x=1&dialect=ours"), "ours when asked");
+    let r = s.post_to("/acp?dialect=klingon", None, None, &init);
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("dialect=maka"), "{}", r.body);
+
+    let mut maka = HttpClient::connect_maka(&s);
+    let mut ours = HttpClient::connect(&s);
+    let sid = maka.new_session();
+    let r = maka.call("_maka/goal/query", json!({"sessionId": sid}));
+    assert_eq!(
+        r["result"],
+        json!({"sessionId": sid, "goal": null}),
+        "Maka's: {r}"
+    );
+    let sid = ours.new_session();
+    let r = ours.call("_maka/goal/query", json!({"sessionId": sid}));
+    assert!(r["result"].get("sessionId").is_none(), "ours: {r}");
+
+    // The WebSocket upgrade chooses the same way.
+    let init = json!({"protocolVersion": 1, "clientCapabilities": {}});
+    let mut ws = WsClient::connect_to(&s, "/acp?dialect=maka");
+    let r = ws.call(0, "initialize", init.clone());
+    assert!(
+        r["result"]["agentCapabilities"]["_meta"]["_maka/goalPlan"].is_object(),
+        "{r}"
+    );
+    let mut ws = WsClient::connect(&s);
+    let r = ws.call(0, "initialize", init);
+    assert!(
+        r["result"]["agentCapabilities"]["_meta"]
+            .get("_maka/goalPlan")
+            .is_none(),
+        "{r}"
+    );
+    drop(s);
+
+    let s = Serve::start_with_args(&["--acp"], &[]);
+    assert!(opens(&s, "/acp"), "serve --acp: Maka's by default");
+    assert!(!opens(&s, "/acp?dialect=ours"), "ours when asked");
+}
+
+/// What Apache Maka's dialect keeps about a connection is that connection's (connections in
+/// Maka's dialect, `?dialect=maka`): a copy made by branch/create on one connection is not another's to abandon. The other, holding the same
 /// session, is answered `retained` and nothing is deleted: the one that made the copy still
 /// abandons it.
 #[test]
 fn a_copy_another_connection_made_is_retained_not_abandoned() {
     let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
-    let mut a = HttpClient::connect(&s);
+    let mut a = HttpClient::connect_maka(&s);
     let sid = a.new_session();
     let id = a.prompt(&sid, "hello");
     let (r, _) = a.until_response(id, |v| panic!("{v}"));
@@ -1658,7 +1764,7 @@ fn a_copy_another_connection_made_is_retained_not_abandoned() {
     );
     assert_eq!(made["result"]["kind"], "committed", "{made}");
 
-    let mut b = HttpClient::connect(&s);
+    let mut b = HttpClient::connect_maka(&s);
     load_elsewhere(&mut b, "copy-by-a");
     let abandon = json!({"targetSessionId": "copy-by-a"});
     let r = b.call("_maka/session/revision/abandon", abandon.clone());
@@ -1675,7 +1781,7 @@ fn a_copy_another_connection_made_is_retained_not_abandoned() {
     );
 }
 
-/// Maka's limit of 64 open uploads is per connection: one connection holding 64 does not
+/// Maka's limit of 64 open uploads is per connection (in Maka's dialect): one connection holding 64 does not
 /// refuse another's upload.
 #[test]
 fn open_uploads_are_limited_per_connection() {
@@ -1688,7 +1794,7 @@ fn open_uploads_are_limited_per_connection() {
                    "name": "n.txt", "totalBytes": 10, "contentSha256": digest}),
         )
     };
-    let mut a = HttpClient::connect(&s);
+    let mut a = HttpClient::connect_maka(&s);
     let sid_a = a.new_session();
     for n in 0..64 {
         let r = begin(&mut a, &sid_a, n);
@@ -1701,19 +1807,19 @@ fn open_uploads_are_limited_per_connection() {
             .is_some_and(|m| m.contains("64 uploads are open on this connection")),
         "the 65th on the same connection is refused: {r}"
     );
-    let mut b = HttpClient::connect(&s);
+    let mut b = HttpClient::connect_maka(&s);
     let sid_b = b.new_session();
     let r = begin(&mut b, &sid_b, 0);
     assert_eq!(r["result"]["kind"], "upload_opened", "{r}");
 }
 
-/// A goal armed with Maka's params waits for the next prompt of the connection that armed
-/// it: another connection's prompt in the same session does not start it, and the one that
+/// A goal armed by Maka's dialect (`?dialect=maka`) waits for the next prompt of the
+/// connection that armed it: another connection's prompt in the same session does not start it, and the one that
 /// armed it can still clear it.
 #[test]
 fn a_goal_armed_on_one_connection_is_not_started_by_anothers_prompt() {
     let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
-    let mut a = HttpClient::connect(&s);
+    let mut a = HttpClient::connect_maka(&s);
     let sid = a.new_session();
     let armed = a.call(
         "_maka/goal/arm",
@@ -1722,7 +1828,7 @@ fn a_goal_armed_on_one_connection_is_not_started_by_anothers_prompt() {
     let goal_id = armed["result"]["goal"]["goalId"].clone();
     assert!(goal_id.is_string(), "{armed}");
 
-    let mut b = HttpClient::connect(&s);
+    let mut b = HttpClient::connect_maka(&s);
     load_elsewhere(&mut b, &sid);
     let id = b.prompt(&sid, "hello");
     let (r, _) = b.until_response(id, |v| panic!("{v}"));

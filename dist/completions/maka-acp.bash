@@ -20,7 +20,7 @@ _maka_acp() {
     case "$sub" in
         "") COMPREPLY=($(compgen -W "host serve demo login generate --host-url --data-dir --log-level --acp --help --version -h -V" -- "$cur")) ;;
         host) COMPREPLY=($(compgen -W "--listen --data-dir --log-level --ignore-stdin --token-stdin" -- "$cur")) ;;
-        serve) COMPREPLY=($(compgen -W "--listen --token-file --tls-proxied --route-peers --route-self --host-url --data-dir --log-level" -- "$cur")) ;;
+        serve) COMPREPLY=($(compgen -W "--listen --token-file --tls-proxied --route-peers --route-self --host-url --data-dir --acp --log-level" -- "$cur")) ;;
         demo) COMPREPLY=($(compgen -W "" -- "$cur")) ;;
         login) COMPREPLY=($(compgen -W "" -- "$cur")) ;;
         generate) COMPREPLY=($(compgen -W "man bash zsh fish" -- "$cur")) ;;

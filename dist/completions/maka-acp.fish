@@ -23,5 +23,6 @@ complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l route-peers -x -d
 complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l route-self -x -d 'which of --route-peers this process is'
 complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l host-url -x -d 'use this Runtime Host for every connection instead of starting the embedded one (its token comes from MAKA_HOST_TOKEN)'
 complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l data-dir -r -F -d 'where the embedded host keeps sessions (and where a generated token is written)'
+complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l acp -d 'every connection speaks Apache Maka\'s `maka --acp` dialect unless the request that opens it asks for ours (/acp?dialect=ours); without it one connection asks for Maka\'s with /acp?dialect=maka (docs/maka-extensions.md)'
 complete -c maka-acp -n '__fish_seen_subcommand_from serve' -l log-level -x -a 'off error warn info debug trace' -d 'how much to log to stderr'
 complete -c maka-acp -n '__fish_seen_subcommand_from generate' -a 'man bash zsh fish'

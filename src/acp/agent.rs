@@ -1,4 +1,5 @@
-//! The dispatcher: reads each request with its row of the method table (`methods.rs`) and runs
+//! The dispatcher: reads each request with its row of the method table (`methods.rs`, the
+//! connection's dialect choosing Maka's rows or ours) and runs
 //! the job where the row says — `initialize` here, host calls on the worker pool (answering
 //! through their [`Responder`], so `session/cancel` is never stuck behind them), a turn
 //! registered here, in order with every other message, then started on a worker.
@@ -74,9 +75,7 @@ impl Ctx {
             subagents: caps.subagents,
             terminal_output_delta: caps.terminal_output_delta,
             answer_usage: caps.end_turn_usage,
-            maka_turn_status: caps.maka_turn_status,
-            maka_goal_plan_status: caps.maka_goal_plan_status,
-            config_view: super::config_options::View::of(&self.shared),
+            config_view: self.shared.config_view(),
             forms: caps.elicitation_form,
         }
     }
@@ -140,10 +139,11 @@ impl Agent {
         let responder = super::maka_dialect::answer_in(self.shared.dialect, responder);
         // Unknown methods, `_` extensions we do not implement, and methods this build does not
         // serve.
-        let Some(row) = methods::find(method, self.shared.link.local().can_log_out()) else {
+        let local = self.shared.link.local().can_log_out();
+        let Some(row) = methods::find(method, local, self.shared.dialect) else {
             return responder.respond(Err(ResponseError::method_not_found(method)));
         };
-        let job = match (row.read)(params).and_then(|j| j.in_dialect(self.shared.dialect)) {
+        let job = match (row.read)(params) {
             Ok(job) => job,
             Err(e) if self.initialized || method == "initialize" => {
                 return responder.respond(Err(e))
@@ -166,10 +166,6 @@ impl Agent {
                         .start_turn(move || turns::start(&ctx, registered));
                 }
             }
-            // Picked above; a row never nests dialect choices.
-            Job::ByDialect(_) => responder.respond(Err(
-                MakaCode::Internal.error("the method table picked no job for this dialect")
-            )),
         }
     }
 

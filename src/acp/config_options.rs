@@ -6,11 +6,15 @@
 //! The set, in order: `mode` (permission mode), `model`, `thought_level` (only when the
 //! selected model declares levels), and plan-first — a boolean `plan_first` for clients that
 //! accept boolean options, else a select `collaboration_mode` (`agent` / `plan`).
+//!
+//! Shown as the connection's [`View`] says (`Shared::config_view`): in Apache Maka's dialect
+//! with its ids, categories and order ([`maka_options`]); either dialect's ids are read in both.
+//! It uses only the adapter's leaf modules, so the projection, which shows these options,
+//! reaches neither the connection nor the dialect's other modules through it.
 
-use super::maka_dialect::{self, Dialect};
 use super::params::Params;
 use super::types::{
-    ConfigOption, ConfigOptionKind, SelectGroup, SelectOption, SelectOptions, SessionMode,
+    ConfigOption, ConfigOptionKind, Dialect, SelectGroup, SelectOption, SelectOptions, SessionMode,
     SessionModeState,
 };
 use crate::host_api::ops::ModelCatalog;
@@ -179,22 +183,11 @@ pub struct View {
     pub dialect: Dialect,
 }
 
-impl View {
-    pub fn of(shared: &super::connection::Shared) -> View {
-        View {
-            boolean: shared.caps().boolean_config_options,
-            dialect: shared.dialect,
-        }
-    }
-}
-
 /// The complete, ordered `configOptions` set, as `view` shows it.
 pub fn options(c: &Configuration, catalog: &Catalog, view: View) -> Vec<ConfigOption> {
     match view.dialect {
         Dialect::Ours => our_options(c, catalog, view.boolean),
-        Dialect::Maka => {
-            maka_dialect::config_options(our_options(c, &maka_catalog(catalog), false))
-        }
+        Dialect::Maka => maka_options(our_options(c, &maka_catalog(catalog), false)),
     }
 }
 
@@ -447,7 +440,7 @@ pub fn patch_for(
     // plan-first as a select for its select spelling, and what Maka always offers).
     // Errors name the id as the client sent it (a Maka client never saw our `mode`).
     let sent = p.required_str("configId")?;
-    let id = maka_dialect::our_config_id(sent);
+    let id = our_config_id(sent);
     let catalog = &match view.dialect {
         Dialect::Maka => maka_catalog(catalog),
         Dialect::Ours => catalog.clone(),
@@ -591,6 +584,92 @@ pub fn with_cas_retry<T, E>(
         }
     }
     Err(gave_up())
+}
+
+// ---- Apache Maka's presentation (`--acp`, `maka_dialect.rs`) ----
+
+/// Our id for a config id in either dialect (Maka's `permission_mode` and `thinking_level` are
+/// our `mode` and `thought_level`; the rest are spelled alike).
+pub fn our_config_id(id: &str) -> &str {
+    match id {
+        "permission_mode" => "mode",
+        "thinking_level" => "thought_level",
+        other => other,
+    }
+}
+
+/// Our options (select plan-first, orchestration offered) as Maka presents them: its ids,
+/// names and categories, in its order; no `model` option (Maka has none, and Paseo's Maka
+/// provider offers its own "configured default" only when no option is in category `model`).
+/// `session/set_model` and `configId: "model"` still work.
+fn maka_options(ours: Vec<ConfigOption>) -> Vec<ConfigOption> {
+    const ORDER: [&str; 4] = [
+        "mode",
+        "thought_level",
+        "collaboration_mode",
+        "orchestration_mode",
+    ];
+    let mut out: Vec<ConfigOption> = ours
+        .into_iter()
+        .filter_map(|mut o| {
+            let (id, name, category) = match o.id.as_str() {
+                "mode" => (
+                    "permission_mode",
+                    "Permission mode",
+                    "_maka/permission_mode",
+                ),
+                "thought_level" => ("thinking_level", "Thinking level", "thought_level"),
+                "collaboration_mode" => ("collaboration_mode", "Collaboration mode", "mode"),
+                "orchestration_mode" => (
+                    "orchestration_mode",
+                    "Orchestration mode",
+                    "_maka/orchestration_mode",
+                ),
+                _ => return None,
+            };
+            if id == "thinking_level" || id == "collaboration_mode" {
+                rename_values(&mut o.kind);
+            }
+            o.id = id.into();
+            o.name = name.into();
+            o.category = Some(category.into());
+            Some(o)
+        })
+        .collect();
+    out.sort_by_key(|o| {
+        ORDER
+            .iter()
+            .position(|x| *x == our_config_id(&o.id))
+            .unwrap_or(ORDER.len())
+    });
+    out
+}
+
+/// Maka's display names of thinking levels and collaboration modes.
+fn rename_values(kind: &mut ConfigOptionKind) {
+    let ConfigOptionKind::Select {
+        options: SelectOptions::Flat(choices),
+        ..
+    } = kind
+    else {
+        return;
+    };
+    for c in choices {
+        let name = match c.value.as_str() {
+            "off" => "Off",
+            "minimal" => "Minimal",
+            "low" => "Low",
+            "medium" => "Medium",
+            "high" => "High",
+            "xhigh" => "Extra high",
+            "max" => "Max",
+            "ultra" => "Ultra",
+            "agent" => "Agent",
+            "plan" => "Plan",
+            _ => continue,
+        };
+        c.name = name.into();
+    }
 }
 
 #[cfg(test)]

@@ -98,7 +98,7 @@ pub fn apply_initial(
     session: &AcpSession,
     initial: &[Value],
 ) -> Result<InitialValues, ResponseError> {
-    let view = config_options::View::of(&ctx.shared);
+    let view = ctx.shared.config_view();
     begin_write(ctx, session);
     let changed = change_config(ctx, session, |c, catalog| {
         config_options::initial_patch(initial, c, catalog, view)
@@ -156,7 +156,7 @@ pub fn set_config_option(ctx: &Ctx, p: read::ConfigOption, responder: Responder)
         Ok(s) => s,
         Err(e) => return responder.respond(Err(e)),
     };
-    let view = config_options::View::of(&ctx.shared);
+    let view = ctx.shared.config_view();
     begin_write(ctx, &session);
     let changed = change_config(ctx, &session, |c, catalog| {
         let p = Params::of(params)?;

@@ -61,6 +61,23 @@ impl Shared {
         *lock(&self.caps) = caps;
     }
 
+    /// Tells the client what the projection says happened, worded for this client
+    /// ([`super::maka_dialect::told`]: ours, or Apache Maka's to a client that opted in).
+    pub fn tell(&self, n: &super::projection::Notification) {
+        if let Some((method, params)) = super::maka_dialect::told(&self.caps(), n) {
+            self.outbox.notify(method, &params);
+        }
+    }
+
+    /// Who this connection's configuration options are shown to: its client's taste in
+    /// option kinds and its dialect.
+    pub fn config_view(&self) -> super::config_options::View {
+        super::config_options::View {
+            boolean: self.caps().boolean_config_options,
+            dialect: self.dialect,
+        }
+    }
+
     /// Enqueues one `session/update` (of a child session, for an update that belongs to one).
     pub fn update(&self, session_id: &str, update: &SessionUpdate) {
         let (session_id, update) = match update {

@@ -82,7 +82,7 @@ fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), R
                 initial,
                 &Configuration::default(),
                 &catalog,
-                config_options::View::of(&ctx.shared),
+                ctx.shared.config_view(),
             )?)
         }
     };
@@ -124,7 +124,7 @@ fn starting_catalog(
 /// with, or, with a `sessionId`, what `session/load` of it would — before anything exists.
 pub fn options(ctx: &Ctx, p: SessionOptions) -> Result<Value, ResponseError> {
     let conn = ctx.host()?;
-    let view = config_options::View::of(&ctx.shared);
+    let view = ctx.shared.config_view();
     let models = conn.request::<ops::ModelsList>(&ops::Empty {})?;
     let configuration = match &p.session_id {
         None => Configuration::default(),
@@ -180,7 +180,7 @@ fn fork_session(
             &p.config_options,
             &source.configuration,
             &catalog,
-            config_options::View::of(&ctx.shared),
+            ctx.shared.config_view(),
         )?;
     }
     let id = format!("sess_{}", random_hex(12));
@@ -419,7 +419,7 @@ fn attach(
             &p.config_options,
             &record.configuration,
             &catalog,
-            config_options::View::of(&ctx.shared),
+            ctx.shared.config_view(),
         )?;
     }
     let open_input = ops::OpenInput {

@@ -28,7 +28,7 @@ pub fn read_branch(p: &Params) -> ParamResult<Branch> {
     })
 }
 
-pub fn read_revision_create(p: &Params) -> ParamResult<ops::RevisionCreateInput> {
+pub fn read_revision(p: &Params) -> ParamResult<ops::RevisionCreateInput> {
     Ok(ops::RevisionCreateInput {
         session_id: p.required_str("sessionId")?.into(),
         label: p.required_str("label")?.into(),

@@ -1,31 +1,30 @@
 //! Apache Maka's dialect (`maka-acp --acp`): what a client written for Maka's own `maka --acp`
 //! expects, presented over this agent's one implementation (`docs/maka-extensions.md`,
 //! "Apache Maka's dialect"). The dialect is a plain value of the connection ([`Dialect`], in
-//! its context, [`super::connection::Shared`]), read at the few places that present things:
-//! `initialize` ([`advertise`]), the config options ([`config_options`]) and the error
-//! convention ([`answer_in`]). What the dialect keeps about a connection (the copies it made,
-//! its open uploads, its goals waiting for a prompt: [`Kept`]) is in that context too, never in
-//! a static, so under `serve` no connection sees another's. Nothing here serves a request on
-//! its own; `routes/` does.
+//! its context, [`super::connection::Shared`]), chosen once when it opens (`--acp` on stdio;
+//! `serve --acp`, or `?dialect=maka` on the request that opens a `serve` connection) and read
+//! at the edge only: which rows of the method table serve it (`methods.rs`, `MAKA_METHODS`),
+//! `initialize` ([`advertise`]), the config options (`config_options.rs`), the error
+//! convention ([`answer_in`]) and the permission bound ([`permission_bound`]). Notifications
+//! are worded on the way out, after the projection, which knows no dialect ([`told`]: Maka's
+//! to a client that opted in, ours otherwise). What the dialect keeps about a connection (the
+//! copies it made, its open uploads, its goals waiting for a prompt: [`Kept`]) is in that
+//! context too, never in a static, so under `serve` no connection sees another's. Nothing here
+//! serves a request on its own; `routes/` does.
 
 mod routes;
+pub mod shapes;
 pub use routes::*;
 
 use super::connection::Shared;
-use super::types::{AgentCapabilities, ConfigOption, ConfigOptionKind, SelectOptions};
+use super::initialize::ClientCapabilities;
+use super::projection::Notification;
+pub use super::types::Dialect;
+use super::types::{to_json, AgentCapabilities};
+use crate::host_api::wire::TurnOutcome;
 use crate::jsonrpc::{code, Responder, ResponseError};
 use serde_json::{json, Value};
 use std::time::Duration;
-
-/// Whose names and shapes a connection speaks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Dialect {
-    /// maka-acp's own (`docs/maka-extensions.md`).
-    #[default]
-    Ours,
-    /// Apache Maka's `maka --acp` (selected with `--acp`).
-    Maka,
-}
 
 // ---- initialize ----
 
@@ -71,6 +70,39 @@ pub fn maka_error(mut e: ResponseError) -> ResponseError {
 
 // ---- notifications (§1.3: only to clients that opt in; ours to the others) ----
 
+/// What a notification the projection returns becomes on the way out to this client (the one
+/// place it is worded): Apache Maka's `_maka/turn/status` (opt-in `_maka/turnStatus`),
+/// `_maka/goal/status` and `_maka/plan/changed` (opt-in `_maka/goalPlanStatus`), else ours
+/// ([`Notification::ours`]). `None`: nothing is told.
+pub fn told(caps: &ClientCapabilities, n: &Notification) -> Option<(&'static str, Value)> {
+    match n {
+        Notification::TurnState(ended, class) if caps.maka_turn_status => {
+            let status = match ended.outcome {
+                TurnOutcome::Cancelled => "cancelled",
+                TurnOutcome::Failed => "failed",
+                _ => "completed",
+            };
+            let mut params = json!({"sessionId": ended.session_id, "turnId": ended.turn_id,
+                "runId": "", "status": status});
+            if let Some(class) = class {
+                params["failureClass"] = to_json(class);
+            }
+            Some(("_maka/turn/status", params))
+        }
+        Notification::GoalUpdate(g) if caps.maka_goal_plan_status => {
+            let goal = shapes::maka_goal(&g.goal);
+            Some((
+                "_maka/goal/status",
+                json!({"sessionId": g.session_id, "goal": goal}),
+            ))
+        }
+        Notification::PlanChanged { session_id, plan } if caps.maka_goal_plan_status => {
+            Some(("_maka/plan/changed", shapes::plan_changed(session_id, plan)))
+        }
+        ours => ours.ours(),
+    }
+}
+
 /// `_maka/goal/status` with a goal already in Maka's shape, to a client that opted in (a goal
 /// that waits for its prompt exists only here).
 pub fn goal_status(shared: &Shared, session_id: &str, goal: &Value) {
@@ -86,7 +118,7 @@ pub fn goal_status(shared: &Shared, session_id: &str, goal: &Value) {
 /// query).
 pub fn plan_changed(shared: &Shared, session_id: &str, plan: &crate::host_api::ops::PlanView) {
     if shared.caps().maka_goal_plan_status {
-        let params = crate::acp::projection::maka::plan_changed(session_id, plan);
+        let params = shapes::plan_changed(session_id, plan);
         shared.outbox.notify("_maka/plan/changed", &params);
     }
 }
@@ -116,92 +148,6 @@ pub fn unanswered(bound: Duration) -> String {
          `explore`, or set MAKA_PERMISSION_TIMEOUT_MS",
         bound.as_secs_f64()
     )
-}
-
-// ---- session config options ----
-
-/// Our id for a config id in either dialect (Maka's `permission_mode` and `thinking_level` are
-/// our `mode` and `thought_level`; the rest are spelled alike).
-pub fn our_config_id(id: &str) -> &str {
-    match id {
-        "permission_mode" => "mode",
-        "thinking_level" => "thought_level",
-        other => other,
-    }
-}
-
-/// Our options (select plan-first, orchestration offered) as Maka presents them: its ids,
-/// names and categories, in its order; no `model` option (Maka has none, and Paseo's Maka
-/// provider offers its own "configured default" only when no option is in category `model`).
-/// `session/set_model` and `configId: "model"` still work.
-pub fn config_options(ours: Vec<ConfigOption>) -> Vec<ConfigOption> {
-    const ORDER: [&str; 4] = [
-        "mode",
-        "thought_level",
-        "collaboration_mode",
-        "orchestration_mode",
-    ];
-    let mut out: Vec<ConfigOption> = ours
-        .into_iter()
-        .filter_map(|mut o| {
-            let (id, name, category) = match o.id.as_str() {
-                "mode" => (
-                    "permission_mode",
-                    "Permission mode",
-                    "_maka/permission_mode",
-                ),
-                "thought_level" => ("thinking_level", "Thinking level", "thought_level"),
-                "collaboration_mode" => ("collaboration_mode", "Collaboration mode", "mode"),
-                "orchestration_mode" => (
-                    "orchestration_mode",
-                    "Orchestration mode",
-                    "_maka/orchestration_mode",
-                ),
-                _ => return None,
-            };
-            if id == "thinking_level" || id == "collaboration_mode" {
-                rename_values(&mut o.kind);
-            }
-            o.id = id.into();
-            o.name = name.into();
-            o.category = Some(category.into());
-            Some(o)
-        })
-        .collect();
-    out.sort_by_key(|o| {
-        ORDER
-            .iter()
-            .position(|x| *x == our_config_id(&o.id))
-            .unwrap_or(ORDER.len())
-    });
-    out
-}
-
-/// Maka's display names of thinking levels and collaboration modes.
-fn rename_values(kind: &mut ConfigOptionKind) {
-    let ConfigOptionKind::Select {
-        options: SelectOptions::Flat(choices),
-        ..
-    } = kind
-    else {
-        return;
-    };
-    for c in choices {
-        let name = match c.value.as_str() {
-            "off" => "Off",
-            "minimal" => "Minimal",
-            "low" => "Low",
-            "medium" => "Medium",
-            "high" => "High",
-            "xhigh" => "Extra high",
-            "max" => "Max",
-            "ultra" => "Ultra",
-            "agent" => "Agent",
-            "plan" => "Plan",
-            _ => continue,
-        };
-        c.name = name.into();
-    }
 }
 
 #[cfg(test)]
@@ -313,6 +259,63 @@ mod tests {
                 "{dialect:?} {setting:?}"
             );
         }
+    }
+
+    /// The projection's notifications, worded on the way out: ours to a client that did not opt
+    /// in (a plan change untold: the plan is shown), Maka's to one that did (§1.3).
+    #[test]
+    fn notifications_are_worded_for_the_client_after_the_projection() {
+        use crate::acp::projection::{Effect, Projector};
+        let frames = [
+            json!({"kind": "turn_terminal", "turnId": "t", "runId": "r", "outcome": "failed",
+                "reason": "error", "failureClass": "provider_error"}),
+            json!({"kind": "goal_updated", "goal": {"goalId": "g1", "sessionId": "s",
+                "revision": 2, "objective": "shine", "status": "completed", "limits": {"maxTurns": 5},
+                "turnsRun": 1, "tokensUsed": 5, "startedAt": 1, "updatedAt": 9}}),
+            json!({"kind": "plan_state", "revision": 3, "status": "proposed", "entries": []}),
+        ];
+        let told = |caps: &ClientCapabilities| -> Vec<Value> {
+            let mut p = Projector::new("s", Default::default());
+            let now = std::time::Instant::now();
+            let mut out = vec![];
+            for f in &frames {
+                let body = serde_json::from_value(f.clone()).unwrap();
+                for e in p.apply(body, now, None) {
+                    if let Effect::Notify(n) = e {
+                        out.extend(told(caps, &n).map(|(m, p)| json!({"method": m, "params": p})));
+                    }
+                }
+            }
+            out
+        };
+        let ours = told(&ClientCapabilities::default());
+        let methods: Vec<&Value> = ours.iter().map(|n| &n["method"]).collect();
+        assert_eq!(
+            methods,
+            ["_maka/turn_state", "_maka/goal_update"],
+            "{ours:?}"
+        );
+        assert_eq!(ours[0]["params"]["outcome"], "failed");
+        assert_eq!(ours[1]["params"]["goal"]["objective"], "shine");
+        let opted_in = ClientCapabilities {
+            maka_turn_status: true,
+            maka_goal_plan_status: true,
+            ..Default::default()
+        };
+        let maka = told(&opted_in);
+        assert_eq!(
+            maka[0],
+            json!({"method": "_maka/turn/status", "params": {"failureClass": "provider_error",
+                "runId": "", "sessionId": "s", "status": "failed", "turnId": "t"}})
+        );
+        assert_eq!(maka[1]["method"], "_maka/goal/status");
+        assert_eq!(maka[1]["params"]["goal"]["condition"], "shine");
+        assert_eq!(maka[1]["params"]["goal"]["status"], "achieved");
+        assert_eq!(
+            maka[2],
+            json!({"method": "_maka/plan/changed", "params": {"sessionId": "s",
+                "storeVersion": 3, "latestProposalId": "proposal-3", "activeExecutionId": null}})
+        );
     }
 
     /// Maka's not-found convention: `-32602`, `reason: unknown_session` or the host's code.

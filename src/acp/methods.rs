@@ -1,7 +1,12 @@
 //! Every method this agent serves, one line each: its name, how its params are read, where it
-//! runs and what serves it. The dispatcher ([`super::agent`]) looks a request up here; nothing
-//! else knows method names. `agentCapabilities._meta.maka.methods` is this table's `_maka/`
-//! rows ([`maka_methods`]).
+//! runs and what serves it. The dispatcher ([`super::agent`]) looks a request up here
+//! ([`find`], by the connection's dialect); nothing else knows method names.
+//! `agentCapabilities._meta.maka.methods` is this table's `_maka/` rows ([`maka_methods`]).
+//!
+//! Two tables, one handler per name in each dialect: [`METHODS`] is ours, and what both
+//! dialects serve alike (ACP's methods, the names only Apache Maka's adapter has); on a
+//! connection in Maka's dialect (`--acp`, or `serve`'s per-connection choice) [`MAKA_METHODS`]
+//! gives the names both adapters use Maka's meaning instead. A request's params never choose.
 //!
 //! Where a method runs:
 //! - [`Job::Initialize`]: on the dispatcher, at once (it decides what every later method may do);
@@ -21,9 +26,10 @@ use super::initialize::{self, InitializeParams};
 use super::maka_dialect::{self as md, Dialect};
 use super::params::{ParamResult, Params};
 use super::read;
+use super::shared_names as names;
 use super::turns::{self, Registered, TurnKind};
 use super::types::to_json;
-use super::{configure, lifecycle, maka, shared_names};
+use super::{configure, lifecycle, maka};
 use crate::host_api::ops::{self, Operation};
 use crate::jsonrpc::{Responder, ResponseError};
 use serde_json::Value;
@@ -43,18 +49,6 @@ pub enum Job {
     Initialize(InitializeParams),
     Work(Work),
     Turn(Turn),
-    /// A name both dialects use with the same params: the connection's dialect picks the job.
-    ByDialect(Box<dyn FnOnce(Dialect) -> ParamResult<Job> + Send>),
-}
-
-impl Job {
-    /// The job for a connection in `dialect`.
-    pub fn in_dialect(self, dialect: Dialect) -> ParamResult<Job> {
-        match self {
-            Job::ByDialect(pick) => pick(dialect),
-            job => Ok(job),
-        }
-    }
 }
 
 /// Serves a request on a worker, answering through its responder.
@@ -72,60 +66,91 @@ const fn m(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
     }
 }
 
+/// A method served only with a host of this build's own ([`Method::local_only`]).
+const fn local(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
+    Method {
+        local_only: true,
+        ..m(name, read)
+    }
+}
+
+/// Our methods, and those both dialects serve alike.
 #[rustfmt::skip]
 pub static METHODS: &[Method] = &[
-    m("initialize",                     |v| Ok(Job::Initialize(initialize::parse(v)?))),
-    m("authenticate",                   |v| answer(v, read::method_id, |c, id| configure::authenticate(c, &id))),
-    Method { local_only: true, ..m("logout", |v| answer(v, read::nothing, |c, ()| configure::logout(c))) },
-    m("session/new",                    |v| work(v, read::new_session, lifecycle::new)),
-    m("session/fork",                   |v| work(v, read::fork_session, lifecycle::fork)),
-    m("session/load",                   |v| work(v, |p| read::open_session(p, true), lifecycle::open)),
-    m("session/resume",                 |v| work(v, |p| read::open_session(p, false), lifecycle::open)),
-    m("session/list",                   |v| answer(v, read::list_sessions, lifecycle::list)),
-    m("session/options",                |v| answer(v, read::session_options, lifecycle::options)),
-    m("session/close",                  |v| answer(v, read::session_id, |c, id| lifecycle::close(c, &id))),
-    m("session/delete",                 |v| answer(v, read::session_id, |c, id| lifecycle::delete(c, &id))),
-    m("session/set_config_option",      |v| work(v, read::config_option, configure::set_config_option)),
-    m("session/set_model",              |v| work(v, read::set_model, configure::set_config_option)),
-    m("session/set_mode",               |v| work(v, read::set_mode, configure::set_mode)),
-    m("session/prompt",                 |v| turn(v, read::prompt, turns::register)),
-    m("_maka/session/turns",            |v| forward::<ops::SessionTurns>(v, read::session_ref)),
-    m("_maka/session/branch",           |v| answer(v, maka::read_branch, maka::branch)),
-    m("_maka/session/revisions",        |v| forward::<ops::RevisionsList>(v, read::session_ref)),
+    m("initialize",                 |v| Ok(Job::Initialize(initialize::parse(v)?))),
+    m("authenticate",               |v| answer_str(v, read::method_id, configure::authenticate)),
+    local("logout",                 |v| answer(v, read::nothing, |c, ()| configure::logout(c))),
+    m("session/new",                |v| work(v, read::new_session, lifecycle::new)),
+    m("session/fork",               |v| work(v, read::fork_session, lifecycle::fork)),
+    m("session/load",               |v| work(v, |p| read::open_session(p, true), lifecycle::open)),
+    m("session/resume",             |v| work(v, |p| read::open_session(p, false), lifecycle::open)),
+    m("session/list",               |v| answer(v, read::list_sessions, lifecycle::list)),
+    m("session/options",            |v| answer(v, read::session_options, lifecycle::options)),
+    m("session/close",              |v| answer_str(v, read::session_id, lifecycle::close)),
+    m("session/delete",             |v| answer_str(v, read::session_id, lifecycle::delete)),
+    m("session/set_config_option",  |v| work(v, read::config_option, configure::set_config_option)),
+    m("session/set_model",          |v| work(v, read::set_model, configure::set_config_option)),
+    m("session/set_mode",           |v| work(v, read::set_mode, configure::set_mode)),
+    m("session/prompt",             |v| turn(v, read::prompt, turns::register)),
+    m("_maka/session/turns",        |v| forward::<ops::SessionTurns>(v, read::session_ref)),
+    m("_maka/session/branch",       |v| answer(v, maka::read_branch, maka::branch)),
+    m("_maka/session/revisions",    |v| forward::<ops::RevisionsList>(v, read::session_ref)),
+    m("_maka/session/revision/create", |v| forward::<ops::RevisionCreate>(v, maka::read_revision)),
+    m("_maka/session/revision/abandon", |v| answer(v, maka::read_abandon, maka::abandon)),
+    m("_maka/turn/resume",          |v| turn(v, read::session_id, resume_turn)),
+    m("_maka/turn/steer",           |v| answer(v, maka::read_steer, maka::steer)),
+    m("_maka/memory/query",         |v| forward::<ops::MemoryQuery>(v, maka::read_memory_query)),
+    m("_maka/memory/mutate",        |v| forward::<ops::MemoryMutate>(v, maka::read_memory_mutate)),
+    m("_maka/usage/query",          |v| forward::<ops::UsageQuery>(v, read::session_ref)),
+    m("_maka/artifact/ingest",      |v| forward::<ops::ArtifactIngest>(v, maka::read_ingest)),
+    m("_maka/artifact/list",        |v| forward::<ops::ArtifactQuery>(v, maka::read_artifact_list)),
+    m("_maka/artifact/read",        |v| forward::<ops::ArtifactQuery>(v, maka::read_artifact_read)),
+    m("_maka/artifact/delete",      |v| forward::<ops::ArtifactDelete>(v, maka::read_artifact_ref)),
+    m("_maka/subagent/list",        |v| forward::<ops::SubagentsList>(v, maka::read_subagent_list)),
+    m("_maka/goal/arm",             |v| answer(v, maka::read_goal_arm, maka::goal_arm)),
+    m("_maka/goal/control",         |v| answer(v, maka::read_goal_control, maka::goal_control)),
+    m("_maka/goal/query",           |v| forward::<ops::GoalQuery>(v, read::session_ref)),
+    m("_maka/plan/query",           |v| forward::<ops::PlanQuery>(v, read::session_ref)),
+    m("_maka/plan/control",         |v| answer(v, maka::read_plan_control, maka::plan_control)),
+    m("_maka/plan/start",           |v| turn(v, read::session_id, plan_turn)),
+    m("_session/steering",          |v| answer(v, names::read_steering, names::steering)),
+    m("_session/goal",              |v| answer(v, names::read_goal, names::goal)),
+    // Names only Apache Maka's adapter has: its meaning in both dialects.
     m("_maka/session/copy-source/query", |v| answer(v, md::read_copy_source, md::copy_source)),
-    m("_maka/session/branch/create",    |v| answer(v, md::read_branch_create, md::branch_create)),
-    m("_maka/session/revision/create",  |v| theirs_if(v, "targetSessionId", |v| answer(v, md::read_branch_create, md::branch_create), |v| forward::<ops::RevisionCreate>(v, maka::read_revision_create))),
-    m("_maka/session/revision/abandon", |v| theirs_if(v, "targetSessionId", |v| answer(v, md::read_abandon, md::abandon), |v| answer(v, maka::read_abandon, maka::abandon))),
-    m("_maka/turn/resume",              |v| by_dialect(v, maka_resume, |v| theirs_if(v, "sourceRunId", maka_resume, |v| turn(v, read::session_id, |c, id, r| turns::register_generated(c, &id, TurnKind::Resume, r))))),
-    m("_maka/turn/steer",               |v| answer(v, maka::read_steer, maka::steer)),
-    m("_maka/memory/query",             |v| theirs_if(v, "kind", |v| answer(v, md::read_memory_query, md::memory_query), |v| forward::<ops::MemoryQuery>(v, maka::read_memory_query))),
-    m("_maka/memory/mutate",            |v| theirs_if(v, "kind", |v| answer(v, md::read_memory_mutate, md::memory_mutate), |v| forward::<ops::MemoryMutate>(v, maka::read_memory_mutate))),
-    m("_maka/usage/query",              |v| forward::<ops::UsageQuery>(v, read::session_ref)),
-    m("_maka/artifact/ingest",          |v| answer(v, md::read_ingest, md::ingest)),
-    m("_maka/artifact/list",            |v| forward::<ops::ArtifactQuery>(v, maka::read_artifact_list)),
-    m("_maka/artifact/read",            |v| forward::<ops::ArtifactQuery>(v, maka::read_artifact_read)),
-    m("_maka/artifact/query",           |v| answer(v, md::read_artifact_query, md::artifact_query)),
-    m("_maka/artifact/delete",          |v| forward::<ops::ArtifactDelete>(v, maka::read_artifact_ref)),
-    m("_maka/subagent/list",            |v| forward::<ops::SubagentsList>(v, maka::read_subagent_list)),
-    m("_maka/goal/arm",                 |v| theirs_if(v, "condition", |v| answer(v, md::read_goal_arm, md::goal_arm), |v| answer(v, maka::read_goal_arm, maka::goal_arm))),
-    m("_maka/goal/control",             |v| theirs_if(v, "expectedRevision", |v| answer(v, md::read_goal_control, md::goal_control), |v| answer(v, maka::read_goal_control, maka::goal_control))),
-    m("_maka/goal/query",               |v| by_dialect(v, |v| answer(v, read::session_ref, md::goal_query), |v| forward::<ops::GoalQuery>(v, read::session_ref))),
-    m("_maka/plan/query",               |v| theirs_if(v, "kind", |v| answer(v, md::read_plan_query, md::plan_query), |v| forward::<ops::PlanQuery>(v, read::session_ref))),
-    m("_maka/plan/control",             |v| theirs_if(v, "kind", |v| answer(v, md::read_plan_control, md::plan_control), |v| answer(v, maka::read_plan_control, maka::plan_control))),
-    m("_maka/plan/start",               |v| turn(v, read::session_id, |c, id, r| turns::register_generated(c, &id, TurnKind::Plan, r))),
-    m("_maka/plan/turn/start",          |v| answer(v, md::read_plan_turn, md::plan_turn_start)),
-    m("_session/steering",              |v| answer(v, shared_names::read_steering, shared_names::steering)),
-    m("_session/goal",                  |v| answer(v, shared_names::read_goal, shared_names::goal)),
+    m("_maka/session/branch/create", |v| answer(v, md::read_branch_create, md::branch_create)),
+    m("_maka/artifact/query",       |v| answer(v, md::read_artifact_query, md::artifact_query)),
+    m("_maka/plan/turn/start",      |v| answer(v, md::read_plan_turn, md::plan_turn_start)),
+];
+
+/// Apache Maka's meaning of the names both adapters use, on a connection in its dialect
+/// (`maka_dialect/routes/`): each name is also one of [`METHODS`], which it replaces there.
+#[rustfmt::skip]
+pub static MAKA_METHODS: &[Method] = &[
+    m("_maka/session/revision/create", |v| answer(v, md::read_branch_create, md::branch_create)),
+    m("_maka/session/revision/abandon", |v| answer(v, md::read_abandon, md::abandon)),
+    m("_maka/turn/resume",          |v| answer(v, md::read_resume, md::resume)),
+    m("_maka/memory/query",         |v| answer(v, md::read_memory_query, md::memory_query)),
+    m("_maka/memory/mutate",        |v| answer(v, md::read_memory_mutate, md::memory_mutate)),
+    m("_maka/artifact/ingest",      |v| answer(v, md::read_ingest, md::ingest)),
+    m("_maka/goal/arm",             |v| answer(v, md::read_goal_arm, md::goal_arm)),
+    m("_maka/goal/control",         |v| answer(v, md::read_goal_control, md::goal_control)),
+    m("_maka/goal/query",           |v| answer(v, read::session_ref, md::goal_query)),
+    m("_maka/plan/query",           |v| answer(v, md::read_plan_query, md::plan_query)),
+    m("_maka/plan/control",         |v| answer(v, md::read_plan_control, md::plan_control)),
 ];
 
 /// The notifications this agent acts on.
 pub static NOTIFICATIONS: &[(&str, OnNotification)] = &[("session/cancel", cancel)];
 
-/// The method named `name`, when it is served (`local`: with a host of this build's own that
-/// keeps settings).
-pub fn find(name: &str, local: bool) -> Option<&'static Method> {
-    METHODS
-        .iter()
+/// The method named `name` on a connection in `dialect`, when it is served (`local`: with a
+/// host of this build's own that keeps settings): Maka's row first in Maka's dialect.
+pub fn find(name: &str, local: bool, dialect: Dialect) -> Option<&'static Method> {
+    let maka: &[Method] = match dialect {
+        Dialect::Maka => MAKA_METHODS,
+        Dialect::Ours => &[],
+    };
+    maka.iter()
+        .chain(METHODS)
         .find(|m| m.name == name && (local || !m.local_only))
 }
 
@@ -136,38 +161,6 @@ pub fn maka_methods() -> Vec<&'static str> {
         .filter(|m| m.name.starts_with("_maka/"))
         .map(|m| m.name)
         .collect()
-}
-
-/// A name Apache Maka's adapter and ours share: Maka's meaning when its params arrive (`field`
-/// present), ours otherwise.
-fn theirs_if(
-    v: &Value,
-    field: &str,
-    theirs: fn(&Value) -> ParamResult<Job>,
-    ours: fn(&Value) -> ParamResult<Job>,
-) -> ParamResult<Job> {
-    match v.get(field) {
-        Some(f) if !f.is_null() => theirs(v),
-        _ => ours(v),
-    }
-}
-
-/// A shared name whose params are alike: the connection's dialect decides.
-fn by_dialect(
-    v: &Value,
-    theirs: fn(&Value) -> ParamResult<Job>,
-    ours: fn(&Value) -> ParamResult<Job>,
-) -> ParamResult<Job> {
-    let v = v.clone();
-    Ok(Job::ByDialect(Box::new(move |d| match d {
-        Dialect::Maka => theirs(&v),
-        Dialect::Ours => ours(&v),
-    })))
-}
-
-/// `_maka/turn/resume` as Maka's: answered at admission.
-fn maka_resume(v: &Value) -> ParamResult<Job> {
-    answer(v, md::read_resume, md::resume)
 }
 
 /// A method that answers through its responder itself (on a worker).
@@ -188,6 +181,26 @@ fn answer<P: Send + 'static>(
 ) -> ParamResult<Job> {
     let p = read(&Params::of(v)?)?;
     Ok(Job::Work(Box::new(move |ctx, r| r.respond(serve(ctx, p)))))
+}
+
+/// [`answer`] for a `serve` that borrows the string read (an id).
+fn answer_str(
+    v: &Value,
+    read: fn(&Params) -> ParamResult<String>,
+    serve: fn(&Ctx, &str) -> Result<Value, ResponseError>,
+) -> ParamResult<Job> {
+    let p = read(&Params::of(v)?)?;
+    Ok(Job::Work(Box::new(move |ctx, r| r.respond(serve(ctx, &p)))))
+}
+
+/// `_maka/turn/resume` (ours): the run a host crash interrupted, as a turn.
+fn resume_turn(ctx: &Ctx, id: String, r: Responder) -> Option<Registered> {
+    turns::register_generated(ctx, &id, TurnKind::Resume, r)
+}
+
+/// `_maka/plan/start`: a turn that proposes a plan.
+fn plan_turn(ctx: &Ctx, id: String, r: Responder) -> Option<Registered> {
+    turns::register_generated(ctx, &id, TurnKind::Plan, r)
 }
 
 /// A `_maka/` method that is host operation `O`: its input read from the params, its output the
@@ -235,38 +248,57 @@ fn cancel(ctx: &Ctx, params: &Value) {
 mod tests {
     use super::*;
 
-    /// Every method is listed once, reads `{}` without panicking (a job, or `-32602`), and the
-    /// advertised `_maka/` methods are exactly the table's.
+    /// Every method is listed once in each table, reads `{}` without panicking (a job, or
+    /// `-32602`), and the advertised `_maka/` methods are exactly the table's; Maka's rows
+    /// only give names of ours Maka's meaning, so both dialects serve (and advertise) the same
+    /// names, each with one handler.
     #[test]
     fn the_table_is_the_one_list_of_methods() {
-        let mut names: Vec<&str> = METHODS.iter().map(|m| m.name).collect();
-        names.sort();
-        let n = names.len();
-        names.dedup();
-        assert_eq!(names.len(), n, "a method is listed twice");
-        for m in METHODS {
+        for table in [METHODS, MAKA_METHODS] {
+            let mut names: Vec<&str> = table.iter().map(|m| m.name).collect();
+            names.sort();
+            let n = names.len();
+            names.dedup();
+            assert_eq!(names.len(), n, "a method is listed twice");
+        }
+        for m in METHODS.iter().chain(MAKA_METHODS) {
             for params in [
                 Value::Null,
                 serde_json::json!({}),
                 serde_json::json!({"sessionId": 3}),
             ] {
-                for dialect in [Dialect::Ours, Dialect::Maka] {
-                    if let Err(e) = (m.read)(&params).and_then(|j| j.in_dialect(dialect)) {
-                        assert_eq!(e.code, crate::jsonrpc::code::INVALID_PARAMS, "{}", m.name);
-                    }
+                if let Err(e) = (m.read)(&params) {
+                    assert_eq!(e.code, crate::jsonrpc::code::INVALID_PARAMS, "{}", m.name);
                 }
             }
+        }
+        for theirs in MAKA_METHODS {
+            let ours = find(theirs.name, true, Dialect::Ours);
+            assert!(ours.is_some(), "{} is a name of ours", theirs.name);
+            let found = find(theirs.name, true, Dialect::Maka).map(|m| m as *const Method);
+            assert_eq!(found, Some(theirs as *const Method), "{}", theirs.name);
         }
         let advertised = initialize::agent_capabilities(true);
         let listed = serde_json::to_value(&advertised).unwrap()["_meta"]["maka"]["methods"].clone();
         assert_eq!(listed, serde_json::json!(maka_methods()));
         for name in maka_methods() {
-            assert!(
-                find(name, false).is_some(),
-                "{name} is advertised and served"
-            );
+            for dialect in [Dialect::Ours, Dialect::Maka] {
+                assert!(
+                    find(name, false, dialect).is_some(),
+                    "{name} is advertised and served"
+                );
+            }
         }
-        assert!(find("_maka/session/nothing", true).is_none());
-        assert!(find("logout", true).is_some() && find("logout", false).is_none());
+        assert!(find("_maka/session/nothing", true, Dialect::Maka).is_none());
+        assert!(find("logout", true, Dialect::Ours).is_some());
+        assert!(find("logout", false, Dialect::Ours).is_none());
+    }
+
+    /// Each row of the table fits on one screen line.
+    #[test]
+    fn each_row_fits_on_a_line() {
+        let text = include_str!("methods.rs");
+        let long: Vec<&str> = text.lines().filter(|l| l.chars().count() > 100).collect();
+        assert!(long.is_empty(), "{long:#?}");
     }
 }

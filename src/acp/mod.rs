@@ -31,4 +31,4 @@ mod tests;
 
 pub use agent::{serve, AdapterConfig};
 pub use host_link::{LocalHost, NoLocalHost};
-pub use maka_dialect::Dialect;
+pub use types::Dialect;

@@ -175,10 +175,7 @@ impl AcpSession {
                         shared.update(&self.id, u);
                     }
                 }
-                Effect::Notify(n) => {
-                    let (method, params) = n.message();
-                    shared.outbox.notify(method, &params);
-                }
+                Effect::Notify(n) => shared.tell(&n),
                 other => rest.push(other),
             }
         }

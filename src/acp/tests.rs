@@ -459,6 +459,82 @@ fn no_static_in_the_agent_holds_state() {
     );
 }
 
+/// The projection says what happened in no client's dialect: it names neither the dialect nor
+/// anything of Apache Maka's wording (its notifications, its shapes); the connection words
+/// what the projection returns on the way out (`maka_dialect::told`).
+#[test]
+fn the_projection_knows_no_dialect() {
+    let offenders = source_lines(
+        |rel| rel.starts_with("acp/projection/"),
+        |line| {
+            let code = line.trim_start();
+            !code.starts_with("//")
+                && [
+                    "maka_dialect",
+                    "Dialect",
+                    "mod maka",
+                    "_maka/turn/status",
+                    "_maka/goal/status",
+                    "_maka/plan/changed",
+                ]
+                .iter()
+                .any(|t| code.contains(t))
+        },
+    );
+    assert!(
+        offenders.is_empty(),
+        "word it for the client in maka_dialect::told:\n{}",
+        offenders.join("\n")
+    );
+}
+
+/// Nor does it reach the dialect through what it uses: the projection and the configuration
+/// options it shows (`config_options.rs`) use only the adapter's leaf modules (types, params,
+/// errors), so neither sits in an import cycle with the connection, the dialect or the method
+/// table.
+#[test]
+fn the_projection_uses_only_leaf_modules() {
+    let others = [
+        "agent",
+        "auth",
+        "client_call",
+        "configure",
+        "connection",
+        "follow",
+        "host_link",
+        "initialize",
+        "interaction",
+        "lifecycle",
+        "maka",
+        "maka_dialect",
+        "methods",
+        "prompt",
+        "read",
+        "session",
+        "shared_names",
+        "turns",
+        "view",
+        "workers",
+    ];
+    let offenders = source_lines(
+        |rel| rel.starts_with("acp/projection/") || rel == "acp/config_options.rs",
+        |line| {
+            let code = line.trim_start();
+            let names = |prefix: &str| {
+                code.match_indices(prefix).any(|(i, _)| {
+                    let name: String = code[i + prefix.len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                        .collect();
+                    others.contains(&name.as_str())
+                })
+            };
+            !code.starts_with("//") && (names("crate::acp::") || names("super::"))
+        },
+    );
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
+
 fn lines_outside(skipped: &[&str], matches: impl Fn(&str) -> bool) -> Vec<String> {
     source_lines(|rel| !skipped.iter().any(|p| rel.starts_with(p)), matches)
 }

@@ -969,6 +969,17 @@ pub fn to_json<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
+/// Whose names and shapes a connection speaks (chosen once per connection; presented at the
+/// edge: `maka_dialect.rs`, `methods.rs`, `config_options.rs`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dialect {
+    /// maka-acp's own (`docs/maka-extensions.md`).
+    #[default]
+    Ours,
+    /// Apache Maka's `maka --acp` (selected with `--acp`).
+    Maka,
+}
+
 #[cfg(test)]
 mod read_tests {
     //! What other agents send, read: one row a payload (shapes from the schema and from what

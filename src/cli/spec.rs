@@ -190,6 +190,14 @@ pub const SERVE_OPTIONS: &[Opt] = &[
         env: Some("MAKA_DATA_DIR"),
         default: Some("$XDG_DATA_HOME/maka-acp"),
     },
+    Opt {
+        long: "acp",
+        short: None,
+        value: None,
+        help: "every connection speaks Apache Maka's `maka --acp` dialect unless the request that opens it asks for ours (/acp?dialect=ours); without it one connection asks for Maka's with /acp?dialect=maka (docs/maka-extensions.md)",
+        env: None,
+        default: None,
+    },
     LOG_LEVEL,
 ];
 

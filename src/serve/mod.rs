@@ -2,7 +2,8 @@
 //! wire-compatible with the official TypeScript SDK's transports (2.4.0,
 //! `experimental/server`). Each connection is one ACP connection to the same agent core the
 //! stdio transport drives; all of them share one Runtime Host (the embedded one, started once,
-//! or `--host-url`).
+//! or `--host-url`). Each speaks the dialect the request that opened it chose
+//! ([`Server::dialect_of`]: `/acp?dialect=maka`, else the server's, `serve --acp`: Maka's).
 //!
 //! Threads per role, no async runtime: the accept loop and one thread per HTTP exchange or
 //! socket (the host's bounded HTTP/1.1 server, `host::http`), one agent per connection (its
@@ -18,7 +19,7 @@ mod ws;
 use crate::acp::host_link::{HostLink, Started};
 use crate::acp::initialize::ClientCapabilities;
 use crate::acp::types::AuthMethod;
-use crate::acp::{AdapterConfig, LocalHost};
+use crate::acp::{AdapterConfig, Dialect, LocalHost};
 use crate::jsonrpc::{lock, ResponseError};
 use conn::AcpConn;
 use std::collections::{HashMap, VecDeque};
@@ -114,10 +115,31 @@ impl Server {
         crate::host_api::random_hex(20)
     }
 
-    /// Opens a connection (its agent started) and registers it.
+    /// The dialect of the connection a request opens (the `initialize` POST, the WebSocket
+    /// upgrade): `?dialect=maka` (Apache Maka's, as `--acp` on stdio) or `?dialect=ours` in
+    /// its target, else the server's (`serve --acp`: Maka's). Chosen once: later requests'
+    /// query strings do not change it.
+    pub fn dialect_of(&self, target: &str) -> Result<Dialect, String> {
+        let query = target.split_once('?').map_or("", |(_, q)| q);
+        let asked = query
+            .split('&')
+            .filter_map(|pair| pair.strip_prefix("dialect="))
+            .next_back();
+        match asked {
+            None => Ok(self.config.dialect),
+            Some("maka") => Ok(Dialect::Maka),
+            Some("ours") => Ok(Dialect::Ours),
+            Some(other) => Err(format!(
+                "Bad Request: dialect={other:.40} is not one; use dialect=maka (Apache Maka's, as `maka --acp`) or dialect=ours"
+            )),
+        }
+    }
+
+    /// Opens a connection (its agent started, speaking `dialect`) and registers it.
     fn open(
         &self,
         websocket: bool,
+        dialect: Dialect,
     ) -> Result<(Arc<AcpConn>, crossbeam_channel::Receiver<Arc<str>>), String> {
         if lock(&self.registry.conns).len() >= MAX_CONNECTIONS {
             return Err(format!(
@@ -125,9 +147,13 @@ impl Server {
             ));
         }
         let registry = Arc::downgrade(&self.registry);
+        let config = AdapterConfig {
+            dialect,
+            ..self.config.clone()
+        };
         let (conn, initial) = AcpConn::start(
             self.new_id(),
-            self.config.clone(),
+            config,
             Arc::clone(&self.local),
             websocket,
             move |id, why| {

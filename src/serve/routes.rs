@@ -1,10 +1,13 @@
 //! `/acp`: POST (messages; `initialize` opens a connection), GET (an event stream, or a
-//! WebSocket upgrade), DELETE (closes a connection), with the SDK server's statuses.
+//! WebSocket upgrade), DELETE (closes a connection), with the SDK server's statuses. The
+//! request that opens a connection chooses its dialect (`/acp?dialect=maka`,
+//! [`Server::dialect_of`]).
 
 use super::conn::{id_key, AcpConn, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING};
 use super::stream::{Lease, Next, Refused};
 use super::ws;
 use super::Server;
+use crate::acp::Dialect;
 use crate::host::http::{Exchange, Request};
 use crate::jsonrpc::line_reader::MAX_LINE_BYTES;
 use serde_json::{json, Value};
@@ -156,7 +159,11 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
         if request.header(CONNECTION_ID).is_some() {
             return text(ex, 400, "Initialize not allowed on existing connection");
         }
-        return initialize(server, object.get("id"), line, ex);
+        let dialect = match server.dialect_of(&request.target) {
+            Ok(d) => d,
+            Err(why) => return text(ex, 400, &why),
+        };
+        return initialize(server, object.get("id"), line, dialect, ex);
     }
     let Some(conn) = connection(server, request, ex) else {
         return;
@@ -247,11 +254,17 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
 }
 
 /// Opens a connection: the `initialize` response is the answer, with the connection's id.
-fn initialize(server: &Server, id: Option<&Value>, line: Vec<u8>, ex: &mut Exchange) {
+fn initialize(
+    server: &Server,
+    id: Option<&Value>,
+    line: Vec<u8>,
+    dialect: Dialect,
+    ex: &mut Exchange,
+) {
     if id.is_none_or(Value::is_null) {
         return text(ex, 400, "Initialize request must include an ID");
     }
-    let (conn, initial) = match server.open(false) {
+    let (conn, initial) = match server.open(false, dialect) {
         Ok(c) => c,
         Err(why) => return text(ex, 503, &why),
     };
@@ -514,7 +527,11 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
             b"Upgrade Required: WebSocket version 13",
         );
     }
-    let (conn, _) = match server.open(true) {
+    let dialect = match server.dialect_of(&request.target) {
+        Ok(d) => d,
+        Err(why) => return text(ex, 400, &why),
+    };
+    let (conn, _) = match server.open(true, dialect) {
         Ok(c) => c,
         Err(why) => return text(ex, 503, &why),
     };

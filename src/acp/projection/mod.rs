@@ -1,7 +1,8 @@
 //! Host frame → what the client sees: the one place this mapping lives. [`Projector::apply`]
 //! says, for every kind of frame, what a live frame does, as the messages that go out — the
-//! updates it shows, the notifications it sends (`_maka/turn_state`, `_maka/goal_update`,
-//! Maka's dialect's), the configuration it announces ([`config`]: the echo rule), the prompt's
+//! updates it shows, the notifications it sends (a turn's end, a goal's update, a plan's
+//! change: each in no client's dialect; the connection words them on the way out,
+//! `maka_dialect::told`), the configuration it announces ([`config`]: the echo rule), the prompt's
 //! answer with its stop reason ([`answer`]), the dialogs and editor calls it starts, what it
 //! withdraws, a catch-up — exhaustively: a new kind of frame does not compile until it is
 //! decided here. The session's bookkeeping reads what a frame says through [`facts`].
@@ -15,7 +16,6 @@ pub mod config;
 mod content;
 pub mod dialog;
 mod editor;
-pub mod maka;
 mod replay;
 mod subagents;
 #[cfg(test)]
@@ -30,9 +30,9 @@ use crate::acp::types::{
     ToolCallUpdate, TurnStateNotification,
 };
 use crate::host_api::wire::{
-    Compaction, CompactionStatus, FrameBody, Goal, Interaction, InteractionRequest, Notice,
-    NoticeFallback, NoticeSeverity as HostSeverity, StreamEndReason, TokenUsage, ToolResultContent,
-    ToolStatus, TurnOutcome,
+    Compaction, CompactionStatus, FailureClass, FrameBody, Goal, Interaction, InteractionRequest,
+    Notice, NoticeFallback, NoticeSeverity as HostSeverity, StreamEndReason, TokenUsage,
+    ToolResultContent, ToolStatus, TurnOutcome,
 };
 use content::{
     fenced_output, locations, plan, result_content, result_locations, terminal_verdict, tool_kind,
@@ -132,10 +132,6 @@ pub struct Shows {
     pub terminal_output_delta: bool,
     /// ACP's unstable `usage` on a prompt's answer (`_meta.endTurnUsage`).
     pub answer_usage: bool,
-    /// Maka's `_maka/turn/status` for another's turn (`_meta._maka/turnStatus`).
-    pub maka_turn_status: bool,
-    /// Maka's `_maka/goal/status` and `_maka/plan/changed` (`_meta._maka/goalPlanStatus`).
-    pub maka_goal_plan_status: bool,
     /// How configuration options are shown.
     pub config_view: crate::acp::config_options::View,
     /// Elicitation forms (`elicitation.form`): a question is asked in one.
@@ -282,16 +278,16 @@ impl Projector {
                 revision,
                 ref status,
                 ref entries,
-            } if self.shows.maka_goal_plan_status => {
+            } => {
                 let plan = crate::host_api::ops::PlanView {
                     revision,
                     status: status.clone(),
                     entries: entries.clone(),
                     updated_at: None,
                 };
-                let params = maka::plan_changed(&self.session_id, &plan);
+                let session_id = self.session_id.clone();
                 // A hint to query, before the plan is shown.
-                let told = Effect::Notify(Notification::Maka("_maka/plan/changed", params));
+                let told = Effect::Notify(Notification::PlanChanged { session_id, plan });
                 std::iter::once(told)
                     .chain(show(self.frame(&body, now)))
                     .collect()
@@ -314,7 +310,6 @@ impl Projector {
             | F::ToolRunning { .. }
             | F::ToolOutputDelta { .. }
             | F::PlanUpdate { .. }
-            | F::PlanState { .. }
             | F::Usage { .. } => show(self.frame(&body, now)),
             F::ToolResult { .. } => {
                 // Throttled output first, then the result.
@@ -407,20 +402,12 @@ impl Projector {
             .add(delta);
     }
 
-    /// The goal's new state: shown, then told (Maka's `_maka/goal/status` to a client that
-    /// asked for it, else the shared `_session/goal_update`).
+    /// The goal's new state: shown, then told.
     fn goal_updated(&mut self, goal: Goal) -> Vec<Effect> {
-        let session_id = self.session_id.clone();
-        let told = if self.shows.maka_goal_plan_status {
-            let goal = maka::maka_goal(&goal);
-            let params = json!({"sessionId": session_id, "goal": goal});
-            Notification::Maka("_maka/goal/status", params)
-        } else {
-            Notification::GoalUpdate(GoalUpdate {
-                session_id,
-                goal: goal.clone(),
-            })
-        };
+        let told = Notification::GoalUpdate(GoalUpdate {
+            session_id: self.session_id.clone(),
+            goal: goal.clone(),
+        });
         vec![Effect::Show(self.goal(&goal)), Effect::Notify(told)]
     }
 
@@ -448,25 +435,14 @@ impl Projector {
             let usage_to = self.shows.answer_usage;
             let result = result.map(|r| answer::with_usage(r, &usage, usage_to));
             Effect::Answer(result, outcome)
-        } else if self.shows.maka_turn_status {
-            let status = match outcome {
-                TurnOutcome::Cancelled => "cancelled",
-                TurnOutcome::Failed => "failed",
-                _ => "completed",
-            };
-            let mut params = json!({"sessionId": self.session_id, "turnId": turn_id,
-                "runId": "", "status": status});
-            if let Some(class) = failure.class {
-                params["failureClass"] = crate::acp::types::to_json(&class);
-            }
-            Effect::Notify(Notification::Maka("_maka/turn/status", params))
         } else {
-            Effect::Notify(Notification::TurnState(TurnStateNotification {
+            let ended = TurnStateNotification {
                 session_id: self.session_id.clone(),
                 turn_id,
                 outcome,
                 reason,
-            }))
+            };
+            Effect::Notify(Notification::TurnState(ended, failure.class))
         };
         vec![Effect::Show(out), end]
     }
@@ -1083,25 +1059,31 @@ pub enum Effect {
     Resync(String),
 }
 
-/// A notification a frame sends besides its updates.
+/// A notification a frame sends besides its updates: what happened, in no client's dialect.
+/// The connection words it on the way out (`maka_dialect::told`): ours ([`Notification::ours`])
+/// or, to a client that opted in, Apache Maka's.
 pub enum Notification {
-    /// `_maka/turn_state`: a turn this connection did not prompt ended.
-    TurnState(TurnStateNotification),
-    /// `_maka/goal_update`: the session's goal changed.
+    /// A turn this connection did not prompt ended (how it failed, when it did).
+    TurnState(TurnStateNotification, Option<FailureClass>),
+    /// The session's goal changed.
     GoalUpdate(GoalUpdate),
-    /// One of Maka's dialect (to a client that opted in): its method and params in Maka's
-    /// shape.
-    Maka(&'static str, Value),
+    /// The session's plan changed (ours shows the plan itself; Maka's clients are told to
+    /// query it).
+    PlanChanged {
+        session_id: String,
+        plan: crate::host_api::ops::PlanView,
+    },
 }
 
 impl Notification {
-    /// The method and params, as they go out.
-    pub fn message(&self) -> (&'static str, Value) {
+    /// Its method and params in our dialect (`_maka/turn_state`, `_maka/goal_update`); `None`:
+    /// ours tells nothing (a plan change is shown as the plan).
+    pub fn ours(&self) -> Option<(&'static str, Value)> {
         use crate::acp::types::to_json;
         match self {
-            Notification::TurnState(n) => ("_maka/turn_state", to_json(n)),
-            Notification::GoalUpdate(n) => ("_maka/goal_update", to_json(n)),
-            Notification::Maka(method, params) => (method, params.clone()),
+            Notification::TurnState(n, _) => Some(("_maka/turn_state", to_json(n))),
+            Notification::GoalUpdate(n) => Some(("_maka/goal_update", to_json(n))),
+            Notification::PlanChanged { .. } => None,
         }
     }
 }

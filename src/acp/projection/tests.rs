@@ -470,10 +470,13 @@ fn notices_are_live_to_clients_that_show_them_and_the_same_fallback_otherwise() 
 fn wire(e: Effect) -> Value {
     match e {
         Effect::Show(u) => json!({"updates": json_all(u)}),
-        Effect::Notify(n) => {
-            let (method, params) = n.message();
-            json!({"method": method, "params": params})
-        }
+        Effect::Notify(n) => match n.ours() {
+            Some((method, params)) => json!({"method": method, "params": params}),
+            None => match n {
+                Notification::PlanChanged { plan, .. } => json!({"planChanged": plan.revision}),
+                _ => json!({"untold": true}),
+            },
+        },
         Effect::Answer(Ok(r), _) => json!({"result": crate::acp::types::to_json(&r)}),
         Effect::Answer(Err(e), _) => {
             json!({"error": {"code": e.code, "message": e.message, "data": e.data}})
@@ -541,7 +544,7 @@ fn every_kind_of_frame_has_its_effects() {
         (
             json!({"kind": "plan_state", "revision": 4, "status": "approved",
                 "entries": [{"content": "a", "status": "pending", "priority": "medium"}]}),
-            json!([{"updates":[]}]),
+            json!([{"planChanged": 4}, {"updates":[]}]),
         ),
         (
             json!({"kind": "compaction", "turnId": "t", "compaction": {"compactionId": "c1",
@@ -705,47 +708,41 @@ fn every_kind_of_frame_has_its_effects() {
 
 /// The end of a turn, exactly as it is told: the prompt waiting for it is answered (each
 /// outcome's stop reason, a failed turn's error sentence, usage as `_meta.quota`), another's
-/// end is `_maka/turn_state` (Maka's `_maka/turn/status` to a client that opted in).
+/// end is `_maka/turn_state` in our wording (Maka's is the connection's: `maka_dialect::told`).
 #[test]
 fn a_turns_end_answers_its_prompt_or_is_told() {
     let usage = json!({"kind": "usage", "turnId": "t", "model": "m",
         "delta": {"inputTokens": 2, "outputTokens": 1}, "totals": {"inputTokens": 2, "outputTokens": 1}});
-    // (the prompt's turn, Maka's turn status, the end, what is sent after the settled tools;
-    // the first turn reported its usage)
-    let table: Vec<(Option<&str>, bool, Value, Value)> = vec![
+    // (the prompt's turn, the end, what is sent after the settled tools; the first turn
+    // reported its usage)
+    let table: Vec<(Option<&str>, Value, Value)> = vec![
         (
             Some("t"),
-            false,
             json!({"outcome": "completed", "reason": "end_turn"}),
             json!({"result":{"_meta":{"quota":{"model_usage":[{"model":"m","token_count":{"cached_input_tokens":0,"input_tokens":2,"output_tokens":1,"reasoning_output_tokens":0,"total_tokens":3}}],"token_count":{"cached_input_tokens":0,"input_tokens":2,"output_tokens":1,"reasoning_output_tokens":0,"total_tokens":3}}},"stopReason":"end_turn"}}),
         ),
         (
             Some("t"),
-            false,
             json!({"outcome": "completed", "reason": "step_limit"}),
             json!({"result":{"stopReason":"max_turn_requests"}}),
         ),
         (
             Some("t"),
-            false,
             json!({"outcome": "cancelled", "reason": "stopped"}),
             json!({"result":{"_meta":{"maka":{"outcome":"cancelled","reason":"stopped"}},"stopReason":"end_turn"}}),
         ),
         (
             Some("t"),
-            false,
             json!({"outcome": "max_tokens", "reason": "max_tokens"}),
             json!({"result":{"stopReason":"max_tokens"}}),
         ),
         (
             Some("t"),
-            false,
             json!({"outcome": "refused", "reason": "refusal"}),
             json!({"result":{"stopReason":"refusal"}}),
         ),
         (
             Some("t"),
-            false,
             json!({"outcome": "failed", "reason": "error",
             "failureClass": "provider_error", "failureMessage": "the provider said no",
             "failureDetails": {"status": 503}}),
@@ -753,31 +750,24 @@ fn a_turns_end_answers_its_prompt_or_is_told() {
         ),
         (
             Some("t"),
-            false,
             json!({"outcome": "failed", "reason": "error"}),
             json!({"error":{"code":-32603,"data":{"failureClass":"runtime_error","makaCode":"turn_failed","retryable":false,"turnId":"t"},"message":"The turn failed; the agent's log has the details."}}),
         ),
         (
             Some("other"),
-            false,
             json!({"outcome": "completed", "reason": "end_turn"}),
             json!({"method":"_maka/turn_state","params":{"outcome":"completed","reason":"end_turn","sessionId":"s","turnId":"t"}}),
         ),
         (
             None,
-            true,
             json!({"outcome": "failed", "reason": "error",
             "failureClass": "provider_error"}),
-            json!({"method":"_maka/turn/status","params":{"failureClass":"provider_error","runId":"","sessionId":"s","status":"failed","turnId":"t"}}),
+            json!({"method":"_maka/turn_state","params":{"outcome":"failed","reason":"error","sessionId":"s","turnId":"t"}}),
         ),
     ];
     let mut wrong = vec![];
-    for (row, (prompt, maka, end, expected)) in table.into_iter().enumerate() {
-        let shows = Shows {
-            maka_turn_status: maka,
-            ..Shows::default()
-        };
-        let mut p = Projector::new("s", shows);
+    for (row, (prompt, end, expected)) in table.into_iter().enumerate() {
+        let mut p = Projector::new("s", Shows::default());
         let now = Instant::now();
         if row == 0 {
             p.apply(serde_json::from_value(usage.clone()).unwrap(), now, prompt);

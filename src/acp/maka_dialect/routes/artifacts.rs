@@ -129,9 +129,9 @@ impl Uploads {
 }
 
 pub enum Ingest {
-    /// Ours (`docs/maka-extensions.md`), forwarded as it is unless its `uploadId` is a
-    /// Maka client's (commit, abort).
-    Ours(ops::IngestInput),
+    /// A commit or an abort: of the host's upload this connection opened for the client's
+    /// `uploadId`, else forwarded as it is.
+    Settle(ops::IngestInput),
     Begin {
         input: ops::IngestInput,
         upload_id: String,
@@ -147,7 +147,7 @@ pub enum Ingest {
 pub fn read_ingest(p: &Params) -> ParamResult<Ingest> {
     let bad = |m: String| adapter_error("_maka/artifact/ingest", m);
     match p.required_str("kind")? {
-        "begin" if p.get("contentSha256").is_some() => {
+        "begin" => {
             let digest = p.required_str("contentSha256")?;
             let hex = digest
                 .strip_prefix("sha256:")
@@ -183,12 +183,15 @@ pub fn read_ingest(p: &Params) -> ParamResult<Ingest> {
                 data_base64: data.into(),
             })
         }
-        _ => crate::acp::maka::read_ingest(p).map(Ingest::Ours),
+        "commit" | "abort" => crate::acp::maka::read_ingest(p).map(Ingest::Settle),
+        other => Err(bad(format!(
+            "`kind` {other:?} is not one of Apache Maka's ingests: begin, chunk, commit or abort"
+        ))),
     }
 }
 
-/// `_maka/artifact/ingest`: ours as it is; Maka's `begin` / `chunk` / `commit` / `abort` with
-/// the client's `uploadId` → `upload_opened` / `chunk_accepted` / `committed {attachment}` /
+/// `_maka/artifact/ingest` in Maka's dialect (ours forwards `artifact.ingest` as it is): Maka's
+/// `begin` / `chunk` / `commit` / `abort` with the client's `uploadId` → `upload_opened` / `chunk_accepted` / `committed {attachment}` /
 /// `aborted`.
 pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
     let conn = ctx.host()?;
@@ -250,7 +253,7 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
                 false,
             ))
         }
-        Ingest::Ours(input) => {
+        Ingest::Settle(input) => {
             let (ops::IngestInput::Commit {
                 session_id,
                 upload_id,

@@ -6,7 +6,7 @@ use crate::host_api::wire::TurnOutcome;
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-pub use crate::acp::projection::maka::maka_goal;
+pub use crate::acp::maka_dialect::shapes::maka_goal;
 
 /// `_maka/goal/query` in Maka's dialect → `{sessionId, goal: Goal | null}`.
 pub fn goal_query(ctx: &Ctx, input: ops::SessionRef) -> Result<Value, ResponseError> {

@@ -1,8 +1,9 @@
 //! Apache Maka's `_maka/` requests (`maka-adapter-surface.md` §1.2), each a translation onto
 //! the host operations our own methods use: its params read into our inputs, our outputs
 //! shaped as its results. Where our model cannot express one of its operations the answer is a
-//! `-32602` naming it ([`unsupported`]), never a silent success. Which rows of the method table
-//! (`methods.rs`) come here, and when (Maka's params, or Maka's dialect), the table says.
+//! `-32602` naming it ([`unsupported`]), never a silent success. The method table (`methods.rs`)
+//! sends here its `MAKA_METHODS` rows, on a connection in Maka's dialect (the names both
+//! adapters use), and the names only Maka's adapter has, in either dialect; params never choose.
 
 use crate::acp::agent::Ctx;
 use crate::acp::errors::{self, MakaCode};

@@ -3,8 +3,8 @@
 use super::*;
 // ---- plans: a proposal per plan revision, an execution once approved ----
 
-pub(super) use crate::acp::projection::maka::revision_of;
-use crate::acp::projection::maka::{execution_id, plan_page, proposal_id};
+pub(super) use crate::acp::maka_dialect::shapes::revision_of;
+use crate::acp::maka_dialect::shapes::{execution_id, plan_page, proposal_id};
 
 pub struct PlanQuery {
     session_id: String,

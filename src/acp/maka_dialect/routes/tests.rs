@@ -2,7 +2,7 @@
 
 use super::plans::revision_of;
 use super::*;
-use crate::acp::projection::maka::plan_page;
+use crate::acp::maka_dialect::shapes::plan_page;
 use crate::host_api::wire::{Goal, GoalLimits, PlanEntry};
 
 fn goal(status: &str, reason: Option<&str>) -> Goal {

@@ -1,5 +1,5 @@
 //! Our goal and plan in the shapes of Apache Maka's dialect (`maka-adapter-surface.md` §1.2),
-//! for a client that speaks it: its `Goal`, its plan page (a proposal per plan revision, an
+//! for a client that speaks it (its requests, `routes/`; its notifications, [`super::told`]): its `Goal`, its plan page (a proposal per plan revision, an
 //! execution once approved) and `_maka/plan/changed`'s params. Pure.
 
 use crate::acp::types::to_json;
