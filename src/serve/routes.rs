@@ -364,9 +364,9 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
 
 /// Writes the stream's messages as SSE events (with their ids) until the stream or the client
 /// ends; a comment keeps an idle stream alive through proxies. A message counts as delivered
-/// once the client is seen still there [`CONFIRM_AFTER`] after it was written; when the
-/// client turns out to be gone, the ones not confirmed are handed out again to the next
-/// receiver (the SDK's client reopens without `Last-Event-ID`).
+/// once the client is seen still there [`CONFIRM_AFTER`] after it was written; the ones not
+/// confirmed when the client turns out to be gone, or when another receiver takes over, stay
+/// in the stream for the next receiver (the SDK's client reopens without `Last-Event-ID`).
 fn pump_events(socket: &mut TcpStream, mut lease: Lease) {
     let mut quiet_since = Instant::now();
     // (when written, the cursor after it): at most one entry per CONFIRM_STEP.
@@ -393,10 +393,23 @@ fn pump_events(socket: &mut TcpStream, mut lease: Lease) {
                 let _ = socket.flush();
                 return;
             }
+            Next::Ended => {
+                let _ = write!(socket, ": closed: its session was closed\n\n");
+                let _ = socket.flush();
+                // The stream ends once its last message is delivered: confirmed if the client
+                // is still there CONFIRM_AFTER after it (a client that leaves sooner finds it
+                // on its next receiver).
+                if let Some(&(at, upto)) = unconfirmed.back() {
+                    if still_there_after(socket, CONFIRM_AFTER.saturating_sub(at.elapsed())) {
+                        lease.confirm(upto);
+                    }
+                }
+                return;
+            }
             Next::Gone => return,
         };
         if written.is_err() || client_gone(socket) {
-            return lease.lost();
+            return;
         }
         while let Some(&(at, upto)) = unconfirmed.front() {
             if at.elapsed() < CONFIRM_AFTER {
@@ -431,6 +444,24 @@ fn client_gone(socket: &TcpStream) -> bool {
         );
     }
     n == 0
+}
+
+/// Whether the client is still there `wait` from now (it sends nothing: waiting to read
+/// finds it closed, or reset, or times out with it there).
+fn still_there_after(socket: &TcpStream, wait: Duration) -> bool {
+    if socket
+        .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
+        .is_err()
+    {
+        return false;
+    }
+    match socket.peek(&mut [0u8; 1]) {
+        Ok(n) => n > 0,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
 }
 
 /// Makes a long-lived socket notice a client that vanished without closing (sleep, a NAT
@@ -674,7 +705,8 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
                 let _ = socket.shutdown(std::net::Shutdown::Both);
                 return;
             }
-            Next::Gone => return,
+            // (A WebSocket's stream has no last message: no session stream is one.)
+            Next::Gone | Next::Ended => return,
         };
         let written = written.and_then(|()| {
             if last_ping.elapsed() < ping_every {
