@@ -1425,7 +1425,59 @@ struct RawStream {
 impl RawStream {
     /// GET the stream of `session` (after `last_seen`): the status, and the stream if 200.
     fn open(s: &Serve, conn: &str, session: &str, last_seen: Option<u64>) -> (u16, Option<Self>) {
-        let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        let sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        RawStream::open_on(sock, s, conn, session, last_seen)
+    }
+
+    /// The same on a socket whose receive buffer is `bytes` (set before it connects, so the
+    /// window it offers stays that small): a slow reader's backlog stays on the server.
+    fn open_small(s: &Serve, conn: &str, session: &str, bytes: libc::c_int) -> RawStream {
+        use std::os::fd::FromRawFd;
+        // SAFETY: a new socket, owned by the TcpStream made from it below (closed with it).
+        // Close-on-exec, as std makes its sockets: a server another test spawns meanwhile must
+        // not inherit it (it would keep the socket open through the reset).
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        assert!(fd >= 0, "a socket");
+        let sock = unsafe { TcpStream::from_raw_fd(fd) };
+        // SAFETY: setsockopt reads one int we own; connect reads the address we own.
+        let set = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&bytes as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(set, 0, "SO_RCVBUF");
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: s.port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let connected = unsafe {
+            libc::connect(
+                fd,
+                (&addr as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(connected, 0, "connect");
+        let (status, stream) = RawStream::open_on(sock, s, conn, session, None);
+        assert_eq!(status, 200);
+        stream.unwrap()
+    }
+
+    fn open_on(
+        mut sock: TcpStream,
+        s: &Serve,
+        conn: &str,
+        session: &str,
+        last_seen: Option<u64>,
+    ) -> (u16, Option<Self>) {
         sock.set_read_timeout(Some(STEP)).unwrap();
         let mut head = format!(
             "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {conn}\r\nAcp-Session-Id: {session}\r\n",
@@ -1437,7 +1489,9 @@ impl RawStream {
         }
         head.push_str("\r\n");
         sock.write_all(head.as_bytes()).unwrap();
-        let mut reader = BufReader::new(sock);
+        // Read no further ahead than a small buffer: what the test has not taken stays in the
+        // socket.
+        let mut reader = BufReader::with_capacity(2048, sock);
         let (status, _) = read_head(&mut reader);
         (status, (status == 200).then_some(RawStream { reader }))
     }
@@ -1545,6 +1599,36 @@ fn the_rest_of_the_turn(stream: &mut RawStream, id: i64, taken: u64) -> Value {
 fn a_stream_reset_and_reopened_at_once_without_last_event_id_gets_all_that_was_lost() {
     let s = Serve::start();
     let (c, sid, id, taken) = a_turn_lost_to_a_reset(&s);
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, None);
+    assert_eq!(status, 200, "the reopened stream takes over");
+    let answer = the_rest_of_the_turn(&mut stream.unwrap(), id, taken);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+}
+
+/// A client that reads slowly for a while, then resets its stream: what the server wrote but
+/// the client's TCP never acknowledged (its backlog, in the server's send queue for seconds)
+/// reaches the receiver that reopens without `Last-Event-ID`. Written long ago is not
+/// delivered: a message counts as delivered a second after the client acknowledged it.
+#[test]
+fn a_slow_reader_that_resets_gets_all_it_never_received_on_its_next_stream() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let mut c = HttpClient::connect(&s);
+    let cwd = s.ws.path().to_path_buf();
+    let r = c.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    let mut stream = RawStream::open_small(&s, &c.conn, &sid, 4096);
+    let id = c.prompt(&sid, "flood");
+    // About 1 MB a second, for 4 s: well behind the server, which writes 7 MB at once (what
+    // it wrote a second before sits in its send queue, never acknowledged).
+    let mut taken = 0;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(4) && taken < 4000 {
+        let (eid, v) = stream.next();
+        assert!(v["id"] != id, "the flood outran the slow reader");
+        taken = eid;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stream.reset();
     let (status, stream) = RawStream::open(&s, &c.conn, &sid, None);
     assert_eq!(status, 200, "the reopened stream takes over");
     let answer = the_rest_of_the_turn(&mut stream.unwrap(), id, taken);

@@ -3,12 +3,13 @@
 //! receiver that drops and comes back gets every message it missed.
 //!
 //! A message is *delivered* once the client provably has it: a later `Last-Event-ID` names it
-//! or a later one, or the receiver it was written to confirms it ([`Lease::confirm`]: its
-//! client still there well after the write). Being written to a socket proves nothing (the
-//! socket may break with it unread), so until it is delivered a message stays in the stream
-//! for the next receiver: one that comes without `Last-Event-ID` starts at the first message
-//! not delivered, whatever an earlier receiver was handed. A receiver that takes over from one
-//! whose client is gone thus needs nothing given back.
+//! or a later one, or the receiver it was written to confirms it ([`Lease::confirm`], as
+//! [`Unconfirmed`] tells: the client's TCP acknowledged its bytes, and the client was still
+//! there [`CONFIRM_AFTER`] later). Being written to a socket proves nothing (the bytes may sit
+//! in the server's send queue, or the socket may break with them unread), so until it is
+//! delivered a message stays in the stream for the next receiver: one that comes without
+//! `Last-Event-ID` starts at the first message not delivered, whatever an earlier receiver was
+//! handed. A receiver that takes over from one whose client is gone needs nothing given back.
 //!
 //! Bounds, per connection (one [`Budget`] shared by all its streams): messages not yet
 //! delivered may take [`MAX_BUFFERED_BYTES`] (the SDK's `DEFAULT_MAX_BUFFERED_BYTES`, per
@@ -20,7 +21,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Bytes of messages not yet delivered, per connection (the SDK's default).
 pub const MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
@@ -28,6 +29,13 @@ pub const MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
 pub const REPLAY_WINDOW_BYTES: usize = 4 * 1024 * 1024;
 /// The same, for all the streams of a connection together.
 pub const CONNECTION_REPLAY_BYTES: usize = 4 * REPLAY_WINDOW_BYTES;
+
+/// A message counts as delivered once its bytes were acknowledged by the client's TCP and the
+/// client is seen still there this long after (a client closing within it, or resetting with
+/// it unread, gets the message again on its next receiver).
+pub const CONFIRM_AFTER: Duration = Duration::from_secs(1);
+/// Writes this close together are confirmed together.
+const CONFIRM_STEP: Duration = Duration::from_millis(100);
 
 /// The bytes a connection's streams hold, counted together.
 #[derive(Default)]
@@ -344,6 +352,59 @@ impl Lease {
     }
 }
 
+/// What one receiver wrote and has not confirmed: which messages, through which byte of its
+/// socket, and since when the client's TCP has acknowledged them (bounded: one entry per
+/// [`CONFIRM_STEP`] of writes, and writes stop while the socket's buffer is full).
+#[derive(Default)]
+pub struct Unconfirmed {
+    /// (when written, the cursor after it, the bytes written through it, when acknowledged).
+    writes: VecDeque<(Instant, u64, u64, Option<Instant>)>,
+    /// Bytes written on the socket since the receiver began.
+    written: u64,
+}
+
+impl Unconfirmed {
+    /// `bytes` were written on the socket: message `id`'s, or a comment's (`None`).
+    pub fn wrote(&mut self, id: Option<u64>, bytes: usize, now: Instant) {
+        self.written = self.written.saturating_add(bytes as u64);
+        let Some(id) = id else {
+            return;
+        };
+        match self.writes.back_mut() {
+            Some((at, upto, end, None)) if now.duration_since(*at) < CONFIRM_STEP => {
+                *upto = id + 1;
+                *end = self.written;
+            }
+            _ => self.writes.push_back((now, id + 1, self.written, None)),
+        }
+    }
+
+    /// With `unacked` bytes still unacknowledged on the socket (its send queue), the cursor
+    /// below which the messages are delivered, if it moved.
+    pub fn settle(&mut self, unacked: u64, now: Instant) -> Option<u64> {
+        let acked = self.written.saturating_sub(unacked);
+        for (_, _, end, since) in self.writes.iter_mut() {
+            if *end > acked {
+                break;
+            }
+            since.get_or_insert(now);
+        }
+        let mut upto = None;
+        while let Some(&(_, cursor, _, Some(since))) = self.writes.front() {
+            if now.duration_since(since) < CONFIRM_AFTER {
+                break;
+            }
+            upto = Some(cursor);
+            self.writes.pop_front();
+        }
+        upto
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+}
+
 /// The bytes of the kept messages with ids in `from..to` (ids are consecutive: an index range).
 fn bytes_between(s: &Inner, from: u64, to: u64) -> usize {
     let oldest = s.events.front().map_or(s.next_id, |e| e.0);
@@ -597,6 +658,24 @@ mod tests {
         drop(again);
         assert!(!s.ending() && s.disposable());
         assert!(matches!(s.acquire(None), Err(Refused::Closed(_))));
+    }
+
+    #[test]
+    fn a_write_is_confirmed_a_second_after_the_clients_tcp_acknowledged_it() {
+        let t0 = Instant::now();
+        let mut u = Unconfirmed::default();
+        u.wrote(Some(1), 10, t0);
+        u.wrote(None, 3, t0 + Duration::from_millis(50));
+        u.wrote(Some(2), 10, t0 + Duration::from_millis(200));
+        // Long after the writes, nothing acknowledged: nothing confirmed.
+        assert_eq!(u.settle(23, t0 + Duration::from_secs(5)), None);
+        // The first message's bytes acknowledged: confirmed a second later, not before.
+        assert_eq!(u.settle(13, t0 + Duration::from_secs(6)), None);
+        assert_eq!(u.settle(13, t0 + Duration::from_millis(6999)), None);
+        assert_eq!(u.settle(13, t0 + Duration::from_secs(7)), Some(2));
+        assert_eq!(u.settle(0, t0 + Duration::from_secs(7)), None);
+        assert_eq!(u.settle(0, t0 + Duration::from_secs(8)), Some(3));
+        assert!(u.is_empty());
     }
 
     #[test]
