@@ -1775,7 +1775,7 @@ fn a_head_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }
 
-/// A session's stream is dropped once its `session/close` answer was handed out, and a stream
+/// A session's stream is dropped once its `session/close` answer was delivered, and a stream
 /// opened for a made-up session once its receiver leaves empty: a connection that opens and
 /// closes sessions, or probes session ids, for ever is never refused nor closed for it.
 #[test]
