@@ -1612,6 +1612,241 @@ fn a_stream_reopened_at_once_is_not_refused() {
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
 }
 
+/// One event stream read by hand, event by event (nothing read ahead of what the test takes:
+/// what it has not taken is what a client whose network drops never saw).
+struct RawStream {
+    reader: BufReader<TcpStream>,
+}
+
+impl RawStream {
+    /// GET the stream of `session` (after `last_seen`): the status, and the stream if 200.
+    fn open(s: &Serve, conn: &str, session: &str, last_seen: Option<u64>) -> (u16, Option<Self>) {
+        let sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        RawStream::open_on(sock, s, conn, session, last_seen)
+    }
+
+    /// The same on a socket whose receive buffer is `bytes` (set before it connects, so the
+    /// window it offers stays that small): a slow reader's backlog stays on the server.
+    fn open_small(s: &Serve, conn: &str, session: &str, bytes: libc::c_int) -> RawStream {
+        use std::os::fd::FromRawFd;
+        // SAFETY: a new socket, owned by the TcpStream made from it below (closed with it).
+        // Close-on-exec, as std makes its sockets: a server another test spawns meanwhile must
+        // not inherit it (it would keep the socket open through the reset).
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        assert!(fd >= 0, "a socket");
+        let sock = unsafe { TcpStream::from_raw_fd(fd) };
+        // SAFETY: setsockopt reads one int we own; connect reads the address we own.
+        let set = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&bytes as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(set, 0, "SO_RCVBUF");
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: s.port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let connected = unsafe {
+            libc::connect(
+                fd,
+                (&addr as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(connected, 0, "connect");
+        let (status, stream) = RawStream::open_on(sock, s, conn, session, None);
+        assert_eq!(status, 200);
+        stream.unwrap()
+    }
+
+    fn open_on(
+        mut sock: TcpStream,
+        s: &Serve,
+        conn: &str,
+        session: &str,
+        last_seen: Option<u64>,
+    ) -> (u16, Option<Self>) {
+        sock.set_read_timeout(Some(STEP)).unwrap();
+        let mut head = format!(
+            "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {conn}\r\nAcp-Session-Id: {session}\r\n",
+            s.port,
+            s.auth(),
+        );
+        if let Some(id) = last_seen {
+            head.push_str(&format!("Last-Event-ID: {id}\r\n"));
+        }
+        head.push_str("\r\n");
+        sock.write_all(head.as_bytes()).unwrap();
+        // Read no further ahead than a small buffer: what the test has not taken stays in the
+        // socket.
+        let mut reader = BufReader::with_capacity(2048, sock);
+        let (status, _) = read_head(&mut reader);
+        (status, (status == 200).then_some(RawStream { reader }))
+    }
+
+    /// The next event: its id and message (within the step timeout: keep-alive comments do
+    /// not extend it).
+    fn next(&mut self) -> (u64, Value) {
+        let deadline = Instant::now() + STEP;
+        let mut id = None;
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "an event within the step timeout"
+            );
+            let mut line = String::new();
+            let n = self
+                .reader
+                .read_line(&mut line)
+                .expect("an event within the step timeout");
+            assert!(n > 0, "the stream ended before the next event");
+            if let Some(v) = line.trim_end().strip_prefix("id: ") {
+                id = v.parse().ok();
+            } else if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                return (
+                    id.expect("an id before the data"),
+                    serde_json::from_str(data).unwrap(),
+                );
+            }
+        }
+    }
+
+    /// Resets the socket (SO_LINGER 0, then close), as a dropped network does: whatever the
+    /// server wrote that is still unread here is gone with it.
+    fn reset(self) {
+        use std::os::fd::AsRawFd;
+        let sock = self.reader.into_inner();
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: setsockopt reads the linger we own, on a descriptor this TcpStream owns.
+        let set = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&linger as *const libc::linger).cast(),
+                std::mem::size_of::<libc::linger>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(set, 0, "SO_LINGER");
+        drop(sock);
+    }
+}
+
+/// A session's turn whose event stream resets mid-turn: the client took only the stream's
+/// first few events, the rest of the turn (its answer included) was written to the socket and
+/// lost with it. Returns the client, its session, the prompt's id and the last event it took.
+fn a_turn_lost_to_a_reset(s: &Serve) -> (HttpClient<'_>, String, i64, u64) {
+    let mut c = HttpClient::connect(s);
+    let cwd = s.ws.path().to_path_buf();
+    let r = c.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    let (status, stream) = RawStream::open(s, &c.conn, &sid, None);
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    let id = c.prompt(&sid, "chatty");
+    let mut taken = 0;
+    for _ in 0..5 {
+        taken = stream.next().0;
+    }
+    // Past what the client takes, read (and dropped, as the reset drops it) until the answer:
+    // then it surely was written to the socket before the reset.
+    loop {
+        let (_, v) = stream.next();
+        if v["id"] == id && v.get("method").is_none() {
+            break;
+        }
+    }
+    stream.reset();
+    (c, sid, id, taken)
+}
+
+/// Reads a reopened stream until the prompt's answer: every event from right after `taken`
+/// (or before: what may come twice), in order, without a gap.
+fn the_rest_of_the_turn(stream: &mut RawStream, id: i64, taken: u64) -> Value {
+    let mut last = None;
+    loop {
+        let (eid, v) = stream.next();
+        match last {
+            None => assert!(eid <= taken + 1, "event {eid} first: a gap after {taken}"),
+            Some(l) => assert_eq!(eid, l + 1, "no gap, no repeat"),
+        }
+        last = Some(eid);
+        if v["id"] == id && v.get("method").is_none() {
+            return v;
+        }
+    }
+}
+
+/// A session stream reset mid-turn and reopened at once *without* `Last-Event-ID` (the SDK's
+/// http-client and acp-openai-gateway reopen so): the new receiver takes over from the broken
+/// one and gets every message written to the broken socket, the prompt's answer included.
+#[test]
+fn a_stream_reset_and_reopened_at_once_without_last_event_id_gets_all_that_was_lost() {
+    let s = Serve::start();
+    let (c, sid, id, taken) = a_turn_lost_to_a_reset(&s);
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, None);
+    assert_eq!(status, 200, "the reopened stream takes over");
+    let answer = the_rest_of_the_turn(&mut stream.unwrap(), id, taken);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+}
+
+/// A client that reads slowly for a while, then resets its stream: what the server wrote but
+/// the client's TCP never acknowledged (its backlog, in the server's send queue for seconds)
+/// reaches the receiver that reopens without `Last-Event-ID`. Written long ago is not
+/// delivered: a message counts as delivered a second after the client acknowledged it.
+#[test]
+fn a_slow_reader_that_resets_gets_all_it_never_received_on_its_next_stream() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let mut c = HttpClient::connect(&s);
+    let cwd = s.ws.path().to_path_buf();
+    let r = c.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    let mut stream = RawStream::open_small(&s, &c.conn, &sid, 4096);
+    let id = c.prompt(&sid, "flood");
+    // About 1 MB a second, for 4 s: well behind the server, which writes 7 MB at once (what
+    // it wrote a second before sits in its send queue, never acknowledged).
+    let mut taken = 0;
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(4) && taken < 4000 {
+        let (eid, v) = stream.next();
+        assert!(v["id"] != id, "the flood outran the slow reader");
+        taken = eid;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    stream.reset();
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, None);
+    assert_eq!(status, 200, "the reopened stream takes over");
+    let answer = the_rest_of_the_turn(&mut stream.unwrap(), id, taken);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+}
+
+/// The same stream reopened 0.3 s later *with* the id of the last event it took: served (not
+/// 409), from the event after it, through the prompt's answer.
+#[test]
+fn a_stream_reset_and_reopened_with_last_event_id_is_served_the_rest() {
+    let s = Serve::start();
+    let (c, sid, id, taken) = a_turn_lost_to_a_reset(&s);
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, Some(taken));
+    assert_eq!(status, 200, "the reopened stream takes over");
+    let mut stream = stream.unwrap();
+    let (first, _) = stream.next();
+    assert_eq!(first, taken + 1, "from the event after the last one taken");
+    let answer = the_rest_of_the_turn(&mut stream, id, first);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+}
+
 /// A WebSocket client that vanishes without closing (no frame, not even a pong, for the idle
 /// timeout) is closed: its running turn is cancelled, and its session goes on from another
 /// connection.
@@ -1972,7 +2207,7 @@ fn a_head_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }
 
-/// A session's stream is dropped once its `session/close` answer was handed out, and a stream
+/// A session's stream is dropped once its `session/close` answer was delivered, and a stream
 /// opened for a made-up session once its receiver leaves empty: a connection that opens and
 /// closes sessions, or probes session ids, for ever is never refused nor closed for it.
 #[test]
@@ -2099,8 +2334,9 @@ fn expect_100_continue_is_answered() {
     assert_eq!(status, 200);
 }
 
-/// A receiver that comes back after more than the replay window was sent gets no silent gap:
-/// the connection is closed (410) saying why, and later requests learn it (404 with the reason).
+/// A receiver that comes back after more than the replay window was delivered gets no silent
+/// gap: the connection is closed (410) saying why, and later requests learn it (404 with the
+/// reason).
 #[test]
 fn a_receiver_beyond_the_replay_window_closes_the_connection_with_its_reason() {
     let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
@@ -2109,6 +2345,11 @@ fn a_receiver_beyond_the_replay_window_closes_the_connection_with_its_reason() {
     let id = c.prompt(&sid, "flood");
     let (r, _) = c.until_response(id, |v| panic!("{v}"));
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    // Coming back after the last event read says all of them were delivered: only the
+    // replay window of them is kept from then on.
+    let read = c.seen.borrow().get(&Some(sid.clone())).copied();
+    c.drop_streams();
+    c.open_stream(Some(&sid), read);
     c.drop_streams();
     let (status, _) = c.try_stream(Some(&sid), Some(1));
     assert_eq!(status, 410, "the messages after event 1 are gone");

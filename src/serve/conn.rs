@@ -108,7 +108,12 @@ impl AcpConn {
             websocket,
             inbox: Mutex::new(Some(tx)),
             initial: Mutex::new((!websocket).then_some(initial_tx)),
-            stream: Stream::new_in(Arc::clone(&budget)),
+            // A WebSocket's stream has its one receiver for the socket's life.
+            stream: if websocket {
+                Stream::once_in(Arc::clone(&budget))
+            } else {
+                Stream::new_in(Arc::clone(&budget))
+            },
             sessions: Mutex::default(),
             budget,
             pending: Mutex::default(),
@@ -177,14 +182,15 @@ impl AcpConn {
         }
     }
 
-    /// The live session streams (the ones that can be forgotten are, first).
+    /// The live session streams (the ones that can be forgotten are, first). A closed
+    /// session's stream kept until its last messages are delivered is not live.
     pub fn session_count(&self) -> usize {
         let mut sessions = lock(&self.sessions);
-        sessions.retain(|_, s| !s.disposable());
-        sessions.len()
+        forget_disposable(&mut sessions);
+        sessions.values().filter(|s| !s.ending()).count()
     }
 
-    /// The stream of `session` (made on first use, at most `cap` of them), given to `with`
+    /// The stream of `session` (made on first use, at most `cap` live ones), given to `with`
     /// under the sessions' lock: a stream is never forgotten between being found and used.
     fn with_session_stream<T>(
         &self,
@@ -196,8 +202,8 @@ impl AcpConn {
         if let Some(s) = sessions.get(session).filter(|s| !s.disposable()) {
             return Some(with(s));
         }
-        sessions.retain(|_, s| !s.disposable());
-        if sessions.len() >= cap {
+        forget_disposable(&mut sessions);
+        if sessions.values().filter(|s| !s.ending()).count() >= cap {
             return None;
         }
         let s = Stream::new_in(Arc::clone(&self.budget));
@@ -330,6 +336,23 @@ impl AcpConn {
         }
         (route, false)
     }
+}
+
+/// Forgets the session streams that can be forgotten, and closed sessions' streams kept for
+/// their undelivered last messages beyond [`MAX_SESSIONS`] of them (with no receiver: their
+/// clients left in the second after the close answer and did not come back for it).
+fn forget_disposable(sessions: &mut HashMap<String, Arc<Stream>>) {
+    let mut ending = 0;
+    sessions.retain(|_, s| {
+        if s.disposable() {
+            return false;
+        }
+        if s.ending() && !s.has_receiver() {
+            ending += 1;
+            return ending <= MAX_SESSIONS;
+        }
+        true
+    });
 }
 
 /// The agent's input: each message from the channel, as one line; the end when it closes.

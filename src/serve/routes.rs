@@ -4,14 +4,13 @@
 //! [`Server::dialect_of`]).
 
 use super::conn::{id_key, AcpConn, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING};
-use super::stream::{Lease, Next, Refused};
+use super::stream::{Lease, Next, Refused, Unconfirmed, CONFIRM_AFTER};
 use super::ws;
 use super::Server;
 use crate::acp::Dialect;
 use crate::host::http::{Exchange, Request};
 use crate::jsonrpc::line_reader::MAX_LINE_BYTES;
 use serde_json::{json, Value};
-use std::collections::VecDeque;
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -25,11 +24,8 @@ const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How often a waiting stream checks that its client is still there.
 const POLL: Duration = Duration::from_secs(1);
-/// A message counts as delivered once its client is seen still there this long after it was
-/// written (a client closing within it gets the message again on its next receiver).
-const CONFIRM_AFTER: Duration = Duration::from_secs(1);
-/// Writes this close together are confirmed together.
-const CONFIRM_STEP: Duration = Duration::from_millis(100);
+/// How often a stream whose session was closed looks for its last message's confirmation.
+const SETTLE_POLL: Duration = Duration::from_millis(100);
 
 /// Methods whose POST must carry `Acp-Session-Id` (the SDK's `SESSION_SCOPED_METHODS`).
 const SESSION_SCOPED: &[&str] = &[
@@ -385,27 +381,24 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
 
 /// Writes the stream's messages as SSE events (with their ids) until the stream or the client
 /// ends; a comment keeps an idle stream alive through proxies. A message counts as delivered
-/// once the client is seen still there [`CONFIRM_AFTER`] after it was written; when the
-/// client turns out to be gone, the ones not confirmed are handed out again to the next
-/// receiver (the SDK's client reopens without `Last-Event-ID`).
+/// once the client's TCP acknowledged its bytes and the client is seen still there
+/// [`CONFIRM_AFTER`] later; the ones not confirmed when the client turns out to be gone, or
+/// when another receiver takes over, stay in the stream for the next receiver (the SDK's
+/// client reopens without `Last-Event-ID`).
 fn pump_events(socket: &mut TcpStream, mut lease: Lease) {
     let mut quiet_since = Instant::now();
-    // (when written, the cursor after it): at most one entry per CONFIRM_STEP.
-    let mut unconfirmed: VecDeque<(Instant, u64)> = VecDeque::new();
+    let mut unconfirmed = Unconfirmed::default();
     loop {
         let written = match lease.next(POLL) {
             Next::Event(id, json) => {
                 quiet_since = Instant::now();
                 let event = format!("id: {id}\ndata: {json}\n\n");
-                let now = Instant::now();
-                match unconfirmed.back_mut() {
-                    Some((at, upto)) if now.duration_since(*at) < CONFIRM_STEP => *upto = id + 1,
-                    _ => unconfirmed.push_back((now, id + 1)),
-                }
+                unconfirmed.wrote(Some(id), event.len(), Instant::now());
                 socket.write_all(event.as_bytes())
             }
             Next::Idle if quiet_since.elapsed() >= KEEP_ALIVE => {
                 quiet_since = Instant::now();
+                unconfirmed.wrote(None, 3, Instant::now());
                 socket.write_all(b":\n\n")
             }
             Next::Idle | Next::Pong(_) => Ok(()),
@@ -414,19 +407,48 @@ fn pump_events(socket: &mut TcpStream, mut lease: Lease) {
                 let _ = socket.flush();
                 return;
             }
+            Next::Ended => {
+                let _ = write!(socket, ": closed: its session was closed\n\n");
+                let _ = socket.flush();
+                // The stream ends once its last message is delivered: wait a while for its
+                // confirmation (a client that leaves sooner finds it on its next receiver).
+                let give_up = Instant::now() + 3 * CONFIRM_AFTER;
+                while !unconfirmed.is_empty() && Instant::now() < give_up {
+                    if !still_there_after(socket, SETTLE_POLL) {
+                        return;
+                    }
+                    settle(socket, &mut unconfirmed, &mut lease);
+                }
+                return;
+            }
             Next::Gone => return,
         };
         if written.is_err() || client_gone(socket) {
-            return lease.lost();
+            return;
         }
-        while let Some(&(at, upto)) = unconfirmed.front() {
-            if at.elapsed() < CONFIRM_AFTER {
-                break;
-            }
-            lease.confirm(upto);
-            unconfirmed.pop_front();
-        }
+        settle(socket, &mut unconfirmed, &mut lease);
     }
+}
+
+/// Confirms what the client's TCP acknowledged [`CONFIRM_AFTER`] ago (the client still there).
+fn settle(socket: &TcpStream, unconfirmed: &mut Unconfirmed, lease: &mut Lease) {
+    if let Some(upto) = unconfirmed.settle(unacked_bytes(socket), Instant::now()) {
+        lease.confirm(upto);
+    }
+}
+
+/// The bytes written on the socket that the client's TCP has not acknowledged (`SIOCOUTQ`:
+/// not yet sent, or sent and not acknowledged). If the kernel cannot tell, none (a write then
+/// counts once the client is seen there a second later, as before this was asked).
+fn unacked_bytes(socket: &TcpStream) -> u64 {
+    use std::os::fd::AsRawFd;
+    let mut queued: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int we own, on a descriptor this TcpStream owns.
+    let r = unsafe { libc::ioctl(socket.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+    if r != 0 {
+        return 0;
+    }
+    u64::try_from(queued).unwrap_or(0)
 }
 
 /// Whether the client is gone: it closed its side (an event stream's client sends nothing),
@@ -452,6 +474,24 @@ fn client_gone(socket: &TcpStream) -> bool {
         );
     }
     n == 0
+}
+
+/// Whether the client is still there `wait` from now (it sends nothing: waiting to read
+/// finds it closed, or reset, or times out with it there).
+fn still_there_after(socket: &TcpStream, wait: Duration) -> bool {
+    if socket
+        .set_read_timeout(Some(wait.max(Duration::from_millis(1))))
+        .is_err()
+    {
+        return false;
+    }
+    match socket.peek(&mut [0u8; 1]) {
+        Ok(n) => n > 0,
+        Err(e) => matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    }
 }
 
 /// Makes a long-lived socket notice a client that vanished without closing (sleep, a NAT
@@ -784,7 +824,8 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
                 let _ = socket.shutdown(std::net::Shutdown::Both);
                 return;
             }
-            Next::Gone => return,
+            // (A WebSocket's stream has no last message: no session stream is one.)
+            Next::Gone | Next::Ended => return,
         };
         let written = written.and_then(|()| {
             if last_ping.elapsed() < ping_every {

@@ -1,25 +1,41 @@
 //! One outbound stream of an ACP connection (the connection's, a session's, or a WebSocket's):
 //! the messages the agent sent, numbered (the SSE `id:`), kept in a bounded buffer so that a
-//! receiver that drops and comes back with `Last-Event-ID` gets every message it missed.
+//! receiver that drops and comes back gets every message it missed.
 //!
-//! Bounds, per connection (one [`Budget`] shared by all its streams): messages not yet handed to
-//! a receiver may take [`MAX_BUFFERED_BYTES`] (the SDK's `DEFAULT_MAX_BUFFERED_BYTES`, per
+//! A message is *delivered* once the client provably has it: a later `Last-Event-ID` names it
+//! or a later one, or the receiver it was written to confirms it ([`Lease::confirm`], as
+//! [`Unconfirmed`] tells: the client's TCP acknowledged its bytes, and the client was still
+//! there [`CONFIRM_AFTER`] later). Being written to a socket proves nothing (the bytes may sit
+//! in the server's send queue, or the socket may break with them unread), so until it is
+//! delivered a message stays in the stream for the next receiver: one that comes without
+//! `Last-Event-ID` starts at the first message not delivered, whatever an earlier receiver was
+//! handed. A receiver that takes over from one whose client is gone needs nothing given back.
+//!
+//! Bounds, per connection (one [`Budget`] shared by all its streams): messages not yet
+//! delivered may take [`MAX_BUFFERED_BYTES`] (the SDK's `DEFAULT_MAX_BUFFERED_BYTES`, per
 //! connection as there); past that the connection is closed (a client that does not read is
-//! not buffered for ever). Messages already handed out are kept for replay up to
+//! not buffered for ever). Messages delivered are kept for replay up to
 //! [`REPLAY_WINDOW_BYTES`] a stream and [`CONNECTION_REPLAY_BYTES`] a connection; a receiver
 //! that asks for older ones gets an error, never a gap.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// Bytes of messages waiting for a receiver, per connection (the SDK's default).
+/// Bytes of messages not yet delivered, per connection (the SDK's default).
 pub const MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
-/// Bytes of messages already written kept for a receiver that reconnects, per stream.
+/// Bytes of messages delivered kept for a receiver that reconnects, per stream.
 pub const REPLAY_WINDOW_BYTES: usize = 4 * 1024 * 1024;
 /// The same, for all the streams of a connection together.
 pub const CONNECTION_REPLAY_BYTES: usize = 4 * REPLAY_WINDOW_BYTES;
+
+/// A message counts as delivered once its bytes were acknowledged by the client's TCP and the
+/// client is seen still there this long after (a client closing within it, or resetting with
+/// it unread, gets the message again on its next receiver).
+pub const CONFIRM_AFTER: Duration = Duration::from_secs(1);
+/// Writes this close together are confirmed together.
+const CONFIRM_STEP: Duration = Duration::from_millis(100);
 
 /// The bytes a connection's streams hold, counted together.
 #[derive(Default)]
@@ -57,19 +73,24 @@ struct Inner {
     events: VecDeque<(u64, Arc<str>)>,
     /// The id the next message gets (ids start at 1).
     next_id: u64,
-    /// Ids below this were handed to a receiver (and not taken back: see [`Lease::lost`]).
-    handed: u64,
+    /// Ids below this were delivered (the client has them: see the module's comment).
+    delivered: u64,
     /// Ids below this were written to some receiver at least once.
     sent: u64,
-    handed_bytes: usize,
+    /// The bytes of the kept messages below `delivered` (replay), and from it (waiting).
+    delivered_bytes: usize,
     waiting_bytes: usize,
+    /// Each message is delivered on being handed out (a stream that no receiver ever takes
+    /// over: a WebSocket's, whose connection ends with its socket).
+    once: bool,
     /// The lease of the active receiver.
     receiver: Option<u64>,
     /// Whether the active receiver's client is still there (its socket not closed).
     receiver_alive: Option<Box<dyn Fn() -> bool + Send>>,
     leases: u64,
     /// The id of the message after which the stream ends (a session's `session/close` or
-    /// `session/delete` answer): once it is handed out, the stream is closed.
+    /// `session/delete` answer): a receiver handed it ends ([`Next::Ended`]); the stream is
+    /// closed once it is delivered.
     last: Option<u64>,
     /// A WebSocket ping's payload to answer (the latest only).
     pong: Option<Vec<u8>>,
@@ -84,6 +105,9 @@ pub enum Next {
     Idle,
     /// The stream ended: why.
     Closed(String),
+    /// This receiver was handed the stream's last message (its session was closed): nothing
+    /// more comes; the stream ends once that message is confirmed.
+    Ended,
     /// Another receiver took over, or this lease was released.
     Gone,
 }
@@ -112,23 +136,27 @@ impl Stream {
 
     /// A stream of a connection whose streams share `budget`.
     pub fn new_in(budget: Arc<Budget>) -> Arc<Stream> {
+        Stream::with(budget, false)
+    }
+
+    /// A stream that has one receiver for its whole life (a WebSocket's): what it hands out
+    /// counts as delivered (nothing is kept for a receiver that never comes).
+    pub fn once_in(budget: Arc<Budget>) -> Arc<Stream> {
+        Stream::with(budget, true)
+    }
+
+    fn with(budget: Arc<Budget>, once: bool) -> Arc<Stream> {
         Arc::new(Stream {
             inner: Mutex::new(Inner {
                 next_id: 1,
-                handed: 1,
+                delivered: 1,
                 sent: 1,
+                once,
                 ..Inner::default()
             }),
             wake: Condvar::new(),
             budget,
         })
-    }
-
-    /// Gives what the stream holds back to the connection's budget.
-    fn release(&self, s: &mut Inner) {
-        give_back(&self.budget.waiting, std::mem::take(&mut s.waiting_bytes));
-        give_back(&self.budget.replay, std::mem::take(&mut s.handed_bytes));
-        s.events.clear();
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -169,6 +197,13 @@ impl Stream {
         s.receiver.is_none() && (s.closed.is_some() || s.events.is_empty())
     }
 
+    /// Whether the stream's last message was handed out but is not yet delivered (it is kept,
+    /// with what else is not delivered, for a receiver that comes back).
+    pub fn ending(&self) -> bool {
+        let s = self.lock();
+        s.closed.is_none() && s.last.is_some_and(|last| last < s.sent)
+    }
+
     /// Answers a WebSocket ping (through the socket's one writer).
     pub fn pong(&self, payload: Vec<u8>) {
         self.lock().pong = Some(payload);
@@ -180,7 +215,7 @@ impl Stream {
         if s.closed.is_none() {
             s.closed = Some(why.to_string());
         }
-        self.release(&mut s);
+        release(&mut s, &self.budget);
         drop(s);
         self.wake.notify_all();
     }
@@ -190,9 +225,10 @@ impl Stream {
     }
 
     /// Becomes the stream's receiver, from the message after `last_seen` (SSE `Last-Event-ID`)
-    /// or, without it, from the first message not yet handed out. A second receiver is refused
-    /// while the first one's client is there, `Last-Event-ID` or not; one that comes after a
-    /// client that has closed its side takes the stream over (the server may not have seen the
+    /// or, without it, from the first message not yet delivered (what an earlier receiver was
+    /// handed but could not confirm comes again). A second receiver is refused while the first
+    /// one's client is there, `Last-Event-ID` or not; one that comes after a client that has
+    /// gone (closed or reset its side) takes the stream over (the server may not have seen the
     /// first one go yet: a client that reopens its stream at once must not be refused).
     pub fn acquire(self: &Arc<Stream>, last_seen: Option<u64>) -> Result<Lease, Refused> {
         let mut s = self.lock();
@@ -205,13 +241,13 @@ impl Stream {
             return Err(Refused::Busy);
         }
         let from = match last_seen {
-            None => s.handed,
+            None => s.delivered,
             // An id past what was ever sent would skip messages nobody read.
             Some(seen) if seen >= s.sent => return Err(Refused::Ahead(seen, s.sent - 1)),
             Some(seen) => {
                 let from = seen + 1;
-                // The client says it read up to `seen` (what a lost receiver gave back too).
-                mark_handed(&mut s, from, &self.budget);
+                // The client says it read up to `seen`.
+                mark_delivered(&mut s, from, &self.budget);
                 let oldest = s.events.front().map_or(s.next_id, |e| e.0);
                 if from < oldest {
                     return Err(Refused::Gap(seen));
@@ -219,15 +255,21 @@ impl Stream {
                 from
             }
         };
+        if s.closed.is_some() {
+            // That id was the last message's: the stream ended with it.
+            return Err(Refused::Closed(s.closed.clone().unwrap_or_default()));
+        }
         s.leases += 1;
         let lease = s.leases;
         s.receiver = Some(lease);
         s.receiver_alive = None;
+        drop(s);
+        // A receiver taken over from learns it now (`Next::Gone`), not at its next wake.
+        self.wake.notify_all();
         Ok(Lease {
             stream: Arc::clone(self),
             lease,
             cursor: from,
-            confirmed: from,
         })
     }
 }
@@ -237,8 +279,6 @@ pub struct Lease {
     stream: Arc<Stream>,
     lease: u64,
     cursor: u64,
-    /// Messages below this id are known to have reached the client (see [`Lease::confirm`]).
-    confirmed: u64,
 }
 
 impl Lease {
@@ -249,30 +289,19 @@ impl Lease {
     }
 
     /// The messages below `upto` reached the client (it was still there well after they were
-    /// written).
+    /// written): they are delivered. Only the active receiver confirms (one taken over from
+    /// had its client gone: what it wrote waits for the receiver that took over).
     pub fn confirm(&mut self, upto: u64) {
-        self.confirmed = self.confirmed.max(upto.min(self.cursor));
-    }
-
-    /// Ends a receiver whose client is gone: the messages it was handed but could not have
-    /// confirmed count as not handed out, so a receiver that comes back without
-    /// `Last-Event-ID` (the SDK's client) gets them again.
-    pub fn lost(self) {
         let mut s = self.stream.lock();
-        if s.receiver != Some(self.lease) || s.handed <= self.confirmed {
+        if s.receiver != Some(self.lease) {
             return;
         }
-        let oldest = s.events.front().map_or(s.next_id, |e| e.0);
-        let back_to = self.confirmed.max(oldest);
-        let moved = bytes_between(&s, back_to, s.handed);
-        s.handed = back_to;
-        s.handed_bytes = s.handed_bytes.saturating_sub(moved);
-        s.waiting_bytes = s.waiting_bytes.saturating_add(moved);
-        give_back(&self.stream.budget.replay, moved);
-        self.stream
-            .budget
-            .waiting
-            .fetch_add(moved, Ordering::AcqRel);
+        mark_delivered(&mut s, upto.min(self.cursor), &self.stream.budget);
+        let closed = s.closed.is_some();
+        drop(s);
+        if closed {
+            self.stream.wake.notify_all();
+        }
     }
 
     /// How to tell whether this receiver's client is still there.
@@ -296,15 +325,17 @@ impl Lease {
             if let Some(p) = s.pong.take() {
                 return Next::Pong(p);
             }
+            if s.last.is_some_and(|last| self.cursor > last) {
+                return Next::Ended;
+            }
             let oldest = s.events.front().map_or(s.next_id, |e| e.0);
             let at = self.cursor.max(oldest);
             if at < s.next_id {
                 let (id, json) = s.events[(at - oldest) as usize].clone();
                 self.cursor = id + 1;
                 s.sent = s.sent.max(id + 1);
-                mark_handed(&mut s, id + 1, &self.stream.budget);
-                if s.last == Some(id) && s.closed.is_none() {
-                    s.closed = Some("its session was closed".into());
+                if s.once {
+                    mark_delivered(&mut s, id + 1, &self.stream.budget);
                 }
                 return Next::Event(id, json);
             }
@@ -321,6 +352,59 @@ impl Lease {
     }
 }
 
+/// What one receiver wrote and has not confirmed: which messages, through which byte of its
+/// socket, and since when the client's TCP has acknowledged them (bounded: one entry per
+/// [`CONFIRM_STEP`] of writes, and writes stop while the socket's buffer is full).
+#[derive(Default)]
+pub struct Unconfirmed {
+    /// (when written, the cursor after it, the bytes written through it, when acknowledged).
+    writes: VecDeque<(Instant, u64, u64, Option<Instant>)>,
+    /// Bytes written on the socket since the receiver began.
+    written: u64,
+}
+
+impl Unconfirmed {
+    /// `bytes` were written on the socket: message `id`'s, or a comment's (`None`).
+    pub fn wrote(&mut self, id: Option<u64>, bytes: usize, now: Instant) {
+        self.written = self.written.saturating_add(bytes as u64);
+        let Some(id) = id else {
+            return;
+        };
+        match self.writes.back_mut() {
+            Some((at, upto, end, None)) if now.duration_since(*at) < CONFIRM_STEP => {
+                *upto = id + 1;
+                *end = self.written;
+            }
+            _ => self.writes.push_back((now, id + 1, self.written, None)),
+        }
+    }
+
+    /// With `unacked` bytes still unacknowledged on the socket (its send queue), the cursor
+    /// below which the messages are delivered, if it moved.
+    pub fn settle(&mut self, unacked: u64, now: Instant) -> Option<u64> {
+        let acked = self.written.saturating_sub(unacked);
+        for (_, _, end, since) in self.writes.iter_mut() {
+            if *end > acked {
+                break;
+            }
+            since.get_or_insert(now);
+        }
+        let mut upto = None;
+        while let Some(&(_, cursor, _, Some(since))) = self.writes.front() {
+            if now.duration_since(since) < CONFIRM_AFTER {
+                break;
+            }
+            upto = Some(cursor);
+            self.writes.pop_front();
+        }
+        upto
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.writes.is_empty()
+    }
+}
+
 /// The bytes of the kept messages with ids in `from..to` (ids are consecutive: an index range).
 fn bytes_between(s: &Inner, from: u64, to: u64) -> usize {
     let oldest = s.events.front().map_or(s.next_id, |e| e.0);
@@ -332,30 +416,42 @@ fn bytes_between(s: &Inner, from: u64, to: u64) -> usize {
         .sum()
 }
 
-/// Counts the messages below `upto` as handed out (each one's bytes move from waiting to
-/// replay once), then forgets what falls out of the replay window.
-fn mark_handed(s: &mut Inner, upto: u64, budget: &Budget) {
-    if upto <= s.handed {
+/// Counts the messages below `upto` as delivered (each one's bytes move from waiting to
+/// replay once), then forgets what falls out of the replay window. The stream ends once its
+/// last message is delivered.
+fn mark_delivered(s: &mut Inner, upto: u64, budget: &Budget) {
+    if upto <= s.delivered {
         return;
     }
-    let moved = bytes_between(s, s.handed, upto);
-    s.handed = upto;
+    let moved = bytes_between(s, s.delivered, upto);
+    s.delivered = upto;
     s.waiting_bytes = s.waiting_bytes.saturating_sub(moved);
     give_back(&budget.waiting, moved);
-    s.handed_bytes = s.handed_bytes.saturating_add(moved);
+    s.delivered_bytes = s.delivered_bytes.saturating_add(moved);
     budget.replay.fetch_add(moved, Ordering::AcqRel);
     evict_replayed(s, budget);
+    if s.closed.is_none() && s.last.is_some_and(|last| last < s.delivered) {
+        s.closed = Some("its session was closed".into());
+        release(s, budget);
+    }
 }
 
-/// Forgets the oldest messages already handed out beyond the stream's replay window, or while
-/// the connection's streams together keep more than theirs.
+/// Gives what the stream holds back to the connection's budget.
+fn release(s: &mut Inner, budget: &Budget) {
+    give_back(&budget.waiting, std::mem::take(&mut s.waiting_bytes));
+    give_back(&budget.replay, std::mem::take(&mut s.delivered_bytes));
+    s.events.clear();
+}
+
+/// Forgets the oldest messages delivered beyond the stream's replay window, or while the
+/// connection's streams together keep more than theirs (never one not delivered).
 fn evict_replayed(s: &mut Inner, budget: &Budget) {
-    while s.handed_bytes > REPLAY_WINDOW_BYTES
+    while s.delivered_bytes > REPLAY_WINDOW_BYTES
         || budget.replay.load(Ordering::Acquire) > CONNECTION_REPLAY_BYTES
     {
         match s.events.front() {
-            Some((id, json)) if *id < s.handed => {
-                s.handed_bytes = s.handed_bytes.saturating_sub(json.len());
+            Some((id, json)) if *id < s.delivered => {
+                s.delivered_bytes = s.delivered_bytes.saturating_sub(json.len());
                 give_back(&budget.replay, json.len());
                 s.events.pop_front();
             }
@@ -368,9 +464,9 @@ impl Drop for Stream {
     fn drop(&mut self) {
         let mut s = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         give_back(&self.budget.waiting, s.waiting_bytes);
-        give_back(&self.budget.replay, s.handed_bytes);
+        give_back(&self.budget.replay, s.delivered_bytes);
         s.waiting_bytes = 0;
-        s.handed_bytes = 0;
+        s.delivered_bytes = 0;
     }
 }
 
@@ -417,8 +513,9 @@ mod tests {
         assert_eq!(event(again.next(Duration::ZERO)), (2, "b".into()));
         assert_eq!(event(again.next(Duration::ZERO)), (3, "c".into()));
         assert!(matches!(again.next(Duration::ZERO), Next::Idle));
+        again.confirm(again.cursor());
         drop(again);
-        // Without Last-Event-ID: only what was never handed out.
+        // Without Last-Event-ID: only what was never delivered.
         assert!(s.push("d".into()).is_ok());
         let mut fresh = s.acquire(None).ok().unwrap();
         assert_eq!(event(fresh.next(Duration::ZERO)), (4, "d".into()));
@@ -436,17 +533,21 @@ mod tests {
             assert!(s.push(Arc::clone(&big)).is_ok());
             event(lease.next(Duration::ZERO));
         }
+        // Handed out but not confirmed: kept, whatever their size.
+        assert_eq!(s.lock().events.len(), 3);
+        lease.confirm(lease.cursor());
         drop(lease);
         assert!(matches!(s.acquire(Some(0)), Err(Refused::Gap(0))));
         assert!(s.acquire(Some(2)).is_ok());
     }
 
-    /// The bytes counted as waiting and as handed out are exactly those of the kept messages.
+    /// The bytes counted as waiting and as delivered are exactly those of the kept messages.
     fn accounted(s: &Stream) -> bool {
         let i = s.lock();
-        let (handed, waiting): (Vec<_>, Vec<_>) = i.events.iter().partition(|e| e.0 < i.handed);
+        let (delivered, waiting): (Vec<_>, Vec<_>) =
+            i.events.iter().partition(|e| e.0 < i.delivered);
         let sum = |v: Vec<&(u64, Arc<str>)>| v.iter().map(|e| e.1.len()).sum::<usize>();
-        sum(handed) == i.handed_bytes && sum(waiting) == i.waiting_bytes
+        sum(delivered) == i.delivered_bytes && sum(waiting) == i.waiting_bytes
     }
 
     #[test]
@@ -465,12 +566,14 @@ mod tests {
         let mut lease = s.acquire(Some(1)).ok().unwrap();
         assert_eq!(event(lease.next(Duration::ZERO)), (2, "bb".into()));
         assert!(accounted(&s));
-        // Past the replay window, eviction takes back exactly what was handed out.
+        // Past the replay window, eviction takes back exactly what was delivered.
         let big: Arc<str> = "x".repeat(REPLAY_WINDOW_BYTES).into();
         assert!(s.push(Arc::clone(&big)).is_ok());
         for _ in 0..2 {
             event(lease.next(Duration::ZERO));
         }
+        assert!(accounted(&s));
+        lease.confirm(lease.cursor());
         assert!(accounted(&s));
         drop(lease);
         assert!(s.acquire(Some(4)).is_ok());
@@ -491,9 +594,11 @@ mod tests {
         assert!(Stream::new_in(Arc::clone(&budget))
             .push("y".into())
             .is_err());
-        // Read, the bytes move to the replay budget (kept within its bound)...
+        // Delivered, the bytes move to the replay budget (kept within its bound)...
         let mut lease = a.acquire(None).ok().unwrap();
         event(lease.next(Duration::ZERO));
+        assert!(b.push("y".into()).is_err(), "handed out is not delivered");
+        lease.confirm(lease.cursor());
         assert!(budget.replay.load(Ordering::Acquire) <= CONNECTION_REPLAY_BYTES);
         assert!(b.push("y".into()).is_ok());
         drop(lease);
@@ -515,13 +620,72 @@ mod tests {
         lease.confirm(lease.cursor());
         event(lease.next(Duration::ZERO));
         event(lease.next(Duration::ZERO));
-        lease.lost();
-        assert!(accounted(&s));
-        // A receiver without Last-Event-ID gets what the lost one could not confirm.
+        // Its client is gone; a receiver comes without Last-Event-ID before the server saw
+        // it go: it takes over, and gets what the gone one could not confirm.
+        lease.watch(|| false);
         let mut again = s.acquire(None).ok().unwrap();
+        assert!(matches!(lease.next(Duration::ZERO), Next::Gone));
+        lease.confirm(4);
+        drop(lease);
+        assert!(accounted(&s));
         assert_eq!(event(again.next(Duration::ZERO)), (2, "b".into()));
         assert_eq!(event(again.next(Duration::ZERO)), (3, "c".into()));
         assert!(accounted(&s));
+        // The same when the server saw it go first (the receiver simply ends).
+        drop(again);
+        let mut third = s.acquire(None).ok().unwrap();
+        assert_eq!(event(third.next(Duration::ZERO)), (2, "b".into()));
+        assert!(accounted(&s));
+    }
+
+    #[test]
+    fn a_sessions_last_message_ends_its_stream_once_delivered() {
+        let s = Stream::new();
+        assert!(s.push("a".into()).is_ok());
+        assert!(s.push_last("closed".into()).is_ok());
+        let mut lease = s.acquire(None).ok().unwrap();
+        event(lease.next(Duration::ZERO));
+        assert_eq!(event(lease.next(Duration::ZERO)), (2, "closed".into()));
+        assert!(matches!(lease.next(Duration::ZERO), Next::Ended));
+        assert!(s.ending() && !s.disposable());
+        // Not confirmed (the socket broke): the next receiver gets it again.
+        drop(lease);
+        let mut again = s.acquire(None).ok().unwrap();
+        assert_eq!(event(again.next(Duration::ZERO)), (1, "a".into()));
+        assert_eq!(event(again.next(Duration::ZERO)), (2, "closed".into()));
+        again.confirm(again.cursor());
+        assert!(matches!(again.next(Duration::ZERO), Next::Closed(_)));
+        drop(again);
+        assert!(!s.ending() && s.disposable());
+        assert!(matches!(s.acquire(None), Err(Refused::Closed(_))));
+    }
+
+    #[test]
+    fn a_write_is_confirmed_a_second_after_the_clients_tcp_acknowledged_it() {
+        let t0 = Instant::now();
+        let mut u = Unconfirmed::default();
+        u.wrote(Some(1), 10, t0);
+        u.wrote(None, 3, t0 + Duration::from_millis(50));
+        u.wrote(Some(2), 10, t0 + Duration::from_millis(200));
+        // Long after the writes, nothing acknowledged: nothing confirmed.
+        assert_eq!(u.settle(23, t0 + Duration::from_secs(5)), None);
+        // The first message's bytes acknowledged: confirmed a second later, not before.
+        assert_eq!(u.settle(13, t0 + Duration::from_secs(6)), None);
+        assert_eq!(u.settle(13, t0 + Duration::from_millis(6999)), None);
+        assert_eq!(u.settle(13, t0 + Duration::from_secs(7)), Some(2));
+        assert_eq!(u.settle(0, t0 + Duration::from_secs(7)), None);
+        assert_eq!(u.settle(0, t0 + Duration::from_secs(8)), Some(3));
+        assert!(u.is_empty());
+    }
+
+    #[test]
+    fn a_stream_with_one_receiver_delivers_what_it_hands_out() {
+        let s = Stream::once_in(Arc::default());
+        assert!(s.push("a".into()).is_ok());
+        let mut lease = s.acquire(None).ok().unwrap();
+        event(lease.next(Duration::ZERO));
+        assert!(accounted(&s));
+        assert_eq!(s.lock().delivered, 2);
     }
 
     #[test]
