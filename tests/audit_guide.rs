@@ -162,3 +162,103 @@ fn the_count_skips_only_the_unit_test_module() {
     assert_eq!(non_test_lines(text), 4);
     assert_eq!(non_test_lines("a\nb\n"), 2);
 }
+
+/// The modules `src/lib.rs` builds only with a cargo feature (`host`, `serve`): not part of the
+/// adapter-only build.
+fn feature_modules() -> Vec<String> {
+    let lib = read("src/lib.rs");
+    let lines: Vec<&str> = lib.lines().collect();
+    lines
+        .windows(2)
+        .filter(|w| w[0].trim_start().starts_with("#[cfg(feature"))
+        .filter_map(|w| {
+            let name = w[1].trim().trim_end_matches(';').rsplit(' ').next()?;
+            Some(name.to_string())
+        })
+        .collect()
+}
+
+/// Each function of a file's non-test lines, as (name, first line, lines): from its `fn` line
+/// to the `}` at the same indent (a declaration without a body is skipped).
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let lines: Vec<&str> = text.lines().take(non_test_lines(text)).collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let code = line.trim_start();
+        let indent = &line[..line.len() - code.len()];
+        let Some(at) = code.find("fn ") else { continue };
+        let before = &code[..at];
+        let is_item = before.split_whitespace().all(|w| {
+            ["pub", "const", "unsafe", "async", "extern"].contains(&w) || w.starts_with("pub(")
+        });
+        if !is_item || code.starts_with("//") {
+            continue;
+        }
+        let name: String = code[at + 3..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let Some(opens) = lines[i..].iter().position(|l| {
+            let l = l.trim_end();
+            l.ends_with('{') || l.ends_with(';')
+        }) else {
+            continue;
+        };
+        if lines[i + opens].trim_end().ends_with(';') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        if let Some(end) = lines[i..].iter().position(|l| l.trim_end() == close) {
+            out.push((name, i + 1, end + 1));
+        }
+    }
+    out
+}
+
+/// Issue 55, item 4: a reader can hold any function of the adapter (the adapter-only build) in
+/// view — at most 100 lines; `Projector::apply`, one exhaustive match over every kind of host
+/// frame, at most 120.
+#[test]
+fn no_function_of_the_adapter_is_over_100_lines() {
+    let gated = feature_modules();
+    assert!(gated.contains(&"host".to_string()), "{gated:?}");
+    let mut long = Vec::new();
+    for path in rust_files("src") {
+        let rel = path
+            .strip_prefix(root())
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let module = rel
+            .trim_start_matches("src/")
+            .split(['/', '.'])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        if gated.contains(&module) || rel.ends_with("/tests.rs") || rel == "src/main.rs" {
+            continue;
+        }
+        for (name, line, len) in functions(&std::fs::read_to_string(&path).unwrap()) {
+            let limit = if rel == "src/acp/projection/mod.rs" && name == "apply" {
+                120
+            } else {
+                100
+            };
+            if len > limit {
+                long.push(format!("{rel}:{line} {name}: {len} lines (limit {limit})"));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions too long to hold in view:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn functions_are_measured_from_fn_to_their_closing_brace() {
+    let text = "fn a() {\n    x;\n}\n\npub(crate) fn b(\n    y: u8,\n) -> u8 {\n    y\n}\ntrait T {\n    fn c(&self);\n}\n";
+    let got: Vec<(String, usize, usize)> = functions(text);
+    assert_eq!(got, [("a".to_string(), 1, 3), ("b".to_string(), 5, 5)]);
+}

@@ -196,39 +196,7 @@ pub fn read_ingest(p: &Params) -> ParamResult<Ingest> {
 pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
     let conn = ctx.host()?;
     match i {
-        Ingest::Begin { input, upload_id } => {
-            let ops::IngestInput::Begin { session_id, .. } = &input else {
-                return Err(crate::acp::errors::MakaCode::Internal
-                    .error("an upload's begin without its session"));
-            };
-            let session_id = session_id.clone();
-            owned(ctx, &session_id)?;
-            let uploads = &ctx.shared.maka.uploads;
-            if let Some(host) = uploads.host_upload(&session_id, &upload_id) {
-                let status = ops::IngestInput::Status {
-                    session_id,
-                    upload_id: host,
-                };
-                return Ok(maka_ingest(
-                    &upload_id,
-                    conn.request::<ops::ArtifactIngest>(&status)?,
-                    true,
-                ));
-            }
-            if uploads.full() {
-                return Err(MakaCode::CapacityExceeded.error(format!(
-                    "{OPEN_UPLOADS} uploads are open on this connection; commit or abort one first"
-                )));
-            }
-            let out = conn.request::<ops::ArtifactIngest>(&input)?;
-            if let ops::IngestOutcome::Upload {
-                upload_id: host, ..
-            } = &out
-            {
-                uploads.open((session_id, upload_id.clone()), host.clone());
-            }
-            Ok(maka_ingest(&upload_id, out, true))
-        }
+        Ingest::Begin { input, upload_id } => begin(ctx, &conn, input, upload_id),
         Ingest::Chunk {
             session_id,
             upload_id,
@@ -247,54 +215,97 @@ pub fn ingest(ctx: &Ctx, i: Ingest) -> Result<Value, ResponseError> {
                 offset,
                 data_base64,
             };
-            Ok(maka_ingest(
-                &upload_id,
-                conn.request::<ops::ArtifactIngest>(&part)?,
-                false,
-            ))
+            let out = conn.request::<ops::ArtifactIngest>(&part)?;
+            Ok(maka_ingest(&upload_id, out, false))
         }
-        Ingest::Settle(input) => {
-            let (ops::IngestInput::Commit {
-                session_id,
-                upload_id,
-            }
-            | ops::IngestInput::Abort {
-                session_id,
-                upload_id,
-            }) = &input
-            else {
-                return Ok(to_json(&conn.request::<ops::ArtifactIngest>(&input)?));
-            };
-            let Some(host) = ctx.shared.maka.uploads.host_upload(session_id, upload_id) else {
-                return Ok(to_json(&conn.request::<ops::ArtifactIngest>(&input)?));
-            };
-            let key = (session_id.clone(), upload_id.clone());
-            let theirs = match &input {
-                ops::IngestInput::Commit { .. } => ops::IngestInput::Commit {
-                    session_id: key.0.clone(),
-                    upload_id: host,
-                },
-                _ => ops::IngestInput::Abort {
-                    session_id: key.0.clone(),
-                    upload_id: host,
-                },
-            };
-            let out = conn.request::<ops::ArtifactIngest>(&theirs);
-            // Forgotten once it is settled — committed, aborted, or gone on the host — so a
-            // commit that failed for a passing reason can be sent again (and an upload the
-            // host dropped does not hold a place for ever).
-            let gone = out
-                .as_ref()
-                .err()
-                .and_then(|e| e.data.as_ref())
-                .and_then(|d| d.get("makaCode"))
-                == Some(&json!("not_found"));
-            if out.is_ok() || gone {
-                ctx.shared.maka.uploads.settled(&key);
-            }
-            Ok(maka_ingest(&key.1, out?, false))
-        }
+        Ingest::Settle(input) => settle(ctx, &conn, input),
     }
+}
+
+/// Maka's `begin`: a new upload on the host (at most [`OPEN_UPLOADS`] open on a connection),
+/// or, for an `uploadId` this connection already opened, that upload's status.
+fn begin(
+    ctx: &Ctx,
+    conn: &Connected,
+    input: ops::IngestInput,
+    upload_id: String,
+) -> Result<Value, ResponseError> {
+    let ops::IngestInput::Begin { session_id, .. } = &input else {
+        return Err(
+            crate::acp::errors::MakaCode::Internal.error("an upload's begin without its session")
+        );
+    };
+    let session_id = session_id.clone();
+    owned(ctx, &session_id)?;
+    let uploads = &ctx.shared.maka.uploads;
+    if let Some(host) = uploads.host_upload(&session_id, &upload_id) {
+        let status = ops::IngestInput::Status {
+            session_id,
+            upload_id: host,
+        };
+        return Ok(maka_ingest(
+            &upload_id,
+            conn.request::<ops::ArtifactIngest>(&status)?,
+            true,
+        ));
+    }
+    if uploads.full() {
+        return Err(MakaCode::CapacityExceeded.error(format!(
+            "{OPEN_UPLOADS} uploads are open on this connection; commit or abort one first"
+        )));
+    }
+    let out = conn.request::<ops::ArtifactIngest>(&input)?;
+    if let ops::IngestOutcome::Upload {
+        upload_id: host, ..
+    } = &out
+    {
+        uploads.open((session_id, upload_id.clone()), host.clone());
+    }
+    Ok(maka_ingest(&upload_id, out, true))
+}
+
+/// Maka's `commit` / `abort` of an upload this connection opened (anything else goes to the
+/// host as it is).
+fn settle(ctx: &Ctx, conn: &Connected, input: ops::IngestInput) -> Result<Value, ResponseError> {
+    let (ops::IngestInput::Commit {
+        session_id,
+        upload_id,
+    }
+    | ops::IngestInput::Abort {
+        session_id,
+        upload_id,
+    }) = &input
+    else {
+        return Ok(to_json(&conn.request::<ops::ArtifactIngest>(&input)?));
+    };
+    let Some(host) = ctx.shared.maka.uploads.host_upload(session_id, upload_id) else {
+        return Ok(to_json(&conn.request::<ops::ArtifactIngest>(&input)?));
+    };
+    let key = (session_id.clone(), upload_id.clone());
+    let theirs = match &input {
+        ops::IngestInput::Commit { .. } => ops::IngestInput::Commit {
+            session_id: key.0.clone(),
+            upload_id: host,
+        },
+        _ => ops::IngestInput::Abort {
+            session_id: key.0.clone(),
+            upload_id: host,
+        },
+    };
+    let out = conn.request::<ops::ArtifactIngest>(&theirs);
+    // Forgotten once it is settled — committed, aborted, or gone on the host — so a
+    // commit that failed for a passing reason can be sent again (and an upload the
+    // host dropped does not hold a place for ever).
+    let gone = out
+        .as_ref()
+        .err()
+        .and_then(|e| e.data.as_ref())
+        .and_then(|d| d.get("makaCode"))
+        == Some(&json!("not_found"));
+    if out.is_ok() || gone {
+        ctx.shared.maka.uploads.settled(&key);
+    }
+    Ok(maka_ingest(&key.1, out?, false))
 }
 
 fn no_upload(upload_id: &str) -> ResponseError {
