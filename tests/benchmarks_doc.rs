@@ -12,7 +12,9 @@ fn read(rel: &str) -> String {
 /// The `"name": ("package@version", …)` rows of scripts/bench-peers' `PEERS`.
 fn peers_installed() -> Vec<(String, String)> {
     let script = read("scripts/bench-peers");
-    let start = script.find("PEERS = {").expect("scripts/bench-peers has PEERS");
+    let start = script
+        .find("PEERS = {")
+        .expect("scripts/bench-peers has PEERS");
     let end = start + script[start..].find("\n}").unwrap();
     script[start..end]
         .lines()
@@ -42,7 +44,10 @@ fn the_peer_figures_name_the_packages_bench_peers_installs() {
              (expected a row starting {row:?}): run scripts/bench-peers and record them"
         );
     }
-    for archived in ["@zed-industries/codex-acp", "@zed-industries/claude-agent-acp"] {
+    for archived in [
+        "@zed-industries/codex-acp",
+        "@zed-industries/claude-agent-acp",
+    ] {
         assert!(
             !peers.iter().any(|(_, p)| p.starts_with(archived)),
             "{archived} is archived: measure what users install today"

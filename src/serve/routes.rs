@@ -5,7 +5,7 @@ use super::conn::{id_key, AcpConn, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING}
 use super::stream::{Lease, Next, Refused};
 use super::ws;
 use super::Server;
-use crate::host::http::{Exchange, Request};
+use crate::http::{Exchange, Request};
 use crate::jsonrpc::line_reader::MAX_LINE_BYTES;
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -55,7 +55,7 @@ pub fn handle(server: &Server, request: Request, ex: &mut Exchange) {
         return text(ex, 404, "Not Found: the ACP endpoint is /acp");
     }
     // The server checked the token; a request without it gets this one answer, and its
-    // socket is closed (`host::http`).
+    // socket is closed (`crate::http`).
     if !request.authenticated {
         return ex.respond(
             401,
