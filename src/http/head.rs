@@ -288,5 +288,12 @@ mod tests {
             parse("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 12").map(|r| r.content_length),
             Ok(12)
         );
+        let remote = SocketAddr::from(([127, 0, 0, 1], 9));
+        let bare_lf = parse_head(b"GET /acp HTTP/1.1\nHost: a\n\n", remote);
+        assert_eq!(
+            bare_lf.map(|r| r.target),
+            Ok("/acp".to_string()),
+            "LF alone ends a line"
+        );
     }
 }
