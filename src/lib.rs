@@ -14,6 +14,8 @@ pub(crate) mod embedded;
 #[cfg(feature = "host")]
 pub mod host;
 pub mod host_api;
+#[cfg(feature = "host")]
+pub(crate) mod http;
 pub mod jsonrpc;
 #[cfg(feature = "host")]
 pub(crate) mod login;

@@ -552,6 +552,9 @@ fn every_refusal_has_the_sdk_servers_status() {
         json!({"jsonrpc": "2.0", "id": "i".repeat(1025), "method": "session/list", "params": {}})
             .to_string();
     let notification = json!({"jsonrpc": "2.0", "method": "x/noop", "params": {}}).to_string();
+    let unnamed_prompt =
+        json!({"jsonrpc": "2.0", "id": 12, "method": "session/prompt", "params": {"prompt": []}})
+            .to_string();
     type Row<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str, u16);
     let rows: Vec<Row> = vec![
         ("no token", "POST", vec![json_ct], &new, 401),
@@ -776,6 +779,13 @@ fn every_refusal_has_the_sdk_servers_status() {
             "POST",
             vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
             &prompt,
+            400,
+        ),
+        (
+            "a session method that names no session, without the header",
+            "POST",
+            vec![("Authorization", a), json_ct, ("Acp-Connection-Id", cid)],
+            &unnamed_prompt,
             400,
         ),
         (

@@ -244,6 +244,57 @@ fn cancel(ctx: &Ctx, params: &Value) {
     }
 }
 
+/// What a transport needs to know of a method beyond its message: `serve` routes a POST by it
+/// (and by whether it names a session, or is a response), and knows no method name.
+#[cfg(feature = "serve")]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Transport {
+    /// It opens the connection: the first message, answered before any other.
+    pub opens_connection: bool,
+    /// It acts on a session, so its POST must carry `Acp-Session-Id` (the TypeScript SDK's
+    /// `SESSION_SCOPED_METHODS`).
+    pub session_scoped: bool,
+    /// The connection holds one more session once it is answered.
+    pub opens_session: bool,
+    /// Its answer is its session stream's last message.
+    pub ends_session: bool,
+}
+
+#[cfg(feature = "serve")]
+const PLAIN: Transport = Transport {
+    opens_connection: false,
+    session_scoped: false,
+    opens_session: false,
+    ends_session: false,
+};
+
+/// The methods a transport treats apart; every other needs nothing ([`PLAIN`]).
+#[cfg(feature = "serve")]
+#[rustfmt::skip]
+static TRANSPORT: &[(&str, Transport)] = &[
+    ("initialize",                Transport { opens_connection: true, ..PLAIN }),
+    ("session/new",               Transport { opens_session: true, ..PLAIN }),
+    ("session/load",              Transport { session_scoped: true, opens_session: true, ..PLAIN }),
+    ("session/resume",            Transport { session_scoped: true, opens_session: true, ..PLAIN }),
+    ("session/fork",              Transport { session_scoped: true, opens_session: true, ..PLAIN }),
+    ("session/close",             Transport { session_scoped: true, ends_session: true, ..PLAIN }),
+    ("session/delete",            Transport { session_scoped: true, ends_session: true, ..PLAIN }),
+    ("session/cancel",            Transport { session_scoped: true, ..PLAIN }),
+    ("session/prompt",            Transport { session_scoped: true, ..PLAIN }),
+    ("session/set_config_option", Transport { session_scoped: true, ..PLAIN }),
+    ("session/set_mode",          Transport { session_scoped: true, ..PLAIN }),
+    ("session/set_model",         Transport { session_scoped: true, ..PLAIN }),
+];
+
+/// What a transport needs to know of `method`.
+#[cfg(feature = "serve")]
+pub fn transport(method: &str) -> Transport {
+    TRANSPORT
+        .iter()
+        .find(|(name, _)| *name == method)
+        .map_or(PLAIN, |(_, t)| *t)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,5 +351,26 @@ mod tests {
         let text = include_str!("methods.rs");
         let long: Vec<&str> = text.lines().filter(|l| l.chars().count() > 100).collect();
         assert!(long.is_empty(), "{long:#?}");
+    }
+}
+
+#[cfg(all(test, feature = "serve"))]
+mod transport_tests {
+    use super::*;
+
+    /// What a transport is told of a method is told of a method this agent serves (or the one
+    /// notification it acts on): a row renamed in the table cannot leave `serve` routing by
+    /// the old name.
+    #[test]
+    fn the_transport_knows_only_the_tables_methods() {
+        for (name, _) in TRANSPORT {
+            let served = [Dialect::Ours, Dialect::Maka]
+                .into_iter()
+                .any(|d| find(name, true, d).is_some())
+                || NOTIFICATIONS.iter().any(|(n, _)| n == name);
+            assert!(served, "{name} is not in the method table");
+        }
+        assert!(transport("initialize").opens_connection);
+        assert_eq!(transport("_maka/session/turns"), PLAIN);
     }
 }

@@ -14,7 +14,7 @@ pub(crate) mod interaction;
 mod lifecycle;
 mod maka;
 pub(crate) mod maka_dialect;
-mod methods;
+pub(crate) mod methods;
 pub(crate) mod params;
 pub(crate) mod projection;
 pub(crate) mod prompt;

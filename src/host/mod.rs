@@ -9,7 +9,6 @@ pub(crate) mod child_peer;
 pub mod codec;
 pub(crate) mod commands;
 pub(crate) mod goals;
-pub(crate) mod http;
 pub(crate) mod mcp;
 pub(crate) mod memory;
 pub(crate) mod models;
@@ -63,7 +62,7 @@ pub struct Host {
     active_turns: Gauge,
     streams: Gauge,
     ops_inflight: Gauge,
-    server: Mutex<Option<Arc<http::Server>>>,
+    server: Mutex<Option<Arc<crate::http::Server>>>,
     /// Other adapters using this host (`GET /v1/attach`): it lives while any does.
     pub attached: owner::Attached,
     pub data_dir: PathBuf,
@@ -305,7 +304,7 @@ pub struct HostOptions {
 /// A bound, ready host: serve it with [`serve`].
 pub struct Bound {
     pub host: Arc<Host>,
-    pub server: Arc<http::Server>,
+    pub server: Arc<crate::http::Server>,
     pub port: u16,
 }
 
@@ -362,7 +361,7 @@ pub fn bind(
         );
     }
     let server = Arc::new(
-        http::Server::bind(listen, token.clone())
+        crate::http::Server::bind(listen, token.clone())
             .map_err(|e| BindError::other(format!("cannot listen on {listen}: {e}")))?,
     );
     let port = server.port();

@@ -2,13 +2,13 @@
 //! `POST /v1/shutdown`. Auth (bearer token, constant-time), the `Origin` and `Host` checks, body
 //! limits (checked against the declared length before anything is read) and the NDJSON event
 //! stream (written to the socket directly and flushed per batch). The HTTP plumbing is
-//! [`super::http`].
+//! [`crate::http`].
 
-use super::http::{Exchange, Request};
 use super::session::Since;
 use super::Host;
 use crate::host_api::wire::StreamEndReason;
 use crate::host_api::wire::{now_ms, Envelope, ErrorCode, Frame, FrameBody, HostError};
+use crate::http::{Exchange, Request};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -24,7 +24,7 @@ pub const MAX_WAIT_MS: u64 = 60_000;
 /// Frames written per lock acquisition while catching up.
 const BATCH: usize = 512;
 
-pub fn serve(host: Arc<Host>, server: Arc<super::http::Server>) {
+pub fn serve(host: Arc<Host>, server: Arc<crate::http::Server>) {
     let h = Arc::clone(&host);
     server.serve(Arc::new(move |request, ex: &mut Exchange| {
         handle(&h, request, ex)

@@ -21,8 +21,6 @@ const INBOX: usize = 64;
 /// close answer was handed out, or when it has no receiver and holds nothing). A request over
 /// it is refused (429); the connection goes on.
 pub const MAX_SESSIONS: usize = 256;
-/// Methods whose answer is a session's stream's last message.
-const ENDS_SESSION: &[&str] = &["session/close", "session/delete"];
 /// Longest connection or session id routed (the SDK's `DEFAULT_MAX_ID_LENGTH`).
 pub const MAX_ID_LENGTH: usize = 1024;
 
@@ -224,12 +222,13 @@ impl AcpConn {
         }
     }
 
-    /// A request of the client's: its response goes back on `route`.
+    /// A request of the client's: its response goes back on `route` (its stream's last
+    /// message when it `ends` the session, as `session/close` does).
     pub fn expect_response(
         &self,
         id: &serde_json::Value,
         route: Route,
-        method: &str,
+        ends: bool,
     ) -> Result<(), IdRefused> {
         if id.as_str().is_some_and(|s| s.len() > MAX_ID_LENGTH) {
             return Err(IdRefused::Invalid(format!(
@@ -241,7 +240,6 @@ impl AcpConn {
                 "Invalid request id {id}: use a string, an integer or null"
             )));
         };
-        let ends = ENDS_SESSION.contains(&method);
         let mut pending = lock(&self.pending);
         if pending.contains_key(&key) {
             return Err(IdRefused::InUse);

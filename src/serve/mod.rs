@@ -6,7 +6,7 @@
 //! ([`Server::dialect_of`]: `/acp?dialect=maka`, else the server's, `serve --acp`: Maka's).
 //!
 //! Threads per role, no async runtime: the accept loop and one thread per HTTP exchange or
-//! socket (the host's bounded HTTP/1.1 server, `host::http`), one agent per connection (its
+//! socket (the one bounded HTTP/1.1 server, `crate::http`), one agent per connection (its
 //! dispatcher, reader and writer threads), a reaper closing idle connections.
 
 mod auth;
@@ -232,7 +232,7 @@ pub fn run(options: ServeOptions) -> i32 {
     let busy = format!(
         "Service Unavailable: this server already holds {MAX_SOCKETS} open sockets (or as many as its open-file limit allows); close one or try again later"
     );
-    let server = match crate::host::http::Server::bind(options.listen, token) {
+    let server = match crate::http::Server::bind(options.listen, token) {
         Ok(s) => s
             .with_max_connections(MAX_SOCKETS)
             .with_body_deadline(options.body_deadline)
@@ -278,7 +278,7 @@ pub fn run(options: ServeOptions) -> i32 {
         "maka-acp serve: ACP on http://{addr}/acp (Streamable HTTP and WebSocket); bearer token in {}",
         token_path.display()
     );
-    let route: crate::host::http::Route =
+    let route: crate::http::Route =
         Arc::new(move |request, exchange| routes::handle(&shared, request, exchange));
     server.serve(route);
     0

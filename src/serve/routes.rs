@@ -7,8 +7,9 @@ use super::conn::{id_key, AcpConn, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING}
 use super::stream::{Lease, Next, Refused, Unconfirmed, CONFIRM_AFTER};
 use super::ws;
 use super::Server;
+use crate::acp::methods;
 use crate::acp::Dialect;
-use crate::host::http::{Exchange, Request};
+use crate::http::{Exchange, Request};
 use crate::jsonrpc::line_reader::MAX_LINE_BYTES;
 use serde_json::{json, Value};
 use std::io::{BufReader, Write};
@@ -27,34 +28,13 @@ const POLL: Duration = Duration::from_secs(1);
 /// How often a stream whose session was closed looks for its last message's confirmation.
 const SETTLE_POLL: Duration = Duration::from_millis(100);
 
-/// Methods whose POST must carry `Acp-Session-Id` (the SDK's `SESSION_SCOPED_METHODS`).
-const SESSION_SCOPED: &[&str] = &[
-    "session/cancel",
-    "session/close",
-    "session/delete",
-    "session/fork",
-    "session/load",
-    "session/prompt",
-    "session/resume",
-    "session/set_config_option",
-    "session/set_mode",
-    "session/set_model",
-];
-/// Methods that make the connection hold one more session.
-const OPENS_SESSION: &[&str] = &[
-    "session/new",
-    "session/load",
-    "session/resume",
-    "session/fork",
-];
-
 pub fn handle(server: &Server, request: Request, ex: &mut Exchange) {
     let path = request.target.split('?').next().unwrap_or("");
     if path != "/acp" {
         return text(ex, 404, "Not Found: the ACP endpoint is /acp");
     }
     // The server checked the token; a request without it gets this one answer, and its
-    // socket is closed (`host::http`).
+    // socket is closed (`crate::http`).
     if !request.authenticated {
         return ex.respond(
             401,
@@ -148,7 +128,8 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
         body
     };
     let method = object.get("method").and_then(Value::as_str);
-    let is_initialize = method == Some("initialize")
+    let needs = method.map(methods::transport).unwrap_or_default();
+    let is_initialize = needs.opens_connection
         && object.contains_key("id")
         && object.get("jsonrpc") == Some(&json!("2.0"));
     if is_initialize {
@@ -199,14 +180,12 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
                 conn.answered(k);
             }
         }
-        Some(method) => {
+        Some(_) => {
             let params_session = object
                 .get("params")
                 .and_then(|p| p.get("sessionId"))
                 .and_then(Value::as_str);
-            if (SESSION_SCOPED.contains(&method) || params_session.is_some())
-                && header_session.is_none()
-            {
+            if (needs.session_scoped || params_session.is_some()) && header_session.is_none() {
                 return text(ex, 400, "Missing Acp-Session-Id");
             }
             if let (Some(h), Some(p)) = (header_session, params_session) {
@@ -214,8 +193,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
                     return text(ex, 400, "Mismatched Acp-Session-Id");
                 }
             }
-            if OPENS_SESSION.contains(&method) && conn.session_count() >= super::conn::MAX_SESSIONS
-            {
+            if needs.opens_session && conn.session_count() >= super::conn::MAX_SESSIONS {
                 return text(ex, 429, &format!(
                     "this connection already holds {} sessions, the most one may; close some (session/close) or open another connection",
                     super::conn::MAX_SESSIONS
@@ -229,7 +207,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             // after the history it replays there, never before it (on another stream a client
             // could read the answer before the replay and take the history as complete).
             if let Some(id) = id {
-                match conn.expect_response(id, route, method) {
+                match conn.expect_response(id, route, needs.ends_session) {
                     Ok(()) => {}
                     Err(IdRefused::Invalid(why)) => return text(ex, 400, &why),
                     Err(IdRefused::InUse) => return text(ex, 400, "Request ID already in use by a request in progress on this connection"),
@@ -763,7 +741,7 @@ fn first_message(text: &str) -> First {
     if method.is_none() && (message.get("result").is_some() || message.get("error").is_some()) {
         return First::Ignored;
     }
-    if method != Some("initialize") {
+    if !method.is_some_and(|m| methods::transport(m).opens_connection) {
         return First::Refused("First message must be initialize");
     }
     if message.get("id").is_none_or(Value::is_null) {

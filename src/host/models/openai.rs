@@ -268,7 +268,7 @@ struct HttpFailure {
 
 impl HttpFailure {
     fn new(base: &str, url: &str, status: u16, content_type: &str, body: &str) -> HttpFailure {
-        let reason = crate::host::http::reason(status);
+        let reason = crate::http::reason(status);
         // The provider's own words when it gave them as JSON; an HTML page never reaches the
         // person (it is in the details and the log).
         let said = provider_said(body)
@@ -294,13 +294,9 @@ impl HttpFailure {
     }
 
     fn short(&self) -> String {
-        format!(
-            "HTTP {} {}",
-            self.status,
-            crate::host::http::reason(self.status)
-        )
-        .trim_end()
-        .to_string()
+        format!("HTTP {} {}", self.status, crate::http::reason(self.status))
+            .trim_end()
+            .to_string()
     }
 
     fn error(self) -> ModelEvent {
