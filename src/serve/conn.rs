@@ -40,6 +40,9 @@ pub struct AcpConn {
     initial: Mutex<Option<Sender<Arc<str>>>>,
     pub stream: Arc<Stream>,
     sessions: Mutex<HashMap<String, Arc<Stream>>>,
+    /// Where the forgotten session streams' numbering left off (at most [`MAX_FORGOTTEN`]),
+    /// so that one made again continues it. Locked inside `sessions`.
+    forgotten: Mutex<HashMap<String, u64>>,
     /// The bytes all these streams hold.
     budget: Arc<Budget>,
     /// The client's requests' routes (by the id key), and whether the answer ends its session.
@@ -113,6 +116,7 @@ impl AcpConn {
                 Stream::new_in(Arc::clone(&budget))
             },
             sessions: Mutex::default(),
+            forgotten: Mutex::default(),
             budget,
             pending: Mutex::default(),
             asked: Mutex::default(),
@@ -184,7 +188,7 @@ impl AcpConn {
     /// session's stream kept until its last messages are delivered is not live.
     pub fn session_count(&self) -> usize {
         let mut sessions = lock(&self.sessions);
-        forget_disposable(&mut sessions);
+        forget_disposable(&mut sessions, &mut lock(&self.forgotten));
         sessions.values().filter(|s| !s.ending()).count()
     }
 
@@ -200,11 +204,16 @@ impl AcpConn {
         if let Some(s) = sessions.get(session).filter(|s| !s.disposable()) {
             return Some(with(s));
         }
-        forget_disposable(&mut sessions);
+        let mut forgotten = lock(&self.forgotten);
+        forget_disposable(&mut sessions, &mut forgotten);
         if sessions.values().filter(|s| !s.ending()).count() >= cap {
             return None;
         }
-        let s = Stream::new_in(Arc::clone(&self.budget));
+        let s = match forgotten.remove(session) {
+            Some(next_id) => Stream::resumed_in(Arc::clone(&self.budget), next_id),
+            None => Stream::new_in(Arc::clone(&self.budget)),
+        };
+        drop(forgotten);
         if let Some(why) = lock(&self.closed).as_deref() {
             s.close(why);
         }
@@ -336,13 +345,29 @@ impl AcpConn {
     }
 }
 
-/// Forgets the session streams that can be forgotten, and closed sessions' streams kept for
+/// How many forgotten session streams' numbering a connection remembers (a few bytes each).
+const MAX_FORGOTTEN: usize = 4096;
+
+/// Forgets the session streams that can be forgotten (remembering where their numbering left
+/// off), and closed sessions' streams kept for
 /// their undelivered last messages beyond [`MAX_SESSIONS`] of them (with no receiver: their
 /// clients left in the second after the close answer and did not come back for it).
-fn forget_disposable(sessions: &mut HashMap<String, Arc<Stream>>) {
+fn forget_disposable(
+    sessions: &mut HashMap<String, Arc<Stream>>,
+    forgotten: &mut HashMap<String, u64>,
+) {
     let mut ending = 0;
-    sessions.retain(|_, s| {
+    sessions.retain(|id, s| {
         if s.disposable() {
+            if let Some(next_id) = s.continues_at() {
+                if forgotten.len() >= MAX_FORGOTTEN {
+                    let any = forgotten.keys().next().cloned();
+                    if let Some(k) = any {
+                        forgotten.remove(&k);
+                    }
+                }
+                forgotten.insert(id.clone(), next_id);
+            }
             return false;
         }
         if s.ending() && !s.has_receiver() {

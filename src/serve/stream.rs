@@ -139,6 +139,27 @@ impl Stream {
         Stream::with(budget, false)
     }
 
+    /// The same, numbering its messages from `first_id`: a session's stream made again after
+    /// an earlier one was forgotten (everything it sent delivered and out of the replay
+    /// window), so that a receiver coming back with the last id it read resumes at once
+    /// instead of naming an id the new stream never sent.
+    pub fn resumed_in(budget: Arc<Budget>, first_id: u64) -> Arc<Stream> {
+        let stream = Stream::with(budget, false);
+        {
+            let mut s = stream.lock();
+            let first_id = first_id.max(1);
+            (s.next_id, s.delivered, s.sent) = (first_id, first_id, first_id);
+        }
+        stream
+    }
+
+    /// The id the next message gets, when the stream numbered any (the id a stream made again
+    /// for its session starts at); `None` for one that never carried a message or has ended.
+    pub fn continues_at(&self) -> Option<u64> {
+        let s = self.lock();
+        (s.closed.is_none() && s.next_id > 1).then_some(s.next_id)
+    }
+
     /// A stream that has one receiver for its whole life (a WebSocket's): what it hands out
     /// counts as delivered (nothing is kept for a receiver that never comes).
     pub fn once_in(budget: Arc<Budget>) -> Arc<Stream> {
@@ -175,6 +196,9 @@ impl Stream {
         }
         let id = s.next_id;
         s.next_id += 1;
+        // A message after the last (a session loaded again right after its close, a late
+        // update): the session is live again, so the stream neither ends nor is released.
+        s.last = None;
         s.waiting_bytes += len;
         s.events.push_back((id, json));
         drop(s);
@@ -658,6 +682,56 @@ mod tests {
         drop(again);
         assert!(!s.ending() && s.disposable());
         assert!(matches!(s.acquire(None), Err(Refused::Closed(_))));
+    }
+
+    /// A message after the last (the session loaded again within the second its close answer
+    /// waits for confirmation): the session is live again, and nothing is lost with the end.
+    #[test]
+    fn a_message_after_the_last_keeps_the_stream_going() {
+        let s = Stream::new();
+        assert!(s.push("update".into()).is_ok());
+        assert!(s.push_last("close answer".into()).is_ok());
+        assert!(s.push("load answer".into()).is_ok());
+        let mut lease = s.acquire(None).ok().unwrap();
+        assert_eq!(event(lease.next(Duration::ZERO)).0, 1);
+        assert_eq!(event(lease.next(Duration::ZERO)).0, 2);
+        assert_eq!(event(lease.next(Duration::ZERO)), (3, "load answer".into()));
+        lease.confirm(lease.cursor());
+        assert!(matches!(lease.next(Duration::ZERO), Next::Idle));
+        assert!(!s.ending() && !s.disposable());
+        assert!(accounted(&s));
+    }
+
+    /// A session's stream forgotten once it kept nothing (all delivered, out of the replay
+    /// window) and made again continues its numbering: its receiver resumes with the last id
+    /// it read, and an older id is a gap (410), not an id "never sent" (400).
+    #[test]
+    fn a_stream_made_again_continues_the_numbering_of_the_forgotten_one() {
+        let first = Stream::new();
+        for m in ["a", "b", "c"] {
+            assert!(first.push(m.into()).is_ok());
+        }
+        let mut lease = first.acquire(None).ok().unwrap();
+        for _ in 0..3 {
+            event(lease.next(Duration::ZERO));
+        }
+        lease.confirm(lease.cursor());
+        drop(lease);
+        {
+            let mut i = first.lock();
+            i.events.clear(); // what eviction does to a stream past its replay window
+        }
+        assert!(first.disposable());
+        let next_id = first.continues_at().unwrap();
+        assert_eq!(next_id, 4);
+        let again = Stream::resumed_in(Arc::default(), next_id);
+        assert!(again.acquire(Some(3)).is_ok());
+        assert!(matches!(again.acquire(Some(1)), Err(Refused::Gap(1))));
+        assert!(again.push("d".into()).is_ok());
+        let mut lease = again.acquire(Some(3)).ok().unwrap();
+        assert_eq!(event(lease.next(Duration::ZERO)), (4, "d".into()));
+        // One that never carried a message starts at 1, as any new stream.
+        assert_eq!(Stream::new().continues_at(), None);
     }
 
     #[test]
