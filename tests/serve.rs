@@ -1351,6 +1351,18 @@ fn a_conversation_over_websocket() {
     ws.send_frame(0x1, b"[]");
     let v = ws.message();
     assert_eq!(v["error"]["code"], -32600, "{v}");
+    // A request serde cannot read (a lone surrogate) is answered with its own id, as on stdio
+    // (issue 54 item 4): `null` would leave its sender waiting.
+    ws.send_frame(
+        0x1,
+        br#"{"jsonrpc":"2.0","id":77,"method":"session/prompt","params":{"sessionId":"s","prompt":[{"type":"text","text":"\ud800"}]}}"#,
+    );
+    let v = ws.message();
+    assert_eq!(
+        (v["id"].clone(), v["error"]["code"].clone()),
+        (json!(77), json!(-32700)),
+        "{v}"
+    );
     ws.send_frame(0x8, &1000u16.to_be_bytes());
     let (op, _) = ws.frame();
     assert_eq!(op, 0x8, "the server closes too");

@@ -265,7 +265,7 @@ impl Invalid {
 /// The id of a line that is not JSON serde reads (a lone surrogate `"\ud800"` is valid JSON
 /// grammar that serde refuses), read as an oversized line's is: its sender can then match the
 /// `-32700` to its request instead of waiting for an answer that names `null`.
-fn request_id_at_start(line: &[u8]) -> RequestId {
+pub(crate) fn request_id_at_start(line: &[u8]) -> RequestId {
     match super::oversized::read_head(line) {
         super::oversized::Head::Request(id) => id,
         _ => RequestId::Null,

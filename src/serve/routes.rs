@@ -463,8 +463,15 @@ fn still_there_after(socket: &TcpStream, wait: Duration) -> bool {
     {
         return false;
     }
+    let started = Instant::now();
     match socket.peek(&mut [0u8; 1]) {
-        Ok(n) => n > 0,
+        // Bytes the client sent on its event stream answer the peek at once: wait out the rest
+        // (else a caller polling this spins until its deadline).
+        Ok(n) if n > 0 => {
+            std::thread::sleep(wait.saturating_sub(started.elapsed()));
+            true
+        }
+        Ok(_) => false,
         Err(e) => matches!(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
@@ -752,8 +759,16 @@ fn first_message(text: &str) -> First {
 
 /// A message the SDK's server answers itself: not JSON, a batch, not an object.
 fn refuse_message(text: &str) -> Option<String> {
+    // A request serde cannot read (a lone surrogate) is answered with the id its start shows,
+    // as on stdio: `null` would leave its sender waiting.
+    let mut id = json!(null);
     let (code, message, data) = match serde_json::from_str::<Value>(text) {
-        Err(_) => (-32700, "Parse error", Value::Null),
+        Err(_) => {
+            id = json!(crate::jsonrpc::message::request_id_at_start(
+                text.as_bytes()
+            ));
+            (-32700, "Parse error", Value::Null)
+        }
         Ok(Value::Array(_)) => (
             -32600,
             "Invalid request",
@@ -766,7 +781,7 @@ fn refuse_message(text: &str) -> Option<String> {
     if !data.is_null() {
         error["data"] = data;
     }
-    Some(json!({"jsonrpc": "2.0", "id": null, "error": error}).to_string())
+    Some(json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string())
 }
 
 /// The close code for a connection closed for `why`: the client's own close is normal, a
@@ -816,5 +831,26 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
             let _ = socket.shutdown(std::net::Shutdown::Both);
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client that sent bytes on its event stream answers the liveness peek at once: the
+    /// check still takes its whole wait, so a loop polling it does not spin (the settle loop
+    /// after a session's last message ran at 100% CPU for 3 s).
+    #[test]
+    fn a_liveness_check_waits_even_when_the_client_sent_bytes() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        client.write_all(b"x").unwrap();
+        let wait = Duration::from_millis(200);
+        let started = Instant::now();
+        assert!(still_there_after(&server, wait));
+        assert!(started.elapsed() >= wait, "{:?}", started.elapsed());
+        drop(client);
     }
 }
