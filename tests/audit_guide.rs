@@ -165,6 +165,78 @@ fn every_proof_the_guide_cites_exists() {
     assert!(wrong.is_empty(), "no such test: {wrong:?}");
 }
 
+/// The lines of the files the rows of steps `first..=last` name (`## N.` headings).
+fn lines_of_steps(first: usize, last: usize) -> usize {
+    let guide = read("docs/audit.md");
+    let mut step = 0;
+    let mut total = 0;
+    for line in guide.lines() {
+        if let Some(n) = line
+            .strip_prefix("## ")
+            .and_then(|h| h.split('.').next())
+            .and_then(|n| n.parse().ok())
+        {
+            step = n;
+        }
+        if (first..=last).contains(&step) && line.starts_with("| `") {
+            let cell = line.trim_matches('|').split('|').next().unwrap_or("");
+            total += spans(cell).iter().map(|p| count(p)).sum::<usize>();
+        }
+    }
+    total
+}
+
+/// The numbers a text gives as sizes: each `N lines` (`~N`, `about N`, `N,NNN`).
+fn line_figures(text: &str) -> Vec<usize> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[1].trim_end_matches([',', ';', ':', ')', '.']) == "lines")
+        .filter_map(|w| {
+            w[0].trim_start_matches(['~', '('])
+                .replace(',', "")
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Issue 55, item 5: the first sitting of "What an afternoon covers" (its `1. **` item) fits an
+/// afternoon — every size it names adds up to at most four hours at the guide's own rate of a
+/// thousand lines an hour — and its "steps 1–3 (about N lines" is true of the files.
+#[test]
+fn the_first_sitting_fits_an_afternoon_and_says_its_size() {
+    let guide = read("docs/audit.md");
+    let (_, from) = guide
+        .split_once("**What an afternoon covers.**")
+        .expect("docs/audit.md has its \"What an afternoon covers\" paragraph");
+    let first = from.split_once("\n1. **").map_or(from, |(_, f)| f);
+    let first = first
+        .split('\n')
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with("2. "))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let said: usize = line_figures(&first).iter().sum();
+    assert!(
+        said <= 4_000,
+        "the first sitting names {said} lines: more than an afternoon at 1,000 lines an hour:\n{first}"
+    );
+    let stated: usize = first
+        .split_once("steps 1–3 (about ")
+        .and_then(|(_, rest)| rest.split_once(" lines"))
+        .and_then(|(n, _)| n.replace(',', "").parse().ok())
+        .expect("the first sitting says \"steps 1–3 (about N lines\"");
+    let actual = lines_of_steps(1, 3);
+    assert!(
+        actual.abs_diff(stated) <= stated.div_ceil(20),
+        "the first sitting says {stated} lines, is {actual}"
+    );
+    assert!(
+        actual <= 4_000,
+        "steps 1–3 are {actual} lines: more than an afternoon"
+    );
+}
+
 #[test]
 fn the_count_skips_only_the_unit_test_module() {
     let text = "a\n#[cfg(test)]\nmod fake;\nb\n#[cfg(test)]\nmod tests {\n fn t() {}\n}\n";
