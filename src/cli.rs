@@ -1,4 +1,7 @@
-//! The command line: `maka-acp` runs the ACP agent on stdio.
+//! The command line: `maka-acp` runs the ACP agent on stdio; its subcommands run the Runtime
+//! Host (`host`), ACP over HTTP and WebSocket (`serve`), the demo, `login`, and `generate` (the
+//! man page and completions). The parser is here; `spec.rs` defines what it accepts, for
+//! `--help`, the man page and the completions.
 
 use crate::acp::{self, AdapterConfig};
 use crate::jsonrpc::Connection;

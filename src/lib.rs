@@ -1,6 +1,8 @@
 //! maka-acp: an Agent Client Protocol (ACP v1) agent over a Runtime Host.
 //!
-//! stdout belongs to the writer thread in [`jsonrpc::transport`]; nothing else may print to it.
+//! When the agent runs on stdio, stdout belongs to the writer thread in [`jsonrpc::transport`];
+//! nothing else may print to it (`clippy::print_stdout` is denied: the other commands that
+//! write there — `host`'s ready line, `login`, the demo, `--help` — do it explicitly).
 #![deny(clippy::print_stdout)]
 
 pub mod acp;

@@ -1,7 +1,8 @@
 //! docs/audit.md tells an auditor what to read, in what order, and how long it is (issue 48,
-//! item 6). This test keeps it true: every row's line count is within 5 % of the files it
-//! names, every source file of the adapter's path is named in some row, and every proof a row
-//! cites (`path::function`) is a function in that file.
+//! item 6; the network, issue 55 item 5). This test keeps it true: every row's line count is
+//! within 5 % of the files it names, every source file of the adapter's path and of what faces
+//! the network (`src/serve/`, `src/http/`) is named in some row, and every proof a row cites
+//! (`path::function`) is a function in that file.
 //!
 //! A file's count is its non-test lines: the lines before its `#[cfg(test)]` + `mod … {`
 //! block (unit tests at the end of a file, as every file here puts them); a folder's is the sum
@@ -119,7 +120,15 @@ fn every_file_on_the_adapters_path_is_in_the_guide() {
         .flat_map(|r| r.paths.iter().flat_map(|p| rust_files(p)))
         .collect();
     let mut missing = Vec::new();
-    for dir in ["src/jsonrpc", "src/acp", "src/host_api"] {
+    // The adapter's path, and what faces the network: `maka-acp serve` and the one HTTP server
+    // (the host's too).
+    for dir in [
+        "src/jsonrpc",
+        "src/acp",
+        "src/host_api",
+        "src/serve",
+        "src/http",
+    ] {
         for file in rust_files(dir) {
             let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
             // Unit tests, and the fake host only tests build.
@@ -154,6 +163,78 @@ fn every_proof_the_guide_cites_exists() {
         }
     }
     assert!(wrong.is_empty(), "no such test: {wrong:?}");
+}
+
+/// The lines of the files the rows of steps `first..=last` name (`## N.` headings).
+fn lines_of_steps(first: usize, last: usize) -> usize {
+    let guide = read("docs/audit.md");
+    let mut step = 0;
+    let mut total = 0;
+    for line in guide.lines() {
+        if let Some(n) = line
+            .strip_prefix("## ")
+            .and_then(|h| h.split('.').next())
+            .and_then(|n| n.parse().ok())
+        {
+            step = n;
+        }
+        if (first..=last).contains(&step) && line.starts_with("| `") {
+            let cell = line.trim_matches('|').split('|').next().unwrap_or("");
+            total += spans(cell).iter().map(|p| count(p)).sum::<usize>();
+        }
+    }
+    total
+}
+
+/// The numbers a text gives as sizes: each `N lines` (`~N`, `about N`, `N,NNN`).
+fn line_figures(text: &str) -> Vec<usize> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[1].trim_end_matches([',', ';', ':', ')', '.']) == "lines")
+        .filter_map(|w| {
+            w[0].trim_start_matches(['~', '('])
+                .replace(',', "")
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Issue 55, item 5: the first sitting of "What an afternoon covers" (its `1. **` item) fits an
+/// afternoon — every size it names adds up to at most four hours at the guide's own rate of a
+/// thousand lines an hour — and its "steps 1–3 (about N lines" is true of the files.
+#[test]
+fn the_first_sitting_fits_an_afternoon_and_says_its_size() {
+    let guide = read("docs/audit.md");
+    let (_, from) = guide
+        .split_once("**What an afternoon covers.**")
+        .expect("docs/audit.md has its \"What an afternoon covers\" paragraph");
+    let first = from.split_once("\n1. **").map_or(from, |(_, f)| f);
+    let first = first
+        .split('\n')
+        .take_while(|l| !l.trim().is_empty() && !l.starts_with("2. "))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let said: usize = line_figures(&first).iter().sum();
+    assert!(
+        said <= 4_000,
+        "the first sitting names {said} lines: more than an afternoon at 1,000 lines an hour:\n{first}"
+    );
+    let stated: usize = first
+        .split_once("steps 1–3 (about ")
+        .and_then(|(_, rest)| rest.split_once(" lines"))
+        .and_then(|(n, _)| n.replace(',', "").parse().ok())
+        .expect("the first sitting says \"steps 1–3 (about N lines\"");
+    let actual = lines_of_steps(1, 3);
+    assert!(
+        actual.abs_diff(stated) <= stated.div_ceil(20),
+        "the first sitting says {stated} lines, is {actual}"
+    );
+    assert!(
+        actual <= 4_000,
+        "steps 1–3 are {actual} lines: more than an afternoon"
+    );
 }
 
 #[test]

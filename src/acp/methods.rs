@@ -1,6 +1,7 @@
 //! Every method this agent serves, one line each: its name, how its params are read, where it
 //! runs and what serves it. The dispatcher ([`super::agent`]) looks a request up here
-//! ([`find`], by the connection's dialect); nothing else knows method names.
+//! ([`find`], by the connection's dialect); nothing else dispatches on a method name (other
+//! code names one only in an error's text, or for a message it sends).
 //! `agentCapabilities._meta.maka.methods` is this table's `_maka/` rows ([`maka_methods`]).
 //!
 //! Two tables, one handler per name in each dialect: [`METHODS`] is ours, and what both

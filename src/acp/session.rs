@@ -6,7 +6,7 @@
 //!
 //! - `state` (the prompt, requests in flight in the client, terminals, the stream position and
 //!   its reader, the goal's liveness) is held only for short sections that never block: never
-//!   across a send to stdout, an HTTP call or a wait. The dispatcher takes it (to register a
+//!   across a send to the client, an HTTP call or a wait. The dispatcher takes it (to register a
 //!   prompt, to cancel), so nothing a client or a host does can stall the dispatcher through it.
 //! - `view` (the [`Projector`]: what this client has been shown, the configuration as it was
 //!   told) is held by the session thread that turns frames into updates, across enqueueing

@@ -2,9 +2,10 @@
 //! burst of requests costs a bounded number of threads. Workers start when work arrives and
 //! none is idle, up to [`WORKERS`] (an agent that is only initialized starts none: startup stays
 //! a few spawns shorter). The queue of methods is bounded too: when it is full, the dispatcher
-//! waits, which slows the stdin reader down to the speed of the work instead of buffering
-//! without end. Client responses never wait on it (the stdin reader routes them itself), so a
-//! worker waiting for the client cannot be starved by its own queue.
+//! waits, which slows the connection's reader (stdin's, on stdio) down to the speed of the work
+//! instead of buffering without end. Client responses never wait on it (the reader routes them
+//! itself), so a worker waiting for the client cannot be starved by its own queue. Each
+//! connection has a pool of its own (under `maka-acp serve`, one per connection).
 //!
 //! Turn starts have a queue of their own that never makes the dispatcher wait: a turn is
 //! queued only once its prompt is the session's pending prompt, and a session has one at most,

@@ -1,6 +1,8 @@
-//! The adapter's blocking client for the Runtime Host: `op` for every operation and `events`
-//! for one window of a session's event stream. One error type separates what the host said
-//! (`Host`) from not reaching it at all (`Transport`, i.e. the host is gone).
+//! The adapter's blocking client for the Runtime Host ([`HostApi`]; over HTTP, [`HostClient`]):
+//! `call::<Op>` for every operation and `events` for one window of a session's event stream.
+//! One error type separates what the host said (`Host`) from a reply that cannot be read
+//! (`Protocol`: that one call fails) and from not reaching it at all (`Transport`, i.e. the
+//! host is gone).
 
 use super::ops::{HelloInput, HelloOutput, HostHello, Operation, ProtocolRange};
 use super::wire::{Envelope, ErrorCode, Frame, HostError};

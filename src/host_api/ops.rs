@@ -1,7 +1,7 @@
 //! Every Runtime Host operation, one definition each: its key, its input and its output.
 //!
 //! The reference host decodes `Input` and encodes `Output` (`host::ops::dispatch`); the
-//! adapter encodes `Input` and decodes `Output` (`HostClient::call::<Op>`). A field renamed
+//! adapter encodes `Input` and decodes `Output` (`HostApi::call::<Op>`). A field renamed
 //! here is renamed on both sides, and the compiler finds every reader. Expected races
 //! (revision conflicts, parked resumes) are outputs, not errors. `docs/runtime-host-protocol.md`
 //! §5 is the prose for each.

@@ -1,5 +1,5 @@
 //! JSON-RPC 2.0 over newline-delimited JSON, by hand: message types, bounded line reading,
-//! the stdio transport threads, and the tables for requests in flight in both directions.
+//! the transport threads (stdio, or a `maka-acp serve` connection), and the tables for requests in flight in both directions.
 
 pub mod incoming;
 pub mod line_reader;

@@ -1,6 +1,8 @@
-//! The stdio transport: a reader thread, a single writer thread, and the channels between them
-//! and the dispatcher. The writer is the only code that touches stdout; whatever is enqueued
-//! first is written first, which is what every ordering guarantee of the agent rests on.
+//! The transport of one connection (stdio, or a `maka-acp serve` connection's channel and
+//! streams: [`Connection::from_io`]): a reader thread, a single writer thread, and the channels
+//! between them and the dispatcher. The writer is the only code that writes the connection's
+//! output (on stdio, stdout); whatever is enqueued first is written first, which is what every
+//! ordering guarantee of the agent rests on.
 
 use super::incoming::{IncomingRequests, Responder};
 use super::line_reader::{Line, LineReader, MAX_LINE_BYTES};

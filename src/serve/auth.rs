@@ -1,6 +1,6 @@
-//! Who may use the server: a bearer token on every request (compared in constant time), from
-//! `--token-file` (which must be private to its owner) or generated at start and written to a
-//! file only its owner can read; and no browser page of another site (`Origin`), nor a page
+//! Who may use the server: a bearer token on every request (checked by the HTTP server in
+//! constant time, `crate::http::gate`), from `--token-file` (which must be private to its owner)
+//! or generated at start and written to a file only its owner can read; and no browser page of another site (`Origin`), nor a page
 //! that reached a loopback server through a rebound DNS name (`Host`).
 
 use std::io::Write;

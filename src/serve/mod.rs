@@ -5,9 +5,11 @@
 //! or `--host-url`). Each speaks the dialect the request that opened it chose
 //! ([`Server::dialect_of`]: `/acp?dialect=maka`, else the server's, `serve --acp`: Maka's).
 //!
-//! Threads per role, no async runtime: the accept loop and one thread per HTTP exchange or
-//! socket (the one bounded HTTP/1.1 server, `crate::http`), one agent per connection (its
-//! dispatcher, reader and writer threads), a reaper closing idle connections.
+//! Threads per role, no async runtime: the accept loop and one thread per socket (the one
+//! bounded HTTP/1.1 server, `crate::http`: its exchanges one after another, an event stream,
+//! or a WebSocket's reader; a WebSocket also has a writer), one agent per connection (its
+//! dispatcher, reader and writer threads, and its workers and session threads as on stdio), a
+//! reaper closing idle connections.
 
 mod auth;
 mod conn;
