@@ -489,7 +489,10 @@ fn a_command_allowed_for_the_turn_or_in_bypass_asks_before_reading_through_a_lin
     host.start_turn("a", "t_1", "plain then link");
     let frames = host.follow("a", 0, asks);
     let first = frames.last().unwrap();
-    assert_eq!(first["interaction"]["request"]["review"], "command", "{first}");
+    assert_eq!(
+        first["interaction"]["request"]["review"], "command",
+        "{first}"
+    );
     answer(
         "a",
         first,
@@ -512,7 +515,10 @@ fn a_command_allowed_for_the_turn_or_in_bypass_asks_before_reading_through_a_lin
     );
     let rest = host.until_terminal("a", boundary["seq"].as_u64().unwrap());
     let seen = serde_json::to_string(&[frames, rest]).unwrap();
-    assert!(seen.contains("INSIDE-PLAIN"), "the allowed command ran: {seen}");
+    assert!(
+        seen.contains("INSIDE-PLAIN"),
+        "the allowed command ran: {seen}"
+    );
     assert!(!seen.contains("OUTSIDE-"), "read outside: {seen}");
 
     // Bypass mode asks nothing else, but the boundary still holds, as for `read_file`.

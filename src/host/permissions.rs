@@ -1493,7 +1493,7 @@ mod tests {
         // A link to a folder inside is followed: what is below it counts too.
         symlink(ws.join("docs"), ws.join("src/docs-link")).unwrap();
         symlink("../src", ws.join("docs/up")).unwrap(); // a loop, walked once
-        // `diff` given folders compares same-named files, `-r` or not, following links.
+                                                        // `diff` given folders compares same-named files, `-r` or not, following links.
         for d in [ws.join("cmp/a"), ws.join("cmp/b")] {
             std::fs::create_dir_all(d).unwrap();
         }

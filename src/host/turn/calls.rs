@@ -323,7 +323,7 @@ impl Turn {
                 if evidence.is_empty() {
                     return ToolOutcome::failed("goal_complete needs `evidence`".into());
                 }
-                let goal_id = self.spec.goal_id.as_deref();
+                let goal_id = self.spec.live_goal.as_deref();
                 match crate::host::goals::complete(&self.host, &self.cell, goal_id, evidence) {
                     Ok(msg) => ToolOutcome::completed(msg, false),
                     Err(msg) => ToolOutcome::failed(msg),
