@@ -444,12 +444,12 @@ fn a_kept_rule_for_a_reading_program_asks_before_reading_through_a_link() {
     assert!(results[0].1.contains("OUTSIDE-KEY"), "{results:?}");
 }
 
-/// Issue 54 item 3, review: whatever lets a command run unasked — "allow for this turn" in ask
-/// mode, or bypass mode — it gets the boundary `read_file` gets: after one command allowed for
-/// the turn, `cat notes.txt` through a link to a file outside asks "Allow access outside the
-/// project", and so does it in bypass mode; refused, nothing outside is read.
+/// Issue 54 item 3, review: "allow for this turn" is a rule too — it gets the boundary
+/// `read_file` gets: after one command allowed for the turn, `cat notes.txt` through a link to
+/// a file outside asks "Allow access outside the project"; refused, nothing outside is read.
+/// (Bypass mode asks nothing about commands, as before.)
 #[test]
-fn a_command_allowed_for_the_turn_or_in_bypass_asks_before_reading_through_a_link() {
+fn a_command_allowed_for_the_turn_asks_before_reading_through_a_link() {
     use support::host::HostProcess;
     let script = json!({
         "rules": [
@@ -519,23 +519,5 @@ fn a_command_allowed_for_the_turn_or_in_bypass_asks_before_reading_through_a_lin
         seen.contains("INSIDE-PLAIN"),
         "the allowed command ran: {seen}"
     );
-    assert!(!seen.contains("OUTSIDE-"), "read outside: {seen}");
-
-    // Bypass mode asks nothing else, but the boundary still holds, as for `read_file`.
-    host.create_session("b", ws.path(), "bypass");
-    host.start_turn("b", "t_1", "link");
-    let frames = host.follow("b", 0, asks);
-    let boundary = frames.last().unwrap();
-    assert_eq!(
-        boundary["interaction"]["request"]["kind"], "sandbox_boundary",
-        "{frames:#?}"
-    );
-    answer(
-        "b",
-        boundary,
-        json!({"kind": "sandbox_boundary", "decision": "deny"}),
-    );
-    let rest = host.until_terminal("b", boundary["seq"].as_u64().unwrap());
-    let seen = serde_json::to_string(&[frames, rest]).unwrap();
     assert!(!seen.contains("OUTSIDE-"), "read outside: {seen}");
 }

@@ -214,12 +214,14 @@ impl Turn {
             let kept: Vec<&PermissionRule> = session_rules.iter().chain(&workspace_rules).collect();
             permissions::verdict(&kept, &self.rule_call(review, name, args, plan)).cloned()
         });
-        // Nothing that lets a command run unasked widens the session's folders — a kept
-        // rule, "allow for this turn", bypass mode: what the command would read outside them
-        // (its words resolved as `read_file` resolves a path, the links below a folder it
-        // reads recursively) gets the boundary dialog, in every mode, as `read_file`'s path
-        // does; a command too large to check is asked as a whole. Only the exact action a
-        // person approved in a dialog (`shown`, or the permission dialog below) is exempt.
+        // What a person allowed for more than the exact command in front of them — a kept
+        // rule, "allow for this turn" — never widens the session's folders: what the command
+        // would read outside them (its words resolved as `read_file` resolves a path, the
+        // links below a folder it reads recursively) gets the boundary dialog, as `read_file`'s
+        // path does; a command too large to check is asked as a whole. Only the exact action
+        // a person approved in a dialog (`shown`, or the permission dialog below) is exempt.
+        // Bypass mode asks nothing about commands (a person chose that; any shell word can
+        // read anywhere), as before.
         let mut touches = plan.touches.clone();
         let mut remembered = remembered;
         let mut unchecked = false;
@@ -231,8 +233,7 @@ impl Turn {
             .is_some_and(|r| r.decision == Decision::Deny);
         let unasked = match mode {
             PermissionMode::Ask => remembered || allowed_by_rule,
-            PermissionMode::Bypass => true,
-            PermissionMode::Explore => false,
+            PermissionMode::Bypass | PermissionMode::Explore => false,
         };
         if let (true, false, false, Some(review)) = (unasked, shown, denied_by_rule, plan.review) {
             if let Some(command) = self.rule_call(review, name, args, plan).command {
