@@ -22,6 +22,10 @@ fn script() -> Value {
             {"when": "Work toward this goal: run the long job", "responses": [
                 [{"tool": "run_command", "args": {"command": "sleep 600"}}],
                 [{"text": "Stopped."}]]},
+            {"when": "complete from a prompt", "responses": [
+                [{"tool": "run_command", "args": {"command": "ls"}}],
+                [{"tool": "goal_complete", "args": {"evidence": "claimed by a prompt"}}],
+                [{"text": "Prompt done."}]]},
             {"when": "Work toward this goal: finish it", "responses": [
                 [{"tool": "goal_complete", "args": {"evidence": "finished"}}],
                 [{"text": "Finished."}]]},
@@ -487,4 +491,132 @@ fn pausing_a_goal_that_has_ended_says_it_has_ended() {
         json!({"sessionId": s, "action": "set", "objective": "make it shine"}),
     );
     assert_eq!(set["goal"]["status"], "active", "{set}");
+}
+
+/// Issue 54 item 7, review: `goal_complete` completes only the goal that was live when its
+/// turn was admitted. A person's prompt starts with no goal armed; while it waits on a
+/// dialog, a goal is armed; the prompt's model then calls `goal_complete`: it is refused,
+/// saying why, and the goal armed since is not completed (its own driver has not run a turn
+/// for it yet).
+#[test]
+fn goal_complete_from_a_turn_admitted_before_the_goal_completes_nothing() {
+    let data = TempDir::new("goal-foreign-data");
+    let ws = TempDir::new("goal-foreign-ws");
+    let mut a = agent(data.path());
+    let s = a.new_session(ws.path());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let prompt = a.request(
+        "session/prompt",
+        json!({"sessionId": s, "prompt": [{"type": "text", "text": "complete from a prompt"}]}),
+    );
+    let mut lines = vec![];
+    let dialog = loop {
+        assert!(Instant::now() < deadline, "no dialog: {lines:#?}");
+        let v = a.recv();
+        if v["method"] == "session/request_permission" {
+            break v;
+        }
+        lines.push(v);
+    };
+    // A goal is armed while the prompt's turn waits.
+    let arm = a.request(
+        "_maka/goal/arm",
+        json!({"sessionId": s, "objective": "stay the course", "maxTurns": 1}),
+    );
+    let armed = loop {
+        assert!(Instant::now() < deadline, "no answer to arm");
+        let v = a.recv();
+        if v["id"] == arm && v.get("method").is_none() {
+            break v;
+        }
+        lines.push(v);
+    };
+    assert_eq!(armed["result"]["status"], "active", "{armed}");
+    a.send(&json!({"jsonrpc": "2.0", "id": dialog["id"],
+        "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+    let answer = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the prompt never ended: {lines:#?}"
+        );
+        let v = a.recv();
+        if v["id"] == prompt && v.get("method").is_none() {
+            break v;
+        }
+        lines.push(v);
+    };
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let refused = lines.iter().find(|v| {
+        let u = &v["params"]["update"];
+        u["sessionUpdate"] == "tool_call_update"
+            && u["status"] == "failed"
+            && u["content"][0]["content"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains("nothing was marked complete"))
+    });
+    assert!(
+        refused.is_some(),
+        "goal_complete was not refused: {lines:#?}"
+    );
+    let q = a.call_ok("_maka/goal/query", json!({"sessionId": s}));
+    assert_eq!(q["goal"]["objective"], "stay the course", "{q}");
+    assert_ne!(q["goal"]["status"], "completed", "{q}");
+    assert!(q["goal"].get("evidence").is_none(), "{q}");
+}
+
+/// Issue 54 item 7, review: a goal's turn interrupted by a crash and resumed is still that
+/// goal's. The goal's turn waits on a permission when the host is killed; after the restart
+/// the goal is paused and the turn resumed, and waits again: cancelling the goal stops the
+/// resumed turn, and its end counts as a turn of that goal.
+#[test]
+fn a_resumed_goal_turn_is_still_its_goals() {
+    use support::host::HostProcess;
+    let script = json!({
+        "rules": [
+            // The goal's turn and its resume (which has no prompt of its own).
+            {"when": "*", "responses": [
+                [{"tool": "run_command", "args": {"command": "ls"}}],
+                [{"text": "Listed."}]]}
+        ]
+    });
+    let data = TempDir::new("goal-resume-data");
+    let ws = TempDir::new("goal-resume-ws");
+    let waits = |f: &Value| f["kind"] == "interaction_request";
+    let mut host = HostProcess::start(data.path(), Some(&script));
+    host.create_session("s", ws.path(), "ask");
+    let goal = host.ok(
+        "goal.arm",
+        json!({"sessionId": "s", "objective": "wait here", "maxTurns": 5}),
+    );
+    let goal_id = goal["goalId"].as_str().unwrap().to_string();
+    host.follow("s", 0, waits);
+    host.kill9();
+
+    let host = HostProcess::start(data.path(), Some(&script));
+    let q = host.ok("goal.query", json!({"sessionId": "s"}));
+    assert_eq!(q["goal"]["status"], "paused", "{q}");
+    let plan = host.ok("turn.resume.query", json!({"sessionId": "s"}));
+    assert_eq!(plan["disposition"], "ready", "{plan}");
+    let after = host.head_seq("s");
+    let started = host.ok(
+        "turn.resume.start",
+        json!({"sessionId": "s", "turnId": "t_r", "sourceRunId": plan["sourceRunId"],
+               "sourceHighWater": plan["sourceHighWater"]}),
+    );
+    assert_eq!(started["kind"], "started", "{started}");
+    let frames = host.follow("s", after, waits);
+    let after = frames.last().unwrap()["seq"].as_u64().unwrap();
+    host.ok(
+        "goal.control",
+        json!({"sessionId": "s", "goalId": goal_id, "action": "cancel"}),
+    );
+    let rest = host.until_terminal("s", after);
+    assert_eq!(
+        rest.last().unwrap()["outcome"],
+        "cancelled",
+        "the goal's cancel stops its resumed turn"
+    );
+    let q = host.ok("goal.query", json!({"sessionId": "s"}));
+    assert_eq!(q["goal"]["status"], "cancelled", "{q}");
+    assert_eq!(q["goal"]["turnsRun"], 1, "the resumed turn counts: {q}");
 }

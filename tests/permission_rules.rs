@@ -443,3 +443,81 @@ fn a_kept_rule_for_a_reading_program_asks_before_reading_through_a_link() {
     assert_eq!(results[0].0, "completed", "{results:?}");
     assert!(results[0].1.contains("OUTSIDE-KEY"), "{results:?}");
 }
+
+/// Issue 54 item 3, review: "allow for this turn" is a rule too — it gets the boundary
+/// `read_file` gets: after one command allowed for the turn, `cat notes.txt` through a link to
+/// a file outside asks "Allow access outside the project"; refused, nothing outside is read.
+/// (Bypass mode asks nothing about commands, as before.)
+#[test]
+fn a_command_allowed_for_the_turn_asks_before_reading_through_a_link() {
+    use support::host::HostProcess;
+    let script = json!({
+        "rules": [
+            {"when": "plain then link", "responses": [
+                [{"tool": "run_command", "args": {"command": "cat src/plain.txt"}}],
+                [{"tool": "run_command", "args": {"command": "cat notes.txt"}}],
+                [{"text": "done"}]
+            ]},
+            {"when": "link", "responses": [
+                [{"tool": "run_command", "args": {"command": "cat notes.txt"}}],
+                [{"text": "done"}]
+            ]}
+        ],
+        "default": [[{"text": "Hello."}]]
+    });
+    let data = TempDir::new("turn-link-data");
+    let ws = TempDir::new("turn-link-ws");
+    let out = TempDir::new("turn-link-outside");
+    let secret = out.path().join("secret.txt");
+    std::fs::write(&secret, "OUTSIDE-SECRET\n").unwrap();
+    std::fs::create_dir_all(ws.path().join("src")).unwrap();
+    std::fs::write(ws.path().join("src/plain.txt"), "INSIDE-PLAIN\n").unwrap();
+    std::os::unix::fs::symlink(&secret, ws.path().join("notes.txt")).unwrap();
+    let host = HostProcess::start(data.path(), Some(&script));
+    let answer = |session: &str, frame: &Value, answer: Value| {
+        host.ok(
+            "interaction.answer",
+            json!({"sessionId": session,
+                   "interactionId": frame["interaction"]["interactionId"],
+                   "answer": answer}),
+        );
+    };
+    let asks = |f: &Value| f["kind"] == "interaction_request" || f["kind"] == "turn_terminal";
+
+    // Ask mode: the first command allowed for the rest of the turn.
+    host.create_session("a", ws.path(), "ask");
+    host.start_turn("a", "t_1", "plain then link");
+    let frames = host.follow("a", 0, asks);
+    let first = frames.last().unwrap();
+    assert_eq!(
+        first["interaction"]["request"]["review"], "command",
+        "{first}"
+    );
+    answer(
+        "a",
+        first,
+        json!({"kind": "permission", "decision": "allow", "rememberForTurn": true}),
+    );
+    let frames = host.follow("a", first["seq"].as_u64().unwrap(), asks);
+    let boundary = frames.last().unwrap();
+    assert_eq!(
+        boundary["interaction"]["request"]["kind"], "sandbox_boundary",
+        "the link is asked about, not read: {frames:#?}"
+    );
+    assert_eq!(
+        boundary["interaction"]["request"]["paths"][0]["path"],
+        secret.display().to_string()
+    );
+    answer(
+        "a",
+        boundary,
+        json!({"kind": "sandbox_boundary", "decision": "deny"}),
+    );
+    let rest = host.until_terminal("a", boundary["seq"].as_u64().unwrap());
+    let seen = serde_json::to_string(&[frames, rest]).unwrap();
+    assert!(
+        seen.contains("INSIDE-PLAIN"),
+        "the allowed command ran: {seen}"
+    );
+    assert!(!seen.contains("OUTSIDE-"), "read outside: {seen}");
+}

@@ -353,7 +353,9 @@ pub fn turn_finished(
 /// The longest evidence a completed goal keeps.
 const MAX_EVIDENCE_BYTES: usize = 16 * 1024;
 
-/// `goal_complete`: the objective is met. From a goal's turn (`goal_id`), only that goal.
+/// `goal_complete`: the objective is met. Only goal `goal_id`, the one live when the calling
+/// turn was admitted (a person's prompt too): a goal armed or replaced since is none of its
+/// business, and a turn admitted with no live goal completes none.
 pub fn complete(
     host: &Host,
     cell: &SessionCell,
@@ -364,7 +366,13 @@ pub fn complete(
     let Some(mut goal) = st.goal.clone().filter(Goal::is_live) else {
         return Err("No goal is armed in this session.".into());
     };
-    if goal_id.is_some_and(|id| id != goal.goal_id) {
+    let Some(goal_id) = goal_id else {
+        return Err(
+            "No goal was armed when this turn started, so it cannot complete the goal set since; nothing was marked complete. That goal's own turns complete it."
+                .into(),
+        );
+    };
+    if goal_id != goal.goal_id {
         return Err(
             "The goal this turn worked toward was cancelled or replaced; nothing was marked complete."
                 .into(),

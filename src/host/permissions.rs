@@ -129,8 +129,16 @@ pub fn read_command(command: &str) -> Option<Reading<'_>> {
 /// How a program on the allow-list is read.
 enum Grammar {
     /// Its arguments are data (files, patterns, text), never a program, a script or an
-    /// output file: the prefix is the program.
-    Arguments,
+    /// output file: the prefix is the program. An argument that is (or, for GNU programs,
+    /// abbreviates) one of the `listed` options makes the command exact-only: with it the
+    /// program reads paths named inside a file, not in its words (`wc --files0-from=F`,
+    /// `md5sum -c F`, `file -f F`), or code that reads them (`jq -f F` with
+    /// `import "x" as $x {search: "/elsewhere"}`, `jq -L dir`), which no check of its words
+    /// can see ([`outside_reads`]).
+    Arguments {
+        listed: &'static [&'static str],
+        abbreviates: bool,
+    },
     /// `program [global options] subcommand [arguments]`: the prefix is the program and the
     /// subcommand. Only the listed global options (harmless ones) may come before the
     /// subcommand, only the listed subcommands are covered, and an argument that is (or, for
@@ -144,6 +152,22 @@ enum Grammar {
     },
 }
 
+/// A program whose arguments are only data.
+const DATA: Grammar = Grammar::Arguments {
+    listed: &[],
+    abbreviates: false,
+};
+/// A GNU program that reads the names of the files it reads from a file.
+const FILES0_FROM: Grammar = Grammar::Arguments {
+    listed: &["--files0-from"],
+    abbreviates: true,
+};
+/// A GNU checksum program: `-c F` reads the files `F` lists.
+const CHECKSUM: Grammar = Grammar::Arguments {
+    listed: &["-c", "--check"],
+    abbreviates: true,
+};
+
 /// The programs a prefix rule may name. An allow-list: a program that is not here gets an
 /// exact rule at most, however harmless it is, because a deny-list of programs that run
 /// other code (`taskset`, `ionice`, `chrt`, `unshare`, `prlimit`, `setpriv`, `perf`,
@@ -154,57 +178,70 @@ enum Grammar {
 /// an absolute path, `~` or goes up (`..`) makes any command exact-only ([`leaves_the_workspace`]):
 /// a prefix for reading the workspace does not cover reading `/proc/<pid>/environ`.
 const PREFIX_PROGRAMS: &[(&str, Grammar)] = &[
-    ("ls", Grammar::Arguments),
-    ("cat", Grammar::Arguments),
-    ("head", Grammar::Arguments),
-    ("tail", Grammar::Arguments),
-    ("wc", Grammar::Arguments),
-    ("pwd", Grammar::Arguments),
-    ("echo", Grammar::Arguments),
-    ("printf", Grammar::Arguments),
-    ("grep", Grammar::Arguments),
-    ("egrep", Grammar::Arguments),
-    ("fgrep", Grammar::Arguments),
-    ("diff", Grammar::Arguments),
-    ("cmp", Grammar::Arguments),
-    ("stat", Grammar::Arguments),
-    ("file", Grammar::Arguments),
-    ("du", Grammar::Arguments),
-    ("df", Grammar::Arguments),
-    ("which", Grammar::Arguments),
-    ("whoami", Grammar::Arguments),
-    ("id", Grammar::Arguments),
-    ("uname", Grammar::Arguments),
-    ("basename", Grammar::Arguments),
-    ("dirname", Grammar::Arguments),
-    ("realpath", Grammar::Arguments),
-    ("readlink", Grammar::Arguments),
-    ("true", Grammar::Arguments),
-    ("false", Grammar::Arguments),
-    ("cut", Grammar::Arguments),
-    ("tr", Grammar::Arguments),
-    ("nl", Grammar::Arguments),
-    ("od", Grammar::Arguments),
-    ("hexdump", Grammar::Arguments),
-    ("md5sum", Grammar::Arguments),
-    ("sha1sum", Grammar::Arguments),
-    ("sha256sum", Grammar::Arguments),
-    ("sha512sum", Grammar::Arguments),
-    ("b2sum", Grammar::Arguments),
-    ("cksum", Grammar::Arguments),
-    ("base64", Grammar::Arguments),
-    ("jq", Grammar::Arguments),
-    ("column", Grammar::Arguments),
-    ("comm", Grammar::Arguments),
-    ("join", Grammar::Arguments),
-    ("paste", Grammar::Arguments),
-    ("fold", Grammar::Arguments),
-    ("fmt", Grammar::Arguments),
-    ("expand", Grammar::Arguments),
-    ("rev", Grammar::Arguments),
-    ("tac", Grammar::Arguments),
-    ("seq", Grammar::Arguments),
-    ("sleep", Grammar::Arguments),
+    ("ls", DATA),
+    ("cat", DATA),
+    ("head", DATA),
+    ("tail", DATA),
+    ("wc", FILES0_FROM),
+    ("pwd", DATA),
+    ("echo", DATA),
+    ("printf", DATA),
+    ("grep", DATA),
+    ("egrep", DATA),
+    ("fgrep", DATA),
+    ("diff", DATA),
+    ("cmp", DATA),
+    ("stat", DATA),
+    (
+        "file",
+        Grammar::Arguments {
+            listed: &["-f", "--files-from"],
+            abbreviates: true,
+        },
+    ),
+    ("du", FILES0_FROM),
+    ("df", DATA),
+    ("which", DATA),
+    ("whoami", DATA),
+    ("id", DATA),
+    ("uname", DATA),
+    ("basename", DATA),
+    ("dirname", DATA),
+    ("realpath", DATA),
+    ("readlink", DATA),
+    ("true", DATA),
+    ("false", DATA),
+    ("cut", DATA),
+    ("tr", DATA),
+    ("nl", DATA),
+    ("od", DATA),
+    ("hexdump", DATA),
+    ("md5sum", CHECKSUM),
+    ("sha1sum", CHECKSUM),
+    ("sha256sum", CHECKSUM),
+    ("sha512sum", CHECKSUM),
+    ("b2sum", CHECKSUM),
+    ("cksum", CHECKSUM),
+    ("base64", DATA),
+    (
+        "jq",
+        // jq reads its long options whole, and short ones anywhere in a word (`-nf`).
+        Grammar::Arguments {
+            listed: &["-f", "--from-file", "-L", "--library-path"],
+            abbreviates: false,
+        },
+    ),
+    ("column", DATA),
+    ("comm", DATA),
+    ("join", DATA),
+    ("paste", DATA),
+    ("fold", DATA),
+    ("fmt", DATA),
+    ("expand", DATA),
+    ("rev", DATA),
+    ("tac", DATA),
+    ("seq", DATA),
+    ("sleep", DATA),
     (
         "git",
         Grammar::Subcommands {
@@ -287,7 +324,15 @@ fn prefix_key<'a>(words: &[&'a str]) -> Option<Vec<&'a str>> {
         return None;
     }
     match grammar {
-        Grammar::Arguments => Some(vec![program]),
+        Grammar::Arguments {
+            listed,
+            abbreviates,
+        } => {
+            let reads_a_list = rest
+                .iter()
+                .any(|w| listed.iter().any(|o| names_option(w, o, *abbreviates)));
+            (!reads_a_list).then(|| vec![program])
+        }
         Grammar::Subcommands {
             globals,
             subcommands,
@@ -357,7 +402,7 @@ const READ_OUTSIDE_LIMIT: usize = 16;
 /// its operands are told apart (with no folder operand it reads the working directory).
 struct Recursion {
     program: &'static str,
-    /// Recursive whatever its options say (`du`, `find`).
+    /// Recursive whatever its options say (`du`, `find`, `diff` given folders).
     always: bool,
     /// Short options that make it recursive, anywhere in a cluster (`-rn`).
     short: &'static str,
@@ -460,9 +505,12 @@ const RECURSIVE_READERS: &[Recursion] = &[
             pattern_first: false,
         },
     },
+    // Given folders, `diff` reads same-named files in them with or without `-r`
+    // (`diff a b` compares `a/x` with `b/x`, `diff f dir` reads `dir/f`), following links:
+    // the folders it names are always walked.
     Recursion {
         program: "diff",
-        always: false,
+        always: true,
         short: "r",
         long: &["recursive"],
         operands: Operands::NamedOnly,
@@ -1193,6 +1241,23 @@ mod tests {
         // Programs named by a path are not the allow-listed program.
         ("ls", "./ls"),
         ("ls", "/tmp/ls -la"),
+        // Readers that take the paths they read (or code that reads them) from a file.
+        ("jq", "jq -f f.jq x.json"),
+        ("jq", "jq -nf f.jq"),
+        ("jq", "jq --from-file f.jq x.json"),
+        ("jq", "jq -L lib . x.json"),
+        ("jq", "jq --library-path=lib . x.json"),
+        ("wc", "wc --files0-from=list"),
+        ("wc", "wc -l --files0=list"),
+        ("du", "du -s --files0-from list"),
+        ("md5sum", "md5sum -c sums"),
+        ("sha256sum", "sha256sum --check sums"),
+        ("sha1sum", "sha1sum --quiet -c sums"),
+        ("sha512sum", "sha512sum --ch sums"),
+        ("b2sum", "b2sum -c sums"),
+        ("cksum", "cksum --check sums"),
+        ("file", "file -f list"),
+        ("file", "file --files-from=list"),
     ];
 
     #[test]
@@ -1242,6 +1307,10 @@ mod tests {
             ("cargo fmt -- --config-path x", "cargo fmt"),
             ("ls -la src", "ls"),
             ("grep -rn foo src", "grep"),
+            ("jq -r .name x.json", "jq"),
+            ("wc -l src/a.rs", "wc"),
+            ("sha256sum x.tar", "sha256sum"),
+            ("file -b x", "file"),
         ] {
             assert_eq!(
                 propose(&command(line, cwd)),
@@ -1424,6 +1493,12 @@ mod tests {
         // A link to a folder inside is followed: what is below it counts too.
         symlink(ws.join("docs"), ws.join("src/docs-link")).unwrap();
         symlink("../src", ws.join("docs/up")).unwrap(); // a loop, walked once
+                                                        // `diff` given folders compares same-named files, `-r` or not, following links.
+        for d in [ws.join("cmp/a"), ws.join("cmp/b")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(ws.join("cmp/a/notes.txt"), "a").unwrap();
+        symlink("../../../out/secret.txt", ws.join("cmp/b/notes.txt")).unwrap();
         let roots = [ws.clone()];
         let reads = |c: &str| outside_reads(c, &ws, &roots);
         let outside = |p: &[&PathBuf]| Reads::Outside(p.iter().map(|p| p.to_path_buf()).collect());
@@ -1453,6 +1528,10 @@ mod tests {
             ("find . -name x", outside(&[&keys, &secret])),
             ("find -name x", outside(&[&keys, &secret])),
             ("diff -r src docs", outside(&[&keys])),
+            ("diff cmp/a cmp/b", outside(&[&secret])),
+            ("diff cmp/a/notes.txt cmp/b", outside(&[&secret])),
+            ("diff -u cmp/a/notes.txt src/a.txt", outside(&[])),
+            ("diff src docs", outside(&[&keys])),
             ("git log -5", outside(&[])),
         ] {
             assert_eq!(reads(command), want, "{command:?}");

@@ -561,6 +561,7 @@ impl SessionState {
                     failure_class: Some(FailureClass::Crash),
                     failure_message: Some("the host stopped while this turn was running".into()),
                     resumed_from_run_id: None,
+                    goal_id: None,
                 },
             ));
         }

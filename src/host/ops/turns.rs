@@ -155,8 +155,9 @@ fn admit(
         ));
     }
     // A goal's turn starts only while its goal is the session's live one: a driver that read
-    // the goal just before it was cancelled or replaced starts nothing for it.
-    if let Some(goal_id) = goal_id {
+    // the goal just before it was cancelled or replaced starts nothing for it. (A resume of a
+    // goal's run carries its goal, live or paused: [`resume_start`].)
+    if let Some(goal_id) = goal_id.filter(|_| origin == "goal") {
         if !st
             .goal
             .as_ref()
@@ -184,6 +185,12 @@ fn admit(
             .resolve(&st.session.configuration.model_target)?;
     }
     let is_command = crate::host::commands::parse(text).is_some();
+    // The goal live when the turn is admitted: the only one its `goal_complete` may complete.
+    let live_goal = st
+        .goal
+        .as_ref()
+        .filter(|g| g.is_live())
+        .map(|g| g.goal_id.clone());
     let run_id = random_id("r");
     let now = now_ms();
     let snapshot = TurnSnapshot {
@@ -220,6 +227,7 @@ fn admit(
             failure_class: None,
             failure_message: None,
             resumed_from_run_id: resumed_from,
+            goal_id: goal_id.map(String::from),
         },
     ));
     st.append_transcript(items)?;
@@ -278,6 +286,7 @@ fn admit(
     let spec = TurnSpec {
         turn_id: turn_id.into(),
         goal_id: goal_id.map(String::from),
+        live_goal,
         run_id,
         prompt_text,
         max_steps,
@@ -461,17 +470,41 @@ pub(super) fn resume_start(
         }
     }
     let fingerprint = format!("resume:{}", input.source_run_id);
+    // A goal's run resumed is still that goal's (its cancel stops it, its end counts for it),
+    // while the session's goal is still that one (paused by the restart, or live again).
+    let goal_id = {
+        let st = open_state(host, &cell)?;
+        run_goal(&st, &input.source_run_id).filter(|id| {
+            st.goal
+                .as_ref()
+                .is_some_and(|g| &g.goal_id == id && (g.is_live() || g.status == "paused"))
+        })
+    };
     admit(
         host,
         &cell,
         &input.turn_id,
         "resume",
-        None,
+        goal_id.as_deref(),
         None,
         fingerprint,
         host.tunables.max_steps,
         Some(input.source_run_id),
     )
+}
+
+/// The goal run `run_id` worked toward, from its `running` record.
+fn run_goal(st: &SessionState, run_id: &str) -> Option<String> {
+    st.transcript_items()
+        .iter()
+        .find_map(|item| match &item.body {
+            TranscriptBody::TurnState {
+                run_id: r,
+                goal_id: Some(goal_id),
+                ..
+            } if r == run_id => Some(goal_id.clone()),
+            _ => None,
+        })
 }
 
 /// `session.turns`: every turn in transcript order, with its latest status and the files its

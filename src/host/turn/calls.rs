@@ -214,27 +214,38 @@ impl Turn {
             let kept: Vec<&PermissionRule> = session_rules.iter().chain(&workspace_rules).collect();
             permissions::verdict(&kept, &self.rule_call(review, name, args, plan)).cloned()
         });
-        // A kept rule never widens the session's folders: where it is what lets a command run
-        // unasked, what the command would read outside them — its words resolved as
-        // `read_file` resolves a path, the links below a folder it reads recursively — gets
-        // the boundary dialog, as `read_file`'s path does; a command too large to check is
-        // asked as a whole.
+        // What a person allowed for more than the exact command in front of them — a kept
+        // rule, "allow for this turn" — never widens the session's folders: what the command
+        // would read outside them (its words resolved as `read_file` resolves a path, the
+        // links below a folder it reads recursively) gets the boundary dialog, as `read_file`'s
+        // path does; a command too large to check is asked as a whole. Only the exact action
+        // a person approved in a dialog (`shown`, or the permission dialog below) is exempt.
+        // Bypass mode asks nothing about commands (a person chose that; any shell word can
+        // read anywhere), as before.
         let mut touches = plan.touches.clone();
+        let mut remembered = remembered;
+        let mut unchecked = false;
         let allowed_by_rule = decided
             .as_ref()
-            .is_some_and(|r| r.decision == Decision::Allow)
-            && mode == PermissionMode::Ask
-            && !remembered
-            && !shown;
-        if let (true, Some(review)) = (allowed_by_rule, plan.review) {
+            .is_some_and(|r| r.decision == Decision::Allow);
+        let denied_by_rule = decided
+            .as_ref()
+            .is_some_and(|r| r.decision == Decision::Deny);
+        let unasked = match mode {
+            PermissionMode::Ask => remembered || allowed_by_rule,
+            PermissionMode::Bypass | PermissionMode::Explore => false,
+        };
+        if let (true, false, false, Some(review)) = (unasked, shown, denied_by_rule, plan.review) {
             if let Some(command) = self.rule_call(review, name, args, plan).command {
                 match permissions::outside_reads(command, &self.cwd, &self.roots) {
                     permissions::Reads::Outside(paths) => {
                         touches.extend(paths.into_iter().map(|p| (p, "read")));
                     }
                     permissions::Reads::Unchecked(why) => {
-                        log::info!("a kept rule does not decide `{command}`: {why}");
+                        log::info!("`{command}` is asked as a whole: {why}");
                         decided = None;
+                        remembered = false;
+                        unchecked = true;
                     }
                 }
             }
@@ -270,6 +281,7 @@ impl Turn {
             rejected: decided
                 .filter(|r| r.decision == Decision::Deny)
                 .map(|r| r.target.describe()),
+            unchecked,
         };
         let checks = match gate::decide(name, &facts) {
             gate::Gate::Refuse(why) => {
@@ -312,7 +324,7 @@ impl Turn {
                 if evidence.is_empty() {
                     return ToolOutcome::failed("goal_complete needs `evidence`".into());
                 }
-                let goal_id = self.spec.goal_id.as_deref();
+                let goal_id = self.spec.live_goal.as_deref();
                 match crate::host::goals::complete(&self.host, &self.cell, goal_id, evidence) {
                     Ok(msg) => ToolOutcome::completed(msg, false),
                     Err(msg) => ToolOutcome::failed(msg),

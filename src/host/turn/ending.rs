@@ -96,6 +96,7 @@ impl TurnEnd {
                 failure_class: t.failure_class,
                 failure_message: t.failure_message.clone(),
                 resumed_from_run_id: None,
+                goal_id: None,
             }],
         );
         if let Some(rec) = st.turns.get_mut(&self.turn_id) {

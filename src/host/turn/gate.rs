@@ -25,6 +25,10 @@ pub struct Facts<'a> {
     pub remembered: bool,
     /// A kept "always reject" rule covers this call: its description.
     pub rejected: Option<String>,
+    /// What the action would read could not be checked against the session's folders (a
+    /// command too large to check): it is asked as a whole, in every mode, as a path outside
+    /// would be.
+    pub unchecked: bool,
 }
 
 /// One question the user must answer "allow" to.
@@ -79,8 +83,10 @@ pub fn decide(tool: &str, f: &Facts) -> Gate {
     if !outside.is_empty() {
         checks.push(Check::Boundary(outside));
     }
-    if let (PermissionMode::Ask, Some(review), false) = (f.mode, f.review, f.remembered) {
-        checks.push(Check::Permission(review));
+    if let Some(review) = f.review {
+        if f.unchecked || (f.mode == PermissionMode::Ask && !f.remembered) {
+            checks.push(Check::Permission(review));
+        }
     }
     Gate::Ask(checks)
 }
@@ -131,6 +137,7 @@ mod tests {
                     approved,
                     remembered,
                     rejected: None,
+                    unchecked: false,
                 },
             )
         };
@@ -200,6 +207,25 @@ mod tests {
             ]),
             "the order: plan, boundary, permission"
         );
+        // A command whose reads could not be checked is asked as a whole, bypass mode too.
+        for (mode, remembered) in [(Ask, true), (Bypass, false)] {
+            let g = decide(
+                "run_command",
+                &Facts {
+                    mode,
+                    collaboration: Agent,
+                    review: Some(Review::Command),
+                    has_plan: false,
+                    touches: &[],
+                    roots: &roots,
+                    approved: &[],
+                    remembered,
+                    rejected: None,
+                    unchecked: true,
+                },
+            );
+            assert_eq!(g, Gate::Ask(vec![Check::Permission(Review::Command)]));
+        }
         // A kept rejection refuses before anything is asked, in every mode.
         for mode in [Ask, Bypass] {
             let g = decide(
@@ -214,6 +240,7 @@ mod tests {
                     approved: &[],
                     remembered: true,
                     rejected: Some("commands starting with `rm`".into()),
+                    unchecked: false,
                 },
             );
             assert!(

@@ -51,6 +51,9 @@ pub struct TurnSpec {
     /// The goal it runs for (origin `goal`): its end, its dialogs and its `goal_complete`
     /// count for that goal only — never for one set after it while it was ending.
     pub goal_id: Option<String>,
+    /// The goal that was live when it was admitted (a goal's turn: its own): the only one its
+    /// `goal_complete` may complete. A turn admitted with no live goal completes none.
+    pub live_goal: Option<String>,
     pub run_id: String,
     pub prompt_text: Arc<str>,
     pub max_steps: usize,

@@ -93,6 +93,10 @@ pub enum TranscriptBody {
         /// For a resumed run: the interrupted run it continues.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         resumed_from_run_id: Option<String>,
+        /// The goal the run works toward (origin `goal`, or a resume of such a run), on its
+        /// `running` record: what a resume carries over.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        goal_id: Option<String>,
     },
     /// A summary replacing older context (`/compact`, or automatic compaction). The model's
     /// context is then the summary followed by the items after `throughMessageSeq` (this one
