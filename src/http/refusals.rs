@@ -64,7 +64,7 @@ const TABLE: &[(Refusal, u16, &str)] = &[
     (Refusal::TooManyHeaders, 431, "too many headers"),
     (Refusal::NotUtf8, 400, "the request head is not UTF-8"),
     (Refusal::RequestLine, 400, "malformed request line"),
-    (Refusal::Version, 505, "only HTTP/1.1 is served"),
+    (Refusal::Version, 505, "only HTTP/1.1 and 1.0 are served"),
     (Refusal::HeaderName, 400, "malformed header name"),
     (
         Refusal::ControlInValue,
