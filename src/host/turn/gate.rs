@@ -207,7 +207,8 @@ mod tests {
             ]),
             "the order: plan, boundary, permission"
         );
-        // A command whose reads could not be checked is asked as a whole, bypass mode too.
+        // A command whose reads could not be checked is asked as a whole, whatever the mode
+        // (calls.rs sets `unchecked` only where a rule let the command run unasked).
         for (mode, remembered) in [(Ask, true), (Bypass, false)] {
             let g = decide(
                 "run_command",
