@@ -207,10 +207,10 @@ mod tests {
             ]),
             "the order: plan, boundary, permission"
         );
-        // A command whose reads could not be checked is asked as a whole, whatever the mode
-        // (calls.rs sets `unchecked` only where a rule let the command run unasked).
-        for (mode, remembered) in [(Ask, true), (Bypass, false)] {
-            let g = decide(
+        // A `run_command` call with nothing to touch: its mode, whether it was remembered,
+        // a kept rejection, and whether its reads could be checked.
+        let command = |mode, remembered, rejected: Option<String>, unchecked| {
+            decide(
                 "run_command",
                 &Facts {
                     mode,
@@ -221,28 +221,24 @@ mod tests {
                     roots: &roots,
                     approved: &[],
                     remembered,
-                    rejected: None,
-                    unchecked: true,
+                    rejected,
+                    unchecked,
                 },
-            );
+            )
+        };
+        // A command whose reads could not be checked is asked as a whole, whatever the mode
+        // (calls.rs sets `unchecked` only where a rule let the command run unasked).
+        for (mode, remembered) in [(Ask, true), (Bypass, false)] {
+            let g = command(mode, remembered, None, true);
             assert_eq!(g, Gate::Ask(vec![Check::Permission(Review::Command)]));
         }
         // A kept rejection refuses before anything is asked, in every mode.
         for mode in [Ask, Bypass] {
-            let g = decide(
-                "run_command",
-                &Facts {
-                    mode,
-                    collaboration: Agent,
-                    review: Some(Review::Command),
-                    has_plan: false,
-                    touches: &[],
-                    roots: &roots,
-                    approved: &[],
-                    remembered: true,
-                    rejected: Some("commands starting with `rm`".into()),
-                    unchecked: false,
-                },
+            let g = command(
+                mode,
+                true,
+                Some("commands starting with `rm`".into()),
+                false,
             );
             assert!(
                 refused(&g, "always rejects commands starting with `rm`"),
