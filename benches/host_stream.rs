@@ -180,6 +180,7 @@ fn latency(frames: usize) -> (f64, f64, f64) {
     std::thread::spawn(move || host::serve(bound));
     host::ops::dispatch(
         &h,
+        host::ops::Caller::default(),
         "session.create",
         json!({"sessionId": "s", "workspace": {"kind": "host_path", "path": ws}})
             .to_string()

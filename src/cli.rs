@@ -483,7 +483,7 @@ pub fn main() -> i32 {
             init_logging(log_level.as_deref());
             match Connection::stdio() {
                 Ok(conn) => {
-                    acp::serve(conn, config, local_host());
+                    acp::serve(conn, config, local_host(), None);
                     0
                 }
                 Err(e) => {

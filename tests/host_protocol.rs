@@ -895,3 +895,212 @@ fn a_reader_that_keeps_up_loses_nothing_and_one_that_stops_cannot_stall_the_turn
     );
     drop(stalled);
 }
+
+/// Issue 56: a session belongs to the principal that made it (`Maka-Principal` on its
+/// `session.create`), kept with the session across a restart. Another principal is answered,
+/// for every operation that names it and for its event stream, exactly as for a session that
+/// does not exist; its listing shows only its own; the machine's user (no principal) sees all.
+#[test]
+fn sessions_belong_to_their_principal_and_another_is_answered_as_for_none() {
+    let (data, ws, mut host) = setup("owners");
+    let create = |who: Option<&str>, id: &str| {
+        let (status, env) = host.op_as(
+            who,
+            "session.create",
+            json!({"sessionId": id, "workspace": {"kind": "host_path", "path": ws.path()}}),
+        );
+        assert_eq!((status, &env["ok"]), (200, &json!(true)), "{env}");
+        assert_eq!(
+            env["result"]["owner"],
+            who.map_or(Value::Null, |w| json!(w))
+        );
+    };
+    create(Some("alice"), "s_alice");
+    create(None, "s_machine");
+    let (_, started) = host.op_as(
+        Some("alice"),
+        "turn.start",
+        json!({"sessionId": "s_alice", "turnId": "t_1", "content": {"text": "hi"}}),
+    );
+    assert_eq!(started["ok"], true, "{started}");
+    host.until_terminal("s_alice", 0);
+
+    let listed = |who: Option<&str>| -> Vec<String> {
+        let (_, env) = host.op_as(who, "session.list", json!({}));
+        let mut ids: Vec<String> = env["result"]["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(listed(Some("alice")), ["s_alice"]);
+    assert_eq!(listed(Some("bob")), Vec::<String>::new());
+    assert_eq!(listed(None), ["s_alice", "s_machine"]);
+
+    // Every operation that names a session, with an input that parses; bob on alice's session
+    // gets exactly what bob gets on a session that does not exist.
+    let inputs = |sid: &str| -> Vec<(&'static str, Value)> {
+        vec![
+            ("session.get", json!({"sessionId": sid})),
+            ("session.open", json!({"sessionId": sid})),
+            (
+                "session.configuration.update",
+                json!({"sessionId": sid, "expectedRevision": 1, "patch": {}}),
+            ),
+            (
+                "session.metadata.update",
+                json!({"sessionId": sid, "expectedRevision": 1, "patch": {"name": "x"}}),
+            ),
+            (
+                "session.lifecycle.set",
+                json!({"sessionId": sid, "state": "archived"}),
+            ),
+            (
+                "session.remove",
+                json!({"sessionId": sid, "expectedRevision": 1}),
+            ),
+            ("session.release", json!({"sessionId": sid})),
+            ("session.transcript.page", json!({"sessionId": sid})),
+            (
+                "turn.start",
+                json!({"sessionId": sid, "turnId": "t_2", "content": {"text": "hi"}}),
+            ),
+            ("turn.stop", json!({"sessionId": sid, "turnId": "t_1"})),
+            ("turn.query", json!({"sessionId": sid, "turnId": "t_1"})),
+            ("turn.resume.query", json!({"sessionId": sid})),
+            (
+                "turn.resume.start",
+                json!({"sessionId": sid, "turnId": "t_3", "sourceRunId": "r", "sourceHighWater": 0}),
+            ),
+            (
+                "interaction.answer",
+                json!({"sessionId": sid, "interactionId": "i", "answer": {"kind": "permission", "decision": "allow"}}),
+            ),
+            (
+                "client.capability.replace",
+                json!({"sessionId": sid, "services": []}),
+            ),
+            (
+                "client.call.result",
+                json!({"sessionId": sid, "invocationId": "c", "outcome": {"ok": true}}),
+            ),
+            (
+                "client.call.input",
+                json!({"sessionId": sid, "invocationId": "c"}),
+            ),
+            ("session.turns", json!({"sessionId": sid})),
+            (
+                "session.branch.create",
+                json!({"sourceSessionId": sid, "targetSessionId": "s_copy"}),
+            ),
+            (
+                "session.revision.create",
+                json!({"sessionId": sid, "label": "x"}),
+            ),
+            ("session.revisions", json!({"sessionId": sid})),
+            (
+                "session.revision.abandon",
+                json!({"sessionId": sid, "revisionId": "r"}),
+            ),
+            (
+                "turn.message.submit",
+                json!({"sessionId": sid, "messageId": "m", "content": {"text": "x"}}),
+            ),
+            ("memory.query", json!({"sessionId": sid})),
+            ("usage.query", json!({"sessionId": sid})),
+            ("plan.query", json!({"sessionId": sid})),
+            (
+                "plan.control",
+                json!({"sessionId": sid, "expectedRevision": 0, "action": {"kind": "approve"}}),
+            ),
+            (
+                "plan.turn.start",
+                json!({"sessionId": sid, "turnId": "t_4"}),
+            ),
+            (
+                "artifact.ingest",
+                json!({"kind": "status", "sessionId": sid, "uploadId": "u"}),
+            ),
+            ("artifact.query", json!({"kind": "list", "sessionId": sid})),
+            (
+                "artifact.delete",
+                json!({"sessionId": sid, "artifactId": "a"}),
+            ),
+            ("goal.arm", json!({"sessionId": sid, "objective": "x"})),
+            (
+                "goal.control",
+                json!({"sessionId": sid, "goalId": "g", "action": "pause"}),
+            ),
+            ("goal.query", json!({"sessionId": sid})),
+            ("subagent.list", json!({"sessionId": sid})),
+            ("skills.list", json!({"sessionId": sid})),
+        ]
+    };
+    let as_unknown = |v: &Value| -> String { v.to_string().replace("s_nobod_", "ID") };
+    let as_alices = |v: &Value| -> String { v.to_string().replace("s_alice", "ID") };
+    for ((key, on_alices), (_, on_none)) in inputs("s_alice").into_iter().zip(inputs("s_nobod_")) {
+        let (status_a, bob_on_alices) = host.op_as(Some("bob"), key, on_alices.clone());
+        let (status_n, bob_on_none) = host.op_as(Some("bob"), key, on_none);
+        assert!(
+            !bob_on_none.to_string().contains("bad input"),
+            "{key}: the input does not parse: {bob_on_none}"
+        );
+        assert_eq!(
+            (status_a, as_alices(&bob_on_alices)),
+            (status_n, as_unknown(&bob_on_none)),
+            "{key}: bob is told something about alice's session"
+        );
+    }
+    // The gate is what answered: alice herself is served (a read of each kind).
+    for key in [
+        "session.get",
+        "session.turns",
+        "usage.query",
+        "artifact.query",
+    ] {
+        let input = inputs("s_alice")
+            .into_iter()
+            .find(|(k, _)| *k == key)
+            .unwrap()
+            .1;
+        let (_, env) = host.op_as(Some("alice"), key, input);
+        assert_eq!(env["ok"], true, "{key} for alice: {env}");
+    }
+    let (_, got) = host.op_as(Some("bob"), "session.get", json!({"sessionId": "s_alice"}));
+    assert_eq!(got["result"]["session"], Value::Null, "{got}");
+    // The event stream: the same refusal as for no session.
+    let (sa, fa) = host.events_as(Some("bob"), "s_alice", 0, 100);
+    let (sn, fn_) = host.events_as(Some("bob"), "s_nobod_", 0, 100);
+    assert_eq!((sa, as_alices(&json!(fa))), (sn, as_unknown(&json!(fn_))));
+    assert_eq!(sa, 404, "{fa:?}");
+    let (status, frames) = host.events_as(Some("alice"), "s_alice", 0, 100);
+    assert_eq!(status, 200, "{frames:?}");
+    // A name that is not one is refused.
+    let (status, env) = host.op_as(Some("bob smith"), "session.list", json!({}));
+    assert_eq!(
+        (status, &env["error"]["code"]),
+        (400, &json!("invalid_request")),
+        "{env}"
+    );
+
+    // The owner is durable: after a restart the host still knows whose each session is.
+    host.kill9();
+    let host = HostProcess::start(data.path(), Some(&script()));
+    let (_, env) = host.op_as(Some("bob"), "session.list", json!({}));
+    assert_eq!(env["result"]["sessions"], json!([]), "{env}");
+    let (_, env) = host.op_as(
+        Some("alice"),
+        "session.get",
+        json!({"sessionId": "s_alice"}),
+    );
+    assert_eq!(env["result"]["session"]["owner"], "alice", "{env}");
+    let (_, env) = host.op_as(
+        Some("bob"),
+        "session.turns",
+        json!({"sessionId": "s_alice"}),
+    );
+    assert_eq!(env["error"]["code"], "not_found", "{env}");
+}

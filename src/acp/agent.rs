@@ -10,6 +10,7 @@ use super::errors::MakaCode;
 use super::host_link::{Connected, HostLink, LocalHost};
 use super::initialize::{self, InitializeParams};
 use super::methods::{self, Job};
+use super::principal::Principal;
 use super::session::AcpSession;
 use super::turns;
 use super::workers::Workers;
@@ -100,14 +101,23 @@ impl Ctx {
 
 /// Serves one ACP connection until the client closes stdin. `local`: what this build can do
 /// without `--host-url` (start the embedded host, or nothing).
-pub fn serve(conn: Connection, config: AdapterConfig, local: Arc<dyn LocalHost>) {
+/// `principal`: who the connection acts for (`serve --tokens-file`); none: the machine's user.
+pub fn serve(
+    conn: Connection,
+    config: AdapterConfig,
+    local: Arc<dyn LocalHost>,
+    principal: Option<Arc<Principal>>,
+) {
     let dialect = config.dialect;
+    let link =
+        HostLink::new(config, local).for_principal(principal.as_ref().map(|p| p.name.clone()));
     let mut agent = Agent {
         shared: Arc::new(Shared::new(
             conn.outbox.clone(),
             Arc::clone(&conn.client_calls),
-            Arc::new(HostLink::new(config, local)),
+            Arc::new(link),
             dialect,
+            principal,
         )),
         initialized: false,
         workers: Workers::new(),
@@ -139,7 +149,7 @@ impl Agent {
         let responder = super::maka_dialect::answer_in(self.shared.dialect, responder);
         // Unknown methods, `_` extensions we do not implement, and methods this build does not
         // serve.
-        let local = self.shared.link.local().can_log_out();
+        let local = self.shared.can_log_out();
         let Some(row) = methods::find(method, local, self.shared.dialect) else {
             return responder.respond(Err(ResponseError::method_not_found(method)));
         };
@@ -186,8 +196,7 @@ impl Agent {
         }
         let ready = auth::provider_configured(&self.shared.link);
         let methods = auth::methods(&self.shared.link, &params.capabilities, ready);
-        let mut result =
-            initialize::result(&params, methods, self.shared.link.local().can_log_out());
+        let mut result = initialize::result(&params, methods, self.shared.can_log_out());
         super::maka_dialect::advertise(self.shared.dialect, &mut result.agent_capabilities);
         self.shared.set_caps(params.capabilities);
         self.initialized = true;

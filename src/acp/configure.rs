@@ -237,7 +237,7 @@ pub fn authenticate(ctx: &Ctx, method: &str) -> Result<Value, ResponseError> {
 /// `logout`: the stored key is removed and a running host re-reads its providers.
 pub fn logout(ctx: &Ctx) -> Result<Value, ResponseError> {
     let link = &ctx.shared.link;
-    if !link.local().can_log_out() {
+    if !ctx.shared.can_log_out() {
         return Err(ResponseError::method_not_found("logout"));
     }
     match link.local().log_out() {

@@ -7,6 +7,7 @@
 
 use super::host_link::HostLink;
 use super::initialize::ClientCapabilities;
+use super::principal::Principal;
 use super::session::AcpSession;
 use super::types::SessionUpdate;
 use crate::jsonrpc::{lock, ClientCalls, Outbox};
@@ -17,11 +18,13 @@ use std::sync::{Arc, Mutex};
 pub type Sessions = Mutex<HashMap<String, Arc<AcpSession>>>;
 
 /// One ACP connection's context, shared by its dispatcher, its workers and its session threads.
-/// (Next: the principal the connection authenticated as.)
 pub struct Shared {
     pub outbox: Outbox,
     pub calls: Arc<ClientCalls>,
+    /// The host, as this connection's principal sees it (every call names it).
     pub link: Arc<HostLink>,
+    /// Who the connection acts for (`serve --tokens-file`); none: the machine's user.
+    pub principal: Option<Arc<Principal>>,
     /// Whose names and shapes this connection speaks (`--acp`: Apache Maka's).
     pub dialect: super::Dialect,
     /// What the client said it supports, set by `initialize`; none before it.
@@ -40,15 +43,46 @@ impl Shared {
         calls: Arc<ClientCalls>,
         link: Arc<HostLink>,
         dialect: super::Dialect,
+        principal: Option<Arc<Principal>>,
     ) -> Shared {
         Shared {
             outbox,
             calls,
             link,
+            principal,
             dialect,
             caps: Mutex::default(),
             sessions: Mutex::default(),
             maka: Default::default(),
+        }
+    }
+
+    /// Whether `logout` is served here: it removes the machine's stored provider key, which
+    /// every connection of this process uses, so only the machine's user may (never a
+    /// principal of `serve --tokens-file`).
+    pub fn can_log_out(&self) -> bool {
+        self.principal.is_none() && self.link.local().can_log_out()
+    }
+
+    /// Whether this connection may open one more session (its principal's share).
+    pub fn may_open_session(&self) -> Result<(), crate::jsonrpc::ResponseError> {
+        self.principal.as_ref().map_or(Ok(()), |p| p.may_open())
+    }
+
+    /// Holds `session` here (replacing this connection's previous view of it, returned).
+    pub fn hold_session(&self, session: &Arc<AcpSession>) -> Option<Arc<AcpSession>> {
+        let old = lock(&self.sessions).insert(session.id.clone(), Arc::clone(session));
+        if let (None, Some(p)) = (&old, &self.principal) {
+            p.opened();
+        }
+        old
+    }
+
+    /// Lets go of session `id` (closed, deleted or detached here).
+    pub fn drop_session(&self, id: &str) {
+        let gone = lock(&self.sessions).remove(id);
+        if let (Some(_), Some(p)) = (gone, &self.principal) {
+            p.closed(1);
         }
     }
 
@@ -92,5 +126,15 @@ impl Shared {
         }
         self.outbox
             .notify("session/update", &Params { session_id, update });
+    }
+}
+
+/// The sessions a closed connection still held no longer count against its principal.
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if let Some(p) = &self.principal {
+            let held = self.sessions.get_mut().map_or(0, |s| s.len());
+            p.closed(held);
+        }
     }
 }

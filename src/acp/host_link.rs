@@ -155,6 +155,8 @@ fn forget(slot: &Mutex<Option<Started>>, epoch: &str) {
 pub struct HostLink {
     config: AdapterConfig,
     local: Arc<dyn LocalHost>,
+    /// The principal every call names (`HostApi::for_principal`); none: the machine's user.
+    principal: Option<String>,
     live: Arc<Mutex<Option<Started>>>,
     /// One thread starts (or connects to) the host at a time, without holding `live` across
     /// the process start and the HTTP calls; the others wait here.
@@ -171,9 +173,18 @@ impl HostLink {
         HostLink {
             config,
             local,
+            principal: None,
             live: Arc::new(Mutex::new(None)),
             starting: Mutex::new(false),
             started: Condvar::new(),
+        }
+    }
+
+    /// This link, every host it connects to used as principal `name` sees it.
+    pub fn for_principal(self, name: Option<String>) -> HostLink {
+        HostLink {
+            principal: name,
+            ..self
         }
     }
 
@@ -251,11 +262,22 @@ impl HostLink {
             Some(url) => self.connect_external(url),
             None => self.local.start(&self.config),
         };
-        result.map(|mut started| {
+        result.and_then(|mut started| {
+            if let Some(name) = &self.principal {
+                // Never the machine's user's view for a principal: a client that cannot
+                // name one fails the start.
+                started.connected.client = started
+                    .connected
+                    .client
+                    .for_principal(name)
+                    .ok_or_else(|| {
+                        unavailable("this Runtime Host client cannot act for a principal")
+                    })?;
+            }
             started.connected.slot = Arc::downgrade(&self.live);
             let connected = started.connected.clone();
             *self.lock() = Some(started);
-            connected
+            Ok(connected)
         })
     }
 

@@ -17,7 +17,7 @@ use crate::host_api::client::ClientError;
 use crate::host_api::ops::{self, ModelCatalog, OpenSnapshot, RemoveOutcome, SessionRef};
 use crate::host_api::random_hex;
 use crate::host_api::wire::{Configuration, ErrorCode, Session, Workspace};
-use crate::jsonrpc::{lock, Responder, ResponseError};
+use crate::jsonrpc::{Responder, ResponseError};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,7 +53,7 @@ fn attach_new(
     let session = AcpSession::new(&id, ctx.shows());
     let mut result = attach_config(ctx, &session, record, models);
     result.session_id = Some(id.clone());
-    lock(&ctx.shared.sessions).insert(id, Arc::clone(&session));
+    ctx.shared.hold_session(&session);
     Ok((result, session))
 }
 
@@ -70,6 +70,7 @@ pub fn attach_made(
 
 fn create(ctx: &Ctx, p: NewSession) -> Result<(SessionSetup, Arc<AcpSession>), ResponseError> {
     auth::refuse_early(&ctx.shared.link)?;
+    ctx.shared.may_open_session()?;
     let conn = ctx.host()?;
     let models = auth::check_host(&ctx.shared.link, &conn)?;
     // Initial option values, checked against the options a session here starts with: a bad
@@ -164,6 +165,7 @@ fn fork_session(
     p: ForkSession,
 ) -> Result<(SessionSetup, Arc<AcpSession>), ResponseError> {
     auth::refuse_early(&ctx.shared.link)?;
+    ctx.shared.may_open_session()?;
     let conn = ctx.host()?;
     let models = auth::check_host(&ctx.shared.link, &conn)?;
     if !p.config_options.is_empty() {
@@ -316,7 +318,7 @@ pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
     match attached {
         Ok((session, result, snapshot, conn, applied)) => {
             // Loading again replaces this connection's previous view of the session.
-            let old = lock(&ctx.shared.sessions).insert(session.id.clone(), Arc::clone(&session));
+            let old = ctx.shared.hold_session(&session);
             if let Some(old) = old {
                 old.close();
             }
@@ -391,10 +393,14 @@ fn attach(
     replay: bool,
 ) -> Result<Attached, ResponseError> {
     let id = p.session_id;
-    if ctx.session(&id).is_some_and(|s| s.prompt_turn().is_some()) {
-        return Err(MakaCode::SessionBusy.error(format!(
-            "Session {id} has a prompt running; cancel it before loading the session again"
-        )));
+    match ctx.session(&id) {
+        Some(s) if s.prompt_turn().is_some() => {
+            return Err(MakaCode::SessionBusy.error(format!(
+                "Session {id} has a prompt running; cancel it before loading the session again"
+            )));
+        }
+        Some(_) => {} // loaded again: it is held already
+        None => ctx.shared.may_open_session()?,
     }
     let conn = ctx.host()?;
     let input = SessionRef {
@@ -520,7 +526,7 @@ fn detach(ctx: &Ctx, session: &Arc<AcpSession>) {
     session.wait_prompt_done(Duration::from_secs(10));
     client_call::release_all(session, &ctx.shared);
     session.close_and_withdraw(&ctx.shared);
-    lock(&ctx.shared.sessions).remove(&session.id);
+    ctx.shared.drop_session(&session.id);
     // The host stops what it ran for this client (MCP servers); durable state stays.
     if let Ok(conn) = ctx.host() {
         let input = SessionRef {

@@ -16,6 +16,7 @@ mod maka;
 pub(crate) mod maka_dialect;
 pub(crate) mod methods;
 pub(crate) mod params;
+pub(crate) mod principal;
 pub(crate) mod projection;
 pub(crate) mod prompt;
 pub(crate) mod read;
@@ -31,4 +32,5 @@ mod tests;
 
 pub use agent::{serve, AdapterConfig};
 pub use host_link::{LocalHost, NoLocalHost};
+pub use principal::Principal;
 pub use types::Dialect;

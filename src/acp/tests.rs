@@ -79,6 +79,7 @@ fn record(revision: u64) -> Session {
         turn_count: 1,
         lineage: None,
         system_prompt: None,
+        owner: None,
     }
 }
 
@@ -90,6 +91,7 @@ fn shared(host: Arc<FakeHost>) -> (Arc<Shared>, TestLines) {
         Arc::new(ClientCalls::new(outbox)),
         Arc::new(HostLink::connected(client, "e1")),
         Default::default(),
+        None,
     ));
     (shared, lines)
 }

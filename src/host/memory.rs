@@ -313,6 +313,7 @@ mod tests {
             turn_count: 0,
             lineage: None,
             system_prompt: None,
+            owner: None,
         }
     }
 

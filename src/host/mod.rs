@@ -165,7 +165,12 @@ impl Host {
     pub fn cell(&self, id: &str) -> Result<Arc<SessionCell>, HostError> {
         self.sessions_lock()
             .get(&self.store, id)?
-            .ok_or_else(|| HostError::not_found(format!("session {id}")))
+            .ok_or_else(|| self.unknown_session(id))
+    }
+
+    /// The answer for a session that is not there (or is another principal's).
+    pub fn unknown_session(&self, id: &str) -> HostError {
+        HostError::not_found(format!("session {id}"))
     }
 
     pub fn is_draining(&self) -> bool {

@@ -4,10 +4,13 @@
 //! stream (written to the socket directly and flushed per batch). The HTTP plumbing is
 //! [`crate::http`].
 
+use super::ops::Caller;
 use super::session::Since;
 use super::Host;
 use crate::host_api::wire::StreamEndReason;
-use crate::host_api::wire::{now_ms, Envelope, ErrorCode, Frame, FrameBody, HostError};
+use crate::host_api::wire::{
+    now_ms, Envelope, ErrorCode, Frame, FrameBody, HostError, PRINCIPAL_HEADER,
+};
 use crate::http::{Exchange, Request};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -123,6 +126,12 @@ fn handle(host: &Arc<Host>, request: Request, ex: &mut Exchange) {
         .target
         .split_once('?')
         .unwrap_or((&request.target, ""));
+    // Whom the request is for: the principal the adapter names (it holds the host's token,
+    // and answers for whom it serves), or the machine's user.
+    let caller = match Caller::from_header(request.header(PRINCIPAL_HEADER)) {
+        Ok(c) => c,
+        Err(e) => return respond_error(host, ex, e),
+    };
     match (request.method.as_str(), path) {
         ("POST", p) if p.starts_with("/v1/op/") => {
             let key = &p["/v1/op/".len()..];
@@ -140,7 +149,7 @@ fn handle(host: &Arc<Host>, request: Request, ex: &mut Exchange) {
                 Ok(b) => b,
                 Err(e) => return respond_error(host, ex, e),
             };
-            match super::ops::dispatch(host, key, &body) {
+            match super::ops::dispatch(host, caller, key, &body) {
                 Ok(result) => respond_ok(host, ex, result),
                 Err(e) => {
                     if e.code == ErrorCode::InternalFailure {
@@ -150,7 +159,7 @@ fn handle(host: &Arc<Host>, request: Request, ex: &mut Exchange) {
                 }
             }
         }
-        ("GET", "/v1/events") => stream(host, ex, query),
+        ("GET", "/v1/events") => stream(host, caller, ex, query),
         ("GET", "/v1/attach") if !host.is_draining() => {
             let s = ex.stream();
             let head = format!(
@@ -238,7 +247,7 @@ fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
     })
 }
 
-fn stream(host: &Arc<Host>, ex: &mut Exchange, query: &str) {
+fn stream(host: &Arc<Host>, caller: Caller, ex: &mut Exchange, query: &str) {
     let Some(session_id) = query_param(query, "sessionId") else {
         return respond_error(host, ex, HostError::invalid("`sessionId` is required"));
     };
@@ -261,7 +270,7 @@ fn stream(host: &Arc<Host>, ex: &mut Exchange, query: &str) {
         .with_details(json!({"reason": "epoch_changed", "hostEpoch": host.epoch}));
         return respond_error(host, ex, e);
     }
-    let cell = match host.cell(session_id) {
+    let cell = match super::ops::cell_for(host, caller, session_id) {
         Ok(c) => c,
         Err(e) => return respond_error(host, ex, e),
     };

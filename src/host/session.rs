@@ -27,6 +27,9 @@ pub const MAX_PENDING_INTERACTIONS: usize = 16;
 
 pub struct SessionCell {
     pub id: String,
+    /// The principal the session belongs to (`Session::owner`, which never changes): read by
+    /// the owner gate without the state's lock.
+    pub owner: Option<String>,
     state: Mutex<SessionState>,
     changed: Condvar,
 }
@@ -202,6 +205,7 @@ impl SessionCell {
     pub fn new(session: Session) -> Arc<SessionCell> {
         Arc::new(SessionCell {
             id: session.id.clone(),
+            owner: session.owner.clone(),
             state: Mutex::new(SessionState {
                 session,
                 head_seq: 0,

@@ -5,7 +5,7 @@
 //! host is gone).
 
 use super::ops::{HelloInput, HelloOutput, HostHello, Operation, ProtocolRange};
-use super::wire::{Envelope, ErrorCode, Frame, HostError};
+use super::wire::{Envelope, ErrorCode, Frame, HostError, PRINCIPAL_HEADER};
 use crate::jsonrpc::line_reader::{Line, LineReader};
 use serde::Deserialize;
 use serde_json::json;
@@ -126,9 +126,13 @@ impl HostTls {
     }
 }
 
+#[derive(Clone)]
 pub struct HostClient {
     base: String,
     token: String,
+    /// The principal every operation and stream is for (`Maka-Principal`); none: the
+    /// machine's user.
+    principal: Option<String>,
     ops: ureq::Agent,
     streams: ureq::Agent,
     /// Short timeouts: is the host alive? (A broken stream is not a dead host.)
@@ -220,6 +224,7 @@ impl HostClient {
         HostClient {
             base: base_url.trim_end_matches('/').to_string(),
             token: token.to_string(),
+            principal: None,
             ops,
             streams,
             probe,
@@ -248,6 +253,10 @@ pub trait HostApi: Send + Sync {
     fn is_alive(&self) -> bool;
     /// Asks the host to drain and exit.
     fn shutdown(&self, drain_ms: u64) -> Result<(), ClientError>;
+    /// This host as principal `name` sees it: every operation and stream for `name`, who may
+    /// use only the sessions it made. `None`: this client cannot name a principal (then it
+    /// must not be used for one).
+    fn for_principal(&self, name: &str) -> Option<std::sync::Arc<dyn HostApi>>;
     /// `GET /v1/attach`: while the returned connection is held, the host counts this adapter
     /// among its clients (a host another adapter started lives while any holds one).
     fn attach(&self) -> Result<Box<dyn Send>, ClientError>;
@@ -302,10 +311,14 @@ impl dyn HostApi + '_ {
 
 impl HostApi for HostClient {
     fn post(&self, key: &str, body: String) -> Result<(u16, String), ClientError> {
-        let resp = self
+        let mut request = self
             .ops
             .post(&format!("{}/v1/op/{key}", self.base))
-            .header("Authorization", format!("Bearer {}", self.token))
+            .header("Authorization", format!("Bearer {}", self.token));
+        if let Some(p) = &self.principal {
+            request = request.header(PRINCIPAL_HEADER, p);
+        }
+        let resp = request
             .content_type("application/json")
             .send(body.as_str())
             .map_err(|e| ClientError::Transport(e.to_string()))?;
@@ -341,10 +354,14 @@ impl HostApi for HostClient {
             "{}/v1/events?sessionId={session_id}&after={after}&epoch={epoch}&waitMs={wait_ms}{until}",
             self.base
         );
-        let resp = self
+        let mut request = self
             .streams
             .get(&url)
-            .header("Authorization", format!("Bearer {}", self.token))
+            .header("Authorization", format!("Bearer {}", self.token));
+        if let Some(p) = &self.principal {
+            request = request.header(PRINCIPAL_HEADER, p);
+        }
+        let resp = request
             .call()
             .map_err(|e| ClientError::Transport(e.to_string()))?;
         if resp.status().as_u16() != 200 {
@@ -388,6 +405,13 @@ impl HostApi for HostClient {
         }
         // The body is never read: holding it holds the connection.
         Ok(Box::new(resp.into_body().into_reader()))
+    }
+
+    fn for_principal(&self, name: &str) -> Option<std::sync::Arc<dyn HostApi>> {
+        Some(std::sync::Arc::new(HostClient {
+            principal: Some(name.to_string()),
+            ..self.clone()
+        }))
     }
 
     fn shutdown(&self, drain_ms: u64) -> Result<(), ClientError> {

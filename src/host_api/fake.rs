@@ -105,6 +105,11 @@ impl HostApi for FakeHost {
         Ok(())
     }
 
+    /// The fake keeps no owners: it cannot act for a principal.
+    fn for_principal(&self, _: &str) -> Option<std::sync::Arc<dyn HostApi>> {
+        None
+    }
+
     fn attach(&self) -> Result<Box<dyn Send>, ClientError> {
         Ok(Box::new(()))
     }
@@ -135,6 +140,9 @@ impl HostApi for Unreachable {
     }
     fn shutdown(&self, _: u64) -> Result<(), ClientError> {
         Ok(())
+    }
+    fn for_principal(&self, _: &str) -> Option<std::sync::Arc<dyn HostApi>> {
+        None
     }
     fn attach(&self) -> Result<Box<dyn Send>, ClientError> {
         Ok(Box::new(()))

@@ -17,8 +17,95 @@ use serde_json::Value;
 /// One host operation: `POST /v1/op/{KEY}` with `Input`, answered with `Output`.
 pub trait Operation {
     const KEY: &'static str;
-    type Input: Serialize + DeserializeOwned;
+    type Input: Serialize + DeserializeOwned + NamesSessions;
     type Output: Serialize + DeserializeOwned;
+}
+
+/// The existing sessions an operation's input names: the host runs it only for a caller that
+/// owns each of them, and answers every other caller as for a session that does not exist
+/// (the one owner gate, `host::ops::dispatch`). Every input type says which, so an operation
+/// added later cannot forget to.
+pub trait NamesSessions {
+    fn sessions(&self) -> [Option<&str>; 2];
+}
+
+/// Inputs that name no existing session (a new session's id is not one: it is made for its
+/// caller).
+macro_rules! names_none {
+    ($($t:ty),*) => { $( impl NamesSessions for $t {
+        fn sessions(&self) -> [Option<&str>; 2] { [None, None] }
+    } )* };
+}
+
+/// Inputs that name one session in `session_id`.
+macro_rules! names_session_id {
+    ($($t:ty),*) => { $( impl NamesSessions for $t {
+        fn sessions(&self) -> [Option<&str>; 2] { [Some(&self.session_id), None] }
+    } )* };
+}
+
+/// Inputs whose `session_id` is optional.
+macro_rules! names_session_id_if_any {
+    ($($t:ty),*) => { $( impl NamesSessions for $t {
+        fn sessions(&self) -> [Option<&str>; 2] { [self.session_id.as_deref(), None] }
+    } )* };
+}
+
+names_none!(Empty, HelloInput, CreateInput, ListInput, MemoryMutateInput);
+names_session_id!(
+    SessionRef,
+    OpenInput,
+    ConfigUpdateInput,
+    MetadataUpdateInput,
+    LifecycleInput,
+    RemoveInput,
+    PageInput,
+    TurnStartInput,
+    TurnRef,
+    ResumeStartInput,
+    AnswerInput,
+    CapabilityInput,
+    CallResultInput,
+    CallRef,
+    RevisionCreateInput,
+    AbandonInput,
+    SubmitInput,
+    PlanControlInput,
+    ArtifactRef,
+    GoalArmInput,
+    GoalControlInput
+);
+names_session_id_if_any!(OptionalSessionRef, MemoryQueryInput, SubagentsQuery);
+
+impl NamesSessions for BranchInput {
+    /// The source; the target is new, made for the caller.
+    fn sessions(&self) -> [Option<&str>; 2] {
+        [Some(&self.source_session_id), None]
+    }
+}
+
+impl NamesSessions for IngestInput {
+    fn sessions(&self) -> [Option<&str>; 2] {
+        let id = match self {
+            IngestInput::Begin { session_id, .. }
+            | IngestInput::Part { session_id, .. }
+            | IngestInput::Status { session_id, .. }
+            | IngestInput::Commit { session_id, .. }
+            | IngestInput::Abort { session_id, .. } => session_id,
+        };
+        [Some(id), None]
+    }
+}
+
+impl NamesSessions for ArtifactQueryInput {
+    fn sessions(&self) -> [Option<&str>; 2] {
+        let id = match self {
+            ArtifactQueryInput::List { session_id }
+            | ArtifactQueryInput::Get { session_id, .. }
+            | ArtifactQueryInput::Read { session_id, .. } => session_id,
+        };
+        [Some(id), None]
+    }
 }
 
 macro_rules! operations {

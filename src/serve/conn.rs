@@ -99,6 +99,7 @@ impl AcpConn {
         config: AdapterConfig,
         local: Arc<dyn LocalHost>,
         websocket: bool,
+        principal: Option<Arc<crate::acp::Principal>>,
         on_end: impl FnOnce(&str, &str) + Send + 'static,
     ) -> io::Result<(Arc<AcpConn>, Receiver<Arc<str>>)> {
         let (tx, rx) = bounded(INBOX);
@@ -131,7 +132,7 @@ impl AcpConn {
         let jsonrpc = crate::jsonrpc::Connection::from_io(&name, ChannelReader::new(rx), sink)?;
         let agent_conn = Arc::clone(&conn);
         std::thread::Builder::new().name(name).spawn(move || {
-            crate::acp::serve(jsonrpc, config, local);
+            crate::acp::serve(jsonrpc, config, local, principal);
             agent_conn.close("the agent ended the connection");
             let why = agent_conn.closed().unwrap_or_default();
             on_end(&agent_conn.id, &why);

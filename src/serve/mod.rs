@@ -158,6 +158,7 @@ impl Server {
             config,
             Arc::clone(&self.local),
             websocket,
+            None,
             move |id, why| {
                 if let Some(r) = registry.upgrade() {
                     r.remove(id, why);

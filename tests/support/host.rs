@@ -170,10 +170,23 @@ impl HostProcess {
     }
 
     pub fn op_raw(&self, key: &str, body: Vec<u8>) -> (u16, Value) {
-        let resp = self
+        self.op_raw_as(None, key, body)
+    }
+
+    /// Calls an operation for a principal (`Maka-Principal`); `None`: the machine's user.
+    pub fn op_as(&self, principal: Option<&str>, key: &str, input: Value) -> (u16, Value) {
+        self.op_raw_as(principal, key, input.to_string().into_bytes())
+    }
+
+    pub fn op_raw_as(&self, principal: Option<&str>, key: &str, body: Vec<u8>) -> (u16, Value) {
+        let mut request = self
             .agent
             .post(&self.url(&format!("/v1/op/{key}")))
-            .header("Authorization", format!("Bearer {}", self.token))
+            .header("Authorization", format!("Bearer {}", self.token));
+        if let Some(p) = principal {
+            request = request.header("Maka-Principal", p);
+        }
+        let resp = request
             .content_type("application/json")
             .send(&body[..])
             .unwrap_or_else(|e| panic!("{key}: transport error {e}"));
@@ -211,14 +224,28 @@ impl HostProcess {
 
     /// Reads one event-stream window: every line until `stream_end` (or EOF).
     pub fn events(&self, session: &str, after: u64, wait_ms: u64) -> (u16, Vec<Value>) {
-        let resp = self
-            .agent
-            .get(&self.url(&format!(
-                "/v1/events?sessionId={session}&after={after}&waitMs={wait_ms}"
-            )))
-            .header("Authorization", format!("Bearer {}", self.token))
-            .call()
-            .unwrap();
+        self.events_as(None, session, after, wait_ms)
+    }
+
+    /// [`HostProcess::events`] for a principal (`Maka-Principal`).
+    pub fn events_as(
+        &self,
+        principal: Option<&str>,
+        session: &str,
+        after: u64,
+        wait_ms: u64,
+    ) -> (u16, Vec<Value>) {
+        let mut request = self.agent.get(&self.url(&format!(
+            "/v1/events?sessionId={session}&after={after}&waitMs={wait_ms}"
+        )));
+        if let Some(p) = principal {
+            request = request
+                .header("Authorization", format!("Bearer {}", self.token))
+                .header("Maka-Principal", p);
+        } else {
+            request = request.header("Authorization", format!("Bearer {}", self.token));
+        }
+        let resp = request.call().unwrap();
         let status = resp.status().as_u16();
         let mut lines = vec![];
         let reader = BufReader::new(resp.into_body().into_reader());

@@ -551,6 +551,7 @@ pub fn branch(host: &Arc<Host>, input: BranchInput) -> Result<BranchOutcome, Hos
             branch_of_turn_id: through,
         }),
         system_prompt: input.system_prompt.or_else(|| src.system_prompt.clone()),
+        owner: src.owner.clone(),
     };
     // The transcript first: a directory without `session.json` is not a session, so a crash
     // in between leaves nothing half-made.

@@ -13,17 +13,67 @@ pub use sessions::{commit_configuration, commit_name};
 
 use super::session::{SessionCell, SessionState};
 use super::Host;
-use crate::host_api::ops::{self as op, Operation};
+use crate::host_api::ops::{self as op, NamesSessions, Operation};
 use crate::host_api::wire::*;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// Runs the operation `key` on `input` (the request body's bytes).
-pub fn dispatch(host: &Arc<Host>, key: &str, input: &[u8]) -> Result<Value, HostError> {
-    // One line per operation: the type names the key, the input and the output.
+/// Who an operation runs for: a principal (`Maka-Principal`, a `maka-acp serve
+/// --tokens-file` user), who may use only the sessions it made; or the machine's user (no
+/// principal: the adapter on stdio, `serve` with one token), who holds the host's token and
+/// may use every session of the data dir.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Caller<'a> {
+    principal: Option<&'a str>,
+}
+
+impl<'a> Caller<'a> {
+    pub fn principal(self) -> Option<&'a str> {
+        self.principal
+    }
+
+    /// `Maka-Principal`'s value (none: the machine's user); a name that is not one is refused.
+    pub fn from_header(value: Option<&'a str>) -> Result<Caller<'a>, HostError> {
+        match value {
+            None => Ok(Caller::default()),
+            Some(name) if crate::host_api::wire::valid_principal(name) => Ok(Caller {
+                principal: Some(name),
+            }),
+            Some(_) => Err(HostError::invalid(
+                "`Maka-Principal` must match ^[A-Za-z0-9._@-]{1,64}$",
+            )),
+        }
+    }
+
+    /// Whether this caller may use the session.
+    pub fn may_use(self, cell: &SessionCell) -> bool {
+        self.principal.is_none() || self.principal == cell.owner.as_deref()
+    }
+}
+
+/// The one owner gate: session `id` for `caller`, answered for a session of another principal
+/// exactly as for one that does not exist (same code, same message: nothing says it exists).
+pub fn cell_for(host: &Host, caller: Caller, id: &str) -> Result<Arc<SessionCell>, HostError> {
+    let cell = host.cell(id)?;
+    if caller.may_use(&cell) {
+        Ok(cell)
+    } else {
+        Err(host.unknown_session(id))
+    }
+}
+
+/// Runs the operation `key` on `input` (the request body's bytes) for `caller`.
+pub fn dispatch(
+    host: &Arc<Host>,
+    caller: Caller,
+    key: &str,
+    input: &[u8],
+) -> Result<Value, HostError> {
+    // One line per operation: the type names the key, the input and the output; every
+    // session its input names passes the owner gate first (`NamesSessions`).
     macro_rules! table {
         ($($op:ty => $handler:expr,)*) => {
-            $( if key == <$op>::KEY { return serve::<$op>(input, $handler); } )*
+            $( if key == <$op>::KEY { return serve::<$op>(host, caller, input, $handler); } )*
         };
     }
     table! {
@@ -32,9 +82,9 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: &[u8]) -> Result<Value, Host
         op::ModelsList => |_| Ok(host.providers().list()),
         op::ModelsReload => |_| Ok(host.reload_providers().list()),
         op::SkillsList => |i| skills_list(host, i),
-        op::SessionCreate => |i| sessions::create(host, i),
-        op::SessionGet => |i| sessions::get(host, i),
-        op::SessionList => |i| sessions::list(host, i),
+        op::SessionCreate => |i| sessions::create(host, caller, i),
+        op::SessionGet => |i| sessions::get(host, caller, i),
+        op::SessionList => |i| sessions::list(host, caller, i),
         op::SessionOpen => |i| sessions::open(host, i),
         op::ConfigurationUpdate => |i| sessions::configuration_update(host, i),
         op::MetadataUpdate => |i| sessions::metadata_update(host, i),
@@ -88,12 +138,21 @@ pub fn dispatch(host: &Arc<Host>, key: &str, input: &[u8]) -> Result<Value, Host
     ))
 }
 
-/// Decodes the input, runs the handler, encodes its output.
+/// Decodes the input, checks that `caller` owns every session it names, runs the handler,
+/// encodes its output.
 fn serve<O: Operation>(
+    host: &Host,
+    caller: Caller,
     input: &[u8],
     handler: impl FnOnce(O::Input) -> Result<O::Output, HostError>,
 ) -> Result<Value, HostError> {
-    let output = handler(parse(input)?)?;
+    let input: O::Input = parse(input)?;
+    if caller.principal.is_some() {
+        for id in input.sessions().into_iter().flatten() {
+            owned_or_unknown::<O>(host, caller, id)?;
+        }
+    }
+    let output = handler(input)?;
     serde_json::to_value(&output).map_err(|e| HostError::internal(e.to_string()))
 }
 
@@ -122,6 +181,24 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, HostError> {
         serde_json::error::Category::Data => HostError::invalid(format!("bad input: {e}")),
         _ => not_json(e),
     })
+}
+
+/// The gate for one named session. A session that is not there (or not readable now) is left
+/// to the handler, which answers it as it always has; one of another principal is answered as
+/// the handler answers a session that is not there.
+fn owned_or_unknown<O: Operation>(host: &Host, caller: Caller, id: &str) -> Result<(), HostError> {
+    let Ok(cell) = host.cell(id) else {
+        return Ok(());
+    };
+    if caller.may_use(&cell) {
+        return Ok(());
+    }
+    if O::KEY == op::SessionGet::KEY {
+        // `session.get` answers a session that is not there with `session: null`, not an
+        // error: its handler asks `cell_for` itself.
+        return Ok(());
+    }
+    Err(host.unknown_session(id))
 }
 
 fn check_id(what: &str, id: &str) -> Result<(), HostError> {

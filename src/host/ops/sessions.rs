@@ -1,7 +1,7 @@
 //! Session operations: create, get, list, open, configuration and metadata (revision CAS),
 //! lifecycle, release, remove, and transcript pages.
 
-use super::{check_id, open_state};
+use super::{check_id, open_state, Caller};
 use crate::host::session::{SessionCell, SessionState};
 use crate::host::Host;
 use crate::host_api::ops::*;
@@ -25,7 +25,11 @@ fn absolute_dir(what: &str, p: &str) -> Result<(), HostError> {
     Ok(())
 }
 
-pub(super) fn create(host: &Arc<Host>, input: CreateInput) -> Result<Session, HostError> {
+pub(super) fn create(
+    host: &Arc<Host>,
+    caller: Caller,
+    input: CreateInput,
+) -> Result<Session, HostError> {
     check_id("sessionId", &input.session_id)?;
     if host.is_draining() {
         return Err(HostError::new(
@@ -59,6 +63,7 @@ pub(super) fn create(host: &Arc<Host>, input: CreateInput) -> Result<Session, Ho
         turn_count: 0,
         lineage: None,
         system_prompt: input.system_prompt,
+        owner: caller.principal().map(str::to_string),
     };
     match admit(host, &session, || save(host, &session))? {
         Admitted::New => Ok(session),
@@ -127,8 +132,12 @@ fn retried_create(existing: &SessionCell, wanted: &Session) -> Result<Session, H
     }
 }
 
-pub(super) fn get(host: &Host, input: SessionRef) -> Result<SessionLookup, HostError> {
-    let Ok(cell) = host.cell(&input.session_id) else {
+pub(super) fn get(
+    host: &Host,
+    caller: Caller,
+    input: SessionRef,
+) -> Result<SessionLookup, HostError> {
+    let Ok(cell) = super::cell_for(host, caller, &input.session_id) else {
         return Ok(SessionLookup {
             session: None,
             transcript_quarantine: vec![],
@@ -164,7 +173,11 @@ fn decode_cursor(c: &str) -> Option<(u64, String)> {
     Some((ts.parse().ok()?, id.to_string()))
 }
 
-pub(super) fn list(host: &Host, input: ListInput) -> Result<SessionPage, HostError> {
+pub(super) fn list(
+    host: &Host,
+    caller: Caller,
+    input: ListInput,
+) -> Result<SessionPage, HostError> {
     let limit = input.limit.unwrap_or(50);
     if !(1..=100).contains(&limit) {
         return Err(HostError::invalid("`limit` must be between 1 and 100"));
@@ -181,6 +194,7 @@ pub(super) fn list(host: &Host, input: ListInput) -> Result<SessionPage, HostErr
     let cells = host.all_cells();
     let mut rows: Vec<Session> = cells
         .iter()
+        .filter(|c| caller.may_use(c))
         .map(|c| c.lock().session.clone())
         .filter(|s| input.filter.include_archived || !s.is_archived)
         .filter(|s| !input.filter.non_empty || s.turn_count > 0)

@@ -352,6 +352,11 @@ pub struct Session {
     /// Instructions the client gave for the session's system prompt (ACP `systemPrompt`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<SystemPrompt>,
+    /// The principal that made the session (`Maka-Principal` on its `session.create`, a
+    /// `maka-acp serve --tokens-file` user); absent: the machine's user's, as every session
+    /// made over stdio. Set once, never changed; a branch keeps its source's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// A client's system prompt: added to the composed instructions, or in place of the built-in
@@ -390,6 +395,19 @@ pub fn now_ms() -> u64 {
 }
 
 /// IDs are `^[A-Za-z0-9_-]{1,128}$`.
+/// The request header naming the principal an operation or stream is for (a `maka-acp serve
+/// --tokens-file` user); absent: the machine's user (docs/runtime-host-protocol.md §3).
+pub const PRINCIPAL_HEADER: &str = "Maka-Principal";
+
+/// A principal's name (`maka-acp serve --tokens-file`, `Maka-Principal`).
+pub fn valid_principal(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'@' | b'-'))
+}
+
 pub fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && id.len() <= 128

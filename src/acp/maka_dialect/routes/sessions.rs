@@ -133,6 +133,7 @@ pub fn branch_create(ctx: &Ctx, b: BranchCreate) -> Result<Value, ResponseError>
         ))
         .with_data(json!({"field": "targetSessionId", "reason": "target_owned"})));
     }
+    ctx.shared.may_open_session()?;
     let conn = ctx.host()?;
     let input = ops::BranchInput {
         source_session_id: b.source,
