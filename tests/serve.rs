@@ -40,6 +40,8 @@ struct Serve {
     stderr: Arc<Mutex<String>>,
     _data: TempDir,
     ws: TempDir,
+    /// The tokens file's folder (`--tokens-file`).
+    _tokens: Option<TempDir>,
 }
 
 impl Drop for Serve {
@@ -142,11 +144,28 @@ impl Serve {
             stderr,
             _data: data,
             ws,
+            _tokens: None,
         }
     }
 
     fn auth(&self) -> String {
         format!("Bearer {}", self.token)
+    }
+
+    /// `serve --tokens-file` with one line per principal (`NAME TOKEN [options]`); the first
+    /// principal's token is [`Serve::token`]. `env` as for [`Serve::start_with`] (a
+    /// `MAKA_DATA_DIR` there shares another server's data dir, and so its host).
+    fn start_with_tokens(lines: &[&str], env: &[(&str, &str)]) -> Serve {
+        let dir = TempDir::new("serve-tokens");
+        let path = dir.path().join("tokens");
+        std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let shown = path.display().to_string();
+        let mut s = Serve::start_with_args(&["--tokens-file", &shown], env);
+        s.token = lines[0].split_whitespace().nth(1).unwrap().to_string();
+        s._tokens = Some(dir);
+        s
     }
 
     /// One raw exchange (`Connection: close`): the status, the headers, the body.
@@ -166,7 +185,19 @@ impl Serve {
         session: Option<&str>,
         message: &Value,
     ) -> Response {
-        let auth = self.auth();
+        self.post_to_as(&self.token, target, conn, session, message)
+    }
+
+    /// [`Serve::post_to`] with `token` (a principal's, `--tokens-file`).
+    fn post_to_as(
+        &self,
+        token: &str,
+        target: &str,
+        conn: Option<&str>,
+        session: Option<&str>,
+        message: &Value,
+    ) -> Response {
+        let auth = format!("Bearer {token}");
         let mut h = vec![
             ("Authorization", auth.as_str()),
             ("Content-Type", "application/json"),
@@ -281,6 +312,8 @@ fn read_head<R: BufRead>(reader: &mut R) -> (u16, Vec<(String, String)>) {
 /// id.
 struct HttpClient<'a> {
     serve: &'a Serve,
+    /// The bearer token it shows (the server's, or a principal's).
+    token: String,
     conn: String,
     methods: Arc<Mutex<HashMap<String, String>>>,
     violations: Arc<Mutex<Vec<String>>>,
@@ -304,11 +337,16 @@ impl<'a> HttpClient<'a> {
 
     /// A connection opened by an `initialize` POST to `target`.
     fn connect_to(serve: &'a Serve, target: &str) -> HttpClient<'a> {
+        HttpClient::connect_as(serve, target, &serve.token)
+    }
+
+    /// [`HttpClient::connect_to`] showing `token` (a principal's).
+    fn connect_as(serve: &'a Serve, target: &str, token: &str) -> HttpClient<'a> {
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": 1,
             "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
             "clientInfo": {"name": "serve-test", "version": "1"}}});
-        let r = serve.post_to(target, None, None, &init);
+        let r = serve.post_to_as(token, target, None, None, &init);
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.header("Content-Type"), Some("application/json"));
         let conn = r
@@ -334,6 +372,7 @@ impl<'a> HttpClient<'a> {
         let (tx, events) = channel();
         let mut c = HttpClient {
             serve,
+            token: token.to_string(),
             conn,
             methods,
             violations,
@@ -364,9 +403,9 @@ impl<'a> HttpClient<'a> {
     ) -> (u16, Option<TcpStream>) {
         let mut s = TcpStream::connect(("127.0.0.1", self.serve.port)).unwrap();
         let mut head = format!(
-            "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {}\r\n",
+            "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {}\r\n",
             self.serve.port,
-            self.serve.auth(),
+            self.token,
             self.conn
         );
         if let Some(sid) = session {
@@ -430,7 +469,9 @@ impl<'a> HttpClient<'a> {
             .unwrap()
             .insert(id.to_string(), method.into());
         let session = params["sessionId"].as_str().map(str::to_string);
-        let r = self.serve.post(
+        let r = self.serve.post_to_as(
+            &self.token,
+            "/acp",
             Some(&self.conn),
             session.as_deref(),
             &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
@@ -440,7 +481,9 @@ impl<'a> HttpClient<'a> {
     }
 
     fn answer(&self, session: Option<&str>, id: &Value, result: Value) {
-        let r = self.serve.post(
+        let r = self.serve.post_to_as(
+            &self.token,
+            "/acp",
             Some(&self.conn),
             session,
             &json!({"jsonrpc": "2.0", "id": id, "result": result}),
@@ -1426,12 +1469,16 @@ impl WsClient {
 
     /// The upgrade GET to `target` (the endpoint with a query string).
     fn connect_to(s: &Serve, target: &str) -> WsClient {
+        WsClient::connect_as(s, target, &s.token)
+    }
+
+    /// [`WsClient::connect_to`] showing `token` (a principal's).
+    fn connect_as(s: &Serve, target: &str, token: &str) -> WsClient {
         let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
         stream.set_read_timeout(Some(STEP)).unwrap();
         let head = format!(
-            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {token}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
             s.port,
-            s.auth()
         );
         stream.write_all(head.as_bytes()).unwrap();
         let mut reader = BufReader::new(stream.try_clone().unwrap());
@@ -2454,4 +2501,145 @@ fn a_websocket_frame_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
     assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1008);
     let reason = String::from_utf8_lossy(&payload[2..]);
     assert!(reason.contains("did not arrive whole"), "{reason}");
+}
+
+const ALICE: &str = "alice-token-0123456789abcdef";
+const BOB: &str = "bob-token-0123456789abcdef01";
+
+/// Every method that names a session, with params that parse, for `sid` (issue 56, item 2).
+fn naming(sid: &str, cwd: &str) -> Vec<(&'static str, Value)> {
+    vec![
+        ("session/load", json!({"sessionId": sid, "cwd": cwd, "mcpServers": []})),
+        ("session/resume", json!({"sessionId": sid, "cwd": cwd, "mcpServers": []})),
+        ("session/fork", json!({"sessionId": sid, "cwd": cwd, "mcpServers": []})),
+        ("session/prompt", json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]})),
+        ("session/set_config_option", json!({"sessionId": sid, "configId": "mode", "value": "plan"})),
+        ("session/set_mode", json!({"sessionId": sid, "modeId": "plan"})),
+        ("session/set_model", json!({"sessionId": sid, "modelId": "scripted"})),
+        ("_maka/session/turns", json!({"sessionId": sid})),
+        ("_maka/session/revisions", json!({"sessionId": sid})),
+        ("_maka/session/revision/create", json!({"sessionId": sid, "label": "x"})),
+        ("_maka/turn/resume", json!({"sessionId": sid})),
+        ("_maka/turn/steer", json!({"sessionId": sid, "text": "x"})),
+        ("_maka/memory/query", json!({"sessionId": sid})),
+        ("_maka/usage/query", json!({"sessionId": sid})),
+        ("_maka/artifact/list", json!({"sessionId": sid})),
+        ("_maka/artifact/read", json!({"sessionId": sid, "artifactId": "art_0123"})),
+        ("_maka/artifact/delete", json!({"sessionId": sid, "artifactId": "art_0123"})),
+        ("_maka/subagent/list", json!({"sessionId": sid})),
+        ("_maka/goal/arm", json!({"sessionId": sid, "objective": "x"})),
+        ("_maka/goal/query", json!({"sessionId": sid})),
+        ("_maka/plan/query", json!({"sessionId": sid})),
+        ("_maka/plan/start", json!({"sessionId": sid})),
+        ("_session/steering", json!({"sessionId": sid, "message": "x"})),
+        ("session/close", json!({"sessionId": sid})),
+        ("session/delete", json!({"sessionId": sid})),
+    ]
+}
+
+/// A session id of the same shape that names no session.
+fn unknown_like(sid: &str) -> String {
+    let last = sid.chars().last().unwrap();
+    let other = if last == '0' { '1' } else { '0' };
+    format!("{}{other}", &sid[..sid.len() - 1])
+}
+
+/// Issue 56: with two principals (`--tokens-file`), bob's `session/list` does not show
+/// alice's sessions, and every method that names one of them — over HTTP and over WebSocket —
+/// answers bob exactly as for a session that does not exist; alice loads hers from a second
+/// connection and from a second `serve` process on the same data dir (the same host).
+#[test]
+fn a_principal_sees_and_reaches_only_its_own_sessions() {
+    let s = Serve::start_with_tokens(&[&format!("alice {ALICE}"), &format!("bob {BOB}")], &[]);
+    let cwd = s.ws.path().display().to_string();
+    let mut a = HttpClient::connect_as(&s, "/acp", ALICE);
+    let sid = a.new_session();
+    let id = a.prompt(&sid, "hello");
+    let (r, _) = a.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let listed = |c: &mut HttpClient| -> Vec<String> {
+        let r = c.call("session/list", json!({}));
+        r["result"]["sessions"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r}"))
+            .iter()
+            .map(|s| s["sessionId"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(listed(&mut a), [sid.clone()]);
+
+    let mut b = HttpClient::connect_as(&s, "/acp", BOB);
+    assert_eq!(listed(&mut b), Vec::<String>::new());
+    let nobody = unknown_like(&sid);
+    b.open_stream(Some(&sid), None);
+    b.open_stream(Some(&nobody), None);
+    let strip = |r: &Value, id: &str| -> String {
+        let mut r = r.clone();
+        r.as_object_mut().unwrap().remove("id");
+        r.to_string().replace(id, "ID")
+    };
+    for ((method, on_alices), (_, on_none)) in naming(&sid, &cwd).into_iter().zip(naming(&nobody, &cwd)) {
+        let told = b.call(method, on_alices);
+        let none = b.call(method, on_none);
+        assert_ne!(none["error"]["code"], -32602, "{method}: the params do not parse: {none}");
+        assert_eq!(strip(&told, &sid), strip(&none, &nobody), "{method}: bob learns of alice's session");
+        assert!(told.get("error").is_some(), "{method} served bob on alice's session: {told}");
+    }
+    // Alice's session is untouched by all that (bob's close and delete did nothing), and she
+    // loads it from a second connection.
+    let mut a2 = HttpClient::connect_as(&s, "/acp", ALICE);
+    load_elsewhere(&mut a2, &sid);
+    assert_eq!(listed(&mut a2), [sid.clone()]);
+
+    // Over WebSocket, the same.
+    let mut w = WsClient::connect_as(&s, "/acp", BOB);
+    w.call(0, "initialize", json!({"protocolVersion": 1, "clientCapabilities": {}}));
+    let r = w.call(1, "session/list", json!({}));
+    assert_eq!(r["result"]["sessions"], json!([]), "{r}");
+    for (n, ((method, on_alices), (_, on_none))) in
+        naming(&sid, &cwd).into_iter().zip(naming(&nobody, &cwd)).enumerate()
+    {
+        let n = 10 + 2 * n as i64;
+        let told = w.call(n, method, on_alices);
+        let none = w.call(n + 1, method, on_none);
+        assert_eq!(strip(&told, &sid), strip(&none, &nobody), "{method} over WebSocket");
+    }
+
+    // A second `serve` on the same data dir shares the host: alice's session is hers there too.
+    let data = s._data.path().display().to_string();
+    let s2 = Serve::start_with_tokens(
+        &[&format!("alice {ALICE}"), &format!("bob {BOB}")],
+        &[("MAKA_DATA_DIR", &data)],
+    );
+    let mut b2 = HttpClient::connect_as(&s2, "/acp", BOB);
+    assert_eq!(listed(&mut b2), Vec::<String>::new());
+    let mut a3 = HttpClient::connect_as(&s2, "/acp", ALICE);
+    let id = a3.send("session/load", json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}));
+    a3.open_stream(Some(&sid), None);
+    let (r, _) = a3.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("error").is_none(), "alice loads her session on the second server: {r}");
+}
+
+/// Issue 56, item 3: a principal at its share of open sessions is refused with an error that
+/// says so, while another principal is served.
+#[test]
+fn a_principal_at_its_session_share_is_refused_and_another_is_served() {
+    let s = Serve::start_with_tokens(
+        &[&format!("alice {ALICE} sessions=1"), &format!("bob {BOB}")],
+        &[],
+    );
+    let cwd = s.ws.path().display().to_string();
+    let mut a = HttpClient::connect_as(&s, "/acp", ALICE);
+    let first = a.new_session();
+    // Her second connection counts against the same share.
+    let mut a2 = HttpClient::connect_as(&s, "/acp", ALICE);
+    let r = a2.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let message = r["error"]["message"].as_str().unwrap_or_else(|| panic!("refused: {r}"));
+    assert!(message.contains("alice already has 1 sessions open"), "{r}");
+    let mut b = HttpClient::connect_as(&s, "/acp", BOB);
+    b.new_session();
+    // Closing one gives the share back.
+    let r = a.call("session/close", json!({"sessionId": first}));
+    assert!(r.get("error").is_none(), "{r}");
+    a2.new_session();
 }
