@@ -1010,6 +1010,10 @@ fn sessions_belong_to_their_principal_and_another_is_answered_as_for_none() {
                 json!({"sessionId": sid, "messageId": "m", "content": {"text": "x"}}),
             ),
             ("memory.query", json!({"sessionId": sid})),
+            (
+                "memory.mutate",
+                json!({"expectedRevision": 1, "change": {"kind": "add", "scope": "session", "sessionId": sid, "text": "x"}}),
+            ),
             ("usage.query", json!({"sessionId": sid})),
             ("plan.query", json!({"sessionId": sid})),
             (

@@ -51,7 +51,7 @@ macro_rules! names_session_id_if_any {
     } )* };
 }
 
-names_none!(Empty, HelloInput, CreateInput, ListInput, MemoryMutateInput);
+names_none!(Empty, HelloInput, CreateInput, ListInput);
 names_session_id!(
     SessionRef,
     OpenInput,
@@ -81,6 +81,17 @@ impl NamesSessions for BranchInput {
     /// The source; the target is new, made for the caller.
     fn sessions(&self) -> [Option<&str>; 2] {
         [Some(&self.source_session_id), None]
+    }
+}
+
+impl NamesSessions for MemoryMutateInput {
+    /// An `add` for a session (its workspace or itself) names it; `update` and `forget` name
+    /// an entry, whose owner the memory store checks.
+    fn sessions(&self) -> [Option<&str>; 2] {
+        match &self.change {
+            MemoryChange::Add { session_id, .. } => [session_id.as_deref(), None],
+            MemoryChange::Update { .. } | MemoryChange::Forget { .. } => [None, None],
+        }
     }
 }
 
