@@ -498,12 +498,18 @@ pub struct MemoryEntry {
     pub source: String,
     pub created_at: u64,
     pub updated_at: u64,
+    /// The principal whose note it is (`Maka-Principal` of its `add`, or the owner of the
+    /// session it was added for); absent: the machine's user's. Only its owner sees or changes
+    /// it, and only its owner's sessions are told it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemoryQueryInput {
-    /// Only what this session's model sees (user, its workspace, itself); absent: everything.
+    /// Only what this session's model sees (its owner's user entries, its workspace's, its
+    /// own); absent: every entry the caller may see.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
 }
