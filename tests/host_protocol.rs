@@ -1010,6 +1010,10 @@ fn sessions_belong_to_their_principal_and_another_is_answered_as_for_none() {
                 json!({"sessionId": sid, "messageId": "m", "content": {"text": "x"}}),
             ),
             ("memory.query", json!({"sessionId": sid})),
+            (
+                "memory.mutate",
+                json!({"expectedRevision": 1, "change": {"kind": "add", "scope": "session", "sessionId": sid, "text": "x"}}),
+            ),
             ("usage.query", json!({"sessionId": sid})),
             ("plan.query", json!({"sessionId": sid})),
             (
@@ -1103,4 +1107,193 @@ fn sessions_belong_to_their_principal_and_another_is_answered_as_for_none() {
         json!({"sessionId": "s_alice"}),
     );
     assert_eq!(env["error"]["code"], "not_found", "{env}");
+}
+
+/// Issue 56: memory is each principal's own. `memory.query` shows a principal only its
+/// entries; another's entry is, for `update` and `forget`, exactly an entry that does not
+/// exist; the model's `remember` keeps a note for the session's owner; a session's turns are
+/// told only its owner's notes (a principal's session none of the machine's user's, and the
+/// machine's user's sessions none of a principal's); the machine's user sees every entry. The
+/// owner is durable.
+#[test]
+fn memory_is_each_principals_own_and_a_session_is_told_only_its_owners_notes() {
+    let mut rules = script();
+    rules["rules"].as_array_mut().unwrap().splice(
+        0..0,
+        [
+            json!({"when": "show system", "responses": [[{"echo": "system"}]]}),
+            json!({"when": "remember mine", "responses": [
+                [{"tool": "remember", "args": {"text": "ALICE REMEMBERED", "scope": "user"}}],
+                [{"text": "Noted."}]]}),
+        ],
+    );
+    let data = TempDir::new("memory-owners-data");
+    let ws = TempDir::new("memory-owners-ws");
+    let mut host = HostProcess::start(data.path(), Some(&rules));
+    for (who, id) in [
+        (Some("alice"), "s_alice"),
+        (Some("bob"), "s_bob"),
+        (None, "s_machine"),
+    ] {
+        let (_, env) = host.op_as(
+            who,
+            "session.create",
+            json!({"sessionId": id, "workspace": {"kind": "host_path", "path": ws.path()},
+                   "configuration": {"permissionMode": "bypass"}}),
+        );
+        assert_eq!(env["ok"], true, "{env}");
+    }
+    let revision = |host: &HostProcess, who: Option<&str>| -> u64 {
+        let (_, env) = host.op_as(who, "memory.query", json!({}));
+        env["result"]["revision"].as_u64().unwrap()
+    };
+    let mutate = |host: &HostProcess, who: Option<&str>, change: Value| -> (u16, Value) {
+        let expected = revision(host, who);
+        host.op_as(
+            who,
+            "memory.mutate",
+            json!({"expectedRevision": expected, "change": change}),
+        )
+    };
+    let add = |who: Option<&str>, scope: &str, session: Option<&str>, text: &str| -> String {
+        let mut change = json!({"kind": "add", "scope": scope, "text": text});
+        if let Some(s) = session {
+            change["sessionId"] = json!(s);
+        }
+        let (_, env) = mutate(&host, who, change);
+        assert_eq!(env["result"]["kind"], "committed", "{env}");
+        env["result"]["entry"]["id"].as_str().unwrap().to_string()
+    };
+    // Every note in the same workspace: only the owner tells them apart.
+    add(None, "user", None, "MACHINE USER");
+    add(None, "workspace", Some("s_machine"), "MACHINE WS");
+    let alices = add(Some("alice"), "user", None, "ALICE USER");
+    add(Some("alice"), "workspace", Some("s_alice"), "ALICE WS");
+    add(Some("bob"), "user", None, "BOB USER");
+    add(Some("bob"), "workspace", Some("s_bob"), "BOB WS");
+
+    let texts = |host: &HostProcess, who: Option<&str>, input: Value| -> Vec<String> {
+        let (_, env) = host.op_as(who, "memory.query", input);
+        let mut t: Vec<String> = env["result"]["entries"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{env}"))
+            .iter()
+            .map(|e| e["text"].as_str().unwrap().to_string())
+            .collect();
+        t.sort();
+        t
+    };
+    let alice_query = texts(&host, Some("alice"), json!({}));
+    assert_eq!(alice_query, ["ALICE USER", "ALICE WS"]);
+    assert_eq!(
+        texts(&host, Some("alice"), json!({"sessionId": "s_alice"})),
+        alice_query
+    );
+    assert_eq!(texts(&host, Some("bob"), json!({})), ["BOB USER", "BOB WS"]);
+    assert_eq!(
+        texts(&host, None, json!({})).len(),
+        6,
+        "the machine's user sees all"
+    );
+    assert_eq!(
+        texts(&host, None, json!({"sessionId": "s_machine"})),
+        ["MACHINE USER", "MACHINE WS"]
+    );
+
+    // Bob changing or forgetting alice's entry is answered as an entry that does not exist.
+    let (_, env) = host.op_as(Some("alice"), "memory.query", json!({}));
+    assert!(env["result"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["owner"] == "alice"));
+    for change in [
+        json!({"kind": "update", "id": "ID", "text": "BOB WAS HERE"}),
+        json!({"kind": "forget", "id": "ID"}),
+    ] {
+        let on = |id: &str| {
+            let c = change.to_string().replace("ID", id);
+            let (status, env) = mutate(&host, Some("bob"), serde_json::from_str(&c).unwrap());
+            (status, env.to_string().replace(id, "ID"))
+        };
+        let (on_alices, on_none) = (on(&alices), on("mem_0123456789abcdef"));
+        assert_eq!(
+            on_alices, on_none,
+            "{change}: bob is told about alice's entry"
+        );
+        assert_eq!(on_none.0, 404, "{on_none:?}");
+    }
+    assert_eq!(texts(&host, Some("alice"), json!({})), alice_query);
+
+    // The same from a session of bob's: `/memory forget` of alice's entry.
+    let (_, env) = host.op_as(
+        Some("bob"),
+        "turn.start",
+        json!({"sessionId": "s_bob", "turnId": "t_f", "content": {"text": format!("/memory forget {alices}")}}),
+    );
+    assert_eq!(env["ok"], true, "{env}");
+    let said = |frames: &[Value]| -> String {
+        frames
+            .iter()
+            .filter(|f| f["kind"] == "text_delta")
+            .map(|f| f["text"].as_str().unwrap())
+            .collect()
+    };
+    let told = said(&host.until_terminal("s_bob", 0));
+    assert!(told.contains("not found"), "{told}");
+    assert_eq!(texts(&host, Some("alice"), json!({})), alice_query);
+
+    // The model's `remember` in alice's session keeps a note for alice.
+    let turn = |host: &HostProcess, who: Option<&str>, session: &str, id: &str, text: &str| {
+        let after = host.head_seq(session);
+        let (_, env) = host.op_as(
+            who,
+            "turn.start",
+            json!({"sessionId": session, "turnId": id, "content": {"text": text}}),
+        );
+        assert_eq!(env["ok"], true, "{env}");
+        said(&host.until_terminal(session, after))
+    };
+    turn(&host, Some("alice"), "s_alice", "t_r", "remember mine");
+    assert_eq!(
+        texts(&host, Some("alice"), json!({})),
+        ["ALICE REMEMBERED", "ALICE USER", "ALICE WS"]
+    );
+    assert_eq!(texts(&host, Some("bob"), json!({})), ["BOB USER", "BOB WS"]);
+
+    // What each session's model is told: its owner's notes and nobody else's.
+    let mentions = |system: &str| -> Vec<&str> {
+        [
+            "ALICE REMEMBERED",
+            "ALICE USER",
+            "ALICE WS",
+            "BOB USER",
+            "BOB WS",
+            "MACHINE USER",
+            "MACHINE WS",
+        ]
+        .into_iter()
+        .filter(|n| system.contains(n))
+        .collect()
+    };
+    let system = turn(&host, Some("alice"), "s_alice", "t_s", "show system");
+    assert_eq!(
+        mentions(&system),
+        ["ALICE REMEMBERED", "ALICE USER", "ALICE WS"],
+        "{system}"
+    );
+    let system = turn(&host, Some("bob"), "s_bob", "t_s", "show system");
+    assert_eq!(mentions(&system), ["BOB USER", "BOB WS"], "{system}");
+    let system = turn(&host, None, "s_machine", "t_s", "show system");
+    assert_eq!(
+        mentions(&system),
+        ["MACHINE USER", "MACHINE WS"],
+        "{system}"
+    );
+
+    // Durable: after a restart each entry is still its owner's.
+    host.kill9();
+    let host = HostProcess::start(data.path(), Some(&rules));
+    assert_eq!(texts(&host, Some("bob"), json!({})), ["BOB USER", "BOB WS"]);
+    assert_eq!(texts(&host, None, json!({})).len(), 7);
 }

@@ -6,6 +6,11 @@
 //! `AGENTS.md` at the root of the session's workspace and of each additional directory (the
 //! file codex and opencode read). Both are composed into the system prompt within a budget
 //! ([`compose`]).
+//!
+//! Each entry has an owner: the principal that added it (issue 56), or none for the machine's
+//! user. A principal sees and changes only its own entries, and a session's model is told only
+//! its owner's ([`Whose`]); the machine's user, through the host's API, sees and changes every
+//! entry. The revision is one for all of memory.
 
 use crate::host_api::ops::{MemoryChange, MemoryEntry, MemoryOutcome, MemoryScope, MemoryView};
 use crate::host_api::wire::{now_ms, ErrorCode, HostError, Session};
@@ -26,6 +31,37 @@ pub const INSTRUCTION_FILE: &str = "AGENTS.md";
 struct Stored {
     revision: u64,
     entries: Vec<MemoryEntry>,
+}
+
+/// Whose entries a reader sees and a writer may change.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Whose<'a> {
+    /// Every entry: the machine's user through the host's API (it holds the host's token).
+    All,
+    /// Only the entries of this owner (`None`: the machine's user's own, which have none).
+    Owner(Option<&'a str>),
+}
+
+impl<'a> Whose<'a> {
+    /// A caller of `memory.query` or `memory.mutate`: a principal, or the machine's user.
+    pub fn caller(principal: Option<&'a str>) -> Whose<'a> {
+        match principal {
+            Some(p) => Whose::Owner(Some(p)),
+            None => Whose::All,
+        }
+    }
+
+    /// A session (its turns, its model's `remember`, its `/memory`): its owner's entries only.
+    pub fn session(session: &'a Session) -> Whose<'a> {
+        Whose::Owner(session.owner.as_deref())
+    }
+
+    fn covers(self, e: &MemoryEntry) -> bool {
+        match self {
+            Whose::All => true,
+            Whose::Owner(o) => e.owner.as_deref() == o,
+        }
+    }
 }
 
 pub struct Memory {
@@ -54,24 +90,33 @@ impl Memory {
         }
     }
 
-    /// Everything, or what `session`'s model sees.
-    pub fn view(&self, session: Option<&Session>) -> MemoryView {
+    /// The entries `whose` may see: all of them, or those `session`'s model sees. The revision
+    /// is memory's, whoever reads.
+    pub fn view(&self, whose: Whose, session: Option<&Session>) -> MemoryView {
         let st = lock(&self.state);
         MemoryView {
             revision: st.revision,
             entries: st
                 .entries
                 .iter()
-                .filter(|e| session.is_none_or(|s| visible(e, s)))
+                .filter(|e| whose.covers(e) && session.is_none_or(|s| visible(e, s)))
                 .cloned()
                 .collect(),
         }
     }
 
-    /// Applies `change` if memory is still at `expected`. `session` resolves `workspace` and
-    /// `session` scopes of an `add`.
+    /// Memory's revision (the compare-and-set token of [`Memory::mutate`]).
+    pub fn revision(&self) -> u64 {
+        lock(&self.state).revision
+    }
+
+    /// Applies `change` for `whose` if memory is still at `expected`. `session` resolves
+    /// `workspace` and `session` scopes of an `add`. An added entry is `whose` owner's (for
+    /// the machine's user, `session`'s owner's); an entry `whose` may not change is answered
+    /// as one that does not exist.
     pub fn mutate(
         &self,
+        whose: Whose,
         expected: u64,
         change: MemoryChange,
         session: Option<&Session>,
@@ -129,6 +174,10 @@ impl Memory {
                     .into(),
                     created_at: now,
                     updated_at: now,
+                    owner: match whose {
+                        Whose::Owner(o) => o.map(String::from),
+                        Whose::All => session.and_then(|s| s.owner.clone()),
+                    },
                 };
                 next.entries.push(e.clone());
                 Some(e)
@@ -138,7 +187,7 @@ impl Memory {
                 let e = next
                     .entries
                     .iter_mut()
-                    .find(|e| e.id == id)
+                    .find(|e| e.id == id && whose.covers(e))
                     .ok_or_else(|| HostError::not_found(format!("memory entry {id}")))?;
                 e.text = text;
                 e.updated_at = now;
@@ -146,7 +195,7 @@ impl Memory {
             }
             MemoryChange::Forget { id } => {
                 let before = next.entries.len();
-                next.entries.retain(|e| e.id != id);
+                next.entries.retain(|e| e.id != id || !whose.covers(e));
                 if next.entries.len() == before {
                     return Err(HostError::not_found(format!("memory entry {id}")));
                 }
@@ -179,8 +228,12 @@ fn checked_text(text: &str) -> Result<String, HostError> {
     Ok(t.to_string())
 }
 
-/// Whether `session`'s model sees `e`.
+/// Whether `session`'s model sees `e`: an entry of the session's owner, for every session of
+/// that owner, for the session's workspace or for the session itself.
 fn visible(e: &MemoryEntry, session: &Session) -> bool {
+    if e.owner != session.owner {
+        return false;
+    }
     match &e.scope {
         MemoryScope::User => true,
         MemoryScope::Workspace { path } => path == session.workspace.path(),
@@ -333,9 +386,14 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let m = Memory::open(&dir, false);
         let s = session(&dir);
-        assert_eq!(m.view(None).revision, 1);
+        assert_eq!(m.view(Whose::All, None).revision, 1);
         let MemoryOutcome::Committed { revision, entry } = m
-            .mutate(1, add("workspace", " tabs, not spaces "), Some(&s))
+            .mutate(
+                Whose::All,
+                1,
+                add("workspace", " tabs, not spaces "),
+                Some(&s),
+            )
             .unwrap()
         else {
             panic!("not committed")
@@ -343,7 +401,7 @@ mod tests {
         assert_eq!(revision, 2);
         assert_eq!(entry.unwrap().text, "tabs, not spaces");
         // A stale revision is a conflict, not an error; nothing changes.
-        let stale = m.mutate(1, add("user", "x"), None).unwrap();
+        let stale = m.mutate(Whose::All, 1, add("user", "x"), None).unwrap();
         assert!(matches!(
             stale,
             MemoryOutcome::RevisionConflict {
@@ -351,18 +409,125 @@ mod tests {
                 actual: 2
             }
         ));
-        m.mutate(2, add("user", "answer in English"), None).unwrap();
-        assert!(m.mutate(3, add("session", "x"), None).is_err());
-        assert!(m.mutate(3, add("user", "  "), None).is_err());
+        m.mutate(Whose::All, 2, add("user", "answer in English"), None)
+            .unwrap();
+        assert!(m.mutate(Whose::All, 3, add("session", "x"), None).is_err());
+        assert!(m.mutate(Whose::All, 3, add("user", "  "), None).is_err());
         // Durable: a new store reads the same.
         let again = Memory::open(&dir, false);
-        assert_eq!(again.view(None).entries.len(), 2);
+        assert_eq!(again.view(Whose::All, None).entries.len(), 2);
         let mut other = session(Path::new("/elsewhere"));
         other.id = "s2".into();
-        assert_eq!(again.view(Some(&other)).entries.len(), 1, "user scope only");
-        let text = compose(&other, &again.view(Some(&other)).entries).0;
+        assert_eq!(
+            again
+                .view(Whose::session(&other), Some(&other))
+                .entries
+                .len(),
+            1,
+            "user scope only"
+        );
+        let text = compose(
+            &other,
+            &again.view(Whose::session(&other), Some(&other)).entries,
+        )
+        .0;
         assert!(text.contains("- [user] answer in English"), "{text}");
         assert!(!text.contains("tabs"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 56: each entry is its owner's. A principal sees and changes only its own (another's
+    /// id is answered as an unknown one); a session is told only its owner's, the machine's
+    /// user's sessions none of a principal's; an entry from before owners is the machine's
+    /// user's.
+    #[test]
+    fn entries_are_their_owners_and_a_session_sees_only_its_owners() {
+        let dir = std::env::temp_dir().join(format!("maka-memory-owners-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A file from before owners: its entry is the machine's user's.
+        std::fs::write(
+            dir.join("memory.json"),
+            r#"{"revision": 3, "entries": [{"id": "mem_old", "scope": {"kind": "user"},
+                "text": "OLD", "source": "user", "createdAt": 1, "updatedAt": 1}]}"#,
+        )
+        .unwrap();
+        let m = Memory::open(&dir, false);
+        let machine = session(&dir);
+        let mut alices = session(&dir);
+        alices.id = "s_alice".into();
+        alices.owner = Some("alice".into());
+        let alice = Whose::caller(Some("alice"));
+        let bob = Whose::caller(Some("bob"));
+        let committed = |o: Result<MemoryOutcome, HostError>| match o {
+            Ok(MemoryOutcome::Committed { entry, .. }) => entry,
+            _ => panic!("not committed"),
+        };
+        let a = committed(m.mutate(alice, 3, add("user", "ALICE"), None)).unwrap();
+        assert_eq!(a.owner.as_deref(), Some("alice"));
+        // The model of alice's session keeps its notes for alice.
+        let r = committed(m.mutate(
+            Whose::session(&alices),
+            4,
+            add("session", "MINE"),
+            Some(&alices),
+        ));
+        assert_eq!(r.unwrap().owner.as_deref(), Some("alice"));
+        // The machine's user adding for alice's session adds for alice.
+        let w = committed(m.mutate(Whose::All, 5, add("workspace", "FOR ALICE"), Some(&alices)));
+        assert_eq!(w.unwrap().owner.as_deref(), Some("alice"));
+        let texts =
+            |v: MemoryView| -> Vec<String> { v.entries.into_iter().map(|e| e.text).collect() };
+        assert_eq!(texts(m.view(alice, None)), ["ALICE", "MINE", "FOR ALICE"]);
+        assert_eq!(texts(m.view(bob, None)), Vec::<String>::new());
+        assert_eq!(texts(m.view(Whose::All, None)).len(), 4);
+        assert_eq!(
+            texts(m.view(Whose::session(&alices), Some(&alices))),
+            ["ALICE", "MINE", "FOR ALICE"]
+        );
+        assert_eq!(
+            texts(m.view(Whose::session(&machine), Some(&machine))),
+            ["OLD"]
+        );
+        // Even the machine's user asking for a session sees what that session is told.
+        assert_eq!(texts(m.view(Whose::All, Some(&machine))), ["OLD"]);
+        let text = compose(&machine, &m.view(Whose::All, Some(&machine)).entries).0;
+        assert!(text.contains("OLD") && !text.contains("ALICE"), "{text}");
+        // Bob on alice's entry: the answer for an entry that does not exist.
+        for change in [
+            |id: &str| MemoryChange::Update {
+                id: id.into(),
+                text: "BOB".into(),
+            },
+            |id: &str| MemoryChange::Forget { id: id.into() },
+        ] {
+            let on_alices = m.mutate(bob, 6, change(&a.id), None).err().unwrap();
+            let on_none = m.mutate(bob, 6, change("mem_none"), None).err().unwrap();
+            assert_eq!(on_alices.code, on_none.code);
+            assert_eq!(
+                on_alices.message.replace(&a.id, "ID"),
+                on_none.message.replace("mem_none", "ID")
+            );
+            // A session of the machine's user may not change alice's entry either.
+            assert!(m
+                .mutate(Whose::session(&machine), 6, change(&a.id), None)
+                .is_err());
+        }
+        assert_eq!(m.view(Whose::All, None).revision, 6, "nothing changed");
+        // Durable.
+        let again = Memory::open(&dir, false);
+        assert_eq!(
+            texts(again.view(alice, None)),
+            ["ALICE", "MINE", "FOR ALICE"]
+        );
+        // The machine's user may change every entry.
+        committed(again.mutate(
+            Whose::All,
+            6,
+            MemoryChange::Forget { id: a.id.clone() },
+            None,
+        ));
+        assert_eq!(texts(again.view(alice, None)), ["MINE", "FOR ALICE"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -51,7 +51,7 @@ macro_rules! names_session_id_if_any {
     } )* };
 }
 
-names_none!(Empty, HelloInput, CreateInput, ListInput, MemoryMutateInput);
+names_none!(Empty, HelloInput, CreateInput, ListInput);
 names_session_id!(
     SessionRef,
     OpenInput,
@@ -81,6 +81,17 @@ impl NamesSessions for BranchInput {
     /// The source; the target is new, made for the caller.
     fn sessions(&self) -> [Option<&str>; 2] {
         [Some(&self.source_session_id), None]
+    }
+}
+
+impl NamesSessions for MemoryMutateInput {
+    /// An `add` for a session (its workspace or itself) names it; `update` and `forget` name
+    /// an entry, whose owner the memory store checks.
+    fn sessions(&self) -> [Option<&str>; 2] {
+        match &self.change {
+            MemoryChange::Add { session_id, .. } => [session_id.as_deref(), None],
+            MemoryChange::Update { .. } | MemoryChange::Forget { .. } => [None, None],
+        }
     }
 }
 
@@ -487,12 +498,18 @@ pub struct MemoryEntry {
     pub source: String,
     pub created_at: u64,
     pub updated_at: u64,
+    /// The principal whose note it is (`Maka-Principal` of its `add`, or the owner of the
+    /// session it was added for); absent: the machine's user's. Only its owner sees or changes
+    /// it, and only its owner's sessions are told it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MemoryQueryInput {
-    /// Only what this session's model sees (user, its workspace, itself); absent: everything.
+    /// Only what this session's model sees (its owner's user entries, its workspace's, its
+    /// own); absent: every entry the caller may see.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
 }

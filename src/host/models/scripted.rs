@@ -15,6 +15,7 @@
 //! | `{"tool": "read_file", "args": {…}, "id"?: "…"}` | a tool call |
 //! | `{"delayMs": 200}` | a pause (cancellable) |
 //! | `{"echo": "user"}` | streams `heard: ` + every user message the model was sent, joined by ` \| ` |
+//! | `{"echo": "system"}` | the same for the system message (what the host composed: instructions, memory) |
 //! | `{"usage": {"input": 10, "output": 5, "cached": 0}}` | token usage |
 //! | `{"fail": "provider_error", "message": "…"}` | the call fails |
 //! | `{"finish": "max_tokens" \| "refusal"}` | the call ends that way |
@@ -213,12 +214,14 @@ impl Script {
             let ok = if let Some(text) = &step.text {
                 output_chars += text.len() as u64;
                 words(text).all(|w| send(tx, ModelEvent::Text(w.to_string())))
-            } else if step.echo.is_some() {
-                // What the person said, as the model was sent it: proves what is in its context.
+            } else if let Some(echo) = &step.echo {
+                // What the person said (or the host composed), as the model was sent it: proves
+                // what is in its context.
+                let role = echo.as_str().unwrap_or("user");
                 let said: Vec<&str> = req
                     .messages
                     .iter()
-                    .filter(|m| m["role"] == "user")
+                    .filter(|m| m["role"] == role)
                     .map(|m| m["content"].as_str().unwrap_or_default())
                     .collect();
                 send(tx, ModelEvent::Text(format!("heard: {}", said.join(" | "))))
@@ -343,6 +346,33 @@ mod tests {
         let w: Vec<&str> = words(t).collect();
         assert_eq!(w.concat(), t);
         assert_eq!(w, vec!["  Hello ", "wide\n", "world ", "é! "]);
+    }
+
+    #[test]
+    fn echo_streams_the_messages_of_the_role_asked_for() {
+        let s = Script::load(r#"{"rules":[{"when":"sys","responses":[[{"echo":"system"}]]}],"default":[[{"echo":"user"}]]}"#).unwrap();
+        let heard = |prompt: &str| {
+            let req = ModelRequest {
+                model: "script".into(),
+                messages: vec![
+                    serde_json::json!({"role": "system", "content": "be brief"}),
+                    serde_json::json!({"role": "user", "content": prompt}),
+                ],
+                tools: vec![],
+                thinking_level: None,
+                turn_prompt: prompt.into(),
+                step: 0,
+            };
+            let (tx, rx) = crossbeam_channel::unbounded();
+            s.play(&req, &CancelToken::default(), &tx);
+            drop(tx);
+            rx.iter().find_map(|e| match e {
+                ModelEvent::Text(t) => Some(t),
+                _ => None,
+            })
+        };
+        assert_eq!(heard("sys").as_deref(), Some("heard: be brief"));
+        assert_eq!(heard("hi").as_deref(), Some("heard: hi"));
     }
 
     #[test]

@@ -1,31 +1,48 @@
 //! What the model knows beyond the conversation — memory (`memory.query`, `memory.mutate`) —
 //! and what the session used (`usage.query`).
 
+use super::Caller;
+use crate::host::memory::Whose;
 use crate::host::Host;
 use crate::host_api::ops::*;
 use crate::host_api::wire::*;
 
-pub(super) fn memory_query(host: &Host, input: MemoryQueryInput) -> Result<MemoryView, HostError> {
+/// The caller's entries (a principal's own; every entry for the machine's user), or those the
+/// session's model sees.
+pub(super) fn memory_query(
+    host: &Host,
+    caller: Caller,
+    input: MemoryQueryInput,
+) -> Result<MemoryView, HostError> {
     let session = match &input.session_id {
-        Some(id) => Some(host.cell(id)?.lock().session.clone()),
+        Some(id) => Some(super::cell_for(host, caller, id)?.lock().session.clone()),
         None => None,
     };
-    Ok(host.memory.view(session.as_ref()))
+    let whose = Whose::caller(caller.principal());
+    Ok(host.memory.view(whose, session.as_ref()))
 }
 
+/// A change by the caller: an entry it adds is its own; another principal's entry is, for it,
+/// one that does not exist.
 pub(super) fn memory_mutate(
     host: &Host,
+    caller: Caller,
     input: MemoryMutateInput,
 ) -> Result<MemoryOutcome, HostError> {
     let session = match &input.change {
         MemoryChange::Add {
             session_id: Some(id),
             ..
-        } => Some(host.cell(id)?.lock().session.clone()),
+        } => Some(super::cell_for(host, caller, id)?.lock().session.clone()),
         _ => None,
     };
-    host.memory
-        .mutate(input.expected_revision, input.change, session.as_ref())
+    let whose = Whose::caller(caller.principal());
+    host.memory.mutate(
+        whose,
+        input.expected_revision,
+        input.change,
+        session.as_ref(),
+    )
 }
 
 pub(super) fn usage_query(host: &Host, input: SessionRef) -> Result<UsageReport, HostError> {

@@ -676,14 +676,19 @@ impl Turn {
         use crate::host_api::ops::{MemoryChange, MemoryOutcome};
         let session = self.cell.lock().session.clone();
         for _ in 0..3 {
-            let revision = self.host.memory.view(None).revision;
+            let revision = self.host.memory.revision();
             let change = MemoryChange::Add {
                 scope: scope.into(),
                 session_id: Some(session.id.clone()),
                 text: text.into(),
                 source: Some(source.into()),
             };
-            match self.host.memory.mutate(revision, change, Some(&session)) {
+            let whose = crate::host::memory::Whose::session(&session);
+            match self
+                .host
+                .memory
+                .mutate(whose, revision, change, Some(&session))
+            {
                 Ok(MemoryOutcome::Committed { .. }) => {
                     return Ok(format!("Remembered ({scope}): {}", text.trim()))
                 }

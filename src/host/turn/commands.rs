@@ -246,7 +246,8 @@ impl Turn {
     fn memory_command(&self, rest: &str) -> String {
         use crate::host_api::ops::{MemoryChange, MemoryOutcome, MemoryScope};
         let session = self.cell.lock().session.clone();
-        let view = self.host.memory.view(Some(&session));
+        let whose = crate::host::memory::Whose::session(&session);
+        let view = self.host.memory.view(whose, Some(&session));
         let (verb, arg) = rest.split_once(' ').unwrap_or((rest, ""));
         match verb {
             "" | "list" => {
@@ -283,7 +284,7 @@ impl Turn {
                     Err(_) => arg.to_string(),
                 };
                 let change = MemoryChange::Forget { id: id.clone() };
-                match self.host.memory.mutate(view.revision, change, None) {
+                match self.host.memory.mutate(whose, view.revision, change, None) {
                     Ok(MemoryOutcome::Committed { .. }) => format!("Forgot {id}."),
                     Ok(MemoryOutcome::RevisionConflict { .. }) => {
                         "Memory changed meanwhile; list it again with /memory.".into()

@@ -156,8 +156,10 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         (cwd, roots, st.session.clone(), tokens)
     };
     // Files are read here, outside the session's lock.
-    let (context, mut problems) =
-        super::memory::compose(&session, &host.memory.view(Some(&session)).entries);
+    let memory = host
+        .memory
+        .view(super::memory::Whose::session(&session), Some(&session));
+    let (context, mut problems) = super::memory::compose(&session, &memory.entries);
     let system = history::system_text(&cwd, &context, session.system_prompt.as_ref());
     let (agents, declared) = super::subagents::declared(Path::new(session.workspace.path()));
     for p in &declared {
