@@ -40,6 +40,8 @@ struct Serve {
     stderr: Arc<Mutex<String>>,
     _data: TempDir,
     ws: TempDir,
+    /// Where its `--tokens-file` is, when it has one.
+    _tokens: Option<TempDir>,
 }
 
 impl Drop for Serve {
@@ -130,11 +132,14 @@ impl Serve {
             .and_then(|r| r.split('/').next())
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("a URL with a port: {line}"));
-        let token_path = line.rsplit("token in ").next().unwrap().trim();
-        let token = std::fs::read_to_string(token_path)
-            .unwrap()
-            .trim()
-            .to_string();
+        // With --tokens-file, the test knows its principals' tokens.
+        let token = match line.split_once("token in ") {
+            Some((_, path)) => std::fs::read_to_string(path.trim())
+                .unwrap()
+                .trim()
+                .to_string(),
+            None => String::new(),
+        };
         Serve {
             child,
             port,
@@ -142,6 +147,7 @@ impl Serve {
             stderr,
             _data: data,
             ws,
+            _tokens: None,
         }
     }
 
@@ -166,7 +172,19 @@ impl Serve {
         session: Option<&str>,
         message: &Value,
     ) -> Response {
-        let auth = self.auth();
+        self.post_as(&self.token, target, conn, session, message)
+    }
+
+    /// [`Serve::post_to`] with `token` (another principal's).
+    fn post_as(
+        &self,
+        token: &str,
+        target: &str,
+        conn: Option<&str>,
+        session: Option<&str>,
+        message: &Value,
+    ) -> Response {
+        let auth = format!("Bearer {token}");
         let mut h = vec![
             ("Authorization", auth.as_str()),
             ("Content-Type", "application/json"),
@@ -281,6 +299,8 @@ fn read_head<R: BufRead>(reader: &mut R) -> (u16, Vec<(String, String)>) {
 /// id.
 struct HttpClient<'a> {
     serve: &'a Serve,
+    /// The token its requests carry (its principal's).
+    token: String,
     conn: String,
     methods: Arc<Mutex<HashMap<String, String>>>,
     violations: Arc<Mutex<Vec<String>>>,
@@ -304,11 +324,16 @@ impl<'a> HttpClient<'a> {
 
     /// A connection opened by an `initialize` POST to `target`.
     fn connect_to(serve: &'a Serve, target: &str) -> HttpClient<'a> {
+        HttpClient::connect_as(serve, &serve.token, target)
+    }
+
+    /// [`HttpClient::connect_to`] as the principal of `token`.
+    fn connect_as(serve: &'a Serve, token: &str, target: &str) -> HttpClient<'a> {
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": 1,
             "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
             "clientInfo": {"name": "serve-test", "version": "1"}}});
-        let r = serve.post_to(target, None, None, &init);
+        let r = serve.post_as(token, target, None, None, &init);
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.header("Content-Type"), Some("application/json"));
         let conn = r
@@ -334,6 +359,7 @@ impl<'a> HttpClient<'a> {
         let (tx, events) = channel();
         let mut c = HttpClient {
             serve,
+            token: token.to_string(),
             conn,
             methods,
             violations,
@@ -366,7 +392,7 @@ impl<'a> HttpClient<'a> {
         let mut head = format!(
             "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {}\r\n",
             self.serve.port,
-            self.serve.auth(),
+            format!("Bearer {}", self.token),
             self.conn
         );
         if let Some(sid) = session {
@@ -430,7 +456,9 @@ impl<'a> HttpClient<'a> {
             .unwrap()
             .insert(id.to_string(), method.into());
         let session = params["sessionId"].as_str().map(str::to_string);
-        let r = self.serve.post(
+        let r = self.serve.post_as(
+            &self.token,
+            "/acp",
             Some(&self.conn),
             session.as_deref(),
             &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
@@ -440,7 +468,9 @@ impl<'a> HttpClient<'a> {
     }
 
     fn answer(&self, session: Option<&str>, id: &Value, result: Value) {
-        let r = self.serve.post(
+        let r = self.serve.post_as(
+            &self.token,
+            "/acp",
             Some(&self.conn),
             session,
             &json!({"jsonrpc": "2.0", "id": id, "result": result}),
@@ -1426,12 +1456,16 @@ impl WsClient {
 
     /// The upgrade GET to `target` (the endpoint with a query string).
     fn connect_to(s: &Serve, target: &str) -> WsClient {
+        WsClient::connect_as(s, &s.token, target)
+    }
+
+    /// [`WsClient::connect_to`] as the principal of `token`.
+    fn connect_as(s: &Serve, token: &str, target: &str) -> WsClient {
         let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
         stream.set_read_timeout(Some(STEP)).unwrap();
         let head = format!(
-            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {token}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
             s.port,
-            s.auth()
         );
         stream.write_all(head.as_bytes()).unwrap();
         let mut reader = BufReader::new(stream.try_clone().unwrap());
@@ -2454,4 +2488,382 @@ fn a_websocket_frame_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
     assert_eq!(u16::from_be_bytes([payload[0], payload[1]]), 1008);
     let reason = String::from_utf8_lossy(&payload[2..]);
     assert!(reason.contains("did not arrive whole"), "{reason}");
+}
+
+const ALICE: &str = "alice-token-0123456789abcdef";
+const BOB: &str = "bob-token-0123456789abcdef00";
+const CAROL: &str = "carol-token-0123456789abcdef";
+const PROXY: &str = "proxy-token-0123456789abcdef";
+
+/// Writes `text` to `path` as a private file, in one rename (as an operator's editor would).
+fn write_tokens(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let next = path.with_extension("next");
+    std::fs::write(&next, text).unwrap();
+    std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
+impl Serve {
+    /// `serve --tokens-file` with these lines and options; its own token is alice's.
+    fn with_principals(lines: &str, args: &[&str]) -> (Serve, std::path::PathBuf) {
+        let dir = TempDir::new("serve-tokens");
+        let file = dir.path().join("tokens");
+        write_tokens(&file, lines);
+        let f = file.display().to_string();
+        let mut s = Serve::start_with_args(&[&["--tokens-file", f.as_str()], args].concat(), &[]);
+        s.token = ALICE.into();
+        s._tokens = Some(dir);
+        (s, file)
+    }
+
+    /// Sends SIGHUP and waits (bounded) for the log line that says it was handled.
+    fn hang_up(&self, says: &str) {
+        let before = self.stderr.lock().unwrap().matches(says).count();
+        // SAFETY: a signal to the child this test started and still holds.
+        assert_eq!(
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGHUP) },
+            0
+        );
+        let until = Instant::now() + STEP;
+        while self.stderr.lock().unwrap().matches(says).count() == before {
+            assert!(Instant::now() < until, "no '{says}' after SIGHUP");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// An `initialize` POST with these headers (no connection yet).
+    fn initialize_with(&self, headers: &[(&str, &str)]) -> Response {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}});
+        let mut h = vec![("Content-Type", "application/json")];
+        h.extend_from_slice(headers);
+        self.exchange("POST", &h, init.to_string().as_bytes())
+    }
+}
+
+/// What a `serve` that must not start said, once it exited with 2 (bounded: a start that
+/// blocks fails the test).
+fn refused_at_start(args: &[&str], data: &str) -> String {
+    let (mut child, stderr, _) = spawn(args, &[("MAKA_DATA_DIR", data)]);
+    let until = Instant::now() + STEP;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let err = stderr.lock().unwrap().clone();
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{args:?}: {err}");
+    err
+}
+
+/// A tokens file that others can read, that is not a plain file, with a bad line or two
+/// principals of one name, or with a proxy and no header to read: refused at start, saying
+/// why (and on which line); and it cannot be combined with --token-file.
+#[test]
+fn a_tokens_file_that_is_not_private_plain_and_well_formed_is_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("serve-tokens-bad");
+    let data = dir.path().display().to_string();
+    let file = dir.path().join("tokens");
+    let f = file.display().to_string();
+    let args = ["--listen", "127.0.0.1:0", "--tokens-file", f.as_str()];
+    let good = format!("alice {ALICE}\nbob {BOB}\n");
+    for (text, says) in [
+        (
+            format!("# the team\nalice {ALICE}\nbob short\n"),
+            "line 3: the token of bob must have at least 16",
+        ),
+        (
+            format!("alice {ALICE}\n\nalice {BOB}\n"),
+            "line 3: the name alice is already on line 1",
+        ),
+        (
+            format!("alice {ALICE} seats=3\n"),
+            "line 1: 'seats=3' is not an option",
+        ),
+        (
+            format!("gw {PROXY} proxy\n"),
+            "line 1: gw is a proxy, but no --principal-header",
+        ),
+    ] {
+        write_tokens(&file, &text);
+        let err = refused_at_start(&args, &data);
+        assert!(err.contains(says), "{text:?}: {err}");
+    }
+    write_tokens(&file, &good);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = refused_at_start(&args, &data);
+    assert!(
+        err.contains("can be read by others (mode 644)") && err.contains("chmod 600"),
+        "{err}"
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let err = refused_at_start(&[&args[..], &["--token-file", f.as_str()]].concat(), &data);
+    assert!(err.contains("cannot be used together"), "{err}");
+    let fifo = dir.path().join("tokens.fifo");
+    let made = Command::new("mkfifo")
+        .arg("-m")
+        .arg("600")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let fifo_arg = fifo.display().to_string();
+    let err = refused_at_start(
+        &["--listen", "127.0.0.1:0", "--tokens-file", &fifo_arg],
+        &data,
+    );
+    assert!(err.contains("not a regular file"), "{err}");
+}
+
+/// Two principals each open their connection (over HTTP and WebSocket); a token of nobody's
+/// is answered 401 with the Bearer challenge pointing to the resource metadata; one
+/// principal's connection id is, to another, no connection at all.
+#[test]
+fn two_principals_each_authenticate_and_a_wrong_token_gets_the_bearer_challenge() {
+    let metadata = "https://acp.example.com/.well-known/oauth-protected-resource";
+    let (s, _) = Serve::with_principals(
+        &format!("alice {ALICE}\nbob sha256:{}\n", sha256_hex(BOB)),
+        &["--resource-metadata", metadata],
+    );
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
+    let sid = a.new_session();
+    let mut b = WsClient::connect_as(&s, BOB, "/acp");
+    let init = b.call(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    let challenge = format!("Bearer resource_metadata=\"{metadata}\"");
+    for auth in [
+        Some("Bearer nobody-0123456789abcdef"),
+        Some(&*format!("Bearer sha256:{}", sha256_hex(BOB))),
+        None,
+    ] {
+        let h: Vec<(&str, &str)> = auth.map(|a| ("Authorization", a)).into_iter().collect();
+        let r = s.initialize_with(&h);
+        assert_eq!(r.status, 401, "{auth:?}: {}", r.body);
+        assert_eq!(
+            r.header("WWW-Authenticate"),
+            Some(challenge.as_str()),
+            "{auth:?}"
+        );
+    }
+    // Bob with alice's connection id: unknown, to post on, to stream from, to close.
+    let msg = json!({"jsonrpc": "2.0", "id": 7, "method": "session/list", "params": {}});
+    let r = s.post_as(BOB, "/acp", Some(&a.conn), None, &msg);
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (404, "Unknown Acp-Connection-Id")
+    );
+    let bob = format!("Bearer {BOB}");
+    let r = s.exchange(
+        "DELETE",
+        &[("Authorization", &bob), ("Acp-Connection-Id", &a.conn)],
+        b"",
+    );
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (404, "Unknown Acp-Connection-Id")
+    );
+    let r = s.exchange(
+        "GET",
+        &[
+            ("Authorization", &bob),
+            ("Accept", "text/event-stream"),
+            ("Acp-Connection-Id", &a.conn),
+            ("Acp-Session-Id", &sid),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 404, "{}", r.body);
+    // Alice's connection is untouched.
+    a.new_session();
+}
+
+fn sha256_hex(text: &str) -> String {
+    let out = Command::new("sh")
+        .args(["-c", "printf %s \"$0\" | sha256sum", text])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
+}
+
+/// The principal header is read only from a request with the proxy's own token: with any
+/// other token it is ignored, and the proxy's token without a usable name is refused.
+#[test]
+fn the_principal_header_is_believed_only_from_the_proxy() {
+    let (s, _) = Serve::with_principals(
+        &format!("alice {ALICE}\ngateway {PROXY} proxy\n"),
+        &["--principal-header", "X-Forwarded-User"],
+    );
+    let proxy = format!("Bearer {PROXY}");
+    let alice = format!("Bearer {ALICE}");
+    let r = s.initialize_with(&[
+        ("Authorization", &proxy),
+        ("X-Forwarded-User", "bob@example.com"),
+    ]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let bobs = r.header("Acp-Connection-Id").unwrap().to_string();
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "session/list", "params": {}});
+    let on_bobs = |auth: &str, user: Option<&str>| {
+        let mut h = vec![
+            ("Authorization", auth),
+            ("Content-Type", "application/json"),
+            ("Acp-Connection-Id", bobs.as_str()),
+        ];
+        h.extend(user.map(|u| ("X-Forwarded-User", u)));
+        s.exchange("POST", &h, list.to_string().as_bytes())
+    };
+    // Alice naming herself bob is still alice: bob's connection is not hers.
+    let r = on_bobs(&alice, Some("bob@example.com"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (404, "Unknown Acp-Connection-Id")
+    );
+    // The proxy naming another user: not bob's either.
+    let r = on_bobs(&proxy, Some("carol"));
+    assert_eq!(r.status, 404, "{}", r.body);
+    // The proxy naming bob is bob.
+    let r = on_bobs(&proxy, Some("bob@example.com"));
+    assert_eq!(r.status, 202, "{}", r.body);
+    for user in [None, Some("bob smith"), Some("bob/../alice")] {
+        let r = on_bobs(&proxy, user);
+        assert_eq!(r.status, 401, "{user:?}");
+        assert!(
+            r.body
+                .contains("the authenticating proxy sent no usable principal"),
+            "{}",
+            r.body
+        );
+        assert_eq!(r.header("WWW-Authenticate"), Some("Bearer"));
+    }
+}
+
+/// A principal at its cap of connections, or of requests in progress, is refused with a clear
+/// error naming the cap, while another principal is served.
+#[test]
+fn a_principal_at_its_cap_is_refused_while_another_is_served() {
+    let (s, _) = Serve::with_principals(
+        &format!("alice {ALICE} connections=2\ncarol {CAROL} requests=1\nbob {BOB}\n"),
+        &[],
+    );
+    let mut held = vec![];
+    for _ in 0..2 {
+        let mut ws = WsClient::connect_as(&s, ALICE, "/acp");
+        ws.call(
+            0,
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        );
+        held.push(ws);
+    }
+    let alice = format!("Bearer {ALICE}");
+    let r = s.initialize_with(&[("Authorization", &alice)]);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(
+        r.body
+            .contains("alice already has 2 ACP connections open, its cap"),
+        "{}",
+        r.body
+    );
+    let mut bob = HttpClient::connect_as(&s, BOB, "/acp");
+    bob.new_session();
+    // Closing one gives the slot back.
+    let r = s.exchange(
+        "DELETE",
+        &[
+            ("Authorization", &alice),
+            ("Acp-Connection-Id", &held[0].conn),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let r = s.initialize_with(&[("Authorization", &alice)]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Carol's one request in progress is her WebSocket, open.
+    let mut ws = WsClient::connect_as(&s, CAROL, "/acp");
+    ws.call(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let carol = format!("Bearer {CAROL}");
+    let r = s.initialize_with(&[("Authorization", &carol)]);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(
+        r.body
+            .contains("carol already has 1 requests in progress, its cap"),
+        "{}",
+        r.body
+    );
+    bob.new_session();
+}
+
+/// SIGHUP re-reads the tokens file: a removed token stops working at its next request and its
+/// open connection is closed, saying why, while the others are served; a bad file leaves the
+/// tokens as they were. Without --tokens-file, SIGHUP is logged and ignored.
+#[test]
+fn a_token_removed_from_the_tokens_file_stops_working_after_sighup() {
+    let (s, file) = Serve::with_principals(&format!("alice {ALICE}\nbob {BOB}\n"), &[]);
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
+    let mut b = WsClient::connect_as(&s, BOB, "/acp");
+    b.call(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let bob_http = HttpClient::connect_as(&s, BOB, "/acp");
+    write_tokens(&file, "alice oops\n");
+    s.hang_up("the tokens stay as they were");
+    assert!(s
+        .stderr
+        .lock()
+        .unwrap()
+        .contains("line 1: the token of alice"));
+    let bob = format!("Bearer {BOB}");
+    assert_eq!(
+        s.initialize_with(&[("Authorization", &bob)]).status,
+        200,
+        "a bad file changes nothing"
+    );
+    write_tokens(&file, &format!("alice {ALICE}\n"));
+    s.hang_up("SIGHUP: re-read the tokens file");
+    let r = s.initialize_with(&[("Authorization", &bob)]);
+    assert_eq!(r.status, 401, "{}", r.body);
+    let r = s.post_as(
+        BOB,
+        "/acp",
+        Some(&bob_http.conn),
+        None,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "session/list", "params": {}}),
+    );
+    assert_eq!(r.status, 401, "{}", r.body);
+    // Bob's WebSocket is closed with the reason.
+    let close = loop {
+        let (op, payload) = b.frame();
+        if op == 0x8 {
+            break String::from_utf8_lossy(&payload[2..]).to_string();
+        }
+    };
+    assert!(close.contains("token was withdrawn"), "{close}");
+    // Alice goes on.
+    a.new_session();
+    // Without a tokens file there is nothing to re-read: the signal does not end the server.
+    let plain = Serve::start();
+    plain.hang_up("SIGHUP ignored");
+    assert_eq!(
+        plain
+            .initialize_with(&[("Authorization", &plain.auth())])
+            .status,
+        200
+    );
 }
