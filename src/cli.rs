@@ -19,7 +19,8 @@ pub(crate) enum Command {
     },
     Host(HostArgs),
     Serve {
-        args: ServeArgs,
+        /// Boxed: the other variants are much smaller.
+        args: Box<ServeArgs>,
         config: AdapterConfig,
         log_level: Option<String>,
     },
@@ -199,7 +200,7 @@ pub(crate) fn parse(
     let config = adapter_config(env, host_url, data_dir, log_level.clone(), dialect)?;
     if let Some(args) = serve {
         return Ok(Command::Serve {
-            args,
+            args: Box::new(args),
             config,
             log_level,
         });
@@ -570,7 +571,7 @@ pub fn main() -> i32 {
             log_level,
         } => {
             init_logging(log_level.as_deref());
-            run_serve(args, config)
+            run_serve(*args, config)
         }
         Command::Demo => run_demo(),
         Command::Login => run_login(),

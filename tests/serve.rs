@@ -390,9 +390,9 @@ impl<'a> HttpClient<'a> {
     ) -> (u16, Option<TcpStream>) {
         let mut s = TcpStream::connect(("127.0.0.1", self.serve.port)).unwrap();
         let mut head = format!(
-            "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {}\r\n",
+            "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {}\r\n",
             self.serve.port,
-            format!("Bearer {}", self.token),
+            self.token,
             self.conn
         );
         if let Some(sid) = session {
