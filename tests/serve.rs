@@ -2847,8 +2847,10 @@ fn a_token_removed_from_the_tokens_file_stops_working_after_sighup() {
         &json!({"jsonrpc": "2.0", "id": 1, "method": "session/list", "params": {}}),
     );
     assert_eq!(r.status, 401, "{}", r.body);
-    // Bob's WebSocket is closed with the reason.
+    // Bob's WebSocket is closed with the reason (pings come meanwhile: bounded by a deadline).
+    let until = Instant::now() + STEP;
     let close = loop {
+        assert!(Instant::now() < until, "bob's WebSocket is still open");
         let (op, payload) = b.frame();
         if op == 0x8 {
             break String::from_utf8_lossy(&payload[2..]).to_string();
