@@ -691,6 +691,56 @@ mod tests {
         assert_eq!(config.dialect, acp::Dialect::Ours);
     }
 
+    /// `serve`'s principal flags: read with their defaults, checked (a cap is at least 1, a
+    /// header a header name, a metadata URL a URL), and one token file or the other, not both.
+    #[cfg(feature = "serve")]
+    #[test]
+    fn serves_principal_flags_are_read_and_checked() {
+        let serve = |a: &[&str]| {
+            parse(args(&[&["serve"], a].concat()), Env::default()).map(|c| match c {
+                Command::Serve { args, .. } => args,
+                other => panic!("{other:?}"),
+            })
+        };
+        let s = serve(&["--tokens-file", "/t"]).unwrap();
+        assert_eq!(
+            (
+                s.principal_connections,
+                s.principal_sessions,
+                s.principal_requests
+            ),
+            (64, 256, 256)
+        );
+        let s = serve(&[
+            "--tokens-file",
+            "/t",
+            "--principal-connections",
+            "3",
+            "--principal-requests",
+            "9",
+            "--principal-header",
+            "X-Forwarded-User",
+            "--resource-metadata",
+            "https://a.example/.well-known/oauth-protected-resource",
+        ])
+        .unwrap();
+        assert_eq!((s.principal_connections, s.principal_requests), (3, 9));
+        assert_eq!(s.principal_header.as_deref(), Some("X-Forwarded-User"));
+        for (a, says) in [
+            (
+                &["--token-file", "/a", "--tokens-file", "/b"][..],
+                "cannot be used together",
+            ),
+            (&["--principal-sessions", "0"], "at least 1"),
+            (&["--principal-requests", "-1"], "at least 1"),
+            (&["--principal-header", "X User"], "not a header name"),
+            (&["--resource-metadata", "a\"b"], "not a URL"),
+        ] {
+            let e = serve(a).unwrap_err();
+            assert!(e.contains(says), "{a:?}: {e}");
+        }
+    }
+
     /// `--acp` (how clients of Apache Maka's `maka --acp` start it) selects Maka's dialect and
     /// changes nothing else.
     #[test]

@@ -47,7 +47,7 @@ fn read_private(path: &Path, flag: &str, max: u64) -> Result<String, String> {
         .map_err(|e| format!("cannot read {flag} {shown}: {e}"))?;
     if !meta.is_file() {
         return Err(format!(
-            "{flag} {shown} is not a regular file (a FIFO, a socket, a device or a folder); put the tokens in a plain file, private to you (chmod 600)"
+            "{flag} {shown} is not a regular file (a FIFO, a socket, a device or a folder); use a plain file, private to you (chmod 600)"
         ));
     }
     let mode = meta.permissions().mode() & 0o777;
