@@ -19,7 +19,8 @@ pub(crate) enum Command {
     },
     Host(HostArgs),
     Serve {
-        args: ServeArgs,
+        /// Boxed: the other variants are much smaller.
+        args: Box<ServeArgs>,
         config: AdapterConfig,
         log_level: Option<String>,
     },
@@ -47,6 +48,17 @@ pub(crate) struct HostArgs {
 pub(crate) struct ServeArgs {
     pub listen: std::net::SocketAddr,
     pub token_file: Option<PathBuf>,
+    /// `--tokens-file`: one principal a line (exclusive with `--token-file`).
+    pub tokens_file: Option<PathBuf>,
+    /// `--principal-connections`, `--principal-sessions`, `--principal-requests`: a
+    /// principal's caps where its line sets none.
+    pub principal_connections: usize,
+    pub principal_sessions: usize,
+    pub principal_requests: usize,
+    /// `--principal-header`: where a trusted proxy names the principal.
+    pub principal_header: Option<String>,
+    /// `--resource-metadata`: the URL a 401 points to.
+    pub resource_metadata: Option<String>,
     pub tls_proxied: bool,
     pub route_peers: Option<Vec<String>>,
     pub route_self: Option<String>,
@@ -175,6 +187,9 @@ pub(crate) fn parse(
         return Ok(Command::Host(h));
     }
     if let Some(s) = &serve {
+        if s.token_file.is_some() && s.tokens_file.is_some() {
+            return Err("--token-file and --tokens-file cannot be used together: --token-file is one token for the machine's user, --tokens-file one line per principal; choose one".into());
+        }
         if !s.listen.ip().is_loopback() && !s.tls_proxied {
             return Err(format!(
                 "--listen {} is not a loopback address: plain HTTP is served only to this machine; put a TLS proxy in front and add --tls-proxied (docs/deployment.md)",
@@ -185,7 +200,7 @@ pub(crate) fn parse(
     let config = adapter_config(env, host_url, data_dir, log_level.clone(), dialect)?;
     if let Some(args) = serve {
         return Ok(Command::Serve {
-            args,
+            args: Box::new(args),
             config,
             log_level,
         });
@@ -256,6 +271,12 @@ impl ServeArgs {
         ServeArgs {
             listen: std::net::SocketAddr::from(([127, 0, 0, 1], 8430)),
             token_file: None,
+            tokens_file: None,
+            principal_connections: 64,
+            principal_sessions: 256,
+            principal_requests: 256,
+            principal_header: None,
+            resource_metadata: None,
             tls_proxied: false,
             route_peers: None,
             route_self: None,
@@ -268,6 +289,12 @@ impl ServeArgs {
     const OWN: &'static [&'static str] = &[
         "listen",
         "token-file",
+        "tokens-file",
+        "principal-connections",
+        "principal-sessions",
+        "principal-requests",
+        "principal-header",
+        "resource-metadata",
         "route-peers",
         "route-self",
         "tls-proxied",
@@ -279,6 +306,42 @@ impl ServeArgs {
             "listen" => self.listen = listen_value(parser, "127.0.0.1:8430")?,
             "token-file" => {
                 self.token_file = Some(PathBuf::from(string_value(parser, "--token-file")?))
+            }
+            "tokens-file" => {
+                self.tokens_file = Some(PathBuf::from(string_value(parser, "--tokens-file")?))
+            }
+            "principal-connections" => {
+                self.principal_connections = count_value(parser, "--principal-connections")?
+            }
+            "principal-sessions" => {
+                self.principal_sessions = count_value(parser, "--principal-sessions")?
+            }
+            "principal-requests" => {
+                self.principal_requests = count_value(parser, "--principal-requests")?
+            }
+            "principal-header" => {
+                let v = string_value(parser, "--principal-header")?;
+                let token = !v.is_empty()
+                    && v.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+                if !token {
+                    return Err(format!(
+                        "--principal-header '{v}' is not a header name (e.g. X-Forwarded-User)"
+                    ));
+                }
+                self.principal_header = Some(v);
+            }
+            "resource-metadata" => {
+                let v = string_value(parser, "--resource-metadata")?;
+                if !v.starts_with("https://") && !v.starts_with("http://")
+                    || v.contains(['"', '\\'])
+                    || v.chars().any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return Err(format!(
+                        "--resource-metadata '{v}' is not a URL (https://…/.well-known/oauth-protected-resource)"
+                    ));
+                }
+                self.resource_metadata = Some(v);
             }
             "route-peers" => self.route_peers = Some(route_peers_value(parser)?),
             "route-self" => self.route_self = Some(string_value(parser, "--route-self")?),
@@ -396,6 +459,15 @@ fn no_more_arguments(parser: &mut lexopt::Parser, command: &str) -> Result<(), S
     }
 }
 
+/// A whole number of at least 1 (a cap).
+fn count_value(parser: &mut lexopt::Parser, flag: &str) -> Result<usize, String> {
+    let v = string_value(parser, flag)?;
+    v.parse::<usize>()
+        .ok()
+        .filter(|&n| n >= 1)
+        .ok_or_else(|| format!("invalid {flag} '{v}': expected a whole number of at least 1"))
+}
+
 fn string_value(parser: &mut lexopt::Parser, flag: &str) -> Result<String, String> {
     let v = parser.value().map_err(|e| e.to_string())?;
     v.into_string()
@@ -499,7 +571,7 @@ pub fn main() -> i32 {
             log_level,
         } => {
             init_logging(log_level.as_deref());
-            run_serve(args, config)
+            run_serve(*args, config)
         }
         Command::Demo => run_demo(),
         Command::Login => run_login(),
@@ -532,6 +604,16 @@ fn run_serve(args: ServeArgs, config: AdapterConfig) -> i32 {
         route,
         listen: args.listen,
         token_file: args.token_file,
+        tokens_file: args.tokens_file,
+        principals: crate::serve::TokensRules {
+            defaults: crate::http::Limits {
+                connections: Some(args.principal_connections),
+                sessions: Some(args.principal_sessions),
+                requests: Some(args.principal_requests),
+            },
+            principal_header: args.principal_header,
+        },
+        resource_metadata: args.resource_metadata,
         tls_proxied: args.tls_proxied,
         config,
         idle_timeout,
@@ -609,6 +691,56 @@ mod tests {
         assert_eq!(config.dialect, acp::Dialect::Ours);
     }
 
+    /// `serve`'s principal flags: read with their defaults, checked (a cap is at least 1, a
+    /// header a header name, a metadata URL a URL), and one token file or the other, not both.
+    #[cfg(feature = "serve")]
+    #[test]
+    fn serves_principal_flags_are_read_and_checked() {
+        let serve = |a: &[&str]| {
+            parse(args(&[&["serve"], a].concat()), Env::default()).map(|c| match c {
+                Command::Serve { args, .. } => args,
+                other => panic!("{other:?}"),
+            })
+        };
+        let s = serve(&["--tokens-file", "/t"]).unwrap();
+        assert_eq!(
+            (
+                s.principal_connections,
+                s.principal_sessions,
+                s.principal_requests
+            ),
+            (64, 256, 256)
+        );
+        let s = serve(&[
+            "--tokens-file",
+            "/t",
+            "--principal-connections",
+            "3",
+            "--principal-requests",
+            "9",
+            "--principal-header",
+            "X-Forwarded-User",
+            "--resource-metadata",
+            "https://a.example/.well-known/oauth-protected-resource",
+        ])
+        .unwrap();
+        assert_eq!((s.principal_connections, s.principal_requests), (3, 9));
+        assert_eq!(s.principal_header.as_deref(), Some("X-Forwarded-User"));
+        for (a, says) in [
+            (
+                &["--token-file", "/a", "--tokens-file", "/b"][..],
+                "cannot be used together",
+            ),
+            (&["--principal-sessions", "0"], "at least 1"),
+            (&["--principal-requests", "-1"], "at least 1"),
+            (&["--principal-header", "X User"], "not a header name"),
+            (&["--resource-metadata", "a\"b"], "not a URL"),
+        ] {
+            let e = serve(a).unwrap_err();
+            assert!(e.contains(says), "{a:?}: {e}");
+        }
+    }
+
     /// `--acp` (how clients of Apache Maka's `maka --acp` start it) selects Maka's dialect and
     /// changes nothing else.
     #[test]
@@ -640,6 +772,8 @@ mod tests {
             Some((_, spec::Kind::Dir)) => Some("/tmp"),
             Some((_, spec::Kind::File)) => Some("/nonexistent-token"),
             Some((_, spec::Kind::Addr)) => Some("127.0.0.1:0"),
+            Some((_, spec::Kind::Number)) => Some("8"),
+            Some((_, spec::Kind::Text)) => Some("X-Forwarded-User"),
             Some((_, spec::Kind::Choice(c))) => Some(c[0]),
             None => None,
         };

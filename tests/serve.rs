@@ -40,7 +40,7 @@ struct Serve {
     stderr: Arc<Mutex<String>>,
     _data: TempDir,
     ws: TempDir,
-    /// The tokens file's folder (`--tokens-file`).
+    /// Where its `--tokens-file` is, when it has one.
     _tokens: Option<TempDir>,
 }
 
@@ -132,11 +132,14 @@ impl Serve {
             .and_then(|r| r.split('/').next())
             .and_then(|p| p.parse().ok())
             .unwrap_or_else(|| panic!("a URL with a port: {line}"));
-        let token_path = line.rsplit("token in ").next().unwrap().trim();
-        let token = std::fs::read_to_string(token_path)
-            .unwrap()
-            .trim()
-            .to_string();
+        // With --tokens-file, the test knows its principals' tokens.
+        let token = match line.split_once("token in ") {
+            Some((_, path)) => std::fs::read_to_string(path.trim())
+                .unwrap()
+                .trim()
+                .to_string(),
+            None => String::new(),
+        };
         Serve {
             child,
             port,
@@ -185,11 +188,11 @@ impl Serve {
         session: Option<&str>,
         message: &Value,
     ) -> Response {
-        self.post_to_as(&self.token, target, conn, session, message)
+        self.post_as(&self.token, target, conn, session, message)
     }
 
-    /// [`Serve::post_to`] with `token` (a principal's, `--tokens-file`).
-    fn post_to_as(
+    /// [`Serve::post_to`] with `token` (another principal's).
+    fn post_as(
         &self,
         token: &str,
         target: &str,
@@ -312,7 +315,7 @@ fn read_head<R: BufRead>(reader: &mut R) -> (u16, Vec<(String, String)>) {
 /// id.
 struct HttpClient<'a> {
     serve: &'a Serve,
-    /// The bearer token it shows (the server's, or a principal's).
+    /// The token its requests carry (its principal's).
     token: String,
     conn: String,
     methods: Arc<Mutex<HashMap<String, String>>>,
@@ -337,16 +340,16 @@ impl<'a> HttpClient<'a> {
 
     /// A connection opened by an `initialize` POST to `target`.
     fn connect_to(serve: &'a Serve, target: &str) -> HttpClient<'a> {
-        HttpClient::connect_as(serve, target, &serve.token)
+        HttpClient::connect_as(serve, &serve.token, target)
     }
 
-    /// [`HttpClient::connect_to`] showing `token` (a principal's).
-    fn connect_as(serve: &'a Serve, target: &str, token: &str) -> HttpClient<'a> {
+    /// [`HttpClient::connect_to`] as the principal of `token`.
+    fn connect_as(serve: &'a Serve, token: &str, target: &str) -> HttpClient<'a> {
         let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": 1,
             "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
             "clientInfo": {"name": "serve-test", "version": "1"}}});
-        let r = serve.post_to_as(token, target, None, None, &init);
+        let r = serve.post_as(token, target, None, None, &init);
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.header("Content-Type"), Some("application/json"));
         let conn = r
@@ -469,7 +472,7 @@ impl<'a> HttpClient<'a> {
             .unwrap()
             .insert(id.to_string(), method.into());
         let session = params["sessionId"].as_str().map(str::to_string);
-        let r = self.serve.post_to_as(
+        let r = self.serve.post_as(
             &self.token,
             "/acp",
             Some(&self.conn),
@@ -481,7 +484,7 @@ impl<'a> HttpClient<'a> {
     }
 
     fn answer(&self, session: Option<&str>, id: &Value, result: Value) {
-        let r = self.serve.post_to_as(
+        let r = self.serve.post_as(
             &self.token,
             "/acp",
             Some(&self.conn),
@@ -1469,11 +1472,11 @@ impl WsClient {
 
     /// The upgrade GET to `target` (the endpoint with a query string).
     fn connect_to(s: &Serve, target: &str) -> WsClient {
-        WsClient::connect_as(s, target, &s.token)
+        WsClient::connect_as(s, &s.token, target)
     }
 
-    /// [`WsClient::connect_to`] showing `token` (a principal's).
-    fn connect_as(s: &Serve, target: &str, token: &str) -> WsClient {
+    /// [`WsClient::connect_to`] as the principal of `token`.
+    fn connect_as(s: &Serve, token: &str, target: &str) -> WsClient {
         let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
         stream.set_read_timeout(Some(STEP)).unwrap();
         let head = format!(
@@ -2504,34 +2507,72 @@ fn a_websocket_frame_trickled_a_byte_at_a_time_is_cut_off_at_its_deadline() {
 }
 
 const ALICE: &str = "alice-token-0123456789abcdef";
-const BOB: &str = "bob-token-0123456789abcdef01";
 
 /// Every method that names a session, with params that parse, for `sid` (issue 56, item 2).
 fn naming(sid: &str, cwd: &str) -> Vec<(&'static str, Value)> {
     vec![
-        ("session/load", json!({"sessionId": sid, "cwd": cwd, "mcpServers": []})),
-        ("session/resume", json!({"sessionId": sid, "cwd": cwd, "mcpServers": []})),
-        ("session/fork", json!({"sessionId": sid, "cwd": cwd, "mcpServers": []})),
-        ("session/prompt", json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]})),
-        ("session/set_config_option", json!({"sessionId": sid, "configId": "mode", "value": "plan"})),
-        ("session/set_mode", json!({"sessionId": sid, "modeId": "plan"})),
-        ("session/set_model", json!({"sessionId": sid, "modelId": "scripted"})),
+        (
+            "session/load",
+            json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+        ),
+        (
+            "session/resume",
+            json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+        ),
+        (
+            "session/fork",
+            json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+        ),
+        (
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
+        ),
+        (
+            "session/set_config_option",
+            json!({"sessionId": sid, "configId": "mode", "value": "ask"}),
+        ),
+        (
+            "session/set_mode",
+            json!({"sessionId": sid, "modeId": "ask"}),
+        ),
+        (
+            "session/set_model",
+            json!({"sessionId": sid, "modelId": "scripted"}),
+        ),
         ("_maka/session/turns", json!({"sessionId": sid})),
         ("_maka/session/revisions", json!({"sessionId": sid})),
-        ("_maka/session/revision/create", json!({"sessionId": sid, "label": "x"})),
+        (
+            "_maka/session/revision/create",
+            json!({"sessionId": sid, "label": "x"}),
+        ),
         ("_maka/turn/resume", json!({"sessionId": sid})),
-        ("_maka/turn/steer", json!({"sessionId": sid, "text": "x"})),
+        (
+            "_maka/turn/steer",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]}),
+        ),
         ("_maka/memory/query", json!({"sessionId": sid})),
         ("_maka/usage/query", json!({"sessionId": sid})),
         ("_maka/artifact/list", json!({"sessionId": sid})),
-        ("_maka/artifact/read", json!({"sessionId": sid, "artifactId": "art_0123"})),
-        ("_maka/artifact/delete", json!({"sessionId": sid, "artifactId": "art_0123"})),
+        (
+            "_maka/artifact/read",
+            json!({"sessionId": sid, "artifactId": "art_0123"}),
+        ),
+        (
+            "_maka/artifact/delete",
+            json!({"sessionId": sid, "artifactId": "art_0123"}),
+        ),
         ("_maka/subagent/list", json!({"sessionId": sid})),
-        ("_maka/goal/arm", json!({"sessionId": sid, "objective": "x"})),
+        (
+            "_maka/goal/arm",
+            json!({"sessionId": sid, "objective": "x"}),
+        ),
         ("_maka/goal/query", json!({"sessionId": sid})),
         ("_maka/plan/query", json!({"sessionId": sid})),
         ("_maka/plan/start", json!({"sessionId": sid})),
-        ("_session/steering", json!({"sessionId": sid, "message": "x"})),
+        (
+            "_session/steering",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "x"}]}),
+        ),
         ("session/close", json!({"sessionId": sid})),
         ("session/delete", json!({"sessionId": sid})),
     ]
@@ -2552,7 +2593,7 @@ fn unknown_like(sid: &str) -> String {
 fn a_principal_sees_and_reaches_only_its_own_sessions() {
     let s = Serve::start_with_tokens(&[&format!("alice {ALICE}"), &format!("bob {BOB}")], &[]);
     let cwd = s.ws.path().display().to_string();
-    let mut a = HttpClient::connect_as(&s, "/acp", ALICE);
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
     let sid = a.new_session();
     let id = a.prompt(&sid, "hello");
     let (r, _) = a.until_response(id, |v| panic!("{v}"));
@@ -2566,9 +2607,9 @@ fn a_principal_sees_and_reaches_only_its_own_sessions() {
             .map(|s| s["sessionId"].as_str().unwrap().to_string())
             .collect()
     };
-    assert_eq!(listed(&mut a), [sid.clone()]);
+    assert_eq!(listed(&mut a), [sid.as_str()]);
 
-    let mut b = HttpClient::connect_as(&s, "/acp", BOB);
+    let mut b = HttpClient::connect_as(&s, BOB, "/acp");
     assert_eq!(listed(&mut b), Vec::<String>::new());
     let nobody = unknown_like(&sid);
     b.open_stream(Some(&sid), None);
@@ -2578,31 +2619,55 @@ fn a_principal_sees_and_reaches_only_its_own_sessions() {
         r.as_object_mut().unwrap().remove("id");
         r.to_string().replace(id, "ID")
     };
-    for ((method, on_alices), (_, on_none)) in naming(&sid, &cwd).into_iter().zip(naming(&nobody, &cwd)) {
+    for ((method, on_alices), (_, on_none)) in
+        naming(&sid, &cwd).into_iter().zip(naming(&nobody, &cwd))
+    {
         let told = b.call(method, on_alices);
         let none = b.call(method, on_none);
-        assert_ne!(none["error"]["code"], -32602, "{method}: the params do not parse: {none}");
-        assert_eq!(strip(&told, &sid), strip(&none, &nobody), "{method}: bob learns of alice's session");
-        assert!(told.get("error").is_some(), "{method} served bob on alice's session: {told}");
+        assert_ne!(
+            none["error"]["code"], -32602,
+            "{method}: the params do not parse: {none}"
+        );
+        assert_eq!(
+            strip(&told, &sid),
+            strip(&none, &nobody),
+            "{method}: bob learns of alice's session"
+        );
+        // `session/delete` of a session that is not there succeeds (it is idempotent); that
+        // it did nothing to alice's is checked below.
+        assert!(
+            told.get("error").is_some() || method == "session/delete",
+            "{method} served bob on alice's session: {told}"
+        );
     }
     // Alice's session is untouched by all that (bob's close and delete did nothing), and she
     // loads it from a second connection.
-    let mut a2 = HttpClient::connect_as(&s, "/acp", ALICE);
+    let mut a2 = HttpClient::connect_as(&s, ALICE, "/acp");
     load_elsewhere(&mut a2, &sid);
-    assert_eq!(listed(&mut a2), [sid.clone()]);
+    assert_eq!(listed(&mut a2), [sid.as_str()]);
 
     // Over WebSocket, the same.
-    let mut w = WsClient::connect_as(&s, "/acp", BOB);
-    w.call(0, "initialize", json!({"protocolVersion": 1, "clientCapabilities": {}}));
+    let mut w = WsClient::connect_as(&s, BOB, "/acp");
+    w.call(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
     let r = w.call(1, "session/list", json!({}));
     assert_eq!(r["result"]["sessions"], json!([]), "{r}");
-    for (n, ((method, on_alices), (_, on_none))) in
-        naming(&sid, &cwd).into_iter().zip(naming(&nobody, &cwd)).enumerate()
+    for (n, ((method, on_alices), (_, on_none))) in naming(&sid, &cwd)
+        .into_iter()
+        .zip(naming(&nobody, &cwd))
+        .enumerate()
     {
         let n = 10 + 2 * n as i64;
         let told = w.call(n, method, on_alices);
         let none = w.call(n + 1, method, on_none);
-        assert_eq!(strip(&told, &sid), strip(&none, &nobody), "{method} over WebSocket");
+        assert_eq!(
+            strip(&told, &sid),
+            strip(&none, &nobody),
+            "{method} over WebSocket"
+        );
     }
 
     // A second `serve` on the same data dir shares the host: alice's session is hers there too.
@@ -2611,13 +2676,19 @@ fn a_principal_sees_and_reaches_only_its_own_sessions() {
         &[&format!("alice {ALICE}"), &format!("bob {BOB}")],
         &[("MAKA_DATA_DIR", &data)],
     );
-    let mut b2 = HttpClient::connect_as(&s2, "/acp", BOB);
+    let mut b2 = HttpClient::connect_as(&s2, BOB, "/acp");
     assert_eq!(listed(&mut b2), Vec::<String>::new());
-    let mut a3 = HttpClient::connect_as(&s2, "/acp", ALICE);
-    let id = a3.send("session/load", json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}));
+    let mut a3 = HttpClient::connect_as(&s2, ALICE, "/acp");
+    let id = a3.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
     a3.open_stream(Some(&sid), None);
     let (r, _) = a3.until_response(id, |v| panic!("{v}"));
-    assert!(r.get("error").is_none(), "alice loads her session on the second server: {r}");
+    assert!(
+        r.get("error").is_none(),
+        "alice loads her session on the second server: {r}"
+    );
 }
 
 /// Issue 56, item 3: a principal at its share of open sessions is refused with an error that
@@ -2629,17 +2700,398 @@ fn a_principal_at_its_session_share_is_refused_and_another_is_served() {
         &[],
     );
     let cwd = s.ws.path().display().to_string();
-    let mut a = HttpClient::connect_as(&s, "/acp", ALICE);
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
     let first = a.new_session();
     // Her second connection counts against the same share.
-    let mut a2 = HttpClient::connect_as(&s, "/acp", ALICE);
+    let mut a2 = HttpClient::connect_as(&s, ALICE, "/acp");
     let r = a2.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
-    let message = r["error"]["message"].as_str().unwrap_or_else(|| panic!("refused: {r}"));
+    let message = r["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("refused: {r}"));
     assert!(message.contains("alice already has 1 sessions open"), "{r}");
-    let mut b = HttpClient::connect_as(&s, "/acp", BOB);
+    let mut b = HttpClient::connect_as(&s, BOB, "/acp");
     b.new_session();
     // Closing one gives the share back.
     let r = a.call("session/close", json!({"sessionId": first}));
     assert!(r.get("error").is_none(), "{r}");
     a2.new_session();
+}
+
+const BOB: &str = "bob-token-0123456789abcdef00";
+const CAROL: &str = "carol-token-0123456789abcdef";
+const PROXY: &str = "proxy-token-0123456789abcdef";
+
+/// Writes `text` to `path` as a private file, in one rename (as an operator's editor would).
+fn write_tokens(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let next = path.with_extension("next");
+    std::fs::write(&next, text).unwrap();
+    std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
+
+impl Serve {
+    /// `serve --tokens-file` with these lines and options; its own token is alice's.
+    fn with_principals(lines: &str, args: &[&str]) -> (Serve, std::path::PathBuf) {
+        let dir = TempDir::new("serve-tokens");
+        let file = dir.path().join("tokens");
+        write_tokens(&file, lines);
+        let f = file.display().to_string();
+        let mut s = Serve::start_with_args(&[&["--tokens-file", f.as_str()], args].concat(), &[]);
+        s.token = ALICE.into();
+        s._tokens = Some(dir);
+        (s, file)
+    }
+
+    /// Sends SIGHUP and waits (bounded) for the log line that says it was handled.
+    fn hang_up(&self, says: &str) {
+        let before = self.stderr.lock().unwrap().matches(says).count();
+        // SAFETY: a signal to the child this test started and still holds.
+        assert_eq!(
+            unsafe { libc::kill(self.child.id() as i32, libc::SIGHUP) },
+            0
+        );
+        let until = Instant::now() + STEP;
+        while self.stderr.lock().unwrap().matches(says).count() == before {
+            assert!(Instant::now() < until, "no '{says}' after SIGHUP");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// An `initialize` POST with these headers (no connection yet).
+    fn initialize_with(&self, headers: &[(&str, &str)]) -> Response {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}});
+        let mut h = vec![("Content-Type", "application/json")];
+        h.extend_from_slice(headers);
+        self.exchange("POST", &h, init.to_string().as_bytes())
+    }
+}
+
+/// What a `serve` that must not start said, once it exited with 2 (bounded: a start that
+/// blocks fails the test).
+fn refused_at_start(args: &[&str], data: &str) -> String {
+    let (mut child, stderr, _) = spawn(args, &[("MAKA_DATA_DIR", data)]);
+    let until = Instant::now() + STEP;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let err = stderr.lock().unwrap().clone();
+    assert_eq!(status.and_then(|s| s.code()), Some(2), "{args:?}: {err}");
+    err
+}
+
+/// A tokens file that others can read, that is not a plain file, with a bad line or two
+/// principals of one name, or with a proxy and no header to read: refused at start, saying
+/// why (and on which line); and it cannot be combined with --token-file.
+#[test]
+fn a_tokens_file_that_is_not_private_plain_and_well_formed_is_refused_at_start() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("serve-tokens-bad");
+    let data = dir.path().display().to_string();
+    let file = dir.path().join("tokens");
+    let f = file.display().to_string();
+    let args = ["--listen", "127.0.0.1:0", "--tokens-file", f.as_str()];
+    let good = format!("alice {ALICE}\nbob {BOB}\n");
+    for (text, says) in [
+        (
+            format!("# the team\nalice {ALICE}\nbob short\n"),
+            "line 3: the token of bob must have at least 16",
+        ),
+        (
+            format!("alice {ALICE}\n\nalice {BOB}\n"),
+            "line 3: the name alice is already on line 1",
+        ),
+        (
+            format!("alice {ALICE} seats=3\n"),
+            "line 1: 'seats=3' is not an option",
+        ),
+        (
+            format!("gw {PROXY} proxy\n"),
+            "line 1: gw is a proxy, but no --principal-header",
+        ),
+    ] {
+        write_tokens(&file, &text);
+        let err = refused_at_start(&args, &data);
+        assert!(err.contains(says), "{text:?}: {err}");
+    }
+    write_tokens(&file, &good);
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let err = refused_at_start(&args, &data);
+    assert!(
+        err.contains("can be read by others (mode 644)") && err.contains("chmod 600"),
+        "{err}"
+    );
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let err = refused_at_start(&[&args[..], &["--token-file", f.as_str()]].concat(), &data);
+    assert!(err.contains("cannot be used together"), "{err}");
+    let fifo = dir.path().join("tokens.fifo");
+    let made = Command::new("mkfifo")
+        .arg("-m")
+        .arg("600")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let fifo_arg = fifo.display().to_string();
+    let err = refused_at_start(
+        &["--listen", "127.0.0.1:0", "--tokens-file", &fifo_arg],
+        &data,
+    );
+    assert!(err.contains("not a regular file"), "{err}");
+}
+
+/// Two principals each open their connection (over HTTP and WebSocket); a token of nobody's
+/// is answered 401 with the Bearer challenge pointing to the resource metadata; one
+/// principal's connection id is, to another, no connection at all.
+#[test]
+fn two_principals_each_authenticate_and_a_wrong_token_gets_the_bearer_challenge() {
+    let metadata = "https://acp.example.com/.well-known/oauth-protected-resource";
+    let (s, _) = Serve::with_principals(
+        &format!("alice {ALICE}\nbob sha256:{}\n", sha256_hex(BOB)),
+        &["--resource-metadata", metadata],
+    );
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
+    let sid = a.new_session();
+    let mut b = WsClient::connect_as(&s, BOB, "/acp");
+    let init = b.call(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    let challenge = format!("Bearer resource_metadata=\"{metadata}\"");
+    for auth in [
+        Some("Bearer nobody-0123456789abcdef"),
+        Some(&*format!("Bearer sha256:{}", sha256_hex(BOB))),
+        None,
+    ] {
+        let h: Vec<(&str, &str)> = auth.map(|a| ("Authorization", a)).into_iter().collect();
+        let r = s.initialize_with(&h);
+        assert_eq!(r.status, 401, "{auth:?}: {}", r.body);
+        assert_eq!(
+            r.header("WWW-Authenticate"),
+            Some(challenge.as_str()),
+            "{auth:?}"
+        );
+    }
+    // Bob with alice's connection id: unknown, to post on, to stream from, to close.
+    let msg = json!({"jsonrpc": "2.0", "id": 7, "method": "session/list", "params": {}});
+    let r = s.post_as(BOB, "/acp", Some(&a.conn), None, &msg);
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (404, "Unknown Acp-Connection-Id")
+    );
+    let bob = format!("Bearer {BOB}");
+    let r = s.exchange(
+        "DELETE",
+        &[("Authorization", &bob), ("Acp-Connection-Id", &a.conn)],
+        b"",
+    );
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (404, "Unknown Acp-Connection-Id")
+    );
+    let r = s.exchange(
+        "GET",
+        &[
+            ("Authorization", &bob),
+            ("Accept", "text/event-stream"),
+            ("Acp-Connection-Id", &a.conn),
+            ("Acp-Session-Id", &sid),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 404, "{}", r.body);
+    // Alice's connection is untouched.
+    a.new_session();
+}
+
+fn sha256_hex(text: &str) -> String {
+    let out = Command::new("sh")
+        .args(["-c", "printf %s \"$0\" | sha256sum", text])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap()[..64].to_string()
+}
+
+/// The principal header is read only from a request with the proxy's own token: with any
+/// other token it is ignored, and the proxy's token without a usable name is refused.
+#[test]
+fn the_principal_header_is_believed_only_from_the_proxy() {
+    let (s, _) = Serve::with_principals(
+        &format!("alice {ALICE}\ngateway {PROXY} proxy\n"),
+        &["--principal-header", "X-Forwarded-User"],
+    );
+    let proxy = format!("Bearer {PROXY}");
+    let alice = format!("Bearer {ALICE}");
+    let r = s.initialize_with(&[
+        ("Authorization", &proxy),
+        ("X-Forwarded-User", "bob@example.com"),
+    ]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let bobs = r.header("Acp-Connection-Id").unwrap().to_string();
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "session/list", "params": {}});
+    let on_bobs = |auth: &str, user: Option<&str>| {
+        let mut h = vec![
+            ("Authorization", auth),
+            ("Content-Type", "application/json"),
+            ("Acp-Connection-Id", bobs.as_str()),
+        ];
+        h.extend(user.map(|u| ("X-Forwarded-User", u)));
+        s.exchange("POST", &h, list.to_string().as_bytes())
+    };
+    // Alice naming herself bob is still alice: bob's connection is not hers.
+    let r = on_bobs(&alice, Some("bob@example.com"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (404, "Unknown Acp-Connection-Id")
+    );
+    // The proxy naming another user: not bob's either.
+    let r = on_bobs(&proxy, Some("carol"));
+    assert_eq!(r.status, 404, "{}", r.body);
+    // The proxy naming bob is bob.
+    let r = on_bobs(&proxy, Some("bob@example.com"));
+    assert_eq!(r.status, 202, "{}", r.body);
+    for user in [None, Some("bob smith"), Some("bob/../alice")] {
+        let r = on_bobs(&proxy, user);
+        assert_eq!(r.status, 401, "{user:?}");
+        assert!(
+            r.body
+                .contains("the authenticating proxy sent no usable principal"),
+            "{}",
+            r.body
+        );
+        assert_eq!(r.header("WWW-Authenticate"), Some("Bearer"));
+    }
+}
+
+/// A principal at its cap of connections, or of requests in progress, is refused with a clear
+/// error naming the cap, while another principal is served.
+#[test]
+fn a_principal_at_its_cap_is_refused_while_another_is_served() {
+    let (s, _) = Serve::with_principals(
+        &format!("alice {ALICE} connections=2\ncarol {CAROL} requests=1\nbob {BOB}\n"),
+        &[],
+    );
+    let mut held = vec![];
+    for _ in 0..2 {
+        let mut ws = WsClient::connect_as(&s, ALICE, "/acp");
+        ws.call(
+            0,
+            "initialize",
+            json!({"protocolVersion": 1, "clientCapabilities": {}}),
+        );
+        held.push(ws);
+    }
+    let alice = format!("Bearer {ALICE}");
+    let r = s.initialize_with(&[("Authorization", &alice)]);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(
+        r.body
+            .contains("alice already has 2 ACP connections open, its cap"),
+        "{}",
+        r.body
+    );
+    let mut bob = HttpClient::connect_as(&s, BOB, "/acp");
+    bob.new_session();
+    // Closing one gives the slot back.
+    let r = s.exchange(
+        "DELETE",
+        &[
+            ("Authorization", &alice),
+            ("Acp-Connection-Id", &held[0].conn),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let r = s.initialize_with(&[("Authorization", &alice)]);
+    assert_eq!(r.status, 200, "{}", r.body);
+    // Carol's one request in progress is her WebSocket, open.
+    let mut ws = WsClient::connect_as(&s, CAROL, "/acp");
+    ws.call(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let carol = format!("Bearer {CAROL}");
+    let r = s.initialize_with(&[("Authorization", &carol)]);
+    assert_eq!(r.status, 429, "{}", r.body);
+    assert!(
+        r.body
+            .contains("carol already has 1 requests in progress, its cap"),
+        "{}",
+        r.body
+    );
+    bob.new_session();
+}
+
+/// SIGHUP re-reads the tokens file: a removed token stops working at its next request and its
+/// open connection is closed, saying why, while the others are served; a bad file leaves the
+/// tokens as they were. Without --tokens-file, SIGHUP is logged and ignored.
+#[test]
+fn a_token_removed_from_the_tokens_file_stops_working_after_sighup() {
+    let (s, file) = Serve::with_principals(&format!("alice {ALICE}\nbob {BOB}\n"), &[]);
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
+    let mut b = WsClient::connect_as(&s, BOB, "/acp");
+    b.call(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let bob_http = HttpClient::connect_as(&s, BOB, "/acp");
+    write_tokens(&file, "alice oops\n");
+    s.hang_up("the tokens stay as they were");
+    assert!(s
+        .stderr
+        .lock()
+        .unwrap()
+        .contains("line 1: the token of alice"));
+    let bob = format!("Bearer {BOB}");
+    assert_eq!(
+        s.initialize_with(&[("Authorization", &bob)]).status,
+        200,
+        "a bad file changes nothing"
+    );
+    write_tokens(&file, &format!("alice {ALICE}\n"));
+    s.hang_up("SIGHUP: re-read the tokens file");
+    let r = s.initialize_with(&[("Authorization", &bob)]);
+    assert_eq!(r.status, 401, "{}", r.body);
+    let r = s.post_as(
+        BOB,
+        "/acp",
+        Some(&bob_http.conn),
+        None,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "session/list", "params": {}}),
+    );
+    assert_eq!(r.status, 401, "{}", r.body);
+    // Bob's WebSocket is closed with the reason (pings come meanwhile: bounded by a deadline).
+    let until = Instant::now() + STEP;
+    let close = loop {
+        assert!(Instant::now() < until, "bob's WebSocket is still open");
+        let (op, payload) = b.frame();
+        if op == 0x8 {
+            break String::from_utf8_lossy(&payload[2..]).to_string();
+        }
+    };
+    assert!(close.contains("token was withdrawn"), "{close}");
+    // Alice goes on.
+    a.new_session();
+    // Without a tokens file there is nothing to re-read: the signal does not end the server.
+    let plain = Serve::start();
+    plain.hang_up("SIGHUP ignored");
+    assert_eq!(
+        plain
+            .initialize_with(&[("Authorization", &plain.auth())])
+            .status,
+        200
+    );
 }

@@ -313,3 +313,226 @@ fn official_clients_through(ca: &Path, url: &str, token: &str, dir: &Path) {
         }
     }
 }
+
+/// A stand-in for oauth2-proxy's `/oauth2/auth` (what nginx's `auth_request` asks): 202 with
+/// `X-Auth-Request-User` for the two users' identity-provider tokens, 401 for anything else.
+/// It answers for as long as the test process runs.
+fn identity_provider() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+            let mut reader = BufReader::new(match conn.try_clone() {
+                Ok(c) => c,
+                Err(_) => continue,
+            });
+            let mut user = None;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                let line = line.trim_end();
+                if line.is_empty() {
+                    break;
+                }
+                if let Some((k, v)) = line.split_once(':') {
+                    if k.eq_ignore_ascii_case("Authorization") {
+                        user = match v.trim() {
+                            "Bearer alice-sso-token" => Some("alice@example.com"),
+                            "Bearer bob-sso-token" => Some("bob@example.com"),
+                            _ => None,
+                        };
+                    }
+                }
+            }
+            let answer = match user {
+                Some(u) => format!("HTTP/1.1 202 Accepted\r\nX-Auth-Request-User: {u}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"),
+                None => "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string(),
+            };
+            use std::io::Write;
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
+/// `maka-acp serve` on `port` behind the authenticating proxy: the proxy's token in a tokens
+/// file, the user from `X-Forwarded-User`.
+fn serve_behind_proxy(port: u16, tokens: &Path, data: &Path) -> Killed {
+    let mut cmd = Command::new(support::BIN);
+    cmd.args([
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--tls-proxied",
+    ])
+    .arg("--tokens-file")
+    .arg(tokens)
+    .args(["--principal-header", "X-Forwarded-User"])
+    .env_remove("MAKA_HOST_URL")
+    .env_remove("MAKA_HOST_TOKEN");
+    for k in support::PROVIDER_VARIABLES {
+        cmd.env_remove(k);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_clients/serve_script.json");
+    let child = cmd
+        .env("MAKA_SCRIPT", script)
+        .env("MAKA_DATA_DIR", data)
+        .env("MAKA_CONFIG", "/nonexistent/maka-acp-test-config.json")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "serve on {port} did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Killed(child)
+}
+
+/// nginx running docs/deployment/nginx-serve-auth.conf: `auth_request` to `idp`, the proxy's
+/// `token`, serve on `upstream`.
+fn nginx_with_auth(dir: &Path, port: u16, upstream: u16, idp: u16, token: &str) -> Killed {
+    certificates(dir);
+    let d = dir.display();
+    let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    let user = if root { "user root;" } else { "" };
+    let site = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/deployment/nginx-serve-auth.conf"),
+    )
+    .unwrap()
+    .replace("443 ssl", &format!("127.0.0.1:{port} ssl"))
+    .replace("acp.example.net", "localhost")
+    .replace("/etc/maka/tls/server.pem", &format!("{d}/server.pem"))
+    .replace("/etc/maka/tls/server.key", &format!("{d}/server.key"))
+    .replace("127.0.0.1:8431", &format!("127.0.0.1:{upstream}"))
+    .replace("127.0.0.1:4180", &format!("127.0.0.1:{idp}"))
+    .replace("PROXY_TOKEN", token);
+    let conf = format!(
+        "{user}\ndaemon off;\nworker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log info;\nevents {{ worker_connections 256; }}\nhttp {{\n  access_log off;\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n  fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n{site}\n}}\n"
+    );
+    std::fs::write(dir.join("nginx.conf"), conf).unwrap();
+    let child = Command::new("nginx")
+        .args(["-p", &d.to_string(), "-c", &format!("{d}/nginx.conf")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("nginx is needed (scripts/test installs nginx-light)");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "nginx did not start: {}",
+            std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Killed(child)
+}
+
+/// Behind nginx's `auth_request` (oauth2-proxy's place), two users each open their own
+/// connection and session: serve takes the user from the header nginx sets, believed only with
+/// nginx's own token. A client naming itself in that header gets nowhere: through nginx the
+/// header is replaced, and straight to serve, without the proxy's token, it is refused.
+#[test]
+fn two_users_behind_an_authenticating_proxy_are_each_themselves() {
+    let nginx_v = Command::new("nginx").arg("-V").output();
+    let modules = nginx_v
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .unwrap_or_default();
+    assert!(
+        modules.contains("http_auth_request_module"),
+        "nginx is built without auth_request: {modules}"
+    );
+    let dir = TempDir::new("serve-nginx-auth");
+    let proxy_token = "nginx-proxy-token-0123456789abcdef";
+    let tokens = dir.path().join("serve.tokens");
+    std::fs::write(&tokens, format!("gateway {proxy_token} proxy\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&tokens, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let upstream = free_port();
+    let _serve = serve_behind_proxy(upstream, &tokens, &dir.path().join("data"));
+    let idp = identity_provider();
+    let proxy_dir = dir.path().join("nginx");
+    std::fs::create_dir_all(&proxy_dir).unwrap();
+    let port = free_port();
+    let _nginx = nginx_with_auth(&proxy_dir, port, upstream, idp, proxy_token);
+    let agent = https(&proxy_dir.join("ca.pem"));
+    let url = format!("https://localhost:{port}/acp");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let alice = Client::connect(&agent, &url, "alice-sso-token");
+    let bob = Client::connect(&agent, &url, "bob-sso-token");
+    let mut sessions = vec![];
+    for c in [&alice, &bob] {
+        let r = c.call(1, "session/new", json!({"cwd": ws, "mcpServers": []}));
+        let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+        c.stream(Some(&sid));
+        let r = c.call(
+            2,
+            "session/prompt",
+            json!({"sessionId": sid, "prompt": [{"type": "text", "text": "hi"}]}),
+        );
+        assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+        sessions.push(sid);
+    }
+    // Each sees only their own sessions: the principal the proxy named owns what it made.
+    for (n, c) in [&alice, &bob].into_iter().enumerate() {
+        let r = c.call(3, "session/list", json!({}));
+        let listed: Vec<&str> = r["result"]["sessions"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r}"))
+            .iter()
+            .filter_map(|s| s["sessionId"].as_str())
+            .collect();
+        assert_eq!(listed, [sessions[n].as_str()], "{r}");
+    }
+    let list =
+        json!({"jsonrpc": "2.0", "id": 9, "method": "session/list", "params": {}}).to_string();
+    // Bob naming himself alice through nginx is still bob: alice's connection is not his.
+    let r = agent
+        .post(&url)
+        .header("Authorization", "Bearer bob-sso-token")
+        .header("X-Forwarded-User", "alice@example.com")
+        .header("Content-Type", "application/json")
+        .header("Acp-Connection-Id", &alice.conn)
+        .send(&list)
+        .unwrap();
+    assert_eq!(r.status(), 404, "bob's request on alice's connection");
+    // Without a token the identity provider knows, nginx answers itself.
+    let r = agent
+        .post(&url)
+        .header("X-Forwarded-User", "alice@example.com")
+        .header("Content-Type", "application/json")
+        .header("Acp-Connection-Id", &alice.conn)
+        .send(&list)
+        .unwrap();
+    assert_eq!(r.status(), 401, "no identity, no request");
+    // Straight to serve, the header without the proxy's token is refused.
+    let direct = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut r = direct
+        .post(format!("http://127.0.0.1:{upstream}/acp"))
+        .header("Host", "localhost")
+        .header("X-Forwarded-User", "alice@example.com")
+        .header("Content-Type", "application/json")
+        .header("Acp-Connection-Id", &alice.conn)
+        .send(&list)
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        401,
+        "{}",
+        r.body_mut().read_to_string().unwrap_or_default()
+    );
+    // Alice goes on.
+    let r = alice.call(3, "session/new", json!({"cwd": ws, "mcpServers": []}));
+    assert!(r["result"]["sessionId"].is_string(), "{r}");
+}

@@ -14,13 +14,19 @@ _maka_acp() {
         --log-level) COMPREPLY=($(compgen -W "off error warn info debug trace" -- "$cur")); return ;;
         --listen) COMPREPLY=(); return ;;
         --token-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --tokens-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --principal-connections) COMPREPLY=(); return ;;
+        --principal-sessions) COMPREPLY=(); return ;;
+        --principal-requests) COMPREPLY=(); return ;;
+        --principal-header) COMPREPLY=(); return ;;
+        --resource-metadata) COMPREPLY=(); return ;;
         --route-peers) COMPREPLY=(); return ;;
         --route-self) COMPREPLY=(); return ;;
     esac
     case "$sub" in
         "") COMPREPLY=($(compgen -W "host serve demo login generate --host-url --data-dir --log-level --acp --help --version -h -V" -- "$cur")) ;;
         host) COMPREPLY=($(compgen -W "--listen --data-dir --log-level --ignore-stdin --token-stdin" -- "$cur")) ;;
-        serve) COMPREPLY=($(compgen -W "--listen --token-file --tls-proxied --route-peers --route-self --host-url --data-dir --acp --log-level" -- "$cur")) ;;
+        serve) COMPREPLY=($(compgen -W "--listen --token-file --tokens-file --principal-connections --principal-sessions --principal-requests --principal-header --resource-metadata --tls-proxied --route-peers --route-self --host-url --data-dir --acp --log-level" -- "$cur")) ;;
         demo) COMPREPLY=($(compgen -W "" -- "$cur")) ;;
         login) COMPREPLY=($(compgen -W "" -- "$cur")) ;;
         generate) COMPREPLY=($(compgen -W "man bash zsh fish" -- "$cur")) ;;

@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub struct Principal {
     pub name: String,
-    /// Sessions its connections may hold open here at once.
-    pub max_sessions: usize,
+    /// Sessions its connections may hold open here at once (a reload of the tokens file may
+    /// change it).
+    max_sessions: AtomicUsize,
     open: AtomicUsize,
 }
 
@@ -20,9 +21,13 @@ impl Principal {
     pub fn new(name: &str, max_sessions: usize) -> Principal {
         Principal {
             name: name.to_string(),
-            max_sessions,
+            max_sessions: AtomicUsize::new(max_sessions),
             open: AtomicUsize::new(0),
         }
+    }
+
+    pub fn set_max_sessions(&self, max: usize) {
+        self.max_sessions.store(max, Ordering::Release);
     }
 
     /// Sessions its connections hold open now.
@@ -35,7 +40,8 @@ impl Principal {
     /// each pass it, so the share can be passed by the few opens in flight, never more.
     pub fn may_open(&self) -> Result<(), ResponseError> {
         let open = self.open_sessions();
-        if open < self.max_sessions {
+        let max = self.max_sessions.load(Ordering::Acquire);
+        if open < max {
             return Ok(());
         }
         Err(MakaCode::CapacityExceeded
@@ -46,7 +52,7 @@ impl Principal {
             .with_data(serde_json::json!({
                 "principal": self.name,
                 "openSessions": open,
-                "maxSessions": self.max_sessions,
+                "maxSessions": max,
             })))
     }
 

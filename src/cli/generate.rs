@@ -135,7 +135,7 @@ fn bash() -> String {
             Kind::Dir => "COMPREPLY=($(compgen -d -- \"$cur\"))".to_string(),
             Kind::File => "COMPREPLY=($(compgen -f -- \"$cur\"))".to_string(),
             Kind::Choice(c) => format!("COMPREPLY=($(compgen -W \"{}\" -- \"$cur\"))", c.join(" ")),
-            Kind::Url | Kind::Addr => "COMPREPLY=()".to_string(),
+            Kind::Url | Kind::Addr | Kind::Number | Kind::Text => "COMPREPLY=()".to_string(),
         };
         value_cases.push_str(&format!("        --{}) {action}; return ;;\n", o.long));
     }

@@ -1,10 +1,11 @@
 //! Admission: who may hold a socket of the server. A socket starts in a small pool of its own
 //! ([`MAX_UNAUTHENTICATED`]; when it is full the oldest is closed to make room, so a new socket
 //! always gets its head read) and lives there at most [`UNAUTHENTICATED_LIFE`]; only a request
-//! with the bearer token ([`bearer_ok`], once per request) moves its socket into the served
+//! with a token of the server's key set ([`super::keys`], resolved once per request) moves its socket into the served
 //! slots (`MAX_CONNECTIONS`), so sockets without it — however many, however slow — never take
 //! a slot from a token holder.
 
+use super::keys::Keys;
 use crate::jsonrpc::lock;
 use std::collections::BTreeMap;
 use std::io::BufReader;
@@ -28,9 +29,9 @@ pub struct Busy {
     pub body: Vec<u8>,
 }
 
-/// What every connection of a running server shares: the token, and who holds which slot.
+/// What every connection of a running server shares: the tokens, and who holds which slot.
 pub struct Gate {
-    pub token: String,
+    pub keys: Arc<Keys>,
     /// Sockets that have shown the token.
     pub authenticated: AtomicUsize,
     pub max_authenticated: usize,
@@ -129,40 +130,5 @@ impl Gate {
         pool.next += 1;
         pool.sockets.insert(id, (fd, now + UNAUTHENTICATED_LIFE));
         id
-    }
-}
-
-/// `Authorization: Bearer <token>` (the scheme case-insensitive, RFC 9110), compared in
-/// constant time.
-pub fn bearer_ok(header: Option<&str>, token: &str) -> bool {
-    use subtle::ConstantTimeEq;
-    let Some((scheme, given)) = header.and_then(|h| h.split_once(' ')) else {
-        return false;
-    };
-    if !scheme.eq_ignore_ascii_case("Bearer") {
-        return false;
-    }
-    given.trim().as_bytes().ct_eq(token.as_bytes()).into()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn only_the_exact_bearer_token_passes() {
-        let t = "0123456789abcdef0123";
-        for (header, ok) in [
-            (Some("Bearer 0123456789abcdef0123"), true),
-            (Some("Bearer 0123456789abcdef012"), false),
-            (Some("Bearer 0123456789abcdef01234"), false),
-            (Some("bearer 0123456789abcdef0123"), true),
-            (Some("BEARER 0123456789abcdef0123"), true),
-            (Some("Basic 0123456789abcdef0123"), false),
-            (Some("Bearer "), false),
-            (None, false),
-        ] {
-            assert_eq!(bearer_ok(header, t), ok, "{header:?}");
-        }
     }
 }

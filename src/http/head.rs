@@ -1,9 +1,11 @@
 //! One request head: read from the socket within its size and time limits, tokenized by
 //! `httparse`, then held to our rules ([`super::refusals`]). The body stays on the connection.
 
+use super::keys::Principal;
 use super::refusals::{self, Refusal, SINGLE_HEADERS};
 use std::io::{self, BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Request line plus headers.
@@ -23,10 +25,15 @@ pub struct Request {
     pub close: bool,
     /// HTTP/1.0 (a WebSocket upgrade needs 1.1).
     pub http10: bool,
-    /// It carries the server's bearer token (`Authorization: Bearer …`, the scheme
+    /// It carries a bearer token of the server's (`Authorization: Bearer …`, the scheme
     /// case-insensitive, compared in constant time): the one check of both servers on this
     /// code. A request without it gets one answer, and its socket is closed.
     pub authenticated: bool,
+    /// Who it is: the principal of its token (`authenticated` is `principal.is_some()`).
+    pub principal: Option<Arc<Principal>>,
+    /// It carries a trusted proxy's token but the proxy named no usable principal (it is not
+    /// authenticated).
+    pub proxy_without_principal: bool,
 }
 
 impl Request {
@@ -174,6 +181,8 @@ pub(crate) fn parse_head(head: &[u8], remote: SocketAddr) -> Result<Request, Ref
         close: http10,
         http10,
         authenticated: false,
+        principal: None,
+        proxy_without_principal: false,
     };
     match request.header("Host") {
         None if !http10 => return Err(Refusal::NoHost),

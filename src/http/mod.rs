@@ -17,8 +17,9 @@
 //! `Content-Length`).
 //!
 //! - [`server`]: the accept loop and each connection's loop;
-//! - [`gate`]: admission — the bearer token, checked once per request, and the slots of
-//!   sockets with and without it;
+//! - [`gate`]: admission — the slots of sockets with and without a token;
+//! - [`keys`]: who a request is — the tokens accepted, each a [`Principal`], resolved once per
+//!   request;
 //! - [`head`]: one request head, read within its limits and parsed;
 //! - [`refusals`]: rule -> status -> reason;
 //! - [`exchange`]: the body, the answer, a socket taken over for a stream.
@@ -26,9 +27,13 @@
 mod exchange;
 mod gate;
 mod head;
+mod keys;
 mod refusals;
 mod server;
 
 pub use exchange::{reason, Exchange};
 pub use head::Request;
+#[cfg(test)]
+pub use keys::Identity;
+pub use keys::{token_hash, valid_name, Entry, KeySet, Keys, Limits, Principal};
 pub use server::{Route, Server};

@@ -3,10 +3,9 @@
 //! alive for the next one or close it. One thread per connection.
 
 use super::exchange::{linger, Exchange, HEAD_TIMEOUT, LINGER_TIME};
-use super::gate::{
-    bearer_ok, Admission, Busy, Conn, Gate, Slot, MAX_UNAUTHENTICATED, UNAUTHENTICATED_LIFE,
-};
+use super::gate::{Admission, Busy, Conn, Gate, Slot, MAX_UNAUTHENTICATED, UNAUTHENTICATED_LIFE};
 use super::head::{read_head, Request};
+use super::keys::{Identity, KeySet, Keys};
 use super::refusals::Refusal;
 use std::io::{self, BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -43,7 +42,7 @@ pub struct Server {
     listener: TcpListener,
     addr: SocketAddr,
     stopping: AtomicBool,
-    token: String,
+    keys: Arc<Keys>,
     max_connections: usize,
     max_unauthenticated: usize,
     body_deadline: Duration,
@@ -51,7 +50,8 @@ pub struct Server {
 }
 
 impl Server {
-    /// Listens on `addr`; `token` is the bearer token a request must carry to be served.
+    /// Listens on `addr`; `token` is the bearer token a request must carry to be served (the
+    /// machine's user's: [`Server::with_keys`] accepts a set of principals instead).
     pub fn bind(addr: SocketAddr, token: String) -> io::Result<Server> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
@@ -60,7 +60,7 @@ impl Server {
             listener,
             addr,
             stopping: AtomicBool::new(false),
-            token,
+            keys: Arc::new(Keys::new(KeySet::single(&token))),
             max_connections: served,
             max_unauthenticated: unauthenticated,
             body_deadline: BODY_DEADLINE,
@@ -76,6 +76,13 @@ impl Server {
     #[cfg(feature = "serve")]
     pub fn with_max_connections(mut self, max: usize) -> Server {
         (self.max_connections, self.max_unauthenticated) = socket_budget(max);
+        self
+    }
+
+    /// Accepts the tokens of `keys` (swappable while it serves) instead of the one token.
+    #[cfg(feature = "serve")]
+    pub fn with_keys(mut self, keys: Arc<Keys>) -> Server {
+        self.keys = keys;
         self
     }
 
@@ -103,7 +110,7 @@ impl Server {
     /// Accepts connections until [`Server::unblock`], handing each request to `route`.
     pub fn serve(&self, route: Route) {
         let gate = Arc::new(Gate {
-            token: self.token.clone(),
+            keys: Arc::clone(&self.keys),
             authenticated: AtomicUsize::new(0),
             max_authenticated: self.max_connections,
             unauthenticated: Mutex::default(),
@@ -244,7 +251,16 @@ fn connection(
             Ok(None) => return, // closed between requests, or idle too long
             Err(rule) => return refuse(&mut conn, rule, life),
         };
-        request.authenticated = bearer_ok(request.header("Authorization"), &gate.token);
+        let identity = gate
+            .keys
+            .current()
+            .resolve(request.header("Authorization"), |name| request.header(name));
+        match identity {
+            Identity::Principal(p) => request.principal = Some(p),
+            Identity::Unknown => {}
+            Identity::ProxyWithoutPrincipal => request.proxy_without_principal = true,
+        }
+        request.authenticated = request.principal.is_some();
         if request.authenticated {
             match conn.authenticate() {
                 Ok(()) => {}

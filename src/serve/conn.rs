@@ -7,6 +7,7 @@
 
 use super::stream::{Budget, Lease, Refused, Stream};
 use crate::acp::{AdapterConfig, LocalHost};
+use crate::http::Principal;
 use crate::jsonrpc::lock;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde::Deserialize;
@@ -33,6 +34,9 @@ pub enum Route {
 pub struct AcpConn {
     pub id: String,
     pub websocket: bool,
+    /// Who opened it (`None` only where no principal is known, as in unit tests): every
+    /// request on it must come from the same principal.
+    pub principal: Option<Arc<Principal>>,
     /// Lines for the agent; `None` once the connection is closed (the agent sees the end of
     /// its input and takes its EOF path: answers, cancels turns, releases sessions).
     inbox: Mutex<Option<Sender<Vec<u8>>>>,
@@ -99,7 +103,8 @@ impl AcpConn {
         config: AdapterConfig,
         local: Arc<dyn LocalHost>,
         websocket: bool,
-        principal: Option<Arc<crate::acp::Principal>>,
+        agent: Option<Arc<crate::acp::Principal>>,
+        principal: Option<Arc<Principal>>,
         on_end: impl FnOnce(&str, &str) + Send + 'static,
     ) -> io::Result<(Arc<AcpConn>, Receiver<Arc<str>>)> {
         let (tx, rx) = bounded(INBOX);
@@ -108,6 +113,7 @@ impl AcpConn {
         let conn = Arc::new(AcpConn {
             id,
             websocket,
+            principal,
             inbox: Mutex::new(Some(tx)),
             initial: Mutex::new((!websocket).then_some(initial_tx)),
             // A WebSocket's stream has its one receiver for the socket's life.
@@ -132,7 +138,7 @@ impl AcpConn {
         let jsonrpc = crate::jsonrpc::Connection::from_io(&name, ChannelReader::new(rx), sink)?;
         let agent_conn = Arc::clone(&conn);
         std::thread::Builder::new().name(name).spawn(move || {
-            crate::acp::serve(jsonrpc, config, local, principal);
+            crate::acp::serve(jsonrpc, config, local, agent);
             agent_conn.close("the agent ended the connection");
             let why = agent_conn.closed().unwrap_or_default();
             on_end(&agent_conn.id, &why);

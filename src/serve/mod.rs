@@ -22,7 +22,9 @@ use crate::acp::host_link::{HostLink, Started};
 use crate::acp::initialize::ClientCapabilities;
 use crate::acp::types::AuthMethod;
 use crate::acp::{AdapterConfig, Dialect, LocalHost};
+use crate::http::{KeySet, Keys, Principal};
 use crate::jsonrpc::{lock, ResponseError};
+pub use auth::TokensRules;
 use conn::AcpConn;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -40,6 +42,13 @@ const TOMBSTONES: usize = 1024;
 pub struct ServeOptions {
     pub listen: SocketAddr,
     pub token_file: Option<PathBuf>,
+    /// `--tokens-file`: one principal a line, re-read on SIGHUP (exclusive with `token_file`).
+    pub tokens_file: Option<PathBuf>,
+    /// The caps of a principal whose line sets none (`--principal-connections`,
+    /// `--principal-sessions`, `--principal-requests`), and `--principal-header`.
+    pub principals: auth::TokensRules,
+    /// `--resource-metadata`: the URL a 401's `WWW-Authenticate` points to (RFC 9728).
+    pub resource_metadata: Option<String>,
     pub tls_proxied: bool,
     pub config: AdapterConfig,
     /// How long a connection may have no stream and send nothing before it is closed (its
@@ -56,6 +65,41 @@ pub struct ServeOptions {
 pub struct Registry {
     conns: Mutex<HashMap<String, Arc<AcpConn>>>,
     tombstones: Mutex<VecDeque<(String, String)>>,
+    /// What each principal holds (by name), against its caps.
+    usage: Mutex<HashMap<Option<String>, Usage>>,
+    /// Each named principal as its connections' agents see it (its share of open sessions,
+    /// counted across them), while one of them lives.
+    agents: Mutex<HashMap<String, std::sync::Weak<crate::acp::Principal>>>,
+}
+
+/// What one principal holds now.
+#[derive(Default)]
+struct Usage {
+    /// ACP connections open (or opening).
+    connections: usize,
+    /// Requests being handled.
+    requests: usize,
+}
+
+/// Which of a principal's caps.
+#[derive(Clone, Copy)]
+enum Cap {
+    Connections,
+    Requests,
+}
+
+/// A request being handled, counted against its principal's cap until dropped.
+pub struct InFlight<'a> {
+    registry: &'a Registry,
+    principal: Option<Arc<Principal>>,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(p) = &self.principal {
+            self.registry.give_back(p, Cap::Requests);
+        }
+    }
 }
 
 impl Registry {
@@ -77,8 +121,96 @@ impl Registry {
         Err(why.unwrap_or_else(|| "Unknown Acp-Connection-Id".into()))
     }
 
+    /// Takes one of `principal`'s `cap` (`Err`: its cap, all taken). A principal without that
+    /// cap is not counted.
+    fn take(&self, principal: &Principal, cap: Cap) -> Result<(), usize> {
+        let Some(max) = limit(principal, cap) else {
+            return Ok(());
+        };
+        let mut usage = lock(&self.usage);
+        let held = usage.entry(principal.name.clone()).or_default();
+        let count = match cap {
+            Cap::Connections => &mut held.connections,
+            Cap::Requests => &mut held.requests,
+        };
+        if *count >= max {
+            return Err(max);
+        }
+        *count += 1;
+        Ok(())
+    }
+
+    /// Gives back what [`Registry::take`] took (a principal holding nothing is forgotten).
+    fn give_back(&self, principal: &Principal, cap: Cap) {
+        if limit(principal, cap).is_none() {
+            return;
+        }
+        let mut usage = lock(&self.usage);
+        let Some(held) = usage.get_mut(&principal.name) else {
+            return;
+        };
+        let count = match cap {
+            Cap::Connections => &mut held.connections,
+            Cap::Requests => &mut held.requests,
+        };
+        *count = count.saturating_sub(1);
+        if held.connections == 0 && held.requests == 0 {
+            usage.remove(&principal.name);
+        }
+    }
+
+    /// The principal a new connection's agent acts for: the one its other connections share
+    /// (so its sessions are counted together), with the sessions cap as now read; none for
+    /// the machine's user.
+    fn agent_principal(&self, principal: &Principal) -> Option<Arc<crate::acp::Principal>> {
+        let name = principal.name.as_ref()?;
+        let max = principal.limits.sessions.unwrap_or(usize::MAX);
+        let mut agents = lock(&self.agents);
+        agents.retain(|_, p| p.strong_count() > 0);
+        if let Some(p) = agents.get(name).and_then(std::sync::Weak::upgrade) {
+            p.set_max_sessions(max);
+            return Some(p);
+        }
+        let p = Arc::new(crate::acp::Principal::new(name, max));
+        agents.insert(name.clone(), Arc::downgrade(&p));
+        Some(p)
+    }
+
+    /// Counts a request of `principal` against its cap while the guard lives; `Err`: why not.
+    pub fn request_begins(&self, principal: &Arc<Principal>) -> Result<InFlight<'_>, String> {
+        match self.take(principal, Cap::Requests) {
+            Ok(()) => Ok(InFlight {
+                registry: self,
+                principal: Some(Arc::clone(principal)),
+            }),
+            Err(max) => Err(format!(
+                "Too Many Requests: {} already has {max} requests in progress, its cap (requests= in the tokens file, or --principal-requests); wait for one to finish",
+                principal.shown()
+            )),
+        }
+    }
+
+    /// Closes the connections whose principal `keys` no longer holds (its token was withdrawn).
+    fn close_withdrawn(&self, keys: &KeySet) -> usize {
+        let gone: Vec<String> = lock(&self.conns)
+            .values()
+            .filter(|c| c.principal.as_ref().is_some_and(|p| !keys.holds(p)))
+            .map(|c| c.id.clone())
+            .collect();
+        for id in &gone {
+            self.remove(
+                id,
+                "its principal's token was withdrawn from the tokens file",
+            );
+        }
+        gone.len()
+    }
+
     fn remove(&self, id: &str, why: &str) -> Option<Arc<AcpConn>> {
         let conn = lock(&self.conns).remove(id)?;
+        if let Some(p) = &conn.principal {
+            self.give_back(p, Cap::Connections);
+        }
         let mut t = lock(&self.tombstones);
         if t.len() >= TOMBSTONES {
             t.pop_front();
@@ -87,6 +219,14 @@ impl Registry {
         drop(t);
         conn.close(why);
         Some(conn)
+    }
+}
+
+/// A principal's cap of this kind.
+fn limit(principal: &Principal, cap: Cap) -> Option<usize> {
+    match cap {
+        Cap::Connections => principal.limits.connections,
+        Cap::Requests => principal.limits.requests,
     }
 }
 
@@ -102,6 +242,8 @@ pub struct Server {
     pub body_deadline: Duration,
     /// The proxy's hash ring, when several processes share one address.
     ring: Option<route::Ring>,
+    /// `WWW-Authenticate`'s value on a 401.
+    pub challenge: String,
 }
 
 impl Server {
@@ -137,28 +279,57 @@ impl Server {
         }
     }
 
-    /// Opens a connection (its agent started, speaking `dialect`) and registers it.
+    /// Opens a connection of `principal` (its agent started, speaking `dialect`) and
+    /// registers it.
     fn open(
         &self,
         websocket: bool,
         dialect: Dialect,
-    ) -> Result<(Arc<AcpConn>, crossbeam_channel::Receiver<Arc<str>>), String> {
+        principal: Option<Arc<Principal>>,
+    ) -> Result<(Arc<AcpConn>, crossbeam_channel::Receiver<Arc<str>>), Refusal> {
         if lock(&self.registry.conns).len() >= MAX_CONNECTIONS {
-            return Err(format!(
+            return Err(Refusal::Busy(format!(
                 "this server already serves {MAX_CONNECTIONS} ACP connections; close one (DELETE /acp) or try again later"
-            ));
+            )));
         }
+        if let Some(p) = &principal {
+            if let Err(max) = self.registry.take(p, Cap::Connections) {
+                return Err(Refusal::AtCap(format!(
+                    "Too Many Requests: {} already has {max} ACP connections open, its cap (connections= in the tokens file, or --principal-connections); close one (DELETE /acp) first",
+                    p.shown()
+                )));
+            }
+        }
+        let opened = self.start(websocket, dialect, principal.clone());
+        if opened.is_err() {
+            if let Some(p) = &principal {
+                self.registry.give_back(p, Cap::Connections);
+            }
+        }
+        opened.map_err(Refusal::Busy)
+    }
+
+    fn start(
+        &self,
+        websocket: bool,
+        dialect: Dialect,
+        principal: Option<Arc<Principal>>,
+    ) -> Result<(Arc<AcpConn>, crossbeam_channel::Receiver<Arc<str>>), String> {
         let registry = Arc::downgrade(&self.registry);
         let config = AdapterConfig {
             dialect,
             ..self.config.clone()
         };
+        let agent = principal
+            .as_deref()
+            .and_then(|p| self.registry.agent_principal(p));
         let (conn, initial) = AcpConn::start(
             self.new_id(),
             config,
             Arc::clone(&self.local),
             websocket,
-            None,
+            agent,
+            principal,
             move |id, why| {
                 if let Some(r) = registry.upgrade() {
                     r.remove(id, why);
@@ -169,6 +340,14 @@ impl Server {
         lock(&self.registry.conns).insert(conn.id.clone(), Arc::clone(&conn));
         Ok((conn, initial))
     }
+}
+
+/// Why a connection was not opened.
+pub enum Refusal {
+    /// The server is full, or could not start it (503).
+    Busy(String),
+    /// Its principal holds all the connections its cap allows (429).
+    AtCap(String),
 }
 
 /// The one Runtime Host of this process: the embedded host started once (on the first session
@@ -225,18 +404,23 @@ pub fn run(options: ServeOptions) -> i32 {
         .data_dir
         .clone()
         .unwrap_or_else(crate::tunables::default_data_dir);
-    let (token, token_path) = match auth::token(options.token_file.as_deref(), &data_dir) {
-        Ok(t) => t,
+    // Before any thread starts (they inherit the mask): SIGHUP is taken by one thread of
+    // ours (`watch_sighup`), never by its default action, which ends the process.
+    let hangups = block_sighup();
+    let (keys, shown) = match keys_of(&options, &data_dir) {
+        Ok(k) => k,
         Err(e) => {
             eprintln!("maka-acp serve: {e}");
             return 2;
         }
     };
+    let keys = Arc::new(Keys::new(keys));
     let busy = format!(
         "Service Unavailable: this server already holds {MAX_SOCKETS} open sockets (or as many as its open-file limit allows); close one or try again later"
     );
-    let server = match crate::http::Server::bind(options.listen, token) {
+    let server = match crate::http::Server::bind(options.listen, String::new()) {
         Ok(s) => s
+            .with_keys(Arc::clone(&keys))
             .with_max_connections(MAX_SOCKETS)
             .with_body_deadline(options.body_deadline)
             .with_busy_answer("text/plain", &busy),
@@ -263,7 +447,13 @@ pub fn run(options: ServeOptions) -> i32 {
     let registry = Arc::new(Registry {
         conns: Mutex::default(),
         tombstones: Mutex::default(),
+        usage: Mutex::default(),
+        agents: Mutex::default(),
     });
+    let challenge = match &options.resource_metadata {
+        Some(url) => format!("Bearer resource_metadata=\"{url}\""),
+        None => "Bearer".to_string(),
+    };
     let shared = Arc::new(Server {
         registry: Arc::clone(&registry),
         config: options.config,
@@ -272,19 +462,113 @@ pub fn run(options: ServeOptions) -> i32 {
         idle_timeout: options.idle_timeout,
         body_deadline: options.body_deadline,
         ring,
+        challenge,
     });
+    if let Some(set) = hangups {
+        let reload = Reload {
+            file: options.tokens_file.clone(),
+            rules: options.principals.clone(),
+            keys,
+            registry: Arc::downgrade(&registry),
+        };
+        let _ = crate::threads::spawn("serve-sighup", move || watch_sighup(set, reload));
+    }
     let idle = options.idle_timeout;
     let reaper = Arc::downgrade(&registry);
     let _ = crate::threads::spawn("serve-reaper", move || reap_idle(reaper, idle));
     let addr = SocketAddr::new(options.listen.ip(), server.port());
-    eprintln!(
-        "maka-acp serve: ACP on http://{addr}/acp (Streamable HTTP and WebSocket); bearer token in {}",
-        token_path.display()
-    );
+    eprintln!("maka-acp serve: ACP on http://{addr}/acp (Streamable HTTP and WebSocket); {shown}");
     let route: crate::http::Route =
         Arc::new(move |request, exchange| routes::handle(&shared, request, exchange));
     server.serve(route);
     0
+}
+
+/// The tokens accepted, and how the start line names where they are.
+fn keys_of(options: &ServeOptions, data_dir: &std::path::Path) -> Result<(KeySet, String), String> {
+    if let Some(path) = &options.tokens_file {
+        let set = auth::read_tokens_file(path, &options.principals)?;
+        let shown = format!(
+            "{} principals from {} (re-read on SIGHUP)",
+            set.entries.len(),
+            path.display()
+        );
+        return Ok((set, shown));
+    }
+    let (token, path) = auth::token(options.token_file.as_deref(), data_dir)?;
+    Ok((
+        KeySet::single(&token),
+        format!("bearer token in {}", path.display()),
+    ))
+}
+
+/// Blocks SIGHUP in this thread, and so in every thread it starts; the set to wait on (`None`:
+/// it could not be blocked, and SIGHUP keeps its default action).
+fn block_sighup() -> Option<libc::sigset_t> {
+    // SAFETY: the set is initialized by sigemptyset before use; pthread_sigmask only reads it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            log::warn!("cannot block SIGHUP: it will end the process as by default");
+            return None;
+        }
+        Some(set)
+    }
+}
+
+/// What a SIGHUP re-reads and replaces.
+struct Reload {
+    file: Option<PathBuf>,
+    rules: auth::TokensRules,
+    keys: Arc<Keys>,
+    registry: std::sync::Weak<Registry>,
+}
+
+impl Reload {
+    /// Re-reads the tokens file: a good one replaces the tokens (a removed one stops working
+    /// at its next request, its connections are closed); a bad one is logged and the tokens
+    /// stay as they were.
+    fn run(&self) {
+        let Some(path) = &self.file else {
+            log::info!("SIGHUP ignored: there is no --tokens-file to re-read");
+            return;
+        };
+        match auth::read_tokens_file(path, &self.rules) {
+            Ok(set) => {
+                let count = set.entries.len();
+                self.keys.replace(set);
+                let closed = match self.registry.upgrade() {
+                    Some(r) => r.close_withdrawn(&self.keys.current()),
+                    None => 0,
+                };
+                log::info!(
+                    "SIGHUP: re-read the tokens file {}: {count} principals; {closed} connections of withdrawn tokens closed",
+                    path.display()
+                );
+            }
+            Err(e) => log::warn!("SIGHUP: {e}; the tokens stay as they were"),
+        }
+    }
+}
+
+/// Waits for SIGHUP (blocked in every thread: see [`block_sighup`]) and re-reads the tokens.
+fn watch_sighup(set: libc::sigset_t, reload: Reload) {
+    loop {
+        let mut signal: libc::c_int = 0;
+        // SAFETY: both pointers are to values we own, valid for the call.
+        let waited = unsafe { libc::sigwait(&set, &mut signal) };
+        if waited != 0 {
+            log::warn!(
+                "cannot wait for SIGHUP (error {waited}); the tokens file is no longer re-read"
+            );
+            return;
+        }
+        if signal == libc::SIGHUP {
+            reload.run();
+        }
+    }
 }
 
 /// Closes connections that have had no stream and no request for `idle`.

@@ -33,15 +33,23 @@ pub fn handle(server: &Server, request: Request, ex: &mut Exchange) {
     if path != "/acp" {
         return text(ex, 404, "Not Found: the ACP endpoint is /acp");
     }
-    // The server checked the token; a request without it gets this one answer, and its
-    // socket is closed (`crate::http`).
-    if !request.authenticated {
+    // The server resolved the token to a principal; a request without one gets this one
+    // answer, and its socket is closed (`crate::http`).
+    let Some(principal) = request.principal.clone() else {
+        let why: &[u8] = if request.proxy_without_principal {
+            b"Unauthorized: the authenticating proxy sent no usable principal (its principal header is missing or not a name of 1 to 64 letters, digits and . _ @ -)"
+        } else {
+            b"Unauthorized: send Authorization: Bearer <token> (the token is in the file maka-acp serve printed, or your line of its --tokens-file)"
+        };
         return ex.respond(
             401,
-            &[("Content-Type", "text/plain"), ("WWW-Authenticate", "Bearer")],
-            b"Unauthorized: send Authorization: Bearer <token> (the token is in the file maka-acp serve printed)",
+            &[
+                ("Content-Type", "text/plain"),
+                ("WWW-Authenticate", &server.challenge),
+            ],
+            why,
         );
-    }
+    };
     if let Err(why) = super::auth::origin_ok(
         request.header("Origin"),
         request.header("Host"),
@@ -49,6 +57,12 @@ pub fn handle(server: &Server, request: Request, ex: &mut Exchange) {
     ) {
         return text(ex, 403, &why);
     }
+    // Counted against the principal's cap while it is handled (an event stream or a
+    // WebSocket: while it is open).
+    let _in_flight = match server.registry.request_begins(&principal) {
+        Ok(guard) => guard,
+        Err(why) => return text(ex, 429, &why),
+    };
     match request.method.as_str() {
         "POST" => post(server, &request, ex),
         "GET" if is_upgrade(&request) => websocket(server, &request, ex),
@@ -68,11 +82,26 @@ fn connection(server: &Server, request: &Request, ex: &mut Exchange) -> Option<A
         return None;
     };
     match server.registry.get(id) {
-        Ok(c) => Some(c),
+        Ok(c) if same_principal(&c, request) => Some(c),
+        // Another principal's connection is, to this one, no connection at all.
+        Ok(_) => {
+            text(ex, 404, "Unknown Acp-Connection-Id");
+            None
+        }
         Err(why) => {
             text(ex, 404, &why);
             None
         }
+    }
+}
+
+/// Whether `request` comes from the principal that opened `conn` (by name: a principal a proxy
+/// names comes back under the same name).
+fn same_principal(conn: &AcpConn, request: &Request) -> bool {
+    match (&conn.principal, &request.principal) {
+        (Some(a), Some(b)) => a.name == b.name,
+        (None, _) => true,
+        (Some(_), None) => false,
     }
 }
 
@@ -140,7 +169,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             Ok(d) => d,
             Err(why) => return text(ex, 400, &why),
         };
-        return initialize(server, object.get("id"), line, dialect, ex);
+        return initialize(server, request, object.get("id"), line, dialect, ex);
     }
     let Some(conn) = connection(server, request, ex) else {
         return;
@@ -230,6 +259,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
 /// Opens a connection: the `initialize` response is the answer, with the connection's id.
 fn initialize(
     server: &Server,
+    request: &Request,
     id: Option<&Value>,
     line: Vec<u8>,
     dialect: Dialect,
@@ -238,9 +268,9 @@ fn initialize(
     if id.is_none_or(Value::is_null) {
         return text(ex, 400, "Initialize request must include an ID");
     }
-    let (conn, initial) = match server.open(false, dialect) {
+    let (conn, initial) = match server.open(false, dialect, request.principal.clone()) {
         Ok(c) => c,
-        Err(why) => return text(ex, 503, &why),
+        Err(refusal) => return refused(ex, refusal),
     };
     let answer = if conn.deliver(line) {
         initial.recv_timeout(INITIALIZE_TIMEOUT).ok()
@@ -267,10 +297,25 @@ fn initialize(
     );
 }
 
+/// A connection that was not opened: 503 when the server is full, 429 at the principal's cap.
+fn refused(ex: &mut Exchange, refusal: super::Refusal) {
+    match refusal {
+        super::Refusal::Busy(why) => text(ex, 503, &why),
+        super::Refusal::AtCap(why) => text(ex, 429, &why),
+    }
+}
+
 fn delete(server: &Server, request: &Request, ex: &mut Exchange) {
     let Some(id) = request.header(CONNECTION_ID) else {
         return text(ex, 400, "Missing Acp-Connection-Id");
     };
+    if server
+        .registry
+        .get(id)
+        .is_ok_and(|c| !same_principal(&c, request))
+    {
+        return text(ex, 404, "Unknown Acp-Connection-Id");
+    }
     match server.registry.remove(id, "the client closed it (DELETE)") {
         Some(_) => ex.respond(202, &[], b""),
         None => text(ex, 404, "Unknown Acp-Connection-Id"),
@@ -556,9 +601,9 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
         Ok(d) => d,
         Err(why) => return text(ex, 400, &why),
     };
-    let (conn, _) = match server.open(true, dialect) {
+    let (conn, _) = match server.open(true, dialect, request.principal.clone()) {
         Ok(c) => c,
-        Err(why) => return text(ex, 503, &why),
+        Err(refusal) => return refused(ex, refusal),
     };
     let refuse = |ex: &mut Exchange, why: String| {
         server.registry.remove(&conn.id, &why);
