@@ -2711,6 +2711,17 @@ fn a_principal_at_its_session_share_is_refused_and_another_is_served() {
     assert!(message.contains("alice already has 1 sessions open"), "{r}");
     let mut b = HttpClient::connect_as(&s, BOB, "/acp");
     b.new_session();
+    // A principal may not remove the machine's provider key that every user's sessions use:
+    // `logout` is neither offered nor served.
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}});
+    let r = s.post_as(BOB, "/acp", None, None, &init);
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert!(
+        v["result"]["agentCapabilities"].get("auth").is_none(),
+        "{v}"
+    );
+    let r = b.call("logout", json!({}));
+    assert_eq!(r["error"]["code"], -32601, "{r}");
     // Closing one gives the share back.
     let r = a.call("session/close", json!({"sessionId": first}));
     assert!(r.get("error").is_none(), "{r}");
