@@ -2842,6 +2842,18 @@ fn a_tokens_file_that_is_not_private_plain_and_well_formed_is_refused_at_start()
         "{err}"
     );
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // Another user's file (only root can make one here: elsewhere this case is skipped).
+    let c = std::ffi::CString::new(f.as_str()).unwrap();
+    // SAFETY: a valid path; chown only changes the file's owner.
+    if unsafe { libc::chown(c.as_ptr(), 65534, 65534) } == 0 {
+        let err = refused_at_start(&args, &data);
+        assert!(err.contains("belongs to another user (uid 65534)"), "{err}");
+        // SAFETY: as above.
+        assert_eq!(
+            unsafe { libc::chown(c.as_ptr(), libc::geteuid(), libc::getegid()) },
+            0
+        );
+    }
     let err = refused_at_start(&[&args[..], &["--token-file", f.as_str()]].concat(), &data);
     assert!(err.contains("cannot be used together"), "{err}");
     let fifo = dir.path().join("tokens.fifo");
@@ -2983,6 +2995,16 @@ fn the_principal_header_is_believed_only_from_the_proxy() {
         );
         assert_eq!(r.header("WWW-Authenticate"), Some("Bearer"));
     }
+    // The header twice (one from the proxy, one a client slipped past it) names nobody.
+    let h = [
+        ("Authorization", proxy.as_str()),
+        ("Content-Type", "application/json"),
+        ("Acp-Connection-Id", bobs.as_str()),
+        ("X-Forwarded-User", "bob@example.com"),
+        ("X-Forwarded-User", "alice@example.com"),
+    ];
+    let r = s.exchange("POST", &h, list.to_string().as_bytes());
+    assert_eq!(r.status, 401, "{}", r.body);
 }
 
 /// A principal at its cap of connections, or of requests in progress, is refused with a clear
@@ -3104,5 +3126,315 @@ fn a_token_removed_from_the_tokens_file_stops_working_after_sighup() {
             .initialize_with(&[("Authorization", &plain.auth())])
             .status,
         200
+    );
+}
+
+// ---- issue 56: what a hostile review of the principals found ----
+
+/// Bob's answer for alice's session id must equal his answer for an id that does not exist,
+/// also when another field of the params is bad (the host validates it before the lookup).
+#[test]
+fn a_principal_is_answered_as_for_no_session_even_when_other_params_are_bad() {
+    let s = Serve::start_with_tokens(&[&format!("alice {ALICE}"), &format!("bob {BOB}")], &[]);
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
+    let sid = a.new_session();
+    let mut b = HttpClient::connect_as(&s, BOB, "/acp");
+    let nobody = unknown_like(&sid);
+    b.open_stream(Some(&sid), None);
+    b.open_stream(Some(&nobody), None);
+    let cases = |id: &str| {
+        vec![
+            (
+                "_maka/session/revision/create",
+                json!({"sessionId": id, "label": " "}),
+            ),
+            ("_maka/goal/arm", json!({"sessionId": id, "objective": ""})),
+            (
+                "_maka/goal/arm",
+                json!({"sessionId": id, "objective": "x", "maxTurns": 0}),
+            ),
+            ("_maka/turn/steer", json!({"sessionId": id, "prompt": []})),
+            (
+                "_maka/plan/control",
+                json!({"sessionId": id, "action": {"kind": "revise", "entries": []}}),
+            ),
+        ]
+    };
+    let mut leaks = vec![];
+    for ((m, on_alices), (_, on_none)) in cases(&sid).into_iter().zip(cases(&nobody)) {
+        let t = b.call(m, on_alices)["error"]
+            .to_string()
+            .replace(&sid, "ID");
+        let n = b.call(m, on_none)["error"]
+            .to_string()
+            .replace(&nobody, "ID");
+        if t != n {
+            leaks.push(format!("{m}: alice's -> {t}\n   none -> {n}"));
+        }
+    }
+    assert!(leaks.is_empty(), "existence leaks:\n{}", leaks.join("\n"));
+}
+
+/// A closed connection's id: bob is told it was alice's and why it closed.
+#[test]
+fn another_principals_closed_connection_is_unknown_not_explained() {
+    let s = Serve::start_with_tokens(&[&format!("alice {ALICE}"), &format!("bob {BOB}")], &[]);
+    let a = HttpClient::connect_as(&s, ALICE, "/acp");
+    let alice = format!("Bearer {ALICE}");
+    let r = s.exchange(
+        "DELETE",
+        &[("Authorization", &alice), ("Acp-Connection-Id", &a.conn)],
+        b"",
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let bob = format!("Bearer {BOB}");
+    let ping =
+        json!({"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": {}}).to_string();
+    let h = |c: &str| {
+        vec![
+            ("Authorization", bob.clone()),
+            ("Acp-Connection-Id", c.to_string()),
+            ("Content-Type", "application/json".to_string()),
+        ]
+    };
+    let hs = h(&a.conn);
+    let on_alices = s.exchange(
+        "POST",
+        &hs.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>(),
+        ping.as_bytes(),
+    );
+    let none = "0".repeat(a.conn.len());
+    let hn = h(&none);
+    let on_none = s.exchange(
+        "POST",
+        &hn.iter().map(|(k, v)| (*k, v.as_str())).collect::<Vec<_>>(),
+        ping.as_bytes(),
+    );
+    assert_eq!(
+        (on_alices.status, on_alices.body.clone()),
+        (on_none.status, on_none.body.clone())
+    );
+}
+
+/// Issue 56 review: memory's revision was one for everybody, so bob saw alice's memory
+/// activity (and could make her writes conflict). Each principal's revision is its own, and
+/// bob's write does not make alice's conflict.
+#[test]
+fn a_principals_memory_revision_moves_only_with_its_own_notes() {
+    let s = Serve::start_with_tokens(&[&format!("alice {ALICE}"), &format!("bob {BOB}")], &[]);
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
+    let mut b = HttpClient::connect_as(&s, BOB, "/acp");
+    let rev = |c: &mut HttpClient| {
+        c.call("_maka/memory/query", json!({}))["result"]["revision"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = rev(&mut b);
+    let ra = rev(&mut a);
+    let r = a.call("_maka/memory/mutate", json!({"expectedRevision": ra, "change": {"kind": "add", "scope": "user", "text": "alice secret note"}}));
+    assert!(r.get("error").is_none(), "{r}");
+    assert_eq!(rev(&mut b), before, "bob sees alice's memory activity");
+    let ra = rev(&mut a);
+    let r = b.call("_maka/memory/mutate", json!({"expectedRevision": before, "change": {"kind": "add", "scope": "user", "text": "bob's note"}}));
+    assert_eq!(r["result"]["kind"], "committed", "{r}");
+    let r = a.call("_maka/memory/mutate", json!({"expectedRevision": ra, "change": {"kind": "add", "scope": "user", "text": "alice again"}}));
+    assert_eq!(
+        r["result"]["kind"], "committed",
+        "bob's write raced alice's: {r}"
+    );
+}
+
+/// A principal's share of sessions comes back when its connection ends (DELETE), also after
+/// a prompt ran (reader threads hold the connection's context).
+#[test]
+fn a_principals_session_share_comes_back_when_its_connection_ends() {
+    let s = Serve::start_with_tokens(
+        &[&format!("alice {ALICE} sessions=1"), &format!("bob {BOB}")],
+        &[],
+    );
+    let cwd = s.ws.path().display().to_string();
+    {
+        let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
+        let sid = a.new_session();
+        let id = a.prompt(&sid, "hello");
+        let (r, _) = a.until_response(id, |v| panic!("{v}"));
+        assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+        let alice = format!("Bearer {ALICE}");
+        let r = s.exchange(
+            "DELETE",
+            &[("Authorization", &alice), ("Acp-Connection-Id", &a.conn)],
+            b"",
+        );
+        assert_eq!(r.status, 202, "{}", r.body);
+    }
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut a2 = HttpClient::connect_as(&s, ALICE, "/acp");
+        let r = a2.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+        if r.get("error").is_none() {
+            break;
+        }
+        assert!(Instant::now() < until, "the share never came back: {r}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Issue 56 review: Maka's dialect lets a client choose a branch's target id. Once alice's
+/// parent is deleted, bob makes a session of that id and "retries" her branch: the host must not
+/// answer with alice's child (a retry is the same source *and* owner). A target id another
+/// principal took is refused as taken, like any taken id (documented: it tells that the id is
+/// taken, nothing of the session; ACP's own ids are random).
+#[test]
+fn a_branch_retry_by_another_principal_does_not_hand_over_the_target() {
+    let s = Serve::start_with_tokens(
+        &[&format!("alice {ALICE}"), &format!("bob {BOB}")],
+        &[("MAKA_HOST_FSYNC", "0")],
+    );
+    let copy = |c: &mut HttpClient, src: &str, target: &str| {
+        let page = c.call("_maka/session/copy-source/query", json!({"sessionId": src}));
+        let page = &page["result"];
+        c.call(
+            "_maka/session/branch/create",
+            json!({"sourceSessionId": src, "targetSessionId": target,
+                   "sourceTurnId": page["contributions"][0]["turnId"],
+                   "expectedSourceRevision": page["expectedSourceRevision"]}),
+        )
+    };
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp?dialect=maka");
+    let parent = a.new_session();
+    let id = a.prompt(&parent, "alice's secret plan");
+    let (r, _) = a.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let made = copy(&mut a, &parent, "alice-child");
+    assert_eq!(made["result"]["kind"], "committed", "{made}");
+
+    let mut b = HttpClient::connect_as(&s, BOB, "/acp?dialect=maka");
+    let mine = b.new_session();
+    let id = b.prompt(&mine, "bob");
+    let (r, _) = b.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    // A taken id is refused as taken, whoever took it.
+    let on_alices = copy(&mut b, &mine, "alice-child");
+    assert!(
+        on_alices["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("already exists"),
+        "{on_alices}"
+    );
+    // Alice deletes her parent; bob takes its id, then "retries" alice's branch.
+    let r = a.call("session/delete", json!({"sessionId": parent}));
+    assert!(r.get("error").is_none(), "{r}");
+    let took = copy(&mut b, &mine, &parent);
+    assert_eq!(took["result"]["kind"], "committed", "{took}");
+    b.open_stream(Some(&parent), None);
+    b.open_stream(Some("alice-child"), None);
+    let stolen = copy(&mut b, &parent, "alice-child");
+    assert!(
+        stolen["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("already exists"),
+        "bob is answered as for any taken id, not with alice's session: {stolen}"
+    );
+}
+
+/// Workspace permission rules are kept per folder, not per principal: bob's "always allow"
+/// in a folder alice also works in decides alice's dialogs.
+#[test]
+fn one_principals_always_allow_does_not_answer_anothers_dialog() {
+    let s = Serve::start_with_tokens(
+        &[&format!("alice {ALICE}"), &format!("bob {BOB}")],
+        &[("MAKA_HOST_FSYNC", "0")],
+    );
+    let always = |v: &Value| -> Value {
+        assert_eq!(v["method"], "session/request_permission", "{v}");
+        assert!(
+            v["params"]["options"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|o| o["optionId"] == "allow_workspace"),
+            "{v}"
+        );
+        json!({"outcome": {"outcome": "selected", "optionId": "allow_workspace"}})
+    };
+    let mut b = HttpClient::connect_as(&s, BOB, "/acp");
+    let sb = b.new_session();
+    let id = b.prompt(&sb, "run it");
+    let (r, _) = b.until_response(id, always);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
+    let sa = a.new_session();
+    let id = a.prompt(&sa, "run it");
+    let asked = std::cell::Cell::new(false);
+    let (r, _) = a.until_response(id, |v| {
+        asked.set(true);
+        always(v)
+    });
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    assert!(
+        asked.get(),
+        "alice was never asked: bob's rule ran the command in her session"
+    );
+}
+
+/// Issue 56 review: the host's event streams (64) are shared by every principal; bob's
+/// followed turns, within his caps here, could take them all and alice's prompt then failed.
+/// A principal holds at most a quarter of them (`host::SHARE`): bob's 17th running prompt is
+/// refused saying so, and alice's prompt runs.
+#[test]
+fn one_principal_cannot_take_every_host_stream() {
+    let s = Serve::start_with_tokens(
+        &[&format!("alice {ALICE}"), &format!("bob {BOB}")],
+        &[("MAKA_HOST_FSYNC", "0")],
+    );
+    let mut b = HttpClient::connect_as(&s, BOB, "/acp");
+    let mut ids = vec![];
+    for _ in 0..17 {
+        let sid = b.new_session();
+        ids.push(b.prompt(&sid, "slow"));
+    }
+    // The one answer due now: the prompt past bob's share (the others run for 30 s).
+    let refused = loop {
+        let (_, _, v) = b.next();
+        if v.get("method").is_none() && v.get("error").is_some() {
+            break v;
+        }
+    };
+    assert!(ids.contains(&refused["id"].as_i64().unwrap()), "{refused}");
+    let said = refused.to_string();
+    assert!(
+        said.contains("bob already holds 16 of this host's 64 event streams"),
+        "{said}"
+    );
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
+    let sa = a.new_session();
+    let id = a.prompt(&sa, "hello");
+    let (r, _) = a.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+}
+
+/// An initialize whose head was read before SIGHUP withdrew its token, and whose body comes
+/// after: is a connection opened for the withdrawn principal?
+#[test]
+fn a_token_withdrawn_while_its_request_is_read_opens_no_connection() {
+    let (s, file) = Serve::with_principals(&format!("alice {ALICE}\nbob {BOB}\n"), &[]);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "clientCapabilities": {}}}).to_string();
+    let mut t = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    t.set_read_timeout(Some(STEP)).unwrap();
+    write!(t, "POST /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {BOB}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", s.port, init.len()).unwrap();
+    t.flush().unwrap();
+    // The head first, then the reload, then the body. (Had the server not read the head before
+    // the reload, the gate would refuse it: the test cannot pass wrongly, only test less.)
+    std::thread::sleep(Duration::from_millis(300));
+    write_tokens(&file, &format!("alice {ALICE}\n"));
+    s.hang_up("SIGHUP: re-read the tokens file");
+    t.write_all(init.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = t.read_to_string(&mut out);
+    assert!(
+        !out.starts_with("HTTP/1.1 200"),
+        "a withdrawn principal got a connection: {out}"
     );
 }

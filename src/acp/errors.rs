@@ -139,9 +139,10 @@ pub fn session_busy(id: &str) -> ResponseError {
     ))
 }
 
-/// The host's event-stream slots stayed full: `what` could not be followed.
-pub fn capacity_exceeded(what: &str) -> ResponseError {
+/// The host's event-stream slots (or this principal's share of them) stayed full: `what`
+/// could not be followed; `host_said` is which.
+pub fn capacity_exceeded(what: &str, host_said: &str) -> ResponseError {
     MakaCode::CapacityExceeded.error(format!(
-        "The Runtime Host is following too many sessions to follow {what}. Try again in a moment."
+        "The Runtime Host has no event stream free to follow {what} ({host_said}). Try again in a moment."
     ))
 }

@@ -68,7 +68,7 @@ pub fn run(
                     if let Some(t) = session.position().active_turn {
                         super::session::stop_turn(&shared, &session.id, &t);
                     }
-                    let e = errors::capacity_exceeded("this turn; it was stopped");
+                    let e = errors::capacity_exceeded("this turn; it was stopped", &h.message);
                     stop(&session, &shared, Err(e));
                     return;
                 }
@@ -153,7 +153,10 @@ pub fn open_stream(
                 std::thread::sleep(Duration::from_millis(100));
             }
             Err(ClientError::Host(h)) if h.code == ErrorCode::CapacityExceeded => {
-                return Err(errors::capacity_exceeded("this prompt; it was not started"))
+                return Err(errors::capacity_exceeded(
+                    "this prompt; it was not started",
+                    &h.message,
+                ))
             }
             Err(e) => return Err(errors::from_client(&e)),
         }

@@ -1,7 +1,7 @@
 //! Memory and workspace instructions: what the model is told before the conversation.
 //!
 //! Memory entries (`memory.json` in the data dir) are short notes scoped to the user, a
-//! workspace or a session, changed under one compare-and-set revision. Instruction files are
+//! workspace or a session, changed under compare-and-set revisions. Instruction files are
 //! read from disk at each turn's start: the user's `AGENTS.md` next to the config file, then
 //! `AGENTS.md` at the root of the session's workspace and of each additional directory (the
 //! file codex and opencode read). Both are composed into the system prompt within a budget
@@ -10,16 +10,20 @@
 //! Each entry has an owner: the principal that added it (issue 56), or none for the machine's
 //! user. A principal sees and changes only its own entries, and a session's model is told only
 //! its owner's ([`Whose`]); the machine's user, through the host's API, sees and changes every
-//! entry. The revision is one for all of memory.
+//! entry. Each principal has its own revision (moved only by changes of its entries) and its
+//! own share of entries; the machine's user's revision moves with every change.
 
 use crate::host_api::ops::{MemoryChange, MemoryEntry, MemoryOutcome, MemoryScope, MemoryView};
 use crate::host_api::wire::{now_ms, ErrorCode, HostError, Session};
 use crate::jsonrpc::lock;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 /// At most this many entries in all, each at most this many characters.
 pub const MAX_ENTRIES: usize = 500;
+/// At most this many entries of all owners together (the file's bound).
+pub const MAX_ALL_ENTRIES: usize = 16 * MAX_ENTRIES;
 pub const MAX_TEXT_CHARS: usize = 2000;
 /// Budgets in the system prompt (bytes): instruction files, then memory.
 pub const INSTRUCTIONS_BUDGET: usize = 32 * 1024;
@@ -29,8 +33,31 @@ pub const INSTRUCTION_FILE: &str = "AGENTS.md";
 
 #[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
 struct Stored {
+    /// Bumped by every change: the machine's user's compare-and-set token.
     revision: u64,
+    /// Each principal's own token, bumped only by changes to its entries, so one principal
+    /// neither sees another's activity nor races it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    revisions: BTreeMap<String, u64>,
     entries: Vec<MemoryEntry>,
+}
+
+impl Stored {
+    /// The compare-and-set token `whose` reads and writes with.
+    fn revision_of(&self, whose: Whose) -> u64 {
+        match whose {
+            Whose::Owner(Some(p)) => self.revisions.get(p).copied().unwrap_or(1),
+            Whose::All | Whose::Owner(None) => self.revision,
+        }
+    }
+
+    /// A change to an entry of `owner`: every token that covers it moves.
+    fn changed(&mut self, owner: Option<&str>) {
+        self.revision += 1;
+        if let Some(p) = owner {
+            *self.revisions.entry(p.to_string()).or_insert(1) += 1;
+        }
+    }
 }
 
 /// Whose entries a reader sees and a writer may change.
@@ -84,18 +111,19 @@ impl Memory {
             fsync,
             state: Mutex::new(Stored {
                 revision: state.revision.max(1),
+                revisions: state.revisions,
                 entries: state.entries,
             }),
             writer: Mutex::new(()),
         }
     }
 
-    /// The entries `whose` may see: all of them, or those `session`'s model sees. The revision
-    /// is memory's, whoever reads.
+    /// The entries `whose` may see: all of them, or those `session`'s model sees, with
+    /// `whose` revision (a principal's moves only with its own entries).
     pub fn view(&self, whose: Whose, session: Option<&Session>) -> MemoryView {
         let st = lock(&self.state);
         MemoryView {
-            revision: st.revision,
+            revision: st.revision_of(whose),
             entries: st
                 .entries
                 .iter()
@@ -105,9 +133,9 @@ impl Memory {
         }
     }
 
-    /// Memory's revision (the compare-and-set token of [`Memory::mutate`]).
-    pub fn revision(&self) -> u64 {
-        lock(&self.state).revision
+    /// `whose` revision (the compare-and-set token of [`Memory::mutate`]).
+    pub fn revision(&self, whose: Whose) -> u64 {
+        lock(&self.state).revision_of(whose)
     }
 
     /// Applies `change` for `whose` if memory is still at `expected`. `session` resolves
@@ -123,11 +151,9 @@ impl Memory {
     ) -> Result<MemoryOutcome, HostError> {
         let _writer = lock(&self.writer);
         let mut next = lock(&self.state).clone();
-        if next.revision != expected {
-            return Ok(MemoryOutcome::RevisionConflict {
-                expected,
-                actual: next.revision,
-            });
+        let actual = next.revision_of(whose);
+        if actual != expected {
+            return Ok(MemoryOutcome::RevisionConflict { expected, actual });
         }
         let now = now_ms();
         let entry = match change {
@@ -138,10 +164,22 @@ impl Memory {
                 ..
             } => {
                 let text = checked_text(&text)?;
-                if next.entries.len() >= MAX_ENTRIES {
+                let owner = match whose {
+                    Whose::Owner(o) => o.map(String::from),
+                    Whose::All => session.and_then(|s| s.owner.clone()),
+                };
+                // Each owner's share: one user filling memory leaves the others theirs.
+                let own = next.entries.iter().filter(|e| e.owner == owner).count();
+                if own >= MAX_ENTRIES {
                     return Err(HostError::new(
                         ErrorCode::CapacityExceeded,
-                        format!("memory holds {MAX_ENTRIES} entries already; forget some first"),
+                        format!("memory holds {MAX_ENTRIES} entries of yours already; forget some first"),
+                    ));
+                }
+                if next.entries.len() >= MAX_ALL_ENTRIES {
+                    return Err(HostError::new(
+                        ErrorCode::CapacityExceeded,
+                        format!("memory holds {MAX_ALL_ENTRIES} entries of all its users; the machine's user can forget some"),
                     ));
                 }
                 let scope = match (scope.as_str(), session) {
@@ -174,10 +212,7 @@ impl Memory {
                     .into(),
                     created_at: now,
                     updated_at: now,
-                    owner: match whose {
-                        Whose::Owner(o) => o.map(String::from),
-                        Whose::All => session.and_then(|s| s.owner.clone()),
-                    },
+                    owner,
                 };
                 next.entries.push(e.clone());
                 Some(e)
@@ -194,15 +229,21 @@ impl Memory {
                 Some(e.clone())
             }
             MemoryChange::Forget { id } => {
-                let before = next.entries.len();
-                next.entries.retain(|e| e.id != id || !whose.covers(e));
-                if next.entries.len() == before {
+                let Some(at) = next
+                    .entries
+                    .iter()
+                    .position(|e| e.id == id && whose.covers(e))
+                else {
                     return Err(HostError::not_found(format!("memory entry {id}")));
-                }
+                };
+                let gone = next.entries.remove(at);
+                next.changed(gone.owner.as_deref());
                 None
             }
         };
-        next.revision += 1;
+        if let Some(e) = &entry {
+            next.changed(e.owner.as_deref());
+        }
         let bytes =
             serde_json::to_vec_pretty(&next).map_err(|e| HostError::internal(e.to_string()))?;
         let dir = self.path.parent().unwrap_or(Path::new("."));
@@ -212,7 +253,7 @@ impl Memory {
                 format!("cannot save memory: {e}"),
             )
         })?;
-        let revision = next.revision;
+        let revision = next.revision_of(whose);
         *lock(&self.state) = next;
         Ok(MemoryOutcome::Committed { revision, entry })
     }
@@ -436,6 +477,37 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Issue 56 review: one principal filling memory leaves the others their share.
+    #[test]
+    fn a_principal_that_fills_its_share_leaves_the_others_theirs() {
+        let dir = std::env::temp_dir().join(format!("maka-memory-share-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let m = Memory::open(&dir, false);
+        let bob = Whose::caller(Some("bob"));
+        for n in 0..MAX_ENTRIES {
+            let r = m.mutate(bob, m.revision(bob), add("user", &format!("b{n}")), None);
+            assert!(matches!(r, Ok(MemoryOutcome::Committed { .. })));
+        }
+        let full = m
+            .mutate(bob, m.revision(bob), add("user", "one more"), None)
+            .err()
+            .unwrap();
+        assert_eq!(full.code, ErrorCode::CapacityExceeded);
+        assert!(
+            full.message.contains("entries of yours"),
+            "{}",
+            full.message
+        );
+        let alice = Whose::caller(Some("alice"));
+        let r = m.mutate(alice, m.revision(alice), add("user", "mine"), None);
+        assert!(
+            matches!(r, Ok(MemoryOutcome::Committed { .. })),
+            "alice has her share"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Issue 56: each entry is its owner's. A principal sees and changes only its own (another's
     /// id is answered as an unknown one); a session is told only its owner's, the machine's
     /// user's sessions none of a principal's; an entry from before owners is the machine's
@@ -463,18 +535,21 @@ mod tests {
             Ok(MemoryOutcome::Committed { entry, .. }) => entry,
             _ => panic!("not committed"),
         };
-        let a = committed(m.mutate(alice, 3, add("user", "ALICE"), None)).unwrap();
+        let a = committed(m.mutate(alice, m.revision(alice), add("user", "ALICE"), None)).unwrap();
         assert_eq!(a.owner.as_deref(), Some("alice"));
         // The model of alice's session keeps its notes for alice.
         let r = committed(m.mutate(
             Whose::session(&alices),
-            4,
+            m.revision(Whose::session(&alices)),
             add("session", "MINE"),
             Some(&alices),
         ));
         assert_eq!(r.unwrap().owner.as_deref(), Some("alice"));
         // The machine's user adding for alice's session adds for alice.
         let w = committed(m.mutate(Whose::All, 5, add("workspace", "FOR ALICE"), Some(&alices)));
+        // Alice's own revision moved with each of her three entries, and only with them.
+        assert_eq!(m.revision(alice), 4);
+        assert_eq!(m.revision(bob), 1);
         assert_eq!(w.unwrap().owner.as_deref(), Some("alice"));
         let texts =
             |v: MemoryView| -> Vec<String> { v.entries.into_iter().map(|e| e.text).collect() };
@@ -501,8 +576,8 @@ mod tests {
             },
             |id: &str| MemoryChange::Forget { id: id.into() },
         ] {
-            let on_alices = m.mutate(bob, 6, change(&a.id), None).err().unwrap();
-            let on_none = m.mutate(bob, 6, change("mem_none"), None).err().unwrap();
+            let on_alices = m.mutate(bob, 1, change(&a.id), None).err().unwrap();
+            let on_none = m.mutate(bob, 1, change("mem_none"), None).err().unwrap();
             assert_eq!(on_alices.code, on_none.code);
             assert_eq!(
                 on_alices.message.replace(&a.id, "ID"),

@@ -27,10 +27,11 @@ pub(crate) mod tools;
 pub(crate) mod turn;
 
 pub use crate::host_api::random_hex;
-use crate::host_api::wire::HostError;
+use crate::host_api::wire::{ErrorCode, HostError};
 use models::Providers;
 use serde_json::Value;
 use session::SessionCell;
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -62,6 +63,8 @@ pub struct Host {
     active_turns: Gauge,
     streams: Gauge,
     ops_inflight: Gauge,
+    /// What each principal holds of `streams` and `ops_inflight` (its share, [`SHARE`]).
+    shares: Shares,
     server: Mutex<Option<Arc<crate::http::Server>>>,
     /// Other adapters using this host (`GET /v1/attach`): it lives while any does.
     pub attached: owner::Attached,
@@ -81,6 +84,50 @@ struct Gauge {
 
 /// Held while a stream (or op) occupies one of the bounded slots.
 pub struct Slot<'a>(&'a Gauge);
+
+/// One principal's share of the host's event streams and operations in flight: a quarter of
+/// each, so no principal can take every slot from the others (the machine's user has none).
+pub const SHARE: usize = 4;
+
+/// What one principal holds now.
+#[derive(Clone, Copy, Default)]
+pub struct Held {
+    streams: usize,
+    ops: usize,
+}
+
+/// Which of the host's bounded slots.
+#[derive(Clone, Copy)]
+pub enum Bounded {
+    Streams,
+    Ops,
+}
+
+/// What each principal holds of the bounded slots, by name.
+type Shares = Mutex<HashMap<String, Held>>;
+
+/// A slot taken for a principal: its global slot and its share, both given back on drop.
+pub struct Shared<'a> {
+    _slot: Slot<'a>,
+    share: Option<(&'a Shares, String, Bounded)>,
+}
+
+impl Drop for Shared<'_> {
+    fn drop(&mut self) {
+        if let Some((shares, name, kind)) = &self.share {
+            let mut all = shares.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(held) = all.get_mut(name) {
+                match kind {
+                    Bounded::Streams => held.streams = held.streams.saturating_sub(1),
+                    Bounded::Ops => held.ops = held.ops.saturating_sub(1),
+                }
+                if held.streams == 0 && held.ops == 0 {
+                    all.remove(name);
+                }
+            }
+        }
+    }
+}
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
@@ -197,12 +244,57 @@ impl Host {
         self.catalog_revision.fetch_add(1, Ordering::AcqRel);
     }
 
-    pub fn stream_slot(&self) -> Option<Slot<'_>> {
-        self.streams.take(server::MAX_STREAMS)
-    }
-
-    pub fn op_slot(&self) -> Option<Slot<'_>> {
-        self.ops_inflight.take(server::MAX_INFLIGHT_OPS)
+    /// A slot of `kind` for `principal` (none: the machine's user, who has no share of its
+    /// own): `Err` says which bound is full.
+    pub fn slot_for(
+        &self,
+        principal: Option<&str>,
+        kind: Bounded,
+    ) -> Result<Shared<'_>, HostError> {
+        let (gauge, max, what, all_taken) = match kind {
+            Bounded::Streams => (
+                &self.streams,
+                server::MAX_STREAMS,
+                "event streams",
+                format!("more than {} concurrent streams", server::MAX_STREAMS),
+            ),
+            Bounded::Ops => (
+                &self.ops_inflight,
+                server::MAX_INFLIGHT_OPS,
+                "operations in flight",
+                "too many requests in flight".to_string(),
+            ),
+        };
+        let full = |m: String| HostError::new(ErrorCode::CapacityExceeded, m);
+        let Some(name) = principal else {
+            let slot = gauge.take(max).ok_or_else(|| full(all_taken.clone()))?;
+            return Ok(Shared {
+                _slot: slot,
+                share: None,
+            });
+        };
+        let share = max / SHARE;
+        let mut all = self.shares.lock().unwrap_or_else(|p| p.into_inner());
+        let held = all.get(name).copied().unwrap_or_default();
+        let count = match kind {
+            Bounded::Streams => held.streams,
+            Bounded::Ops => held.ops,
+        };
+        if count >= share {
+            return Err(full(format!(
+                "{name} already holds {share} of this host's {max} {what}, its share; wait for one to end"
+            )));
+        }
+        let slot = gauge.take(max).ok_or_else(|| full(all_taken))?;
+        let held = all.entry(name.to_string()).or_default();
+        match kind {
+            Bounded::Streams => held.streams += 1,
+            Bounded::Ops => held.ops += 1,
+        }
+        Ok(Shared {
+            _slot: slot,
+            share: Some((&self.shares, name.to_string(), kind)),
+        })
     }
 
     pub fn turn_started(&self) {
@@ -393,6 +485,7 @@ pub fn bind(
         active_turns: Gauge::default(),
         streams: Gauge::default(),
         ops_inflight: Gauge::default(),
+        shares: Mutex::default(),
         server: Mutex::new(Some(Arc::clone(&server))),
         attached: owner::Attached::default(),
         data_dir: data_dir.to_path_buf(),

@@ -898,6 +898,16 @@ fn version_one<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u32, D::Error> 
     }
 }
 
+/// The key a workspace's kept rules (and its agents' trust) are kept under: the folder for the
+/// machine's user (as before principals), `@NAME:folder` for a principal's sessions — names
+/// hold no `:` and folders are absolute, so no key is both.
+pub fn owned_key(owner: Option<&str>, workspace: &str) -> String {
+    match owner {
+        None => workspace.to_string(),
+        Some(name) => format!("@{name}:{workspace}"),
+    }
+}
+
 /// The workspace rules (`permissions.json`).
 pub struct Rules {
     dir: PathBuf,

@@ -6,6 +6,7 @@
 
 use super::ops::Caller;
 use super::session::Since;
+use super::Bounded;
 use super::Host;
 use crate::host_api::wire::StreamEndReason;
 use crate::host_api::wire::{
@@ -135,15 +136,9 @@ fn handle(host: &Arc<Host>, request: Request, ex: &mut Exchange) {
     match (request.method.as_str(), path) {
         ("POST", p) if p.starts_with("/v1/op/") => {
             let key = &p["/v1/op/".len()..];
-            let _guard = match host.op_slot() {
-                Some(g) => g,
-                None => {
-                    return respond_error(
-                        host,
-                        ex,
-                        HostError::new(ErrorCode::CapacityExceeded, "too many requests in flight"),
-                    );
-                }
+            let _guard = match host.slot_for(caller.principal(), Bounded::Ops) {
+                Ok(g) => g,
+                Err(e) => return respond_error(host, ex, e),
             };
             let body = match read_body_bytes(&request, ex) {
                 Ok(b) => b,
@@ -291,15 +286,9 @@ fn stream(host: &Arc<Host>, caller: Caller, ex: &mut Exchange, query: &str) {
             return respond_error(host, ex, e);
         }
     }
-    let Some(_slot) = host.stream_slot() else {
-        return respond_error(
-            host,
-            ex,
-            HostError::new(
-                ErrorCode::CapacityExceeded,
-                format!("more than {MAX_STREAMS} concurrent streams"),
-            ),
-        );
+    let _slot = match host.slot_for(caller.principal(), Bounded::Streams) {
+        Ok(s) => s,
+        Err(e) => return respond_error(host, ex, e),
     };
     let out = ex.stream();
     let head = format!(

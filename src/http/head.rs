@@ -44,6 +44,19 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
+    /// A header that must appear once: `None` when it is absent or repeated (a proxy's identity
+    /// header sent twice is nobody's).
+    pub fn single_header(&self, name: &str) -> Option<&str> {
+        let mut lines = self
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name));
+        match (lines.next(), lines.next()) {
+            (Some((_, v)), None) => Some(v.as_str()),
+            _ => None,
+        }
+    }
+
     /// Whether a list header (`Connection`, `Upgrade`: comma-separated tokens, in any of its
     /// lines) holds `token`, case-insensitive.
     pub fn has_token(&self, name: &str, token: &str) -> bool {

@@ -254,7 +254,9 @@ fn connection(
         let identity = gate
             .keys
             .current()
-            .resolve(request.header("Authorization"), |name| request.header(name));
+            .resolve(request.header("Authorization"), |name| {
+                request.single_header(name)
+            });
         match identity {
             Identity::Principal(p) => request.principal = Some(p),
             Identity::Unknown => {}

@@ -50,6 +50,16 @@ fn read_private(path: &Path, flag: &str, max: u64) -> Result<String, String> {
             "{flag} {shown} is not a regular file (a FIFO, a socket, a device or a folder); use a plain file, private to you (chmod 600)"
         ));
     }
+    // Another user's file, however private, says who may use this server in that user's
+    // words (a root service reading a file someone else wrote).
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if std::os::unix::fs::MetadataExt::uid(&meta) != me {
+        return Err(format!(
+            "{flag} {shown} belongs to another user (uid {}); it must be the file of the user serve runs as (uid {me})",
+            std::os::unix::fs::MetadataExt::uid(&meta)
+        ));
+    }
     let mode = meta.permissions().mode() & 0o777;
     if mode & 0o077 != 0 {
         return Err(format!(

@@ -64,12 +64,30 @@ pub struct ServeOptions {
 /// The process's connections.
 pub struct Registry {
     conns: Mutex<HashMap<String, Arc<AcpConn>>>,
-    tombstones: Mutex<VecDeque<(String, String)>>,
+    tombstones: Mutex<VecDeque<Tombstone>>,
     /// What each principal holds (by name), against its caps.
     usage: Mutex<HashMap<Option<String>, Usage>>,
     /// Each named principal as its connections' agents see it (its share of open sessions,
     /// counted across them), while one of them lives.
     agents: Mutex<HashMap<String, std::sync::Weak<crate::acp::Principal>>>,
+}
+
+/// A closed connection, remembered so that its own client's late request learns why.
+struct Tombstone {
+    id: String,
+    why: String,
+    principal: Option<Arc<Principal>>,
+}
+
+/// Whether a connection opened by `owner` is the requesting principal `who`'s (by name: a
+/// principal a proxy names comes back under the same name). A connection with no principal
+/// (only in unit tests) is anyone's.
+pub fn owned_by(owner: Option<&Principal>, who: Option<&Principal>) -> bool {
+    match (owner, who) {
+        (Some(a), Some(b)) => a.name == b.name,
+        (None, _) => true,
+        (Some(_), None) => false,
+    }
 }
 
 /// What one principal holds now.
@@ -103,22 +121,35 @@ impl Drop for InFlight<'_> {
 }
 
 impl Registry {
-    fn get(&self, id: &str) -> Result<Arc<AcpConn>, String> {
+    /// Connection `id` as `who` (the requesting principal) may see it: another principal's,
+    /// open or closed, is to it no connection at all — the same answer as an id never used;
+    /// only its own closed connection tells why it closed.
+    fn get(&self, id: &str, who: Option<&Principal>) -> Result<Arc<AcpConn>, String> {
+        const UNKNOWN: &str = "Unknown Acp-Connection-Id";
         if let Some(c) = lock(&self.conns).get(id) {
+            if !owned_by(c.principal.as_deref(), who) {
+                return Err(UNKNOWN.into());
+            }
             return match c.closed() {
                 None => Ok(Arc::clone(c)),
-                Some(why) => Err(format!(
-                    "Unknown Acp-Connection-Id: the connection was closed ({why})"
-                )),
+                Some(why) => Err(format!("{UNKNOWN}: the connection was closed ({why})")),
             };
         }
         let why = lock(&self.tombstones)
             .iter()
-            .find(|(t, _)| t == id)
-            .map(|(_, why)| {
-                format!("Unknown Acp-Connection-Id: the connection was closed ({why})")
-            });
-        Err(why.unwrap_or_else(|| "Unknown Acp-Connection-Id".into()))
+            .find(|t| t.id == id && owned_by(t.principal.as_deref(), who))
+            .map(|t| format!("{UNKNOWN}: the connection was closed ({})", t.why));
+        Err(why.unwrap_or_else(|| UNKNOWN.into()))
+    }
+
+    /// Whether connection `id`, open or closed, is another principal's than `who`.
+    fn is_anothers(&self, id: &str, who: Option<&Principal>) -> bool {
+        if let Some(c) = lock(&self.conns).get(id) {
+            return !owned_by(c.principal.as_deref(), who);
+        }
+        lock(&self.tombstones)
+            .iter()
+            .any(|t| t.id == id && !owned_by(t.principal.as_deref(), who))
     }
 
     /// Takes one of `principal`'s `cap` (`Err`: its cap, all taken). A principal without that
@@ -215,7 +246,11 @@ impl Registry {
         if t.len() >= TOMBSTONES {
             t.pop_front();
         }
-        t.push_back((id.to_string(), why.to_string()));
+        t.push_back(Tombstone {
+            id: id.to_string(),
+            why: why.to_string(),
+            principal: conn.principal.clone(),
+        });
         drop(t);
         conn.close(why);
         Some(conn)
@@ -244,6 +279,8 @@ pub struct Server {
     ring: Option<route::Ring>,
     /// `WWW-Authenticate`'s value on a 401.
     pub challenge: String,
+    /// The tokens the server accepts now (SIGHUP replaces them).
+    keys: Arc<Keys>,
 }
 
 impl Server {
@@ -301,12 +338,16 @@ impl Server {
             }
         }
         let opened = self.start(websocket, dialect, principal.clone());
+        if let Err(Refusal::Withdrawn(_)) = &opened {
+            // `remove` gave the connection back already.
+            return opened;
+        }
         if opened.is_err() {
             if let Some(p) = &principal {
                 self.registry.give_back(p, Cap::Connections);
             }
         }
-        opened.map_err(Refusal::Busy)
+        opened
     }
 
     fn start(
@@ -314,7 +355,7 @@ impl Server {
         websocket: bool,
         dialect: Dialect,
         principal: Option<Arc<Principal>>,
-    ) -> Result<(Arc<AcpConn>, crossbeam_channel::Receiver<Arc<str>>), String> {
+    ) -> Result<(Arc<AcpConn>, crossbeam_channel::Receiver<Arc<str>>), Refusal> {
         let registry = Arc::downgrade(&self.registry);
         let config = AdapterConfig {
             dialect,
@@ -336,8 +377,18 @@ impl Server {
                 }
             },
         )
-        .map_err(|e| format!("cannot start the connection's threads: {e}"))?;
+        .map_err(|e| Refusal::Busy(format!("cannot start the connection's threads: {e}")))?;
         lock(&self.registry.conns).insert(conn.id.clone(), Arc::clone(&conn));
+        // A token withdrawn (SIGHUP) after this request was admitted: the reload's sweep of
+        // the connections ran before this one was among them, so it is closed here (the
+        // reload replaces the keys before it sweeps, and this reads them after the insert).
+        if let Some(p) = &conn.principal {
+            if !self.keys.current().holds(p) {
+                let why = "its principal's token was withdrawn from the tokens file";
+                self.registry.remove(&conn.id, why);
+                return Err(Refusal::Withdrawn(format!("Unauthorized: {why}")));
+            }
+        }
         Ok((conn, initial))
     }
 }
@@ -348,6 +399,8 @@ pub enum Refusal {
     Busy(String),
     /// Its principal holds all the connections its cap allows (429).
     AtCap(String),
+    /// Its principal's token was withdrawn while the request was read (401).
+    Withdrawn(String),
 }
 
 /// The one Runtime Host of this process: the embedded host started once (on the first session
@@ -463,6 +516,7 @@ pub fn run(options: ServeOptions) -> i32 {
         body_deadline: options.body_deadline,
         ring,
         challenge,
+        keys: Arc::clone(&keys),
     });
     if let Some(set) = hangups {
         let reload = Reload {

@@ -81,27 +81,12 @@ fn connection(server: &Server, request: &Request, ex: &mut Exchange) -> Option<A
         text(ex, 400, "Missing Acp-Connection-Id");
         return None;
     };
-    match server.registry.get(id) {
-        Ok(c) if same_principal(&c, request) => Some(c),
-        // Another principal's connection is, to this one, no connection at all.
-        Ok(_) => {
-            text(ex, 404, "Unknown Acp-Connection-Id");
-            None
-        }
+    match server.registry.get(id, request.principal.as_deref()) {
+        Ok(c) => Some(c),
         Err(why) => {
             text(ex, 404, &why);
             None
         }
-    }
-}
-
-/// Whether `request` comes from the principal that opened `conn` (by name: a principal a proxy
-/// names comes back under the same name).
-fn same_principal(conn: &AcpConn, request: &Request) -> bool {
-    match (&conn.principal, &request.principal) {
-        (Some(a), Some(b)) => a.name == b.name,
-        (None, _) => true,
-        (Some(_), None) => false,
     }
 }
 
@@ -270,7 +255,7 @@ fn initialize(
     }
     let (conn, initial) = match server.open(false, dialect, request.principal.clone()) {
         Ok(c) => c,
-        Err(refusal) => return refused(ex, refusal),
+        Err(refusal) => return refused(server, ex, refusal),
     };
     let answer = if conn.deliver(line) {
         initial.recv_timeout(INITIALIZE_TIMEOUT).ok()
@@ -297,11 +282,20 @@ fn initialize(
     );
 }
 
-/// A connection that was not opened: 503 when the server is full, 429 at the principal's cap.
-fn refused(ex: &mut Exchange, refusal: super::Refusal) {
+/// A connection that was not opened: 503 when the server is full, 429 at the principal's cap,
+/// 401 when its token was withdrawn while the request was read.
+fn refused(server: &Server, ex: &mut Exchange, refusal: super::Refusal) {
     match refusal {
         super::Refusal::Busy(why) => text(ex, 503, &why),
         super::Refusal::AtCap(why) => text(ex, 429, &why),
+        super::Refusal::Withdrawn(why) => ex.respond(
+            401,
+            &[
+                ("Content-Type", "text/plain"),
+                ("WWW-Authenticate", &server.challenge),
+            ],
+            why.as_bytes(),
+        ),
     }
 }
 
@@ -309,10 +303,10 @@ fn delete(server: &Server, request: &Request, ex: &mut Exchange) {
     let Some(id) = request.header(CONNECTION_ID) else {
         return text(ex, 400, "Missing Acp-Connection-Id");
     };
+    // Only its own principal's connection: another's (open or closed) is unknown to it.
     if server
         .registry
-        .get(id)
-        .is_ok_and(|c| !same_principal(&c, request))
+        .is_anothers(id, request.principal.as_deref())
     {
         return text(ex, 404, "Unknown Acp-Connection-Id");
     }
@@ -603,7 +597,7 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
     };
     let (conn, _) = match server.open(true, dialect, request.principal.clone()) {
         Ok(c) => c,
-        Err(refusal) => return refused(ex, refusal),
+        Err(refusal) => return refused(server, ex, refusal),
     };
     let refuse = |ex: &mut Exchange, why: String| {
         server.registry.remove(&conn.id, &why);

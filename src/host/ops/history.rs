@@ -445,14 +445,21 @@ pub fn branch(host: &Arc<Host>, input: BranchInput) -> Result<BranchOutcome, Hos
             "the host is shutting down",
         ));
     }
-    // A retry of a branch that was made: the same answer.
+    // A retry of a branch that was made: the same answer. Made from this source by its
+    // owner: a session that took a deleted source's id is not the source the branch was made
+    // from (the owner gate let its owner name it; the branch is someone else's).
     if let Ok(existing) = host.cell(&input.target_session_id) {
+        let source_owner = host
+            .cell(&input.source_session_id)
+            .ok()
+            .map(|c| c.owner.clone());
         let st = existing.lock();
         let same = st
             .session
             .lineage
             .as_ref()
-            .is_some_and(|l| l.parent_session_id == input.source_session_id);
+            .is_some_and(|l| l.parent_session_id == input.source_session_id)
+            && source_owner.is_none_or(|o| o == existing.owner);
         return if same && !st.removed {
             Ok(BranchOutcome::Committed {
                 session: Box::new(st.session.clone()),

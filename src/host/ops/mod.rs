@@ -117,12 +117,19 @@ pub fn dispatch(
         op::ArtifactQuery => |i| knowledge::artifact_query(host, i),
         op::ArtifactDelete => |i| knowledge::artifact_delete(host, i),
         op::SubagentsList => |i| {
-            let workspace = match (&i.session_id, &i.cwd) {
-                (Some(id), _) => host.cell(id)?.lock().session.workspace.path().to_string(),
-                (None, Some(cwd)) if std::path::Path::new(cwd).is_absolute() => cwd.clone(),
+            // Whose trust: the session's owner's, or (before a session exists) the caller's.
+            let (workspace, owner) = match (&i.session_id, &i.cwd) {
+                (Some(id), _) => {
+                    let cell = host.cell(id)?;
+                    let workspace = cell.lock().session.workspace.path().to_string();
+                    (workspace, cell.owner.clone())
+                }
+                (None, Some(cwd)) if std::path::Path::new(cwd).is_absolute() => {
+                    (cwd.clone(), caller.principal().map(str::to_string))
+                }
                 _ => return Err(HostError::invalid("`sessionId` or an absolute `cwd` is required")),
             };
-            Ok(crate::host::subagents::list(&host.data_dir, &workspace))
+            Ok(crate::host::subagents::list(&host.data_dir, &workspace, owner.as_deref()))
         },
         op::GoalArm => |i| crate::host::goals::arm(host, i),
         op::GoalControl => |i| crate::host::goals::control(host, i),
@@ -183,22 +190,15 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, HostError> {
     })
 }
 
-/// The gate for one named session. A session that is not there (or not readable now) is left
-/// to the handler, which answers it as it always has; one of another principal is answered as
-/// the handler answers a session that is not there.
+/// The gate for one session a principal's operation names: one that is not there and one of
+/// another principal get the same answer, before the handler reads anything else of the input
+/// (a handler that checked a field first would answer the two differently). `session.get`
+/// answers both with `session: null` instead: its handler asks [`cell_for`] itself.
 fn owned_or_unknown<O: Operation>(host: &Host, caller: Caller, id: &str) -> Result<(), HostError> {
-    let Ok(cell) = host.cell(id) else {
-        return Ok(());
-    };
-    if caller.may_use(&cell) {
-        return Ok(());
-    }
     if O::KEY == op::SessionGet::KEY {
-        // `session.get` answers a session that is not there with `session: null`, not an
-        // error: its handler asks `cell_for` itself.
         return Ok(());
     }
-    Err(host.unknown_session(id))
+    cell_for(host, caller, id).map(|_| ())
 }
 
 fn check_id(what: &str, id: &str) -> Result<(), HostError> {

@@ -120,6 +120,7 @@ fn retried_create(existing: &SessionCell, wanted: &Session) -> Result<Session, H
     let st = existing.lock();
     let s = &st.session;
     let same = s.workspace == wanted.workspace
+        && s.owner == wanted.owner
         && s.additional_directories == wanted.additional_directories
         && (wanted.name.is_none() || s.name == wanted.name);
     if same && !st.removed {

@@ -244,7 +244,12 @@ pub fn declared(workspace: &Path) -> (Vec<AgentSpec>, Vec<String>) {
 }
 
 /// `subagent.list`: the session's agents as clients see them.
-pub fn list(data_dir: &Path, workspace: &str) -> crate::host_api::ops::SubagentList {
+/// `owner`: whose trust counts (the session's owner; `None`: the machine's user).
+pub fn list(
+    data_dir: &Path,
+    workspace: &str,
+    owner: Option<&str>,
+) -> crate::host_api::ops::SubagentList {
     let (agents, problems) = declared(Path::new(workspace));
     crate::host_api::ops::SubagentList {
         agents: agents
@@ -254,7 +259,7 @@ pub fn list(data_dir: &Path, workspace: &str) -> crate::host_api::ops::SubagentL
                 description: a.description.clone(),
                 command: a.command_line(),
                 source: a.source.into(),
-                trusted: trusted(data_dir, workspace, a),
+                trusted: trusted(data_dir, workspace, owner, a),
             })
             .collect(),
         problems,
@@ -420,11 +425,17 @@ fn trust_file(data_dir: &Path) -> PathBuf {
     data_dir.join("trusted-agents.json")
 }
 
+/// A trust record, as `owner`'s.
+fn owned_record(owner: Option<&str>, key: &str) -> String {
+    crate::host::permissions::owned_key(owner, &trust_record(key))
+}
+
 /// A trust record: a digest of the declaration's key (command, arguments, environment, the
 /// files it runs), never the values themselves — a declared API key is not copied to disk.
-/// An entry of an older file (the key itself) reads as its digest, and is written as one.
+/// An entry of an older file (the key itself) reads as its digest, and is written as one; a
+/// principal's record (`@NAME:sha256:…`) is one already.
 fn trust_record(key: &str) -> String {
-    if key.starts_with("sha256:") {
+    if key.starts_with("sha256:") || key.starts_with('@') {
         key.to_string()
     } else {
         format!("sha256:{}", crate::host::codec::sha256_hex(key.as_bytes()))
@@ -458,20 +469,26 @@ fn write_trust(data_dir: &Path, records: &[String]) -> std::io::Result<()> {
     crate::host::store::write_atomic(data_dir, "trusted-agents.json", &bytes, true)
 }
 
-/// Whether the person already allowed this workspace-declared agent (user agents need none).
-pub fn trusted(data_dir: &Path, workspace: &str, agent: &AgentSpec) -> bool {
+/// Whether the person already allowed this workspace-declared agent (user agents need none):
+/// `owner`'s allow (a principal's trust is its own, `permissions::owned_key`).
+pub fn trusted(data_dir: &Path, workspace: &str, owner: Option<&str>, agent: &AgentSpec) -> bool {
     if agent.source != "workspace" {
         return true;
     }
-    let record = trust_record(&agent.trust_key(workspace));
+    let record = owned_record(owner, &agent.trust_key(workspace));
     trust_records(data_dir).contains(&record)
 }
 
 /// Remembers the person's "allow" for this agent in this workspace (the file is the user's
 /// alone: mode 0600, like everything the host writes).
-pub fn trust(data_dir: &Path, workspace: &str, agent: &AgentSpec) -> std::io::Result<()> {
+pub fn trust(
+    data_dir: &Path,
+    workspace: &str,
+    owner: Option<&str>,
+    agent: &AgentSpec,
+) -> std::io::Result<()> {
     let mut list = trust_records(data_dir);
-    let record = trust_record(&agent.trust_key(workspace));
+    let record = owned_record(owner, &agent.trust_key(workspace));
     if !list.contains(&record) {
         list.push(record);
     }
@@ -537,13 +554,20 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("maka-agents-trust-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        assert!(!trusted(&dir, "/w", &a[0]));
-        trust(&dir, "/w", &a[0]).unwrap();
-        assert!(trusted(&dir, "/w", &a[0]));
-        assert!(!trusted(&dir, "/other", &a[0]), "per workspace");
+        assert!(!trusted(&dir, "/w", None, &a[0]));
+        trust(&dir, "/w", None, &a[0]).unwrap();
+        assert!(trusted(&dir, "/w", None, &a[0]));
+        assert!(!trusted(&dir, "/other", None, &a[0]), "per workspace");
+        assert!(!trusted(&dir, "/w", Some("bob"), &a[0]), "per owner");
+        trust(&dir, "/w", Some("bob"), &a[0]).unwrap();
+        assert!(trusted(&dir, "/w", Some("bob"), &a[0]));
+        assert!(
+            !trusted(&dir, "/w", Some("alice"), &a[0]),
+            "bob's allow is not alice's"
+        );
         let mut changed = a[0].clone();
         changed.args.push("--evil".into());
-        assert!(!trusted(&dir, "/w", &changed), "per command line");
+        assert!(!trusted(&dir, "/w", None, &changed), "per command line");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -685,14 +709,17 @@ mod tests {
             serde_json::to_vec(&[old.trust_key("/w")]).unwrap(),
         )
         .unwrap();
-        assert!(trusted(&dir, "/w", old), "an older record still counts");
+        assert!(
+            trusted(&dir, "/w", None, old),
+            "an older record still counts"
+        );
         let text = std::fs::read_to_string(dir.join("trusted-agents.json")).unwrap();
         assert!(
             !text.contains("agent2"),
             "rewritten as digests when read: {text}"
         );
-        trust(&dir, "/w", keyed).unwrap();
-        assert!(trusted(&dir, "/w", keyed) && trusted(&dir, "/w", old));
+        trust(&dir, "/w", None, keyed).unwrap();
+        assert!(trusted(&dir, "/w", None, keyed) && trusted(&dir, "/w", None, old));
         let file = dir.join("trusted-agents.json");
         let text = std::fs::read_to_string(&file).unwrap();
         for secret in ["sk-very-secret-value", "API_KEY", "agent2"] {

@@ -449,9 +449,14 @@ impl Turn {
         }
     }
 
-    /// The key of this session's workspace rules: its working directory.
+    /// The key of this session's workspace rules and agent trust: its working directory, and
+    /// its owner's (`host::permissions::owned_key`): one principal's "always" never answers
+    /// another's dialog.
     pub(super) fn workspace_key(&self) -> String {
-        self.cwd.display().to_string()
+        crate::host::permissions::owned_key(
+            self.cell.owner.as_deref(),
+            &self.cwd.display().to_string(),
+        )
     }
 
     fn rule_call<'a>(
@@ -676,14 +681,14 @@ impl Turn {
         use crate::host_api::ops::{MemoryChange, MemoryOutcome};
         let session = self.cell.lock().session.clone();
         for _ in 0..3 {
-            let revision = self.host.memory.revision();
+            let whose = crate::host::memory::Whose::session(&session);
+            let revision = self.host.memory.revision(whose);
             let change = MemoryChange::Add {
                 scope: scope.into(),
                 session_id: Some(session.id.clone()),
                 text: text.into(),
                 source: Some(source.into()),
             };
-            let whose = crate::host::memory::Whose::session(&session);
             match self
                 .host
                 .memory

@@ -90,7 +90,11 @@ impl Turn {
             "goal" => self.goal_command(rest),
             "agents" => {
                 let workspace = self.cwd.display().to_string();
-                let list = crate::host::subagents::list(&self.host.data_dir, &workspace);
+                let list = crate::host::subagents::list(
+                    &self.host.data_dir,
+                    &workspace,
+                    self.cell.owner.as_deref(),
+                );
                 if list.agents.is_empty() && list.problems.is_empty() {
                     "No agents to delegate to. Declare them in .maka/agents.json in this folder, or under `agents` in the config file: {\"agents\": {\"NAME\": {\"command\": \"…\", \"args\": [], \"description\": \"…\"}}}".into()
                 } else {

@@ -226,7 +226,9 @@ impl Turn {
     /// declaration (the only lasting answer, offered by name).
     pub(super) fn trust_agent(&mut self, id: &str, spec: &AgentSpec) -> Option<ToolOutcome> {
         let workspace = self.cwd.display().to_string();
-        if subagents::trusted(&self.host.data_dir, &workspace, spec) {
+        let owner = self.cell.owner.clone();
+        let owner = owner.as_deref();
+        if subagents::trusted(&self.host.data_dir, &workspace, owner, spec) {
             return None;
         }
         // The names only, as in the title: the values stay out of every dialog.
@@ -257,7 +259,7 @@ impl Turn {
                 ..
             }) => {
                 if remember == Some(RuleScope::Workspace) {
-                    if let Err(e) = subagents::trust(&self.host.data_dir, &workspace, spec) {
+                    if let Err(e) = subagents::trust(&self.host.data_dir, &workspace, owner, spec) {
                         log::warn!("cannot remember trusting agent {}: {e}", spec.name);
                     }
                 }
