@@ -149,7 +149,7 @@ struct Answer {
 impl Answered {
     fn forget(&mut self, key: &str) {
         if let Some(a) = self.by_key.remove(key) {
-            self.bytes -= a.json.len();
+            self.bytes = self.bytes.saturating_sub(a.json.len());
         }
     }
 
@@ -708,5 +708,48 @@ impl Write for Sink {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(json: &str) -> Answer {
+        Answer {
+            serial: 0,
+            request: 1,
+            route: Route::Connection,
+            last: false,
+            json: Arc::from(json),
+            at: Instant::now(),
+        }
+    }
+
+    /// The answers kept for retries stay within their count, bytes and time (the oldest go
+    /// first), and an answer replaced counts once.
+    #[test]
+    fn kept_answers_stay_within_their_bounds() {
+        let mut kept = Answered::default();
+        for i in 0..ANSWERS_KEPT + 10 {
+            kept.keep(format!("number:{i}"), answer("{}"));
+        }
+        assert_eq!(kept.by_key.len(), ANSWERS_KEPT);
+        assert!(!kept.by_key.contains_key("number:9") && kept.by_key.contains_key("number:10"));
+        kept.keep("number:10".into(), answer("{\"again\":1}"));
+        assert_eq!(kept.by_key.len(), ANSWERS_KEPT);
+        assert_eq!(kept.bytes, (ANSWERS_KEPT - 1) * 2 + 11);
+        assert!(kept.order.len() <= ANSWERS_KEPT + 1);
+
+        let big = "x".repeat(ANSWERS_KEPT_BYTES / 3);
+        for i in 0..4 {
+            kept.keep(format!("big:{i}"), answer(&big));
+        }
+        assert!(kept.bytes <= ANSWERS_KEPT_BYTES, "{}", kept.bytes);
+        assert!(!kept.by_key.contains_key("big:0") && kept.by_key.contains_key("big:3"));
+
+        kept.trim(Instant::now() + ANSWERS_KEPT_FOR);
+        assert!(kept.by_key.is_empty() && kept.order.is_empty());
+        assert_eq!(kept.bytes, 0);
     }
 }
