@@ -111,7 +111,7 @@ pub enum Admitted {
 /// requests here, under one lock with the answers' bookkeeping: a retry racing its request's
 /// answer either joins it or gets the answer again, never runs.
 #[derive(Default)]
-pub struct Requests {
+struct Requests {
     running: HashMap<String, Running>,
     answered: Answered,
 }
