@@ -1252,6 +1252,144 @@ fn a_refused_answer_leaves_the_agents_request_checked() {
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
 }
 
+/// What a retry may show between its request's answer and the answer sent again: nothing of
+/// a turn (no message, no tool call), so nothing ran.
+fn nothing_ran(between: &[(Option<String>, Value)]) {
+    for (_, v) in between {
+        let kind = v["params"]["update"]["sessionUpdate"]
+            .as_str()
+            .unwrap_or("");
+        assert!(
+            !kind.ends_with("_chunk") && !kind.starts_with("tool_call"),
+            "the retry ran something: {v}"
+        );
+        assert!(v.get("id").is_none(), "a request of the agent's: {v}");
+    }
+}
+
+/// Issue 57 item 3, over HTTP: a `session/prompt` re-sent with its id (a client whose POST's
+/// answer was lost) while its turn runs joins it: 202, and its one answer on the session's
+/// stream; re-sent after the answer, it gets the same answer again and runs nothing; another
+/// request with an id in use is refused, saying what a retry is. The turn ran once.
+#[test]
+fn a_prompt_resent_with_its_id_runs_once_over_http() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let prompt = |text: &str| {
+        json!({"jsonrpc": "2.0", "id": 50, "method": "session/prompt",
+            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}})
+    };
+    c.methods
+        .lock()
+        .unwrap()
+        .insert("50".into(), "session/prompt".into());
+    let post = |m: &Value| s.post(Some(&c.conn), Some(&sid), m);
+    assert_eq!(post(&prompt("run it")).status, 202);
+    // The turn waits on the client (its permission dialog): request 50 is in progress.
+    let ask = loop {
+        let (_, _, v) = c.next();
+        if v["method"] == "session/request_permission" {
+            break v;
+        }
+    };
+    let r = post(&prompt("run it"));
+    assert_eq!(r.status, 202, "the retry joins its request: {}", r.body);
+    let r = post(&prompt("something else"));
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body.starts_with("Request ID already in use") && r.body.contains("a retry repeats"),
+        "{}",
+        r.body
+    );
+    c.answer(Some(&sid), &ask["id"], allow(&ask));
+    let (answer, _) = c.until_response(50, |v| panic!("asked again: {v}"));
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    // After its answer: the same answer again, on the same stream, and nothing run.
+    let r = post(&prompt("run it"));
+    assert_eq!(r.status, 202, "{}", r.body);
+    let (again, between) = c.until_response(50, |v| panic!("asked again: {v}"));
+    assert_eq!(again, answer);
+    nothing_ran(&between);
+    let turns = c.call("_maka/session/turns", json!({"sessionId": sid}));
+    let turns = turns["result"]["turns"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(turns.len(), 1, "the turn ran once: {turns:?}");
+}
+
+/// The same over WebSocket: a retry while the turn runs gets nothing of its own (the one
+/// answer comes), after the answer the same answer again; another request with an id in use
+/// gets `-32600` naming it.
+#[test]
+fn a_prompt_resent_with_its_id_runs_once_over_websocket() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(
+        0,
+        "initialize",
+        json!({"protocolVersion": 1, "clientCapabilities": {}}),
+    );
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    let prompt = |text: &str| {
+        json!({"jsonrpc": "2.0", "id": 50, "method": "session/prompt",
+            "params": {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}})
+    };
+    ws.methods.insert("50".into(), "session/prompt".into());
+    ws.send(&prompt("run it"));
+    let ask = loop {
+        let v = ws.message();
+        if v["method"] == "session/request_permission" {
+            break v;
+        }
+    };
+    ws.send(&prompt("run it"));
+    ws.send(&prompt("something else"));
+    // The first message for id 50 is the refusal of the other request (the retry has none).
+    let refusal = loop {
+        let v = ws.message();
+        if v["id"] == 50 && v.get("method").is_none() {
+            break v;
+        }
+    };
+    assert_eq!(refusal["error"]["code"], -32600, "{refusal}");
+    let message = refusal["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("id 50 ") && message.contains("in progress"),
+        "{refusal}"
+    );
+    ws.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result": allow(&ask)}));
+    let until_50 = |ws: &mut WsClient| {
+        let mut between = vec![];
+        loop {
+            let v = ws.message();
+            assert!(
+                v["method"] != "session/request_permission",
+                "asked again: {v}"
+            );
+            if v["id"] == 50 && v.get("method").is_none() {
+                return (v, between);
+            }
+            between.push((None, v));
+        }
+    };
+    let (answer, _) = until_50(&mut ws);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    ws.send(&prompt("run it"));
+    let (again, between) = until_50(&mut ws);
+    assert_eq!(again, answer);
+    nothing_ran(&between);
+    let turns = ws.call(51, "_maka/session/turns", json!({"sessionId": sid}));
+    let turns = turns["result"]["turns"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(turns.len(), 1, "the turn ran once: {turns:?}");
+}
+
 /// A stream that drops mid-turn and comes back with `Last-Event-ID` gets every message it
 /// missed, in order, without a gap or a repeat.
 #[test]

@@ -438,3 +438,66 @@ fn a_byte_order_mark_before_the_first_message_is_tolerated() {
     let resp = agent.recv();
     assert_eq!(error_of(&resp)["code"], -32700, "{resp}");
 }
+
+/// JSON-RPC ids name one request at a time (issue 57 item 3): a request whose id is that of a
+/// request still in progress is refused with `-32600` naming the id (it is not run, and the
+/// first is answered as if it had not come); once the first is answered its id may be used
+/// again.
+#[test]
+fn a_request_whose_id_is_in_progress_is_refused_naming_it() {
+    let data = support::host::TempDir::new("stdio-dup-id");
+    let ws = support::host::TempDir::new("stdio-dup-id-ws");
+    let script = json!({"rules": [{"when": "run it", "responses": [
+        [{"tool": "run_command", "args": {"command": "echo hi"}}],
+        [{"text": "Ran it."}]]}]});
+    let mut agent = AgentProcess::scripted(&script, data.path());
+    agent.initialize();
+    let sid = agent.new_session(ws.path());
+    let prompt = json!({"jsonrpc": "2.0", "id": 5, "method": "session/prompt", "params":
+        {"sessionId": sid, "prompt": [{"type": "text", "text": "run it"}]}});
+    agent.send(&prompt);
+    // The turn waits on its permission dialog: request 5 is in progress.
+    let ask = loop {
+        let v = agent.recv();
+        if v["method"] == "session/request_permission" {
+            break v;
+        }
+        assert!(v.get("id") != Some(&json!(5)), "answered too soon: {v}");
+    };
+    // Another request with id 5, then the same prompt again: each refused, naming the id.
+    let raw = |agent: &mut AgentProcess, line: String| {
+        agent.send_raw(format!("{line}\n").as_bytes());
+        let v = agent.recv();
+        assert_eq!(v["id"], 5, "{v}");
+        let e = error_of(&v);
+        assert_eq!(e["code"], -32600, "{v}");
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("id 5 ") && message.contains("in progress"),
+            "{v}"
+        );
+    };
+    raw(
+        &mut agent,
+        json!({"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": {}}).to_string(),
+    );
+    raw(&mut agent, prompt.to_string());
+    // The first goes on and is answered once, normally.
+    let option = ask["params"]["options"]
+        .as_array()
+        .and_then(|o| o.iter().find(|o| o["kind"] == "allow_once"))
+        .map(|o| o["optionId"].clone())
+        .expect("an allow_once option");
+    agent.send(&json!({"jsonrpc": "2.0", "id": ask["id"], "result":
+        {"outcome": {"outcome": "selected", "optionId": option}}}));
+    let (answer, _) = agent.response_to(&json!(5));
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    // Answered: the id is free again (JSON-RPC allows it), and the turn ran once.
+    agent.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "_maka/session/turns", "params": {"sessionId": sid}}));
+    let (turns, _) = agent.response_to(&json!(5));
+    let turns = turns["result"]["turns"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(turns.len(), 1, "{turns:?}");
+}

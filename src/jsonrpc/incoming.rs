@@ -21,6 +21,10 @@ impl CancelFlag {
     fn set(&self) {
         self.0.store(true, Ordering::Release)
     }
+    /// Whether both are the flag of one request (each request has its own).
+    fn same(&self, other: &CancelFlag) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 pub struct IncomingRequests {
@@ -69,7 +73,7 @@ impl IncomingRequests {
     /// `$/cancel_request`: answers `-32800` now if the request is still being served; its
     /// handler's later answer is dropped. Unknown or finished ids are ignored.
     pub fn cancel(&self, id: &RequestId) -> bool {
-        let Some(flag) = self.take(id) else {
+        let Some(flag) = self.take(id, None) else {
             log::debug!("$/cancel_request for {id}, which is not in flight");
             return false;
         };
@@ -81,9 +85,14 @@ impl IncomingRequests {
         true
     }
 
-    /// Removes `id` from the table; the last one out wakes [`Self::wait_answered`].
-    fn take(&self, id: &RequestId) -> Option<CancelFlag> {
+    /// Removes `id` from the table (only while it is the request of `own`, when given: after a
+    /// cancel the id may name a newer request); the last one out wakes
+    /// [`Self::wait_answered`].
+    fn take(&self, id: &RequestId, own: Option<&CancelFlag>) -> Option<CancelFlag> {
         let mut inflight = lock(&self.inflight);
+        if own.is_some_and(|own| !inflight.get(id).is_some_and(|f| f.same(own))) {
+            return None;
+        }
         let flag = inflight.remove(id);
         if inflight.is_empty() {
             self.drained.notify_all();
@@ -120,8 +129,8 @@ impl IncomingRequests {
         self.drained.notify_all();
     }
 
-    fn finish(&self, id: RequestId, result: Result<Value, ResponseError>) {
-        if self.take(&id).is_some() {
+    fn finish(&self, id: RequestId, own: &CancelFlag, result: Result<Value, ResponseError>) {
+        if self.take(&id, Some(own)).is_some() {
             self.outbox.send(&Message::response(id, result));
         } else {
             log::debug!("request {id} was cancelled before its handler answered; answer dropped");
@@ -154,7 +163,7 @@ impl Responder {
             (r, _) => r,
         };
         if let Some(id) = self.id.take() {
-            self.table.finish(id, result);
+            self.table.finish(id, &self.flag, result);
         }
     }
 }
@@ -170,6 +179,7 @@ impl Drop for Responder {
             );
             self.table.finish(
                 id,
+                &self.flag,
                 Err(ResponseError::internal(
                     "the request was dropped without an answer",
                 )),
@@ -214,5 +224,32 @@ mod tests {
         let sent: Vec<String> = lines.try_iter().collect();
         assert_eq!(sent.len(), 1);
         assert!(sent[0].contains(r#""id":"a","error":{"code":-32603"#));
+    }
+
+    /// A request cancelled with `$/cancel_request` is answered: its id may be used again at
+    /// once (JSON-RPC allows it), and the cancelled handler's late answer is dropped — it does
+    /// not take the place of the new request's answer.
+    #[test]
+    fn an_id_reused_after_a_cancel_gets_its_own_answer() {
+        let (outbox, lines) = test_outbox();
+        let table = IncomingRequests::new(outbox);
+        let old = table.begin(RequestId::Int(3), "session/prompt").unwrap();
+        assert!(table.cancel(&RequestId::Int(3)));
+        let new = table.begin(RequestId::Int(3), "session/list").unwrap();
+        old.respond(Ok(json!({"stopReason": "end_turn"})));
+        assert!(
+            table.begin(RequestId::Int(3), "x").is_err(),
+            "the new request is still in progress"
+        );
+        new.respond(Ok(json!({"sessions": []})));
+        let sent: Vec<String> = lines.try_iter().collect();
+        assert_eq!(
+            sent,
+            vec![
+                r#"{"jsonrpc":"2.0","id":3,"error":{"code":-32800,"message":"Request cancelled"}}"#,
+                r#"{"jsonrpc":"2.0","id":3,"result":{"sessions":[]}}"#,
+            ]
+        );
+        assert_eq!(table.wait_answered(Duration::ZERO), 0);
     }
 }

@@ -11,7 +11,9 @@ use crate::http::Principal;
 use crate::jsonrpc::lock;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use serde::Deserialize;
-use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
 use std::io::{self, BufRead, Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,8 +51,11 @@ pub struct AcpConn {
     forgotten: Mutex<HashMap<String, u64>>,
     /// The bytes all these streams hold.
     budget: Arc<Budget>,
-    /// The client's requests' routes (by the id key), and whether the answer ends its session.
-    pending: Mutex<HashMap<String, (Route, bool)>>,
+    /// The client's requests by their id's key: those in progress (their routes) and those
+    /// answered lately (their answers, for a retry).
+    pending: Mutex<Requests>,
+    /// Keys the fingerprints of requests (random per connection).
+    fingerprints: RandomState,
     /// The agent's requests' routes, for checking the client's answers.
     asked: Mutex<HashMap<String, Route>>,
     last_active: Mutex<Instant>,
@@ -71,14 +76,124 @@ pub fn id_key(id: &serde_json::Value) -> Option<String> {
 /// The client's requests in flight on one connection, at most (their routes are kept).
 pub const MAX_PENDING: usize = 4096;
 
+/// Answers kept for retries, per connection: at most this many ...
+pub const ANSWERS_KEPT: usize = 1024;
+/// ... of at most these bytes together (a stream's replay window; a larger answer is not kept) ...
+pub const ANSWERS_KEPT_BYTES: usize = super::stream::REPLAY_WINDOW_BYTES;
+/// ... each for this long after it was sent.
+pub const ANSWERS_KEPT_FOR: Duration = Duration::from_secs(600);
+
 /// Why a request's id cannot be routed.
 pub enum IdRefused {
     /// Not an id the agent echoes, or a string over [`MAX_ID_LENGTH`] (400).
     Invalid(String),
-    /// A request with this id is in flight (400).
+    /// A different request with this id is in flight (400): a retry repeats the method and
+    /// params of the request it retries.
     InUse,
     /// [`MAX_PENDING`] requests are in flight (429).
     TooMany,
+}
+
+/// What becomes of a request whose id could be routed.
+#[derive(Debug, PartialEq)]
+pub enum Admitted {
+    /// A new request: for the agent.
+    Run,
+    /// A retry of the request in progress with its id (the same method and params): it is not
+    /// run again; the one answer goes where the first's goes.
+    Joined,
+    /// A retry of a request answered lately: not run again; its answer was sent again, where
+    /// the first's went.
+    Repeated,
+}
+
+/// The client's requests on one connection, by their id's key. Retries are told from new
+/// requests here, under one lock with the answers' bookkeeping: a retry racing its request's
+/// answer either joins it or gets the answer again, never runs.
+#[derive(Default)]
+struct Requests {
+    running: HashMap<String, Running>,
+    answered: Answered,
+}
+
+struct Running {
+    route: Route,
+    /// Whether a successful answer ends its session (its stream's last message).
+    ends: bool,
+    /// The request's fingerprint (method, params and route).
+    request: u64,
+}
+
+/// Recent answers, oldest first, bounded by [`ANSWERS_KEPT`], [`ANSWERS_KEPT_BYTES`] and
+/// [`ANSWERS_KEPT_FOR`].
+#[derive(Default)]
+struct Answered {
+    by_key: HashMap<String, Answer>,
+    /// (key, serial) in the order answered; an entry whose serial is not its key's answer's
+    /// any more was replaced or forgotten.
+    order: VecDeque<(String, u64)>,
+    bytes: usize,
+    serial: u64,
+}
+
+struct Answer {
+    serial: u64,
+    request: u64,
+    route: Route,
+    /// Sent as its session stream's last message.
+    last: bool,
+    json: Arc<str>,
+    at: Instant,
+}
+
+impl Answered {
+    fn forget(&mut self, key: &str) {
+        if let Some(a) = self.by_key.remove(key) {
+            self.bytes = self.bytes.saturating_sub(a.json.len());
+        }
+    }
+
+    /// Forgets what is past the bounds (the oldest first).
+    fn trim(&mut self, now: Instant) {
+        while let Some((key, serial)) = self.order.front() {
+            let current = self.by_key.get(key).filter(|a| a.serial == *serial);
+            let keep = current.is_some_and(|a| now.duration_since(a.at) < ANSWERS_KEPT_FOR)
+                && self.order.len() <= ANSWERS_KEPT
+                && self.bytes <= ANSWERS_KEPT_BYTES;
+            if keep {
+                return;
+            }
+            if current.is_some() {
+                let key = key.clone();
+                self.forget(&key);
+            }
+            self.order.pop_front();
+        }
+    }
+
+    fn keep(&mut self, key: String, answer: Answer) {
+        self.forget(&key);
+        self.serial += 1;
+        let serial = self.serial;
+        self.bytes += answer.json.len();
+        self.order.push_back((key.clone(), serial));
+        self.by_key.insert(key, Answer { serial, ..answer });
+        self.trim(Instant::now());
+    }
+}
+
+/// Feeds what is written to a hasher (a request's fingerprint, without building its text).
+struct HashWriter<'a>(&'a mut dyn Hasher);
+
+impl Write for HashWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.write(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// What routing needs of an outgoing message (nothing else is read).
@@ -126,6 +241,7 @@ impl AcpConn {
             forgotten: Mutex::default(),
             budget,
             pending: Mutex::default(),
+            fingerprints: RandomState::new(),
             asked: Mutex::default(),
             last_active: Mutex::new(Instant::now()),
             closed: Mutex::default(),
@@ -239,13 +355,17 @@ impl AcpConn {
     }
 
     /// A request of the client's: its response goes back on `route` (its stream's last
-    /// message when it `ends` the session, as `session/close` does).
+    /// message when it `ends` the session, as `session/close` does). A request with the id of
+    /// one in progress or answered lately, and the same `method` and `params` on the same
+    /// route, is a retry: it is not run again ([`Admitted`]).
     pub fn expect_response(
         &self,
         id: &serde_json::Value,
         route: Route,
         ends: bool,
-    ) -> Result<(), IdRefused> {
+        method: &str,
+        params: Option<&serde_json::Value>,
+    ) -> Result<Admitted, IdRefused> {
         if id.as_str().is_some_and(|s| s.len() > MAX_ID_LENGTH) {
             return Err(IdRefused::Invalid(format!(
                 "Request ID exceeds maxIdLength ({MAX_ID_LENGTH})"
@@ -256,15 +376,132 @@ impl AcpConn {
                 "Invalid request id {id}: use a string, an integer or null"
             )));
         };
+        let request = self.fingerprint(method, params, &route);
         let mut pending = lock(&self.pending);
-        if pending.contains_key(&key) {
-            return Err(IdRefused::InUse);
+        if let Some(running) = pending.running.get(&key) {
+            return match running.request == request {
+                true => Ok(Admitted::Joined),
+                false => Err(IdRefused::InUse),
+            };
         }
-        if pending.len() >= MAX_PENDING {
+        pending.answered.trim(Instant::now());
+        if let Some(a) = pending.answered.by_key.get(&key) {
+            if a.request == request {
+                let (route, last, json) = (a.route.clone(), a.last, Arc::clone(&a.json));
+                drop(pending);
+                self.push_again(&route, last, json);
+                return Ok(Admitted::Repeated);
+            }
+        }
+        if pending.running.len() >= MAX_PENDING {
             return Err(IdRefused::TooMany);
         }
-        pending.insert(key, (route, ends));
-        Ok(())
+        // A new request reusing an answered one's id (JSON-RPC allows it): a retry of the
+        // earlier one can no longer be told from it.
+        pending.answered.forget(&key);
+        pending.running.insert(
+            key,
+            Running {
+                route,
+                ends,
+                request,
+            },
+        );
+        Ok(Admitted::Run)
+    }
+
+    /// What tells a retry from another request with the same id: its method, params and route.
+    fn fingerprint(&self, method: &str, params: Option<&serde_json::Value>, route: &Route) -> u64 {
+        let mut h = self.fingerprints.build_hasher();
+        h.write(method.as_bytes());
+        h.write_u8(0);
+        match route {
+            Route::Connection => h.write_u8(0),
+            Route::Session(s) => {
+                h.write_u8(1);
+                h.write(s.as_bytes());
+            }
+        }
+        h.write_u8(0);
+        if let Some(p) = params {
+            let _ = serde_json::to_writer(HashWriter(&mut h), p);
+        }
+        h.finish()
+    }
+
+    /// A WebSocket's message, before it goes to the agent: a request is admitted as
+    /// [`AcpConn::expect_response`] says. `Ok(true)`: deliver it; `Ok(false)`: a retry, handled;
+    /// `Err`: the JSON-RPC error to send instead (its id is in use by another request, or too
+    /// many are in progress). A message whose id the agent will refuse itself goes to it.
+    pub fn admit_frame(&self, text: &str) -> Result<bool, String> {
+        #[derive(Deserialize)]
+        struct Frame {
+            id: Option<serde_json::Value>,
+            method: Option<String>,
+            params: Option<serde_json::Value>,
+        }
+        let Ok(Frame {
+            id: Some(id),
+            method: Some(method),
+            params,
+        }) = serde_json::from_str::<Frame>(text)
+        else {
+            return Ok(true);
+        };
+        let refusal = |message: String| {
+            serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600, "message": message}}).to_string()
+        };
+        match self.expect_response(&id, Route::Connection, false, &method, params.as_ref()) {
+            Ok(Admitted::Run) | Err(IdRefused::Invalid(_)) => Ok(true),
+            Ok(Admitted::Joined | Admitted::Repeated) => Ok(false),
+            Err(IdRefused::InUse) => Err(refusal(format!(
+                "Invalid request: id {id} is already used by a request in progress on this connection (a retry repeats its method and params)"
+            ))),
+            Err(IdRefused::TooMany) => Err(refusal(format!(
+                "Invalid request: this connection already has {MAX_PENDING} requests in progress; wait for their answers"
+            ))),
+        }
+    }
+
+    /// The answer to the client's request `key`, on its way out: its request is no longer in
+    /// progress, and the answer is kept for a retry. Returns where it goes and whether it is
+    /// its session stream's last message.
+    fn answering(&self, key: &str, text: &str, success: bool) -> Option<(Route, bool)> {
+        let mut pending = lock(&self.pending);
+        let running = pending.running.remove(key)?;
+        let last = running.ends && success;
+        if text.len() <= ANSWERS_KEPT_BYTES {
+            let answer = Answer {
+                serial: 0,
+                request: running.request,
+                route: running.route.clone(),
+                last,
+                json: Arc::from(text),
+                at: Instant::now(),
+            };
+            pending.answered.keep(key.to_string(), answer);
+        }
+        Some((running.route, last))
+    }
+
+    /// A kept answer sent again, where it went the first time.
+    fn push_again(&self, route: &Route, last: bool, json: Arc<str>) {
+        let push = |s: &Arc<Stream>| match last {
+            true => s.push_last(Arc::clone(&json)),
+            false => s.push(Arc::clone(&json)),
+        };
+        let pushed = match route {
+            Route::Connection => push(&self.stream),
+            Route::Session(id) => self
+                .with_session_stream(id, 2 * MAX_SESSIONS, push)
+                .unwrap_or_else(|| self.stream.push(Arc::clone(&json))),
+        };
+        if pushed.is_err() {
+            self.close(&format!(
+                "the client read none of the last {} MiB the agent sent on its streams",
+                super::stream::MAX_BUFFERED_BYTES >> 20
+            ));
+        }
     }
 
     /// The route of the agent's request the client answers (looked at: the answer may still
@@ -290,6 +527,7 @@ impl AcpConn {
             return;
         }
         let route = if self.websocket {
+            self.note_answer(text);
             (Route::Connection, false)
         } else {
             self.outgoing_route(text)
@@ -324,6 +562,19 @@ impl AcpConn {
         }
     }
 
+    /// A WebSocket's outgoing message: when it answers a request of the client's, that request
+    /// is answered (its answer kept for a retry). Read only while requests are in progress.
+    fn note_answer(&self, text: &str) {
+        if lock(&self.pending).running.is_empty() {
+            return;
+        }
+        if let Ok(peek) = serde_json::from_str::<Peek>(text) {
+            if let (None, Some(key)) = (&peek.method, peek.id.as_ref().and_then(id_key)) {
+                self.answering(&key, text, peek.result.is_some());
+            }
+        }
+    }
+
     /// Where an outgoing message goes, and whether it is its session stream's last (a
     /// successful `session/close` or `session/delete` answer).
     fn outgoing_route(&self, text: &str) -> (Route, bool) {
@@ -332,10 +583,10 @@ impl AcpConn {
         };
         let key = peek.id.as_ref().and_then(id_key);
         if peek.method.is_none() {
-            return match key.and_then(|k| lock(&self.pending).remove(&k)) {
-                Some((route, ends)) => (route, ends && peek.result.is_some()),
-                None => (Route::Connection, false),
-            };
+            let success = peek.result.is_some();
+            return key
+                .and_then(|k| self.answering(&k, text, success))
+                .unwrap_or((Route::Connection, false));
         }
         let session = peek
             .params
@@ -457,5 +708,48 @@ impl Write for Sink {
 
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn answer(json: &str) -> Answer {
+        Answer {
+            serial: 0,
+            request: 1,
+            route: Route::Connection,
+            last: false,
+            json: Arc::from(json),
+            at: Instant::now(),
+        }
+    }
+
+    /// The answers kept for retries stay within their count, bytes and time (the oldest go
+    /// first), and an answer replaced counts once.
+    #[test]
+    fn kept_answers_stay_within_their_bounds() {
+        let mut kept = Answered::default();
+        for i in 0..ANSWERS_KEPT + 10 {
+            kept.keep(format!("number:{i}"), answer("{}"));
+        }
+        assert_eq!(kept.by_key.len(), ANSWERS_KEPT);
+        assert!(!kept.by_key.contains_key("number:9") && kept.by_key.contains_key("number:10"));
+        kept.keep("number:10".into(), answer("{\"again\":1}"));
+        assert_eq!(kept.by_key.len(), ANSWERS_KEPT);
+        assert_eq!(kept.bytes, (ANSWERS_KEPT - 1) * 2 + 11);
+        assert!(kept.order.len() <= ANSWERS_KEPT + 1);
+
+        let big = "x".repeat(ANSWERS_KEPT_BYTES / 3);
+        for i in 0..4 {
+            kept.keep(format!("big:{i}"), answer(&big));
+        }
+        assert!(kept.bytes <= ANSWERS_KEPT_BYTES, "{}", kept.bytes);
+        assert!(!kept.by_key.contains_key("big:0") && kept.by_key.contains_key("big:3"));
+
+        kept.trim(Instant::now() + ANSWERS_KEPT_FOR);
+        assert!(kept.by_key.is_empty() && kept.order.is_empty());
+        assert_eq!(kept.bytes, 0);
     }
 }

@@ -3,7 +3,7 @@
 //! request that opens a connection chooses its dialect (`/acp?dialect=maka`,
 //! [`Server::dialect_of`]).
 
-use super::conn::{id_key, AcpConn, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING};
+use super::conn::{id_key, AcpConn, Admitted, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING};
 use super::stream::{Lease, Next, Refused, Unconfirmed, CONFIRM_AFTER};
 use super::ws;
 use super::Server;
@@ -220,11 +220,14 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             // Unlike the SDK's server, `session/load`'s answer goes on the session's stream too:
             // after the history it replays there, never before it (on another stream a client
             // could read the answer before the replay and take the history as complete).
-            if let Some(id) = id {
-                match conn.expect_response(id, route, needs.ends_session) {
-                    Ok(()) => {}
+            // A retry (the same id, method and params) is not run again: it joins the request
+            // in progress, or gets its answer again, on the stream the first's goes to.
+            if let (Some(id), Some(method)) = (id, method) {
+                match conn.expect_response(id, route, needs.ends_session, method, object.get("params")) {
+                    Ok(Admitted::Run) => {}
+                    Ok(Admitted::Joined | Admitted::Repeated) => return ex.respond(202, &[], b""),
                     Err(IdRefused::Invalid(why)) => return text(ex, 400, &why),
-                    Err(IdRefused::InUse) => return text(ex, 400, "Request ID already in use by a request in progress on this connection"),
+                    Err(IdRefused::InUse) => return text(ex, 400, "Request ID already in use by a request in progress on this connection: a retry repeats its method and params; another request takes another id"),
                     Err(IdRefused::TooMany) => return text(ex, 429, &format!("this connection already has {MAX_PENDING} requests in progress; wait for their answers")),
                 }
             }
@@ -727,6 +730,15 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
                             conn.close(&format!("{} {why}", ws::CLOSE_PROTOCOL));
                             return format!("WebSocket protocol error: {why}");
                         }
+                    }
+                }
+                match conn.admit_frame(&text) {
+                    Ok(true) => {}
+                    // A retry: joined to its request, or its answer sent again.
+                    Ok(false) => continue,
+                    Err(refusal) => {
+                        let _ = conn.stream.push(refusal.into());
+                        continue;
                     }
                 }
                 let line = if text.contains(['\n', '\r']) {
