@@ -22,7 +22,7 @@ use super::types::{PromptResponse, SessionUpdate, StopReason};
 use crate::host_api::ops;
 use crate::host_api::wire::FrameBody;
 use crate::jsonrpc::{lock, RequestId, Responder, ResponseError};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -36,11 +36,46 @@ struct PendingPrompt {
     cancel_requested: bool,
 }
 
-/// What the session's threads share (behind `state`): six plain parts.
+/// Prompts that wait behind the pending one at most (a `session/prompt` past it is busy).
+pub const PROMPT_QUEUE: usize = 8;
+
+/// A `session/prompt` sent while another ran: it waits here, in order, and becomes the
+/// pending prompt when the one before it is answered ([`AcpSession::finish_prompt`]).
+struct QueuedPrompt {
+    responder: Responder,
+    turn_id: String,
+    /// Starts its turn (`turns::start`), on a thread of its own.
+    start: Box<dyn FnOnce() + Send>,
+}
+
+impl PendingPrompt {
+    fn new(responder: Responder, turn_id: &str) -> PendingPrompt {
+        PendingPrompt {
+            responder,
+            turn_id: turn_id.to_string(),
+            started: false,
+            cancel_requested: false,
+        }
+    }
+}
+
+/// How a `session/prompt` was admitted ([`AcpSession::admit_prompt`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// It is the pending prompt: start its turn.
+    Now,
+    /// It waits behind the pending prompt, at this place (1: next).
+    Queued(usize),
+}
+
+/// What the session's threads share (behind `state`): seven plain parts.
 #[derive(Default)]
 struct SessionState {
     closed: bool,
     prompt: Option<PendingPrompt>,
+    /// Prompts waiting behind `prompt` (never more than [`PROMPT_QUEUE`]; empty when `prompt`
+    /// is `None`).
+    queue: VecDeque<QueuedPrompt>,
     /// A turn this connection started without a prompt (`_session/steering`), until its end.
     unprompted: Option<String>,
     position: Position,
@@ -184,12 +219,12 @@ impl AcpSession {
 
     // ---- the prompt ----------------------------------------------------------------------
 
-    /// Makes `responder` the session's pending prompt for `turn_id`. Gives it back when a
-    /// prompt is already pending.
+    /// `_maka/turn/resume` and `_maka/plan/start`: makes `responder` the session's pending
+    /// prompt for `turn_id`. Gives it back when a prompt is already pending (they are not
+    /// queued: each acts on the session as it is when it is sent).
     ///
-    /// A prompt the client has just cancelled is waited for (at most [`CANCEL_SETTLE`]): editors
-    /// send a new message by cancelling the running one and prompting at once, and the
-    /// cancelled turn settles a few milliseconds later. Any other pending prompt is busy.
+    /// A prompt the client has just cancelled is waited for (at most [`CANCEL_SETTLE`]). Any
+    /// other pending prompt is busy.
     pub fn begin_prompt(&self, turn_id: &str, responder: Responder) -> Result<(), Responder> {
         // Waits only while the pending prompt is one the client cancelled.
         let mut st = wait_while(self, CANCEL_SETTLE, |st| {
@@ -198,13 +233,38 @@ impl AcpSession {
         if st.prompt.is_some() {
             return Err(responder);
         }
-        st.prompt = Some(PendingPrompt {
+        st.prompt = Some(PendingPrompt::new(responder, turn_id));
+        Ok(())
+    }
+
+    /// `session/prompt`: makes `responder` the pending prompt for `turn_id` when none is
+    /// ([`Admission::Now`]: the caller starts its turn), else puts it in the queue behind it,
+    /// with the start `queued()` makes ([`Admission::Queued`]: started when the one before it
+    /// is answered). Never waits: a `session/cancel` read after it is acted on at once. Gives
+    /// the responder back when [`PROMPT_QUEUE`] prompts wait already.
+    ///
+    /// Editors send a new message by cancelling the running prompt and prompting at once: the
+    /// new prompt waits behind the cancelled one, which settles a few milliseconds later.
+    pub fn admit_prompt(
+        &self,
+        turn_id: &str,
+        responder: Responder,
+        queued: impl FnOnce() -> Box<dyn FnOnce() + Send>,
+    ) -> Result<Admission, Responder> {
+        let mut st = lock(&self.state);
+        if st.prompt.is_none() {
+            st.prompt = Some(PendingPrompt::new(responder, turn_id));
+            return Ok(Admission::Now);
+        }
+        if st.queue.len() >= PROMPT_QUEUE {
+            return Err(responder);
+        }
+        st.queue.push_back(QueuedPrompt {
             responder,
             turn_id: turn_id.to_string(),
-            started: false,
-            cancel_requested: false,
+            start: queued(),
         });
-        Ok(())
+        Ok(Admission::Queued(st.queue.len()))
     }
 
     /// `turn.start` returned. Returns whether the client cancelled meanwhile (then the turn
@@ -225,6 +285,16 @@ impl AcpSession {
         lock(&self.state).prompt.as_ref().map(|p| p.turn_id.clone())
     }
 
+    /// The turn the pending prompt waits for, once `turn.start` has returned for it (before,
+    /// the host knows no such turn: a queued prompt just promoted is still starting).
+    pub fn started_prompt_turn(&self) -> Option<String> {
+        let st = lock(&self.state);
+        st.prompt
+            .as_ref()
+            .filter(|p| p.started)
+            .map(|p| p.turn_id.clone())
+    }
+
     /// Whether the client cancelled the prompt or closed the session: a dialog's refusal then
     /// is the cancel's, not the person's answer.
     pub fn is_cancelling(&self) -> bool {
@@ -234,16 +304,44 @@ impl AcpSession {
 
     /// The prompt could not start (no host, `turn.start` refused), or its turn ended: answers it
     /// ([`projection::answer::final_answer`]) and wakes whoever waits for it (`session/close`).
+    /// The next queued prompt then becomes the pending one, in the same section (a reader
+    /// deciding whether to go on sees it), and its turn starts on a thread of its own, after
+    /// this answer is queued: its turn's first update follows the answer before it. A closed
+    /// or hushed session starts nothing more: what is queued is answered `cancelled`.
     pub fn finish_prompt(&self, result: Result<PromptResponse, ResponseError>) {
-        let prompt = lock(&self.state).prompt.take();
+        let (prompt, next, dropped) = {
+            let mut st = lock(&self.state);
+            let prompt = st.prompt.take();
+            if st.closed || self.hushed.load(Ordering::Acquire) {
+                (prompt, None, st.queue.drain(..).collect())
+            } else {
+                let next = st.queue.pop_front().map(|q| {
+                    st.prompt = Some(PendingPrompt::new(q.responder, &q.turn_id));
+                    (q.turn_id, q.start)
+                });
+                (prompt, next, Vec::new())
+            }
+        };
         if let Some(p) = prompt {
             let result = projection::answer::final_answer(result, &p.turn_id, p.cancel_requested);
             p.responder
                 .respond(result.map(|r| super::types::to_json(&r)));
         }
-        // Notified under the lock the waiter checks, so the wake-up cannot be missed.
-        let _st = lock(&self.state);
-        self.prompt_done.notify_all();
+        answer_queued_cancelled(dropped);
+        {
+            // Notified under the lock the waiter checks, so the wake-up cannot be missed.
+            let _st = lock(&self.state);
+            self.prompt_done.notify_all();
+        }
+        if let Some((turn_id, start)) = next {
+            log::debug!("session {}: starting queued prompt {turn_id}", self.id);
+            let name = format!("acp-queued-{}", self.id);
+            if crate::threads::spawn(name, start).is_none() {
+                self.finish_prompt(Err(super::errors::MakaCode::Internal.error(
+                    "maka-acp could not start a thread for this queued prompt; send it again",
+                )));
+            }
+        }
     }
 
     /// Waits until no prompt is pending (bounded).
@@ -252,10 +350,11 @@ impl AcpSession {
     }
 
     /// Marks the pending prompt cancelled (a turn not yet started never starts; one starting
-    /// is stopped as soon as `turn.start` returns) and withdraws every request its turn has
-    /// open in the client. Returns the started turn that the host must be asked to stop.
+    /// is stopped as soon as `turn.start` returns), answers every queued prompt `cancelled`
+    /// and withdraws every request its turn has open in the client. Returns the started turn
+    /// that the host must be asked to stop.
     pub fn cancel_prompt(&self, shared: &Shared) -> Option<String> {
-        let (turn, started, outstanding) = {
+        let (turn, started, outstanding, queued) = {
             let mut st = lock(&self.state);
             let Some(p) = st.prompt.as_mut() else {
                 // A turn this connection started without a prompt (`_session/steering`) is
@@ -274,8 +373,11 @@ impl AcpSession {
             };
             p.cancel_requested = true;
             let (turn, started) = (p.turn_id.clone(), p.started);
-            (turn, started, take_outstanding(&mut st))
+            // Every prompt waiting behind it is cancelled too: answered now (none started).
+            let queued: Vec<QueuedPrompt> = st.queue.drain(..).collect();
+            (turn, started, take_outstanding(&mut st), queued)
         };
+        answer_queued_cancelled(queued);
         withdraw_all(shared, outstanding);
         started.then_some(turn)
     }
@@ -298,16 +400,22 @@ impl AcpSession {
 
     // ---- closing -------------------------------------------------------------------------
 
-    /// Marks the session closed (nothing new is shown or asked); returns the turn its prompt
-    /// started, if one runs.
+    /// Marks the session closed (nothing new is shown or asked; queued prompts are answered
+    /// `cancelled`); returns the turn its prompt started, if one runs.
     pub fn close(&self) -> Option<String> {
-        let mut st = lock(&self.state);
-        st.closed = true;
-        st.prompt
-            .as_ref()
-            .filter(|p| p.started)
-            .map(|p| p.turn_id.clone())
-            .or_else(|| st.unprompted.clone())
+        let (running, queued) = {
+            let mut st = lock(&self.state);
+            st.closed = true;
+            let running = st
+                .prompt
+                .as_ref()
+                .filter(|p| p.started)
+                .map(|p| p.turn_id.clone())
+                .or_else(|| st.unprompted.clone());
+            (running, st.queue.drain(..).collect())
+        };
+        answer_queued_cancelled(queued);
+        running
     }
 
     pub fn is_closed(&self) -> bool {
@@ -533,6 +641,20 @@ fn nothing_to_follow(st: &SessionState) -> bool {
 /// its waiter sees that it was withdrawn.
 fn take_outstanding(st: &mut SessionState) -> Vec<RequestId> {
     st.editor.outstanding.drain().map(|(_, r)| r).collect()
+}
+
+/// Answers prompts taken out of the queue `cancelled` (outside the state lock: it sends).
+/// Their turns never started.
+fn answer_queued_cancelled(queued: Vec<QueuedPrompt>) {
+    for q in queued {
+        let answer = projection::answer::final_answer(
+            Ok(PromptResponse::new(StopReason::Cancelled)),
+            &q.turn_id,
+            true,
+        );
+        q.responder
+            .respond(answer.map(|r| super::types::to_json(&r)));
+    }
 }
 
 /// Withdraws each request from the client (outside the state lock: it sends).

@@ -1,6 +1,7 @@
 //! `session/prompt`: registered on the dispatcher thread (so a `session/cancel` that follows
-//! always finds it), then started on a worker. The session's reader answers it when the turn
-//! ends.
+//! always finds it), then started on a worker — or, while another prompt of the session runs,
+//! queued behind it and started when that one is answered. The session's reader answers it
+//! when the turn ends.
 
 use super::agent::Ctx;
 use super::errors;
@@ -9,7 +10,7 @@ use super::host_link::Connected;
 use super::projection::config::ConfigEcho;
 use super::prompt;
 use super::read::Prompt;
-use super::session::AcpSession;
+use super::session::{AcpSession, Admission, PROMPT_QUEUE};
 use super::types::{PromptResponse, StopReason};
 use crate::host_api::ops::{self, OpenInput, ResumeDisposition, StartOutcome, TurnStartInput};
 use crate::host_api::random_hex;
@@ -59,8 +60,10 @@ pub fn register_generated(
     })
 }
 
-/// Validates a prompt and makes it the session's pending prompt. Answers the request itself
-/// and returns `None` when the prompt cannot run.
+/// Validates a prompt and makes it the session's pending prompt, or queues it behind the
+/// pending one (started when that one is answered; past [`PROMPT_QUEUE`] waiting, busy).
+/// Answers the request itself and returns `None` when the prompt cannot run, or when it was
+/// queued (its start is then the session's to make).
 pub fn register(ctx: &Ctx, mut p: Prompt, responder: Responder) -> Option<Registered> {
     let Some(session) = ctx.session(&p.session_id) else {
         responder.respond(Err(errors::unknown_session(&p.session_id)));
@@ -74,15 +77,34 @@ pub fn register(ctx: &Ctx, mut p: Prompt, responder: Responder) -> Option<Regist
         }
     };
     let turn_id = format!("t_{}", random_hex(8));
-    if let Err(responder) = session.begin_prompt(&turn_id, responder) {
-        responder.respond(Err(errors::session_busy(&p.session_id)));
-        return None;
-    }
-    Some(Registered {
-        session,
-        turn_id,
+    let mut registered = Some(Registered {
+        session: Arc::clone(&session),
+        turn_id: turn_id.clone(),
         kind: TurnKind::Prompt(content),
-    })
+    });
+    // Queued: the registration moves into the start the session makes when its turn comes.
+    let queued = || -> Box<dyn FnOnce() + Send> {
+        let (ctx, r) = (ctx.clone(), registered.take());
+        Box::new(move || {
+            if let Some(r) = r {
+                start(&ctx, r)
+            }
+        })
+    };
+    match session.admit_prompt(&turn_id, responder, queued) {
+        Ok(Admission::Now) => registered,
+        Ok(Admission::Queued(place)) => {
+            log::debug!(
+                "session {}: prompt {turn_id} waits behind the running one ({place} in line)",
+                session.id
+            );
+            None
+        }
+        Err(responder) => {
+            responder.respond(Err(errors::prompt_queue_full(&p.session_id, PROMPT_QUEUE)));
+            None
+        }
+    }
 }
 
 /// Starts the registered prompt's turn on the host; the session's reader answers the prompt
