@@ -543,6 +543,50 @@ fn prompts_sent_back_to_back_are_queued_and_answered_in_order() {
     }
 }
 
+/// Issue 57: a queued prompt the client withdraws with `$/cancel_request` is answered
+/// `-32800` and never runs (its turn never starts, its place is freed); the one queued after
+/// it runs when the first is answered.
+#[test]
+fn a_queued_prompt_withdrawn_by_cancel_request_never_runs() {
+    let (mut s, id) = queue_setup("queue-withdrawn", &[]);
+    let first = prompt_request(&mut s, &id, "please edit");
+    let withdrawn = prompt_request(&mut s, &id, "never mind this");
+    s.agent
+        .notify("$/cancel_request", json!({"requestId": withdrawn.clone()}));
+    let last = prompt_request(&mut s, &id, "and then hello");
+    let probe = s.agent.request("_queue_test/probe", json!({}));
+    let (mut held, mut probed) = (None, false);
+    let mut answers = vec![];
+    while answers.len() < 3 {
+        let v = s.agent.recv();
+        if v["method"] == "session/request_permission" {
+            held = Some(v["id"].clone());
+        } else if v.get("method").is_none() && v["id"] == probe {
+            probed = true;
+        } else if v.get("method").is_none() {
+            answers.push(v.clone());
+        }
+        if probed {
+            if let Some(req) = held.take() {
+                let allow = json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}});
+                s.agent
+                    .send(&json!({"jsonrpc": "2.0", "id": req, "result": allow}));
+            }
+        }
+    }
+    assert_eq!(answers[0]["id"], withdrawn, "{answers:?}");
+    assert_eq!(error_of(&answers[0])["code"], -32800, "{answers:?}");
+    assert_eq!(answers[1]["id"], first, "{answers:?}");
+    assert_eq!(answers[2]["id"], last, "{answers:?}");
+    for a in &answers[1..] {
+        assert_eq!(a["result"]["stopReason"], "end_turn", "{a}");
+    }
+    assert_eq!(
+        replayed_user_messages(&s, &[], &id),
+        ["please edit", "and then hello"]
+    );
+}
+
 /// Issue 57: `session/cancel` stops the running prompt and every queued one, each answered
 /// `cancelled`; the queued one never ran (the replay has no user message of it), and the
 /// next prompt runs as usual.

@@ -241,7 +241,8 @@ impl AcpSession {
     /// ([`Admission::Now`]: the caller starts its turn), else puts it in the queue behind it,
     /// with the start `queued()` makes ([`Admission::Queued`]: started when the one before it
     /// is answered). Never waits: a `session/cancel` read after it is acted on at once. Gives
-    /// the responder back when [`PROMPT_QUEUE`] prompts wait already.
+    /// the responder back when [`PROMPT_QUEUE`] prompts wait already (not counting those the
+    /// client withdrew with `$/cancel_request`, which are dropped here and never start).
     ///
     /// Editors send a new message by cancelling the running prompt and prompting at once: the
     /// new prompt waits behind the cancelled one, which settles a few milliseconds later.
@@ -251,11 +252,14 @@ impl AcpSession {
         responder: Responder,
         queued: impl FnOnce() -> Box<dyn FnOnce() + Send>,
     ) -> Result<Admission, Responder> {
+        // Declared before the guard, so dropped after the lock is released.
+        let _withdrawn: VecDeque<QueuedPrompt>;
         let mut st = lock(&self.state);
         if st.prompt.is_none() {
             st.prompt = Some(PendingPrompt::new(responder, turn_id));
             return Ok(Admission::Now);
         }
+        _withdrawn = take_withdrawn(&mut st.queue);
         if st.queue.len() >= PROMPT_QUEUE {
             return Err(responder);
         }
@@ -309,17 +313,18 @@ impl AcpSession {
     /// this answer is queued: its turn's first update follows the answer before it. A closed
     /// or hushed session starts nothing more: what is queued is answered `cancelled`.
     pub fn finish_prompt(&self, result: Result<PromptResponse, ResponseError>) {
-        let (prompt, next, dropped) = {
+        let (prompt, next, dropped, _withdrawn) = {
             let mut st = lock(&self.state);
             let prompt = st.prompt.take();
+            let withdrawn = take_withdrawn(&mut st.queue);
             if st.closed || self.hushed.load(Ordering::Acquire) {
-                (prompt, None, st.queue.drain(..).collect())
+                (prompt, None, st.queue.drain(..).collect(), withdrawn)
             } else {
                 let next = st.queue.pop_front().map(|q| {
                     st.prompt = Some(PendingPrompt::new(q.responder, &q.turn_id));
                     (q.turn_id, q.start)
                 });
-                (prompt, next, Vec::new())
+                (prompt, next, Vec::new(), withdrawn)
             }
         };
         if let Some(p) = prompt {
@@ -641,6 +646,16 @@ fn nothing_to_follow(st: &SessionState) -> bool {
 /// its waiter sees that it was withdrawn.
 fn take_outstanding(st: &mut SessionState) -> Vec<RequestId> {
     st.editor.outstanding.drain().map(|(_, r)| r).collect()
+}
+
+/// Queued prompts the client withdrew with `$/cancel_request` (already answered `-32800`),
+/// taken out of the queue: their turns never start, and they hold no place in it.
+fn take_withdrawn(queue: &mut VecDeque<QueuedPrompt>) -> VecDeque<QueuedPrompt> {
+    let (withdrawn, kept) = std::mem::take(queue)
+        .into_iter()
+        .partition(|q| q.responder.cancel_flag().is_cancelled());
+    *queue = kept;
+    withdrawn
 }
 
 /// Answers prompts taken out of the queue `cancelled` (outside the state lock: it sends).
