@@ -587,6 +587,90 @@ fn a_queued_prompt_withdrawn_by_cancel_request_never_runs() {
     );
 }
 
+/// A second agent on the same data dir (so on the same host) with session `id` loaded.
+fn second_client(s: &Setup, id: &str) -> AgentProcess {
+    let mut other = spawn_scripted(&[], s._data.path());
+    other.initialize();
+    let t = other.drive(
+        "session/load",
+        json!({"sessionId": id, "cwd": s.ws.path(), "mcpServers": []}),
+        no_requests,
+    );
+    assert!(t.response.get("result").is_some(), "{}", t.response);
+    other
+}
+
+/// The first agent's prompt is held at its permission dialog: returns that request's id.
+fn held_at_permission(s: &mut Setup) -> Value {
+    loop {
+        let v = s.agent.recv();
+        if v["method"] == "session/request_permission" {
+            return v["id"].clone();
+        }
+    }
+}
+
+fn allow(agent: &mut AgentProcess, request: Value) {
+    let allow = json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}});
+    agent.send(&json!({"jsonrpc": "2.0", "id": request, "result": allow}));
+}
+
+/// The host's log line that says a prompt waits in its queue.
+const QUEUED_ON_HOST: &str = "waits in the host's queue";
+
+/// Issue 57: a prompt sent while another client's turn runs on the session is queued by the
+/// host, not refused: it starts when that turn ends and is answered `end_turn` after it; the
+/// replay has both user messages.
+#[test]
+fn a_prompt_behind_another_clients_turn_waits_on_the_host() {
+    let (mut s, id) = queue_setup("queue-host", &[]);
+    let first = prompt_request(&mut s, &id, "please edit");
+    let dialog = held_at_permission(&mut s);
+    let mut other = second_client(&s, &id);
+    let second = other.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "and then hello"}]}),
+    );
+    assert!(other.stderr_contains(QUEUED_ON_HOST), "{}", other.stderr());
+    allow(&mut s.agent, dialog);
+    let (resp, _) = s.agent.response_to(&first);
+    assert_eq!(resp["result"]["stopReason"], "end_turn", "{resp}");
+    let (resp, before) = other.response_to(&second);
+    assert_eq!(resp["result"]["stopReason"], "end_turn", "{resp}");
+    let text: String = before
+        .iter()
+        .filter(|v| v["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|v| v["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(text.ends_with("Hello from the script!"), "{text}");
+    assert_eq!(
+        replayed_user_messages(&s, &[], &id),
+        ["please edit", "and then hello"]
+    );
+}
+
+/// Issue 57: a prompt waiting in the host's queue is answered `cancelled` by its client's
+/// `session/cancel` at once (while the other client's turn still runs), and never runs.
+#[test]
+fn a_prompt_waiting_on_the_host_is_cancelled_at_once_and_never_runs() {
+    let (mut s, id) = queue_setup("queue-host-cancel", &[]);
+    let first = prompt_request(&mut s, &id, "please edit");
+    let dialog = held_at_permission(&mut s);
+    let mut other = second_client(&s, &id);
+    let second = other.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "never mind"}]}),
+    );
+    assert!(other.stderr_contains(QUEUED_ON_HOST), "{}", other.stderr());
+    other.notify("session/cancel", json!({"sessionId": id}));
+    let (resp, _) = other.response_to(&second);
+    assert_eq!(resp["result"]["stopReason"], "cancelled", "{resp}");
+    allow(&mut s.agent, dialog);
+    let (resp, _) = s.agent.response_to(&first);
+    assert_eq!(resp["result"]["stopReason"], "end_turn", "{resp}");
+    assert_eq!(replayed_user_messages(&s, &[], &id), ["please edit"]);
+}
+
 /// Issue 57: `session/cancel` stops the running prompt and every queued one, each answered
 /// `cancelled`; the queued one never ran (the replay has no user message of it), and the
 /// next prompt runs as usual.

@@ -33,6 +33,11 @@ struct PendingPrompt {
     turn_id: String,
     /// `turn.start` has returned: `turn.stop` can be sent.
     started: bool,
+    /// `turn.start` answered `queued` (another turn runs on the host: another client's, a
+    /// goal's) and its `turn_started` has not been seen yet: the host holds it, and starts it
+    /// when the session's active turn ends; a `turn.stop` takes it out of the host's queue,
+    /// with no frame, so a cancel answers it here.
+    queued_on_host: bool,
     cancel_requested: bool,
 }
 
@@ -54,6 +59,7 @@ impl PendingPrompt {
             responder,
             turn_id: turn_id.to_string(),
             started: false,
+            queued_on_host: false,
             cancel_requested: false,
         }
     }
@@ -271,13 +277,15 @@ impl AcpSession {
         Ok(Admission::Queued(st.queue.len()))
     }
 
-    /// `turn.start` returned. Returns whether the client cancelled meanwhile (then the turn
-    /// must be stopped now). A prompt answered at stdin's end meanwhile
-    /// ([`AcpSession::answer_cancelled_at_exit`]) stops its turn too: nobody follows it.
-    pub fn prompt_started(&self) -> bool {
+    /// `turn.start` returned (`queued_on_host`: it answered `queued`). Returns whether the
+    /// client cancelled meanwhile (then the turn must be stopped now). A prompt answered at
+    /// stdin's end meanwhile ([`AcpSession::answer_cancelled_at_exit`]) stops its turn too:
+    /// nobody follows it.
+    pub fn prompt_started(&self, queued_on_host: bool) -> bool {
         match lock(&self.state).prompt.as_mut() {
             Some(p) => {
                 p.started = true;
+                p.queued_on_host = queued_on_host;
                 p.cancel_requested
             }
             None => self.hushed.load(Ordering::Acquire),
@@ -289,13 +297,13 @@ impl AcpSession {
         lock(&self.state).prompt.as_ref().map(|p| p.turn_id.clone())
     }
 
-    /// The turn the pending prompt waits for, once `turn.start` has returned for it (before,
-    /// the host knows no such turn: a queued prompt just promoted is still starting).
+    /// The turn the pending prompt waits for, once the host has started it (before, the host
+    /// has no record of it: its `turn.start` is in flight, or it waits in the host's queue).
     pub fn started_prompt_turn(&self) -> Option<String> {
         let st = lock(&self.state);
         st.prompt
             .as_ref()
-            .filter(|p| p.started)
+            .filter(|p| p.started && !p.queued_on_host)
             .map(|p| p.turn_id.clone())
     }
 
@@ -349,6 +357,13 @@ impl AcpSession {
         }
     }
 
+    /// [`AcpSession::finish_prompt`], if the pending prompt is still the one for `turn_id`.
+    pub fn finish_prompt_of(&self, turn_id: &str, result: Result<PromptResponse, ResponseError>) {
+        if self.prompt_turn().as_deref() == Some(turn_id) {
+            self.finish_prompt(result);
+        }
+    }
+
     /// Waits until no prompt is pending (bounded).
     pub fn wait_prompt_done(&self, timeout: Duration) {
         drop(wait_while(self, timeout, |st| st.prompt.is_some()));
@@ -359,7 +374,7 @@ impl AcpSession {
     /// and withdraws every request its turn has open in the client. Returns the started turn
     /// that the host must be asked to stop.
     pub fn cancel_prompt(&self, shared: &Shared) -> Option<String> {
-        let (turn, started, outstanding, queued) = {
+        let (turn, started, on_host_queue, outstanding, queued) = {
             let mut st = lock(&self.state);
             let Some(p) = st.prompt.as_mut() else {
                 // A turn this connection started without a prompt (`_session/steering`) is
@@ -377,13 +392,24 @@ impl AcpSession {
                 return None;
             };
             p.cancel_requested = true;
-            let (turn, started) = (p.turn_id.clone(), p.started);
+            let (turn, started, on_host_queue) = (p.turn_id.clone(), p.started, p.queued_on_host);
             // Every prompt waiting behind it is cancelled too: answered now (none started).
             let queued: Vec<QueuedPrompt> = st.queue.drain(..).collect();
-            (turn, started, take_outstanding(&mut st), queued)
+            (
+                turn,
+                started,
+                on_host_queue,
+                take_outstanding(&mut st),
+                queued,
+            )
         };
         answer_queued_cancelled(queued);
         withdraw_all(shared, outstanding);
+        if on_host_queue {
+            // Waiting in the host's queue: its `turn.stop` takes it out without a frame, so it
+            // is answered here.
+            self.finish_prompt_of(&turn, Ok(PromptResponse::new(StopReason::Cancelled)));
+        }
         started.then_some(turn)
     }
 
@@ -725,6 +751,9 @@ fn observe(st: &mut SessionState, seq: Option<u64>, facts: projection::Facts) ->
     }
     if let Some(turn_id) = facts.turn_started {
         st.position.active_turn = Some(turn_id.to_string());
+        if let Some(p) = st.prompt.as_mut().filter(|p| p.turn_id == turn_id) {
+            p.queued_on_host = false; // the host started it
+        }
     }
     if let Some(turn_id) = facts.turn_ended {
         if st.position.active_turn.as_deref() == Some(turn_id) {

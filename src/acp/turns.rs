@@ -130,6 +130,8 @@ pub fn start(ctx: &Ctx, r: Registered) {
     if not_to_start(&session) {
         return; // the stream opened for it closes here
     }
+    // Ok(true): the host queued it behind the session's active turn (another client's, a
+    // goal's); it starts when that one ends.
     let started = match kind {
         TurnKind::Prompt(content) => {
             let input = TurnStartInput {
@@ -137,18 +139,32 @@ pub fn start(ctx: &Ctx, r: Registered) {
                 turn_id: turn_id.clone(),
                 content,
                 max_steps: None,
+                queue: true,
             };
-            conn.request::<ops::TurnStart>(&input).map(|_| ())
+            conn.request::<ops::TurnStart>(&input)
+                .map(|o| matches!(o, StartOutcome::Queued { .. }))
         }
-        TurnKind::Resume => resume(&conn, &id, &turn_id),
-        TurnKind::Plan => plan(&conn, &id, &turn_id),
+        TurnKind::Resume => resume(&conn, &id, &turn_id).map(|()| false),
+        TurnKind::Plan => plan(&conn, &id, &turn_id).map(|()| false),
     };
-    if let Err(e) = started {
-        return session.finish_prompt(Err(e));
+    let queued_on_host = match started {
+        Ok(q) => q,
+        Err(e) => return session.finish_prompt(Err(e)),
+    };
+    if queued_on_host {
+        log::info!(
+            "session {}: prompt {turn_id} waits in the host's queue behind the session's running turn",
+            session.id
+        );
     }
-    if session.prompt_started() {
+    if session.prompt_started(queued_on_host) {
         // session/cancel arrived while turn.start was in flight.
         super::session::stop_turn(&ctx.shared, &session.id, &turn_id);
+        if queued_on_host {
+            // Taken out of the host's queue by that stop, with no frame: answered here.
+            let cancelled = Ok(PromptResponse::new(StopReason::Cancelled));
+            session.finish_prompt_of(&turn_id, cancelled);
+        }
     }
     super::follow::ensure_reader(&session, &ctx.shared, &conn, stream);
 }
@@ -167,6 +183,7 @@ pub fn start_unprompted(
         turn_id: turn_id.clone(),
         content,
         max_steps: None,
+        queue: false,
     };
     start_followed(ctx, session, &turn_id, |conn| {
         conn.request::<ops::TurnStart>(&input)
@@ -297,5 +314,7 @@ fn resume(conn: &Connected, session_id: &str, turn_id: &str) -> Result<(), Respo
     match conn.request::<ops::ResumeStart>(&input)? {
         StartOutcome::Started { .. } => Ok(()),
         StartOutcome::Parked { reason } => Err(parked(reason)),
+        // Never: a resume is not queued.
+        StartOutcome::Queued { .. } => Err(parked("session_busy".into())),
     }
 }
