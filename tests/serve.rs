@@ -1190,7 +1190,19 @@ fn a_conversation_over_sse_with_a_permission_dialog() {
 #[test]
 fn prompts_sent_back_to_back_are_queued_over_serve() {
     let s = Serve::start();
-    let mut c = HttpClient::connect(&s);
+    for maka in [false, true] {
+        back_to_back_over_serve(&s, maka);
+    }
+}
+
+/// [`prompts_sent_back_to_back_are_queued_over_serve`] on one connection, in our dialect or
+/// (`maka`) in Apache Maka's.
+fn back_to_back_over_serve(s: &Serve, maka: bool) {
+    let mut c = if maka {
+        HttpClient::connect_maka(s)
+    } else {
+        HttpClient::connect(s)
+    };
     let sid = c.new_session();
     let first = c.prompt(&sid, "run it");
     let second = c.prompt(&sid, "and then hello");
@@ -1214,10 +1226,10 @@ fn prompts_sent_back_to_back_are_queued_over_serve() {
         }
         events.push((stream, v));
     }
-    assert_eq!(answers[0]["id"], first, "{answers:?}");
-    assert_eq!(answers[1]["id"], second, "{answers:?}");
+    assert_eq!(answers[0]["id"], first, "maka: {maka}: {answers:?}");
+    assert_eq!(answers[1]["id"], second, "maka: {maka}: {answers:?}");
     for a in &answers {
-        assert_eq!(a["result"]["stopReason"], "end_turn", "{a}");
+        assert_eq!(a["result"]["stopReason"], "end_turn", "maka: {maka}: {a}");
     }
     let end1 = events
         .iter()
@@ -1226,7 +1238,7 @@ fn prompts_sent_back_to_back_are_queued_over_serve() {
     assert_eq!(text_of(&events[end1..]), "Hello from the script!");
     assert!(text_of(&events[..end1]).starts_with("Running."));
     // A second connection loads it: two user messages, each its own turn's.
-    let mut b = HttpClient::connect(&s);
+    let mut b = HttpClient::connect(s);
     let cwd = s.ws.path().to_path_buf();
     let id = b.send(
         "session/load",
