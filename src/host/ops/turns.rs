@@ -61,57 +61,67 @@ enum Queue {
 /// `failed`, no `turn_started`: its client is answered) and the next is tried.
 pub(crate) fn start_queued(host: &Arc<Host>, cell: &Arc<SessionCell>) {
     loop {
+        // Looked at, not taken: it stays first (and the session busy for any other start)
+        // until its admission takes it out, under the same lock that makes it active.
         let next = {
-            let mut st = cell.lock();
+            let st = cell.lock();
             if st.active.is_some() || st.removed {
                 return;
             }
-            match st.queued.pop_front() {
-                Some(q) => q,
+            match st.queued.front() {
+                Some(q) => (
+                    q.turn_id.clone(),
+                    q.content.clone(),
+                    q.fingerprint.clone(),
+                    q.max_steps,
+                ),
                 None => return,
             }
         };
-        let turn_id = next.turn_id.clone();
+        let (turn_id, content, fingerprint, max_steps) = next;
         let started = admit(
             host,
             cell,
-            &next.turn_id,
+            &turn_id,
             "prompt",
             None,
-            Some(next.content),
-            next.fingerprint,
-            next.max_steps,
+            Some(content),
+            fingerprint,
+            max_steps,
             None,
             Queue::Head,
         );
-        match started {
+        let e = match started {
             Ok(_) => return,
-            Err(e) => {
-                log::warn!(
-                    "session {}: queued turn {turn_id} could not start: {e}",
-                    cell.id
-                );
-                let mut st = cell.lock();
-                if st.removed {
-                    return;
-                }
-                cell.emit(
-                    &mut st,
-                    FrameBody::TurnTerminal {
-                        turn_id,
-                        run_id: String::new(),
-                        outcome: TurnOutcome::Failed,
-                        reason: "error".into(),
-                        failure_class: Some(FailureClass::RuntimeError),
-                        failure_message: Some(format!(
-                            "The queued prompt could not start: {}",
-                            e.message
-                        )),
-                        failure_details: None,
-                    },
-                );
-            }
+            Err(e) => e,
+        };
+        let mut st = cell.lock();
+        let first = st.queued.front().is_some_and(|q| q.turn_id == turn_id);
+        if first {
+            st.queued.pop_front();
+        } else if e.code == ErrorCode::OperationConflict {
+            // Stopped while it was being started: it never began, so nothing is told.
+            continue;
         }
+        log::warn!(
+            "session {}: queued turn {turn_id} could not start: {e}",
+            cell.id
+        );
+        if st.removed {
+            return;
+        }
+        cell.emit(
+            &mut st,
+            FrameBody::TurnTerminal {
+                turn_id,
+                run_id: String::new(),
+                outcome: TurnOutcome::Failed,
+                reason: "error".into(),
+                failure_class: Some(FailureClass::RuntimeError),
+                failure_message: Some(format!("The queued prompt could not start: {}", e.message)),
+                failure_details: None,
+            },
+        );
     }
 }
 
@@ -214,8 +224,16 @@ fn admit(
     queue: Queue,
 ) -> Result<StartOutcome, HostError> {
     let mut st = open_state(host, cell)?;
+    if queue == Queue::Head && st.queued.front().is_none_or(|q| q.turn_id != turn_id) {
+        // Taken out of the queue (`turn.stop`) since it was looked at: it never starts.
+        return Err(HostError::new(
+            ErrorCode::OperationConflict,
+            format!("turn {turn_id} is no longer queued"),
+        ));
+    }
     // A retried start of a turn still queued: where it waits.
-    if let Some(i) = st.queued.iter().position(|q| q.turn_id == turn_id) {
+    let waiting = st.queued.iter().position(|q| q.turn_id == turn_id);
+    if let Some(i) = waiting.filter(|_| queue != Queue::Head) {
         return if st.queued[i].fingerprint == fingerprint {
             Ok(StartOutcome::Queued {
                 turn_id: turn_id.into(),
@@ -290,18 +308,27 @@ fn admit(
         host.providers()
             .resolve(&st.session.configuration.model_target)?;
     }
-    if busy {
+    if queue == Queue::Head {
+        if busy {
+            // Another turn got in first (a stop of it ended it meanwhile, say): this one stays
+            // first, started when that one ends.
+            return Ok(StartOutcome::Queued {
+                turn_id: turn_id.into(),
+                position: 1,
+            });
+        }
+        // Admitted: out of the queue, under the lock that makes it the active turn.
+        if st.queued.front().is_some_and(|q| q.turn_id == turn_id) {
+            st.queued.pop_front();
+        }
+    } else if busy {
         let queued = QueuedTurn {
             turn_id: turn_id.into(),
             content: content.unwrap_or_default(),
             fingerprint,
             max_steps,
         };
-        let position = if queue == Queue::Head {
-            // Another turn got in between the end and this start: first again.
-            st.queued.push_front(queued);
-            1
-        } else if st.queued.len() >= QUEUED_TURNS {
+        let position = if st.queued.len() >= QUEUED_TURNS {
             return Err(HostError::new(
                 ErrorCode::SessionBusy,
                 format!(
