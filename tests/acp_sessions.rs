@@ -8,7 +8,7 @@ mod support;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use support::host::TempDir;
-use support::{error_of, select, AgentProcess, Reply};
+use support::{error_of, select, AgentProcess, Reply, Spawn};
 
 fn script() -> Value {
     json!({
@@ -389,6 +389,373 @@ fn a_prompt_right_after_a_cancel_is_accepted() {
             resp["result"]["stopReason"], "end_turn",
             "output first: {wait_for_output}: {resp}"
         );
+    }
+}
+
+/// The agent with `args` (`--acp`: Apache Maka's dialect) on this file's script, initialized,
+/// with a session; returns it, the session id and the data dir's path.
+fn queue_setup(tag: &str, args: &[&str]) -> (Setup, String) {
+    let data = TempDir::new(&format!("acp-{tag}-data"));
+    let ws = TempDir::new(&format!("acp-{tag}-ws"));
+    std::fs::write(ws.path().join("a.txt"), "hello world\n").unwrap();
+    let mut agent = spawn_scripted(args, data.path());
+    agent.initialize();
+    let r = agent.call_ok("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
+    let id = r["sessionId"].as_str().unwrap().to_string();
+    let s = Setup {
+        agent,
+        ws,
+        _data: data,
+    };
+    (s, id)
+}
+
+fn spawn_scripted(args: &[&str], data: &std::path::Path) -> AgentProcess {
+    AgentProcess::spawn_with(Spawn {
+        args: args.iter().map(|a| a.to_string()).collect(),
+        env: vec![
+            ("RUST_LOG".into(), "info".into()),
+            ("MAKA_SCRIPT".into(), script().to_string()),
+            ("MAKA_DATA_DIR".into(), data.display().to_string()),
+            (
+                "XDG_CONFIG_HOME".into(),
+                data.join("config").display().to_string(),
+            ),
+        ],
+    })
+}
+
+/// The user messages a second agent on the same data dir replays for session `id`
+/// (`session/load`), in order.
+fn replayed_user_messages(s: &Setup, args: &[&str], id: &str) -> Vec<String> {
+    let mut other = spawn_scripted(args, s._data.path());
+    other.initialize();
+    let t = other.drive(
+        "session/load",
+        json!({"sessionId": id, "cwd": s.ws.path(), "mcpServers": []}),
+        no_requests,
+    );
+    assert!(t.response.get("result").is_some(), "{}", t.response);
+    normalize(&t.updates_for(id).into_iter().cloned().collect::<Vec<_>>())
+        .into_iter()
+        .filter(|u| u["kind"] == "user_message_chunk")
+        .map(|u| u["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The responses to requests `ids`, in whatever order they come, in the order of `ids`.
+fn answers_to(agent: &mut AgentProcess, ids: &[Value]) -> Vec<Value> {
+    let mut got: Vec<Option<Value>> = vec![None; ids.len()];
+    while got.iter().any(Option::is_none) {
+        let v = agent.recv();
+        if v.get("method").is_none() {
+            if let Some(i) = ids.iter().position(|id| v["id"] == *id) {
+                got[i] = Some(v);
+            }
+        }
+    }
+    got.into_iter().flatten().collect()
+}
+
+fn prompt_request(s: &mut Setup, id: &str, text: &str) -> Value {
+    s.agent.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": text}]}),
+    )
+}
+
+/// Issue 57: a follow-up sent while a turn runs is queued, not refused. Two prompts sent back
+/// to back are both answered `end_turn`, in order, each its own turn (the second's output
+/// comes after the first's answer; nothing of it is merged into the first), and a load
+/// replays two user messages. Both dialects. The first prompt is held at its permission
+/// dialog until an inline-answered probe sent after the second shows the second was read:
+/// it is still running then, whatever the machine's speed.
+#[test]
+fn prompts_sent_back_to_back_are_queued_and_answered_in_order() {
+    for args in [&[][..], &["--acp"][..]] {
+        let (mut s, id) = queue_setup("queue-order", args);
+        let first = prompt_request(&mut s, &id, "please edit");
+        let second = prompt_request(&mut s, &id, "and then hello");
+        let probe = s.agent.request("_queue_test/probe", json!({}));
+        let (mut held, mut probed) = (None, false);
+        let mut lines = vec![];
+        let mut answers = vec![];
+        while answers.len() < 2 {
+            let v = s.agent.recv();
+            if v["method"] == "session/request_permission" {
+                held = Some(v["id"].clone());
+            } else if v.get("method").is_none() && v["id"] == probe {
+                assert_eq!(error_of(&v)["code"], -32601, "{v}");
+                probed = true;
+            } else if v.get("method").is_none() && (v["id"] == first || v["id"] == second) {
+                answers.push(v.clone());
+            }
+            if probed {
+                if let Some(req) = held.take() {
+                    let allow =
+                        json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}});
+                    s.agent
+                        .send(&json!({"jsonrpc": "2.0", "id": req, "result": allow}));
+                }
+            }
+            lines.push(v);
+        }
+        let dialect = format!("{args:?}");
+        assert_eq!(answers[0]["id"], first, "{dialect}: {answers:?}");
+        assert_eq!(answers[1]["id"], second, "{dialect}: {answers:?}");
+        for a in &answers {
+            assert_eq!(a["result"]["stopReason"], "end_turn", "{dialect}: {a}");
+        }
+        let turn = |a: &Value| a["result"]["_meta"]["maka"]["turnId"].clone();
+        assert_ne!(turn(&answers[0]), turn(&answers[1]), "two turns");
+        // The second turn's output follows the first's answer; no user message is merged in.
+        let at = |id: &Value| {
+            lines
+                .iter()
+                .position(|v| v["id"] == *id && v.get("method").is_none())
+        };
+        let (end1, end2) = (at(&first).unwrap(), at(&second).unwrap());
+        let text = |range: &[Value]| -> String {
+            range
+                .iter()
+                .filter(|v| v["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+                .filter_map(|v| v["params"]["update"]["content"]["text"].as_str())
+                .collect()
+        };
+        assert_eq!(
+            text(&lines[end1..end2]),
+            "Hello from the script!",
+            "{dialect}"
+        );
+        assert!(text(&lines[..end1]).contains("Done."), "{dialect}");
+        assert!(!text(&lines[..end1]).contains("Hello"), "{dialect}");
+        assert!(
+            lines
+                .iter()
+                .all(|v| v["params"]["update"]["sessionUpdate"] != "user_message_chunk"),
+            "{dialect}: nothing is steered into the running turn"
+        );
+        assert_eq!(
+            replayed_user_messages(&s, args, &id),
+            ["please edit", "and then hello"],
+            "{dialect}"
+        );
+    }
+}
+
+/// Issue 57: a queued prompt the client withdraws with `$/cancel_request` is answered
+/// `-32800` and never runs (its turn never starts, its place is freed); the one queued after
+/// it runs when the first is answered.
+#[test]
+fn a_queued_prompt_withdrawn_by_cancel_request_never_runs() {
+    let (mut s, id) = queue_setup("queue-withdrawn", &[]);
+    let first = prompt_request(&mut s, &id, "please edit");
+    let withdrawn = prompt_request(&mut s, &id, "never mind this");
+    s.agent
+        .notify("$/cancel_request", json!({"requestId": withdrawn.clone()}));
+    let last = prompt_request(&mut s, &id, "and then hello");
+    let probe = s.agent.request("_queue_test/probe", json!({}));
+    let (mut held, mut probed) = (None, false);
+    let mut answers = vec![];
+    while answers.len() < 3 {
+        let v = s.agent.recv();
+        if v["method"] == "session/request_permission" {
+            held = Some(v["id"].clone());
+        } else if v.get("method").is_none() && v["id"] == probe {
+            probed = true;
+        } else if v.get("method").is_none() {
+            answers.push(v.clone());
+        }
+        if probed {
+            if let Some(req) = held.take() {
+                let allow = json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}});
+                s.agent
+                    .send(&json!({"jsonrpc": "2.0", "id": req, "result": allow}));
+            }
+        }
+    }
+    assert_eq!(answers[0]["id"], withdrawn, "{answers:?}");
+    assert_eq!(error_of(&answers[0])["code"], -32800, "{answers:?}");
+    assert_eq!(answers[1]["id"], first, "{answers:?}");
+    assert_eq!(answers[2]["id"], last, "{answers:?}");
+    for a in &answers[1..] {
+        assert_eq!(a["result"]["stopReason"], "end_turn", "{a}");
+    }
+    assert_eq!(
+        replayed_user_messages(&s, &[], &id),
+        ["please edit", "and then hello"]
+    );
+}
+
+/// A second agent on the same data dir (so on the same host) with session `id` loaded.
+fn second_client(s: &Setup, id: &str) -> AgentProcess {
+    let mut other = spawn_scripted(&[], s._data.path());
+    other.initialize();
+    let t = other.drive(
+        "session/load",
+        json!({"sessionId": id, "cwd": s.ws.path(), "mcpServers": []}),
+        no_requests,
+    );
+    assert!(t.response.get("result").is_some(), "{}", t.response);
+    other
+}
+
+/// The first agent's prompt is held at its permission dialog: returns that request's id.
+fn held_at_permission(s: &mut Setup) -> Value {
+    loop {
+        let v = s.agent.recv();
+        if v["method"] == "session/request_permission" {
+            return v["id"].clone();
+        }
+    }
+}
+
+fn allow(agent: &mut AgentProcess, request: Value) {
+    let allow = json!({"outcome": {"outcome": "selected", "optionId": "allow_once"}});
+    agent.send(&json!({"jsonrpc": "2.0", "id": request, "result": allow}));
+}
+
+/// The host's log line that says a prompt waits in its queue.
+const QUEUED_ON_HOST: &str = "waits in the host's queue";
+
+/// Issue 57: a prompt sent while another client's turn runs on the session is queued by the
+/// host, not refused: it starts when that turn ends and is answered `end_turn` after it; the
+/// replay has both user messages.
+#[test]
+fn a_prompt_behind_another_clients_turn_waits_on_the_host() {
+    let (mut s, id) = queue_setup("queue-host", &[]);
+    let first = prompt_request(&mut s, &id, "please edit");
+    let dialog = held_at_permission(&mut s);
+    let mut other = second_client(&s, &id);
+    let second = other.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "and then hello"}]}),
+    );
+    assert!(other.stderr_contains(QUEUED_ON_HOST), "{}", other.stderr());
+    allow(&mut s.agent, dialog);
+    let (resp, _) = s.agent.response_to(&first);
+    assert_eq!(resp["result"]["stopReason"], "end_turn", "{resp}");
+    let (resp, before) = other.response_to(&second);
+    assert_eq!(resp["result"]["stopReason"], "end_turn", "{resp}");
+    let text: String = before
+        .iter()
+        .filter(|v| v["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|v| v["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(text.ends_with("Hello from the script!"), "{text}");
+    assert_eq!(
+        replayed_user_messages(&s, &[], &id),
+        ["please edit", "and then hello"]
+    );
+}
+
+/// Issue 57: a prompt waiting in the host's queue is answered `cancelled` by its client's
+/// `session/cancel` at once (while the other client's turn still runs), and never runs.
+#[test]
+fn a_prompt_waiting_on_the_host_is_cancelled_at_once_and_never_runs() {
+    let (mut s, id) = queue_setup("queue-host-cancel", &[]);
+    let first = prompt_request(&mut s, &id, "please edit");
+    let dialog = held_at_permission(&mut s);
+    let mut other = second_client(&s, &id);
+    let second = other.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "never mind"}]}),
+    );
+    assert!(other.stderr_contains(QUEUED_ON_HOST), "{}", other.stderr());
+    other.notify("session/cancel", json!({"sessionId": id}));
+    let (resp, _) = other.response_to(&second);
+    assert_eq!(resp["result"]["stopReason"], "cancelled", "{resp}");
+    allow(&mut s.agent, dialog);
+    let (resp, _) = s.agent.response_to(&first);
+    assert_eq!(resp["result"]["stopReason"], "end_turn", "{resp}");
+    assert_eq!(replayed_user_messages(&s, &[], &id), ["please edit"]);
+}
+
+/// Issue 57: `session/cancel` stops the running prompt and every queued one, each answered
+/// `cancelled`; the queued one never ran (the replay has no user message of it), and the
+/// next prompt runs as usual.
+#[test]
+fn cancel_answers_the_running_and_the_queued_prompt_cancelled() {
+    let (mut s, id) = queue_setup("queue-cancel", &[]);
+    let running = prompt_request(&mut s, &id, "slow");
+    loop {
+        if s.agent.recv()["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    let queued = prompt_request(&mut s, &id, "queued behind it");
+    s.agent.notify("session/cancel", json!({"sessionId": id}));
+    for resp in answers_to(&mut s.agent, &[running, queued]) {
+        assert_eq!(resp["result"]["stopReason"], "cancelled", "{resp}");
+    }
+    let t = s.agent.prompt(&id, "after", no_requests);
+    assert_eq!(
+        t.response["result"]["stopReason"], "end_turn",
+        "{}",
+        t.response
+    );
+    assert_eq!(replayed_user_messages(&s, &[], &id), ["slow", "after"]);
+}
+
+/// Issue 57: a queued prompt is never lost silently: when the client closes stdin, the
+/// running prompt and the one queued behind it are both answered `cancelled` before the
+/// agent exits.
+#[test]
+fn closing_stdin_answers_the_queued_prompt_too() {
+    let (mut s, id) = queue_setup("queue-eof", &[]);
+    let running = prompt_request(&mut s, &id, "slow");
+    loop {
+        if s.agent.recv()["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    let queued = prompt_request(&mut s, &id, "queued behind it");
+    s.agent.close_stdin();
+    for resp in answers_to(&mut s.agent, &[running, queued]) {
+        assert_eq!(resp["result"]["stopReason"], "cancelled", "{resp}");
+    }
+    assert!(
+        s.agent.wait_exit(Duration::from_secs(20)).is_some(),
+        "exits"
+    );
+}
+
+/// Issue 57: at most 8 prompts wait behind the running one; a 9th is refused `session_busy`
+/// at once, saying why, and the 8 queued are answered `cancelled` by the cancel.
+#[test]
+fn a_ninth_queued_prompt_is_busy() {
+    let (mut s, id) = queue_setup("queue-full", &[]);
+    let running = prompt_request(&mut s, &id, "slow");
+    loop {
+        if s.agent.recv()["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    let queued: Vec<Value> = (0..8)
+        .map(|i| prompt_request(&mut s, &id, &format!("queued {i}")))
+        .collect();
+    let refused = prompt_request(&mut s, &id, "one too many");
+    let (resp, before) = s.agent.response_to(&refused);
+    assert_eq!(
+        error_of(&resp)["data"]["makaCode"],
+        "session_busy",
+        "{resp}"
+    );
+    assert!(
+        error_of(&resp)["message"]
+            .as_str()
+            .unwrap()
+            .contains("8 more are waiting"),
+        "{resp}"
+    );
+    assert!(
+        before.iter().all(|v| v.get("method").is_some()),
+        "the 8 queued are not answered yet: {before:?}"
+    );
+    s.agent.notify("session/cancel", json!({"sessionId": id}));
+    let all: Vec<Value> = std::iter::once(running).chain(queued).collect();
+    for resp in answers_to(&mut s.agent, &all) {
+        assert_eq!(resp["result"]["stopReason"], "cancelled", "{resp}");
     }
 }
 
@@ -814,7 +1181,8 @@ fn bad_sessions_prompts_and_content_get_precise_errors() {
         no_requests,
     );
     assert_eq!(t.response["result"]["stopReason"], "end_turn");
-    // Busy: a second prompt while one runs.
+    // A cancelled prompt answers `cancelled` (a second prompt meanwhile waits behind it:
+    // `prompts_sent_back_to_back_are_queued_and_answered_in_order`).
     let slow = s.agent.request(
         "session/prompt",
         json!({"sessionId": id, "prompt": [{"type": "text", "text": "slow"}]}),
@@ -824,11 +1192,6 @@ fn bad_sessions_prompts_and_content_get_precise_errors() {
             break;
         }
     }
-    let (resp, _) = s.agent.call(
-        "session/prompt",
-        json!({"sessionId": id, "prompt": [{"type": "text", "text": "hi"}]}),
-    );
-    assert_eq!(error_of(&resp)["data"]["makaCode"], "session_busy");
     s.agent.notify("session/cancel", json!({"sessionId": id}));
     let (resp, _) = s.agent.response_to(&slow);
     assert_eq!(resp["result"]["stopReason"], "cancelled");

@@ -457,6 +457,70 @@ fn permission_in_ask_mode_and_busy_sessions() {
     );
 }
 
+/// Issue 57: `turn.start` with `queue` while a turn runs waits in the session's queue
+/// (`queued` at its position; a retry answers the same; at most 8, then `session_busy`), a
+/// start without it is still busy, `turn.stop` takes a queued turn out (it never starts), and
+/// the queued turns start in order, each after the terminal frame of the one before.
+#[test]
+fn queued_turns_start_in_order_when_the_active_one_ends() {
+    let (_d, ws, host) = setup("queue");
+    host.create_session("s", ws.path(), "ask");
+    host.start_turn("s", "t_1", "please edit");
+    let frames = host.follow("s", 0, |f| f["kind"] == "interaction_request");
+    let start = |turn: &str, text: &str| json!({"sessionId": "s", "turnId": turn, "content": {"text": text}, "queue": true});
+    let queue = |turn: &str, text: &str| host.ok("turn.start", start(turn, text));
+    let q = queue("t_2", "second");
+    assert_eq!(q["kind"], "queued", "{q}");
+    assert_eq!(q["turnId"], "t_2");
+    assert_eq!(q["position"], 1);
+    assert_eq!(queue("t_2", "second")["position"], 1, "a retry is the same");
+    assert_eq!(queue("t_3", "third")["position"], 2);
+    assert_eq!(queue("t_gone", "never")["position"], 3);
+    let busy = host.err(
+        "turn.start",
+        json!({"sessionId": "s", "turnId": "t_x", "content": {"text": "hi"}}),
+        "session_busy",
+    );
+    assert_eq!(busy["details"]["activeTurnId"], "t_1");
+    let stopped = host.ok("turn.stop", json!({"sessionId": "s", "turnId": "t_gone"}));
+    assert_eq!(stopped["status"], "cancelled", "{stopped}");
+    for i in 4..10 {
+        assert_eq!(queue(&format!("t_{i}"), "more")["kind"], "queued");
+    }
+    let full = host.err("turn.start", start("t_10", "one too many"), "session_busy");
+    assert_eq!(full["details"]["queued"], 8, "{full}");
+    let id = frames.last().unwrap()["interaction"]["interactionId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    host.ok("interaction.answer", json!({"sessionId": "s", "interactionId": id, "answer": {"kind": "permission", "decision": "allow"}}));
+    let after = frames.last().unwrap()["seq"].as_u64().unwrap();
+    let rest = host.follow("s", after, |f| {
+        f["kind"] == "turn_terminal" && f["turnId"] == "t_9"
+    });
+    let order: Vec<(String, String)> = rest
+        .iter()
+        .filter(|f| f["kind"] == "turn_started" || f["kind"] == "turn_terminal")
+        .map(|f| {
+            let s = |k: &str| f[k].as_str().unwrap_or_default().to_string();
+            (s("kind"), s("turnId"))
+        })
+        .collect();
+    let mut want = vec![("turn_terminal".to_string(), "t_1".to_string())];
+    for t in ["t_2", "t_3", "t_4", "t_5", "t_6", "t_7", "t_8", "t_9"] {
+        want.push(("turn_started".into(), t.into()));
+        want.push(("turn_terminal".into(), t.into()));
+    }
+    assert_eq!(order, want);
+    let t2 = host.ok("turn.query", json!({"sessionId": "s", "turnId": "t_2"}));
+    assert_eq!(t2["status"], "completed", "{t2}");
+    host.err(
+        "turn.query",
+        json!({"sessionId": "s", "turnId": "t_gone"}),
+        "not_found",
+    );
+}
+
 #[test]
 fn explore_mode_refuses_writes_and_outside_paths_need_a_boundary_approval() {
     let (_d, ws, host) = setup("explore");

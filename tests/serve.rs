@@ -1229,6 +1229,78 @@ fn a_conversation_over_sse_with_a_permission_dialog() {
     assert!(hosts > 0);
 }
 
+/// Issue 57 over `serve`: a follow-up sent while a turn runs waits for it, both are answered
+/// `end_turn` in order, the second's output after the first's answer, and a load elsewhere
+/// replays two user messages. The first is held at its permission dialog until an
+/// inline-answered probe sent after the second shows the second was read.
+#[test]
+fn prompts_sent_back_to_back_are_queued_over_serve() {
+    let s = Serve::start();
+    for maka in [false, true] {
+        back_to_back_over_serve(&s, maka);
+    }
+}
+
+/// [`prompts_sent_back_to_back_are_queued_over_serve`] on one connection, in our dialect or
+/// (`maka`) in Apache Maka's.
+fn back_to_back_over_serve(s: &Serve, maka: bool) {
+    let mut c = if maka {
+        HttpClient::connect_maka(s)
+    } else {
+        HttpClient::connect(s)
+    };
+    let sid = c.new_session();
+    let first = c.prompt(&sid, "run it");
+    let second = c.prompt(&sid, "and then hello");
+    let probe = c.send("_queue_test/probe", json!({}));
+    let (mut held, mut probed) = (None, false);
+    let (mut answers, mut events) = (vec![], vec![]);
+    while answers.len() < 2 {
+        let (stream, _, v) = c.next();
+        if v.get("method").is_some() && v.get("id").is_some() {
+            held = Some((stream.clone(), v.clone()));
+        } else if v.get("method").is_none() && v["id"] == probe {
+            assert_eq!(v["error"]["code"], -32601, "{v}");
+            probed = true;
+        } else if v.get("method").is_none() && (v["id"] == first || v["id"] == second) {
+            answers.push(v.clone());
+        }
+        if probed {
+            if let Some((stream, req)) = held.take() {
+                c.answer(stream.as_deref(), &req["id"], allow(&req));
+            }
+        }
+        events.push((stream, v));
+    }
+    assert_eq!(answers[0]["id"], first, "maka: {maka}: {answers:?}");
+    assert_eq!(answers[1]["id"], second, "maka: {maka}: {answers:?}");
+    for a in &answers {
+        assert_eq!(a["result"]["stopReason"], "end_turn", "maka: {maka}: {a}");
+    }
+    let end1 = events
+        .iter()
+        .position(|(_, v)| v["id"] == first && v.get("method").is_none())
+        .unwrap();
+    assert_eq!(text_of(&events[end1..]), "Hello from the script!");
+    assert!(text_of(&events[..end1]).starts_with("Running."));
+    // A second connection loads it: two user messages, each its own turn's.
+    let mut b = HttpClient::connect(s);
+    let cwd = s.ws.path().to_path_buf();
+    let id = b.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    b.open_stream(Some(&sid), None);
+    let (r, replay) = b.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("error").is_none(), "loaded: {r}");
+    let users: Vec<&str> = replay
+        .iter()
+        .filter(|(_, v)| v["params"]["update"]["sessionUpdate"] == "user_message_chunk")
+        .filter_map(|(_, v)| v["params"]["update"]["content"]["text"].as_str())
+        .collect();
+    assert_eq!(users, ["run it", "and then hello"]);
+}
+
 /// An answer to the agent's request on a session is checked against that session before it is
 /// taken: one refused for its header does not let a later one through unchecked.
 #[test]

@@ -139,6 +139,14 @@ pub fn session_busy(id: &str) -> ResponseError {
     ))
 }
 
+/// A `session/prompt` while `queued` prompts already wait behind the running one.
+pub fn prompt_queue_full(id: &str, queued: usize) -> ResponseError {
+    MakaCode::SessionBusy.error_with(
+        format!("Session {id} is running a prompt and {queued} more are waiting, the most it queues; wait for one to finish or send session/cancel"),
+        json!({"sessionId": id, "queued": queued}),
+    )
+}
+
 /// The host's event-stream slots (or this principal's share of them) stayed full: `what`
 /// could not be followed; `host_said` is which.
 pub fn capacity_exceeded(what: &str, host_said: &str) -> ResponseError {

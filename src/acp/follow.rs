@@ -327,6 +327,14 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
         };
         let result = match conn.call::<ops::TurnQuery>(&input) {
             Ok(snapshot) => answer::snapshot_result(&snapshot),
+            // Not started yet (a queued prompt just promoted, its `turn.start` in flight): it
+            // starts after this snapshot, and its frames are read live.
+            Err(ClientError::Host(h))
+                if h.code == ErrorCode::NotFound
+                    && session.started_prompt_turn().as_deref() != Some(turn.as_str()) =>
+            {
+                return Ok(());
+            }
             Err(e) => Err(errors::from_client(&e)),
         };
         super::view::settle_tools(session, shared, TOOL_UNFINISHED);

@@ -22,7 +22,7 @@ use super::types::{PromptResponse, SessionUpdate, StopReason};
 use crate::host_api::ops;
 use crate::host_api::wire::FrameBody;
 use crate::jsonrpc::{lock, RequestId, Responder, ResponseError};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -33,14 +33,55 @@ struct PendingPrompt {
     turn_id: String,
     /// `turn.start` has returned: `turn.stop` can be sent.
     started: bool,
+    /// `turn.start` answered `queued` (another turn runs on the host: another client's, a
+    /// goal's) and its `turn_started` has not been seen yet: the host holds it, and starts it
+    /// when the session's active turn ends; a `turn.stop` takes it out of the host's queue,
+    /// with no frame, so a cancel answers it here.
+    queued_on_host: bool,
     cancel_requested: bool,
 }
 
-/// What the session's threads share (behind `state`): six plain parts.
+/// Prompts that wait behind the pending one at most (a `session/prompt` past it is busy).
+pub const PROMPT_QUEUE: usize = 8;
+
+/// A `session/prompt` sent while another ran: it waits here, in order, and becomes the
+/// pending prompt when the one before it is answered ([`AcpSession::finish_prompt`]).
+struct QueuedPrompt {
+    responder: Responder,
+    turn_id: String,
+    /// Starts its turn (`turns::start`), on a thread of its own.
+    start: Box<dyn FnOnce() + Send>,
+}
+
+impl PendingPrompt {
+    fn new(responder: Responder, turn_id: &str) -> PendingPrompt {
+        PendingPrompt {
+            responder,
+            turn_id: turn_id.to_string(),
+            started: false,
+            queued_on_host: false,
+            cancel_requested: false,
+        }
+    }
+}
+
+/// How a `session/prompt` was admitted ([`AcpSession::admit_prompt`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// It is the pending prompt: start its turn.
+    Now,
+    /// It waits behind the pending prompt, at this place (1: next).
+    Queued(usize),
+}
+
+/// What the session's threads share (behind `state`): seven plain parts.
 #[derive(Default)]
 struct SessionState {
     closed: bool,
     prompt: Option<PendingPrompt>,
+    /// Prompts waiting behind `prompt` (never more than [`PROMPT_QUEUE`]; empty when `prompt`
+    /// is `None`).
+    queue: VecDeque<QueuedPrompt>,
     /// A turn this connection started without a prompt (`_session/steering`), until its end.
     unprompted: Option<String>,
     position: Position,
@@ -184,12 +225,12 @@ impl AcpSession {
 
     // ---- the prompt ----------------------------------------------------------------------
 
-    /// Makes `responder` the session's pending prompt for `turn_id`. Gives it back when a
-    /// prompt is already pending.
+    /// `_maka/turn/resume` and `_maka/plan/start`: makes `responder` the session's pending
+    /// prompt for `turn_id`. Gives it back when a prompt is already pending (they are not
+    /// queued: each acts on the session as it is when it is sent).
     ///
-    /// A prompt the client has just cancelled is waited for (at most [`CANCEL_SETTLE`]): editors
-    /// send a new message by cancelling the running one and prompting at once, and the
-    /// cancelled turn settles a few milliseconds later. Any other pending prompt is busy.
+    /// A prompt the client has just cancelled is waited for (at most [`CANCEL_SETTLE`]). Any
+    /// other pending prompt is busy.
     pub fn begin_prompt(&self, turn_id: &str, responder: Responder) -> Result<(), Responder> {
         // Waits only while the pending prompt is one the client cancelled.
         let mut st = wait_while(self, CANCEL_SETTLE, |st| {
@@ -198,22 +239,53 @@ impl AcpSession {
         if st.prompt.is_some() {
             return Err(responder);
         }
-        st.prompt = Some(PendingPrompt {
-            responder,
-            turn_id: turn_id.to_string(),
-            started: false,
-            cancel_requested: false,
-        });
+        st.prompt = Some(PendingPrompt::new(responder, turn_id));
         Ok(())
     }
 
-    /// `turn.start` returned. Returns whether the client cancelled meanwhile (then the turn
-    /// must be stopped now). A prompt answered at stdin's end meanwhile
-    /// ([`AcpSession::answer_cancelled_at_exit`]) stops its turn too: nobody follows it.
-    pub fn prompt_started(&self) -> bool {
+    /// `session/prompt`: makes `responder` the pending prompt for `turn_id` when none is
+    /// ([`Admission::Now`]: the caller starts its turn), else puts it in the queue behind it,
+    /// with the start `queued()` makes ([`Admission::Queued`]: started when the one before it
+    /// is answered). Never waits: a `session/cancel` read after it is acted on at once. Gives
+    /// the responder back when [`PROMPT_QUEUE`] prompts wait already (not counting those the
+    /// client withdrew with `$/cancel_request`, which are dropped here and never start).
+    ///
+    /// Editors send a new message by cancelling the running prompt and prompting at once: the
+    /// new prompt waits behind the cancelled one, which settles a few milliseconds later.
+    pub fn admit_prompt(
+        &self,
+        turn_id: &str,
+        responder: Responder,
+        queued: impl FnOnce() -> Box<dyn FnOnce() + Send>,
+    ) -> Result<Admission, Responder> {
+        // Declared before the guard, so dropped after the lock is released.
+        let _withdrawn: VecDeque<QueuedPrompt>;
+        let mut st = lock(&self.state);
+        if st.prompt.is_none() {
+            st.prompt = Some(PendingPrompt::new(responder, turn_id));
+            return Ok(Admission::Now);
+        }
+        _withdrawn = take_withdrawn(&mut st.queue);
+        if st.queue.len() >= PROMPT_QUEUE {
+            return Err(responder);
+        }
+        st.queue.push_back(QueuedPrompt {
+            responder,
+            turn_id: turn_id.to_string(),
+            start: queued(),
+        });
+        Ok(Admission::Queued(st.queue.len()))
+    }
+
+    /// `turn.start` returned (`queued_on_host`: it answered `queued`). Returns whether the
+    /// client cancelled meanwhile (then the turn must be stopped now). A prompt answered at
+    /// stdin's end meanwhile ([`AcpSession::answer_cancelled_at_exit`]) stops its turn too:
+    /// nobody follows it.
+    pub fn prompt_started(&self, queued_on_host: bool) -> bool {
         match lock(&self.state).prompt.as_mut() {
             Some(p) => {
                 p.started = true;
+                p.queued_on_host = queued_on_host;
                 p.cancel_requested
             }
             None => self.hushed.load(Ordering::Acquire),
@@ -225,6 +297,16 @@ impl AcpSession {
         lock(&self.state).prompt.as_ref().map(|p| p.turn_id.clone())
     }
 
+    /// The turn the pending prompt waits for, once the host has started it (before, the host
+    /// has no record of it: its `turn.start` is in flight, or it waits in the host's queue).
+    pub fn started_prompt_turn(&self) -> Option<String> {
+        let st = lock(&self.state);
+        st.prompt
+            .as_ref()
+            .filter(|p| p.started && !p.queued_on_host)
+            .map(|p| p.turn_id.clone())
+    }
+
     /// Whether the client cancelled the prompt or closed the session: a dialog's refusal then
     /// is the cancel's, not the person's answer.
     pub fn is_cancelling(&self) -> bool {
@@ -234,16 +316,52 @@ impl AcpSession {
 
     /// The prompt could not start (no host, `turn.start` refused), or its turn ended: answers it
     /// ([`projection::answer::final_answer`]) and wakes whoever waits for it (`session/close`).
+    /// The next queued prompt then becomes the pending one, in the same section (a reader
+    /// deciding whether to go on sees it), and its turn starts on a thread of its own, after
+    /// this answer is queued: its turn's first update follows the answer before it. A closed
+    /// or hushed session starts nothing more: what is queued is answered `cancelled`.
     pub fn finish_prompt(&self, result: Result<PromptResponse, ResponseError>) {
-        let prompt = lock(&self.state).prompt.take();
+        let (prompt, next, dropped, _withdrawn) = {
+            let mut st = lock(&self.state);
+            let prompt = st.prompt.take();
+            let withdrawn = take_withdrawn(&mut st.queue);
+            if st.closed || self.hushed.load(Ordering::Acquire) {
+                (prompt, None, st.queue.drain(..).collect(), withdrawn)
+            } else {
+                let next = st.queue.pop_front().map(|q| {
+                    st.prompt = Some(PendingPrompt::new(q.responder, &q.turn_id));
+                    (q.turn_id, q.start)
+                });
+                (prompt, next, Vec::new(), withdrawn)
+            }
+        };
         if let Some(p) = prompt {
             let result = projection::answer::final_answer(result, &p.turn_id, p.cancel_requested);
             p.responder
                 .respond(result.map(|r| super::types::to_json(&r)));
         }
-        // Notified under the lock the waiter checks, so the wake-up cannot be missed.
-        let _st = lock(&self.state);
-        self.prompt_done.notify_all();
+        answer_queued_cancelled(dropped);
+        {
+            // Notified under the lock the waiter checks, so the wake-up cannot be missed.
+            let _st = lock(&self.state);
+            self.prompt_done.notify_all();
+        }
+        if let Some((turn_id, start)) = next {
+            log::debug!("session {}: starting queued prompt {turn_id}", self.id);
+            let name = format!("acp-queued-{}", self.id);
+            if crate::threads::spawn(name, start).is_none() {
+                self.finish_prompt(Err(super::errors::MakaCode::Internal.error(
+                    "maka-acp could not start a thread for this queued prompt; send it again",
+                )));
+            }
+        }
+    }
+
+    /// [`AcpSession::finish_prompt`], if the pending prompt is still the one for `turn_id`.
+    pub fn finish_prompt_of(&self, turn_id: &str, result: Result<PromptResponse, ResponseError>) {
+        if self.prompt_turn().as_deref() == Some(turn_id) {
+            self.finish_prompt(result);
+        }
     }
 
     /// Waits until no prompt is pending (bounded).
@@ -252,10 +370,11 @@ impl AcpSession {
     }
 
     /// Marks the pending prompt cancelled (a turn not yet started never starts; one starting
-    /// is stopped as soon as `turn.start` returns) and withdraws every request its turn has
-    /// open in the client. Returns the started turn that the host must be asked to stop.
+    /// is stopped as soon as `turn.start` returns), answers every queued prompt `cancelled`
+    /// and withdraws every request its turn has open in the client. Returns the started turn
+    /// that the host must be asked to stop.
     pub fn cancel_prompt(&self, shared: &Shared) -> Option<String> {
-        let (turn, started, outstanding) = {
+        let (turn, started, on_host_queue, outstanding, queued) = {
             let mut st = lock(&self.state);
             let Some(p) = st.prompt.as_mut() else {
                 // A turn this connection started without a prompt (`_session/steering`) is
@@ -273,10 +392,24 @@ impl AcpSession {
                 return None;
             };
             p.cancel_requested = true;
-            let (turn, started) = (p.turn_id.clone(), p.started);
-            (turn, started, take_outstanding(&mut st))
+            let (turn, started, on_host_queue) = (p.turn_id.clone(), p.started, p.queued_on_host);
+            // Every prompt waiting behind it is cancelled too: answered now (none started).
+            let queued: Vec<QueuedPrompt> = st.queue.drain(..).collect();
+            (
+                turn,
+                started,
+                on_host_queue,
+                take_outstanding(&mut st),
+                queued,
+            )
         };
+        answer_queued_cancelled(queued);
         withdraw_all(shared, outstanding);
+        if on_host_queue {
+            // Waiting in the host's queue: its `turn.stop` takes it out without a frame, so it
+            // is answered here.
+            self.finish_prompt_of(&turn, Ok(PromptResponse::new(StopReason::Cancelled)));
+        }
         started.then_some(turn)
     }
 
@@ -298,16 +431,22 @@ impl AcpSession {
 
     // ---- closing -------------------------------------------------------------------------
 
-    /// Marks the session closed (nothing new is shown or asked); returns the turn its prompt
-    /// started, if one runs.
+    /// Marks the session closed (nothing new is shown or asked; queued prompts are answered
+    /// `cancelled`); returns the turn its prompt started, if one runs.
     pub fn close(&self) -> Option<String> {
-        let mut st = lock(&self.state);
-        st.closed = true;
-        st.prompt
-            .as_ref()
-            .filter(|p| p.started)
-            .map(|p| p.turn_id.clone())
-            .or_else(|| st.unprompted.clone())
+        let (running, queued) = {
+            let mut st = lock(&self.state);
+            st.closed = true;
+            let running = st
+                .prompt
+                .as_ref()
+                .filter(|p| p.started)
+                .map(|p| p.turn_id.clone())
+                .or_else(|| st.unprompted.clone());
+            (running, st.queue.drain(..).collect())
+        };
+        answer_queued_cancelled(queued);
+        running
     }
 
     pub fn is_closed(&self) -> bool {
@@ -535,6 +674,30 @@ fn take_outstanding(st: &mut SessionState) -> Vec<RequestId> {
     st.editor.outstanding.drain().map(|(_, r)| r).collect()
 }
 
+/// Queued prompts the client withdrew with `$/cancel_request` (already answered `-32800`),
+/// taken out of the queue: their turns never start, and they hold no place in it.
+fn take_withdrawn(queue: &mut VecDeque<QueuedPrompt>) -> VecDeque<QueuedPrompt> {
+    let (withdrawn, kept) = std::mem::take(queue)
+        .into_iter()
+        .partition(|q| q.responder.cancel_flag().is_cancelled());
+    *queue = kept;
+    withdrawn
+}
+
+/// Answers prompts taken out of the queue `cancelled` (outside the state lock: it sends).
+/// Their turns never started.
+fn answer_queued_cancelled(queued: Vec<QueuedPrompt>) {
+    for q in queued {
+        let answer = projection::answer::final_answer(
+            Ok(PromptResponse::new(StopReason::Cancelled)),
+            &q.turn_id,
+            true,
+        );
+        q.responder
+            .respond(answer.map(|r| super::types::to_json(&r)));
+    }
+}
+
 /// Withdraws each request from the client (outside the state lock: it sends).
 fn withdraw_all(shared: &Shared, ids: Vec<RequestId>) {
     for id in &ids {
@@ -588,6 +751,9 @@ fn observe(st: &mut SessionState, seq: Option<u64>, facts: projection::Facts) ->
     }
     if let Some(turn_id) = facts.turn_started {
         st.position.active_turn = Some(turn_id.to_string());
+        if let Some(p) = st.prompt.as_mut().filter(|p| p.turn_id == turn_id) {
+            p.queued_on_host = false; // the host started it
+        }
     }
     if let Some(turn_id) = facts.turn_ended {
         if st.position.active_turn.as_deref() == Some(turn_id) {

@@ -296,7 +296,7 @@ fn a_prompt_answered_at_exit_is_the_sessions_last_word() {
     let requests = IncomingRequests::new(shared.outbox.clone());
     let responder = requests.begin(RequestId::Int(9), "session/prompt").ok();
     assert!(session.begin_prompt("t1", responder.unwrap()).is_ok());
-    session.prompt_started();
+    session.prompt_started(false);
     let tool = FrameBody::ToolStart {
         turn_id: "t1".into(),
         tool_call_id: "c1".into(),

@@ -1,6 +1,7 @@
 //! `session/prompt`: registered on the dispatcher thread (so a `session/cancel` that follows
-//! always finds it), then started on a worker. The session's reader answers it when the turn
-//! ends.
+//! always finds it), then started on a worker — or, while another prompt of the session runs,
+//! queued behind it and started when that one is answered. The session's reader answers it
+//! when the turn ends.
 
 use super::agent::Ctx;
 use super::errors;
@@ -9,7 +10,7 @@ use super::host_link::Connected;
 use super::projection::config::ConfigEcho;
 use super::prompt;
 use super::read::Prompt;
-use super::session::AcpSession;
+use super::session::{AcpSession, Admission, PROMPT_QUEUE};
 use super::types::{PromptResponse, StopReason};
 use crate::host_api::ops::{self, OpenInput, ResumeDisposition, StartOutcome, TurnStartInput};
 use crate::host_api::random_hex;
@@ -59,8 +60,10 @@ pub fn register_generated(
     })
 }
 
-/// Validates a prompt and makes it the session's pending prompt. Answers the request itself
-/// and returns `None` when the prompt cannot run.
+/// Validates a prompt and makes it the session's pending prompt, or queues it behind the
+/// pending one (started when that one is answered; past [`PROMPT_QUEUE`] waiting, busy).
+/// Answers the request itself and returns `None` when the prompt cannot run, or when it was
+/// queued (its start is then the session's to make).
 pub fn register(ctx: &Ctx, mut p: Prompt, responder: Responder) -> Option<Registered> {
     let Some(session) = ctx.session(&p.session_id) else {
         responder.respond(Err(errors::unknown_session(&p.session_id)));
@@ -74,15 +77,34 @@ pub fn register(ctx: &Ctx, mut p: Prompt, responder: Responder) -> Option<Regist
         }
     };
     let turn_id = format!("t_{}", random_hex(8));
-    if let Err(responder) = session.begin_prompt(&turn_id, responder) {
-        responder.respond(Err(errors::session_busy(&p.session_id)));
-        return None;
-    }
-    Some(Registered {
-        session,
-        turn_id,
+    let mut registered = Some(Registered {
+        session: Arc::clone(&session),
+        turn_id: turn_id.clone(),
         kind: TurnKind::Prompt(content),
-    })
+    });
+    // Queued: the registration moves into the start the session makes when its turn comes.
+    let queued = || -> Box<dyn FnOnce() + Send> {
+        let (ctx, r) = (ctx.clone(), registered.take());
+        Box::new(move || {
+            if let Some(r) = r {
+                start(&ctx, r)
+            }
+        })
+    };
+    match session.admit_prompt(&turn_id, responder, queued) {
+        Ok(Admission::Now) => registered,
+        Ok(Admission::Queued(place)) => {
+            log::debug!(
+                "session {}: prompt {turn_id} waits behind the running one ({place} in line)",
+                session.id
+            );
+            None
+        }
+        Err(responder) => {
+            responder.respond(Err(errors::prompt_queue_full(&p.session_id, PROMPT_QUEUE)));
+            None
+        }
+    }
 }
 
 /// Starts the registered prompt's turn on the host; the session's reader answers the prompt
@@ -108,6 +130,8 @@ pub fn start(ctx: &Ctx, r: Registered) {
     if not_to_start(&session) {
         return; // the stream opened for it closes here
     }
+    // Ok(true): the host queued it behind the session's active turn (another client's, a
+    // goal's); it starts when that one ends.
     let started = match kind {
         TurnKind::Prompt(content) => {
             let input = TurnStartInput {
@@ -115,18 +139,32 @@ pub fn start(ctx: &Ctx, r: Registered) {
                 turn_id: turn_id.clone(),
                 content,
                 max_steps: None,
+                queue: true,
             };
-            conn.request::<ops::TurnStart>(&input).map(|_| ())
+            conn.request::<ops::TurnStart>(&input)
+                .map(|o| matches!(o, StartOutcome::Queued { .. }))
         }
-        TurnKind::Resume => resume(&conn, &id, &turn_id),
-        TurnKind::Plan => plan(&conn, &id, &turn_id),
+        TurnKind::Resume => resume(&conn, &id, &turn_id).map(|()| false),
+        TurnKind::Plan => plan(&conn, &id, &turn_id).map(|()| false),
     };
-    if let Err(e) = started {
-        return session.finish_prompt(Err(e));
+    let queued_on_host = match started {
+        Ok(q) => q,
+        Err(e) => return session.finish_prompt(Err(e)),
+    };
+    if queued_on_host {
+        log::info!(
+            "session {}: prompt {turn_id} waits in the host's queue behind the session's running turn",
+            session.id
+        );
     }
-    if session.prompt_started() {
+    if session.prompt_started(queued_on_host) {
         // session/cancel arrived while turn.start was in flight.
         super::session::stop_turn(&ctx.shared, &session.id, &turn_id);
+        if queued_on_host {
+            // Taken out of the host's queue by that stop, with no frame: answered here.
+            let cancelled = Ok(PromptResponse::new(StopReason::Cancelled));
+            session.finish_prompt_of(&turn_id, cancelled);
+        }
     }
     super::follow::ensure_reader(&session, &ctx.shared, &conn, stream);
 }
@@ -145,6 +183,7 @@ pub fn start_unprompted(
         turn_id: turn_id.clone(),
         content,
         max_steps: None,
+        queue: false,
     };
     start_followed(ctx, session, &turn_id, |conn| {
         conn.request::<ops::TurnStart>(&input)
@@ -275,5 +314,7 @@ fn resume(conn: &Connected, session_id: &str, turn_id: &str) -> Result<(), Respo
     match conn.request::<ops::ResumeStart>(&input)? {
         StartOutcome::Started { .. } => Ok(()),
         StartOutcome::Parked { reason } => Err(parked(reason)),
+        // Never: a resume is not queued.
+        StartOutcome::Queued { .. } => Err(parked("session_busy".into())),
     }
 }

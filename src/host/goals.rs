@@ -277,8 +277,9 @@ fn driver(host: Arc<Host>, cell: Arc<SessionCell>, goal_id: String) {
                 leave(&mut st, &goal_id);
                 return;
             }
-            if st.active.is_some() {
-                // Another turn runs (a person's prompt, the goal's own): wait for its end.
+            if st.active.is_some() || !st.queued.is_empty() {
+                // Another turn runs (a person's prompt, the goal's own), or prompts queued
+                // behind it wait to go first: wait for their end.
                 drop(cell.wait(st, Duration::from_secs(1)));
                 continue;
             }
@@ -294,6 +295,7 @@ fn driver(host: Arc<Host>, cell: Arc<SessionCell>, goal_id: String) {
             Ok(StartOutcome::Parked { reason }) => {
                 log::warn!("goal {goal_id}: turn not started ({reason})");
             }
+            Ok(StartOutcome::Queued { .. }) => {} // never: a goal's turn is not queued
             // Someone else's turn got in first: wait for it (above). Or the goal stopped being
             // the live one since it was read: the check above lets the driver leave.
             Err(e)

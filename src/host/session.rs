@@ -40,6 +40,10 @@ pub struct SessionState {
     ring: Ring,
     transcript: Option<Transcript>,
     pub active: Option<ActiveTurn>,
+    /// Prompts waiting for the active turn to end (`turn.start` with `queue`), in order: the
+    /// first starts when it ends. In memory: a host restart forgets them (their clients, who
+    /// followed the host that went away, are told so).
+    pub queued: VecDeque<QueuedTurn>,
     /// Every turn seen since this host started or recovered from the transcript.
     pub turns: HashMap<String, TurnRecord>,
     pub interactions: HashMap<String, InteractionSlot>,
@@ -92,6 +96,14 @@ pub struct TurnRecord {
     pub snapshot: TurnSnapshot,
     /// Identifies the request that started it, for idempotent retries of `turn.start`.
     pub fingerprint: String,
+}
+
+/// A prompt queued behind the active turn (`turn.start` with `queue`).
+pub struct QueuedTurn {
+    pub turn_id: String,
+    pub content: crate::host_api::wire::MessageContent,
+    pub fingerprint: String,
+    pub max_steps: usize,
 }
 
 pub struct InteractionSlot {
@@ -216,6 +228,7 @@ impl SessionCell {
                 },
                 transcript: None,
                 active: None,
+                queued: VecDeque::new(),
                 turns: HashMap::new(),
                 interactions: HashMap::new(),
                 client_services: Vec::new(),

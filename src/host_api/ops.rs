@@ -1137,6 +1137,10 @@ pub struct TurnStartInput {
     pub content: MessageContent,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_steps: Option<usize>,
+    /// While a turn runs, wait in the session's queue instead of `session_busy`: answered
+    /// `queued`, started when the turns before it have ended.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub queue: bool,
 }
 
 // One per turn start: the size difference costs nothing worth a box.
@@ -1150,6 +1154,13 @@ pub enum StartOutcome {
     /// A resume that must not run (`reason` says why).
     Parked {
         reason: String,
+    },
+    /// `turn.start` with `queue`: a turn runs, so this one waits in the session's queue at
+    /// `position` (1: next) and starts when the turns before it have ended.
+    #[serde(rename_all = "camelCase")]
+    Queued {
+        turn_id: String,
+        position: usize,
     },
 }
 

@@ -223,6 +223,12 @@ pub(crate) fn start_goal_turn(
     turns::start_with_origin(host, turn_id, cell, "goal", Some(goal_id), content)
 }
 
+/// The session's turn ended: the first prompt queued behind it starts (see
+/// [`turns::start_queued`]).
+pub(crate) fn start_queued(host: &Arc<Host>, cell: &Arc<SessionCell>) {
+    turns::start_queued(host, cell)
+}
+
 /// Locks a session and loads its transcript (recovering it after a crash on first use).
 pub(crate) fn open_state<'a>(
     host: &Host,

@@ -2,7 +2,9 @@
 
 use super::sessions::{emit_session_updated, save};
 use super::{check_id, open_state};
-use crate::host::session::{ActiveTurn, CancelToken, SessionCell, SessionState, TurnRecord};
+use crate::host::session::{
+    ActiveTurn, CancelToken, QueuedTurn, SessionCell, SessionState, TurnRecord,
+};
 use crate::host::turn::{self, TurnSpec};
 use crate::host::{random_id, Host};
 use crate::host_api::ops::*;
@@ -20,6 +22,11 @@ pub(super) fn start(host: &Arc<Host>, input: TurnStartInput) -> Result<StartOutc
         .max_steps
         .unwrap_or(host.tunables.max_steps)
         .clamp(1, 500);
+    let queue = if input.queue {
+        Queue::IfBusy
+    } else {
+        Queue::No
+    };
     admit(
         host,
         &cell,
@@ -30,7 +37,92 @@ pub(super) fn start(host: &Arc<Host>, input: TurnStartInput) -> Result<StartOutc
         fingerprint,
         max_steps,
         None,
+        queue,
     )
+}
+
+/// Turns queued per session at most (`turn.start` with `queue`); past it, `session_busy`.
+pub const QUEUED_TURNS: usize = 8;
+
+/// How a turn is admitted while another runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Queue {
+    /// `session_busy`.
+    No,
+    /// Queued behind it (`turn.start` with `queue`).
+    IfBusy,
+    /// The first queued turn, taken out of the queue to start ([`start_queued`]): if another
+    /// turn got in first, it goes back to the head of the queue.
+    Head,
+}
+
+/// The session's turn ended (or the start of a queued one failed): the first queued turn
+/// starts now, admitted as any turn. One that cannot start ends at once (`turn_terminal`
+/// `failed`, no `turn_started`: its client is answered) and the next is tried.
+pub(crate) fn start_queued(host: &Arc<Host>, cell: &Arc<SessionCell>) {
+    loop {
+        // Looked at, not taken: it stays first (and the session busy for any other start)
+        // until its admission takes it out, under the same lock that makes it active.
+        let next = {
+            let st = cell.lock();
+            if st.active.is_some() || st.removed {
+                return;
+            }
+            match st.queued.front() {
+                Some(q) => (
+                    q.turn_id.clone(),
+                    q.content.clone(),
+                    q.fingerprint.clone(),
+                    q.max_steps,
+                ),
+                None => return,
+            }
+        };
+        let (turn_id, content, fingerprint, max_steps) = next;
+        let started = admit(
+            host,
+            cell,
+            &turn_id,
+            "prompt",
+            None,
+            Some(content),
+            fingerprint,
+            max_steps,
+            None,
+            Queue::Head,
+        );
+        let e = match started {
+            Ok(_) => return,
+            Err(e) => e,
+        };
+        let mut st = cell.lock();
+        let first = st.queued.front().is_some_and(|q| q.turn_id == turn_id);
+        if first {
+            st.queued.pop_front();
+        } else if e.code == ErrorCode::OperationConflict {
+            // Stopped while it was being started: it never began, so nothing is told.
+            continue;
+        }
+        log::warn!(
+            "session {}: queued turn {turn_id} could not start: {e}",
+            cell.id
+        );
+        if st.removed {
+            return;
+        }
+        cell.emit(
+            &mut st,
+            FrameBody::TurnTerminal {
+                turn_id,
+                run_id: String::new(),
+                outcome: TurnOutcome::Failed,
+                reason: "error".into(),
+                failure_class: Some(FailureClass::RuntimeError),
+                failure_message: Some(format!("The queued prompt could not start: {}", e.message)),
+                failure_details: None,
+            },
+        );
+    }
 }
 
 /// What tells a retried start (same turn id, same content) from a conflicting one: a keyed
@@ -113,6 +205,7 @@ pub(super) fn start_with_origin(
         fingerprint,
         max_steps,
         None,
+        Queue::No,
     )
 }
 
@@ -128,8 +221,31 @@ fn admit(
     fingerprint: String,
     max_steps: usize,
     resumed_from: Option<String>,
+    queue: Queue,
 ) -> Result<StartOutcome, HostError> {
     let mut st = open_state(host, cell)?;
+    if queue == Queue::Head && st.queued.front().is_none_or(|q| q.turn_id != turn_id) {
+        // Taken out of the queue (`turn.stop`) since it was looked at: it never starts.
+        return Err(HostError::new(
+            ErrorCode::OperationConflict,
+            format!("turn {turn_id} is no longer queued"),
+        ));
+    }
+    // A retried start of a turn still queued: where it waits.
+    let waiting = st.queued.iter().position(|q| q.turn_id == turn_id);
+    if let Some(i) = waiting.filter(|_| queue != Queue::Head) {
+        return if st.queued[i].fingerprint == fingerprint {
+            Ok(StartOutcome::Queued {
+                turn_id: turn_id.into(),
+                position: i + 1,
+            })
+        } else {
+            Err(HostError::new(
+                ErrorCode::OperationConflict,
+                format!("turn {turn_id} already exists with different content"),
+            ))
+        };
+    }
     if let Some(rec) = st.turns.get(turn_id) {
         return if rec.fingerprint == fingerprint {
             Ok(StartOutcome::Started {
@@ -169,12 +285,20 @@ fn admit(
             ));
         }
     }
-    if let Some(a) = &st.active {
+    // Busy while a turn runs, and while turns wait (they go first) unless this is the first of
+    // them starting.
+    let busy = st.active.is_some() || (queue != Queue::Head && !st.queued.is_empty());
+    if busy && queue == Queue::No {
+        let mut details = json!({"queued": st.queued.len()});
+        if let Some(a) = &st.active {
+            details["activeTurnId"] = json!(a.turn_id);
+            details["runId"] = json!(a.run_id);
+        }
         return Err(HostError::new(
             ErrorCode::SessionBusy,
             format!("session {} already has an active turn", cell.id),
         )
-        .with_details(json!({"activeTurnId": a.turn_id, "runId": a.run_id})));
+        .with_details(details));
     }
     let text = content
         .as_ref()
@@ -183,6 +307,44 @@ fn admit(
     if crate::host::commands::needs_model(text) {
         host.providers()
             .resolve(&st.session.configuration.model_target)?;
+    }
+    if queue == Queue::Head {
+        if busy {
+            // Another turn got in first (a stop of it ended it meanwhile, say): this one stays
+            // first, started when that one ends.
+            return Ok(StartOutcome::Queued {
+                turn_id: turn_id.into(),
+                position: 1,
+            });
+        }
+        // Admitted: out of the queue, under the lock that makes it the active turn.
+        if st.queued.front().is_some_and(|q| q.turn_id == turn_id) {
+            st.queued.pop_front();
+        }
+    } else if busy {
+        let queued = QueuedTurn {
+            turn_id: turn_id.into(),
+            content: content.unwrap_or_default(),
+            fingerprint,
+            max_steps,
+        };
+        let position = if st.queued.len() >= QUEUED_TURNS {
+            return Err(HostError::new(
+                ErrorCode::SessionBusy,
+                format!(
+                    "session {} already has {QUEUED_TURNS} prompts queued behind its active turn",
+                    cell.id
+                ),
+            )
+            .with_details(json!({"queued": st.queued.len()})));
+        } else {
+            st.queued.push_back(queued);
+            st.queued.len()
+        };
+        return Ok(StartOutcome::Queued {
+            turn_id: turn_id.into(),
+            position,
+        });
     }
     let is_command = crate::host::commands::parse(text).is_some();
     // The goal live when the turn is admitted: the only one its `goal_complete` may complete.
@@ -372,7 +534,25 @@ fn strip_tags(text: &str) -> String {
 
 pub(super) fn stop(host: &Host, input: TurnRef) -> Result<TurnSnapshot, HostError> {
     let cell = host.cell(&input.session_id)?;
-    let st = cell.lock();
+    let mut st = cell.lock();
+    // A queued turn is taken out of the queue: it never starts (no frame: it never began).
+    if let Some(i) = st.queued.iter().position(|q| q.turn_id == input.turn_id) {
+        st.queued.remove(i);
+        let now = now_ms();
+        return Ok(TurnSnapshot {
+            session_id: cell.id.clone(),
+            turn_id: input.turn_id,
+            run_id: String::new(),
+            origin: "prompt".into(),
+            status: TurnStatus::Cancelled,
+            reason: Some("turn_stopped".into()),
+            failure_class: None,
+            failure_message: None,
+            failure_details: None,
+            started_at: now,
+            ended_at: Some(now),
+        });
+    }
     let rec = st
         .turns
         .get(&input.turn_id)
@@ -490,6 +670,7 @@ pub(super) fn resume_start(
         fingerprint,
         host.tunables.max_steps,
         Some(input.source_run_id),
+        Queue::No,
     )
 }
 

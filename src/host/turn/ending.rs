@@ -145,6 +145,8 @@ impl TurnEnd {
         self.cell.emit(&mut st, body);
         drop(st);
         self.host.turn_finished();
+        // A prompt queued behind this turn starts now, after its terminal frame.
+        crate::host::ops::start_queued(&self.host, &self.cell);
     }
 
     /// Tools of this turn still running when it ends (only when the watchdog ends it: the

@@ -170,7 +170,9 @@ pub fn goal_arm(ctx: &Ctx, input: ops::GoalArmInput) -> Result<Value, ResponseEr
 
 /// A prompt of this connection's ended: a goal this connection armed for it is armed on the
 /// host now, and the session follows it (on its own thread: the reader that saw the end goes on
-/// reading).
+/// reading). While prompts the client queued behind it are still to run (the next is already
+/// the pending one), the goal waits for the last of them: armed now, its turns would take the
+/// session from them.
 pub fn prompt_ended(
     session: &Arc<AcpSession>,
     shared: &Arc<Shared>,
@@ -179,6 +181,9 @@ pub fn prompt_ended(
 ) {
     if outcome != TurnOutcome::Completed {
         return; // it waits for a prompt that completes
+    }
+    if session.prompt_turn().is_some() {
+        return; // a queued prompt runs next: the goal waits for the queue's last
     }
     let Some(armed) = shared.maka.armed.take(&session.id) else {
         return;

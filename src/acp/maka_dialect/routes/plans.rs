@@ -236,5 +236,10 @@ pub fn plan_turn_start(ctx: &Ctx, c: PlanControl) -> Result<Value, ResponseError
             Err(MakaCode::PlanNotApproved
                 .error_with("The plan's turn could not start", json!({"reason": reason})))
         }
+        // Never: a plan's turn is not queued.
+        ops::StartOutcome::Queued { .. } => {
+            session.expect_turn(&turn_id, false);
+            Err(errors::session_busy(&c.session_id))
+        }
     }
 }

@@ -71,6 +71,11 @@ pub fn resume(ctx: &Ctx, r: Resume) -> Result<Value, ResponseError> {
             session.expect_turn(&turn_id, false);
             parked(&reason)
         }
+        // Never: a resume is not queued.
+        ops::StartOutcome::Queued { .. } => {
+            session.expect_turn(&turn_id, false);
+            parked("session_busy")
+        }
         ops::StartOutcome::Started { turn } => json!({
             "kind": "started",
             "turn": turn_snapshot(&turn),
