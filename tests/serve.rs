@@ -3106,3 +3106,143 @@ fn a_token_removed_from_the_tokens_file_stops_working_after_sighup() {
         200
     );
 }
+
+// ---- issue 56: a principal's tools and processes are kept from the host's private data ----
+
+/// Bob's own tools, his own dialogs answered "allow", cannot read the host's private data:
+/// his command (`grep -r` over the data dir, which here lies inside the workspace he shares
+/// with alice) finds nothing of alice's transcript, and reads neither the host's token
+/// (`host.json`), nor the tokens file, nor the config folder (provider keys); `read_file` of
+/// a data-dir path and `search_text` over the workspace are refused or skip it, without a
+/// dialog he could answer himself. His command still runs (in his workspace), and alice's
+/// commands run as ever. Where this machine cannot hide the data (no user namespaces), bob's
+/// command is refused instead, saying why — never run unconfined.
+#[test]
+fn a_principals_tools_cannot_read_the_hosts_private_data() {
+    let root = TempDir::new("serve-private");
+    let ws = root.path().canonicalize().unwrap();
+    let (data, config) = (ws.join("data"), ws.join("config"));
+    std::fs::create_dir_all(config.join("maka-acp")).unwrap();
+    std::fs::write(config.join("maka-acp/keys.txt"), "config-secret-key").unwrap();
+    let tokens_dir = TempDir::new("serve-tokens");
+    let tokens = tokens_dir.path().join("tokens");
+    write_tokens(&tokens, &format!("alice {ALICE}\nbob {BOB}\n"));
+    let (d, t, c) = (data.display(), tokens.display(), config.display());
+    let snoop = format!(
+        "grep -rhoa 'alice-secret-[a-z]*' {d}/sessions .; \
+         grep -q token {d}/host.json && echo READ-$((1+1))-HOST-TOKEN; \
+         grep -q bob {t} && echo READ-$((1+2))-TOKENS; \
+         grep -q config-secret {c}/maka-acp/keys.txt && echo READ-$((1+3))-CONFIG; \
+         echo snooped-$((6*7)) > bob-was-here; cat bob-was-here"
+    );
+    let script = json!({
+        "rules": [
+            {"when": "snoop", "responses": [
+                [{"tool": "run_command", "args": {"command": snoop}}],
+                [{"text": "done"}]]},
+            {"when": "peek", "responses": [
+                [{"tool": "read_file", "args": {"path": format!("{d}/host.json")}}],
+                [{"tool": "read_file", "args": {"path": "data/host.json"}}],
+                [{"tool": "search_text", "args": {"query": "alice-secret", "path": "."}}],
+                [{"tool": "list_directory", "args": {"path": format!("{d}/sessions")}}],
+                [{"text": "done"}]]},
+            {"when": "mine", "responses": [
+                [{"tool": "run_command", "args": {"command": "echo alice-ran-$((40+2))"}}],
+                [{"text": "done"}]]}
+        ],
+        "default": [[{"text": "Hello"}]]
+    })
+    .to_string();
+    let (dd, cc) = (data.display().to_string(), config.display().to_string());
+    let s = Serve::start_with_args(
+        &["--tokens-file", &t.to_string()],
+        &[
+            ("MAKA_SCRIPT", &script),
+            ("MAKA_DATA_DIR", &dd),
+            ("XDG_CONFIG_HOME", &cc),
+            ("MAKA_CONFIG", ""),
+        ],
+    );
+    let session = |c: &mut HttpClient| {
+        let r = c.call("session/new", json!({"cwd": ws, "mcpServers": []}));
+        let sid = r["result"]["sessionId"]
+            .as_str()
+            .expect("a session id")
+            .to_string();
+        c.open_stream(Some(&sid), None);
+        sid
+    };
+    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
+    let sa = session(&mut a);
+    let id = a.prompt(&sa, "alice-secret-plans");
+    let (r, _) = a.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+
+    let mut b = HttpClient::connect_as(&s, BOB, "/acp");
+    let sb = session(&mut b);
+    let id = b.prompt(&sb, "snoop");
+    let (r, seen) = b.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    for (leak, what) in [
+        ("alice-secret-plans", "alice's prompt from the data dir"),
+        ("READ-2-HOST-TOKEN", "the host's token"),
+        ("READ-3-TOKENS", "the tokens file"),
+        ("READ-4-CONFIG", "the config folder"),
+    ] {
+        assert!(!all.contains(leak), "bob's command read {what}: {all}");
+    }
+    if all.contains("was not started: this session belongs to a principal") {
+        // No user namespaces here: refused, saying what the operator can do.
+        assert!(all.contains("user namespaces"), "{all}");
+        assert!(!ws.join("bob-was-here").exists(), "it ran unconfined");
+    } else {
+        assert!(
+            all.contains("snooped-42"),
+            "bob's command did not run: {all}"
+        );
+        assert!(
+            ws.join("bob-was-here").exists(),
+            "it wrote in its workspace"
+        );
+    }
+
+    // His file tools: refused outright (no dialog), or the data dir skipped.
+    let id = b.prompt(&sb, "peek");
+    let (r, seen) = b.until_response(id, |v| panic!("bob was asked: {v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    assert!(
+        !all.contains("alice-secret-plans"),
+        "bob's tools read alice's prompt: {all}"
+    );
+    assert!(
+        !all.contains("host_epoch") && !all.contains("hostEpoch"),
+        "{all}"
+    );
+    let refused = seen
+        .iter()
+        .filter(|(_, v)| {
+            let u = &v["params"]["update"];
+            u["sessionUpdate"] == "tool_call_update"
+                && u["status"] == "failed"
+                && u["content"]
+                    .to_string()
+                    .contains("is the host's private data")
+        })
+        .count();
+    assert_eq!(
+        refused, 3,
+        "read_file twice and list_directory refused: {all}"
+    );
+
+    // Alice's own commands run (confined as a principal's, they see her workspace).
+    let id = a.prompt(&sa, "mine");
+    let (r, seen) = a.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    assert!(
+        all.contains("alice-ran-42") || all.contains("was not started: this session belongs"),
+        "{all}"
+    );
+}
