@@ -3109,77 +3109,100 @@ fn a_token_removed_from_the_tokens_file_stops_working_after_sighup() {
 
 // ---- issue 56: a principal's tools and processes are kept from the host's private data ----
 
-/// Bob's own tools, his own dialogs answered "allow", cannot read the host's private data:
-/// his command (`grep -r` over the data dir, which here lies inside the workspace he shares
-/// with alice) finds nothing of alice's transcript, and reads neither the host's token
-/// (`host.json`), nor the tokens file, nor the config folder (provider keys); `read_file` of
-/// a data-dir path and `search_text` over the workspace are refused or skip it, without a
-/// dialog he could answer himself. His command still runs (in his workspace), and alice's
-/// commands run as ever. Where this machine cannot hide the data (no user namespaces), bob's
-/// command is refused instead, saying why — never run unconfined.
-#[test]
-fn a_principals_tools_cannot_read_the_hosts_private_data() {
-    let root = TempDir::new("serve-private");
-    let ws = root.path().canonicalize().unwrap();
-    let (data, config) = (ws.join("data"), ws.join("config"));
-    std::fs::create_dir_all(config.join("maka-acp")).unwrap();
-    std::fs::write(config.join("maka-acp/keys.txt"), "config-secret-key").unwrap();
-    let tokens_dir = TempDir::new("serve-tokens");
-    let tokens = tokens_dir.path().join("tokens");
-    write_tokens(&tokens, &format!("alice {ALICE}\nbob {BOB}\n"));
-    let (d, t, c) = (data.display(), tokens.display(), config.display());
-    let snoop = format!(
-        "grep -rhoa 'alice-secret-[a-z]*' {d}/sessions .; \
-         grep -q token {d}/host.json && echo READ-$((1+1))-HOST-TOKEN; \
-         grep -q bob {t} && echo READ-$((1+2))-TOKENS; \
-         grep -q config-secret {c}/maka-acp/keys.txt && echo READ-$((1+3))-CONFIG; \
-         echo snooped-$((6*7)) > bob-was-here; cat bob-was-here"
-    );
-    let script = json!({
-        "rules": [
-            {"when": "snoop", "responses": [
-                [{"tool": "run_command", "args": {"command": snoop}}],
-                [{"text": "done"}]]},
-            {"when": "peek", "responses": [
-                [{"tool": "read_file", "args": {"path": format!("{d}/host.json")}}],
-                [{"tool": "read_file", "args": {"path": "data/host.json"}}],
-                [{"tool": "search_text", "args": {"query": "alice-secret", "path": "."}}],
-                [{"tool": "list_directory", "args": {"path": format!("{d}/sessions")}}],
-                [{"text": "done"}]]},
-            {"when": "mine", "responses": [
-                [{"tool": "run_command", "args": {"command": "echo alice-ran-$((40+2))"}}],
-                [{"text": "done"}]]}
-        ],
-        "default": [[{"text": "Hello"}]]
-    })
-    .to_string();
-    let (dd, cc) = (data.display().to_string(), config.display().to_string());
-    let s = Serve::start_with_args(
-        &["--tokens-file", &t.to_string()],
-        &[
-            ("MAKA_SCRIPT", &script),
-            ("MAKA_DATA_DIR", &dd),
-            ("XDG_CONFIG_HOME", &cc),
-            ("MAKA_CONFIG", ""),
-        ],
-    );
-    let session = |c: &mut HttpClient| {
-        let r = c.call("session/new", json!({"cwd": ws, "mcpServers": []}));
+/// A `serve --tokens-file` (alice, bob) whose data dir and config folder lie inside the
+/// workspace both principals work in (`ws`), the config folder holding a secret; alice has
+/// prompted `alice-secret-plans`, which her transcript in the data dir now holds. The script
+/// answers `snoop`, `peek` and `mine` with the tools below.
+struct Shared {
+    s: Serve,
+    ws: std::path::PathBuf,
+    _root: TempDir,
+    _tokens: TempDir,
+}
+
+impl Shared {
+    fn start() -> Shared {
+        let root = TempDir::new("serve-private");
+        let ws = root.path().canonicalize().unwrap();
+        let (data, config) = (ws.join("data"), ws.join("config"));
+        std::fs::create_dir_all(config.join("maka-acp")).unwrap();
+        std::fs::write(config.join("maka-acp/keys.txt"), "config-secret-key").unwrap();
+        let tokens_dir = TempDir::new("serve-tokens");
+        let tokens = tokens_dir.path().join("tokens");
+        write_tokens(&tokens, &format!("alice {ALICE}\nbob {BOB}\n"));
+        let (d, t, c) = (data.display(), tokens.display(), config.display());
+        let snoop = format!(
+            "grep -rhoa 'alice-secret-[a-z]*' {d}/sessions .; \
+             grep -q token {d}/host.json && echo READ-$((1+1))-HOST-TOKEN; \
+             grep -q bob {t} && echo READ-$((1+2))-TOKENS; \
+             grep -q config-secret {c}/maka-acp/keys.txt && echo READ-$((1+3))-CONFIG; \
+             echo snooped-$((6*7)) > bob-was-here; cat bob-was-here"
+        );
+        let script = json!({
+            "rules": [
+                {"when": "snoop", "responses": [
+                    [{"tool": "run_command", "args": {"command": snoop}}],
+                    [{"text": "done"}]]},
+                {"when": "peek", "responses": [
+                    [{"tool": "read_file", "args": {"path": format!("{d}/host.json")}}],
+                    [{"tool": "read_file", "args": {"path": "data/host.json"}}],
+                    [{"tool": "search_text", "args": {"query": "alice-secret", "path": "."}}],
+                    [{"tool": "list_directory", "args": {"path": format!("{d}/sessions")}}],
+                    [{"text": "done"}]]},
+                {"when": "mine", "responses": [
+                    [{"tool": "run_command", "args": {"command": "echo alice-ran-$((40+2))"}}],
+                    [{"text": "done"}]]}
+            ],
+            "default": [[{"text": "Hello"}]]
+        })
+        .to_string();
+        let (dd, cc) = (data.display().to_string(), config.display().to_string());
+        let s = Serve::start_with_args(
+            &["--tokens-file", &t.to_string()],
+            &[
+                ("MAKA_SCRIPT", &script),
+                ("MAKA_DATA_DIR", &dd),
+                ("XDG_CONFIG_HOME", &cc),
+                ("MAKA_CONFIG", ""),
+            ],
+        );
+        let shared = Shared {
+            s,
+            ws,
+            _root: root,
+            _tokens: tokens_dir,
+        };
+        let mut a = HttpClient::connect_as(&shared.s, ALICE, "/acp");
+        let sa = shared.session(&mut a);
+        let id = a.prompt(&sa, "alice-secret-plans");
+        let (r, _) = a.until_response(id, |v| panic!("{v}"));
+        assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+        drop(a);
+        shared
+    }
+
+    fn session(&self, c: &mut HttpClient) -> String {
+        let r = c.call("session/new", json!({"cwd": self.ws, "mcpServers": []}));
         let sid = r["result"]["sessionId"]
             .as_str()
             .expect("a session id")
             .to_string();
         c.open_stream(Some(&sid), None);
         sid
-    };
-    let mut a = HttpClient::connect_as(&s, ALICE, "/acp");
-    let sa = session(&mut a);
-    let id = a.prompt(&sa, "alice-secret-plans");
-    let (r, _) = a.until_response(id, |v| panic!("{v}"));
-    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    }
+}
 
-    let mut b = HttpClient::connect_as(&s, BOB, "/acp");
-    let sb = session(&mut b);
+/// The review's repro: bob's own command, his own dialog answered "allow", `grep -r` over the
+/// data dir (inside the workspace he shares with alice) finds nothing of alice's transcript,
+/// and reads neither the host's token (`host.json`), nor the tokens file, nor the config
+/// folder (provider keys); it still runs and writes in his workspace, and alice's commands run
+/// as ever. Where this machine cannot hide the data (no user namespaces), bob's command is
+/// refused instead, saying why — never run unconfined.
+#[test]
+fn a_principals_commands_cannot_read_the_hosts_private_data() {
+    let sh = Shared::start();
+    let mut b = HttpClient::connect_as(&sh.s, BOB, "/acp");
+    let sb = sh.session(&mut b);
     let id = b.prompt(&sb, "snoop");
     let (r, seen) = b.until_response(id, allow);
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
@@ -3192,22 +3215,47 @@ fn a_principals_tools_cannot_read_the_hosts_private_data() {
     ] {
         assert!(!all.contains(leak), "bob's command read {what}: {all}");
     }
-    if all.contains("was not started: this session belongs to a principal") {
+    let refused = all.contains("was not started: this session belongs to a principal");
+    if refused {
         // No user namespaces here: refused, saying what the operator can do.
         assert!(all.contains("user namespaces"), "{all}");
-        assert!(!ws.join("bob-was-here").exists(), "it ran unconfined");
+        assert!(!sh.ws.join("bob-was-here").exists(), "it ran unconfined");
     } else {
         assert!(
             all.contains("snooped-42"),
             "bob's command did not run: {all}"
         );
         assert!(
-            ws.join("bob-was-here").exists(),
+            sh.ws.join("bob-was-here").exists(),
             "it wrote in its workspace"
         );
     }
 
-    // His file tools: refused outright (no dialog), or the data dir skipped.
+    let mut a = HttpClient::connect_as(&sh.s, ALICE, "/acp");
+    let sa = sh.session(&mut a);
+    let id = a.prompt(&sa, "mine");
+    let (r, seen) = a.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    assert!(
+        all.contains(if refused {
+            "was not started"
+        } else {
+            "alice-ran-42"
+        }),
+        "{all}"
+    );
+}
+
+/// Bob's file tools refuse a path in the data dir outright — by its absolute path and by one
+/// inside the workspace — without a dialog he could answer himself, saying it is the host's
+/// private data; `search_text` over the workspace skips the data dir (alice's transcript is
+/// not found) and `list_directory` of it is refused.
+#[test]
+fn a_principals_file_tools_refuse_the_hosts_private_data_without_a_dialog() {
+    let sh = Shared::start();
+    let mut b = HttpClient::connect_as(&sh.s, BOB, "/acp");
+    let sb = sh.session(&mut b);
     let id = b.prompt(&sb, "peek");
     let (r, seen) = b.until_response(id, |v| panic!("bob was asked: {v}"));
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
@@ -3234,15 +3282,5 @@ fn a_principals_tools_cannot_read_the_hosts_private_data() {
     assert_eq!(
         refused, 3,
         "read_file twice and list_directory refused: {all}"
-    );
-
-    // Alice's own commands run (confined as a principal's, they see her workspace).
-    let id = a.prompt(&sa, "mine");
-    let (r, seen) = a.until_response(id, allow);
-    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
-    let all = format!("{seen:?}");
-    assert!(
-        all.contains("alice-ran-42") || all.contains("was not started: this session belongs"),
-        "{all}"
     );
 }
