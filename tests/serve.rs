@@ -3257,7 +3257,11 @@ fn a_principals_file_tools_refuse_the_hosts_private_data_without_a_dialog() {
     let mut b = HttpClient::connect_as(&sh.s, BOB, "/acp");
     let sb = sh.session(&mut b);
     let id = b.prompt(&sb, "peek");
-    let (r, seen) = b.until_response(id, |v| panic!("bob was asked: {v}"));
+    // His editor has no such files (it is on another machine): it reads them as empty.
+    let (r, seen) = b.until_response(id, |v| match v["method"].as_str() {
+        Some("fs/read_text_file") => json!({"content": ""}),
+        _ => panic!("bob was asked: {v}"),
+    });
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     let all = format!("{seen:?}");
     assert!(
