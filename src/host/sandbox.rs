@@ -444,4 +444,52 @@ mod tests {
         assert!(other.join("f").exists(), "elsewhere it writes");
         std::fs::remove_dir_all(&base).unwrap();
     }
+
+    /// A principal's process (issue 56): the hidden folder is empty and the hidden file reads
+    /// empty, however it is named (a link to it too), and it cannot uncover them; the rest of
+    /// the machine is as it was (it reads and writes its working directory). An unconfined
+    /// command is left as it is.
+    #[test]
+    fn a_confined_program_sees_neither_the_hidden_folder_nor_the_hidden_file() {
+        let mut plain = Command::new("true");
+        Confinement::default()
+            .apply(&mut plain, "`true`", Path::new("/"), &[])
+            .unwrap();
+        if let Err(why) = available() {
+            let refused = Confinement::hiding(vec![PathBuf::from("/nonexistent")])
+                .apply(&mut Command::new("true"), "`true`", Path::new("/"), &[])
+                .unwrap_err();
+            assert!(refused.contains("`true` was not started"), "{refused}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("maka-confine-{}", std::process::id()));
+        let (ws, data) = (base.join("ws"), base.join("data"));
+        for d in [&ws, &data] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(data.join("host.json"), "host-secret").unwrap();
+        let tokens = base.join("tokens");
+        std::fs::write(&tokens, "tokens-secret").unwrap();
+        std::os::unix::fs::symlink(&tokens, ws.join("link")).unwrap();
+        std::fs::write(ws.join("mine"), "own-file").unwrap();
+        let script = format!(
+            "cat {data}/host.json {tokens} link mine 2>/dev/null; \
+             umount {data} 2>/dev/null; umount {tokens} 2>/dev/null; \
+             cat {data}/host.json {tokens} 2>/dev/null; echo ok > written",
+            data = data.display(),
+            tokens = tokens.display(),
+        );
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &script]).current_dir(&ws);
+        let confined = Confinement::hiding(vec![data.clone(), tokens.clone()]);
+        assert!(confined.hides(&data.join("sessions/x")) && confined.hides(&tokens));
+        assert!(!confined.hides(&ws.join("mine")));
+        confined.apply(&mut cmd, "`sh`", &ws, &[]).unwrap();
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.trim(), "own-file", "{text}");
+        assert!(ws.join("written").exists());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }
