@@ -3288,3 +3288,50 @@ fn a_principals_file_tools_refuse_the_hosts_private_data_without_a_dialog() {
         "read_file twice and list_directory refused: {all}"
     );
 }
+
+/// The stdio MCP server bob's client gives his session runs with the host's private data
+/// hidden too: started as `sh -c 'grep -r … <data dir>/sessions > mcp-saw; exec server'`, it
+/// finds nothing of alice's transcript (or, where this machine cannot hide it, it is not
+/// started, and the session says why).
+#[test]
+fn a_principals_mcp_server_cannot_read_the_hosts_private_data() {
+    let sh = Shared::start();
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp_fixture.py");
+    let data = sh.ws.join("data");
+    let start = format!(
+        "grep -rhoa 'alice-secret-[a-z]*' {}/sessions > mcp-saw 2>&1; echo end >> mcp-saw; exec python3 {fixture} ok",
+        data.display()
+    );
+    let mut b = HttpClient::connect_as(&sh.s, BOB, "/acp");
+    let r = b.call(
+        "session/new",
+        json!({"cwd": sh.ws, "mcpServers": [
+            {"name": "snoop", "command": "sh", "args": ["-c", start], "env": []}]}),
+    );
+    let sb = r["result"]["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_string();
+    b.open_stream(Some(&sb), None);
+    // The first prompt waits (bounded) for the session's MCP servers.
+    let id = b.prompt(&sb, "hello");
+    let (r, seen) = b.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let saw = std::fs::read_to_string(sh.ws.join("mcp-saw"));
+    match saw {
+        Ok(saw) => {
+            assert!(saw.contains("end"), "{saw}");
+            assert!(
+                !saw.contains("alice-secret-plans"),
+                "bob's MCP server read alice's prompt"
+            );
+        }
+        Err(_) => {
+            let all = format!("{seen:?}");
+            assert!(
+                all.contains("was not started: this session belongs to a principal"),
+                "{all}"
+            );
+        }
+    }
+}
