@@ -3122,11 +3122,22 @@ struct Shared {
 
 impl Shared {
     fn start() -> Shared {
+        Shared::start_with(|_| (vec![], json!({})))
+    }
+
+    /// With more script rules and agents declared in the config (`more`, given the data dir).
+    fn start_with(more: impl Fn(&std::path::Path) -> (Vec<Value>, Value)) -> Shared {
         let root = TempDir::new("serve-private");
         let ws = root.path().canonicalize().unwrap();
         let (data, config) = (ws.join("data"), ws.join("config"));
+        let (rules, agents) = more(&data);
         std::fs::create_dir_all(config.join("maka-acp")).unwrap();
         std::fs::write(config.join("maka-acp/keys.txt"), "config-secret-key").unwrap();
+        std::fs::write(
+            config.join("maka-acp/config.json"),
+            json!({ "agents": agents }).to_string(),
+        )
+        .unwrap();
         let tokens_dir = TempDir::new("serve-tokens");
         let tokens = tokens_dir.path().join("tokens");
         write_tokens(&tokens, &format!("alice {ALICE}\nbob {BOB}\n"));
@@ -3138,7 +3149,7 @@ impl Shared {
              grep -q config-secret {c}/maka-acp/keys.txt && echo READ-$((1+3))-CONFIG; \
              echo snooped-$((6*7)) > bob-was-here; cat bob-was-here"
         );
-        let script = json!({
+        let mut script = json!({
             "rules": [
                 {"when": "snoop", "responses": [
                     [{"tool": "run_command", "args": {"command": snoop}}],
@@ -3154,8 +3165,9 @@ impl Shared {
                     [{"text": "done"}]]}
             ],
             "default": [[{"text": "Hello"}]]
-        })
-        .to_string();
+        });
+        script["rules"].as_array_mut().unwrap().extend(rules);
+        let script = script.to_string();
         let (dd, cc) = (data.display().to_string(), config.display().to_string());
         let s = Serve::start_with_args(
             &["--tokens-file", &t.to_string()],
@@ -3333,5 +3345,48 @@ fn a_principals_mcp_server_cannot_read_the_hosts_private_data() {
                 "{all}"
             );
         }
+    }
+}
+
+/// A third-party subagent bob's session delegates to runs with the host's private data hidden
+/// too — the agent's own process (started as `sh -c 'grep -r … > agent-saw; exec agent'`) and
+/// the terminal it asks the host for (`grep -r … > term-saw`, bob allowing it) find nothing of
+/// alice's transcript — or, where this machine cannot hide it, the agent is not run, saying why.
+#[test]
+fn a_principals_subagent_and_its_terminals_cannot_read_the_hosts_private_data() {
+    let stub = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stub_agent.py");
+    let sh = Shared::start_with(|data| {
+        let sessions = data.join("sessions").display().to_string();
+        let start = format!(
+            "grep -rhoa 'alice-secret-[a-z]*' {sessions} > agent-saw 2>&1; echo end >> agent-saw; exec python3 {stub}"
+        );
+        let task = format!(
+            "ask-run grep -rhoa alice-secret-[a-z]* {sessions} > term-saw 2>&1; echo end >> term-saw"
+        );
+        let rules = vec![json!({"when": "delegate", "responses": [
+            [{"tool": "delegate", "args": {"agent": "stub", "task": task}}],
+            [{"text": "delegated"}]]})];
+        let agents =
+            json!({"stub": {"command": "sh", "args": ["-c", start], "description": "a stub"}});
+        (rules, agents)
+    });
+    let mut b = HttpClient::connect_as(&sh.s, BOB, "/acp");
+    let sb = sh.session(&mut b);
+    let id = b.prompt(&sb, "delegate");
+    let (r, seen) = b.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    if all.contains("was not started: this session belongs to a principal") {
+        assert!(!sh.ws.join("agent-saw").exists(), "it ran unconfined");
+        return;
+    }
+    for f in ["agent-saw", "term-saw"] {
+        let saw =
+            std::fs::read_to_string(sh.ws.join(f)).unwrap_or_else(|e| panic!("{f}: {e}: {all}"));
+        assert!(saw.contains("end"), "{f}: {saw}");
+        assert!(
+            !saw.contains("alice-secret-plans"),
+            "bob's subagent read alice's prompt ({f})"
+        );
     }
 }
