@@ -3390,3 +3390,34 @@ fn a_principals_subagent_and_its_terminals_cannot_read_the_hosts_private_data() 
         );
     }
 }
+
+/// No owner, no change: with one token, serve's sessions are the machine's user's, whose
+/// commands run unconfined as before principals (they see the data dir, `host.json` too).
+#[test]
+fn the_machines_users_commands_still_see_the_data_dir() {
+    let root = TempDir::new("serve-own");
+    let ws = root.path().canonicalize().unwrap();
+    let data = ws.join("data");
+    let look = format!("grep -c hostEpoch {}/host.json", data.display());
+    let script = json!({
+        "rules": [{"when": "look", "responses": [
+            [{"tool": "run_command", "args": {"command": look}}],
+            [{"text": "done"}]]}],
+        "default": [[{"text": "Hello"}]]
+    })
+    .to_string();
+    let dd = data.display().to_string();
+    let s = Serve::start_with(&[("MAKA_SCRIPT", &script), ("MAKA_DATA_DIR", &dd)]);
+    let mut c = HttpClient::connect_as(&s, &s.token, "/acp");
+    let r = c.call("session/new", json!({"cwd": ws, "mcpServers": []}));
+    let sid = r["result"]["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_string();
+    c.open_stream(Some(&sid), None);
+    let id = c.prompt(&sid, "look");
+    let (r, seen) = c.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    assert!(all.contains("\"exitCode\": Number(0)"), "{all}");
+}
