@@ -270,6 +270,7 @@ fn added_latency(frames: usize) -> (f64, f64, f64, f64) {
         &data,
         TOKEN.into(),
         maka_acp::tunables::Tunables::default(),
+        &[],
     )
     .unwrap();
     let (h, port) = (bound.host.clone(), bound.port);

@@ -174,6 +174,7 @@ fn latency(frames: usize) -> (f64, f64, f64) {
         &data,
         TOKEN.into(),
         maka_acp::tunables::Tunables::default(),
+        &[],
     )
     .unwrap();
     let (h, port) = (bound.host.clone(), bound.port);

@@ -42,6 +42,8 @@ pub(crate) struct HostArgs {
     /// `--token-stdin`: the token is the first line of stdin.
     pub token_stdin: bool,
     pub tunables: crate::tunables::Tunables,
+    /// `--private` (repeatable): more paths hidden from principals' sessions.
+    pub private: Vec<PathBuf>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -252,6 +254,7 @@ fn adapter_config(
         log_level,
         tunables: env.tunables,
         dialect,
+        private: vec![],
     })
 }
 
@@ -354,7 +357,7 @@ impl ServeArgs {
 
 impl HostArgs {
     /// The options only `host` takes.
-    const OWN: &'static [&'static str] = &["listen", "token-stdin", "ignore-stdin"];
+    const OWN: &'static [&'static str] = &["listen", "token-stdin", "ignore-stdin", "private"];
 
     /// Reads one of [`Self::OWN`].
     fn option(&mut self, name: &str, parser: &mut lexopt::Parser) -> Result<(), String> {
@@ -368,6 +371,9 @@ impl HostArgs {
             }
             "token-stdin" => self.token_stdin = true,
             "ignore-stdin" => self.watch_stdin = false,
+            "private" => self
+                .private
+                .push(PathBuf::from(string_value(parser, "--private")?)),
             _ => return Err(format!("--{name} is not an option of host")),
         }
         Ok(())
@@ -382,6 +388,7 @@ impl HostArgs {
             watch_stdin: true,
             token_stdin: false,
             tunables,
+            private: vec![],
         }
     }
 }
@@ -589,6 +596,7 @@ fn run_host(args: HostArgs) -> i32 {
         tunables: args.tunables,
         watch_stdin: args.watch_stdin,
         token_stdin: args.token_stdin,
+        private: args.private,
     })
 }
 

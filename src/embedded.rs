@@ -162,6 +162,9 @@ fn spawn(config: &AdapterConfig) -> Result<Started, Spawned> {
     if let Some(dir) = &config.data_dir {
         cmd.arg("--data-dir").arg(dir);
     }
+    for p in &config.private {
+        cmd.arg("--private").arg(p);
+    }
     // The same log level as this process (children also inherit RUST_LOG itself).
     if let Some(level) = &config.log_level {
         cmd.arg("--log-level").arg(level);

@@ -3648,3 +3648,318 @@ fn a_token_withdrawn_while_its_request_is_read_opens_no_connection() {
         "a withdrawn principal got a connection: {out}"
     );
 }
+
+// ---- issue 56: a principal's tools and processes are kept from the host's private data ----
+
+/// A `serve --tokens-file` (alice, bob) whose data dir and config folder lie inside the
+/// workspace both principals work in (`ws`), the config folder holding a secret; alice has
+/// prompted `alice-secret-plans`, which her transcript in the data dir now holds. The script
+/// answers `snoop`, `peek` and `mine` with the tools below.
+struct Shared {
+    s: Serve,
+    ws: std::path::PathBuf,
+    _root: TempDir,
+    _tokens: TempDir,
+}
+
+impl Shared {
+    fn start() -> Shared {
+        Shared::start_with(|_| (vec![], json!({})))
+    }
+
+    /// With more script rules and agents declared in the config (`more`, given the data dir).
+    fn start_with(more: impl Fn(&std::path::Path) -> (Vec<Value>, Value)) -> Shared {
+        let root = TempDir::new("serve-private");
+        let ws = root.path().canonicalize().unwrap();
+        let (data, config) = (ws.join("data"), ws.join("config"));
+        let (rules, agents) = more(&data);
+        std::fs::create_dir_all(config.join("maka-acp")).unwrap();
+        std::fs::write(config.join("maka-acp/keys.txt"), "config-secret-key").unwrap();
+        std::fs::write(
+            config.join("maka-acp/config.json"),
+            json!({ "agents": agents }).to_string(),
+        )
+        .unwrap();
+        let tokens_dir = TempDir::new("serve-tokens");
+        let tokens = tokens_dir.path().join("tokens");
+        write_tokens(&tokens, &format!("alice {ALICE}\nbob {BOB}\n"));
+        let (d, t, c) = (data.display(), tokens.display(), config.display());
+        let snoop = format!(
+            "grep -rhoa 'alice-secret-[a-z]*' {d}/sessions .; \
+             grep -q token {d}/host.json && echo READ-$((1+1))-HOST-TOKEN; \
+             grep -q bob {t} && echo READ-$((1+2))-TOKENS; \
+             grep -q config-secret {c}/maka-acp/keys.txt && echo READ-$((1+3))-CONFIG; \
+             echo snooped-$((6*7)) > bob-was-here; cat bob-was-here"
+        );
+        let mut script = json!({
+            "rules": [
+                {"when": "snoop", "responses": [
+                    [{"tool": "run_command", "args": {"command": snoop}}],
+                    [{"text": "done"}]]},
+                {"when": "peek", "responses": [
+                    [{"tool": "read_file", "args": {"path": format!("{d}/host.json")}}],
+                    [{"tool": "read_file", "args": {"path": "data/host.json"}}],
+                    [{"tool": "search_text", "args": {"query": "alice-secret", "path": "."}}],
+                    [{"tool": "list_directory", "args": {"path": format!("{d}/sessions")}}],
+                    [{"text": "done"}]]},
+                {"when": "mine", "responses": [
+                    [{"tool": "run_command", "args": {"command": "echo alice-ran-$((40+2))"}}],
+                    [{"text": "done"}]]}
+            ],
+            "default": [[{"text": "Hello"}]]
+        });
+        script["rules"].as_array_mut().unwrap().extend(rules);
+        let script = script.to_string();
+        let (dd, cc) = (data.display().to_string(), config.display().to_string());
+        let s = Serve::start_with_args(
+            &["--tokens-file", &t.to_string()],
+            &[
+                ("MAKA_SCRIPT", &script),
+                ("MAKA_DATA_DIR", &dd),
+                ("XDG_CONFIG_HOME", &cc),
+                ("MAKA_CONFIG", ""),
+            ],
+        );
+        let shared = Shared {
+            s,
+            ws,
+            _root: root,
+            _tokens: tokens_dir,
+        };
+        let mut a = HttpClient::connect_as(&shared.s, ALICE, "/acp");
+        let sa = shared.session(&mut a);
+        let id = a.prompt(&sa, "alice-secret-plans");
+        let (r, _) = a.until_response(id, |v| panic!("{v}"));
+        assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+        drop(a);
+        shared
+    }
+
+    fn session(&self, c: &mut HttpClient) -> String {
+        let r = c.call("session/new", json!({"cwd": self.ws, "mcpServers": []}));
+        let sid = r["result"]["sessionId"]
+            .as_str()
+            .expect("a session id")
+            .to_string();
+        c.open_stream(Some(&sid), None);
+        sid
+    }
+}
+
+/// The review's repro: bob's own command, his own dialog answered "allow", `grep -r` over the
+/// data dir (inside the workspace he shares with alice) finds nothing of alice's transcript,
+/// and reads neither the host's token (`host.json`), nor the tokens file, nor the config
+/// folder (provider keys); it still runs and writes in his workspace, and alice's commands run
+/// as ever. Where this machine cannot hide the data (no user namespaces), bob's command is
+/// refused instead, saying why — never run unconfined.
+#[test]
+fn a_principals_commands_cannot_read_the_hosts_private_data() {
+    let sh = Shared::start();
+    let mut b = HttpClient::connect_as(&sh.s, BOB, "/acp");
+    let sb = sh.session(&mut b);
+    let id = b.prompt(&sb, "snoop");
+    let (r, seen) = b.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    for (leak, what) in [
+        ("alice-secret-plans", "alice's prompt from the data dir"),
+        ("READ-2-HOST-TOKEN", "the host's token"),
+        ("READ-3-TOKENS", "the tokens file"),
+        ("READ-4-CONFIG", "the config folder"),
+    ] {
+        assert!(!all.contains(leak), "bob's command read {what}: {all}");
+    }
+    let refused = all.contains("was not started: this session belongs to a principal");
+    if refused {
+        // No user namespaces here: refused, saying what the operator can do.
+        assert!(all.contains("user namespaces"), "{all}");
+        assert!(!sh.ws.join("bob-was-here").exists(), "it ran unconfined");
+    } else {
+        assert!(
+            all.contains("snooped-42"),
+            "bob's command did not run: {all}"
+        );
+        assert!(
+            sh.ws.join("bob-was-here").exists(),
+            "it wrote in its workspace"
+        );
+    }
+
+    let mut a = HttpClient::connect_as(&sh.s, ALICE, "/acp");
+    let sa = sh.session(&mut a);
+    let id = a.prompt(&sa, "mine");
+    let (r, seen) = a.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    assert!(
+        all.contains(if refused {
+            "was not started"
+        } else {
+            "alice-ran-42"
+        }),
+        "{all}"
+    );
+}
+
+/// Bob's file tools refuse a path in the data dir outright — by its absolute path and by one
+/// inside the workspace — without a dialog he could answer himself, saying it is the host's
+/// private data; `search_text` over the workspace skips the data dir (alice's transcript is
+/// not found) and `list_directory` of it is refused.
+#[test]
+fn a_principals_file_tools_refuse_the_hosts_private_data_without_a_dialog() {
+    let sh = Shared::start();
+    let mut b = HttpClient::connect_as(&sh.s, BOB, "/acp");
+    let sb = sh.session(&mut b);
+    let id = b.prompt(&sb, "peek");
+    // His editor has no such files (it is on another machine): it reads them as empty.
+    let (r, seen) = b.until_response(id, |v| match v["method"].as_str() {
+        Some("fs/read_text_file") => json!({"content": ""}),
+        _ => panic!("bob was asked: {v}"),
+    });
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    assert!(
+        !all.contains("alice-secret-plans"),
+        "bob's tools read alice's prompt: {all}"
+    );
+    assert!(
+        !all.contains("host_epoch") && !all.contains("hostEpoch"),
+        "{all}"
+    );
+    let refused = seen
+        .iter()
+        .filter(|(_, v)| {
+            let u = &v["params"]["update"];
+            u["sessionUpdate"] == "tool_call_update"
+                && u["status"] == "failed"
+                && u["content"]
+                    .to_string()
+                    .contains("is the host's private data")
+        })
+        .count();
+    assert_eq!(
+        refused, 3,
+        "read_file twice and list_directory refused: {all}"
+    );
+}
+
+/// The stdio MCP server bob's client gives his session runs with the host's private data
+/// hidden too: started as `sh -c 'grep -r … <data dir>/sessions > mcp-saw; exec server'`, it
+/// finds nothing of alice's transcript (or, where this machine cannot hide it, it is not
+/// started, and the session says why).
+#[test]
+fn a_principals_mcp_server_cannot_read_the_hosts_private_data() {
+    let sh = Shared::start();
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp_fixture.py");
+    let data = sh.ws.join("data");
+    let start = format!(
+        "grep -rhoa 'alice-secret-[a-z]*' {}/sessions > mcp-saw 2>&1; echo end >> mcp-saw; exec python3 {fixture} ok",
+        data.display()
+    );
+    let mut b = HttpClient::connect_as(&sh.s, BOB, "/acp");
+    let r = b.call(
+        "session/new",
+        json!({"cwd": sh.ws, "mcpServers": [
+            {"name": "snoop", "command": "sh", "args": ["-c", start], "env": []}]}),
+    );
+    let sb = r["result"]["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_string();
+    b.open_stream(Some(&sb), None);
+    // The first prompt waits (bounded) for the session's MCP servers.
+    let id = b.prompt(&sb, "hello");
+    let (r, seen) = b.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let saw = std::fs::read_to_string(sh.ws.join("mcp-saw"));
+    match saw {
+        Ok(saw) => {
+            assert!(saw.contains("end"), "{saw}");
+            assert!(
+                !saw.contains("alice-secret-plans"),
+                "bob's MCP server read alice's prompt"
+            );
+        }
+        Err(_) => {
+            let all = format!("{seen:?}");
+            assert!(
+                all.contains("was not started: this session belongs to a principal"),
+                "{all}"
+            );
+        }
+    }
+}
+
+/// A third-party subagent bob's session delegates to runs with the host's private data hidden
+/// too — the agent's own process (started as `sh -c 'grep -r … > agent-saw; exec agent'`) and
+/// the terminal it asks the host for (`grep -r … > term-saw`, bob allowing it) find nothing of
+/// alice's transcript — or, where this machine cannot hide it, the agent is not run, saying why.
+#[test]
+fn a_principals_subagent_and_its_terminals_cannot_read_the_hosts_private_data() {
+    let stub = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/stub_agent.py");
+    let sh = Shared::start_with(|data| {
+        let sessions = data.join("sessions").display().to_string();
+        let start = format!(
+            "grep -rhoa 'alice-secret-[a-z]*' {sessions} > agent-saw 2>&1; echo end >> agent-saw; exec python3 {stub}"
+        );
+        let task = format!(
+            "ask-run grep -rhoa alice-secret-[a-z]* {sessions} > term-saw 2>&1; echo end >> term-saw"
+        );
+        let rules = vec![json!({"when": "delegate", "responses": [
+            [{"tool": "delegate", "args": {"agent": "stub", "task": task}}],
+            [{"text": "delegated"}]]})];
+        let agents =
+            json!({"stub": {"command": "sh", "args": ["-c", start], "description": "a stub"}});
+        (rules, agents)
+    });
+    let mut b = HttpClient::connect_as(&sh.s, BOB, "/acp");
+    let sb = sh.session(&mut b);
+    let id = b.prompt(&sb, "delegate");
+    let (r, seen) = b.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    if all.contains("was not started: this session belongs to a principal") {
+        assert!(!sh.ws.join("agent-saw").exists(), "it ran unconfined");
+        return;
+    }
+    for f in ["agent-saw", "term-saw"] {
+        let saw =
+            std::fs::read_to_string(sh.ws.join(f)).unwrap_or_else(|e| panic!("{f}: {e}: {all}"));
+        assert!(saw.contains("end"), "{f}: {saw}");
+        assert!(
+            !saw.contains("alice-secret-plans"),
+            "bob's subagent read alice's prompt ({f})"
+        );
+    }
+}
+
+/// No owner, no change: with one token, serve's sessions are the machine's user's, whose
+/// commands run unconfined as before principals (they see the data dir, `host.json` too).
+#[test]
+fn the_machines_users_commands_still_see_the_data_dir() {
+    let root = TempDir::new("serve-own");
+    let ws = root.path().canonicalize().unwrap();
+    let data = ws.join("data");
+    let look = format!("grep -c hostEpoch {}/host.json", data.display());
+    let script = json!({
+        "rules": [{"when": "look", "responses": [
+            [{"tool": "run_command", "args": {"command": look}}],
+            [{"text": "done"}]]}],
+        "default": [[{"text": "Hello"}]]
+    })
+    .to_string();
+    let dd = data.display().to_string();
+    let s = Serve::start_with(&[("MAKA_SCRIPT", &script), ("MAKA_DATA_DIR", &dd)]);
+    let mut c = HttpClient::connect_as(&s, &s.token, "/acp");
+    let r = c.call("session/new", json!({"cwd": ws, "mcpServers": []}));
+    let sid = r["result"]["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_string();
+    c.open_stream(Some(&sid), None);
+    let id = c.prompt(&sid, "look");
+    let (r, seen) = c.until_response(id, allow);
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let all = format!("{seen:?}");
+    assert!(all.contains("\"exitCode\": Number(0)"), "{all}");
+}

@@ -13,6 +13,7 @@ _maka_acp() {
         --data-dir) COMPREPLY=($(compgen -d -- "$cur")); return ;;
         --log-level) COMPREPLY=($(compgen -W "off error warn info debug trace" -- "$cur")); return ;;
         --listen) COMPREPLY=(); return ;;
+        --private) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --token-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --tokens-file) COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --principal-connections) COMPREPLY=(); return ;;
@@ -25,7 +26,7 @@ _maka_acp() {
     esac
     case "$sub" in
         "") COMPREPLY=($(compgen -W "host serve demo login generate --host-url --data-dir --log-level --acp --help --version -h -V" -- "$cur")) ;;
-        host) COMPREPLY=($(compgen -W "--listen --data-dir --log-level --ignore-stdin --token-stdin" -- "$cur")) ;;
+        host) COMPREPLY=($(compgen -W "--listen --data-dir --log-level --ignore-stdin --token-stdin --private" -- "$cur")) ;;
         serve) COMPREPLY=($(compgen -W "--listen --token-file --tokens-file --principal-connections --principal-sessions --principal-requests --principal-header --resource-metadata --tls-proxied --route-peers --route-self --host-url --data-dir --acp --log-level" -- "$cur")) ;;
         demo) COMPREPLY=($(compgen -W "" -- "$cur")) ;;
         login) COMPREPLY=($(compgen -W "" -- "$cur")) ;;

@@ -35,6 +35,9 @@ pub struct AdapterConfig {
     pub tunables: crate::tunables::Tunables,
     /// `--acp`: Apache Maka's names and shapes on this connection.
     pub dialect: super::Dialect,
+    /// Paths the embedded host is told to hide from principals' sessions (`host --private`):
+    /// `serve`'s tokens file.
+    pub private: Vec<PathBuf>,
 }
 
 /// How long the requests read before stdin closed may take to be answered.

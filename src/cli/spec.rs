@@ -134,6 +134,14 @@ pub const HOST_OPTIONS: &[Opt] = &[
         env: None,
         default: None,
     },
+    Opt {
+        long: "private",
+        short: None,
+        value: Some(("PATH", Kind::File)),
+        help: "one more file or folder hidden from principals' sessions, besides the data dir and the config (repeatable; serve passes its tokens file)",
+        env: None,
+        default: None,
+    },
 ];
 
 /// `maka-acp serve [OPTIONS]`.

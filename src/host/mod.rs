@@ -17,6 +17,7 @@ pub mod ops;
 pub(crate) mod owner;
 pub(crate) mod permissions;
 pub(crate) mod reaper;
+pub(crate) mod sandbox;
 pub(crate) mod server;
 pub(crate) mod session;
 mod sse;
@@ -69,6 +70,10 @@ pub struct Host {
     /// Other adapters using this host (`GET /v1/attach`): it lives while any does.
     pub attached: owner::Attached,
     pub data_dir: PathBuf,
+    /// What no principal's session may see (issue 56), resolved: the data dir, the config
+    /// (provider keys), and the paths the host was told are private (`--private`: `serve`'s
+    /// tokens file). See [`Host::confinement`].
+    pub private: Vec<PathBuf>,
     /// Read once at start; see `crate::settings`.
     pub tunables: crate::tunables::Tunables,
     /// Held for the host's whole life: one data dir, one host.
@@ -396,6 +401,8 @@ pub struct HostOptions {
     /// The token is the first line of stdin (the embedded host), not `MAKA_HOST_TOKEN`.
     pub token_stdin: bool,
     pub tunables: crate::tunables::Tunables,
+    /// `--private`: more paths hidden from principals' sessions ([`Host::private`]).
+    pub private: Vec<PathBuf>,
 }
 
 /// A bound, ready host: serve it with [`serve`].
@@ -428,6 +435,7 @@ pub fn bind(
     data_dir: &std::path::Path,
     token: String,
     tunables: crate::tunables::Tunables,
+    private: &[PathBuf],
 ) -> Result<Bound, BindError> {
     if !listen.ip().is_loopback() {
         return Err(BindError {
@@ -489,6 +497,7 @@ pub fn bind(
         server: Mutex::new(Some(Arc::clone(&server))),
         attached: owner::Attached::default(),
         data_dir: data_dir.to_path_buf(),
+        private: private_paths(data_dir, private),
         tunables,
         _lock: lock,
     });
@@ -536,6 +545,46 @@ fn return_large_frees_to_the_os() {
     }
 }
 
+/// What principals' sessions are kept from ([`Host::private`]): the data dir (sessions,
+/// transcripts, the host's token and discovery file, rules, memory), the config (provider keys:
+/// `maka-acp`'s own config folder, or the file `MAKA_CONFIG` names, which may sit in a folder
+/// shared with other things), and `extra`. Resolved as a tool's path is (links followed), so
+/// that another name for them is caught too.
+fn private_paths(data_dir: &std::path::Path, extra: &[PathBuf]) -> Vec<PathBuf> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let config = crate::config::config_file_path().and_then(|file| {
+        let named = std::env::var_os("MAKA_CONFIG").is_some_and(|v| !v.is_empty());
+        if named {
+            Some(file)
+        } else {
+            file.parent().map(std::path::Path::to_path_buf)
+        }
+    });
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in std::iter::once(data_dir)
+        .chain(config.as_deref())
+        .chain(extra.iter().map(PathBuf::as_path))
+    {
+        let real = tools::fs::resolve(&cwd, p);
+        // `/` hides everything: a mistake, not a private path.
+        if real != std::path::Path::new("/") && !out.contains(&real) {
+            out.push(real);
+        }
+    }
+    out
+}
+
+impl Host {
+    /// What a session of `owner` is kept from: nothing for the machine's user (no owner), the
+    /// host's private paths for a principal.
+    pub fn confinement(&self, owner: Option<&str>) -> sandbox::Confinement {
+        match owner {
+            Some(_) => sandbox::Confinement::hiding(self.private.clone()),
+            None => sandbox::Confinement::default(),
+        }
+    }
+}
+
 /// The shortest bearer token the host accepts: anything shorter can be guessed.
 pub const MIN_TOKEN_BYTES: usize = 16;
 
@@ -565,7 +614,13 @@ pub fn run(opts: HostOptions) -> i32 {
         );
         return 2;
     }
-    let bound = match bind(opts.listen, &opts.data_dir, token, opts.tunables) {
+    let bound = match bind(
+        opts.listen,
+        &opts.data_dir,
+        token,
+        opts.tunables,
+        &opts.private,
+    ) {
         Ok(b) => b,
         Err(e) => {
             eprintln!("maka-acp host: {}", e.message);

@@ -447,7 +447,7 @@ impl LocalHost for SharedHost {
 }
 
 /// Runs the server until the process is stopped; the exit code.
-pub fn run(options: ServeOptions) -> i32 {
+pub fn run(mut options: ServeOptions) -> i32 {
     if !options.listen.ip().is_loopback() && !options.tls_proxied {
         eprintln!("maka-acp serve: --listen {} is not a loopback address; serve plain HTTP only to this machine, or put a TLS proxy in front and say so with --tls-proxied (docs/deployment.md)", options.listen);
         return 2;
@@ -468,6 +468,14 @@ pub fn run(options: ServeOptions) -> i32 {
         }
     };
     let keys = Arc::new(Keys::new(keys));
+    // The tokens are the host's private data: hidden from every principal's session (the
+    // data dir, where the one-token file lives by default, is hidden anyway).
+    options.config.private.extend(
+        [&options.tokens_file, &options.token_file]
+            .into_iter()
+            .flatten()
+            .cloned(),
+    );
     let busy = format!(
         "Service Unavailable: this server already holds {MAX_SOCKETS} open sockets (or as many as its open-file limit allows); close one or try again later"
     );

@@ -36,7 +36,14 @@ struct SetState {
 
 impl McpSet {
     /// Starts every server in the background; each may take `start_timeout` to start.
-    pub fn start(specs: &[Value], cwd: &str, start_timeout: Duration) -> Arc<McpSet> {
+    /// A principal's stdio servers run with the host's private data hidden (`confinement`), or
+    /// not at all.
+    pub fn start(
+        specs: &[Value],
+        cwd: &str,
+        start_timeout: Duration,
+        confinement: crate::host::sandbox::Confinement,
+    ) -> Arc<McpSet> {
         let set = Arc::new(McpSet {
             state: Mutex::default(),
             ready: Condvar::new(),
@@ -49,11 +56,16 @@ impl McpSet {
                 .unwrap_or("?")
                 .to_string();
             set.lock().starting += 1;
-            let (s, spec, cwd) = (Arc::clone(&set), spec.clone(), cwd.to_string());
+            let (s, spec, cwd, confinement) = (
+                Arc::clone(&set),
+                spec.clone(),
+                cwd.to_string(),
+                confinement.clone(),
+            );
             let spawned = std::thread::Builder::new()
                 .name(format!("mcp-start-{name}"))
                 .spawn(move || {
-                    let result = McpServer::start(&spec, &cwd, start_timeout);
+                    let result = McpServer::start(&spec, &cwd, start_timeout, &confinement);
                     let mut st = s.lock();
                     st.starting -= 1;
                     match result {

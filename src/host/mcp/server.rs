@@ -95,6 +95,7 @@ impl McpServer {
         spec: &Value,
         cwd: &str,
         timeout: Duration,
+        confinement: &crate::host::sandbox::Confinement,
     ) -> Result<(McpServer, Vec<McpTool>), String> {
         let name = spec
             .get("name")
@@ -102,7 +103,7 @@ impl McpServer {
             .unwrap_or("mcp")
             .to_string();
         let transport = match spec.get("type").and_then(Value::as_str) {
-            None | Some("stdio") => Transport::Stdio(start_stdio(spec, cwd, &name)?),
+            None | Some("stdio") => Transport::Stdio(start_stdio(spec, cwd, &name, confinement)?),
             Some("http") => Transport::Http(HttpTransport {
                 url: spec
                     .get("url")
@@ -312,7 +313,12 @@ impl McpServer {
 /// Spawns a stdio server and connects the JSON-RPC core to its pipes. A thread answers what
 /// the server asks of us (sampling, roots, elicitation: not offered) and notes tool-list
 /// changes.
-fn start_stdio(spec: &Value, cwd: &str, name: &str) -> Result<StdioTransport, String> {
+fn start_stdio(
+    spec: &Value,
+    cwd: &str,
+    name: &str,
+    confinement: &crate::host::sandbox::Confinement,
+) -> Result<StdioTransport, String> {
     let command = spec
         .get("command")
         .and_then(Value::as_str)
@@ -321,6 +327,12 @@ fn start_stdio(spec: &Value, cwd: &str, name: &str) -> Result<StdioTransport, St
     let mut cmd = Command::new(command);
     cmd.args(&args).current_dir(cwd);
     crate::host::child_env::apply(&mut cmd, pairs(spec, "env"));
+    confinement.apply(
+        &mut cmd,
+        &format!("MCP server `{name}`"),
+        std::path::Path::new(cwd),
+        &[],
+    )?;
     let peer = ChildPeer::spawn(&format!("mcp-{name}"), cmd)
         .map_err(|e| format!("cannot start `{command}`: {e}"))?;
     let tools_changed: Arc<AtomicBool> = Arc::default();

@@ -108,6 +108,7 @@ pub(super) fn admit(
             &session.mcp_servers,
             session.workspace.path(),
             host.tunables.mcp_start_timeout,
+            host.confinement(session.owner.as_deref()),
         ));
     }
     drop(st);
@@ -261,6 +262,7 @@ pub(super) fn open(host: &Host, input: OpenInput) -> Result<OpenSnapshot, HostEr
                 &specs,
                 st.session.workspace.path(),
                 host.tunables.mcp_start_timeout,
+                host.confinement(st.session.owner.as_deref()),
             ));
         }
     }

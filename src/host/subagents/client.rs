@@ -41,12 +41,12 @@ impl Subagent {
         timeout: Duration,
         earlier: Option<&str>,
         cancel: &Receiver<()>,
-        read_only: Option<&super::sandbox::Folders>,
+        read_only: Option<&crate::host::sandbox::Folders>,
     ) -> Result<Subagent, String> {
         let mut cmd = Command::new(&spec.command);
         cmd.args(&spec.args).current_dir(cwd);
         if let Some(folders) = read_only {
-            super::sandbox::apply(&mut cmd, folders)?;
+            crate::host::sandbox::apply(&mut cmd, folders)?;
         }
         // Our own secrets are not the subagent's: the allow-list, then its declaration.
         crate::host::child_env::apply(&mut cmd, spec.env.iter().map(|(k, v)| (k, v)));

@@ -9,7 +9,6 @@
 
 pub mod calls;
 pub mod client;
-pub mod sandbox;
 pub mod terminals;
 
 use crate::acp::types::from_agents::read_object;

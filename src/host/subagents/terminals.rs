@@ -70,6 +70,7 @@ impl Terminals {
         asked: &CreateTerminal,
         argv: &[&str],
         cwd: &Path,
+        confinement: &crate::host::sandbox::Confinement,
     ) -> Result<Value, ResponseError> {
         if self.map.len() >= MAX_TERMINALS {
             return Err(ResponseError::new(
@@ -95,6 +96,9 @@ impl Terminals {
             .iter()
             .map(|e| (e.name.as_str(), e.value.as_str()));
         crate::host::child_env::apply(&mut cmd, declared);
+        confinement
+            .apply(&mut cmd, &format!("`{command}`"), cwd, &[])
+            .map_err(|why| ResponseError::new(code::INVALID_REQUEST, why))?;
         let mut child = cmd.spawn().map_err(|e| {
             ResponseError::new(
                 code::INTERNAL_ERROR,

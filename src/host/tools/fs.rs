@@ -134,6 +134,9 @@ pub fn read_at_most(file: &mut fs::File, max: u64) -> Result<(Vec<u8>, bool), St
 /// truncating it first, and creates a new one exclusively, so a refused open changes nothing.
 pub fn open_checked(env: &dyn ToolEnv, path: &Path, write: bool) -> Result<fs::File, String> {
     use std::os::unix::fs::OpenOptionsExt;
+    if env.hides(path) {
+        return Err(crate::host::sandbox::Confinement::refusal(path));
+    }
     let mut options = fs::OpenOptions::new();
     options.custom_flags(OPEN_FLAGS);
     let mut created = false;
@@ -170,6 +173,13 @@ pub fn open_checked(env: &dyn ToolEnv, path: &Path, write: bool) -> Result<fs::F
         ));
     }
     let real = opened_path(&file).unwrap_or_else(|| path.to_path_buf());
+    if env.hides(&real) {
+        drop(file);
+        if created {
+            let _ = fs::remove_file(path);
+        }
+        return Err(crate::host::sandbox::Confinement::refusal(&real));
+    }
     if !env.may_touch(&real) {
         drop(file);
         if created {
@@ -603,8 +613,13 @@ pub(super) fn skip_dir(name: &str) -> bool {
     )
 }
 
-/// Files under `root` (relative paths, sorted), bounded by `WALK_LIMIT`.
-pub(super) fn walk(root: &Path, cancel: &dyn Fn() -> bool) -> (Vec<String>, bool) {
+/// Files under `root` (relative paths, sorted), bounded by `WALK_LIMIT`; folders `hidden`
+/// says are the host's private data are not entered (their names are not the session's either).
+pub(super) fn walk(
+    root: &Path,
+    cancel: &dyn Fn() -> bool,
+    hidden: &dyn Fn(&Path) -> bool,
+) -> (Vec<String>, bool) {
     let mut out = Vec::new();
     let mut stack = vec![PathBuf::new()];
     let mut capped = false;
@@ -619,7 +634,9 @@ pub(super) fn walk(root: &Path, cancel: &dyn Fn() -> bool) -> (Vec<String>, bool
             let name = e.file_name().to_string_lossy().into_owned();
             let child = rel.join(&name);
             match e.file_type() {
-                Ok(t) if t.is_dir() && !skip_dir(&name) => stack.push(child),
+                Ok(t) if t.is_dir() && !skip_dir(&name) && !hidden(&root.join(&child)) => {
+                    stack.push(child)
+                }
                 Ok(t) if t.is_dir() => {}
                 Ok(t) if t.is_file() => {
                     out.push(child.to_string_lossy().into_owned());

@@ -24,6 +24,15 @@ pub trait ToolEnv {
     /// Whether a tool may touch `path` (a resolved path): inside the session's folders, or
     /// approved through a `sandbox_boundary` interaction during this turn.
     fn may_touch(&self, path: &Path) -> bool;
+    /// Whether `path` (a resolved path) is the host's private data, which this session may not
+    /// touch at all (a principal's session: [`crate::host::sandbox::Confinement`]).
+    fn hides(&self, _path: &Path) -> bool {
+        false
+    }
+    /// What the session's processes are kept from; they are started through it.
+    fn confinement(&self) -> crate::host::sandbox::Confinement {
+        crate::host::sandbox::Confinement::default()
+    }
     fn cancel(&self) -> &CancelToken;
     /// Streams a chunk of command output (`tool_output_delta`).
     fn output(&mut self, stream: &str, chunk: &str);

@@ -98,6 +98,9 @@ impl Tool for SearchText {
 }
 
 fn list_directory(env: &mut dyn ToolEnv, path: &Path) -> ToolOutcome {
+    if env.hides(path) {
+        return failed(crate::host::sandbox::Confinement::refusal(path));
+    }
     let shown = display(env.cwd(), path);
     let entries = match fs::read_dir(path) {
         Ok(e) => e,
@@ -133,8 +136,11 @@ fn find_files(env: &mut dyn ToolEnv, root: &Path, args: &Value) -> ToolOutcome {
     let Some(pattern) = text_arg(args, "pattern") else {
         return failed("find_files needs `pattern` (a glob such as **/*.rs)");
     };
+    if env.hides(root) {
+        return failed(crate::host::sandbox::Confinement::refusal(root));
+    }
     let cancel = env.cancel().clone();
-    let (files, capped) = walk(root, &|| cancel.is_cancelled());
+    let (files, capped) = walk(root, &|| cancel.is_cancelled(), &|p| env.hides(p));
     let hits: Vec<&String> = files.iter().filter(|f| glob::matches(pattern, f)).collect();
     let total = hits.len();
     let mut text = hits
@@ -170,11 +176,14 @@ fn search_text(env: &mut dyn ToolEnv, root: &Path, args: &Value) -> ToolOutcome 
     } else {
         query.to_lowercase()
     };
+    if env.hides(root) {
+        return failed(crate::host::sandbox::Confinement::refusal(root));
+    }
     let cancel = env.cancel().clone();
     let (files, _) = if root.is_file() {
         (vec![String::new()], false)
     } else {
-        walk(root, &|| cancel.is_cancelled())
+        walk(root, &|| cancel.is_cancelled(), &|p| env.hides(p))
     };
     let mut hits = Vec::new();
     'files: for rel in &files {

@@ -81,6 +81,13 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
         .stderr(Stdio::piped())
         .process_group(0);
     crate::host::child_env::apply(&mut cmd, std::iter::empty::<(&str, &str)>());
+    // A principal's command runs with the host's private data hidden, or not at all.
+    if let Err(why) = env
+        .confinement()
+        .apply(&mut cmd, &format!("`{command}`"), &cwd, &[])
+    {
+        return ToolOutcome::failed(why);
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return ToolOutcome::failed(format!("cannot start `{command}`: {e}")),

@@ -192,6 +192,13 @@ impl Turn {
         plan: &tools::ToolPlan,
         shown: bool,
     ) -> Option<ToolOutcome> {
+        // The host's private data is no principal's: refused outright, before any dialog (the
+        // principal would answer its own boundary question).
+        if let Some((path, _)) = plan.touches.iter().find(|(p, _)| self.confinement.hides(p)) {
+            return Some(ToolOutcome::failed(
+                crate::host::sandbox::Confinement::refusal(path),
+            ));
+        }
         let (mode, collaboration, has_plan, approved, remembered, session_rules) = {
             let st = self.cell.lock();
             let c = &st.session.configuration;

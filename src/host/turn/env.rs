@@ -10,7 +10,16 @@ impl ToolEnv for Turn {
     }
 
     fn may_touch(&self, path: &Path) -> bool {
-        self.roots.iter().any(|r| path.starts_with(r)) || self.approved(path)
+        !self.confinement.hides(path)
+            && (self.roots.iter().any(|r| path.starts_with(r)) || self.approved(path))
+    }
+
+    fn hides(&self, path: &Path) -> bool {
+        self.confinement.hides(path)
+    }
+
+    fn confinement(&self) -> crate::host::sandbox::Confinement {
+        self.confinement.clone()
     }
 
     fn cancel(&self) -> &CancelToken {

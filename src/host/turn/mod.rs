@@ -135,6 +135,8 @@ struct Turn {
     compacted: bool,
     /// Ends the turn once, by this thread or by its watchdog (see `ending`).
     end: Arc<ending::TurnEnd>,
+    /// What the session's tools and processes are kept from (its owner's, issue 56).
+    confinement: super::sandbox::Confinement,
 }
 
 /// Runs an admitted turn to its terminal frame (on the caller's thread).
@@ -168,6 +170,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
     problems.extend(declared);
     tell_once(&cell, &spec.turn_id, problems);
     let end = Arc::new(ending::TurnEnd::new(&host, &cell, &spec, tokens_at_start));
+    let confinement = host.confinement(session.owner.as_deref());
     // Dropped when this thread returns: the watchdog then has nothing to do.
     let (_running, done) = bounded::<()>(0);
     let (watched, cancel) = (Arc::clone(&end), spec.cancel.clone());
@@ -196,6 +199,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         agents,
         delegating: None,
         compacted: false,
+        confinement,
     };
     let command = super::commands::parse(&turn.spec.prompt_text)
         .map(|(name, rest)| (name.to_string(), rest.to_string()));

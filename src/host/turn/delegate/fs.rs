@@ -10,6 +10,12 @@ impl Turn {
             return Err(ResponseError::invalid_params("`path` must be absolute"));
         }
         let path = tool_fs::resolve(&self.cwd, p);
+        if self.confinement.hides(&path) {
+            return Err(ResponseError::new(
+                code::INVALID_PARAMS,
+                crate::host::sandbox::Confinement::refusal(&path),
+            ));
+        }
         if !self.may_touch(&path) {
             return Err(ResponseError::new(
                 code::INVALID_PARAMS,

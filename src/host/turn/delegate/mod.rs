@@ -226,7 +226,7 @@ struct Ready {
     /// The agent's session to reopen.
     earlier: Option<String>,
     /// What it may not change (explore and plan mode).
-    read_only: Option<subagents::sandbox::Folders>,
+    read_only: Option<crate::host::sandbox::Folders>,
 }
 
 impl Turn {

@@ -126,21 +126,37 @@ impl Turn {
             c.permission_mode == PermissionMode::Explore
                 || c.collaboration_mode == CollaborationMode::Plan
         };
-        let read_only = if read_only {
-            if let Err(why) = subagents::sandbox::available() {
-                return Err(failed(format!(
-                    "Agent {name} is not run: in this mode nothing may change, and this machine cannot keep an agent's own tools from writing in the session's folders ({why}); switch to ask mode to delegate to it."
-                )));
+        // A principal's agent, like its every process, runs with the host's private data
+        // hidden (issue 56), or is not run.
+        let confined = self.confinement.is_confined();
+        let read_only = if read_only || confined {
+            if let Err(why) = crate::host::sandbox::available() {
+                return Err(failed(if read_only {
+                    format!(
+                        "Agent {name} is not run: in this mode nothing may change, and this machine cannot keep an agent's own tools from writing in the session's folders ({why}); switch to ask mode to delegate to it."
+                    )
+                } else {
+                    crate::host::sandbox::Confinement::unavailable(&format!("Agent {name}"), &why)
+                }));
             }
-            // Read-only: the session's folders and maka's config file; hidden: the host's data dir
-            // (its token, rules and sessions would let an agent act through the host).
-            let mut read_only = self.roots.clone();
-            read_only.extend(crate::config::config_file_path().filter(|f| f.is_file()));
-            Some(subagents::sandbox::Folders {
-                read_only,
+            // Read-only (explore, plan): the session's folders and maka's config file; hidden:
+            // the host's data dir (its token, rules and sessions would let an agent act through
+            // the host), and for a principal every private path of the host.
+            let mut folders = crate::host::sandbox::Folders {
+                read_only: vec![],
                 hidden: vec![self.host.data_dir.clone()],
                 cwd: self.cwd.clone(),
-            })
+            };
+            if read_only {
+                folders.read_only = self.roots.clone();
+                folders
+                    .read_only
+                    .extend(crate::config::config_file_path().filter(|f| f.is_file()));
+            }
+            folders
+                .hidden
+                .extend(self.confinement.hidden().iter().cloned());
+            Some(folders)
         } else {
             None
         };

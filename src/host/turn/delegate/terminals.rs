@@ -72,7 +72,7 @@ impl Turn {
                 if same_command(a, &line) || script.is_some_and(|x| same_command(a, x)));
         let args = json!({"command": gated});
         self.subagent_gate(name, "run_command", &args, &format!("run {gated}"), shown)?;
-        terminals.create(asked, &argv, &cwd)
+        terminals.create(asked, &argv, &cwd, &self.confinement)
     }
 }
 

@@ -1,6 +1,8 @@
-//! Explore mode for subagents that write with their own tools (not through `fs/*`): the agent
-//! runs where the session's folders are read-only, so its writes there fail with "read-only
-//! file system" whatever tool makes them.
+//! Running a program with some of the machine's folders read-only or hidden from it, whatever
+//! tool it uses: explore mode for subagents that write with their own tools (not through
+//! `fs/*`), and every process a principal's session starts (issue 56: its commands, its MCP
+//! servers, its subagents and their terminals), from which the host's private paths — its data
+//! dir, its config, `serve`'s tokens file — are hidden ([`Confinement`]).
 //!
 //! How, in the child between fork and exec:
 //! 1. a new user and mount namespace (no privilege needed where the kernel allows unprivileged
@@ -8,7 +10,7 @@
 //!    reaches the host's);
 //! 2. each read-only folder bind-mounted onto itself and made read-only with its submounts
 //!    (`mount_setattr`, Linux 5.12); each hidden folder (the host's data dir: its token, its
-//!    rules, its sessions) covered by an empty tmpfs;
+//!    rules, its sessions) covered by an empty tmpfs, each hidden file by `/dev/null`;
 //! 3. a second user, mount and PID namespace: mounts handed to a namespace owned by another user
 //!    namespace are locked, so the agent — even as root in its namespace — can neither unmount
 //!    them nor make them writable again;
@@ -21,10 +23,10 @@
 //!    exiting as the agent does. When it exits, the kernel ends whatever it left running.
 //!
 //! Where this cannot be set up (no user namespaces, a container that masks `/proc`, a kernel
-//! older than 5.12) explore mode refuses the delegation instead, saying why.
+//! older than 5.12) the program is not started, and the caller says why.
 //!
-//! What it is not: a sandbox against an agent set on attacking the machine. It keeps the
-//! session's folders as they are; the agent runs as the same user, keeps the network and
+//! What it is not: a sandbox against a program set on attacking the machine. It keeps the
+//! given folders as they are; the program runs as the same user, keeps the network and
 //! whatever sockets its user can reach, and writes its own state (`~/.codex`, …) and anywhere
 //! else its user may.
 
@@ -36,7 +38,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// What the agent may not change: folders it sees read-only, folders hidden from it.
+/// What the agent may not change: folders it sees read-only, folders (and files) hidden from it.
+#[derive(Debug, Clone)]
 pub struct Folders {
     pub read_only: Vec<PathBuf>,
     pub hidden: Vec<PathBuf>,
@@ -48,6 +51,8 @@ pub struct Folders {
 struct Plan {
     read_only: Vec<CString>,
     hidden: Vec<CString>,
+    /// Files covered by `/dev/null`.
+    hidden_files: Vec<CString>,
     cwd: CString,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
@@ -65,11 +70,17 @@ impl Plan {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Plan {
             read_only: f.read_only.iter().map(real).collect::<io::Result<_>>()?,
-            // A hidden folder that does not exist has nothing to hide.
+            // A hidden path that does not exist has nothing to hide.
             hidden: f
                 .hidden
                 .iter()
                 .filter(|p| p.is_dir())
+                .map(real)
+                .collect::<io::Result<_>>()?,
+            hidden_files: f
+                .hidden
+                .iter()
+                .filter(|p| p.exists() && !p.is_dir())
                 .map(real)
                 .collect::<io::Result<_>>()?,
             cwd: real(&f.cwd)?,
@@ -184,6 +195,9 @@ fn enter(plan: &Plan) -> Result<(), i32> {
             c"mode=0700".as_ptr(),
         )?;
     }
+    for file in &plan.hidden_files {
+        mount(c"/dev/null".as_ptr(), file, null, libc::MS_BIND, null)?;
+    }
     // Handed to namespaces the agent owns, the mounts are locked: read-only for good.
     enter_namespace(plan, libc::CLONE_NEWNS | libc::CLONE_NEWPID)?;
     // SAFETY: fork in a single-threaded child; both sides only make syscalls.
@@ -294,12 +308,84 @@ fn probe() -> Result<(), String> {
 pub fn apply(cmd: &mut Command, folders: &Folders) -> Result<(), String> {
     available()?;
     let plan =
-        Plan::new(folders).map_err(|e| format!("cannot prepare the read-only folders: {e}"))?;
+        Plan::new(folders).map_err(|e| format!("cannot prepare the folders to hide: {e}"))?;
     // SAFETY: `enter` is async-signal-safe and uses only what `plan` prepared.
     unsafe {
         cmd.pre_exec(move || enter(&plan).map_err(io::Error::from_raw_os_error));
     }
     Ok(())
+}
+
+/// What a session's tools and processes are kept from (issue 56). A principal's session: the
+/// host's private paths ([`crate::host::Host::private`]: its data dir, its config, `serve`'s
+/// tokens file) — hidden from every process it starts, refused to every file tool. The machine's
+/// user's sessions (no owner): nothing, as before principals.
+#[derive(Debug, Clone, Default)]
+pub struct Confinement {
+    /// Resolved paths (every link followed, as `tools::fs::resolve` sees a tool's path).
+    hidden: Vec<PathBuf>,
+}
+
+impl Confinement {
+    pub fn hiding(hidden: Vec<PathBuf>) -> Confinement {
+        Confinement { hidden }
+    }
+
+    pub fn is_confined(&self) -> bool {
+        !self.hidden.is_empty()
+    }
+
+    pub fn hidden(&self) -> &[PathBuf] {
+        &self.hidden
+    }
+
+    /// Whether `real` (a resolved path) is, or is inside, one of the hidden paths.
+    pub fn hides(&self, real: &Path) -> bool {
+        self.hidden.iter().any(|h| real.starts_with(h))
+    }
+
+    /// The refusal of a file tool's `path` that [`Self::hides`].
+    pub fn refusal(path: &Path) -> String {
+        format!(
+            "Refused: {} is the host's private data (its sessions, tokens and configuration), which no principal's session may read or change; do not retry it.",
+            path.display()
+        )
+    }
+
+    /// Makes `cmd` (`what`, to run in `cwd`) start with the hidden paths covered, the session's
+    /// `read_only` folders read-only besides. An unconfined session's `cmd` is left as it is
+    /// (unless `read_only` is given). `Err`: why it may not be started — a principal's process
+    /// never runs unconfined.
+    pub fn apply(
+        &self,
+        cmd: &mut Command,
+        what: &str,
+        cwd: &Path,
+        read_only: &[PathBuf],
+    ) -> Result<(), String> {
+        if !self.is_confined() && read_only.is_empty() {
+            return Ok(());
+        }
+        let folders = Folders {
+            read_only: read_only.to_vec(),
+            hidden: self.hidden.clone(),
+            cwd: cwd.to_path_buf(),
+        };
+        apply(cmd, &folders).map_err(|why| {
+            if self.is_confined() {
+                Confinement::unavailable(what, &why)
+            } else {
+                why
+            }
+        })
+    }
+
+    /// Why a principal's `what` is not started where the sandbox cannot be set up (`why`).
+    pub fn unavailable(what: &str, why: &str) -> String {
+        format!(
+            "{what} was not started: this session belongs to a principal, and this machine cannot hide the host's private data from the processes it starts ({why}). The operator can allow unprivileged user namespaces (Linux 5.12 or later; sysctl kernel.unprivileged_userns_clone=1, or a container or AppArmor profile that permits them), or give this person a `maka-acp serve` of their own."
+        )
+    }
 }
 
 #[cfg(test)]
@@ -356,6 +442,54 @@ mod tests {
             assert!(!ws.join(f).exists(), "{f} was written");
         }
         assert!(other.join("f").exists(), "elsewhere it writes");
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// A principal's process (issue 56): the hidden folder is empty and the hidden file reads
+    /// empty, however it is named (a link to it too), and it cannot uncover them; the rest of
+    /// the machine is as it was (it reads and writes its working directory). An unconfined
+    /// command is left as it is.
+    #[test]
+    fn a_confined_program_sees_neither_the_hidden_folder_nor_the_hidden_file() {
+        let mut plain = Command::new("true");
+        Confinement::default()
+            .apply(&mut plain, "`true`", Path::new("/"), &[])
+            .unwrap();
+        if let Err(why) = available() {
+            let refused = Confinement::hiding(vec![PathBuf::from("/nonexistent")])
+                .apply(&mut Command::new("true"), "`true`", Path::new("/"), &[])
+                .unwrap_err();
+            assert!(refused.contains("`true` was not started"), "{refused}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("maka-confine-{}", std::process::id()));
+        let (ws, data) = (base.join("ws"), base.join("data"));
+        for d in [&ws, &data] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(data.join("host.json"), "host-secret").unwrap();
+        let tokens = base.join("tokens");
+        std::fs::write(&tokens, "tokens-secret").unwrap();
+        std::os::unix::fs::symlink(&tokens, ws.join("link")).unwrap();
+        std::fs::write(ws.join("mine"), "own-file").unwrap();
+        let script = format!(
+            "cat {data}/host.json {tokens} link mine 2>/dev/null; \
+             umount {data} 2>/dev/null; umount {tokens} 2>/dev/null; \
+             cat {data}/host.json {tokens} 2>/dev/null; echo ok > written",
+            data = data.display(),
+            tokens = tokens.display(),
+        );
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &script]).current_dir(&ws);
+        let confined = Confinement::hiding(vec![data.clone(), tokens.clone()]);
+        assert!(confined.hides(&data.join("sessions/x")) && confined.hides(&tokens));
+        assert!(!confined.hides(&ws.join("mine")));
+        confined.apply(&mut cmd, "`sh`", &ws, &[]).unwrap();
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(text.trim(), "own-file", "{text}");
+        assert!(ws.join("written").exists());
         std::fs::remove_dir_all(&base).unwrap();
     }
 }
