@@ -5,14 +5,14 @@
 //! a `sessionId` to that session's stream, everything else to the connection's stream; over
 //! WebSocket, everything to the one socket.
 
-use super::stream::{Budget, Lease, Refused, Stream};
+use super::stream::{Budget, Lease, Mark, Refused, Stream};
 use crate::acp::{AdapterConfig, LocalHost};
 use crate::http::Principal;
-use crate::jsonrpc::lock;
+use crate::jsonrpc::{lock, Kind, Line, LineSink, RequestId};
 use crossbeam_channel::{bounded, Receiver, Sender};
-use serde::Deserialize;
+use serde_json::Value;
 use std::collections::HashMap;
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, BufRead, Read};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -55,16 +55,26 @@ pub struct AcpConn {
     asked: Mutex<HashMap<String, Route>>,
     last_active: Mutex<Instant>,
     closed: Mutex<Option<String>>,
+    /// What the `initialize` answer advertises of the transport (`agentCapabilities._meta`),
+    /// and the id key of the `initialize` it answers (a WebSocket's: its first message).
+    advertised: Value,
+    initialize_key: Mutex<Option<String>>,
 }
 
 /// The key of a JSON-RPC id (the SDK's `messageIdKey`), for the ids the agent's JSON-RPC layer
 /// reads and echoes (`RequestId`'s one rule: `1.0` or `true` is none, so no route waits for
 /// an answer that never comes).
 pub fn id_key(id: &serde_json::Value) -> Option<String> {
-    match crate::jsonrpc::RequestId::from_value(id)?.to_value() {
-        serde_json::Value::String(s) => Some(format!("string:{s}")),
-        serde_json::Value::Null => Some("null".into()),
-        n => Some(format!("number:{n}")),
+    Some(request_key(&RequestId::from_value(id)?))
+}
+
+/// The key of an id the agent wrote (its line's head: nothing is read again).
+pub fn request_key(id: &RequestId) -> String {
+    match id {
+        RequestId::Str(s) => format!("string:{s}"),
+        RequestId::Null => "null".into(),
+        RequestId::Int(n) => format!("number:{n}"),
+        RequestId::Uint(n) => format!("number:{n}"),
     }
 }
 
@@ -81,21 +91,6 @@ pub enum IdRefused {
     TooMany,
 }
 
-/// What routing needs of an outgoing message (nothing else is read).
-#[derive(Deserialize)]
-struct Peek {
-    id: Option<serde_json::Value>,
-    method: Option<String>,
-    params: Option<PeekParams>,
-    result: Option<serde::de::IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct PeekParams {
-    #[serde(rename = "sessionId")]
-    session_id: Option<serde_json::Value>,
-}
-
 impl AcpConn {
     /// Starts a connection: its agent on a thread of its own, sharing `local` (the one host).
     pub fn start(
@@ -105,6 +100,7 @@ impl AcpConn {
         websocket: bool,
         agent: Option<Arc<crate::acp::Principal>>,
         principal: Option<Arc<Principal>>,
+        advertised: Value,
         on_end: impl FnOnce(&str, &str) + Send + 'static,
     ) -> io::Result<(Arc<AcpConn>, Receiver<Arc<str>>)> {
         let (tx, rx) = bounded(INBOX);
@@ -129,13 +125,14 @@ impl AcpConn {
             asked: Mutex::default(),
             last_active: Mutex::new(Instant::now()),
             closed: Mutex::default(),
+            advertised,
+            initialize_key: Mutex::default(),
         });
         let name = format!("acp-{}", &conn.id[..8]);
         let sink = Sink {
             conn: Arc::clone(&conn),
-            partial: Vec::new(),
         };
-        let jsonrpc = crate::jsonrpc::Connection::from_io(&name, ChannelReader::new(rx), sink)?;
+        let jsonrpc = crate::jsonrpc::Connection::from_sink(&name, ChannelReader::new(rx), sink)?;
         let agent_conn = Arc::clone(&conn);
         std::thread::Builder::new().name(name).spawn(move || {
             crate::acp::serve(jsonrpc, config, local, agent);
@@ -216,10 +213,8 @@ impl AcpConn {
         if sessions.values().filter(|s| !s.ending()).count() >= cap {
             return None;
         }
-        let s = match forgotten.remove(session) {
-            Some(next_id) => Stream::resumed_in(Arc::clone(&self.budget), next_id),
-            None => Stream::new_in(Arc::clone(&self.budget)),
-        };
+        let next_id = forgotten.remove(session).unwrap_or(1);
+        let s = Stream::for_session(Arc::clone(&self.budget), session, next_id);
         drop(forgotten);
         if let Some(why) = lock(&self.closed).as_deref() {
             s.close(why);
@@ -275,35 +270,85 @@ impl AcpConn {
 
     /// The client's answer to the agent's request `key` was accepted: one answer each.
     pub fn answered(&self, key: &str) {
-        lock(&self.asked).remove(key);
+        let route = lock(&self.asked).remove(key);
+        if let Some(Route::Session(session)) = route {
+            let stream = lock(&self.sessions).get(&session).cloned();
+            if let Some(s) = stream {
+                s.answered(key);
+            }
+        }
     }
 
-    /// One line the agent wrote: to the POST waiting for `initialize`, or onto its stream.
-    fn route_outgoing(&self, line: &[u8]) {
-        let Ok(text) = std::str::from_utf8(line) else {
-            return;
+    /// A `session/prompt` (id `id`) was posted for `session`: its turn runs until its answer.
+    pub fn turn_posted(&self, session: &str, id: &Value) {
+        if let Some(key) = id_key(id) {
+            self.with_session_stream(session, MAX_SESSIONS, |s| s.turn_posted(&key, id));
+        }
+    }
+
+    /// A WebSocket's `initialize` (its first message) has this id: its answer advertises the
+    /// transport.
+    pub fn initialize_sent(&self, id: &Value) {
+        *lock(&self.initialize_key) = id_key(id);
+    }
+
+    /// The `initialize` answer with what this transport offers in
+    /// `agentCapabilities._meta["acp/transport"]` (ACP v1 has no field for it). Read as a tree:
+    /// one message a connection.
+    fn advertise(&self, text: &str) -> String {
+        let Ok(mut answer) = serde_json::from_str::<Value>(text) else {
+            return text.to_string();
         };
-        let json: Arc<str> = Arc::from(text);
+        let Some(caps) = answer
+            .pointer_mut("/result/agentCapabilities")
+            .and_then(Value::as_object_mut)
+        else {
+            return text.to_string();
+        };
+        let meta = caps
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert("acp/transport".into(), self.advertised.clone());
+        }
+        answer.to_string()
+    }
+
+    /// One line the agent wrote: to the POST waiting for `initialize`, or onto its stream,
+    /// routed by its head (the line is not read again).
+    fn route_outgoing(&self, line: Line) {
         let initial = lock(&self.initial).take();
         if let Some(initial) = initial {
-            let _ = initial.send(json);
+            let _ = initial.send(Arc::from(self.advertise(&line.text)));
             return;
         }
-        let route = if self.websocket {
-            (Route::Connection, false)
+        let line = match &line.head.kind {
+            Kind::Response { id, ok: true }
+                if self.websocket
+                    && lock(&self.initialize_key).as_deref() == Some(&request_key(id)) =>
+            {
+                *lock(&self.initialize_key) = None;
+                Line {
+                    text: self.advertise(&line.text),
+                    head: line.head,
+                }
+            }
+            _ => line,
+        };
+        let (route, last, key) = if self.websocket {
+            (Route::Connection, false, None)
         } else {
-            self.outgoing_route(text)
+            self.outgoing_route(&line)
+        };
+        let mark = match (&line.head.kind, &key) {
+            (Kind::Response { .. }, Some(k)) => Mark::Answers(k),
+            (Kind::Request(_), Some(k)) => Mark::Asks(k),
+            _ => Mark::None,
         };
         let pushed = match route {
-            (Route::Connection, _) => self.stream.push(json),
-            (Route::Session(id), last) => {
-                let push = |s: &Arc<Stream>| {
-                    if last {
-                        s.push_last(Arc::clone(&json))
-                    } else {
-                        s.push(Arc::clone(&json))
-                    }
-                };
+            Route::Connection => self.stream.push_line(&line, false, Mark::None),
+            Route::Session(id) => {
+                let push = |s: &Arc<Stream>| s.push_line(&line, last, mark);
                 // The agent writes only for sessions this connection opened, and POSTs that
                 // would open more are refused at the cap: past twice the cap (races of
                 // session/new), the message goes on the connection's stream, not nowhere.
@@ -311,7 +356,7 @@ impl AcpConn {
                     Some(pushed) => pushed,
                     None => {
                         log::warn!("ACP connection {}: no room for the stream of session {id}; its message goes on the connection's stream", &self.id[..8]);
-                        self.stream.push(json)
+                        self.stream.push_line(&line, false, Mark::None)
                     }
                 }
             }
@@ -324,31 +369,30 @@ impl AcpConn {
         }
     }
 
-    /// Where an outgoing message goes, and whether it is its session stream's last (a
-    /// successful `session/close` or `session/delete` answer).
-    fn outgoing_route(&self, text: &str) -> (Route, bool) {
-        let Ok(peek) = serde_json::from_str::<Peek>(text) else {
-            return (Route::Connection, false);
-        };
-        let key = peek.id.as_ref().and_then(id_key);
-        if peek.method.is_none() {
-            return match key.and_then(|k| lock(&self.pending).remove(&k)) {
-                Some((route, ends)) => (route, ends && peek.result.is_some()),
-                None => (Route::Connection, false),
-            };
-        }
-        let session = peek
-            .params
-            .and_then(|p| p.session_id)
-            .and_then(|s| s.as_str().map(str::to_string));
-        let route = match session {
-            Some(s) => Route::Session(s),
+    /// Where an outgoing message goes, whether it is its session stream's last (a successful
+    /// `session/close` or `session/delete` answer), and its id key (a response's or a
+    /// request's).
+    fn outgoing_route(&self, line: &Line) -> (Route, bool, Option<String>) {
+        let route_of = |session: &Option<String>| match session {
+            Some(s) => Route::Session(s.clone()),
             None => Route::Connection,
         };
-        if let Some(k) = key {
-            lock(&self.asked).insert(k, route.clone());
+        match &line.head.kind {
+            Kind::Response { id, ok } => {
+                let key = request_key(id);
+                match lock(&self.pending).remove(&key) {
+                    Some((route, ends)) => (route, ends && *ok, Some(key)),
+                    None => (Route::Connection, false, None),
+                }
+            }
+            Kind::Request(id) => {
+                let key = request_key(id);
+                let route = route_of(&line.head.session);
+                lock(&self.asked).insert(key.clone(), route.clone());
+                (route, false, Some(key))
+            }
+            Kind::Notification => (route_of(&line.head.session), false, None),
         }
-        (route, false)
     }
 }
 
@@ -432,27 +476,15 @@ impl BufRead for ChannelReader {
     }
 }
 
-/// The agent's output: cut into lines, each routed as it completes.
+/// The agent's output: each line routed by its head as the writer takes it from the outbox.
 struct Sink {
     conn: Arc<AcpConn>,
-    partial: Vec<u8>,
 }
 
-impl Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let mut rest = bytes;
-        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-            if self.partial.is_empty() {
-                self.conn.route_outgoing(&rest[..end]);
-            } else {
-                self.partial.extend_from_slice(&rest[..end]);
-                let line = std::mem::take(&mut self.partial);
-                self.conn.route_outgoing(&line);
-            }
-            rest = &rest[end + 1..];
-        }
-        self.partial.extend_from_slice(rest);
-        Ok(bytes.len())
+impl LineSink for Sink {
+    fn write_line(&mut self, line: Line) -> io::Result<()> {
+        self.conn.route_outgoing(line);
+        Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {

@@ -13,6 +13,7 @@
 
 mod auth;
 mod conn;
+mod peek;
 mod route;
 mod routes;
 mod stream;
@@ -259,6 +260,31 @@ impl Server {
         crate::host_api::random_hex(20)
     }
 
+    /// The keepalive interval: an idle event stream gets a comment, a WebSocket a ping, at
+    /// least this often (`MAKA_SERVE_KEEPALIVE_MS`).
+    pub fn keepalive(&self) -> Duration {
+        self.config.tunables.serve_keepalive
+    }
+
+    /// What a connection's `initialize` answer advertises of the transport, in
+    /// `agentCapabilities._meta["acp/transport"]` (ACP v1 has no field; the resumable-transport
+    /// draft's `capabilities.transport` shape): the keepalive interval and, for Streamable
+    /// HTTP, how much is kept for a stream that resumes with a cursor. A WebSocket connection
+    /// ends with its socket, so it offers no resumption (`stream/resume` is refused).
+    fn advertised(&self, websocket: bool) -> serde_json::Value {
+        let keepalive = u64::try_from(self.keepalive().as_millis()).unwrap_or(u64::MAX);
+        if websocket {
+            return serde_json::json!({"keepaliveIntervalMs": keepalive});
+        }
+        serde_json::json!({
+            "resumable": {
+                "retentionMessages": stream::REPLAY_WINDOW_MESSAGES,
+                "retentionSeconds": self.idle_timeout.as_secs().max(1),
+            },
+            "keepaliveIntervalMs": keepalive,
+        })
+    }
+
     /// The dialect of the connection a request opens (the `initialize` POST, the WebSocket
     /// upgrade): `?dialect=maka` (Apache Maka's, as `--acp` on stdio) or `?dialect=ours` in
     /// its target, else the server's (`serve --acp`: Maka's). Chosen once: later requests'
@@ -330,6 +356,7 @@ impl Server {
             websocket,
             agent,
             principal,
+            self.advertised(websocket),
             move |id, why| {
                 if let Some(r) = registry.upgrade() {
                     r.remove(id, why);

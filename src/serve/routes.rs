@@ -4,6 +4,7 @@
 //! [`Server::dialect_of`]).
 
 use super::conn::{id_key, AcpConn, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING};
+use super::peek::{Fields, Peek};
 use super::stream::{Lease, Next, Refused, Unconfirmed, CONFIRM_AFTER};
 use super::ws;
 use super::Server;
@@ -21,8 +22,6 @@ const CONNECTION_ID: &str = "Acp-Connection-Id";
 const SESSION_ID: &str = "Acp-Session-Id";
 /// How long the POST that opens a connection waits for the `initialize` response.
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
-/// An event stream's keep-alive comment (the SDK's interval).
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How often a waiting stream checks that its client is still there.
 const POLL: Duration = Duration::from_secs(1);
 /// How often a stream whose session was closed looks for its last message's confirmation.
@@ -70,6 +69,60 @@ pub fn handle(server: &Server, request: Request, ex: &mut Exchange) {
         "DELETE" => delete(server, &request, ex),
         _ => text(ex, 405, "Method Not Allowed"),
     }
+}
+
+/// A second receiver on a stream whose receiver is there (the resumable-transport draft
+/// gives 409 to a cursor it cannot honour; "locked" says what this is).
+const LOCKED: u16 = 423;
+
+/// Why a cursor (`Last-Event-ID`) is refused: the draft's three cases.
+#[derive(Clone, Copy)]
+enum CursorRefusal {
+    /// Never sent on this stream.
+    Unknown,
+    /// Sent, but no longer kept.
+    Expired,
+    /// Not this server's, or of a connection it no longer has.
+    Foreign,
+}
+
+/// 409 with a JSON-RPC error body: which cursor, why, and what to do (what was missed is
+/// had again from the session's history: `session/load`).
+fn cursor_refused(
+    ex: &mut Exchange,
+    route: &Route,
+    cursor: &str,
+    reason: CursorRefusal,
+    why: &str,
+) {
+    let reason = match reason {
+        CursorRefusal::Unknown => "unknown",
+        CursorRefusal::Expired => "expired",
+        CursorRefusal::Foreign => "foreign",
+    };
+    let todo = match route {
+        Route::Session(_) => "open the session's stream again without Last-Event-ID and call session/load to get its history (on a new connection, after initialize, if this one is gone)",
+        Route::Connection => "open the stream again without Last-Event-ID (on a new connection, after initialize, if this one is gone) and session/load the sessions you follow to get their history",
+    };
+    let mut cut = cursor.len().min(64);
+    while !cursor.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let message = format!(
+        "Cannot resume from Last-Event-ID {:?}: {why}; {todo}",
+        &cursor[..cut]
+    );
+    let mut data =
+        json!({"reason": reason, "lastEventId": &cursor[..cut], "recovery": "session/load"});
+    if let Route::Session(s) = route {
+        data["sessionId"] = json!(s);
+    }
+    let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": message, "data": data}});
+    ex.respond(
+        409,
+        &[("Content-Type", "application/json")],
+        error.to_string().as_bytes(),
+    );
 }
 
 fn text(ex: &mut Exchange, status: u16, body: &str) {
@@ -136,31 +189,29 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             return;
         }
     };
-    let Ok(message) = serde_json::from_slice::<Value>(&body) else {
-        return text(ex, 400, "Invalid JSON");
+    // Read once, for routing (a typed peek, no tree): the agent reads the message itself.
+    let peek = match Peek::read(&body) {
+        None => return text(ex, 400, "Invalid JSON"),
+        Some(Peek::Array) => {
+            let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "Invalid request", "data": "JSON-RPC batches are not supported"}});
+            return ex.respond(
+                400,
+                &[("Content-Type", "application/json")],
+                error.to_string().as_bytes(),
+            );
+        }
+        Some(Peek::Other) => return text(ex, 400, "Invalid JSON-RPC message"),
+        Some(Peek::Object(fields)) => fields,
     };
-    if message.is_array() {
-        let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "Invalid request", "data": "JSON-RPC batches are not supported"}});
-        return ex.respond(
-            400,
-            &[("Content-Type", "application/json")],
-            error.to_string().as_bytes(),
-        );
+    // The agent reads one message a line: a body written over several lines is made one
+    // (outside strings, where JSON cannot have them raw, line breaks are only whitespace).
+    let mut line = body;
+    for b in line.iter_mut().filter(|b| **b == b'\n' || **b == b'\r') {
+        *b = b' ';
     }
-    let Some(object) = message.as_object() else {
-        return text(ex, 400, "Invalid JSON-RPC message");
-    };
-    // The agent reads one message a line: a body written over several lines is made one.
-    let line = if body.contains(&b'\n') || body.contains(&b'\r') {
-        message.to_string().into_bytes()
-    } else {
-        body
-    };
-    let method = object.get("method").and_then(Value::as_str);
+    let method = peek.method.as_deref();
     let needs = method.map(methods::transport).unwrap_or_default();
-    let is_initialize = needs.opens_connection
-        && object.contains_key("id")
-        && object.get("jsonrpc") == Some(&json!("2.0"));
+    let is_initialize = needs.opens_connection && peek.id.is_some() && peek.v2;
     if is_initialize {
         if request.header(CONNECTION_ID).is_some() {
             return text(ex, 400, "Initialize not allowed on existing connection");
@@ -169,7 +220,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             Ok(d) => d,
             Err(why) => return text(ex, 400, &why),
         };
-        return initialize(server, request, object.get("id"), line, dialect, ex);
+        return initialize(server, request, peek.id.as_ref(), line, dialect, ex);
     }
     let Some(conn) = connection(server, request, ex) else {
         return;
@@ -191,7 +242,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             &format!("Acp-Session-Id exceeds maxIdLength ({MAX_ID_LENGTH})"),
         );
     }
-    let id = object.get("id");
+    let id = peek.id.as_ref();
     match method {
         None => {
             // The client's answer to one of the agent's requests: checked against its route
@@ -210,10 +261,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             }
         }
         Some(_) => {
-            let params_session = object
-                .get("params")
-                .and_then(|p| p.get("sessionId"))
-                .and_then(Value::as_str);
+            let params_session = peek.session.as_deref();
             if (needs.session_scoped || params_session.is_some()) && header_session.is_none() {
                 return text(ex, 400, "Missing Acp-Session-Id");
             }
@@ -236,8 +284,16 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             // after the history it replays there, never before it (on another stream a client
             // could read the answer before the replay and take the history as complete).
             if let Some(id) = id {
+                let turn = match &route {
+                    Route::Session(s) if needs.starts_turn => Some(s.clone()),
+                    _ => None,
+                };
                 match conn.expect_response(id, route, needs.ends_session) {
-                    Ok(()) => {}
+                    Ok(()) => {
+                        if let Some(session) = turn {
+                            conn.turn_posted(&session, id);
+                        }
+                    }
                     Err(IdRefused::Invalid(why)) => return text(ex, 400, &why),
                     Err(IdRefused::InUse) => return text(ex, 400, "Request ID already in use by a request in progress on this connection"),
                     Err(IdRefused::TooMany) => return text(ex, 429, &format!("this connection already has {MAX_PENDING} requests in progress; wait for their answers")),
@@ -331,9 +387,7 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
     if !accepts {
         return text(ex, 406, "Not Acceptable");
     }
-    let Some(conn) = connection(server, request, ex) else {
-        return;
-    };
+    let cursor = request.header("Last-Event-ID").map(str::trim);
     let route = match request.header(SESSION_ID) {
         Some(s) if s.len() > MAX_ID_LENGTH => {
             return text(
@@ -345,36 +399,68 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
         Some(s) => Route::Session(s.to_string()),
         None => Route::Connection,
     };
+    let conn = match (request.header(CONNECTION_ID), cursor) {
+        // A cursor of a connection this server no longer has (closed, or never its, or
+        // another principal's): refused as the draft says, with what to do.
+        (Some(id), Some(c)) => match server.registry.get(id) {
+            Ok(conn) if same_principal(&conn, request) => conn,
+            Ok(_) => {
+                return cursor_refused(
+                    ex,
+                    &route,
+                    c,
+                    CursorRefusal::Foreign,
+                    "it belongs to no connection of this server",
+                )
+            }
+            Err(why) => {
+                return cursor_refused(
+                    ex,
+                    &route,
+                    c,
+                    CursorRefusal::Foreign,
+                    &format!("its connection is gone ({why})"),
+                )
+            }
+        },
+        _ => match connection(server, request, ex) {
+            Some(c) => c,
+            None => return,
+        },
+    };
     if conn.websocket {
-        return text(ex, 409, "Outbound stream already has an active receiver");
+        return text(
+            ex,
+            LOCKED,
+            "Locked: this connection is a WebSocket; its messages go on the socket",
+        );
     }
-    let last_seen = match request
-        .header("Last-Event-ID")
-        .map(|v| v.trim().parse::<u64>())
-    {
+    let last_seen = match cursor.map(str::parse::<u64>) {
         None => None,
         Some(Ok(n)) => Some(n),
-        Some(Err(_)) => return text(ex, 400, "Last-Event-ID is not an event id of this server"),
+        Some(Err(_)) => {
+            return cursor_refused(
+                ex,
+                &route,
+                cursor.unwrap_or_default(),
+                CursorRefusal::Foreign,
+                "it is not a cursor this server gave",
+            )
+        }
     };
     let lease = match conn.acquire(&route, last_seen) {
         Ok(l) => l,
         Err(Refused::Busy) => {
-            return text(ex, 409, "Outbound stream already has an active receiver")
+            return text(ex, LOCKED, "Locked: this stream already has an active receiver; close it first (a receiver whose client has gone is replaced at once)")
         }
         Err(Refused::Ahead(seen, last)) => {
-            return text(ex, 400, &format!("Last-Event-ID {seen} names an event this stream has not sent (the last it sent is {last}); reopen without it, or with the id of the last event you read"))
+            return cursor_refused(ex, &route, &seen.to_string(), CursorRefusal::Unknown, &format!("this stream has not sent it (the last it sent is {last})"))
         }
         Err(Refused::TooMany(n)) => {
             return text(ex, 429, &format!("this connection already holds {n} session streams, the most one may; close a session (session/close) or its stream first"))
         }
         Err(Refused::Gap(seen)) => {
-            let why = format!("the client came back after event {seen}, whose successors are no longer kept (more than {} MiB were sent since)", super::stream::REPLAY_WINDOW_BYTES >> 20);
-            server.registry.remove(&conn.id, &why);
-            return text(
-                ex,
-                410,
-                &format!("Gone: the connection was closed because {why}"),
-            );
+            return cursor_refused(ex, &route, &seen.to_string(), CursorRefusal::Expired, &format!("the messages after it are no longer kept (at most {} messages or {} MiB a stream are)", super::stream::REPLAY_WINDOW_MESSAGES, super::stream::REPLAY_WINDOW_BYTES >> 20))
         }
         Err(Refused::Closed(why)) => {
             return text(
@@ -398,7 +484,7 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
     {
         return;
     }
-    pump_events(socket, lease);
+    pump_events(socket, lease, server.keepalive());
     conn.touch();
 }
 
@@ -408,18 +494,19 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
 /// [`CONFIRM_AFTER`] later; the ones not confirmed when the client turns out to be gone, or
 /// when another receiver takes over, stay in the stream for the next receiver (the SDK's
 /// client reopens without `Last-Event-ID`).
-fn pump_events(socket: &mut TcpStream, mut lease: Lease) {
+fn pump_events(socket: &mut TcpStream, mut lease: Lease, keepalive: Duration) {
     let mut quiet_since = Instant::now();
     let mut unconfirmed = Unconfirmed::default();
     loop {
-        let written = match lease.next(POLL) {
+        let wait = POLL.min(keepalive.saturating_sub(quiet_since.elapsed()));
+        let written = match lease.next(wait.max(Duration::from_millis(1))) {
             Next::Event(id, json) => {
                 quiet_since = Instant::now();
                 let event = format!("id: {id}\ndata: {json}\n\n");
                 unconfirmed.wrote(Some(id), event.len(), Instant::now());
                 socket.write_all(event.as_bytes())
             }
-            Next::Idle if quiet_since.elapsed() >= KEEP_ALIVE => {
+            Next::Idle if quiet_since.elapsed() >= keepalive => {
                 quiet_since = Instant::now();
                 unconfirmed.wrote(None, 3, Instant::now());
                 socket.write_all(b":\n\n")
@@ -627,7 +714,7 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
     };
     // A live client answers the writer's pings (at least three within the idle timeout):
     // silence for the idle timeout means it vanished without closing; its turns are cancelled.
-    let ping_every = KEEP_ALIVE.min(server.idle_timeout / 3);
+    let ping_every = server.keepalive().min(server.idle_timeout / 3);
     // The writer starts writing once the `101` is out (dropped unsent: it leaves at once).
     let (start, started) = crossbeam_channel::bounded::<()>(1);
     let spawned = crate::threads::spawn(format!("ws-write-{}", &conn.id[..8]), move || {
@@ -718,16 +805,32 @@ impl ws::FrameInput for Deadlined<'_> {
 fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
     let mut partial = None;
     let mut initialized = false;
+    // JSON-RPC objects read (a `stream/resume` is only ever the first).
+    let mut frames = 0u64;
     loop {
         match ws::read_message(input, MAX_LINE_BYTES, &mut partial) {
             Ok(Ok(Some(ws::Incoming::Text(text)))) => {
-                if let Some(answer) = refuse_message(&text) {
-                    let _ = conn.stream.push(answer.into());
+                // Read once, for routing (a typed peek, no tree): the agent reads it itself.
+                let fields = match Peek::read(text.as_bytes()) {
+                    Some(Peek::Object(fields)) => fields,
+                    peek => {
+                        let _ = conn.stream.push(refusal(&text, peek).into());
+                        continue;
+                    }
+                };
+                frames += 1;
+                if fields.method.as_deref() == Some(STREAM_RESUME) {
+                    let _ = conn.stream.push(resume_failed(frames == 1).into());
                     continue;
                 }
                 if !initialized {
-                    match first_message(&text) {
-                        First::Initialize => initialized = true,
+                    match first_message(&fields) {
+                        First::Initialize => {
+                            initialized = true;
+                            if let Some(id) = &fields.id {
+                                conn.initialize_sent(id);
+                            }
+                        }
                         First::Ignored => continue,
                         First::Refused(why) => {
                             conn.close(&format!("{} {why}", ws::CLOSE_PROTOCOL));
@@ -735,13 +838,12 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
                         }
                     }
                 }
-                let line = if text.contains(['\n', '\r']) {
-                    serde_json::from_str::<Value>(&text)
-                        .map_or_else(|_| text.clone(), |v| v.to_string())
-                } else {
-                    text
-                };
-                if !conn.deliver(line.into_bytes()) {
+                // One message a line: outside strings, line breaks are only whitespace.
+                let mut line = text.into_bytes();
+                for b in line.iter_mut().filter(|b| **b == b'\n' || **b == b'\r') {
+                    *b = b' ';
+                }
+                if !conn.deliver(line) {
                     return "the connection was closed".into();
                 }
             }
@@ -785,48 +887,63 @@ enum First {
 
 /// What the SDK's server does with a WebSocket's first JSON object: only `initialize`, with an
 /// id, opens the connection.
-fn first_message(text: &str) -> First {
-    let Ok(message) = serde_json::from_str::<Value>(text) else {
-        return First::Refused("First message must be initialize");
-    };
-    let method = message.get("method").and_then(Value::as_str);
-    if method.is_none() && (message.get("result").is_some() || message.get("error").is_some()) {
+fn first_message(message: &Fields) -> First {
+    let method = message.method.as_deref();
+    if method.is_none() && message.answer {
         return First::Ignored;
     }
     if !method.is_some_and(|m| methods::transport(m).opens_connection) {
         return First::Refused("First message must be initialize");
     }
-    if message.get("id").is_none_or(Value::is_null) {
+    if message.id.as_ref().is_none_or(Value::is_null) {
         return First::Refused("Initialize request must include an ID");
     }
     First::Initialize
 }
 
-/// A message the SDK's server answers itself: not JSON, a batch, not an object.
-fn refuse_message(text: &str) -> Option<String> {
+/// The resumable-transport draft's WebSocket resume (`{"method": "stream/resume", "params":
+/// {"cursor": …}}` as the first frame after the upgrade).
+const STREAM_RESUME: &str = "stream/resume";
+
+/// The answer to a `stream/resume`: always `stream/resume_failed`, never a silent live stream.
+/// A WebSocket connection ends with its socket (its turns cancelled, its sessions kept), so no
+/// cursor of an earlier socket can be honoured; the client goes on on this socket with
+/// `initialize` and `session/load`. Sent later than the first frame, it is refused as such.
+fn resume_failed(first: bool) -> String {
+    let (reason, message) = if first {
+        ("unknown", "No stream to resume: a WebSocket connection ends with its socket, so its cursors end with it; send initialize on this socket, then session/load the sessions you follow to get their history")
+    } else {
+        ("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live")
+    };
+    json!({"jsonrpc": "2.0", "method": "stream/resume_failed", "params": {
+        "reason": reason, "message": message, "recovery": "session/load"}})
+    .to_string()
+}
+
+/// The answer to a message the SDK's server answers itself: not JSON, a batch, not an object.
+fn refusal(text: &str, peek: Option<Peek>) -> String {
     // A request serde cannot read (a lone surrogate) is answered with the id its start shows,
     // as on stdio: `null` would leave its sender waiting.
     let mut id = json!(null);
-    let (code, message, data) = match serde_json::from_str::<Value>(text) {
-        Err(_) => {
+    let (code, message, data) = match peek {
+        None => {
             id = json!(crate::jsonrpc::message::request_id_at_start(
                 text.as_bytes()
             ));
             (-32700, "Parse error", Value::Null)
         }
-        Ok(Value::Array(_)) => (
+        Some(Peek::Array) => (
             -32600,
             "Invalid request",
             json!("JSON-RPC batches are not supported"),
         ),
-        Ok(Value::Object(_)) => return None,
-        Ok(_) => (-32600, "Invalid request", Value::Null),
+        Some(_) => (-32600, "Invalid request", Value::Null),
     };
     let mut error = json!({"code": code, "message": message});
     if !data.is_null() {
         error["data"] = data;
     }
-    Some(json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string())
+    json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string()
 }
 
 /// The close code for a connection closed for `why`: the client's own close is normal, a

@@ -18,6 +18,8 @@
 //! [`REPLAY_WINDOW_BYTES`] a stream and [`CONNECTION_REPLAY_BYTES`] a connection; a receiver
 //! that asks for older ones gets an error, never a gap.
 
+use crate::jsonrpc::Line;
+use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -29,6 +31,12 @@ pub const MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
 pub const REPLAY_WINDOW_BYTES: usize = 4 * 1024 * 1024;
 /// The same, for all the streams of a connection together.
 pub const CONNECTION_REPLAY_BYTES: usize = 4 * REPLAY_WINDOW_BYTES;
+/// Messages delivered kept for a receiver that reconnects, per stream, at most (within the
+/// bytes above): `retentionMessages`, advertised at `initialize`.
+pub const REPLAY_WINDOW_MESSAGES: usize = 4096;
+/// Prompts and requests to the client a stream tracks for its session's turn state, at most
+/// (the oldest forgotten first).
+const TRACKED: usize = 256;
 
 /// A message counts as delivered once its bytes were acknowledged by the client's TCP and the
 /// client is seen still there this long after (a client closing within it, or resetting with
@@ -95,6 +103,21 @@ struct Inner {
     /// A WebSocket ping's payload to answer (the latest only).
     pong: Option<Vec<u8>>,
     closed: Option<String>,
+    /// A session's stream: the session, and what its turn state is read from — the prompts
+    /// posted and not yet answered (by id key, with the id), oldest first, and the agent's
+    /// requests on it the client has not answered.
+    session: Option<String>,
+    prompts: VecDeque<(String, Value)>,
+    asking: VecDeque<String>,
+}
+
+/// What a message does to its session's turn state.
+pub enum Mark<'a> {
+    None,
+    /// A response: to the prompt with this id key, if it is one.
+    Answers(&'a str),
+    /// The agent's request to the client, with this id key.
+    Asks(&'a str),
 }
 
 /// What a receiver gets next.
@@ -160,6 +183,29 @@ impl Stream {
         (s.closed.is_none() && s.next_id > 1).then_some(s.next_id)
     }
 
+    /// A session's stream (numbered from `first_id`, see [`Stream::resumed_in`]): a receiver
+    /// that comes back to it learns the session's turn state first ([`Stream::acquire`]).
+    pub fn for_session(budget: Arc<Budget>, session: &str, first_id: u64) -> Arc<Stream> {
+        let stream = Stream::resumed_in(budget, first_id);
+        stream.lock().session = Some(session.to_string());
+        stream
+    }
+
+    /// A prompt of this stream's session was posted (id key, id): its turn is running until
+    /// its answer goes out.
+    pub fn turn_posted(&self, key: &str, id: &Value) {
+        let mut s = self.lock();
+        if s.prompts.len() >= TRACKED {
+            s.prompts.pop_front();
+        }
+        s.prompts.push_back((key.to_string(), id.clone()));
+    }
+
+    /// The client answered the agent's request `key` on this stream.
+    pub fn answered(&self, key: &str) {
+        self.lock().asking.retain(|k| k != key);
+    }
+
     /// A stream that has one receiver for its whole life (a WebSocket's): what it hands out
     /// counts as delivered (nothing is kept for a receiver that never comes).
     pub fn once_in(budget: Arc<Budget>) -> Arc<Stream> {
@@ -184,34 +230,61 @@ impl Stream {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends a message; `Err` when the messages nobody has read exceed the bound.
+    /// Appends a message as it is (one the server wrote itself, with no cursor in it); `Err`
+    /// when the messages nobody has read exceed the bound.
     pub fn push(&self, json: Arc<str>) -> Result<(), Overflow> {
+        self.push_with(|_| json, false, Mark::None)
+    }
+
+    /// Appends one of the agent's messages with its cursor in `_meta["acp/cursor"]` (where
+    /// its head says `_meta` goes); `last`: the stream's last message (once a receiver has
+    /// it, the stream ends).
+    pub fn push_line(&self, line: &Line, last: bool, mark: Mark) -> Result<(), Overflow> {
+        self.push_with(
+            |id| Arc::from(line.with_meta(&cursor_entry(id))),
+            last,
+            mark,
+        )
+    }
+
+    fn push_with(
+        &self,
+        make: impl FnOnce(u64) -> Arc<str>,
+        last: bool,
+        mark: Mark,
+    ) -> Result<(), Overflow> {
         let mut s = self.lock();
         if s.closed.is_some() {
             return Ok(());
         }
-        let len = json.len();
-        if !self.budget.take_waiting(len) {
-            return Err(Overflow);
-        }
-        let id = s.next_id;
-        s.next_id += 1;
+        append(&mut s, &self.budget, make)?;
         // A message after the last (a session loaded again right after its close, a late
         // update): the session is live again, so the stream neither ends nor is released.
-        s.last = None;
-        s.waiting_bytes += len;
-        s.events.push_back((id, json));
+        s.last = last.then_some(s.next_id - 1);
+        match mark {
+            Mark::None => {}
+            Mark::Answers(key) => {
+                s.prompts.retain(|(k, _)| k != key);
+                if s.prompts.is_empty() {
+                    s.asking.clear();
+                }
+            }
+            Mark::Asks(key) => {
+                if s.asking.len() >= TRACKED {
+                    s.asking.pop_front();
+                }
+                s.asking.push_back(key.to_string());
+            }
+        }
         drop(s);
         self.wake.notify_all();
         Ok(())
     }
 
-    /// Appends the stream's last message: once a receiver has it, the stream ends.
+    /// Appends the stream's last message as it is.
+    #[cfg(test)]
     pub fn push_last(&self, json: Arc<str>) -> Result<(), Overflow> {
-        self.push(json)?;
-        let mut s = self.lock();
-        s.last = Some(s.next_id - 1);
-        Ok(())
+        self.push_with(|_| json, true, Mark::None)
     }
 
     /// Whether the stream can be forgotten: no receiver, and it ended or holds nothing (a
@@ -282,6 +355,18 @@ impl Stream {
         if s.closed.is_some() {
             // That id was the last message's: the stream ended with it.
             return Err(Refused::Closed(s.closed.clone().unwrap_or_default()));
+        }
+        // A receiver that comes back to a session's stream learns first, right after what it
+        // missed, whether the session's turn survived (the draft's `acp/turnState`).
+        if let Some(session) = s
+            .session
+            .clone()
+            .filter(|_| last_seen.is_some() || s.leases > 0)
+        {
+            let state = turn_state(&s);
+            let _ = append(&mut s, &self.budget, |id| {
+                turn_state_update(&session, &state, id)
+            });
         }
         s.leases += 1;
         let lease = s.leases;
@@ -374,6 +459,56 @@ impl Lease {
             }
         }
     }
+}
+
+/// Appends the message `make` builds with the next id, if the connection's budget has room.
+fn append(
+    s: &mut Inner,
+    budget: &Budget,
+    make: impl FnOnce(u64) -> Arc<str>,
+) -> Result<(), Overflow> {
+    let id = s.next_id;
+    let json = make(id);
+    let len = json.len();
+    if !budget.take_waiting(len) {
+        return Err(Overflow);
+    }
+    s.next_id += 1;
+    s.waiting_bytes += len;
+    s.events.push_back((id, json));
+    Ok(())
+}
+
+/// The `_meta` entry of a message's cursor: the SSE id, as an opaque string.
+fn cursor_entry(id: u64) -> String {
+    format!("\"acp/cursor\":\"{id}\"")
+}
+
+/// The session's turn state, the draft's advisory `acp/turnState`: `running` while a prompt
+/// posted here is unanswered (`requires_action` while the client owes an answer to one of the
+/// agent's requests), else `idle`; `promptRequestId` is the running prompt's JSON-RPC id.
+fn turn_state(s: &Inner) -> Value {
+    match s.prompts.front() {
+        None => json!({"state": "idle", "promptRequestId": null}),
+        Some((_, id)) => {
+            let state = if s.asking.is_empty() {
+                "running"
+            } else {
+                "requires_action"
+            };
+            json!({"state": state, "promptRequestId": id})
+        }
+    }
+}
+
+/// A `session_info_update` that carries only the turn state (and its cursor).
+fn turn_state_update(session: &str, state: &Value, id: u64) -> Arc<str> {
+    json!({"jsonrpc": "2.0", "method": "session/update", "params": {
+        "_meta": {"acp/cursor": id.to_string(), "acp/turnState": state},
+        "sessionId": session,
+        "update": {"sessionUpdate": "session_info_update"}}})
+    .to_string()
+    .into()
 }
 
 /// What one receiver wrote and has not confirmed: which messages, through which byte of its
@@ -472,6 +607,9 @@ fn release(s: &mut Inner, budget: &Budget) {
 fn evict_replayed(s: &mut Inner, budget: &Budget) {
     while s.delivered_bytes > REPLAY_WINDOW_BYTES
         || budget.replay.load(Ordering::Acquire) > CONNECTION_REPLAY_BYTES
+        || s.events
+            .front()
+            .is_some_and(|e| s.delivered - e.0 > REPLAY_WINDOW_MESSAGES as u64)
     {
         match s.events.front() {
             Some((id, json)) if *id < s.delivered => {
