@@ -78,6 +78,13 @@ pub fn request_key(id: &RequestId) -> String {
     }
 }
 
+/// Which transport a connection speaks, and what its `initialize` answer advertises of it
+/// (`agentCapabilities._meta["acp/transport"]`).
+pub struct Profile {
+    pub websocket: bool,
+    pub advertised: Value,
+}
+
 /// The client's requests in flight on one connection, at most (their routes are kept).
 pub const MAX_PENDING: usize = 4096;
 
@@ -97,12 +104,15 @@ impl AcpConn {
         id: String,
         config: AdapterConfig,
         local: Arc<dyn LocalHost>,
-        websocket: bool,
+        profile: Profile,
         agent: Option<Arc<crate::acp::Principal>>,
         principal: Option<Arc<Principal>>,
-        advertised: Value,
         on_end: impl FnOnce(&str, &str) + Send + 'static,
     ) -> io::Result<(Arc<AcpConn>, Receiver<Arc<str>>)> {
+        let Profile {
+            websocket,
+            advertised,
+        } = profile;
         let (tx, rx) = bounded(INBOX);
         let (initial_tx, initial_rx) = bounded(1);
         let budget: Arc<Budget> = Arc::default();

@@ -353,10 +353,12 @@ impl Server {
             self.new_id(),
             config,
             Arc::clone(&self.local),
-            websocket,
+            conn::Profile {
+                websocket,
+                advertised: self.advertised(websocket),
+            },
             agent,
             principal,
-            self.advertised(websocket),
             move |id, why| {
                 if let Some(r) = registry.upgrade() {
                     r.remove(id, why);

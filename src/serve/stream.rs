@@ -287,11 +287,13 @@ impl Stream {
         self.push_with(|_| json, true, Mark::None)
     }
 
-    /// Whether the stream can be forgotten: no receiver, and it ended or holds nothing (a
-    /// receiver that comes back finds a new, empty one — as it would have).
+    /// Whether the stream can be forgotten: no receiver, and it ended or holds nothing and
+    /// tracks no running turn (a receiver that comes back finds a new, empty one — as it
+    /// would have).
     pub fn disposable(&self) -> bool {
         let s = self.lock();
-        s.receiver.is_none() && (s.closed.is_some() || s.events.is_empty())
+        s.receiver.is_none()
+            && (s.closed.is_some() || (s.events.is_empty() && s.prompts.is_empty()))
     }
 
     /// Whether the stream's last message was handed out but is not yet delivered (it is kept,
@@ -898,6 +900,68 @@ mod tests {
         event(lease.next(Duration::ZERO));
         assert!(accounted(&s));
         assert_eq!(s.lock().delivered, 2);
+    }
+
+    /// A receiver that comes back to a session's stream gets, right after what it missed, the
+    /// turn state: `running` with the prompt's id while its answer is not out,
+    /// `requires_action` while the client owes the agent an answer, `idle` after.
+    #[test]
+    fn a_receiver_that_comes_back_learns_the_turn_state_after_its_replay() {
+        let line = |m: crate::jsonrpc::Message| m.to_routed_line();
+        // The last message handed out (without Last-Event-ID, what was not confirmed comes
+        // again first): the turn state.
+        let state = |lease: &mut Lease| {
+            let mut last = None;
+            while let Next::Event(_, json) = lease.next(Duration::ZERO) {
+                last = Some(json);
+            }
+            let v: Value = serde_json::from_str(&last.unwrap()).unwrap();
+            v["params"]["_meta"]["acp/turnState"].clone()
+        };
+        let s = Stream::for_session(Arc::default(), "s", 1);
+        // The first receiver learns nothing (nothing to resume).
+        let mut first = s.acquire(None).ok().unwrap();
+        assert!(matches!(first.next(Duration::ZERO), Next::Idle));
+        drop(first);
+        s.turn_posted("number:7", &json!(7));
+        let update = line(crate::jsonrpc::Message::notification(
+            "session/update",
+            json!({"sessionId": "s", "update": {}}),
+        ));
+        assert!(s.push_line(&update, false, Mark::None).is_ok());
+        let mut again = s.acquire(Some(0)).ok().unwrap();
+        assert_eq!(event(again.next(Duration::ZERO)).0, 1, "the replay first");
+        assert_eq!(
+            state(&mut again),
+            json!({"state": "running", "promptRequestId": 7})
+        );
+        drop(again);
+        let ask = line(crate::jsonrpc::Message::request(
+            crate::jsonrpc::RequestId::Int(0),
+            "session/request_permission",
+            json!({"sessionId": "s"}),
+        ));
+        assert!(s.push_line(&ask, false, Mark::Asks("number:0")).is_ok());
+        let mut lease = s.acquire(None).ok().unwrap();
+        assert_eq!(state(&mut lease)["state"], "requires_action");
+        drop(lease);
+        s.answered("number:0");
+        let mut lease = s.acquire(None).ok().unwrap();
+        assert_eq!(state(&mut lease)["state"], "running");
+        drop(lease);
+        let answer = line(crate::jsonrpc::Message::response(
+            crate::jsonrpc::RequestId::Int(7),
+            Ok(json!({"stopReason": "end_turn"})),
+        ));
+        assert!(s
+            .push_line(&answer, false, Mark::Answers("number:7"))
+            .is_ok());
+        let mut lease = s.acquire(None).ok().unwrap();
+        assert_eq!(
+            state(&mut lease),
+            json!({"state": "idle", "promptRequestId": null})
+        );
+        assert!(accounted(&s));
     }
 
     #[test]
