@@ -24,7 +24,9 @@ const OUTBOX_CAPACITY: usize = 4096;
 const INBOX_CAPACITY: usize = 256;
 
 pub(crate) enum Outgoing {
-    Line(Line),
+    /// Boxed: the outbox's slots are allocated (and touched) up front, 4096 a connection, so
+    /// each is one pointer wide (a `maka-acp serve` process holds hundreds of outboxes).
+    Line(Box<Line>),
     /// Written after everything enqueued before it; then the writer exits.
     Stop,
 }
@@ -48,7 +50,7 @@ impl Outbox {
     /// Returns false once the writer is gone (stdout closed or connection finished).
     pub fn send(&self, message: &Message) -> bool {
         self.tx
-            .send(Outgoing::Line(message.to_routed_line()))
+            .send(Outgoing::Line(Box::new(message.to_routed_line())))
             .is_ok()
     }
 
@@ -56,7 +58,7 @@ impl Outbox {
     /// line (no intermediate `Value` tree on the streaming path).
     pub fn notify<P: serde::Serialize>(&self, session: &str, method: &str, params: &P) -> bool {
         match outgoing_line::notification(Some(session), method, params) {
-            Ok(line) => self.tx.send(Outgoing::Line(line)).is_ok(),
+            Ok(line) => self.tx.send(Outgoing::Line(Box::new(line))).is_ok(),
             Err(e) => {
                 log::error!("cannot serialize a {method} notification: {e}");
                 false
@@ -173,7 +175,7 @@ fn write_lines<S: LineSink>(mut out: S, rx: Receiver<Outgoing>) {
     while let Ok(item) = rx.recv() {
         let Outgoing::Line(line) = item else { break };
         let written = out
-            .write_line(line)
+            .write_line(*line)
             // Flush once the queue is drained: a burst becomes one write, a lone line goes
             // out at once.
             .and_then(|()| if rx.is_empty() { out.flush() } else { Ok(()) });
