@@ -1516,10 +1516,27 @@ impl WsClient {
 
     /// [`WsClient::connect_to`] as the principal of `token`.
     fn connect_as(s: &Serve, token: &str, target: &str) -> WsClient {
+        WsClient::upgrade(s, token, target, "")
+    }
+
+    /// A WebSocket that resumes connection `conn` (its upgrade names it; its first frame
+    /// must then be `stream/resume`).
+    fn resuming(s: &Serve, conn: &str) -> WsClient {
+        let ws = WsClient::upgrade(
+            s,
+            &s.token,
+            "/acp",
+            &format!("Acp-Connection-Id: {conn}\r\n"),
+        );
+        assert_eq!(ws.conn, conn, "the same connection");
+        ws
+    }
+
+    fn upgrade(s: &Serve, token: &str, target: &str, more: &str) -> WsClient {
         let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
         stream.set_read_timeout(Some(STEP)).unwrap();
         let head = format!(
-            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {token}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {token}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{more}\r\n",
             s.port,
         );
         stream.write_all(head.as_bytes()).unwrap();
@@ -1988,8 +2005,14 @@ fn a_websocket_client_that_vanishes_is_closed_and_its_turn_cancelled() {
             break;
         }
     }
-    // The client goes silent with its socket open (a laptop lid closed).
-    std::thread::sleep(Duration::from_millis(2500));
+    // The client goes silent with its socket open (a laptop lid closed). Issue 57: its
+    // connection then waits the idle timeout more for a `stream/resume` before it is closed.
+    let closing = format!("closing ACP connection {}", &ws.conn[..8]);
+    let t0 = Instant::now();
+    while !s.stderr.lock().unwrap().contains(&closing) {
+        assert!(t0.elapsed() < STEP, "the connection is closed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let mut again = HttpClient::connect(&s);
     let id = again.send(
         "session/load",
@@ -3381,7 +3404,7 @@ fn keepalives_arrive_at_the_advertised_interval() {
     let init = ws.call(0, "initialize", json!({"protocolVersion": 1}));
     assert_eq!(
         init["result"]["agentCapabilities"]["_meta"]["acp/transport"],
-        json!({"keepaliveIntervalMs": 200}),
+        json!({"resumable": {"retentionMessages": 4096, "retentionSeconds": 120}, "keepaliveIntervalMs": 200}),
         "{init}"
     );
     let mut pings = 0;
@@ -3396,10 +3419,10 @@ fn keepalives_arrive_at_the_advertised_interval() {
     }
 }
 
-/// Issue 57 §1: a WebSocket's `stream/resume` (the draft's first frame after the upgrade) is
-/// answered `stream/resume_failed {reason}` — a WebSocket connection ends with its socket, so
-/// no earlier socket's cursor is honoured — never a silent live stream; the client goes on on
-/// the same socket with `initialize`. Later than the first frame it is refused as such.
+/// Issue 57 §1: a `stream/resume` on a new WebSocket (its upgrade names no connection of this
+/// server) is answered `stream/resume_failed {reason: "unknown"}`, never a silent live stream;
+/// the client goes on on the same socket with `initialize`, whose answer carries its cursor.
+/// Later than the first frame it is refused as such (`not_first`).
 #[test]
 fn a_websocket_stream_resume_is_answered_stream_resume_failed() {
     let s = Serve::start();
@@ -3423,6 +3446,92 @@ fn a_websocket_stream_resume_is_answered_stream_resume_failed() {
     assert_eq!(
         (v["method"].clone(), v["params"]["reason"].clone()),
         (json!("stream/resume_failed"), json!("not_first")),
+        "{v}"
+    );
+}
+
+/// Resets a socket (SO_LINGER 0, then close), as a dropped network does.
+fn reset_socket(sock: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt reads the linger we own, on a descriptor this TcpStream owns.
+    let set = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0, "SO_LINGER");
+    drop(sock);
+}
+
+/// Issue 57 §1: a WebSocket that breaks mid-turn leaves its connection waiting (the turn goes
+/// on); a new WebSocket naming the connection (`Acp-Connection-Id`) whose first frame is
+/// `stream/resume {cursor}` gets every message after the cursor once, exactly as before,
+/// cursors increasing, then live through the prompt's answer. A cursor the connection never
+/// sent is answered `stream/resume_failed {reason: "unknown"}`, never a silent live stream.
+#[test]
+fn a_websocket_dropped_mid_turn_resumes_by_cursor() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}}));
+    let (mut before, mut text) = (vec![], String::new());
+    while !text.contains("Starting slowly") {
+        let v = ws.message();
+        text.extend(v["params"]["update"]["content"]["text"].as_str());
+        before.push((ws.cursor, v));
+    }
+    assert!(before.len() >= 3, "{before:?}");
+    let conn = ws.conn.clone();
+    let methods = ws.methods.clone();
+    reset_socket(ws.stream);
+    drop(ws.reader);
+    // The client kept all but the last two: it resumes after the one before them.
+    let kept = before[before.len() - 3].0;
+    let mut again = WsClient::resuming(&s, &conn);
+    again.methods = methods;
+    again.cursor = kept;
+    again.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": kept.to_string()}}));
+    for (cursor, v) in &before[before.len() - 2..] {
+        assert_eq!(&again.message(), v, "replayed exactly");
+        assert_eq!(again.cursor, *cursor);
+    }
+    // Live: the turn went on; cancelled here, its answer comes on the resumed socket.
+    again
+        .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
+    let answer = loop {
+        let v = again.message();
+        if v["id"] == 2 && v.get("method").is_none() {
+            break v;
+        }
+    };
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    reset_socket(again.stream);
+    drop(again.reader);
+    let mut third = WsClient::resuming(&s, &conn);
+    third.send(
+        &json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": "999999"}}),
+    );
+    let v = loop {
+        let (op, payload) = third.frame();
+        if op == 0x1 {
+            break serde_json::from_slice::<Value>(&payload).unwrap();
+        }
+    };
+    assert_eq!(
+        (v["method"].clone(), v["params"]["reason"].clone()),
+        (json!("stream/resume_failed"), json!("unknown")),
         "{v}"
     );
 }

@@ -122,12 +122,9 @@ impl AcpConn {
             principal,
             inbox: Mutex::new(Some(tx)),
             initial: Mutex::new((!websocket).then_some(initial_tx)),
-            // A WebSocket's stream has its one receiver for the socket's life.
-            stream: if websocket {
-                Stream::once_in(Arc::clone(&budget))
-            } else {
-                Stream::new_in(Arc::clone(&budget))
-            },
+            // A WebSocket's too: a socket that breaks leaves what it did not confirm for the
+            // next one (`stream/resume`).
+            stream: Stream::new_in(Arc::clone(&budget)),
             sessions: Mutex::default(),
             forgotten: Mutex::default(),
             budget,

@@ -268,14 +268,11 @@ impl Server {
 
     /// What a connection's `initialize` answer advertises of the transport, in
     /// `agentCapabilities._meta["acp/transport"]` (ACP v1 has no field; the resumable-transport
-    /// draft's `capabilities.transport` shape): the keepalive interval and, for Streamable
-    /// HTTP, how much is kept for a stream that resumes with a cursor. A WebSocket connection
-    /// ends with its socket, so it offers no resumption (`stream/resume` is refused).
-    fn advertised(&self, websocket: bool) -> serde_json::Value {
+    /// draft's `capabilities.transport` shape): the keepalive interval, and how much is kept
+    /// for a stream that resumes with a cursor (`Last-Event-ID`, or a WebSocket's
+    /// `stream/resume`) and for how long a connection waits for it.
+    fn advertised(&self) -> serde_json::Value {
         let keepalive = u64::try_from(self.keepalive().as_millis()).unwrap_or(u64::MAX);
-        if websocket {
-            return serde_json::json!({"keepaliveIntervalMs": keepalive});
-        }
         serde_json::json!({
             "resumable": {
                 "retentionMessages": stream::REPLAY_WINDOW_MESSAGES,
@@ -355,7 +352,7 @@ impl Server {
             Arc::clone(&self.local),
             conn::Profile {
                 websocket,
-                advertised: self.advertised(websocket),
+                advertised: self.advertised(),
             },
             agent,
             principal,
@@ -609,7 +606,7 @@ fn reap_idle(registry: std::sync::Weak<Registry>, idle: Duration) {
             return;
         };
         let conns: Vec<Arc<AcpConn>> = lock(&registry.conns).values().cloned().collect();
-        for c in conns.iter().filter(|c| !c.websocket && c.idle_for(idle)) {
+        for c in conns.iter().filter(|c| c.idle_for(idle)) {
             let why = format!(
                 "no event stream and no request for {} s; its running turns were cancelled, its sessions stay in the host (session/load them)",
                 idle.as_secs()

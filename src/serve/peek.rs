@@ -27,6 +27,8 @@ pub struct Fields {
     pub method: Option<String>,
     /// `params.sessionId`, when it is a string.
     pub session: Option<String>,
+    /// `params.cursor` (`stream/resume`'s), a string or an integer, as a string.
+    pub cursor: Option<String>,
     /// It has a `result` or an `error` (an answer).
     pub answer: bool,
 }
@@ -78,7 +80,10 @@ impl<'de> Visitor<'de> for PeekVisitor {
                 Key::Jsonrpc => f.v2 = map.next_value::<Text>()?.0.as_deref() == Some("2.0"),
                 Key::Id => f.id = Some(map.next_value()?),
                 Key::Method => f.method = map.next_value::<Text>()?.0,
-                Key::Params => f.session = map.next_value::<Params>()?.0,
+                Key::Params => {
+                    let p = map.next_value::<Params>()?;
+                    (f.session, f.cursor) = (p.session, p.cursor);
+                }
                 Key::Answer => {
                     f.answer = true;
                     map.next_value::<IgnoredAny>()?;
@@ -160,45 +165,72 @@ impl<'de> Visitor<'de> for TextVisitor {
     }
 }
 
-/// `params`: its `sessionId` when it is an object with a string there; anything else skipped.
-struct Params(Option<String>);
+/// `params`: its `sessionId` (a string) and `cursor` (a string or an integer) when it is an
+/// object with them; anything else skipped.
+#[derive(Default)]
+struct Params {
+    session: Option<String>,
+    cursor: Option<String>,
+}
 
 impl<'de> Deserialize<'de> for Params {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Params, D::Error> {
-        d.deserialize_any(ParamsVisitor).map(Params)
+        d.deserialize_any(ParamsVisitor)
     }
 }
 
 struct ParamsVisitor;
 
+macro_rules! no_params {
+    ($($name:ident: $ty:ty),*) => {
+        $(fn $name<E: de::Error>(self, _: $ty) -> Result<Params, E> { Ok(Params::default()) })*
+    };
+}
+
 impl<'de> Visitor<'de> for ParamsVisitor {
-    type Value = Option<String>;
+    type Value = Params;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON value")
     }
 
-    none!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64, visit_str: &str);
+    no_params!(visit_bool: bool, visit_i64: i64, visit_u64: u64, visit_f64: f64, visit_str: &str);
 
-    fn visit_unit<E: de::Error>(self) -> Result<Option<String>, E> {
-        Ok(None)
+    fn visit_unit<E: de::Error>(self) -> Result<Params, E> {
+        Ok(Params::default())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Option<String>, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Params, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(None)
+        Ok(Params::default())
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
-        let mut session = None;
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Params, A::Error> {
+        let mut p = Params::default();
         while let Some(key) = map.next_key::<std::borrow::Cow<str>>()? {
-            if key == "sessionId" {
-                session = map.next_value::<Text>()?.0;
-            } else {
-                map.next_value::<IgnoredAny>()?;
+            match &*key {
+                "sessionId" => p.session = map.next_value::<Text>()?.0,
+                "cursor" => p.cursor = map.next_value::<Cursor>()?.0,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
         }
-        Ok(session)
+        Ok(p)
+    }
+}
+
+/// A cursor: a string, or a non-negative integer (as its decimal string); else none.
+struct Cursor(Option<String>);
+
+impl<'de> Deserialize<'de> for Cursor {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Cursor, D::Error> {
+        let v = Value::deserialize(d)?;
+        Ok(Cursor(match v {
+            Value::String(s) => Some(s),
+            Value::Number(n) => n.as_u64().map(|n| n.to_string()),
+            _ => None,
+        }))
     }
 }
 
@@ -230,6 +262,8 @@ mod tests {
         let f = fields(r#"{"id":{"a":1},"params":{"sessionId":3}}"#);
         assert_eq!(f.id, Some(json!({"a": 1})));
         assert!(f.session.is_none());
+        let f = fields(r#"{"method":"stream/resume","params":{"cursor":17}}"#);
+        assert_eq!(f.cursor.as_deref(), Some("17"));
         assert!(matches!(Peek::read(b"[1,{}]"), Some(Peek::Array)));
         assert!(matches!(Peek::read(b"3"), Some(Peek::Other)));
         assert!(matches!(Peek::read(b"null"), Some(Peek::Other)));

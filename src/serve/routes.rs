@@ -684,6 +684,17 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
             b"Upgrade Required: WebSocket version 13",
         );
     }
+    // A resume (the draft: the same `Acp-Connection-Id`, then `stream/resume` as the first
+    // frame): the WebSocket connection it names, if this server has it, is this principal's
+    // and has no socket now. Any other gets a new connection (whose `stream/resume` is
+    // answered `stream/resume_failed`).
+    if let Some(conn) = request
+        .header(CONNECTION_ID)
+        .and_then(|id| server.registry.get(id).ok())
+        .filter(|c| c.websocket && same_principal(c, request))
+    {
+        return resume_websocket(server, &conn, key, ex);
+    }
     let dialect = match server.dialect_of(&request.target) {
         Ok(d) => d,
         Err(why) => return text(ex, 400, &why),
@@ -708,43 +719,67 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
             )
         }
     };
-    let writer = match ex.stream().try_clone() {
-        Ok(w) => w,
-        Err(e) => return refuse(ex, format!("cannot share the socket: {e}")),
-    };
-    // A live client answers the writer's pings (at least three within the idle timeout):
-    // silence for the idle timeout means it vanished without closing; its turns are cancelled.
-    let ping_every = server.keepalive().min(server.idle_timeout / 3);
     // The writer starts writing once the `101` is out (dropped unsent: it leaves at once).
-    let (start, started) = crossbeam_channel::bounded::<()>(1);
-    let spawned = crate::threads::spawn(format!("ws-write-{}", &conn.id[..8]), move || {
-        if started.recv().is_ok() {
-            pump_frames(writer, lease, ping_every);
-        }
-    });
-    if spawned.is_none() {
+    let Some(start) = start_writer(server, &conn, ex.stream(), lease) else {
         return refuse(ex, "cannot start the WebSocket's writer thread".into());
-    }
-    let head = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{CONNECTION_ID}: {}\r\n\r\n",
-        ws::accept_key(key),
-        conn.id
-    );
+    };
     let reader = ex.take_reader();
-    let socket = reader.get_mut();
-    watch_liveness(socket, server.idle_timeout);
-    if socket
-        .write_all(head.as_bytes())
-        .and_then(|()| socket.flush())
-        .is_err()
-    {
+    if !switch_protocols(server, reader.get_mut(), key, &conn.id) {
         server
             .registry
             .remove(&conn.id, "the client left during the upgrade");
         return;
     }
     let _ = start.send(());
-    // Reads frames until the client closes; the connection closes with the socket.
+    serve_frames(server, reader, &conn, false);
+}
+
+/// Writes the `101` (with the connection's id); false when the client left.
+fn switch_protocols(server: &Server, socket: &mut TcpStream, key: &str, id: &str) -> bool {
+    let head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{CONNECTION_ID}: {id}\r\n\r\n",
+        ws::accept_key(key),
+    );
+    watch_liveness(socket, server.idle_timeout);
+    socket
+        .write_all(head.as_bytes())
+        .and_then(|()| socket.flush())
+        .is_ok()
+}
+
+/// Starts the socket's writer with `lease` (it writes once told to start); `None` when it
+/// cannot (no thread, no second handle on the socket).
+fn start_writer(
+    server: &Server,
+    conn: &AcpConn,
+    socket: &TcpStream,
+    lease: Lease,
+) -> Option<crossbeam_channel::Sender<()>> {
+    let writer = socket.try_clone().ok()?;
+    let probe = socket.try_clone().ok()?;
+    // A receiver whose client has gone is taken over at once by a resume.
+    lease.watch(move || !client_gone(&probe));
+    // A live client answers the writer's pings (at least three within the idle timeout):
+    // silence for the idle timeout means it vanished without closing.
+    let ping_every = server.keepalive().min(server.idle_timeout / 3);
+    let (start, started) = crossbeam_channel::bounded::<()>(1);
+    crate::threads::spawn(format!("ws-write-{}", &conn.id[..8]), move || {
+        if started.recv().is_ok() {
+            pump_frames(writer, lease, ping_every);
+        }
+    })?;
+    Some(start)
+}
+
+/// Reads the socket's frames into its connection until it ends: a close or a protocol error
+/// closes the connection; a socket that breaks or falls silent leaves it for a resume (the
+/// reaper closes it once it has had no socket for the idle timeout).
+fn serve_frames(
+    server: &Server,
+    reader: &mut BufReader<TcpStream>,
+    conn: &Arc<AcpConn>,
+    resumed: bool,
+) {
     let mut input = Deadlined {
         reader,
         idle: server.idle_timeout,
@@ -752,8 +787,101 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
         due: None,
         overdue: false,
     };
-    let why = read_frames(&mut input, &conn);
-    server.registry.remove(&conn.id, &why);
+    match read_frames(&mut input, conn, resumed) {
+        End::Close(why) => {
+            server.registry.remove(&conn.id, &why);
+        }
+        End::Detach(why) => {
+            log::info!(
+                "ACP connection {}: its WebSocket ended ({why}); kept {} s for a stream/resume",
+                &conn.id[..8],
+                server.idle_timeout.as_secs()
+            );
+            let _ = input.reader.get_ref().shutdown(std::net::Shutdown::Both);
+            conn.stream.detach();
+        }
+    }
+}
+
+/// A WebSocket that resumes a connection: `101` with its id, then its first frame must be
+/// `stream/resume {cursor}`: the messages after the cursor, then live — or
+/// `stream/resume_failed {reason}` and a close, never a silent live stream.
+fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Exchange) {
+    let writer = match ex.stream().try_clone() {
+        Ok(w) => w,
+        Err(e) => {
+            return text(
+                ex,
+                503,
+                &format!("Service Unavailable: cannot share the socket: {e}"),
+            )
+        }
+    };
+    let reader = ex.take_reader();
+    if !switch_protocols(server, reader.get_mut(), key, &conn.id) {
+        return;
+    }
+    conn.touch();
+    let mut input = Deadlined {
+        reader,
+        idle: server.idle_timeout,
+        frame_limit: server.body_deadline,
+        due: None,
+        overdue: false,
+    };
+    let mut partial = None;
+    let first = loop {
+        match ws::read_message(&mut input, MAX_LINE_BYTES, &mut partial) {
+            Ok(Ok(Some(ws::Incoming::Text(text)))) => break text,
+            Ok(Ok(Some(ws::Incoming::Ping(_) | ws::Incoming::Pong | ws::Incoming::Binary))) => {}
+            _ => return,
+        }
+    };
+    let mut socket = writer;
+    let fail = |socket: &mut TcpStream, reason: &str, message: &str| {
+        let answer = resume_failed(reason, message);
+        let _ = ws::write_frame(socket, ws::OP_TEXT, answer.as_bytes());
+        let _ = ws::write_frame(
+            socket,
+            ws::OP_CLOSE,
+            &ws::close_payload(ws::CLOSE_POLICY, "stream/resume failed"),
+        );
+        let _ = socket.flush();
+        let _ = socket.shutdown(std::net::Shutdown::Both);
+    };
+    let fields = match Peek::read(first.as_bytes()) {
+        Some(Peek::Object(f)) if f.method.as_deref() == Some(STREAM_RESUME) => f,
+        _ => {
+            let why = "the first frame on a resumed connection must be stream/resume";
+            let _ = ws::write_frame(
+                &mut socket,
+                ws::OP_CLOSE,
+                &ws::close_payload(ws::CLOSE_PROTOCOL, why),
+            );
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    };
+    let cursor = fields.cursor.as_deref().and_then(|c| c.parse::<u64>().ok());
+    let Some(cursor) = cursor else {
+        return fail(&mut socket, "foreign", "params.cursor is not a cursor this server gave; send initialize on a new WebSocket, then session/load the sessions you follow");
+    };
+    let lease = match conn.acquire(&Route::Connection, Some(cursor)) {
+        Ok(l) => l,
+        Err(Refused::Busy) => return fail(&mut socket, "locked", "another WebSocket of this connection is still open; close it first"),
+        Err(Refused::Ahead(..)) => return fail(&mut socket, "unknown", "this connection never sent that cursor; send initialize on a new WebSocket, then session/load the sessions you follow"),
+        Err(Refused::Gap(_)) => return fail(&mut socket, "expired", "the messages after that cursor are no longer kept; send initialize on a new WebSocket, then session/load the sessions you follow"),
+        Err(Refused::TooMany(_) | Refused::Closed(_)) => return fail(&mut socket, "foreign", "the connection is gone; send initialize on a new WebSocket, then session/load the sessions you follow"),
+    };
+    let Some(start) = start_writer(server, conn, &socket, lease) else {
+        return fail(
+            &mut socket,
+            "unknown",
+            "the server cannot start this socket's writer; try again",
+        );
+    };
+    let _ = start.send(());
+    serve_frames(server, input.reader, conn, true);
 }
 
 /// A WebSocket's input: the socket's read timeout is the idle timeout between frames, and
@@ -802,13 +930,26 @@ impl ws::FrameInput for Deadlined<'_> {
     }
 }
 
-fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
+/// How a WebSocket ended.
+enum End {
+    /// The client closed it, or broke the protocol: the connection closes.
+    Close(String),
+    /// The socket broke or fell silent: the connection waits for a `stream/resume`.
+    Detach(String),
+}
+
+fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
     let mut partial = None;
-    let mut initialized = false;
+    let mut initialized = resumed;
     // JSON-RPC objects read (a `stream/resume` is only ever the first).
-    let mut frames = 0u64;
+    let mut frames = u64::from(resumed);
     loop {
-        match ws::read_message(input, MAX_LINE_BYTES, &mut partial) {
+        let read = ws::read_message(input, MAX_LINE_BYTES, &mut partial);
+        if matches!(read, Ok(Ok(Some(_)))) {
+            // Any frame is a sign of the client (a pong too).
+            conn.touch();
+        }
+        match read {
             Ok(Ok(Some(ws::Incoming::Text(text)))) => {
                 // Read once, for routing (a typed peek, no tree): the agent reads it itself.
                 let fields = match Peek::read(text.as_bytes()) {
@@ -820,7 +961,12 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
                 };
                 frames += 1;
                 if fields.method.as_deref() == Some(STREAM_RESUME) {
-                    let _ = conn.stream.push(resume_failed(frames == 1).into());
+                    let answer = if frames == 1 {
+                        resume_failed("unknown", "No stream to resume on a new WebSocket: resume with the Acp-Connection-Id of the connection in the upgrade, or send initialize on this socket, then session/load the sessions you follow")
+                    } else {
+                        resume_failed("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live")
+                    };
+                    let _ = conn.stream.push(answer.into());
                     continue;
                 }
                 if !initialized {
@@ -834,7 +980,7 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
                         First::Ignored => continue,
                         First::Refused(why) => {
                             conn.close(&format!("{} {why}", ws::CLOSE_PROTOCOL));
-                            return format!("WebSocket protocol error: {why}");
+                            return End::Close(format!("WebSocket protocol error: {why}"));
                         }
                     }
                 }
@@ -844,17 +990,20 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
                     *b = b' ';
                 }
                 if !conn.deliver(line) {
-                    return "the connection was closed".into();
+                    return End::Close("the connection was closed".into());
                 }
             }
             Ok(Ok(Some(ws::Incoming::Ping(p)))) => conn.stream.pong(p),
             Ok(Ok(Some(ws::Incoming::Pong | ws::Incoming::Binary))) => {}
-            Ok(Ok(Some(ws::Incoming::Close(_)))) | Ok(Ok(None)) => {
-                return "the client closed the WebSocket".into()
+            Ok(Ok(Some(ws::Incoming::Close(_)))) => {
+                return End::Close("the client closed the WebSocket".into())
+            }
+            Ok(Ok(None)) => {
+                return End::Detach("the client's socket closed without a close frame".into())
             }
             Ok(Err(ws::Violation(code, why))) => {
                 conn.close(&format!("{code} {why}"));
-                return format!("WebSocket protocol error: {why}");
+                return End::Close(format!("WebSocket protocol error: {why}"));
             }
             Err(_) if input.overdue => {
                 let why = format!(
@@ -862,7 +1011,7 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
                     input.frame_limit.as_millis()
                 );
                 conn.close(&format!("{} {why}", ws::CLOSE_POLICY));
-                return format!("WebSocket closed: {why}");
+                return End::Close(format!("WebSocket closed: {why}"));
             }
             Err(e)
                 if matches!(
@@ -870,9 +1019,11 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return "no sign of the client (not even a pong) within the idle timeout".into()
+                return End::Detach(
+                    "no sign of the client (not even a pong) within the idle timeout".into(),
+                )
             }
-            Err(e) => return format!("the WebSocket broke: {e}"),
+            Err(e) => return End::Detach(format!("the WebSocket broke: {e}")),
         }
     }
 }
@@ -905,16 +1056,9 @@ fn first_message(message: &Fields) -> First {
 /// {"cursor": …}}` as the first frame after the upgrade).
 const STREAM_RESUME: &str = "stream/resume";
 
-/// The answer to a `stream/resume`: always `stream/resume_failed`, never a silent live stream.
-/// A WebSocket connection ends with its socket (its turns cancelled, its sessions kept), so no
-/// cursor of an earlier socket can be honoured; the client goes on on this socket with
-/// `initialize` and `session/load`. Sent later than the first frame, it is refused as such.
-fn resume_failed(first: bool) -> String {
-    let (reason, message) = if first {
-        ("unknown", "No stream to resume: a WebSocket connection ends with its socket, so its cursors end with it; send initialize on this socket, then session/load the sessions you follow to get their history")
-    } else {
-        ("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live")
-    };
+/// The draft's refusal of a `stream/resume`: why (`unknown`, `expired`, `foreign`, `locked`,
+/// `not_first`), what to do, and the way back (`session/load`).
+fn resume_failed(reason: &str, message: &str) -> String {
     json!({"jsonrpc": "2.0", "method": "stream/resume_failed", "params": {
         "reason": reason, "message": message, "recovery": "session/load"}})
     .to_string()
@@ -964,11 +1108,20 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
     // A ping every `ping_every` even while messages flow: the client's pongs are what tells the
     // reader it is still there.
     let mut last_ping = Instant::now();
+    // A message is delivered once confirmed, as on an event stream: until then a resume gets
+    // it again.
+    let mut unconfirmed = Unconfirmed::default();
     loop {
         let due = ping_every.saturating_sub(last_ping.elapsed());
-        let written = match lease.next(due) {
-            Next::Event(_, json) => ws::write_frame(&mut socket, ws::OP_TEXT, json.as_bytes()),
-            Next::Pong(p) => ws::write_frame(&mut socket, ws::OP_PONG, &p),
+        let written = match lease.next(due.max(Duration::from_millis(1))) {
+            Next::Event(id, json) => {
+                unconfirmed.wrote(Some(id), ws::frame_len(json.len()), Instant::now());
+                ws::write_frame(&mut socket, ws::OP_TEXT, json.as_bytes())
+            }
+            Next::Pong(p) => {
+                unconfirmed.wrote(None, ws::frame_len(p.len()), Instant::now());
+                ws::write_frame(&mut socket, ws::OP_PONG, &p)
+            }
             Next::Idle => Ok(()),
             Next::Closed(why) => {
                 let code = close_code(&why);
@@ -987,12 +1140,14 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
                 return Ok(());
             }
             last_ping = Instant::now();
+            unconfirmed.wrote(None, ws::frame_len(0), Instant::now());
             ws::write_frame(&mut socket, ws::OP_PING, b"")
         });
-        if written.and_then(|()| socket.flush()).is_err() {
+        if written.and_then(|()| socket.flush()).is_err() || client_gone(&socket) {
             let _ = socket.shutdown(std::net::Shutdown::Both);
             return;
         }
+        settle(&socket, &mut unconfirmed, &mut lease);
     }
 }
 

@@ -88,9 +88,6 @@ struct Inner {
     /// The bytes of the kept messages below `delivered` (replay), and from it (waiting).
     delivered_bytes: usize,
     waiting_bytes: usize,
-    /// Each message is delivered on being handed out (a stream that no receiver ever takes
-    /// over: a WebSocket's, whose connection ends with its socket).
-    once: bool,
     /// The lease of the active receiver.
     receiver: Option<u64>,
     /// Whether the active receiver's client is still there (its socket not closed).
@@ -159,7 +156,7 @@ impl Stream {
 
     /// A stream of a connection whose streams share `budget`.
     pub fn new_in(budget: Arc<Budget>) -> Arc<Stream> {
-        Stream::with(budget, false)
+        Stream::with(budget)
     }
 
     /// The same, numbering its messages from `first_id`: a session's stream made again after
@@ -167,7 +164,7 @@ impl Stream {
     /// window), so that a receiver coming back with the last id it read resumes at once
     /// instead of naming an id the new stream never sent.
     pub fn resumed_in(budget: Arc<Budget>, first_id: u64) -> Arc<Stream> {
-        let stream = Stream::with(budget, false);
+        let stream = Stream::with(budget);
         {
             let mut s = stream.lock();
             let first_id = first_id.max(1);
@@ -206,19 +203,12 @@ impl Stream {
         self.lock().asking.retain(|k| k != key);
     }
 
-    /// A stream that has one receiver for its whole life (a WebSocket's): what it hands out
-    /// counts as delivered (nothing is kept for a receiver that never comes).
-    pub fn once_in(budget: Arc<Budget>) -> Arc<Stream> {
-        Stream::with(budget, true)
-    }
-
-    fn with(budget: Arc<Budget>, once: bool) -> Arc<Stream> {
+    fn with(budget: Arc<Budget>) -> Arc<Stream> {
         Arc::new(Stream {
             inner: Mutex::new(Inner {
                 next_id: 1,
                 delivered: 1,
                 sent: 1,
-                once,
                 ..Inner::default()
             }),
             wake: Condvar::new(),
@@ -321,6 +311,16 @@ impl Stream {
 
     pub fn has_receiver(&self) -> bool {
         self.lock().receiver.is_some()
+    }
+
+    /// Lets go of the active receiver (its socket is gone): it learns it at once
+    /// ([`Next::Gone`]); what it wrote and did not confirm waits for the next one.
+    pub fn detach(&self) {
+        let mut s = self.lock();
+        s.receiver = None;
+        s.receiver_alive = None;
+        drop(s);
+        self.wake.notify_all();
     }
 
     /// Becomes the stream's receiver, from the message after `last_seen` (SSE `Last-Event-ID`)
@@ -445,9 +445,6 @@ impl Lease {
                 let (id, json) = s.events[(at - oldest) as usize].clone();
                 self.cursor = id + 1;
                 s.sent = s.sent.max(id + 1);
-                if s.once {
-                    mark_delivered(&mut s, id + 1, &self.stream.budget);
-                }
                 return Next::Event(id, json);
             }
             let (guard, timeout) = self
@@ -890,16 +887,6 @@ mod tests {
         assert_eq!(u.settle(0, t0 + Duration::from_secs(7)), None);
         assert_eq!(u.settle(0, t0 + Duration::from_secs(8)), Some(3));
         assert!(u.is_empty());
-    }
-
-    #[test]
-    fn a_stream_with_one_receiver_delivers_what_it_hands_out() {
-        let s = Stream::once_in(Arc::default());
-        assert!(s.push("a".into()).is_ok());
-        let mut lease = s.acquire(None).ok().unwrap();
-        event(lease.next(Duration::ZERO));
-        assert!(accounted(&s));
-        assert_eq!(s.lock().delivered, 2);
     }
 
     /// A receiver that comes back to a session's stream gets, right after what it missed, the
