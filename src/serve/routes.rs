@@ -720,7 +720,7 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
         }
     };
     // The writer starts writing once the `101` is out (dropped unsent: it leaves at once).
-    let Some(start) = start_writer(server, &conn, ex.stream(), lease) else {
+    let Some((start, lease)) = start_writer(server, &conn, ex.stream(), lease) else {
         return refuse(ex, "cannot start the WebSocket's writer thread".into());
     };
     let reader = ex.take_reader();
@@ -731,7 +731,7 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
         return;
     }
     let _ = start.send(());
-    serve_frames(server, reader, &conn, false);
+    serve_frames(server, reader, &conn, false, lease);
 }
 
 /// Writes the `101` (with the connection's id); false when the client left.
@@ -747,14 +747,14 @@ fn switch_protocols(server: &Server, socket: &mut TcpStream, key: &str, id: &str
         .is_ok()
 }
 
-/// Starts the socket's writer with `lease` (it writes once told to start); `None` when it
-/// cannot (no thread, no second handle on the socket).
+/// Starts the socket's writer with `lease` (it writes once told to start), and the lease's
+/// number; `None` when it cannot (no thread, no second handle on the socket).
 fn start_writer(
     server: &Server,
     conn: &AcpConn,
     socket: &TcpStream,
     lease: Lease,
-) -> Option<crossbeam_channel::Sender<()>> {
+) -> Option<(crossbeam_channel::Sender<()>, u64)> {
     let writer = socket.try_clone().ok()?;
     let probe = socket.try_clone().ok()?;
     // A receiver whose client has gone is taken over at once by a resume.
@@ -763,12 +763,13 @@ fn start_writer(
     // silence for the idle timeout means it vanished without closing.
     let ping_every = server.keepalive().min(server.idle_timeout / 3);
     let (start, started) = crossbeam_channel::bounded::<()>(1);
+    let number = lease.number();
     crate::threads::spawn(format!("ws-write-{}", &conn.id[..8]), move || {
         if started.recv().is_ok() {
             pump_frames(writer, lease, ping_every);
         }
     })?;
-    Some(start)
+    Some((start, number))
 }
 
 /// Reads the socket's frames into its connection until it ends: a close or a protocol error
@@ -779,6 +780,7 @@ fn serve_frames(
     reader: &mut BufReader<TcpStream>,
     conn: &Arc<AcpConn>,
     resumed: bool,
+    lease: u64,
 ) {
     let mut input = Deadlined {
         reader,
@@ -798,7 +800,7 @@ fn serve_frames(
                 server.idle_timeout.as_secs()
             );
             let _ = input.reader.get_ref().shutdown(std::net::Shutdown::Both);
-            conn.stream.detach();
+            conn.stream.detach(lease);
         }
     }
 }
@@ -873,7 +875,7 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         Err(Refused::Gap(_)) => return fail(&mut socket, "expired", "the messages after that cursor are no longer kept; send initialize on a new WebSocket, then session/load the sessions you follow"),
         Err(Refused::TooMany(_) | Refused::Closed(_)) => return fail(&mut socket, "foreign", "the connection is gone; send initialize on a new WebSocket, then session/load the sessions you follow"),
     };
-    let Some(start) = start_writer(server, conn, &socket, lease) else {
+    let Some((start, lease)) = start_writer(server, conn, &socket, lease) else {
         return fail(
             &mut socket,
             "unknown",
@@ -881,7 +883,7 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         );
     };
     let _ = start.send(());
-    serve_frames(server, input.reader, conn, true);
+    serve_frames(server, input.reader, conn, true, lease);
 }
 
 /// A WebSocket's input: the socket's read timeout is the idle timeout between frames, and

@@ -313,10 +313,14 @@ impl Stream {
         self.lock().receiver.is_some()
     }
 
-    /// Lets go of the active receiver (its socket is gone): it learns it at once
+    /// Lets go of the receiver holding lease `lease` (its socket is gone), if it is still the
+    /// active one (a resume may have taken over already): it learns it at once
     /// ([`Next::Gone`]); what it wrote and did not confirm waits for the next one.
-    pub fn detach(&self) {
+    pub fn detach(&self, lease: u64) {
         let mut s = self.lock();
+        if s.receiver != Some(lease) {
+            return;
+        }
         s.receiver = None;
         s.receiver_alive = None;
         drop(s);
@@ -397,6 +401,11 @@ impl Lease {
     #[cfg(test)]
     pub fn cursor(&self) -> u64 {
         self.cursor
+    }
+
+    /// Which lease this is (for [`Stream::detach`]).
+    pub fn number(&self) -> u64 {
+        self.lease
     }
 
     /// The messages below `upto` reached the client (it was still there well after they were
@@ -949,6 +958,21 @@ mod tests {
             json!({"state": "idle", "promptRequestId": null})
         );
         assert!(accounted(&s));
+    }
+
+    /// A socket whose reader sees it gone only after a resume took its stream over lets go of
+    /// its own lease, never of the one that took over.
+    #[test]
+    fn detaching_a_receiver_taken_over_leaves_the_new_one() {
+        let s = Stream::new();
+        assert!(s.push("a".into()).is_ok());
+        let old = s.acquire(None).ok().unwrap();
+        old.watch(|| false);
+        let mut new = s.acquire(Some(0)).ok().unwrap();
+        s.detach(old.number());
+        assert_eq!(event(new.next(Duration::ZERO)), (1, "a".into()));
+        s.detach(new.number());
+        assert!(matches!(new.next(Duration::ZERO), Next::Gone));
     }
 
     #[test]
