@@ -38,6 +38,9 @@ pub struct Tunables {
     /// frame (from its first byte) may take to arrive whole (`MAKA_SERVE_BODY_DEADLINE_MS`,
     /// ≥ 100; 60 s).
     pub serve_body_deadline: Duration,
+    /// `maka-acp serve`: the keepalive interval advertised at `initialize` and kept on every
+    /// stream (an SSE comment, a WebSocket ping) (`MAKA_SERVE_KEEPALIVE_MS`, ≥ 10; 15 s).
+    pub serve_keepalive: Duration,
 }
 
 impl Default for Tunables {
@@ -52,6 +55,7 @@ impl Default for Tunables {
             permission_timeout_ms: None,
             serve_idle_timeout: Duration::from_secs(120),
             serve_body_deadline: Duration::from_secs(60),
+            serve_keepalive: Duration::from_secs(15),
         }
     }
 }
@@ -105,6 +109,7 @@ impl Tunables {
                 100..=u64::MAX,
                 d.serve_body_deadline,
             ),
+            serve_keepalive: millis("MAKA_SERVE_KEEPALIVE_MS", 10..=u64::MAX, d.serve_keepalive),
         }
     }
 }

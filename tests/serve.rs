@@ -310,6 +310,40 @@ fn read_head<R: BufRead>(reader: &mut R) -> (u16, Vec<(String, String)>) {
     }
 }
 
+/// The cursor a message carries (`_meta["acp/cursor"]`, where the schema allows `_meta`: a
+/// request's or notification's params, a success's result).
+fn cursor_of(v: &Value) -> Option<&str> {
+    v.pointer("/params/_meta/acp~1cursor")
+        .or_else(|| v.pointer("/result/_meta/acp~1cursor"))
+        .and_then(Value::as_str)
+}
+
+/// A message without its cursor (and without a `_meta` left empty), for comparing answers.
+fn without_cursor(v: &Value) -> Value {
+    let mut v = v.clone();
+    for body in ["params", "result"] {
+        if let Some(b) = v.get_mut(body).and_then(Value::as_object_mut) {
+            if let Some(meta) = b.get_mut("_meta").and_then(Value::as_object_mut) {
+                meta.remove("acp/cursor");
+                if meta.is_empty() {
+                    b.remove("_meta");
+                }
+            }
+        }
+    }
+    v
+}
+
+/// Every message of a stream carries its cursor, the SSE id (an error response, which has no
+/// `_meta` in the schema, has it only as its SSE id).
+fn check_cursor(v: &Value, id: u64) -> Result<(), String> {
+    let want = (v.get("error").is_none()).then(|| id.to_string());
+    match (cursor_of(v), want.as_deref()) {
+        (got, want) if got == want => Ok(()),
+        (got, want) => Err(format!("event {id}: cursor {got:?}, not {want:?}: {v}")),
+    }
+}
+
 /// The client's side of one ACP connection over HTTP: POSTs, and every event of its streams
 /// (validated) on one channel, tagged with the stream (`None`: the connection's) and the event
 /// id.
@@ -448,6 +482,9 @@ impl<'a> HttpClient<'a> {
                             .push(format!("{e}\n  line: {data}"));
                     }
                     let v: Value = serde_json::from_str(data).unwrap();
+                    if let Err(e) = check_cursor(&v, id) {
+                        violations.lock().unwrap().push(e);
+                    }
                     if tx.send((tag.clone(), id, v)).is_err() {
                         return;
                     }
@@ -899,7 +936,7 @@ fn every_refusal_has_the_sdk_servers_status() {
                 ("Acp-Connection-Id", cid),
             ],
             "",
-            409,
+            423,
         ),
         (
             "a second receiver resuming (Last-Event-ID)",
@@ -911,7 +948,7 @@ fn every_refusal_has_the_sdk_servers_status() {
                 ("Last-Event-ID", "1"),
             ],
             "",
-            409,
+            423,
         ),
         (
             "a second receiver of a session",
@@ -923,7 +960,7 @@ fn every_refusal_has_the_sdk_servers_status() {
                 ("Acp-Session-Id", &sid),
             ],
             "",
-            409,
+            423,
         ),
         (
             "a Last-Event-ID beyond what the stream sent",
@@ -936,7 +973,7 @@ fn every_refusal_has_the_sdk_servers_status() {
                 ("Last-Event-ID", "5"),
             ],
             "",
-            400,
+            409,
         ),
         (
             "DELETE without a connection",
@@ -1673,6 +1710,8 @@ struct WsClient {
     reader: BufReader<TcpStream>,
     methods: HashMap<String, String>,
     conn: String,
+    /// The last cursor of the agent's messages: each one's is greater.
+    cursor: u64,
 }
 
 impl WsClient {
@@ -1687,10 +1726,27 @@ impl WsClient {
 
     /// [`WsClient::connect_to`] as the principal of `token`.
     fn connect_as(s: &Serve, token: &str, target: &str) -> WsClient {
+        WsClient::upgrade(s, token, target, "")
+    }
+
+    /// A WebSocket that resumes connection `conn` (its upgrade names it; its first frame
+    /// must then be `stream/resume`).
+    fn resuming(s: &Serve, conn: &str) -> WsClient {
+        let ws = WsClient::upgrade(
+            s,
+            &s.token,
+            "/acp",
+            &format!("Acp-Connection-Id: {conn}\r\n"),
+        );
+        assert_eq!(ws.conn, conn, "the same connection");
+        ws
+    }
+
+    fn upgrade(s: &Serve, token: &str, target: &str, more: &str) -> WsClient {
         let mut stream = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
         stream.set_read_timeout(Some(STEP)).unwrap();
         let head = format!(
-            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {token}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+            "GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {token}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{more}\r\n",
             s.port,
         );
         stream.write_all(head.as_bytes()).unwrap();
@@ -1714,6 +1770,7 @@ impl WsClient {
             reader,
             methods: HashMap::new(),
             conn: h("Acp-Connection-Id").unwrap_or_default(),
+            cursor: 0,
         }
     }
 
@@ -1776,7 +1833,17 @@ impl WsClient {
                 // The transport's own answer to a batch has no request behind it.
                 assert!(text.contains("\"id\":null"), "{e}\n  {text}");
             }
-            return serde_json::from_str(&text).unwrap();
+            let v: Value = serde_json::from_str(&text).unwrap();
+            // The agent's messages carry their cursors, increasing (the transport's own
+            // refusals, errors, carry none).
+            if v.get("error").is_none() {
+                let cursor: u64 = cursor_of(&v)
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or_else(|| panic!("a cursor: {text}"));
+                assert!(cursor > self.cursor, "cursors increase: {text}");
+                self.cursor = cursor;
+            }
+            return v;
         }
     }
 
@@ -1993,10 +2060,10 @@ impl RawStream {
             if let Some(v) = line.trim_end().strip_prefix("id: ") {
                 id = v.parse().ok();
             } else if let Some(data) = line.trim_end().strip_prefix("data: ") {
-                return (
-                    id.expect("an id before the data"),
-                    serde_json::from_str(data).unwrap(),
-                );
+                let id = id.expect("an id before the data");
+                let v = serde_json::from_str(data).unwrap();
+                check_cursor(&v, id).unwrap();
+                return (id, v);
             }
         }
     }
@@ -2148,8 +2215,14 @@ fn a_websocket_client_that_vanishes_is_closed_and_its_turn_cancelled() {
             break;
         }
     }
-    // The client goes silent with its socket open (a laptop lid closed).
-    std::thread::sleep(Duration::from_millis(2500));
+    // The client goes silent with its socket open (a laptop lid closed). Issue 57: its
+    // connection then waits the idle timeout more for a `stream/resume` before it is closed.
+    let closing = format!("closing ACP connection {}", &ws.conn[..8]);
+    let t0 = Instant::now();
+    while !s.stderr.lock().unwrap().contains(&closing) {
+        assert!(t0.elapsed() < STEP, "the connection is closed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let mut again = HttpClient::connect(&s);
     let id = again.send(
         "session/load",
@@ -2226,7 +2299,7 @@ fn each_connection_chooses_its_dialect_when_it_opens() {
     let mut maka = HttpClient::connect_maka(&s);
     let mut ours = HttpClient::connect(&s);
     let sid = maka.new_session();
-    let r = maka.call("_maka/goal/query", json!({"sessionId": sid}));
+    let r = without_cursor(&maka.call("_maka/goal/query", json!({"sessionId": sid})));
     assert_eq!(
         r["result"],
         json!({"sessionId": sid, "goal": null}),
@@ -2284,13 +2357,13 @@ fn a_copy_another_connection_made_is_retained_not_abandoned() {
     let mut b = HttpClient::connect_maka(&s);
     load_elsewhere(&mut b, "copy-by-a");
     let abandon = json!({"targetSessionId": "copy-by-a"});
-    let r = b.call("_maka/session/revision/abandon", abandon.clone());
+    let r = without_cursor(&b.call("_maka/session/revision/abandon", abandon.clone()));
     assert_eq!(
         r["result"],
         json!({"kind": "retained", "sessionId": "copy-by-a"}),
         "{r}"
     );
-    let r = a.call("_maka/session/revision/abandon", abandon);
+    let r = without_cursor(&a.call("_maka/session/revision/abandon", abandon));
     assert_eq!(
         r["result"],
         json!({"kind": "abandoned", "sessionId": "copy-by-a"}),
@@ -2620,7 +2693,7 @@ fn expect_100_continue_is_answered() {
 /// gap: the connection is closed (410) saying why, and later requests learn it (404 with the
 /// reason).
 #[test]
-fn a_receiver_beyond_the_replay_window_closes_the_connection_with_its_reason() {
+fn a_receiver_beyond_the_replay_window_is_refused_409_and_recovers_with_session_load() {
     let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
     let mut c = HttpClient::connect(&s);
     let sid = c.new_session();
@@ -2633,15 +2706,44 @@ fn a_receiver_beyond_the_replay_window_closes_the_connection_with_its_reason() {
     c.drop_streams();
     c.open_stream(Some(&sid), read);
     c.drop_streams();
-    let (status, _) = c.try_stream(Some(&sid), Some(1));
-    assert_eq!(status, 410, "the messages after event 1 are gone");
-    let r = s.post(
-        Some(&c.conn),
-        None,
-        &json!({"jsonrpc": "2.0", "id": 99, "method": "session/list", "params": {}}),
+    // Issue 57: an expired cursor is the draft's 409 (it was 410, and the connection closed),
+    // saying which and what to do; the connection goes on.
+    let auth = s.auth();
+    let r = s.exchange(
+        "GET",
+        &[
+            ("Authorization", &auth),
+            ("Accept", "text/event-stream"),
+            ("Acp-Connection-Id", &c.conn),
+            ("Acp-Session-Id", &sid),
+            ("Last-Event-ID", "1"),
+        ],
+        b"",
     );
-    assert_eq!(r.status, 404);
-    assert!(r.body.contains("no longer kept"), "{}", r.body);
+    assert_eq!(
+        r.status, 409,
+        "the messages after event 1 are gone: {}",
+        r.body
+    );
+    let body: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(body["error"]["data"]["reason"], "expired", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no longer kept"),
+        "{body}"
+    );
+    c.open_stream(None, None);
+    c.open_stream(Some(&sid), None);
+    let cwd = s.ws.path().to_path_buf();
+    let id = c.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    let (r, replay) = c.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("result").is_some(), "{r}");
+    assert!(text_of(&replay).contains("xxxx"), "the history comes again");
 }
 
 /// Issue 54 §5: a request body trickled a byte at a time is cut off at its deadline
@@ -2825,7 +2927,7 @@ fn a_principal_sees_and_reaches_only_its_own_sessions() {
     b.open_stream(Some(&sid), None);
     b.open_stream(Some(&nobody), None);
     let strip = |r: &Value, id: &str| -> String {
-        let mut r = r.clone();
+        let mut r = without_cursor(r);
         r.as_object_mut().unwrap().remove("id");
         r.to_string().replace(id, "ID")
     };
@@ -3962,4 +4064,331 @@ fn the_machines_users_commands_still_see_the_data_dir() {
     assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
     let all = format!("{seen:?}");
     assert!(all.contains("\"exitCode\": Number(0)"), "{all}");
+}
+
+/// Issue 57 §1, §5: a session stream dropped mid-turn and resumed by cursor (`Last-Event-ID`,
+/// the SSE id and `_meta["acp/cursor"]` of the last message kept) gets every message after it
+/// once, the same as before, cursors strictly increasing; first after what it missed, the
+/// turn state (`running`, the prompt's id); then the rest of the turn and its answer. Resumed
+/// after the answer, the turn state is `idle`.
+#[test]
+fn a_stream_dropped_mid_turn_resumes_by_cursor_and_learns_its_turn_survived() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let cwd = s.ws.path().to_path_buf();
+    let r = c.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, None);
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    let id = c.prompt(&sid, "slow");
+    // Up to the turn's first words; then the turn waits (the script pauses 30 s).
+    let (mut before, mut text) = (vec![], String::new());
+    while !text.contains("Starting slowly") {
+        let (eid, v) = stream.next();
+        text.extend(v["params"]["update"]["content"]["text"].as_str());
+        before.push((eid, v));
+    }
+    assert!(before.len() >= 3, "{before:?}");
+    assert!(before.windows(2).all(|w| w[1].0 == w[0].0 + 1));
+    stream.reset();
+    // The client kept all but the last two: it resumes after the one before them.
+    let kept = before[before.len() - 3].0;
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, Some(kept));
+    assert_eq!(status, 200, "resumed by its cursor");
+    let mut stream = stream.unwrap();
+    for (eid, v) in &before[before.len() - 2..] {
+        assert_eq!(
+            &stream.next(),
+            &(*eid, v.clone()),
+            "replayed exactly, cursor included"
+        );
+    }
+    let (eid, state) = stream.next();
+    assert_eq!(eid, before.last().unwrap().0 + 1);
+    assert_eq!(
+        state["params"]["update"]["sessionUpdate"], "session_info_update",
+        "{state}"
+    );
+    assert_eq!(
+        state["params"]["_meta"]["acp/turnState"],
+        json!({"state": "running", "promptRequestId": id}),
+        "{state}"
+    );
+    // The turn goes on (cancelled here): its answer comes on the resumed stream.
+    let r = s.post(
+        Some(&c.conn),
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let mut last = eid;
+    let answer = loop {
+        let (eid, v) = stream.next();
+        assert_eq!(eid, last + 1, "once each, strictly increasing");
+        last = eid;
+        if v["id"] == id && v.get("method").is_none() {
+            break v;
+        }
+    };
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    stream.reset();
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, Some(last));
+    assert_eq!(status, 200);
+    let (eid, state) = stream.unwrap().next();
+    assert_eq!(eid, last + 1);
+    assert_eq!(
+        state["params"]["_meta"]["acp/turnState"],
+        json!({"state": "idle", "promptRequestId": null}),
+        "{state}"
+    );
+}
+
+/// Issue 57 §1, §5: a cursor the server cannot honour gets 409 (the draft's meaning; it was
+/// 400) with a JSON-RPC error saying which and what to do — one the stream never sent
+/// (`unknown`), one it never gave (`foreign`), one of a connection it no longer has
+/// (`foreign`) — never a silent live stream; the client recovers with `session/load`.
+#[test]
+fn a_refused_cursor_gets_409_and_the_client_recovers_with_session_load() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "hello");
+    let (r, _) = c.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let gone = HttpClient::connect(&s);
+    let gone_id = gone.conn.clone();
+    drop(gone);
+    let auth = s.auth();
+    let r = s.exchange(
+        "DELETE",
+        &[("Authorization", &auth), ("Acp-Connection-Id", &gone_id)],
+        b"",
+    );
+    assert_eq!(r.status, 202);
+    c.drop_streams();
+    for (conn, cursor, reason) in [
+        (c.conn.as_str(), "999999", "unknown"),
+        (c.conn.as_str(), "not-a-cursor", "foreign"),
+        (gone_id.as_str(), "1", "foreign"),
+    ] {
+        let r = s.exchange(
+            "GET",
+            &[
+                ("Authorization", &auth),
+                ("Accept", "text/event-stream"),
+                ("Acp-Connection-Id", conn),
+                ("Acp-Session-Id", &sid),
+                ("Last-Event-ID", cursor),
+            ],
+            b"",
+        );
+        assert_eq!(r.status, 409, "{reason} {cursor}: {}", r.body);
+        assert_eq!(r.header("Content-Type"), Some("application/json"));
+        let body: Value = serde_json::from_str(&r.body).unwrap();
+        assert_eq!(body["error"]["data"]["reason"], reason, "{body}");
+        assert_eq!(body["error"]["data"]["lastEventId"], cursor, "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("session/load"),
+            "{body}"
+        );
+    }
+    // Recovery: the streams again without a cursor, and the session's history by session/load.
+    c.open_stream(None, None);
+    c.open_stream(Some(&sid), None);
+    let cwd = s.ws.path().to_path_buf();
+    let id = c.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    let (r, replay) = c.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("result").is_some(), "{r}");
+    assert!(
+        text_of(&replay).contains("Hello from the script!"),
+        "{replay:?}"
+    );
+}
+
+/// Issue 57 §1, §5: `initialize` advertises the keepalive interval (and, over Streamable HTTP,
+/// what is kept for a resume) in `agentCapabilities._meta["acp/transport"]`; an idle event
+/// stream gets keepalive comments and a WebSocket pings at that interval (several arrive
+/// within a wait far shorter than the default 15 s would allow).
+#[test]
+fn keepalives_arrive_at_the_advertised_interval() {
+    let s = Serve::start_with(&[("MAKA_SERVE_KEEPALIVE_MS", "200")]);
+    let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}});
+    let r = s.post(None, None, &init);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let answer: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(
+        answer["result"]["agentCapabilities"]["_meta"]["acp/transport"],
+        json!({"resumable": {"retentionMessages": 4096, "retentionSeconds": 120}, "keepaliveIntervalMs": 200}),
+        "{answer}"
+    );
+    support::schema::validate_agent_line(&r.body, |_| Some("initialize".into())).unwrap();
+    let conn = r.header("Acp-Connection-Id").unwrap().to_string();
+    let mut sock = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    sock.set_read_timeout(Some(STEP)).unwrap();
+    let head = format!(
+        "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {conn}\r\n\r\n",
+        s.port,
+        s.auth()
+    );
+    sock.write_all(head.as_bytes()).unwrap();
+    let mut reader = BufReader::new(sock);
+    let (status, _) = read_head(&mut reader);
+    assert_eq!(status, 200);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut comments = 0;
+    while comments < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "keepalives within 5 s (every 200 ms)"
+        );
+        let mut line = String::new();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "the stream goes on"
+        );
+        if line.starts_with(':') {
+            comments += 1;
+        }
+    }
+    let mut ws = WsClient::connect(&s);
+    let init = ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    assert_eq!(
+        init["result"]["agentCapabilities"]["_meta"]["acp/transport"],
+        json!({"resumable": {"retentionMessages": 4096, "retentionSeconds": 120}, "keepaliveIntervalMs": 200}),
+        "{init}"
+    );
+    let mut pings = 0;
+    while pings < 3 {
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(5),
+            "pings within 5 s"
+        );
+        if ws.frame().0 == 0x9 {
+            pings += 1;
+        }
+    }
+}
+
+/// Issue 57 §1: a `stream/resume` on a new WebSocket (its upgrade names no connection of this
+/// server) is answered `stream/resume_failed {reason: "unknown"}`, never a silent live stream;
+/// the client goes on on the same socket with `initialize`, whose answer carries its cursor.
+/// Later than the first frame it is refused as such (`not_first`).
+#[test]
+fn a_websocket_stream_resume_is_answered_stream_resume_failed() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    let transport_message = |ws: &mut WsClient| loop {
+        let (op, payload) = ws.frame();
+        if op == 0x1 {
+            break serde_json::from_slice::<Value>(&payload).unwrap();
+        }
+    };
+    let resume = json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": "7"}});
+    ws.send(&resume);
+    let v = transport_message(&mut ws);
+    assert_eq!(v["method"], "stream/resume_failed", "{v}");
+    assert_eq!(v["params"]["reason"], "unknown", "{v}");
+    let init = ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    assert_eq!(init["result"]["protocolVersion"], 1, "{init}");
+    assert!(cursor_of(&init).is_some(), "{init}");
+    ws.send(&resume);
+    let v = transport_message(&mut ws);
+    assert_eq!(
+        (v["method"].clone(), v["params"]["reason"].clone()),
+        (json!("stream/resume_failed"), json!("not_first")),
+        "{v}"
+    );
+}
+
+/// Resets a socket (SO_LINGER 0, then close), as a dropped network does.
+fn reset_socket(sock: TcpStream) {
+    use std::os::fd::AsRawFd;
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt reads the linger we own, on a descriptor this TcpStream owns.
+    let set = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0, "SO_LINGER");
+    drop(sock);
+}
+
+/// Issue 57 §1: a WebSocket that breaks mid-turn leaves its connection waiting (the turn goes
+/// on); a new WebSocket naming the connection (`Acp-Connection-Id`) whose first frame is
+/// `stream/resume {cursor}` gets every message after the cursor once, exactly as before,
+/// cursors increasing, then live through the prompt's answer. A cursor the connection never
+/// sent is answered `stream/resume_failed {reason: "unknown"}`, never a silent live stream.
+#[test]
+fn a_websocket_dropped_mid_turn_resumes_by_cursor() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}}));
+    let (mut before, mut text) = (vec![], String::new());
+    while !text.contains("Starting slowly") {
+        let v = ws.message();
+        text.extend(v["params"]["update"]["content"]["text"].as_str());
+        before.push((ws.cursor, v));
+    }
+    assert!(before.len() >= 3, "{before:?}");
+    let conn = ws.conn.clone();
+    let methods = ws.methods.clone();
+    reset_socket(ws.stream);
+    drop(ws.reader);
+    // The client kept all but the last two: it resumes after the one before them.
+    let kept = before[before.len() - 3].0;
+    let mut again = WsClient::resuming(&s, &conn);
+    again.methods = methods;
+    again.cursor = kept;
+    again.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": kept.to_string()}}));
+    for (cursor, v) in &before[before.len() - 2..] {
+        assert_eq!(&again.message(), v, "replayed exactly");
+        assert_eq!(again.cursor, *cursor);
+    }
+    // Live: the turn went on; cancelled here, its answer comes on the resumed socket.
+    again
+        .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
+    let answer = loop {
+        let v = again.message();
+        if v["id"] == 2 && v.get("method").is_none() {
+            break v;
+        }
+    };
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    reset_socket(again.stream);
+    drop(again.reader);
+    let mut third = WsClient::resuming(&s, &conn);
+    third.send(
+        &json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": "999999"}}),
+    );
+    let v = loop {
+        let (op, payload) = third.frame();
+        if op == 0x1 {
+            break serde_json::from_slice::<Value>(&payload).unwrap();
+        }
+    };
+    assert_eq!(
+        (v["method"].clone(), v["params"]["reason"].clone()),
+        (json!("stream/resume_failed"), json!("unknown")),
+        "{v}"
+    );
 }

@@ -10,7 +10,7 @@ use super::initialize::ClientCapabilities;
 use super::principal::Principal;
 use super::session::AcpSession;
 use super::types::SessionUpdate;
-use crate::jsonrpc::{lock, ClientCalls, Outbox};
+use crate::jsonrpc::{lock, ClientCalls, Message, Outbox};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -99,7 +99,7 @@ impl Shared {
     /// ([`super::maka_dialect::told`]: ours, or Apache Maka's to a client that opted in).
     pub fn tell(&self, n: &super::projection::Notification) {
         if let Some((method, params)) = super::maka_dialect::told(&self.caps(), n) {
-            self.outbox.notify(method, &params);
+            self.outbox.send(&Message::notification(method, params));
         }
     }
 
@@ -125,7 +125,7 @@ impl Shared {
             update: &'a SessionUpdate,
         }
         self.outbox
-            .notify("session/update", &Params { session_id, update });
+            .notify(session_id, "session/update", &Params { session_id, update });
     }
 }
 

@@ -362,6 +362,7 @@ fn offer_resume(ctx: &Ctx, session: &AcpSession, conn: &super::host_link::Connec
         return; // nothing interrupted (or the host cannot say): nothing to offer
     };
     ctx.shared.outbox.notify(
+        &session.id,
         "_maka/turn_state",
         &InterruptedTurnNotification {
             session_id: session.id.clone(),

@@ -108,6 +108,7 @@ pub fn told(caps: &ClientCapabilities, n: &Notification) -> Option<(&'static str
 pub fn goal_status(shared: &Shared, session_id: &str, goal: &Value) {
     if shared.caps().maka_goal_plan_status {
         shared.outbox.notify(
+            session_id,
             "_maka/goal/status",
             &json!({"sessionId": session_id, "goal": goal}),
         );
@@ -119,7 +120,9 @@ pub fn goal_status(shared: &Shared, session_id: &str, goal: &Value) {
 pub fn plan_changed(shared: &Shared, session_id: &str, plan: &crate::host_api::ops::PlanView) {
     if shared.caps().maka_goal_plan_status {
         let params = shapes::plan_changed(session_id, plan);
-        shared.outbox.notify("_maka/plan/changed", &params);
+        shared
+            .outbox
+            .notify(session_id, "_maka/plan/changed", &params);
     }
 }
 

@@ -259,6 +259,8 @@ pub struct Transport {
     pub opens_session: bool,
     /// Its answer is its session stream's last message.
     pub ends_session: bool,
+    /// A turn of its session runs until its answer (the session's `acp/turnState`).
+    pub starts_turn: bool,
 }
 
 #[cfg(feature = "serve")]
@@ -267,6 +269,7 @@ const PLAIN: Transport = Transport {
     session_scoped: false,
     opens_session: false,
     ends_session: false,
+    starts_turn: false,
 };
 
 /// The methods a transport treats apart; every other needs nothing ([`PLAIN`]).
@@ -281,7 +284,7 @@ static TRANSPORT: &[(&str, Transport)] = &[
     ("session/close",             Transport { session_scoped: true, ends_session: true, ..PLAIN }),
     ("session/delete",            Transport { session_scoped: true, ends_session: true, ..PLAIN }),
     ("session/cancel",            Transport { session_scoped: true, ..PLAIN }),
-    ("session/prompt",            Transport { session_scoped: true, ..PLAIN }),
+    ("session/prompt",            Transport { session_scoped: true, starts_turn: true, ..PLAIN }),
     ("session/set_config_option", Transport { session_scoped: true, ..PLAIN }),
     ("session/set_mode",          Transport { session_scoped: true, ..PLAIN }),
     ("session/set_model",         Transport { session_scoped: true, ..PLAIN }),

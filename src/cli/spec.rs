@@ -313,6 +313,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("MAKA_SCRIPT", "the offline scripted provider: inline JSON or a file"),
     ("MAKA_CONFIG", "the config file `maka-acp login` writes (default $XDG_CONFIG_HOME/maka-acp/config.json)"),
     ("MAKA_SERVE_IDLE_TIMEOUT_MS", "`maka-acp serve`: how long a connection may have no event stream and send nothing before it is closed and its turns cancelled (default 120000)"),
+    ("MAKA_SERVE_KEEPALIVE_MS", "`maka-acp serve`: the keepalive interval, advertised at initialize: an idle event stream gets a comment, a WebSocket a ping, at least this often (default 15000)"),
     ("MAKA_SERVE_BODY_DEADLINE_MS", "`maka-acp serve`: how long one request body (from the end of its head) or one WebSocket frame (from its first byte) may take to arrive whole (default 60000)"),
     ("RUST_LOG", "log level or env_logger filters (as --log-level)"),
 ];

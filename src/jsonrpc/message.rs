@@ -128,7 +128,7 @@ impl ResponseError {
         ResponseError::new(code::REQUEST_CANCELLED, "Request cancelled")
     }
 
-    fn to_value(&self) -> Value {
+    pub(crate) fn to_value(&self) -> Value {
         let mut m = Map::new();
         m.insert("code".into(), Value::from(self.code));
         m.insert("message".into(), Value::String(self.message.clone()));

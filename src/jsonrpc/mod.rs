@@ -2,6 +2,7 @@
 //! the transport threads (stdio, or a `maka-acp serve` connection), and the tables for requests in flight in both directions.
 
 pub mod incoming;
+pub mod line;
 pub mod line_reader;
 pub mod message;
 pub mod outgoing;
@@ -9,11 +10,12 @@ pub mod oversized;
 pub mod transport;
 
 pub use incoming::{CancelFlag, Responder};
+pub use line::{Head, Kind, Line, MetaSlot};
 pub use message::{code, Message, Notification, Request, RequestId, Response, ResponseError};
 pub use outgoing::{CallFailure, CallResult, ClientCalls, PendingCall};
 #[cfg(feature = "host")]
 pub(crate) use transport::{outbox_pair, Outgoing};
-pub use transport::{Connection, Incoming, Outbox};
+pub use transport::{Connection, Incoming, LineSink, Outbox};
 
 use std::sync::{Mutex, MutexGuard};
 

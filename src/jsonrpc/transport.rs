@@ -5,7 +5,8 @@
 //! ordering guarantee of the agent rests on.
 
 use super::incoming::{IncomingRequests, Responder};
-use super::line_reader::{Line, LineReader, MAX_LINE_BYTES};
+use super::line::{self as outgoing_line, Line};
+use super::line_reader::{Line as InputLine, LineReader, MAX_LINE_BYTES};
 use super::message::{
     code, parse_line, Message, Notification, Request, RequestId, Response, ResponseError,
 };
@@ -23,7 +24,9 @@ const OUTBOX_CAPACITY: usize = 4096;
 const INBOX_CAPACITY: usize = 256;
 
 pub(crate) enum Outgoing {
-    Line(String),
+    /// Boxed: the outbox's slots are allocated (and touched) up front, 4096 a connection, so
+    /// each is one pointer wide (a `maka-acp serve` process holds hundreds of outboxes).
+    Line(Box<Line>),
     /// Written after everything enqueued before it; then the writer exits.
     Stop,
 }
@@ -46,25 +49,16 @@ impl Outbox {
     /// Serializes on the caller's thread (so sessions serialize in parallel) and enqueues.
     /// Returns false once the writer is gone (stdout closed or connection finished).
     pub fn send(&self, message: &Message) -> bool {
-        self.tx.send(Outgoing::Line(message.to_line())).is_ok()
+        self.tx
+            .send(Outgoing::Line(Box::new(message.to_routed_line())))
+            .is_ok()
     }
 
-    /// A notification whose params are a typed value, serialized straight to its line (no
-    /// intermediate `Value` tree on the streaming path).
-    pub fn notify<P: serde::Serialize>(&self, method: &str, params: &P) -> bool {
-        #[derive(serde::Serialize)]
-        struct Notification<'a, P> {
-            jsonrpc: &'static str,
-            method: &'a str,
-            params: &'a P,
-        }
-        let line = serde_json::to_string(&Notification {
-            jsonrpc: "2.0",
-            method,
-            params,
-        });
-        match line {
-            Ok(line) => self.tx.send(Outgoing::Line(line)).is_ok(),
+    /// A notification of `session` whose params are a typed value, serialized straight to its
+    /// line (no intermediate `Value` tree on the streaming path).
+    pub fn notify<P: serde::Serialize>(&self, session: &str, method: &str, params: &P) -> bool {
+        match outgoing_line::notification(Some(session), method, params) {
+            Ok(line) => self.tx.send(Outgoing::Line(Box::new(line))).is_ok(),
             Err(e) => {
                 log::error!("cannot serialize a {method} notification: {e}");
                 false
@@ -109,10 +103,20 @@ impl Connection {
         R: BufRead + Send + 'static,
         W: Write + Send + 'static,
     {
+        Connection::from_sink(name, input, BufWriter::with_capacity(64 * 1024, output))
+    }
+
+    /// The same, its lines handed to `sink` with their heads (`maka-acp serve` routes each
+    /// by its head, never reading it again).
+    pub fn from_sink<R, S>(name: &str, input: R, sink: S) -> io::Result<Connection>
+    where
+        R: BufRead + Send + 'static,
+        S: LineSink,
+    {
         let (out_tx, out_rx) = bounded(OUTBOX_CAPACITY);
         let writer = thread::Builder::new()
             .name(format!("{name}-writer"))
-            .spawn(move || write_lines(output, out_rx))?;
+            .spawn(move || write_lines(sink, out_rx))?;
         let outbox = Outbox { tx: out_tx.clone() };
         let client_calls = Arc::new(ClientCalls::new(outbox.clone()));
         let incoming = IncomingRequests::new(outbox.clone());
@@ -149,13 +153,29 @@ impl Connection {
     }
 }
 
-fn write_lines<W: Write>(output: W, rx: Receiver<Outgoing>) {
-    let mut out = BufWriter::with_capacity(64 * 1024, output);
+/// Where the writer thread puts each line: stdout (or any `Write`, one line each), or a
+/// transport that routes lines by their heads.
+pub trait LineSink: Send + 'static {
+    fn write_line(&mut self, line: Line) -> io::Result<()>;
+    fn flush(&mut self) -> io::Result<()>;
+}
+
+impl<W: Write + Send + 'static> LineSink for BufWriter<W> {
+    fn write_line(&mut self, line: Line) -> io::Result<()> {
+        self.write_all(line.text.as_bytes())
+            .and_then(|()| self.write_all(b"\n"))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Write::flush(self)
+    }
+}
+
+fn write_lines<S: LineSink>(mut out: S, rx: Receiver<Outgoing>) {
     while let Ok(item) = rx.recv() {
         let Outgoing::Line(line) = item else { break };
         let written = out
-            .write_all(line.as_bytes())
-            .and_then(|()| out.write_all(b"\n"))
+            .write_line(*line)
             // Flush once the queue is drained: a burst becomes one write, a lone line goes
             // out at once.
             .and_then(|()| if rx.is_empty() { out.flush() } else { Ok(()) });
@@ -183,11 +203,11 @@ fn read_lines<R: BufRead>(input: R, state: ReaderState, max: usize) {
     loop {
         match reader.next_line() {
             Ok(None) => break,
-            Ok(Some(Line::TooLong { len, head })) => {
+            Ok(Some(InputLine::TooLong { len, head })) => {
                 log::warn!("skipping an input line of {len}+ bytes (limit {max})");
                 state.skip_oversized(head, max);
             }
-            Ok(Some(Line::Complete(bytes))) => {
+            Ok(Some(InputLine::Complete(bytes))) => {
                 // A UTF-8 byte-order mark before the first message (some Windows tools write
                 // one) is not part of the JSON.
                 let line = match bytes.strip_prefix(b"\xEF\xBB\xBF") {
@@ -289,7 +309,7 @@ pub struct TestLines(Receiver<Outgoing>);
 impl TestLines {
     pub fn try_iter(&self) -> impl Iterator<Item = String> + '_ {
         self.0.try_iter().filter_map(|o| match o {
-            Outgoing::Line(l) => Some(l),
+            Outgoing::Line(l) => Some(l.text),
             Outgoing::Stop => None,
         })
     }
@@ -298,7 +318,7 @@ impl TestLines {
     pub fn next_before(&self, deadline: std::time::Instant) -> Option<String> {
         loop {
             match self.0.recv_deadline(deadline) {
-                Ok(Outgoing::Line(l)) => return Some(l),
+                Ok(Outgoing::Line(l)) => return Some(l.text),
                 Ok(Outgoing::Stop) => continue,
                 Err(_) => return None,
             }

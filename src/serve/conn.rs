@@ -5,16 +5,17 @@
 //! a `sessionId` to that session's stream, everything else to the connection's stream; over
 //! WebSocket, everything to the one socket.
 
-use super::stream::{Budget, Lease, Refused, Stream};
+use super::peek::Fields;
+use super::stream::{Budget, Lease, Mark, Refused, Stream};
 use crate::acp::{AdapterConfig, LocalHost};
 use crate::http::Principal;
-use crate::jsonrpc::lock;
+use crate::jsonrpc::{lock, Kind, Line, LineSink, RequestId};
 use crossbeam_channel::{bounded, Receiver, Sender};
-use serde::Deserialize;
+use serde_json::Value;
 use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, BufRead, Read};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -60,17 +61,34 @@ pub struct AcpConn {
     asked: Mutex<HashMap<String, Route>>,
     last_active: Mutex<Instant>,
     closed: Mutex<Option<String>>,
+    /// What the `initialize` answer advertises of the transport (`agentCapabilities._meta`),
+    /// and the id key of the `initialize` it answers (a WebSocket's: its first message).
+    advertised: Value,
+    initialize_key: Mutex<Option<String>>,
 }
 
 /// The key of a JSON-RPC id (the SDK's `messageIdKey`), for the ids the agent's JSON-RPC layer
 /// reads and echoes (`RequestId`'s one rule: `1.0` or `true` is none, so no route waits for
 /// an answer that never comes).
 pub fn id_key(id: &serde_json::Value) -> Option<String> {
-    match crate::jsonrpc::RequestId::from_value(id)?.to_value() {
-        serde_json::Value::String(s) => Some(format!("string:{s}")),
-        serde_json::Value::Null => Some("null".into()),
-        n => Some(format!("number:{n}")),
+    Some(request_key(&RequestId::from_value(id)?))
+}
+
+/// The key of an id the agent wrote (its line's head: nothing is read again).
+pub fn request_key(id: &RequestId) -> String {
+    match id {
+        RequestId::Str(s) => format!("string:{s}"),
+        RequestId::Null => "null".into(),
+        RequestId::Int(n) => format!("number:{n}"),
+        RequestId::Uint(n) => format!("number:{n}"),
     }
+}
+
+/// Which transport a connection speaks, and what its `initialize` answer advertises of it
+/// (`agentCapabilities._meta["acp/transport"]`).
+pub struct Profile {
+    pub websocket: bool,
+    pub advertised: Value,
 }
 
 /// The client's requests in flight on one connection, at most (their routes are kept).
@@ -142,14 +160,16 @@ struct Answer {
     route: Route,
     /// Sent as its session stream's last message.
     last: bool,
-    json: Arc<str>,
+    /// The answer as the agent wrote it, without a cursor: sent again, it gets the cursor
+    /// of a new message on its stream.
+    line: Arc<Line>,
     at: Instant,
 }
 
 impl Answered {
     fn forget(&mut self, key: &str) {
         if let Some(a) = self.by_key.remove(key) {
-            self.bytes = self.bytes.saturating_sub(a.json.len());
+            self.bytes = self.bytes.saturating_sub(a.line.text.len());
         }
     }
 
@@ -175,40 +195,11 @@ impl Answered {
         self.forget(&key);
         self.serial += 1;
         let serial = self.serial;
-        self.bytes += answer.json.len();
+        self.bytes += answer.line.text.len();
         self.order.push_back((key.clone(), serial));
         self.by_key.insert(key, Answer { serial, ..answer });
         self.trim(Instant::now());
     }
-}
-
-/// Feeds what is written to a hasher (a request's fingerprint, without building its text).
-struct HashWriter<'a>(&'a mut dyn Hasher);
-
-impl Write for HashWriter<'_> {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.write(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// What routing needs of an outgoing message (nothing else is read).
-#[derive(Deserialize)]
-struct Peek {
-    id: Option<serde_json::Value>,
-    method: Option<String>,
-    params: Option<PeekParams>,
-    result: Option<serde::de::IgnoredAny>,
-}
-
-#[derive(Deserialize)]
-struct PeekParams {
-    #[serde(rename = "sessionId")]
-    session_id: Option<serde_json::Value>,
 }
 
 impl AcpConn {
@@ -217,11 +208,15 @@ impl AcpConn {
         id: String,
         config: AdapterConfig,
         local: Arc<dyn LocalHost>,
-        websocket: bool,
+        profile: Profile,
         agent: Option<Arc<crate::acp::Principal>>,
         principal: Option<Arc<Principal>>,
         on_end: impl FnOnce(&str, &str) + Send + 'static,
     ) -> io::Result<(Arc<AcpConn>, Receiver<Arc<str>>)> {
+        let Profile {
+            websocket,
+            advertised,
+        } = profile;
         let (tx, rx) = bounded(INBOX);
         let (initial_tx, initial_rx) = bounded(1);
         let budget: Arc<Budget> = Arc::default();
@@ -231,12 +226,9 @@ impl AcpConn {
             principal,
             inbox: Mutex::new(Some(tx)),
             initial: Mutex::new((!websocket).then_some(initial_tx)),
-            // A WebSocket's stream has its one receiver for the socket's life.
-            stream: if websocket {
-                Stream::once_in(Arc::clone(&budget))
-            } else {
-                Stream::new_in(Arc::clone(&budget))
-            },
+            // A WebSocket's too: a socket that breaks leaves what it did not confirm for the
+            // next one (`stream/resume`).
+            stream: Stream::new_in(Arc::clone(&budget)),
             sessions: Mutex::default(),
             forgotten: Mutex::default(),
             budget,
@@ -245,13 +237,14 @@ impl AcpConn {
             asked: Mutex::default(),
             last_active: Mutex::new(Instant::now()),
             closed: Mutex::default(),
+            advertised,
+            initialize_key: Mutex::default(),
         });
         let name = format!("acp-{}", &conn.id[..8]);
         let sink = Sink {
             conn: Arc::clone(&conn),
-            partial: Vec::new(),
         };
-        let jsonrpc = crate::jsonrpc::Connection::from_io(&name, ChannelReader::new(rx), sink)?;
+        let jsonrpc = crate::jsonrpc::Connection::from_sink(&name, ChannelReader::new(rx), sink)?;
         let agent_conn = Arc::clone(&conn);
         std::thread::Builder::new().name(name).spawn(move || {
             crate::acp::serve(jsonrpc, config, local, agent);
@@ -332,10 +325,8 @@ impl AcpConn {
         if sessions.values().filter(|s| !s.ending()).count() >= cap {
             return None;
         }
-        let s = match forgotten.remove(session) {
-            Some(next_id) => Stream::resumed_in(Arc::clone(&self.budget), next_id),
-            None => Stream::new_in(Arc::clone(&self.budget)),
-        };
+        let next_id = forgotten.remove(session).unwrap_or(1);
+        let s = Stream::for_session(Arc::clone(&self.budget), session, next_id);
         drop(forgotten);
         if let Some(why) = lock(&self.closed).as_deref() {
             s.close(why);
@@ -364,7 +355,7 @@ impl AcpConn {
         route: Route,
         ends: bool,
         method: &str,
-        params: Option<&serde_json::Value>,
+        params: Option<u64>,
     ) -> Result<Admitted, IdRefused> {
         if id.as_str().is_some_and(|s| s.len() > MAX_ID_LENGTH) {
             return Err(IdRefused::Invalid(format!(
@@ -387,9 +378,9 @@ impl AcpConn {
         pending.answered.trim(Instant::now());
         if let Some(a) = pending.answered.by_key.get(&key) {
             if a.request == request {
-                let (route, last, json) = (a.route.clone(), a.last, Arc::clone(&a.json));
+                let (route, last, line) = (a.route.clone(), a.last, Arc::clone(&a.line));
                 drop(pending);
-                self.push_again(&route, last, json);
+                self.push_again(&route, last, &line);
                 return Ok(Admitted::Repeated);
             }
         }
@@ -410,8 +401,9 @@ impl AcpConn {
         Ok(Admitted::Run)
     }
 
-    /// What tells a retry from another request with the same id: its method, params and route.
-    fn fingerprint(&self, method: &str, params: Option<&serde_json::Value>, route: &Route) -> u64 {
+    /// What tells a retry from another request with the same id: its method, params (their
+    /// digest, read with the peek) and route.
+    fn fingerprint(&self, method: &str, params: Option<u64>, route: &Route) -> u64 {
         let mut h = self.fingerprints.build_hasher();
         h.write(method.as_bytes());
         h.write_u8(0);
@@ -423,35 +415,29 @@ impl AcpConn {
             }
         }
         h.write_u8(0);
-        if let Some(p) = params {
-            let _ = serde_json::to_writer(HashWriter(&mut h), p);
+        match params {
+            None => h.write_u8(0),
+            Some(p) => {
+                h.write_u8(1);
+                h.write_u64(p);
+            }
         }
         h.finish()
     }
 
-    /// A WebSocket's message, before it goes to the agent: a request is admitted as
-    /// [`AcpConn::expect_response`] says. `Ok(true)`: deliver it; `Ok(false)`: a retry, handled;
-    /// `Err`: the JSON-RPC error to send instead (its id is in use by another request, or too
-    /// many are in progress). A message whose id the agent will refuse itself goes to it.
-    pub fn admit_frame(&self, text: &str) -> Result<bool, String> {
-        #[derive(Deserialize)]
-        struct Frame {
-            id: Option<serde_json::Value>,
-            method: Option<String>,
-            params: Option<serde_json::Value>,
-        }
-        let Ok(Frame {
-            id: Some(id),
-            method: Some(method),
-            params,
-        }) = serde_json::from_str::<Frame>(text)
-        else {
+    /// A WebSocket's message (its peek), before it goes to the agent: a request is admitted
+    /// as [`AcpConn::expect_response`] says. `Ok(true)`: deliver it; `Ok(false)`: a retry,
+    /// handled; `Err`: the JSON-RPC error to send instead (its id is in use by another request,
+    /// or too many are in progress). A message whose id the agent will refuse itself goes to
+    /// it.
+    pub fn admit_frame(&self, frame: &Fields) -> Result<bool, String> {
+        let (Some(id), Some(method)) = (&frame.id, &frame.method) else {
             return Ok(true);
         };
         let refusal = |message: String| {
             serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600, "message": message}}).to_string()
         };
-        match self.expect_response(&id, Route::Connection, false, &method, params.as_ref()) {
+        match self.expect_response(id, Route::Connection, false, method, frame.params) {
             Ok(Admitted::Run) | Err(IdRefused::Invalid(_)) => Ok(true),
             Ok(Admitted::Joined | Admitted::Repeated) => Ok(false),
             Err(IdRefused::InUse) => Err(refusal(format!(
@@ -464,19 +450,20 @@ impl AcpConn {
     }
 
     /// The answer to the client's request `key`, on its way out: its request is no longer in
-    /// progress, and the answer is kept for a retry. Returns where it goes and whether it is
-    /// its session stream's last message.
-    fn answering(&self, key: &str, text: &str, success: bool) -> Option<(Route, bool)> {
+    /// progress, and the answer is kept for a retry (under the same lock, so that a retry sees
+    /// the request running or its answer kept, never neither). Returns where it goes and
+    /// whether it is its session stream's last message.
+    fn answering(&self, key: &str, line: &Arc<Line>, success: bool) -> Option<(Route, bool)> {
         let mut pending = lock(&self.pending);
         let running = pending.running.remove(key)?;
         let last = running.ends && success;
-        if text.len() <= ANSWERS_KEPT_BYTES {
+        if line.text.len() <= ANSWERS_KEPT_BYTES {
             let answer = Answer {
                 serial: 0,
                 request: running.request,
                 route: running.route.clone(),
                 last,
-                json: Arc::from(text),
+                line: Arc::clone(line),
                 at: Instant::now(),
             };
             pending.answered.keep(key.to_string(), answer);
@@ -484,17 +471,16 @@ impl AcpConn {
         Some((running.route, last))
     }
 
-    /// A kept answer sent again, where it went the first time.
-    fn push_again(&self, route: &Route, last: bool, json: Arc<str>) {
-        let push = |s: &Arc<Stream>| match last {
-            true => s.push_last(Arc::clone(&json)),
-            false => s.push(Arc::clone(&json)),
-        };
+    /// A kept answer sent again, where it went the first time: a new message on that stream,
+    /// with a cursor of its own (the next), as any message appended to it.
+    fn push_again(&self, route: &Route, last: bool, line: &Line) {
         let pushed = match route {
-            Route::Connection => push(&self.stream),
+            Route::Connection => self.stream.push_line(line, false, Mark::None),
             Route::Session(id) => self
-                .with_session_stream(id, 2 * MAX_SESSIONS, push)
-                .unwrap_or_else(|| self.stream.push(Arc::clone(&json))),
+                .with_session_stream(id, 2 * MAX_SESSIONS, |s| {
+                    s.push_line(line, last, Mark::None)
+                })
+                .unwrap_or_else(|| self.stream.push_line(line, false, Mark::None)),
         };
         if pushed.is_err() {
             self.close(&format!(
@@ -512,36 +498,88 @@ impl AcpConn {
 
     /// The client's answer to the agent's request `key` was accepted: one answer each.
     pub fn answered(&self, key: &str) {
-        lock(&self.asked).remove(key);
+        let route = lock(&self.asked).remove(key);
+        if let Some(Route::Session(session)) = route {
+            let stream = lock(&self.sessions).get(&session).cloned();
+            if let Some(s) = stream {
+                s.answered(key);
+            }
+        }
     }
 
-    /// One line the agent wrote: to the POST waiting for `initialize`, or onto its stream.
-    fn route_outgoing(&self, line: &[u8]) {
-        let Ok(text) = std::str::from_utf8(line) else {
-            return;
+    /// A `session/prompt` (id `id`) was posted for `session`: its turn runs until its answer.
+    pub fn turn_posted(&self, session: &str, id: &Value) {
+        if let Some(key) = id_key(id) {
+            self.with_session_stream(session, MAX_SESSIONS, |s| s.turn_posted(&key, id));
+        }
+    }
+
+    /// A WebSocket's `initialize` (its first message) has this id: its answer advertises the
+    /// transport.
+    pub fn initialize_sent(&self, id: &Value) {
+        *lock(&self.initialize_key) = id_key(id);
+    }
+
+    /// The `initialize` answer with what this transport offers in
+    /// `agentCapabilities._meta["acp/transport"]` (ACP v1 has no field for it). Read as a tree:
+    /// one message a connection.
+    fn advertise(&self, text: &str) -> String {
+        let Ok(mut answer) = serde_json::from_str::<Value>(text) else {
+            return text.to_string();
         };
-        let json: Arc<str> = Arc::from(text);
+        let Some(caps) = answer
+            .pointer_mut("/result/agentCapabilities")
+            .and_then(Value::as_object_mut)
+        else {
+            return text.to_string();
+        };
+        let meta = caps
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        if let Some(meta) = meta.as_object_mut() {
+            meta.insert("acp/transport".into(), self.advertised.clone());
+        }
+        answer.to_string()
+    }
+
+    /// One line the agent wrote: to the POST waiting for `initialize`, or onto its stream,
+    /// routed by its head (the line is not read again).
+    fn route_outgoing(&self, line: Line) {
         let initial = lock(&self.initial).take();
         if let Some(initial) = initial {
-            let _ = initial.send(json);
+            let _ = initial.send(Arc::from(self.advertise(&line.text)));
             return;
         }
-        let route = if self.websocket {
-            self.note_answer(text);
-            (Route::Connection, false)
+        let line = match &line.head.kind {
+            Kind::Response { id, ok: true }
+                if self.websocket
+                    && lock(&self.initialize_key).as_deref() == Some(&request_key(id)) =>
+            {
+                *lock(&self.initialize_key) = None;
+                Line {
+                    text: self.advertise(&line.text),
+                    head: line.head,
+                }
+            }
+            _ => line,
+        };
+        // Shared with the answers kept for retries (the text is not copied).
+        let line = Arc::new(line);
+        let (route, last, key) = if self.websocket {
+            self.note_answer(&line);
+            (Route::Connection, false, None)
         } else {
-            self.outgoing_route(text)
+            self.outgoing_route(&line)
+        };
+        let mark = match (&line.head.kind, &key) {
+            (Kind::Response { .. }, Some(k)) => Mark::Answers(k),
+            (Kind::Request(_), Some(k)) => Mark::Asks(k),
+            _ => Mark::None,
         };
         let pushed = match route {
-            (Route::Connection, _) => self.stream.push(json),
-            (Route::Session(id), last) => {
-                let push = |s: &Arc<Stream>| {
-                    if last {
-                        s.push_last(Arc::clone(&json))
-                    } else {
-                        s.push(Arc::clone(&json))
-                    }
-                };
+            Route::Connection => self.stream.push_line(&line, false, Mark::None),
+            Route::Session(id) => {
+                let push = |s: &Arc<Stream>| s.push_line(&line, last, mark);
                 // The agent writes only for sessions this connection opened, and POSTs that
                 // would open more are refused at the cap: past twice the cap (races of
                 // session/new), the message goes on the connection's stream, not nowhere.
@@ -549,7 +587,7 @@ impl AcpConn {
                     Some(pushed) => pushed,
                     None => {
                         log::warn!("ACP connection {}: no room for the stream of session {id}; its message goes on the connection's stream", &self.id[..8]);
-                        self.stream.push(json)
+                        self.stream.push_line(&line, false, Mark::None)
                     }
                 }
             }
@@ -563,43 +601,37 @@ impl AcpConn {
     }
 
     /// A WebSocket's outgoing message: when it answers a request of the client's, that request
-    /// is answered (its answer kept for a retry). Read only while requests are in progress.
-    fn note_answer(&self, text: &str) {
-        if lock(&self.pending).running.is_empty() {
-            return;
-        }
-        if let Ok(peek) = serde_json::from_str::<Peek>(text) {
-            if let (None, Some(key)) = (&peek.method, peek.id.as_ref().and_then(id_key)) {
-                self.answering(&key, text, peek.result.is_some());
-            }
+    /// is answered (its answer kept for a retry). Read from its head only.
+    fn note_answer(&self, line: &Arc<Line>) {
+        if let Kind::Response { id, ok } = &line.head.kind {
+            self.answering(&request_key(id), line, *ok);
         }
     }
 
-    /// Where an outgoing message goes, and whether it is its session stream's last (a
-    /// successful `session/close` or `session/delete` answer).
-    fn outgoing_route(&self, text: &str) -> (Route, bool) {
-        let Ok(peek) = serde_json::from_str::<Peek>(text) else {
-            return (Route::Connection, false);
-        };
-        let key = peek.id.as_ref().and_then(id_key);
-        if peek.method.is_none() {
-            let success = peek.result.is_some();
-            return key
-                .and_then(|k| self.answering(&k, text, success))
-                .unwrap_or((Route::Connection, false));
-        }
-        let session = peek
-            .params
-            .and_then(|p| p.session_id)
-            .and_then(|s| s.as_str().map(str::to_string));
-        let route = match session {
-            Some(s) => Route::Session(s),
+    /// Where an outgoing message goes, whether it is its session stream's last (a successful
+    /// `session/close` or `session/delete` answer), and its id key (a response's or a
+    /// request's).
+    fn outgoing_route(&self, line: &Arc<Line>) -> (Route, bool, Option<String>) {
+        let route_of = |session: &Option<String>| match session {
+            Some(s) => Route::Session(s.clone()),
             None => Route::Connection,
         };
-        if let Some(k) = key {
-            lock(&self.asked).insert(k, route.clone());
+        match &line.head.kind {
+            Kind::Response { id, ok } => {
+                let key = request_key(id);
+                match self.answering(&key, line, *ok) {
+                    Some((route, last)) => (route, last, Some(key)),
+                    None => (Route::Connection, false, None),
+                }
+            }
+            Kind::Request(id) => {
+                let key = request_key(id);
+                let route = route_of(&line.head.session);
+                lock(&self.asked).insert(key.clone(), route.clone());
+                (route, false, Some(key))
+            }
+            Kind::Notification => (route_of(&line.head.session), false, None),
         }
-        (route, false)
     }
 }
 
@@ -683,27 +715,15 @@ impl BufRead for ChannelReader {
     }
 }
 
-/// The agent's output: cut into lines, each routed as it completes.
+/// The agent's output: each line routed by its head as the writer takes it from the outbox.
 struct Sink {
     conn: Arc<AcpConn>,
-    partial: Vec<u8>,
 }
 
-impl Write for Sink {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let mut rest = bytes;
-        while let Some(end) = rest.iter().position(|&b| b == b'\n') {
-            if self.partial.is_empty() {
-                self.conn.route_outgoing(&rest[..end]);
-            } else {
-                self.partial.extend_from_slice(&rest[..end]);
-                let line = std::mem::take(&mut self.partial);
-                self.conn.route_outgoing(&line);
-            }
-            rest = &rest[end + 1..];
-        }
-        self.partial.extend_from_slice(rest);
-        Ok(bytes.len())
+impl LineSink for Sink {
+    fn write_line(&mut self, line: Line) -> io::Result<()> {
+        self.conn.route_outgoing(line);
+        Ok(())
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -721,7 +741,14 @@ mod tests {
             request: 1,
             route: Route::Connection,
             last: false,
-            json: Arc::from(json),
+            line: Arc::new(Line {
+                text: json.to_string(),
+                head: crate::jsonrpc::Head {
+                    kind: Kind::Notification,
+                    session: None,
+                    meta: crate::jsonrpc::MetaSlot::None,
+                },
+            }),
             at: Instant::now(),
         }
     }

@@ -13,6 +13,7 @@
 
 mod auth;
 mod conn;
+mod peek;
 mod route;
 mod routes;
 mod stream;
@@ -296,6 +297,28 @@ impl Server {
         crate::host_api::random_hex(20)
     }
 
+    /// The keepalive interval: an idle event stream gets a comment, a WebSocket a ping, at
+    /// least this often (`MAKA_SERVE_KEEPALIVE_MS`).
+    pub fn keepalive(&self) -> Duration {
+        self.config.tunables.serve_keepalive
+    }
+
+    /// What a connection's `initialize` answer advertises of the transport, in
+    /// `agentCapabilities._meta["acp/transport"]` (ACP v1 has no field; the resumable-transport
+    /// draft's `capabilities.transport` shape): the keepalive interval, and how much is kept
+    /// for a stream that resumes with a cursor (`Last-Event-ID`, or a WebSocket's
+    /// `stream/resume`) and for how long a connection waits for it.
+    fn advertised(&self) -> serde_json::Value {
+        let keepalive = u64::try_from(self.keepalive().as_millis()).unwrap_or(u64::MAX);
+        serde_json::json!({
+            "resumable": {
+                "retentionMessages": stream::REPLAY_WINDOW_MESSAGES,
+                "retentionSeconds": self.idle_timeout.as_secs().max(1),
+            },
+            "keepaliveIntervalMs": keepalive,
+        })
+    }
+
     /// The dialect of the connection a request opens (the `initialize` POST, the WebSocket
     /// upgrade): `?dialect=maka` (Apache Maka's, as `--acp` on stdio) or `?dialect=ours` in
     /// its target, else the server's (`serve --acp`: Maka's). Chosen once: later requests'
@@ -368,7 +391,10 @@ impl Server {
             self.new_id(),
             config,
             Arc::clone(&self.local),
-            websocket,
+            conn::Profile {
+                websocket,
+                advertised: self.advertised(),
+            },
             agent,
             principal,
             move |id, why| {
@@ -642,7 +668,7 @@ fn reap_idle(registry: std::sync::Weak<Registry>, idle: Duration) {
             return;
         };
         let conns: Vec<Arc<AcpConn>> = lock(&registry.conns).values().cloned().collect();
-        for c in conns.iter().filter(|c| !c.websocket && c.idle_for(idle)) {
+        for c in conns.iter().filter(|c| c.idle_for(idle)) {
             let why = format!(
                 "no event stream and no request for {} s; its running turns were cancelled, its sessions stay in the host (session/load them)",
                 idle.as_secs()

@@ -4,6 +4,7 @@
 //! [`Server::dialect_of`]).
 
 use super::conn::{id_key, AcpConn, Admitted, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING};
+use super::peek::{Fields, Peek};
 use super::stream::{Lease, Next, Refused, Unconfirmed, CONFIRM_AFTER};
 use super::ws;
 use super::Server;
@@ -21,8 +22,6 @@ const CONNECTION_ID: &str = "Acp-Connection-Id";
 const SESSION_ID: &str = "Acp-Session-Id";
 /// How long the POST that opens a connection waits for the `initialize` response.
 const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(30);
-/// An event stream's keep-alive comment (the SDK's interval).
-const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// How often a waiting stream checks that its client is still there.
 const POLL: Duration = Duration::from_secs(1);
 /// How often a stream whose session was closed looks for its last message's confirmation.
@@ -70,6 +69,60 @@ pub fn handle(server: &Server, request: Request, ex: &mut Exchange) {
         "DELETE" => delete(server, &request, ex),
         _ => text(ex, 405, "Method Not Allowed"),
     }
+}
+
+/// A second receiver on a stream whose receiver is there (the resumable-transport draft
+/// gives 409 to a cursor it cannot honour; "locked" says what this is).
+const LOCKED: u16 = 423;
+
+/// Why a cursor (`Last-Event-ID`) is refused: the draft's three cases.
+#[derive(Clone, Copy)]
+enum CursorRefusal {
+    /// Never sent on this stream.
+    Unknown,
+    /// Sent, but no longer kept.
+    Expired,
+    /// Not this server's, or of a connection it no longer has.
+    Foreign,
+}
+
+/// 409 with a JSON-RPC error body: which cursor, why, and what to do (what was missed is
+/// had again from the session's history: `session/load`).
+fn cursor_refused(
+    ex: &mut Exchange,
+    route: &Route,
+    cursor: &str,
+    reason: CursorRefusal,
+    why: &str,
+) {
+    let reason = match reason {
+        CursorRefusal::Unknown => "unknown",
+        CursorRefusal::Expired => "expired",
+        CursorRefusal::Foreign => "foreign",
+    };
+    let todo = match route {
+        Route::Session(_) => "open the session's stream again without Last-Event-ID and call session/load to get its history (on a new connection, after initialize, if this one is gone)",
+        Route::Connection => "open the stream again without Last-Event-ID (on a new connection, after initialize, if this one is gone) and session/load the sessions you follow to get their history",
+    };
+    let mut cut = cursor.len().min(64);
+    while !cursor.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let message = format!(
+        "Cannot resume from Last-Event-ID {:?}: {why}; {todo}",
+        &cursor[..cut]
+    );
+    let mut data =
+        json!({"reason": reason, "lastEventId": &cursor[..cut], "recovery": "session/load"});
+    if let Route::Session(s) = route {
+        data["sessionId"] = json!(s);
+    }
+    let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": message, "data": data}});
+    ex.respond(
+        409,
+        &[("Content-Type", "application/json")],
+        error.to_string().as_bytes(),
+    );
 }
 
 fn text(ex: &mut Exchange, status: u16, body: &str) {
@@ -121,31 +174,29 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             return;
         }
     };
-    let Ok(message) = serde_json::from_slice::<Value>(&body) else {
-        return text(ex, 400, "Invalid JSON");
+    // Read once, for routing (a typed peek, no tree): the agent reads the message itself.
+    let peek = match Peek::read(&body) {
+        None => return text(ex, 400, "Invalid JSON"),
+        Some(Peek::Array) => {
+            let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "Invalid request", "data": "JSON-RPC batches are not supported"}});
+            return ex.respond(
+                400,
+                &[("Content-Type", "application/json")],
+                error.to_string().as_bytes(),
+            );
+        }
+        Some(Peek::Other) => return text(ex, 400, "Invalid JSON-RPC message"),
+        Some(Peek::Object(fields)) => fields,
     };
-    if message.is_array() {
-        let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "Invalid request", "data": "JSON-RPC batches are not supported"}});
-        return ex.respond(
-            400,
-            &[("Content-Type", "application/json")],
-            error.to_string().as_bytes(),
-        );
+    // The agent reads one message a line: a body written over several lines is made one
+    // (outside strings, where JSON cannot have them raw, line breaks are only whitespace).
+    let mut line = body;
+    for b in line.iter_mut().filter(|b| **b == b'\n' || **b == b'\r') {
+        *b = b' ';
     }
-    let Some(object) = message.as_object() else {
-        return text(ex, 400, "Invalid JSON-RPC message");
-    };
-    // The agent reads one message a line: a body written over several lines is made one.
-    let line = if body.contains(&b'\n') || body.contains(&b'\r') {
-        message.to_string().into_bytes()
-    } else {
-        body
-    };
-    let method = object.get("method").and_then(Value::as_str);
+    let method = peek.method.as_deref();
     let needs = method.map(methods::transport).unwrap_or_default();
-    let is_initialize = needs.opens_connection
-        && object.contains_key("id")
-        && object.get("jsonrpc") == Some(&json!("2.0"));
+    let is_initialize = needs.opens_connection && peek.id.is_some() && peek.v2;
     if is_initialize {
         if request.header(CONNECTION_ID).is_some() {
             return text(ex, 400, "Initialize not allowed on existing connection");
@@ -154,7 +205,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             Ok(d) => d,
             Err(why) => return text(ex, 400, &why),
         };
-        return initialize(server, request, object.get("id"), line, dialect, ex);
+        return initialize(server, request, peek.id.as_ref(), line, dialect, ex);
     }
     let Some(conn) = connection(server, request, ex) else {
         return;
@@ -176,7 +227,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             &format!("Acp-Session-Id exceeds maxIdLength ({MAX_ID_LENGTH})"),
         );
     }
-    let id = object.get("id");
+    let id = peek.id.as_ref();
     match method {
         None => {
             // The client's answer to one of the agent's requests: checked against its route
@@ -195,10 +246,7 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             }
         }
         Some(_) => {
-            let params_session = object
-                .get("params")
-                .and_then(|p| p.get("sessionId"))
-                .and_then(Value::as_str);
+            let params_session = peek.session.as_deref();
             if (needs.session_scoped || params_session.is_some()) && header_session.is_none() {
                 return text(ex, 400, "Missing Acp-Session-Id");
             }
@@ -223,8 +271,16 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
             // A retry (the same id, method and params) is not run again: it joins the request
             // in progress, or gets its answer again, on the stream the first's goes to.
             if let (Some(id), Some(method)) = (id, method) {
-                match conn.expect_response(id, route, needs.ends_session, method, object.get("params")) {
-                    Ok(Admitted::Run) => {}
+                let turn = match &route {
+                    Route::Session(s) if needs.starts_turn => Some(s.clone()),
+                    _ => None,
+                };
+                match conn.expect_response(id, route, needs.ends_session, method, peek.params) {
+                    Ok(Admitted::Run) => {
+                        if let Some(session) = turn {
+                            conn.turn_posted(&session, id);
+                        }
+                    }
                     Ok(Admitted::Joined | Admitted::Repeated) => return ex.respond(202, &[], b""),
                     Err(IdRefused::Invalid(why)) => return text(ex, 400, &why),
                     Err(IdRefused::InUse) => return text(ex, 400, "Request ID already in use by a request in progress on this connection: a retry repeats its method and params; another request takes another id"),
@@ -328,9 +384,7 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
     if !accepts {
         return text(ex, 406, "Not Acceptable");
     }
-    let Some(conn) = connection(server, request, ex) else {
-        return;
-    };
+    let cursor = request.header("Last-Event-ID").map(str::trim);
     let route = match request.header(SESSION_ID) {
         Some(s) if s.len() > MAX_ID_LENGTH => {
             return text(
@@ -342,36 +396,60 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
         Some(s) => Route::Session(s.to_string()),
         None => Route::Connection,
     };
+    let conn = match (request.header(CONNECTION_ID), cursor) {
+        // A cursor of a connection this server no longer has (closed, or never its, or
+        // another principal's): refused as the draft says, with what to do.
+        // Another principal's is, to this one, an id never used (the same answer).
+        (Some(id), Some(c)) => match server.registry.get(id, request.principal.as_deref()) {
+            Ok(conn) => conn,
+            Err(why) => {
+                return cursor_refused(
+                    ex,
+                    &route,
+                    c,
+                    CursorRefusal::Foreign,
+                    &format!("its connection is gone ({why})"),
+                )
+            }
+        },
+        _ => match connection(server, request, ex) {
+            Some(c) => c,
+            None => return,
+        },
+    };
     if conn.websocket {
-        return text(ex, 409, "Outbound stream already has an active receiver");
+        return text(
+            ex,
+            LOCKED,
+            "Locked: this connection is a WebSocket; its messages go on the socket",
+        );
     }
-    let last_seen = match request
-        .header("Last-Event-ID")
-        .map(|v| v.trim().parse::<u64>())
-    {
+    let last_seen = match cursor.map(str::parse::<u64>) {
         None => None,
         Some(Ok(n)) => Some(n),
-        Some(Err(_)) => return text(ex, 400, "Last-Event-ID is not an event id of this server"),
+        Some(Err(_)) => {
+            return cursor_refused(
+                ex,
+                &route,
+                cursor.unwrap_or_default(),
+                CursorRefusal::Foreign,
+                "it is not a cursor this server gave",
+            )
+        }
     };
     let lease = match conn.acquire(&route, last_seen) {
         Ok(l) => l,
         Err(Refused::Busy) => {
-            return text(ex, 409, "Outbound stream already has an active receiver")
+            return text(ex, LOCKED, "Locked: this stream already has an active receiver; close it first (a receiver whose client has gone is replaced at once)")
         }
         Err(Refused::Ahead(seen, last)) => {
-            return text(ex, 400, &format!("Last-Event-ID {seen} names an event this stream has not sent (the last it sent is {last}); reopen without it, or with the id of the last event you read"))
+            return cursor_refused(ex, &route, &seen.to_string(), CursorRefusal::Unknown, &format!("this stream has not sent it (the last it sent is {last})"))
         }
         Err(Refused::TooMany(n)) => {
             return text(ex, 429, &format!("this connection already holds {n} session streams, the most one may; close a session (session/close) or its stream first"))
         }
         Err(Refused::Gap(seen)) => {
-            let why = format!("the client came back after event {seen}, whose successors are no longer kept (more than {} MiB were sent since)", super::stream::REPLAY_WINDOW_BYTES >> 20);
-            server.registry.remove(&conn.id, &why);
-            return text(
-                ex,
-                410,
-                &format!("Gone: the connection was closed because {why}"),
-            );
+            return cursor_refused(ex, &route, &seen.to_string(), CursorRefusal::Expired, &format!("the messages after it are no longer kept (at most {} messages or {} MiB a stream are)", super::stream::REPLAY_WINDOW_MESSAGES, super::stream::REPLAY_WINDOW_BYTES >> 20))
         }
         Err(Refused::Closed(why)) => {
             return text(
@@ -395,7 +473,7 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
     {
         return;
     }
-    pump_events(socket, lease);
+    pump_events(socket, lease, server.keepalive());
     conn.touch();
 }
 
@@ -405,18 +483,19 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
 /// [`CONFIRM_AFTER`] later; the ones not confirmed when the client turns out to be gone, or
 /// when another receiver takes over, stay in the stream for the next receiver (the SDK's
 /// client reopens without `Last-Event-ID`).
-fn pump_events(socket: &mut TcpStream, mut lease: Lease) {
+fn pump_events(socket: &mut TcpStream, mut lease: Lease, keepalive: Duration) {
     let mut quiet_since = Instant::now();
     let mut unconfirmed = Unconfirmed::default();
     loop {
-        let written = match lease.next(POLL) {
+        let wait = POLL.min(keepalive.saturating_sub(quiet_since.elapsed()));
+        let written = match lease.next(wait.max(Duration::from_millis(1))) {
             Next::Event(id, json) => {
                 quiet_since = Instant::now();
                 let event = format!("id: {id}\ndata: {json}\n\n");
                 unconfirmed.wrote(Some(id), event.len(), Instant::now());
                 socket.write_all(event.as_bytes())
             }
-            Next::Idle if quiet_since.elapsed() >= KEEP_ALIVE => {
+            Next::Idle if quiet_since.elapsed() >= keepalive => {
                 quiet_since = Instant::now();
                 unconfirmed.wrote(None, 3, Instant::now());
                 socket.write_all(b":\n\n")
@@ -594,6 +673,17 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
             b"Upgrade Required: WebSocket version 13",
         );
     }
+    // A resume (the draft: the same `Acp-Connection-Id`, then `stream/resume` as the first
+    // frame): the WebSocket connection it names, if this server has it, is this principal's
+    // and has no socket now. Any other gets a new connection (whose `stream/resume` is
+    // answered `stream/resume_failed`).
+    if let Some(conn) = request
+        .header(CONNECTION_ID)
+        .and_then(|id| server.registry.get(id, request.principal.as_deref()).ok())
+        .filter(|c| c.websocket)
+    {
+        return resume_websocket(server, &conn, key, ex);
+    }
     let dialect = match server.dialect_of(&request.target) {
         Ok(d) => d,
         Err(why) => return text(ex, 400, &why),
@@ -618,43 +708,69 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
             )
         }
     };
-    let writer = match ex.stream().try_clone() {
-        Ok(w) => w,
-        Err(e) => return refuse(ex, format!("cannot share the socket: {e}")),
-    };
-    // A live client answers the writer's pings (at least three within the idle timeout):
-    // silence for the idle timeout means it vanished without closing; its turns are cancelled.
-    let ping_every = KEEP_ALIVE.min(server.idle_timeout / 3);
     // The writer starts writing once the `101` is out (dropped unsent: it leaves at once).
-    let (start, started) = crossbeam_channel::bounded::<()>(1);
-    let spawned = crate::threads::spawn(format!("ws-write-{}", &conn.id[..8]), move || {
-        if started.recv().is_ok() {
-            pump_frames(writer, lease, ping_every);
-        }
-    });
-    if spawned.is_none() {
+    let Some((start, lease)) = start_writer(server, &conn, ex.stream(), lease) else {
         return refuse(ex, "cannot start the WebSocket's writer thread".into());
-    }
-    let head = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{CONNECTION_ID}: {}\r\n\r\n",
-        ws::accept_key(key),
-        conn.id
-    );
+    };
     let reader = ex.take_reader();
-    let socket = reader.get_mut();
-    watch_liveness(socket, server.idle_timeout);
-    if socket
-        .write_all(head.as_bytes())
-        .and_then(|()| socket.flush())
-        .is_err()
-    {
+    if !switch_protocols(server, reader.get_mut(), key, &conn.id) {
         server
             .registry
             .remove(&conn.id, "the client left during the upgrade");
         return;
     }
     let _ = start.send(());
-    // Reads frames until the client closes; the connection closes with the socket.
+    serve_frames(server, reader, &conn, false, lease);
+}
+
+/// Writes the `101` (with the connection's id); false when the client left.
+fn switch_protocols(server: &Server, socket: &mut TcpStream, key: &str, id: &str) -> bool {
+    let head = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n{CONNECTION_ID}: {id}\r\n\r\n",
+        ws::accept_key(key),
+    );
+    watch_liveness(socket, server.idle_timeout);
+    socket
+        .write_all(head.as_bytes())
+        .and_then(|()| socket.flush())
+        .is_ok()
+}
+
+/// Starts the socket's writer with `lease` (it writes once told to start), and the lease's
+/// number; `None` when it cannot (no thread, no second handle on the socket).
+fn start_writer(
+    server: &Server,
+    conn: &AcpConn,
+    socket: &TcpStream,
+    lease: Lease,
+) -> Option<(crossbeam_channel::Sender<()>, u64)> {
+    let writer = socket.try_clone().ok()?;
+    let probe = socket.try_clone().ok()?;
+    // A receiver whose client has gone is taken over at once by a resume.
+    lease.watch(move || !client_gone(&probe));
+    // A live client answers the writer's pings (at least three within the idle timeout):
+    // silence for the idle timeout means it vanished without closing.
+    let ping_every = server.keepalive().min(server.idle_timeout / 3);
+    let (start, started) = crossbeam_channel::bounded::<()>(1);
+    let number = lease.number();
+    crate::threads::spawn(format!("ws-write-{}", &conn.id[..8]), move || {
+        if started.recv().is_ok() {
+            pump_frames(writer, lease, ping_every);
+        }
+    })?;
+    Some((start, number))
+}
+
+/// Reads the socket's frames into its connection until it ends: a close or a protocol error
+/// closes the connection; a socket that breaks or falls silent leaves it for a resume (the
+/// reaper closes it once it has had no socket for the idle timeout).
+fn serve_frames(
+    server: &Server,
+    reader: &mut BufReader<TcpStream>,
+    conn: &Arc<AcpConn>,
+    resumed: bool,
+    lease: u64,
+) {
     let mut input = Deadlined {
         reader,
         idle: server.idle_timeout,
@@ -662,8 +778,101 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
         due: None,
         overdue: false,
     };
-    let why = read_frames(&mut input, &conn);
-    server.registry.remove(&conn.id, &why);
+    match read_frames(&mut input, conn, resumed) {
+        End::Close(why) => {
+            server.registry.remove(&conn.id, &why);
+        }
+        End::Detach(why) => {
+            log::info!(
+                "ACP connection {}: its WebSocket ended ({why}); kept {} s for a stream/resume",
+                &conn.id[..8],
+                server.idle_timeout.as_secs()
+            );
+            let _ = input.reader.get_ref().shutdown(std::net::Shutdown::Both);
+            conn.stream.detach(lease);
+        }
+    }
+}
+
+/// A WebSocket that resumes a connection: `101` with its id, then its first frame must be
+/// `stream/resume {cursor}`: the messages after the cursor, then live — or
+/// `stream/resume_failed {reason}` and a close, never a silent live stream.
+fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Exchange) {
+    let writer = match ex.stream().try_clone() {
+        Ok(w) => w,
+        Err(e) => {
+            return text(
+                ex,
+                503,
+                &format!("Service Unavailable: cannot share the socket: {e}"),
+            )
+        }
+    };
+    let reader = ex.take_reader();
+    if !switch_protocols(server, reader.get_mut(), key, &conn.id) {
+        return;
+    }
+    conn.touch();
+    let mut input = Deadlined {
+        reader,
+        idle: server.idle_timeout,
+        frame_limit: server.body_deadline,
+        due: None,
+        overdue: false,
+    };
+    let mut partial = None;
+    let first = loop {
+        match ws::read_message(&mut input, MAX_LINE_BYTES, &mut partial) {
+            Ok(Ok(Some(ws::Incoming::Text(text)))) => break text,
+            Ok(Ok(Some(ws::Incoming::Ping(_) | ws::Incoming::Pong | ws::Incoming::Binary))) => {}
+            _ => return,
+        }
+    };
+    let mut socket = writer;
+    let fail = |socket: &mut TcpStream, reason: &str, message: &str| {
+        let answer = resume_failed(reason, message);
+        let _ = ws::write_frame(socket, ws::OP_TEXT, answer.as_bytes());
+        let _ = ws::write_frame(
+            socket,
+            ws::OP_CLOSE,
+            &ws::close_payload(ws::CLOSE_POLICY, "stream/resume failed"),
+        );
+        let _ = socket.flush();
+        let _ = socket.shutdown(std::net::Shutdown::Both);
+    };
+    let fields = match Peek::read(first.as_bytes()) {
+        Some(Peek::Object(f)) if f.method.as_deref() == Some(STREAM_RESUME) => f,
+        _ => {
+            let why = "the first frame on a resumed connection must be stream/resume";
+            let _ = ws::write_frame(
+                &mut socket,
+                ws::OP_CLOSE,
+                &ws::close_payload(ws::CLOSE_PROTOCOL, why),
+            );
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    };
+    let cursor = fields.cursor.as_deref().and_then(|c| c.parse::<u64>().ok());
+    let Some(cursor) = cursor else {
+        return fail(&mut socket, "foreign", "params.cursor is not a cursor this server gave; send initialize on a new WebSocket, then session/load the sessions you follow");
+    };
+    let lease = match conn.acquire(&Route::Connection, Some(cursor)) {
+        Ok(l) => l,
+        Err(Refused::Busy) => return fail(&mut socket, "locked", "another WebSocket of this connection is still open; close it first"),
+        Err(Refused::Ahead(..)) => return fail(&mut socket, "unknown", "this connection never sent that cursor; send initialize on a new WebSocket, then session/load the sessions you follow"),
+        Err(Refused::Gap(_)) => return fail(&mut socket, "expired", "the messages after that cursor are no longer kept; send initialize on a new WebSocket, then session/load the sessions you follow"),
+        Err(Refused::TooMany(_) | Refused::Closed(_)) => return fail(&mut socket, "foreign", "the connection is gone; send initialize on a new WebSocket, then session/load the sessions you follow"),
+    };
+    let Some((start, lease)) = start_writer(server, conn, &socket, lease) else {
+        return fail(
+            &mut socket,
+            "unknown",
+            "the server cannot start this socket's writer; try again",
+        );
+    };
+    let _ = start.send(());
+    serve_frames(server, input.reader, conn, true, lease);
 }
 
 /// A WebSocket's input: the socket's read timeout is the idle timeout between frames, and
@@ -712,27 +921,61 @@ impl ws::FrameInput for Deadlined<'_> {
     }
 }
 
-fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
+/// How a WebSocket ended.
+enum End {
+    /// The client closed it, or broke the protocol: the connection closes.
+    Close(String),
+    /// The socket broke or fell silent: the connection waits for a `stream/resume`.
+    Detach(String),
+}
+
+fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
     let mut partial = None;
-    let mut initialized = false;
+    let mut initialized = resumed;
+    // JSON-RPC objects read (a `stream/resume` is only ever the first).
+    let mut frames = u64::from(resumed);
     loop {
-        match ws::read_message(input, MAX_LINE_BYTES, &mut partial) {
+        let read = ws::read_message(input, MAX_LINE_BYTES, &mut partial);
+        if matches!(read, Ok(Ok(Some(_)))) {
+            // Any frame is a sign of the client (a pong too).
+            conn.touch();
+        }
+        match read {
             Ok(Ok(Some(ws::Incoming::Text(text)))) => {
-                if let Some(answer) = refuse_message(&text) {
+                // Read once, for routing (a typed peek, no tree): the agent reads it itself.
+                let fields = match Peek::read(text.as_bytes()) {
+                    Some(Peek::Object(fields)) => fields,
+                    peek => {
+                        let _ = conn.stream.push(refusal(&text, peek).into());
+                        continue;
+                    }
+                };
+                frames += 1;
+                if fields.method.as_deref() == Some(STREAM_RESUME) {
+                    let answer = if frames == 1 {
+                        resume_failed("unknown", "No stream to resume on a new WebSocket: resume with the Acp-Connection-Id of the connection in the upgrade, or send initialize on this socket, then session/load the sessions you follow")
+                    } else {
+                        resume_failed("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live")
+                    };
                     let _ = conn.stream.push(answer.into());
                     continue;
                 }
                 if !initialized {
-                    match first_message(&text) {
-                        First::Initialize => initialized = true,
+                    match first_message(&fields) {
+                        First::Initialize => {
+                            initialized = true;
+                            if let Some(id) = &fields.id {
+                                conn.initialize_sent(id);
+                            }
+                        }
                         First::Ignored => continue,
                         First::Refused(why) => {
                             conn.close(&format!("{} {why}", ws::CLOSE_PROTOCOL));
-                            return format!("WebSocket protocol error: {why}");
+                            return End::Close(format!("WebSocket protocol error: {why}"));
                         }
                     }
                 }
-                match conn.admit_frame(&text) {
+                match conn.admit_frame(&fields) {
                     Ok(true) => {}
                     // A retry: joined to its request, or its answer sent again.
                     Ok(false) => continue,
@@ -741,24 +984,26 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
                         continue;
                     }
                 }
-                let line = if text.contains(['\n', '\r']) {
-                    serde_json::from_str::<Value>(&text)
-                        .map_or_else(|_| text.clone(), |v| v.to_string())
-                } else {
-                    text
-                };
-                if !conn.deliver(line.into_bytes()) {
-                    return "the connection was closed".into();
+                // One message a line: outside strings, line breaks are only whitespace.
+                let mut line = text.into_bytes();
+                for b in line.iter_mut().filter(|b| **b == b'\n' || **b == b'\r') {
+                    *b = b' ';
+                }
+                if !conn.deliver(line) {
+                    return End::Close("the connection was closed".into());
                 }
             }
             Ok(Ok(Some(ws::Incoming::Ping(p)))) => conn.stream.pong(p),
             Ok(Ok(Some(ws::Incoming::Pong | ws::Incoming::Binary))) => {}
-            Ok(Ok(Some(ws::Incoming::Close(_)))) | Ok(Ok(None)) => {
-                return "the client closed the WebSocket".into()
+            Ok(Ok(Some(ws::Incoming::Close(_)))) => {
+                return End::Close("the client closed the WebSocket".into())
+            }
+            Ok(Ok(None)) => {
+                return End::Detach("the client's socket closed without a close frame".into())
             }
             Ok(Err(ws::Violation(code, why))) => {
                 conn.close(&format!("{code} {why}"));
-                return format!("WebSocket protocol error: {why}");
+                return End::Close(format!("WebSocket protocol error: {why}"));
             }
             Err(_) if input.overdue => {
                 let why = format!(
@@ -766,7 +1011,7 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
                     input.frame_limit.as_millis()
                 );
                 conn.close(&format!("{} {why}", ws::CLOSE_POLICY));
-                return format!("WebSocket closed: {why}");
+                return End::Close(format!("WebSocket closed: {why}"));
             }
             Err(e)
                 if matches!(
@@ -774,9 +1019,11 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn) -> String {
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) =>
             {
-                return "no sign of the client (not even a pong) within the idle timeout".into()
+                return End::Detach(
+                    "no sign of the client (not even a pong) within the idle timeout".into(),
+                )
             }
-            Err(e) => return format!("the WebSocket broke: {e}"),
+            Err(e) => return End::Detach(format!("the WebSocket broke: {e}")),
         }
     }
 }
@@ -791,48 +1038,56 @@ enum First {
 
 /// What the SDK's server does with a WebSocket's first JSON object: only `initialize`, with an
 /// id, opens the connection.
-fn first_message(text: &str) -> First {
-    let Ok(message) = serde_json::from_str::<Value>(text) else {
-        return First::Refused("First message must be initialize");
-    };
-    let method = message.get("method").and_then(Value::as_str);
-    if method.is_none() && (message.get("result").is_some() || message.get("error").is_some()) {
+fn first_message(message: &Fields) -> First {
+    let method = message.method.as_deref();
+    if method.is_none() && message.answer {
         return First::Ignored;
     }
     if !method.is_some_and(|m| methods::transport(m).opens_connection) {
         return First::Refused("First message must be initialize");
     }
-    if message.get("id").is_none_or(Value::is_null) {
+    if message.id.as_ref().is_none_or(Value::is_null) {
         return First::Refused("Initialize request must include an ID");
     }
     First::Initialize
 }
 
-/// A message the SDK's server answers itself: not JSON, a batch, not an object.
-fn refuse_message(text: &str) -> Option<String> {
+/// The resumable-transport draft's WebSocket resume (`{"method": "stream/resume", "params":
+/// {"cursor": …}}` as the first frame after the upgrade).
+const STREAM_RESUME: &str = "stream/resume";
+
+/// The draft's refusal of a `stream/resume`: why (`unknown`, `expired`, `foreign`, `locked`,
+/// `not_first`), what to do, and the way back (`session/load`).
+fn resume_failed(reason: &str, message: &str) -> String {
+    json!({"jsonrpc": "2.0", "method": "stream/resume_failed", "params": {
+        "reason": reason, "message": message, "recovery": "session/load"}})
+    .to_string()
+}
+
+/// The answer to a message the SDK's server answers itself: not JSON, a batch, not an object.
+fn refusal(text: &str, peek: Option<Peek>) -> String {
     // A request serde cannot read (a lone surrogate) is answered with the id its start shows,
     // as on stdio: `null` would leave its sender waiting.
     let mut id = json!(null);
-    let (code, message, data) = match serde_json::from_str::<Value>(text) {
-        Err(_) => {
+    let (code, message, data) = match peek {
+        None => {
             id = json!(crate::jsonrpc::message::request_id_at_start(
                 text.as_bytes()
             ));
             (-32700, "Parse error", Value::Null)
         }
-        Ok(Value::Array(_)) => (
+        Some(Peek::Array) => (
             -32600,
             "Invalid request",
             json!("JSON-RPC batches are not supported"),
         ),
-        Ok(Value::Object(_)) => return None,
-        Ok(_) => (-32600, "Invalid request", Value::Null),
+        Some(_) => (-32600, "Invalid request", Value::Null),
     };
     let mut error = json!({"code": code, "message": message});
     if !data.is_null() {
         error["data"] = data;
     }
-    Some(json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string())
+    json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string()
 }
 
 /// The close code for a connection closed for `why`: the client's own close is normal, a
@@ -853,11 +1108,20 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
     // A ping every `ping_every` even while messages flow: the client's pongs are what tells the
     // reader it is still there.
     let mut last_ping = Instant::now();
+    // A message is delivered once confirmed, as on an event stream: until then a resume gets
+    // it again.
+    let mut unconfirmed = Unconfirmed::default();
     loop {
         let due = ping_every.saturating_sub(last_ping.elapsed());
-        let written = match lease.next(due) {
-            Next::Event(_, json) => ws::write_frame(&mut socket, ws::OP_TEXT, json.as_bytes()),
-            Next::Pong(p) => ws::write_frame(&mut socket, ws::OP_PONG, &p),
+        let written = match lease.next(due.max(Duration::from_millis(1))) {
+            Next::Event(id, json) => {
+                unconfirmed.wrote(Some(id), ws::frame_len(json.len()), Instant::now());
+                ws::write_frame(&mut socket, ws::OP_TEXT, json.as_bytes())
+            }
+            Next::Pong(p) => {
+                unconfirmed.wrote(None, ws::frame_len(p.len()), Instant::now());
+                ws::write_frame(&mut socket, ws::OP_PONG, &p)
+            }
             Next::Idle => Ok(()),
             Next::Closed(why) => {
                 let code = close_code(&why);
@@ -876,12 +1140,14 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
                 return Ok(());
             }
             last_ping = Instant::now();
+            unconfirmed.wrote(None, ws::frame_len(0), Instant::now());
             ws::write_frame(&mut socket, ws::OP_PING, b"")
         });
-        if written.and_then(|()| socket.flush()).is_err() {
+        if written.and_then(|()| socket.flush()).is_err() || client_gone(&socket) {
             let _ = socket.shutdown(std::net::Shutdown::Both);
             return;
         }
+        settle(&socket, &mut unconfirmed, &mut lease);
     }
 }
 

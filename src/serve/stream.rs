@@ -18,6 +18,8 @@
 //! [`REPLAY_WINDOW_BYTES`] a stream and [`CONNECTION_REPLAY_BYTES`] a connection; a receiver
 //! that asks for older ones gets an error, never a gap.
 
+use crate::jsonrpc::Line;
+use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -29,6 +31,12 @@ pub const MAX_BUFFERED_BYTES: usize = 64 * 1024 * 1024;
 pub const REPLAY_WINDOW_BYTES: usize = 4 * 1024 * 1024;
 /// The same, for all the streams of a connection together.
 pub const CONNECTION_REPLAY_BYTES: usize = 4 * REPLAY_WINDOW_BYTES;
+/// Messages delivered kept for a receiver that reconnects, per stream, at most (within the
+/// bytes above): `retentionMessages`, advertised at `initialize`.
+pub const REPLAY_WINDOW_MESSAGES: usize = 4096;
+/// Prompts and requests to the client a stream tracks for its session's turn state, at most
+/// (the oldest forgotten first).
+const TRACKED: usize = 256;
 
 /// A message counts as delivered once its bytes were acknowledged by the client's TCP and the
 /// client is seen still there this long after (a client closing within it, or resetting with
@@ -80,9 +88,6 @@ struct Inner {
     /// The bytes of the kept messages below `delivered` (replay), and from it (waiting).
     delivered_bytes: usize,
     waiting_bytes: usize,
-    /// Each message is delivered on being handed out (a stream that no receiver ever takes
-    /// over: a WebSocket's, whose connection ends with its socket).
-    once: bool,
     /// The lease of the active receiver.
     receiver: Option<u64>,
     /// Whether the active receiver's client is still there (its socket not closed).
@@ -95,6 +100,21 @@ struct Inner {
     /// A WebSocket ping's payload to answer (the latest only).
     pong: Option<Vec<u8>>,
     closed: Option<String>,
+    /// A session's stream: the session, and what its turn state is read from — the prompts
+    /// posted and not yet answered (by id key, with the id), oldest first, and the agent's
+    /// requests on it the client has not answered.
+    session: Option<String>,
+    prompts: VecDeque<(String, Value)>,
+    asking: VecDeque<String>,
+}
+
+/// What a message does to its session's turn state.
+pub enum Mark<'a> {
+    None,
+    /// A response: to the prompt with this id key, if it is one.
+    Answers(&'a str),
+    /// The agent's request to the client, with this id key.
+    Asks(&'a str),
 }
 
 /// What a receiver gets next.
@@ -136,7 +156,7 @@ impl Stream {
 
     /// A stream of a connection whose streams share `budget`.
     pub fn new_in(budget: Arc<Budget>) -> Arc<Stream> {
-        Stream::with(budget, false)
+        Stream::with(budget)
     }
 
     /// The same, numbering its messages from `first_id`: a session's stream made again after
@@ -144,7 +164,7 @@ impl Stream {
     /// window), so that a receiver coming back with the last id it read resumes at once
     /// instead of naming an id the new stream never sent.
     pub fn resumed_in(budget: Arc<Budget>, first_id: u64) -> Arc<Stream> {
-        let stream = Stream::with(budget, false);
+        let stream = Stream::with(budget);
         {
             let mut s = stream.lock();
             let first_id = first_id.max(1);
@@ -160,19 +180,35 @@ impl Stream {
         (s.closed.is_none() && s.next_id > 1).then_some(s.next_id)
     }
 
-    /// A stream that has one receiver for its whole life (a WebSocket's): what it hands out
-    /// counts as delivered (nothing is kept for a receiver that never comes).
-    pub fn once_in(budget: Arc<Budget>) -> Arc<Stream> {
-        Stream::with(budget, true)
+    /// A session's stream (numbered from `first_id`, see [`Stream::resumed_in`]): a receiver
+    /// that comes back to it learns the session's turn state first ([`Stream::acquire`]).
+    pub fn for_session(budget: Arc<Budget>, session: &str, first_id: u64) -> Arc<Stream> {
+        let stream = Stream::resumed_in(budget, first_id);
+        stream.lock().session = Some(session.to_string());
+        stream
     }
 
-    fn with(budget: Arc<Budget>, once: bool) -> Arc<Stream> {
+    /// A prompt of this stream's session was posted (id key, id): its turn is running until
+    /// its answer goes out.
+    pub fn turn_posted(&self, key: &str, id: &Value) {
+        let mut s = self.lock();
+        if s.prompts.len() >= TRACKED {
+            s.prompts.pop_front();
+        }
+        s.prompts.push_back((key.to_string(), id.clone()));
+    }
+
+    /// The client answered the agent's request `key` on this stream.
+    pub fn answered(&self, key: &str) {
+        self.lock().asking.retain(|k| k != key);
+    }
+
+    fn with(budget: Arc<Budget>) -> Arc<Stream> {
         Arc::new(Stream {
             inner: Mutex::new(Inner {
                 next_id: 1,
                 delivered: 1,
                 sent: 1,
-                once,
                 ..Inner::default()
             }),
             wake: Condvar::new(),
@@ -184,41 +220,70 @@ impl Stream {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends a message; `Err` when the messages nobody has read exceed the bound.
+    /// Appends a message as it is (one the server wrote itself, with no cursor in it); `Err`
+    /// when the messages nobody has read exceed the bound.
     pub fn push(&self, json: Arc<str>) -> Result<(), Overflow> {
+        self.push_with(|_| json, false, Mark::None)
+    }
+
+    /// Appends one of the agent's messages with its cursor in `_meta["acp/cursor"]` (where
+    /// its head says `_meta` goes); `last`: the stream's last message (once a receiver has
+    /// it, the stream ends).
+    pub fn push_line(&self, line: &Line, last: bool, mark: Mark) -> Result<(), Overflow> {
+        self.push_with(
+            |id| Arc::from(line.with_meta(&cursor_entry(id))),
+            last,
+            mark,
+        )
+    }
+
+    fn push_with(
+        &self,
+        make: impl FnOnce(u64) -> Arc<str>,
+        last: bool,
+        mark: Mark,
+    ) -> Result<(), Overflow> {
         let mut s = self.lock();
         if s.closed.is_some() {
             return Ok(());
         }
-        let len = json.len();
-        if !self.budget.take_waiting(len) {
-            return Err(Overflow);
-        }
-        let id = s.next_id;
-        s.next_id += 1;
+        append(&mut s, &self.budget, make)?;
         // A message after the last (a session loaded again right after its close, a late
         // update): the session is live again, so the stream neither ends nor is released.
-        s.last = None;
-        s.waiting_bytes += len;
-        s.events.push_back((id, json));
+        s.last = last.then_some(s.next_id - 1);
+        match mark {
+            Mark::None => {}
+            Mark::Answers(key) => {
+                s.prompts.retain(|(k, _)| k != key);
+                if s.prompts.is_empty() {
+                    s.asking.clear();
+                }
+            }
+            Mark::Asks(key) => {
+                if s.asking.len() >= TRACKED {
+                    s.asking.pop_front();
+                }
+                s.asking.push_back(key.to_string());
+            }
+        }
         drop(s);
         self.wake.notify_all();
         Ok(())
     }
 
-    /// Appends the stream's last message: once a receiver has it, the stream ends.
+    /// Appends the stream's last message as it is.
+    #[cfg(test)]
     pub fn push_last(&self, json: Arc<str>) -> Result<(), Overflow> {
-        self.push(json)?;
-        let mut s = self.lock();
-        s.last = Some(s.next_id - 1);
-        Ok(())
+        self.push_with(|_| json, true, Mark::None)
     }
 
-    /// Whether the stream can be forgotten: no receiver, and it ended or holds nothing (a
-    /// receiver that comes back finds a new, empty one — as it would have).
+    /// Whether the stream can be forgotten: no receiver, and it ended or holds nothing and
+    /// tracks no running turn (a receiver that comes back finds a new, empty one — as it
+    /// would have).
     pub fn disposable(&self) -> bool {
         let s = self.lock();
-        s.receiver.is_none() && (s.closed.is_some() || s.events.is_empty())
+        s.receiver.is_none()
+            && (s.closed.is_some() || (s.events.is_empty() && s.prompts.is_empty()))
     }
 
     /// Whether the stream's last message was handed out but is not yet delivered (it is kept,
@@ -246,6 +311,20 @@ impl Stream {
 
     pub fn has_receiver(&self) -> bool {
         self.lock().receiver.is_some()
+    }
+
+    /// Lets go of the receiver holding lease `lease` (its socket is gone), if it is still the
+    /// active one (a resume may have taken over already): it learns it at once
+    /// ([`Next::Gone`]); what it wrote and did not confirm waits for the next one.
+    pub fn detach(&self, lease: u64) {
+        let mut s = self.lock();
+        if s.receiver != Some(lease) {
+            return;
+        }
+        s.receiver = None;
+        s.receiver_alive = None;
+        drop(s);
+        self.wake.notify_all();
     }
 
     /// Becomes the stream's receiver, from the message after `last_seen` (SSE `Last-Event-ID`)
@@ -283,6 +362,18 @@ impl Stream {
             // That id was the last message's: the stream ended with it.
             return Err(Refused::Closed(s.closed.clone().unwrap_or_default()));
         }
+        // A receiver that comes back to a session's stream learns first, right after what it
+        // missed, whether the session's turn survived (the draft's `acp/turnState`).
+        if let Some(session) = s
+            .session
+            .clone()
+            .filter(|_| last_seen.is_some() || s.leases > 0)
+        {
+            let state = turn_state(&s);
+            let _ = append(&mut s, &self.budget, |id| {
+                turn_state_update(&session, &state, id)
+            });
+        }
         s.leases += 1;
         let lease = s.leases;
         s.receiver = Some(lease);
@@ -310,6 +401,11 @@ impl Lease {
     #[cfg(test)]
     pub fn cursor(&self) -> u64 {
         self.cursor
+    }
+
+    /// Which lease this is (for [`Stream::detach`]).
+    pub fn number(&self) -> u64 {
+        self.lease
     }
 
     /// The messages below `upto` reached the client (it was still there well after they were
@@ -358,9 +454,6 @@ impl Lease {
                 let (id, json) = s.events[(at - oldest) as usize].clone();
                 self.cursor = id + 1;
                 s.sent = s.sent.max(id + 1);
-                if s.once {
-                    mark_delivered(&mut s, id + 1, &self.stream.budget);
-                }
                 return Next::Event(id, json);
             }
             let (guard, timeout) = self
@@ -374,6 +467,56 @@ impl Lease {
             }
         }
     }
+}
+
+/// Appends the message `make` builds with the next id, if the connection's budget has room.
+fn append(
+    s: &mut Inner,
+    budget: &Budget,
+    make: impl FnOnce(u64) -> Arc<str>,
+) -> Result<(), Overflow> {
+    let id = s.next_id;
+    let json = make(id);
+    let len = json.len();
+    if !budget.take_waiting(len) {
+        return Err(Overflow);
+    }
+    s.next_id += 1;
+    s.waiting_bytes += len;
+    s.events.push_back((id, json));
+    Ok(())
+}
+
+/// The `_meta` entry of a message's cursor: the SSE id, as an opaque string.
+fn cursor_entry(id: u64) -> String {
+    format!("\"acp/cursor\":\"{id}\"")
+}
+
+/// The session's turn state, the draft's advisory `acp/turnState`: `running` while a prompt
+/// posted here is unanswered (`requires_action` while the client owes an answer to one of the
+/// agent's requests), else `idle`; `promptRequestId` is the running prompt's JSON-RPC id.
+fn turn_state(s: &Inner) -> Value {
+    match s.prompts.front() {
+        None => json!({"state": "idle", "promptRequestId": null}),
+        Some((_, id)) => {
+            let state = if s.asking.is_empty() {
+                "running"
+            } else {
+                "requires_action"
+            };
+            json!({"state": state, "promptRequestId": id})
+        }
+    }
+}
+
+/// A `session_info_update` that carries only the turn state (and its cursor).
+fn turn_state_update(session: &str, state: &Value, id: u64) -> Arc<str> {
+    json!({"jsonrpc": "2.0", "method": "session/update", "params": {
+        "_meta": {"acp/cursor": id.to_string(), "acp/turnState": state},
+        "sessionId": session,
+        "update": {"sessionUpdate": "session_info_update"}}})
+    .to_string()
+    .into()
 }
 
 /// What one receiver wrote and has not confirmed: which messages, through which byte of its
@@ -472,6 +615,9 @@ fn release(s: &mut Inner, budget: &Budget) {
 fn evict_replayed(s: &mut Inner, budget: &Budget) {
     while s.delivered_bytes > REPLAY_WINDOW_BYTES
         || budget.replay.load(Ordering::Acquire) > CONNECTION_REPLAY_BYTES
+        || s.events
+            .front()
+            .is_some_and(|e| s.delivered - e.0 > REPLAY_WINDOW_MESSAGES as u64)
     {
         match s.events.front() {
             Some((id, json)) if *id < s.delivered => {
@@ -752,14 +898,81 @@ mod tests {
         assert!(u.is_empty());
     }
 
+    /// A receiver that comes back to a session's stream gets, right after what it missed, the
+    /// turn state: `running` with the prompt's id while its answer is not out,
+    /// `requires_action` while the client owes the agent an answer, `idle` after.
     #[test]
-    fn a_stream_with_one_receiver_delivers_what_it_hands_out() {
-        let s = Stream::once_in(Arc::default());
-        assert!(s.push("a".into()).is_ok());
+    fn a_receiver_that_comes_back_learns_the_turn_state_after_its_replay() {
+        let line = |m: crate::jsonrpc::Message| m.to_routed_line();
+        // The last message handed out (without Last-Event-ID, what was not confirmed comes
+        // again first): the turn state.
+        let state = |lease: &mut Lease| {
+            let mut last = None;
+            while let Next::Event(_, json) = lease.next(Duration::ZERO) {
+                last = Some(json);
+            }
+            let v: Value = serde_json::from_str(&last.unwrap()).unwrap();
+            v["params"]["_meta"]["acp/turnState"].clone()
+        };
+        let s = Stream::for_session(Arc::default(), "s", 1);
+        // The first receiver learns nothing (nothing to resume).
+        let mut first = s.acquire(None).ok().unwrap();
+        assert!(matches!(first.next(Duration::ZERO), Next::Idle));
+        drop(first);
+        s.turn_posted("number:7", &json!(7));
+        let update = line(crate::jsonrpc::Message::notification(
+            "session/update",
+            json!({"sessionId": "s", "update": {}}),
+        ));
+        assert!(s.push_line(&update, false, Mark::None).is_ok());
+        let mut again = s.acquire(Some(0)).ok().unwrap();
+        assert_eq!(event(again.next(Duration::ZERO)).0, 1, "the replay first");
+        assert_eq!(
+            state(&mut again),
+            json!({"state": "running", "promptRequestId": 7})
+        );
+        drop(again);
+        let ask = line(crate::jsonrpc::Message::request(
+            crate::jsonrpc::RequestId::Int(0),
+            "session/request_permission",
+            json!({"sessionId": "s"}),
+        ));
+        assert!(s.push_line(&ask, false, Mark::Asks("number:0")).is_ok());
         let mut lease = s.acquire(None).ok().unwrap();
-        event(lease.next(Duration::ZERO));
+        assert_eq!(state(&mut lease)["state"], "requires_action");
+        drop(lease);
+        s.answered("number:0");
+        let mut lease = s.acquire(None).ok().unwrap();
+        assert_eq!(state(&mut lease)["state"], "running");
+        drop(lease);
+        let answer = line(crate::jsonrpc::Message::response(
+            crate::jsonrpc::RequestId::Int(7),
+            Ok(json!({"stopReason": "end_turn"})),
+        ));
+        assert!(s
+            .push_line(&answer, false, Mark::Answers("number:7"))
+            .is_ok());
+        let mut lease = s.acquire(None).ok().unwrap();
+        assert_eq!(
+            state(&mut lease),
+            json!({"state": "idle", "promptRequestId": null})
+        );
         assert!(accounted(&s));
-        assert_eq!(s.lock().delivered, 2);
+    }
+
+    /// A socket whose reader sees it gone only after a resume took its stream over lets go of
+    /// its own lease, never of the one that took over.
+    #[test]
+    fn detaching_a_receiver_taken_over_leaves_the_new_one() {
+        let s = Stream::new();
+        assert!(s.push("a".into()).is_ok());
+        let old = s.acquire(None).ok().unwrap();
+        old.watch(|| false);
+        let mut new = s.acquire(Some(0)).ok().unwrap();
+        s.detach(old.number());
+        assert_eq!(event(new.next(Duration::ZERO)), (1, "a".into()));
+        s.detach(new.number());
+        assert!(matches!(new.next(Duration::ZERO), Next::Gone));
     }
 
     #[test]

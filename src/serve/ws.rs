@@ -279,6 +279,15 @@ fn read_full<R: Read>(input: &mut R, buf: &mut [u8]) -> io::Result<bool> {
     Ok(true)
 }
 
+/// The bytes of an unmasked server frame with `len` bytes of payload.
+pub fn frame_len(len: usize) -> usize {
+    len + match len {
+        n if n < 126 => 2,
+        n if n <= 0xFFFF => 4,
+        _ => 10,
+    }
+}
+
 /// Writes one unfragmented, unmasked server frame.
 pub fn write_frame<W: Write>(out: &mut W, opcode: u8, payload: &[u8]) -> io::Result<()> {
     let mut head = Vec::with_capacity(10);

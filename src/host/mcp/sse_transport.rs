@@ -139,6 +139,7 @@ impl SseTransport {
                 for out in lines {
                     match out {
                         Outgoing::Line(line) => {
+                            let line = line.text;
                             if let Err(e) = s.post(&line) {
                                 log::warn!("MCP server {server}: a message could not be sent: {e}");
                                 if let Ok(Message::Request(r)) = parse_line(line.as_bytes()) {
