@@ -460,4 +460,43 @@ mod tests {
                 || matches!(Peek::read(b"\"\\ud800\""), Some(Peek::Other))
         );
     }
+
+    /// The digest of `params` tells a retry from another request: the same params (members in
+    /// any order, spacing, escapes) give the same digest, as the tree would; any other value
+    /// (another text, an integer for a float, an element moved, `sessionId` changed) another.
+    #[test]
+    fn the_params_digest_is_the_values() {
+        let digest = |text: &str| fields(text).params;
+        let a = digest(
+            r#"{"id":1,"params":{"sessionId":"s","prompt":[{"type":"text","text":"hi"}],"n":1}}"#,
+        );
+        assert!(a.is_some());
+        let same = [
+            r#"{"params":{"n":1,"prompt":[{"text":"hi","type":"text"}],"sessionId":"s"},"id":1}"#,
+            r#"{"id":1,"params": { "sessionId" : "\u0073", "prompt":[{"type":"text","text":"h\u0069"}],"n":1 }}"#,
+        ];
+        for text in same {
+            assert_eq!(digest(text), a, "{text}");
+        }
+        let other = [
+            r#"{"id":1,"params":{"sessionId":"s","prompt":[{"type":"text","text":"ho"}],"n":1}}"#,
+            r#"{"id":1,"params":{"sessionId":"t","prompt":[{"type":"text","text":"hi"}],"n":1}}"#,
+            r#"{"id":1,"params":{"sessionId":"s","prompt":[{"type":"text","text":"hi"}],"n":1.0}}"#,
+            r#"{"id":1,"params":{"sessionId":"s","prompt":[{"type":"text","text":"hi"}]}}"#,
+            r#"{"id":1,"params":{"sessionId":"s","prompt":[{"type":"text","text":"hi"},{}],"n":1}}"#,
+            r#"{"id":1,"params":{"sessionId":"s","prompt":{"type":"text","text":"hi"},"n":1}}"#,
+        ];
+        for text in other {
+            assert_ne!(digest(text), a, "{text}");
+        }
+        assert_eq!(digest(r#"{"id":1}"#), None);
+        assert_ne!(digest(r#"{"params":[1,2]}"#), digest(r#"{"params":[2,1]}"#));
+        assert_ne!(digest(r#"{"params":null}"#), None);
+        // The tree's digest is the text's.
+        let v: Value = serde_json::from_str(r#"{"x":[1,-2,2.5,"s",null,true,{"y":{}}]}"#).unwrap();
+        assert_eq!(
+            Some(digest_value(&v)),
+            digest(r#"{"params":{"x":[1,-2,2.5,"s",null,true,{"y":{}}]}}"#)
+        );
+    }
 }
