@@ -939,18 +939,6 @@ fn every_refusal_has_the_sdk_servers_status() {
             423,
         ),
         (
-            "a second receiver resuming (Last-Event-ID)",
-            "GET",
-            vec![
-                ("Authorization", a),
-                ("Accept", "text/event-stream"),
-                ("Acp-Connection-Id", cid),
-                ("Last-Event-ID", "1"),
-            ],
-            "",
-            423,
-        ),
-        (
             "a second receiver of a session",
             "GET",
             vec![
@@ -4411,4 +4399,122 @@ fn a_websocket_dropped_mid_turn_resumes_by_cursor() {
         (json!("stream/resume_failed"), json!("unknown")),
         "{v}"
     );
+}
+
+/// Review of issue 57, F4: a client whose network changed mid-turn (its old socket half-open:
+/// the server cannot tell it from a live one) comes back with `Last-Event-ID` — proof of what
+/// it has — and takes its stream over at once (it was refused 423 until TCP gave up on the old
+/// socket, ~the idle timeout, so a draft client fell back to `session/load` elsewhere): it gets
+/// what followed its cursor, the old socket is shut down. Without a cursor, still 423.
+#[test]
+fn a_resume_by_cursor_takes_the_stream_over_from_a_half_open_receiver() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    // new_session opened the session's stream last.
+    let old = c.streams.last().unwrap().try_clone().unwrap();
+    let id = c.prompt(&sid, "slow");
+    let mut last = None;
+    while last.is_none_or(|n| n < 2) {
+        let (stream, eid, _) = c.next();
+        if stream.as_deref() == Some(sid.as_str()) {
+            last = Some(eid);
+        }
+    }
+    // A second receiver without a cursor is refused while the first is there.
+    let (status, _) = c.try_stream(Some(&sid), None);
+    assert_eq!(status, 423, "a second receiver without a cursor");
+    // The old socket stays open on the client's side (half-open from the server's view).
+    let (status, socket) = c.try_stream(Some(&sid), last);
+    assert_eq!(
+        status, 200,
+        "a resume with Last-Event-ID from the same principal was locked out by a half-open receiver"
+    );
+    c.streams.push(socket.unwrap());
+    // The old receiver's socket is shut down by the server.
+    old.set_read_timeout(Some(STEP)).unwrap();
+    let deadline = Instant::now() + STEP;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the old receiver's socket is still open"
+        );
+        match old.peek(&mut [0u8; 1]) {
+            Ok(0) => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!("the old receiver's socket is still open")
+            }
+            Err(_) => break,
+            Ok(_) => std::thread::yield_now(),
+        }
+    }
+    // The turn goes on on the new receiver: cancelled, its answer comes there.
+    let r = s.post(
+        Some(&c.conn),
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let (r, _) = c.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "cancelled", "{r}");
+}
+
+/// Review of issue 57, F4, on a WebSocket: a `stream/resume` with its cursor takes the
+/// connection over from a socket that is still open (half-open), instead of
+/// `stream/resume_failed {reason: "locked"}`; the old socket is closed by the server.
+#[test]
+fn a_websocket_resume_by_cursor_takes_over_from_a_half_open_socket() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}}));
+    let mut text = String::new();
+    while !text.contains("Starting slowly") {
+        let v = ws.message();
+        text.extend(v["params"]["update"]["content"]["text"].as_str());
+    }
+    // The old socket is left open (the client's network changed under it).
+    let had = ws.cursor;
+    let mut again = WsClient::resuming(&s, &ws.conn);
+    again.methods = ws.methods.clone();
+    again.cursor = had;
+    again.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": had.to_string()}}));
+    again
+        .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
+    let answer = loop {
+        let v = again.message();
+        assert_ne!(v["method"], "stream/resume_failed", "{v}");
+        if v["id"] == 2 && v.get("method").is_none() {
+            break v;
+        }
+    };
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    // The old socket was closed by the server (a close frame or the end of the stream).
+    let deadline = Instant::now() + STEP;
+    loop {
+        assert!(Instant::now() < deadline, "the old socket is still open");
+        let mut byte = [0u8; 1];
+        match std::io::Read::read(&mut ws.reader, &mut byte) {
+            Ok(0) => break,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!("the old socket is still open")
+            }
+            Err(_) => break,
+            Ok(_) => {}
+        }
+    }
 }

@@ -440,7 +440,7 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
     let lease = match conn.acquire(&route, last_seen) {
         Ok(l) => l,
         Err(Refused::Busy) => {
-            return text(ex, LOCKED, "Locked: this stream already has an active receiver; close it first (a receiver whose client has gone is replaced at once)")
+            return text(ex, LOCKED, "Locked: this stream already has an active receiver; close it first, or resume with Last-Event-ID (the last id you read), which takes the stream over (a receiver whose client has gone is replaced at once)")
         }
         Err(Refused::Ahead(seen, last)) => {
             return cursor_refused(ex, &route, &seen.to_string(), CursorRefusal::Unknown, &format!("this stream has not sent it (the last it sent is {last})"))
@@ -520,7 +520,12 @@ fn pump_events(socket: &mut TcpStream, mut lease: Lease, keepalive: Duration) {
                 }
                 return;
             }
-            Next::Gone => return,
+            // Taken over by a receiver that resumed with its cursor (this one's client may be
+            // half-open: its network changed): the socket is shut down, not left to linger.
+            Next::Gone => {
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+                return;
+            }
         };
         if written.is_err() || client_gone(socket) {
             return;
@@ -1132,8 +1137,14 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
                 let _ = socket.shutdown(std::net::Shutdown::Both);
                 return;
             }
+            // Taken over by a `stream/resume` (this socket may be half-open: the client's
+            // network changed): shut down, so that its reader ends too.
+            Next::Gone => {
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+                return;
+            }
             // (A WebSocket's stream has no last message: no session stream is one.)
-            Next::Gone | Next::Ended => return,
+            Next::Ended => return,
         };
         let written = written.and_then(|()| {
             if last_ping.elapsed() < ping_every {

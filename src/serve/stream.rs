@@ -329,8 +329,13 @@ impl Stream {
 
     /// Becomes the stream's receiver, from the message after `last_seen` (SSE `Last-Event-ID`)
     /// or, without it, from the first message not yet delivered (what an earlier receiver was
-    /// handed but could not confirm comes again). A second receiver is refused while the first
-    /// one's client is there, `Last-Event-ID` or not; one that comes after a client that has
+    /// handed but could not confirm comes again). A receiver that resumes (`last_seen`: the
+    /// cursor says exactly what its client has) takes the stream over from the one before,
+    /// whatever the server can tell of that one's client: a half-open socket (the client's
+    /// network changed) looks alive until TCP gives up on it. The receiver taken over from
+    /// learns it at once ([`Next::Gone`]; its socket is then shut down) and what it wrote
+    /// and did not confirm waits for the new one. A second receiver *without* a cursor is
+    /// refused while the first one's client is there; one that comes after a client that has
     /// gone (closed or reset its side) takes the stream over (the server may not have seen the
     /// first one go yet: a client that reopens its stream at once must not be refused).
     pub fn acquire(self: &Arc<Stream>, last_seen: Option<u64>) -> Result<Lease, Refused> {
@@ -338,10 +343,12 @@ impl Stream {
         if let Some(why) = &s.closed {
             return Err(Refused::Closed(why.clone()));
         }
-        // With or without Last-Event-ID: a receiver whose client is there keeps its stream.
-        let alive = s.receiver_alive.as_ref().is_none_or(|alive| alive());
-        if s.receiver.is_some() && alive {
-            return Err(Refused::Busy);
+        // Without a cursor, a receiver whose client is there keeps its stream.
+        if last_seen.is_none() && s.receiver.is_some() {
+            let alive = s.receiver_alive.as_ref().is_none_or(|alive| alive());
+            if alive {
+                return Err(Refused::Busy);
+            }
         }
         let from = match last_seen {
             None => s.delivered,
@@ -673,10 +680,9 @@ mod tests {
         assert!(matches!(s.acquire(None), Err(Refused::Busy)));
         assert_eq!(event(first.next(Duration::ZERO)), (1, "a".into()));
         assert_eq!(event(first.next(Duration::ZERO)), (2, "b".into()));
-        // Resuming does not take a stream from a receiver whose client is there...
-        assert!(matches!(s.acquire(Some(1)), Err(Refused::Busy)));
-        // ...but does once that client has closed, before the server saw it go.
-        first.watch(|| false);
+        // Reopening without a cursor does not take a stream from a receiver whose client is
+        // there; resuming with one does (the first may be half-open: the cursor says what the
+        // client has).
         let mut again = s.acquire(Some(1)).ok().unwrap();
         assert!(matches!(first.next(Duration::ZERO), Next::Gone));
         drop(first);
