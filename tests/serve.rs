@@ -336,11 +336,48 @@ fn without_cursor(v: &Value) -> Value {
 
 /// Every message of a stream carries its cursor, the SSE id (an error response, which has no
 /// `_meta` in the schema, has it only as its SSE id).
-fn check_cursor(v: &Value, id: u64) -> Result<(), String> {
-    let want = (v.get("error").is_none()).then(|| id.to_string());
-    match (cursor_of(v), want.as_deref()) {
+fn check_cursor(v: &Value, id: &str) -> Result<(), String> {
+    let want = (v.get("error").is_none()).then_some(id);
+    match (cursor_of(v), want) {
         (got, want) if got == want => Ok(()),
         (got, want) => Err(format!("event {id}: cursor {got:?}, not {want:?}: {v}")),
+    }
+}
+
+/// The tag of each stream's cursors as last seen, by connection and session (`None`: the
+/// connection's stream): cursors are opaque to a client (`<tag>-<n>`); the tests keep the
+/// number to compare them, and give back the cursor as the server wrote it.
+type Tags = HashMap<(String, Option<String>), String>;
+fn tags() -> std::sync::MutexGuard<'static, Tags> {
+    static TAGS: std::sync::OnceLock<Mutex<Tags>> = std::sync::OnceLock::new();
+    TAGS.get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+}
+
+/// Reads a cursor of a stream (`<tag>-<n>`): its number; its tag is noted as the stream's.
+fn read_cursor(conn: &str, session: Option<&str>, cursor: &str) -> u64 {
+    let (tag, n) = cursor
+        .rsplit_once('-')
+        .unwrap_or_else(|| panic!("a cursor is a tag and a number: {cursor}"));
+    assert!(
+        tag.len() == 16 && tag.chars().all(|c| c.is_ascii_hexdigit()),
+        "{cursor}"
+    );
+    tags().insert(
+        (conn.to_string(), session.map(str::to_string)),
+        tag.to_string(),
+    );
+    n.parse()
+        .unwrap_or_else(|_| panic!("a cursor's number: {cursor}"))
+}
+
+/// The cursor of message `n` of a stream, as the server wrote it (`0`, a client's that read
+/// nothing, while the stream's tag is not known).
+fn cursor_text(conn: &str, session: Option<&str>, n: u64) -> String {
+    match tags().get(&(conn.to_string(), session.map(str::to_string))) {
+        Some(tag) => format!("{tag}-{n}"),
+        None => n.to_string(),
     }
 }
 
@@ -438,6 +475,16 @@ impl<'a> HttpClient<'a> {
         session: Option<&str>,
         last_seen: Option<u64>,
     ) -> (u16, Option<TcpStream>) {
+        let cursor = last_seen.map(|n| cursor_text(&self.conn, session, n));
+        self.try_stream_at(session, cursor.as_deref()).0
+    }
+
+    /// The same with `Last-Event-ID: cursor` as given; also the body of a refusal.
+    fn try_stream_at(
+        &self,
+        session: Option<&str>,
+        cursor: Option<&str>,
+    ) -> ((u16, Option<TcpStream>), String) {
         let mut s = TcpStream::connect(("127.0.0.1", self.serve.port)).unwrap();
         let mut head = format!(
             "GET /acp HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAuthorization: Bearer {}\r\nAccept: text/event-stream\r\nAcp-Connection-Id: {}\r\n",
@@ -448,16 +495,25 @@ impl<'a> HttpClient<'a> {
         if let Some(sid) = session {
             head.push_str(&format!("Acp-Session-Id: {sid}\r\n"));
         }
-        if let Some(id) = last_seen {
-            head.push_str(&format!("Last-Event-ID: {id}\r\n"));
+        if let Some(cursor) = cursor {
+            head.push_str(&format!("Last-Event-ID: {cursor}\r\n"));
         }
         head.push_str("\r\n");
         s.write_all(head.as_bytes()).unwrap();
+        s.set_read_timeout(Some(STEP)).unwrap();
         let mut reader = BufReader::new(s.try_clone().unwrap());
         let (status, headers) = read_head(&mut reader);
         if status != 200 {
-            return (status, None);
+            let len = headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("Content-Length"))
+                .and_then(|(_, v)| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            let mut body = vec![0; len];
+            reader.read_exact(&mut body).unwrap();
+            return ((status, None), String::from_utf8_lossy(&body).into_owned());
         }
+        s.set_read_timeout(None).unwrap();
         let ct = headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case("Content-Type"));
@@ -468,11 +524,13 @@ impl<'a> HttpClient<'a> {
             Arc::clone(&self.violations),
         );
         let tag = session.map(str::to_string);
+        let conn = self.conn.clone();
         std::thread::spawn(move || {
-            let mut id = 0;
+            let (mut id, mut raw) = (0, String::new());
             for line in reader.lines().map_while(Result::ok) {
                 if let Some(v) = line.strip_prefix("id: ") {
-                    id = v.parse().unwrap();
+                    id = read_cursor(&conn, tag.as_deref(), v);
+                    raw = v.to_string();
                 } else if let Some(data) = line.strip_prefix("data: ") {
                     let lookup = |i: &Value| methods.lock().unwrap().get(&i.to_string()).cloned();
                     if let Err(e) = support::schema::validate_agent_line(data, lookup) {
@@ -482,7 +540,7 @@ impl<'a> HttpClient<'a> {
                             .push(format!("{e}\n  line: {data}"));
                     }
                     let v: Value = serde_json::from_str(data).unwrap();
-                    if let Err(e) = check_cursor(&v, id) {
+                    if let Err(e) = check_cursor(&v, &raw) {
                         violations.lock().unwrap().push(e);
                     }
                     if tx.send((tag.clone(), id, v)).is_err() {
@@ -491,7 +549,7 @@ impl<'a> HttpClient<'a> {
                 }
             }
         });
-        (200, Some(s))
+        ((200, Some(s)), String::new())
     }
 
     /// Drops every event stream (the client's network went away).
@@ -1370,7 +1428,8 @@ fn same_answer_with_a_new_cursor(again: &Value, first: &Value) {
     let cursor = |v: &Value| -> u64 {
         v["result"]["_meta"]["acp/cursor"]
             .as_str()
-            .and_then(|c| c.parse().ok())
+            .and_then(|c| c.rsplit_once('-'))
+            .and_then(|(_, n)| n.parse().ok())
             .unwrap_or_else(|| panic!("an answer with a cursor: {v}"))
     };
     assert!(cursor(again) > cursor(first), "{again} after {first}");
@@ -1845,8 +1904,8 @@ impl WsClient {
             // The agent's messages carry their cursors, increasing (the transport's own
             // refusals, errors, carry none).
             if v.get("error").is_none() {
-                let cursor: u64 = cursor_of(&v)
-                    .and_then(|c| c.parse().ok())
+                let cursor = cursor_of(&v)
+                    .map(|c| read_cursor(&self.conn, None, c))
                     .unwrap_or_else(|| panic!("a cursor: {text}"));
                 assert!(cursor > self.cursor, "cursors increase: {text}");
                 self.cursor = cursor;
@@ -1973,6 +2032,8 @@ fn a_stream_reopened_at_once_is_not_refused() {
 /// what it has not taken is what a client whose network drops never saw).
 struct RawStream {
     reader: BufReader<TcpStream>,
+    conn: String,
+    session: String,
 }
 
 impl RawStream {
@@ -2038,7 +2099,8 @@ impl RawStream {
             s.auth(),
         );
         if let Some(id) = last_seen {
-            head.push_str(&format!("Last-Event-ID: {id}\r\n"));
+            let cursor = cursor_text(conn, Some(session), id);
+            head.push_str(&format!("Last-Event-ID: {cursor}\r\n"));
         }
         head.push_str("\r\n");
         sock.write_all(head.as_bytes()).unwrap();
@@ -2046,14 +2108,19 @@ impl RawStream {
         // socket.
         let mut reader = BufReader::with_capacity(2048, sock);
         let (status, _) = read_head(&mut reader);
-        (status, (status == 200).then_some(RawStream { reader }))
+        let stream = RawStream {
+            reader,
+            conn: conn.to_string(),
+            session: session.to_string(),
+        };
+        (status, (status == 200).then_some(stream))
     }
 
     /// The next event: its id and message (within the step timeout: keep-alive comments do
     /// not extend it).
     fn next(&mut self) -> (u64, Value) {
         let deadline = Instant::now() + STEP;
-        let mut id = None;
+        let mut id: Option<(u64, String)> = None;
         loop {
             assert!(
                 Instant::now() < deadline,
@@ -2066,11 +2133,14 @@ impl RawStream {
                 .expect("an event within the step timeout");
             assert!(n > 0, "the stream ended before the next event");
             if let Some(v) = line.trim_end().strip_prefix("id: ") {
-                id = v.parse().ok();
+                id = Some((
+                    read_cursor(&self.conn, Some(&self.session), v),
+                    v.to_string(),
+                ));
             } else if let Some(data) = line.trim_end().strip_prefix("data: ") {
-                let id = id.expect("an id before the data");
+                let (id, raw) = id.expect("an id before the data");
                 let v = serde_json::from_str(data).unwrap();
-                check_cursor(&v, id).unwrap();
+                check_cursor(&v, &raw).unwrap();
                 return (id, v);
             }
         }
@@ -2717,6 +2787,7 @@ fn a_receiver_beyond_the_replay_window_is_refused_409_and_recovers_with_session_
     // Issue 57: an expired cursor is the draft's 409 (it was 410, and the connection closed),
     // saying which and what to do; the connection goes on.
     let auth = s.auth();
+    let first = cursor_text(&c.conn, Some(&sid), 1);
     let r = s.exchange(
         "GET",
         &[
@@ -2724,7 +2795,7 @@ fn a_receiver_beyond_the_replay_window_is_refused_409_and_recovers_with_session_
             ("Accept", "text/event-stream"),
             ("Acp-Connection-Id", &c.conn),
             ("Acp-Session-Id", &sid),
-            ("Last-Event-ID", "1"),
+            ("Last-Event-ID", &first),
         ],
         b"",
     );
@@ -4175,8 +4246,9 @@ fn a_refused_cursor_gets_409_and_the_client_recovers_with_session_load() {
     );
     assert_eq!(r.status, 202);
     c.drop_streams();
+    let unsent = cursor_text(&c.conn, Some(&sid), 999999);
     for (conn, cursor, reason) in [
-        (c.conn.as_str(), "999999", "unknown"),
+        (c.conn.as_str(), unsent.as_str(), "unknown"),
         (c.conn.as_str(), "not-a-cursor", "foreign"),
         (gone_id.as_str(), "1", "foreign"),
     ] {
@@ -4367,7 +4439,7 @@ fn a_websocket_dropped_mid_turn_resumes_by_cursor() {
     let mut again = WsClient::resuming(&s, &conn);
     again.methods = methods;
     again.cursor = kept;
-    again.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": kept.to_string()}}));
+    again.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": cursor_text(&conn, None, kept)}}));
     for (cursor, v) in &before[before.len() - 2..] {
         assert_eq!(&again.message(), v, "replayed exactly");
         assert_eq!(again.cursor, *cursor);
@@ -4386,7 +4458,7 @@ fn a_websocket_dropped_mid_turn_resumes_by_cursor() {
     drop(again.reader);
     let mut third = WsClient::resuming(&s, &conn);
     third.send(
-        &json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": "999999"}}),
+        &json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": cursor_text(&conn, None, 999999)}}),
     );
     let v = loop {
         let (op, payload) = third.frame();
@@ -4487,7 +4559,7 @@ fn a_websocket_resume_by_cursor_takes_over_from_a_half_open_socket() {
     let mut again = WsClient::resuming(&s, &ws.conn);
     again.methods = ws.methods.clone();
     again.cursor = had;
-    again.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": had.to_string()}}));
+    again.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": cursor_text(&ws.conn, None, had)}}));
     again
         .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
     let answer = loop {
@@ -4517,4 +4589,93 @@ fn a_websocket_resume_by_cursor_takes_over_from_a_half_open_socket() {
             Ok(_) => {}
         }
     }
+}
+
+/// Review of issue 57, F3: cursors are opaque and bound to their stream (`<tag>-<n>`, the tag a
+/// keyed hash of connection, route and incarnation): a cursor of another stream of the same
+/// connection (here: another session's) is refused 409 `foreign`; it was taken as this
+/// stream's (all its streams numbered 1, 2, …), and the messages up to it were skipped
+/// silently.
+#[test]
+fn a_cursor_of_another_stream_is_refused_as_foreign() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let a = c.new_session();
+    let id = c.prompt(&a, "hello");
+    c.until_response(id, |v| panic!("{v}"));
+    let a_last = c.seen.borrow().get(&Some(a.clone())).copied().unwrap();
+    let b = c.new_session();
+    let id = c.prompt(&b, "chatty");
+    c.until_response(id, |v| panic!("{v}"));
+    let b_last = c.seen.borrow().get(&Some(b.clone())).copied().unwrap();
+    assert!(b_last > a_last + 1, "{a_last} {b_last}");
+    c.drop_streams();
+    // The client mixes up its cursors: it resumes b's stream with a's last one.
+    let a_cursor = cursor_text(&c.conn, Some(&a), a_last);
+    let ((status, _), body) = c.try_stream_at(Some(&b), Some(&a_cursor));
+    assert_eq!(
+        status, 409,
+        "a cursor of a's stream was honoured on b's: b's messages up to it were skipped"
+    );
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["data"]["reason"], "foreign", "{body}");
+    // b's own cursor resumes it.
+    let (status, _) = c.try_stream(Some(&b), Some(b_last));
+    assert_eq!(status, 200);
+}
+
+/// Review of issue 57, F2: a session's stream that ended (`session/close`) and is made again
+/// (the session loaded again on the same connection) continues its numbering with the same
+/// tag — it numbered from 1 again, so a cursor of the old numbering named a message of the new
+/// one — and a receiver that comes back to the ended stream is told the session's stream
+/// ended (409 `closed`, recovery `session/load`), not "the connection was closed" (404) while
+/// the connection is open.
+#[test]
+fn a_session_stream_made_again_after_close_continues_its_numbering() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "hello");
+    let (r, _) = c.until_response(id, |v| panic!("{v}"));
+    assert_eq!(r["result"]["stopReason"], "end_turn", "{r}");
+    let id = c.send("session/close", json!({"sessionId": sid}));
+    let (r, _) = c.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("result").is_some(), "{r}");
+    let last = c.seen.borrow().get(&Some(sid.clone())).copied().unwrap();
+    let last_cursor = cursor_text(&c.conn, Some(&sid), last);
+    c.drop_streams();
+    // Coming back after the close answer says it was delivered: the stream ended with it.
+    let ((status, _), body) = c.try_stream_at(Some(&sid), Some(&last_cursor));
+    assert_eq!(status, 409, "the ended session stream's answer: {body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["data"]["reason"], "closed", "{body}");
+    assert_eq!(body["error"]["data"]["recovery"], "session/load", "{body}");
+    let conn_seen = c.seen.borrow().get(&None).copied();
+    c.open_stream(None, conn_seen);
+    let cwd = s.ws.path().to_path_buf();
+    let id = c.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    c.open_stream(Some(&sid), None);
+    let mut first = None;
+    loop {
+        let (stream, eid, v) = c.next();
+        if stream.as_deref() == Some(sid.as_str()) && first.is_none() {
+            first = Some(eid);
+        }
+        if v["id"] == id && v.get("method").is_none() {
+            break;
+        }
+    }
+    let first = first.unwrap();
+    assert!(
+        first > last,
+        "the session's stream numbered again from {first} after {last}"
+    );
+    assert_eq!(
+        cursor_text(&c.conn, Some(&sid), last),
+        last_cursor,
+        "the stream made again has the same tag: its cursors go on from the old ones"
+    );
 }

@@ -16,7 +16,8 @@ use std::collections::hash_map::RandomState;
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, BufRead, Read};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Messages waiting for the connection's reader (then its dispatcher's own bounded inbox).
@@ -49,7 +50,9 @@ pub struct AcpConn {
     sessions: Mutex<HashMap<String, Arc<Stream>>>,
     /// Where the forgotten session streams' numbering left off (at most [`MAX_FORGOTTEN`]),
     /// so that one made again continues it. Locked inside `sessions`.
-    forgotten: Mutex<HashMap<String, u64>>,
+    forgotten: Mutex<HashMap<String, Forgotten>>,
+    /// Session streams made (each one's tag hashes its number in).
+    incarnations: AtomicU64,
     /// The bytes all these streams hold.
     budget: Arc<Budget>,
     /// The client's requests by their id's key: those in progress (their routes) and those
@@ -86,6 +89,37 @@ pub fn request_key(id: &RequestId) -> String {
 
 /// Which transport a connection speaks, and what its `initialize` answer advertises of it
 /// (`agentCapabilities._meta["acp/transport"]`).
+/// A session stream forgotten (its receiver gone, nothing kept, or its session closed and its
+/// last message delivered): one made again continues it.
+struct Forgotten {
+    tag: String,
+    next_id: u64,
+    /// It ended with its session's close: a receiver that comes back with one of its cursors
+    /// is told so.
+    ended: bool,
+}
+
+/// The tag of a stream's cursors: a keyed hash (the key random per process) of its
+/// connection, route and incarnation, 16 hex digits. A cursor of another stream, of another
+/// connection or process, or of an incarnation of this stream that numbered from 1 again
+/// (its numbering was forgotten) has another tag: refused, never taken for this stream's.
+fn stream_tag(conn: &str, route: &Route, incarnation: u64) -> String {
+    static KEY: OnceLock<RandomState> = OnceLock::new();
+    let mut h = KEY.get_or_init(RandomState::new).build_hasher();
+    h.write(conn.as_bytes());
+    h.write_u8(0);
+    match route {
+        Route::Connection => h.write_u8(0),
+        Route::Session(s) => {
+            h.write_u8(1);
+            h.write(s.as_bytes());
+        }
+    }
+    h.write_u8(0);
+    h.write_u64(incarnation);
+    format!("{:016x}", h.finish())
+}
+
 pub struct Profile {
     pub websocket: bool,
     pub advertised: Value,
@@ -220,6 +254,7 @@ impl AcpConn {
         let (tx, rx) = bounded(INBOX);
         let (initial_tx, initial_rx) = bounded(1);
         let budget: Arc<Budget> = Arc::default();
+        let tag = stream_tag(&id, &Route::Connection, 0);
         let conn = Arc::new(AcpConn {
             id,
             websocket,
@@ -228,9 +263,10 @@ impl AcpConn {
             initial: Mutex::new((!websocket).then_some(initial_tx)),
             // A WebSocket's too: a socket that breaks leaves what it did not confirm for the
             // next one (`stream/resume`).
-            stream: Stream::new_in(Arc::clone(&budget)),
+            stream: Stream::new_in(Arc::clone(&budget), &tag),
             sessions: Mutex::default(),
             forgotten: Mutex::default(),
+            incarnations: AtomicU64::new(0),
             budget,
             pending: Mutex::default(),
             fingerprints: RandomState::new(),
@@ -325,24 +361,59 @@ impl AcpConn {
         if sessions.values().filter(|s| !s.ending()).count() >= cap {
             return None;
         }
-        let next_id = forgotten.remove(session).unwrap_or(1);
-        let s = Stream::for_session(Arc::clone(&self.budget), session, next_id);
+        let s = self.session_stream_again(session, forgotten.remove(session));
         drop(forgotten);
-        if let Some(why) = lock(&self.closed).as_deref() {
-            s.close(why);
-        }
         let out = with(&s);
         sessions.insert(session.to_string(), s);
         Some(out)
     }
 
-    pub fn acquire(&self, route: &Route, last_seen: Option<u64>) -> Result<Lease, Refused> {
-        match route {
-            Route::Connection => self.stream.acquire(last_seen),
-            Route::Session(id) => self
-                .with_session_stream(id, MAX_SESSIONS, |s| s.acquire(last_seen))
-                .unwrap_or(Err(Refused::TooMany(MAX_SESSIONS))),
+    /// A stream for `session`: continuing the forgotten one's numbering and tag, or, without
+    /// one, a new incarnation (a tag of its own: the cursors of an earlier one are foreign).
+    fn session_stream_again(&self, session: &str, was: Option<Forgotten>) -> Arc<Stream> {
+        let (tag, next_id) = match was {
+            Some(f) => (f.tag, f.next_id),
+            None => {
+                let incarnation = self.incarnations.fetch_add(1, Ordering::Relaxed) + 1;
+                let route = Route::Session(session.to_string());
+                (stream_tag(&self.id, &route, incarnation), 1)
+            }
+        };
+        let s = Stream::for_session(Arc::clone(&self.budget), session, &tag, next_id);
+        if let Some(why) = lock(&self.closed).as_deref() {
+            s.close(why);
         }
+        s
+    }
+
+    /// Becomes the receiver of a stream, from after `cursor` (as the client sent it) or, without
+    /// one, from the first message not delivered. A cursor of a session's stream that ended
+    /// with the session's close (the stream since forgotten) is answered as that
+    /// ([`Refused::Closed`]), not with a new stream.
+    pub fn acquire(&self, route: &Route, cursor: Option<&str>) -> Result<Lease, Refused> {
+        let session = match route {
+            Route::Connection => return self.stream.acquire_at(cursor),
+            Route::Session(id) => id,
+        };
+        let mut sessions = lock(&self.sessions);
+        if let Some(s) = sessions.get(session).filter(|s| !s.disposable()) {
+            return s.acquire_at(cursor);
+        }
+        let mut forgotten = lock(&self.forgotten);
+        forget_disposable(&mut sessions, &mut forgotten);
+        if let (Some(c), Some(f)) = (cursor, forgotten.get(session)) {
+            if f.ended && c.rsplit_once('-').is_some_and(|(tag, _)| tag == f.tag) {
+                return Err(Refused::Closed(SESSION_CLOSED.into()));
+            }
+        }
+        if sessions.values().filter(|s| !s.ending()).count() >= MAX_SESSIONS {
+            return Err(Refused::TooMany(MAX_SESSIONS));
+        }
+        let s = self.session_stream_again(session, forgotten.remove(session));
+        drop(forgotten);
+        let out = s.acquire_at(cursor);
+        sessions.insert(session.to_string(), s);
+        out
     }
 
     /// A request of the client's: its response goes back on `route` (its stream's last
@@ -635,6 +706,9 @@ impl AcpConn {
     }
 }
 
+/// Why a session's stream ended: its session was closed (its close answer delivered).
+pub const SESSION_CLOSED: &str = "its session was closed";
+
 /// How many forgotten session streams' numbering a connection remembers (a few bytes each).
 const MAX_FORGOTTEN: usize = 4096;
 
@@ -644,19 +718,28 @@ const MAX_FORGOTTEN: usize = 4096;
 /// clients left in the second after the close answer and did not come back for it).
 fn forget_disposable(
     sessions: &mut HashMap<String, Arc<Stream>>,
-    forgotten: &mut HashMap<String, u64>,
+    forgotten: &mut HashMap<String, Forgotten>,
 ) {
     let mut ending = 0;
     sessions.retain(|id, s| {
         if s.disposable() {
-            if let Some(next_id) = s.continues_at() {
+            if let Some((next_id, ended)) = s.continues_at() {
+                // One forgotten here is made again as a new incarnation (a new tag).
                 if forgotten.len() >= MAX_FORGOTTEN {
                     let any = forgotten.keys().next().cloned();
                     if let Some(k) = any {
                         forgotten.remove(&k);
                     }
                 }
-                forgotten.insert(id.clone(), next_id);
+                let tag = s.tag().to_string();
+                forgotten.insert(
+                    id.clone(),
+                    Forgotten {
+                        tag,
+                        next_id,
+                        ended,
+                    },
+                );
             }
             return false;
         }

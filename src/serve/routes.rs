@@ -125,6 +125,24 @@ fn cursor_refused(
     );
 }
 
+/// A session stream's receiver that came back after the stream ended with the session's
+/// close answer: 409 with a JSON-RPC error saying so (`reason: "closed"`) — the connection is
+/// there, the session is not open on it (`session/load` opens it again; its stream continues).
+fn session_ended(ex: &mut Exchange, session: &str, cursor: &str) {
+    let mut cut = cursor.len().min(64);
+    while !cursor.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let message = format!("The stream of session {session} ended: the session was closed on this connection and its close answer delivered (the connection is open). To follow the session again, session/load it on this connection, then open its stream without Last-Event-ID");
+    let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": message, "data": {
+        "reason": "closed", "lastEventId": &cursor[..cut], "sessionId": session, "recovery": "session/load"}}});
+    ex.respond(
+        409,
+        &[("Content-Type", "application/json")],
+        error.to_string().as_bytes(),
+    );
+}
+
 fn text(ex: &mut Exchange, status: u16, body: &str) {
     ex.respond(status, &[("Content-Type", "text/plain")], body.as_bytes());
 }
@@ -424,40 +442,38 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
             "Locked: this connection is a WebSocket; its messages go on the socket",
         );
     }
-    let last_seen = match cursor.map(str::parse::<u64>) {
-        None => None,
-        Some(Ok(n)) => Some(n),
-        Some(Err(_)) => {
-            return cursor_refused(
-                ex,
-                &route,
-                cursor.unwrap_or_default(),
-                CursorRefusal::Foreign,
-                "it is not a cursor this server gave",
-            )
-        }
-    };
-    let lease = match conn.acquire(&route, last_seen) {
+    let given = cursor.unwrap_or_default();
+    let lease = match conn.acquire(&route, cursor) {
         Ok(l) => l,
+        Err(Refused::Foreign) => {
+            return cursor_refused(ex, &route, given, CursorRefusal::Foreign, "it is not a cursor of this stream (another stream's, an earlier one's of this session, or not one this server gave)")
+        }
         Err(Refused::Busy) => {
             return text(ex, LOCKED, "Locked: this stream already has an active receiver; close it first, or resume with Last-Event-ID (the last id you read), which takes the stream over (a receiver whose client has gone is replaced at once)")
         }
-        Err(Refused::Ahead(seen, last)) => {
-            return cursor_refused(ex, &route, &seen.to_string(), CursorRefusal::Unknown, &format!("this stream has not sent it (the last it sent is {last})"))
+        Err(Refused::Ahead) => {
+            return cursor_refused(ex, &route, given, CursorRefusal::Unknown, "this stream has not sent it")
         }
         Err(Refused::TooMany(n)) => {
             return text(ex, 429, &format!("this connection already holds {n} session streams, the most one may; close a session (session/close) or its stream first"))
         }
-        Err(Refused::Gap(seen)) => {
-            return cursor_refused(ex, &route, &seen.to_string(), CursorRefusal::Expired, &format!("the messages after it are no longer kept (at most {} messages or {} MiB a stream are)", super::stream::REPLAY_WINDOW_MESSAGES, super::stream::REPLAY_WINDOW_BYTES >> 20))
+        Err(Refused::Gap) => {
+            return cursor_refused(ex, &route, given, CursorRefusal::Expired, &format!("the messages after it are no longer kept (at most {} messages or {} MiB a stream are)", super::stream::REPLAY_WINDOW_MESSAGES, super::stream::REPLAY_WINDOW_BYTES >> 20))
         }
-        Err(Refused::Closed(why)) => {
-            return text(
-                ex,
-                404,
-                &format!("Unknown Acp-Connection-Id: the connection was closed ({why})"),
-            )
-        }
+        Err(Refused::Closed(why)) => match (&route, conn.closed()) {
+            // The session's stream ended with its close answer, which the client has (its
+            // cursor says so); the connection goes on.
+            (Route::Session(s), None) => {
+                return session_ended(ex, s, given);
+            }
+            _ => {
+                return text(
+                    ex,
+                    404,
+                    &format!("Unknown Acp-Connection-Id: the connection was closed ({why})"),
+                )
+            }
+        },
     };
     conn.touch();
     let socket = ex.stream();
@@ -491,7 +507,7 @@ fn pump_events(socket: &mut TcpStream, mut lease: Lease, keepalive: Duration) {
         let written = match lease.next(wait.max(Duration::from_millis(1))) {
             Next::Event(id, json) => {
                 quiet_since = Instant::now();
-                let event = format!("id: {id}\ndata: {json}\n\n");
+                let event = format!("id: {}\ndata: {json}\n\n", lease.cursor_of(id));
                 unconfirmed.wrote(Some(id), event.len(), Instant::now());
                 socket.write_all(event.as_bytes())
             }
@@ -858,15 +874,15 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
             return;
         }
     };
-    let cursor = fields.cursor.as_deref().and_then(|c| c.parse::<u64>().ok());
-    let Some(cursor) = cursor else {
-        return fail(&mut socket, "foreign", "params.cursor is not a cursor this server gave; send initialize on a new WebSocket, then session/load the sessions you follow");
+    let Some(cursor) = fields.cursor.as_deref() else {
+        return fail(&mut socket, "foreign", "params.cursor is missing; send initialize on a new WebSocket, then session/load the sessions you follow");
     };
     let lease = match conn.acquire(&Route::Connection, Some(cursor)) {
         Ok(l) => l,
+        Err(Refused::Foreign) => return fail(&mut socket, "foreign", "params.cursor is not a cursor of this connection's stream; send initialize on a new WebSocket, then session/load the sessions you follow"),
         Err(Refused::Busy) => return fail(&mut socket, "locked", "another WebSocket of this connection is still open; close it first"),
-        Err(Refused::Ahead(..)) => return fail(&mut socket, "unknown", "this connection never sent that cursor; send initialize on a new WebSocket, then session/load the sessions you follow"),
-        Err(Refused::Gap(_)) => return fail(&mut socket, "expired", "the messages after that cursor are no longer kept; send initialize on a new WebSocket, then session/load the sessions you follow"),
+        Err(Refused::Ahead) => return fail(&mut socket, "unknown", "this connection never sent that cursor; send initialize on a new WebSocket, then session/load the sessions you follow"),
+        Err(Refused::Gap) => return fail(&mut socket, "expired", "the messages after that cursor are no longer kept; send initialize on a new WebSocket, then session/load the sessions you follow"),
         Err(Refused::TooMany(_) | Refused::Closed(_)) => return fail(&mut socket, "foreign", "the connection is gone; send initialize on a new WebSocket, then session/load the sessions you follow"),
     };
     let Some((start, lease)) = start_writer(server, conn, &socket, lease) else {

@@ -73,6 +73,10 @@ pub struct Stream {
     inner: Mutex<Inner>,
     wake: Condvar,
     budget: Arc<Budget>,
+    /// What its cursors start with (`<tag>-<n>`): a keyed hash of its connection, route and
+    /// incarnation (`AcpConn`), so that a cursor of another stream, or of an earlier
+    /// incarnation of this one that numbered from 1 again, is told from its own and refused.
+    tag: String,
 }
 
 #[derive(Default)]
@@ -135,10 +139,12 @@ pub enum Next {
 pub enum Refused {
     /// A receiver is active (409).
     Busy,
-    /// The messages after this id are no longer kept.
-    Gap(u64),
-    /// `Last-Event-ID` names an event this stream has not sent (the last one it sent).
-    Ahead(u64, u64),
+    /// The messages after the cursor are no longer kept.
+    Gap,
+    /// `Last-Event-ID` names an event this stream has not sent.
+    Ahead,
+    /// Not a cursor of this stream (another stream's, an earlier incarnation's, made up).
+    Foreign,
     /// The connection already holds this many session streams (429).
     TooMany(usize),
     Closed(String),
@@ -151,20 +157,20 @@ impl Stream {
     /// A stream with a budget of its own.
     #[cfg(test)]
     pub fn new() -> Arc<Stream> {
-        Stream::new_in(Arc::default())
+        Stream::new_in(Arc::default(), "t")
     }
 
-    /// A stream of a connection whose streams share `budget`.
-    pub fn new_in(budget: Arc<Budget>) -> Arc<Stream> {
-        Stream::with(budget)
+    /// A stream of a connection whose streams share `budget`, its cursors tagged `tag`.
+    pub fn new_in(budget: Arc<Budget>, tag: &str) -> Arc<Stream> {
+        Stream::with(budget, tag)
     }
 
     /// The same, numbering its messages from `first_id`: a session's stream made again after
     /// an earlier one was forgotten (everything it sent delivered and out of the replay
     /// window), so that a receiver coming back with the last id it read resumes at once
     /// instead of naming an id the new stream never sent.
-    pub fn resumed_in(budget: Arc<Budget>, first_id: u64) -> Arc<Stream> {
-        let stream = Stream::with(budget);
+    pub fn resumed_in(budget: Arc<Budget>, tag: &str, first_id: u64) -> Arc<Stream> {
+        let stream = Stream::with(budget, tag);
         {
             let mut s = stream.lock();
             let first_id = first_id.max(1);
@@ -173,17 +179,47 @@ impl Stream {
         stream
     }
 
-    /// The id the next message gets, when the stream numbered any (the id a stream made again
-    /// for its session starts at); `None` for one that never carried a message or has ended.
-    pub fn continues_at(&self) -> Option<u64> {
+    /// Where a stream made again for its session goes on, when this one numbered any: the
+    /// id the next message gets, and whether this one ended (its session was closed); `None`
+    /// for one that never carried a message. Ended or not, a stream made again continues the
+    /// numbering with the same tag: a cursor never names two messages.
+    pub fn continues_at(&self) -> Option<(u64, bool)> {
         let s = self.lock();
-        (s.closed.is_none() && s.next_id > 1).then_some(s.next_id)
+        (s.next_id > 1).then_some((s.next_id, s.closed.is_some()))
+    }
+
+    /// What its cursors start with.
+    pub fn tag(&self) -> &str {
+        &self.tag
+    }
+
+    /// The cursor of message `id` (the SSE `id:` and `_meta["acp/cursor"]`).
+    pub fn cursor(&self, id: u64) -> String {
+        format!("{}-{id}", self.tag)
+    }
+
+    /// The message a cursor names, if it is one of this stream's: `<tag>-<n>`; `0` is the
+    /// cursor of a client that read nothing of it yet (it gets all that is kept).
+    fn read_cursor(&self, cursor: &str) -> Option<u64> {
+        if cursor == "0" {
+            return Some(0);
+        }
+        let (tag, n) = cursor.rsplit_once('-')?;
+        if tag != self.tag || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        n.parse().ok()
     }
 
     /// A session's stream (numbered from `first_id`, see [`Stream::resumed_in`]): a receiver
     /// that comes back to it learns the session's turn state first ([`Stream::acquire`]).
-    pub fn for_session(budget: Arc<Budget>, session: &str, first_id: u64) -> Arc<Stream> {
-        let stream = Stream::resumed_in(budget, first_id);
+    pub fn for_session(
+        budget: Arc<Budget>,
+        session: &str,
+        tag: &str,
+        first_id: u64,
+    ) -> Arc<Stream> {
+        let stream = Stream::resumed_in(budget, tag, first_id);
         stream.lock().session = Some(session.to_string());
         stream
     }
@@ -203,8 +239,9 @@ impl Stream {
         self.lock().asking.retain(|k| k != key);
     }
 
-    fn with(budget: Arc<Budget>) -> Arc<Stream> {
+    fn with(budget: Arc<Budget>, tag: &str) -> Arc<Stream> {
         Arc::new(Stream {
+            tag: tag.to_string(),
             inner: Mutex::new(Inner {
                 next_id: 1,
                 delivered: 1,
@@ -231,7 +268,7 @@ impl Stream {
     /// it, the stream ends).
     pub fn push_line(&self, line: &Line, last: bool, mark: Mark) -> Result<(), Overflow> {
         self.push_with(
-            |id| Arc::from(line.with_meta(&cursor_entry(id))),
+            |id| Arc::from(line.with_meta(&cursor_entry(&self.cursor(id)))),
             last,
             mark,
         )
@@ -338,6 +375,17 @@ impl Stream {
     /// refused while the first one's client is there; one that comes after a client that has
     /// gone (closed or reset its side) takes the stream over (the server may not have seen the
     /// first one go yet: a client that reopens its stream at once must not be refused).
+    /// [`Stream::acquire`] with a cursor as the client sent it (SSE `Last-Event-ID`, a
+    /// WebSocket's `stream/resume`): one that is not this stream's is refused
+    /// ([`Refused::Foreign`]).
+    pub fn acquire_at(self: &Arc<Stream>, cursor: Option<&str>) -> Result<Lease, Refused> {
+        let last_seen = match cursor {
+            None => None,
+            Some(c) => Some(self.read_cursor(c).ok_or(Refused::Foreign)?),
+        };
+        self.acquire(last_seen)
+    }
+
     pub fn acquire(self: &Arc<Stream>, last_seen: Option<u64>) -> Result<Lease, Refused> {
         let mut s = self.lock();
         if let Some(why) = &s.closed {
@@ -353,14 +401,14 @@ impl Stream {
         let from = match last_seen {
             None => s.delivered,
             // An id past what was ever sent would skip messages nobody read.
-            Some(seen) if seen >= s.sent => return Err(Refused::Ahead(seen, s.sent - 1)),
+            Some(seen) if seen >= s.sent => return Err(Refused::Ahead),
             Some(seen) => {
                 let from = seen + 1;
                 // The client says it read up to `seen`.
                 mark_delivered(&mut s, from, &self.budget);
                 let oldest = s.events.front().map_or(s.next_id, |e| e.0);
                 if from < oldest {
-                    return Err(Refused::Gap(seen));
+                    return Err(Refused::Gap);
                 }
                 from
             }
@@ -378,7 +426,7 @@ impl Stream {
         {
             let state = turn_state(&s);
             let _ = append(&mut s, &self.budget, |id| {
-                turn_state_update(&session, &state, id)
+                turn_state_update(&session, &state, &self.cursor(id))
             });
         }
         s.leases += 1;
@@ -408,6 +456,11 @@ impl Lease {
     #[cfg(test)]
     pub fn cursor(&self) -> u64 {
         self.cursor
+    }
+
+    /// The cursor of message `id` of its stream (the SSE `id:`).
+    pub fn cursor_of(&self, id: u64) -> String {
+        self.stream.cursor(id)
     }
 
     /// Which lease this is (for [`Stream::detach`]).
@@ -494,9 +547,10 @@ fn append(
     Ok(())
 }
 
-/// The `_meta` entry of a message's cursor: the SSE id, as an opaque string.
-fn cursor_entry(id: u64) -> String {
-    format!("\"acp/cursor\":\"{id}\"")
+/// The `_meta` entry of a message's cursor: the SSE id, an opaque string (a tag and a number:
+/// no character JSON escapes).
+fn cursor_entry(cursor: &str) -> String {
+    format!("\"acp/cursor\":\"{cursor}\"")
 }
 
 /// The session's turn state, the draft's advisory `acp/turnState`: `running` while a prompt
@@ -517,9 +571,9 @@ fn turn_state(s: &Inner) -> Value {
 }
 
 /// A `session_info_update` that carries only the turn state (and its cursor).
-fn turn_state_update(session: &str, state: &Value, id: u64) -> Arc<str> {
+fn turn_state_update(session: &str, state: &Value, cursor: &str) -> Arc<str> {
     json!({"jsonrpc": "2.0", "method": "session/update", "params": {
-        "_meta": {"acp/cursor": id.to_string(), "acp/turnState": state},
+        "_meta": {"acp/cursor": cursor, "acp/turnState": state},
         "sessionId": session,
         "update": {"sessionUpdate": "session_info_update"}}})
     .to_string()
@@ -605,7 +659,7 @@ fn mark_delivered(s: &mut Inner, upto: u64, budget: &Budget) {
     budget.replay.fetch_add(moved, Ordering::AcqRel);
     evict_replayed(s, budget);
     if s.closed.is_none() && s.last.is_some_and(|last| last < s.delivered) {
-        s.closed = Some("its session was closed".into());
+        s.closed = Some(super::conn::SESSION_CLOSED.into());
         release(s, budget);
     }
 }
@@ -713,7 +767,7 @@ mod tests {
         assert_eq!(s.lock().events.len(), 3);
         lease.confirm(lease.cursor());
         drop(lease);
-        assert!(matches!(s.acquire(Some(0)), Err(Refused::Gap(0))));
+        assert!(matches!(s.acquire(Some(0)), Err(Refused::Gap)));
         assert!(s.acquire(Some(2)).is_ok());
     }
 
@@ -733,11 +787,11 @@ mod tests {
             assert!(s.push(m.into()).is_ok());
         }
         // Nothing handed out yet: any id but 0 names an event this stream never sent.
-        assert!(matches!(s.acquire(Some(2)), Err(Refused::Ahead(2, 0))));
+        assert!(matches!(s.acquire(Some(2)), Err(Refused::Ahead)));
         let mut lease = s.acquire(Some(0)).ok().unwrap();
         assert_eq!(event(lease.next(Duration::ZERO)), (1, "a".into()));
         drop(lease);
-        assert!(matches!(s.acquire(Some(99)), Err(Refused::Ahead(99, 1))));
+        assert!(matches!(s.acquire(Some(99)), Err(Refused::Ahead)));
         assert!(accounted(&s));
         let mut lease = s.acquire(Some(1)).ok().unwrap();
         assert_eq!(event(lease.next(Duration::ZERO)), (2, "bb".into()));
@@ -759,15 +813,15 @@ mod tests {
     fn a_connections_streams_share_one_budget_given_back_when_they_end() {
         let budget: Arc<Budget> = Arc::default();
         let (a, b) = (
-            Stream::new_in(Arc::clone(&budget)),
-            Stream::new_in(Arc::clone(&budget)),
+            Stream::new_in(Arc::clone(&budget), "a"),
+            Stream::new_in(Arc::clone(&budget), "b"),
         );
         let big: Arc<str> = "x".repeat(MAX_BUFFERED_BYTES / 2).into();
         assert!(a.push(Arc::clone(&big)).is_ok());
         assert!(b.push(Arc::clone(&big)).is_ok());
         // Together they hold the connection's bound: a third message anywhere overflows.
         assert!(a.push("y".into()).is_err());
-        assert!(Stream::new_in(Arc::clone(&budget))
+        assert!(Stream::new_in(Arc::clone(&budget), "c")
             .push("y".into())
             .is_err());
         // Delivered, the bytes move to the replay budget (kept within its bound)...
@@ -874,11 +928,11 @@ mod tests {
             i.events.clear(); // what eviction does to a stream past its replay window
         }
         assert!(first.disposable());
-        let next_id = first.continues_at().unwrap();
-        assert_eq!(next_id, 4);
-        let again = Stream::resumed_in(Arc::default(), next_id);
+        let (next_id, ended) = first.continues_at().unwrap();
+        assert_eq!((next_id, ended), (4, false));
+        let again = Stream::resumed_in(Arc::default(), first.tag(), next_id);
         assert!(again.acquire(Some(3)).is_ok());
-        assert!(matches!(again.acquire(Some(1)), Err(Refused::Gap(1))));
+        assert!(matches!(again.acquire(Some(1)), Err(Refused::Gap)));
         assert!(again.push("d".into()).is_ok());
         let mut lease = again.acquire(Some(3)).ok().unwrap();
         assert_eq!(event(lease.next(Duration::ZERO)), (4, "d".into()));
@@ -920,7 +974,7 @@ mod tests {
             let v: Value = serde_json::from_str(&last.unwrap()).unwrap();
             v["params"]["_meta"]["acp/turnState"].clone()
         };
-        let s = Stream::for_session(Arc::default(), "s", 1);
+        let s = Stream::for_session(Arc::default(), "s", "t", 1);
         // The first receiver learns nothing (nothing to resume).
         let mut first = s.acquire(None).ok().unwrap();
         assert!(matches!(first.next(Duration::ZERO), Next::Idle));
@@ -979,6 +1033,37 @@ mod tests {
         assert_eq!(event(new.next(Duration::ZERO)), (1, "a".into()));
         s.detach(new.number());
         assert!(matches!(new.next(Duration::ZERO), Next::Gone));
+    }
+
+    /// A cursor is its stream's tag and a number: another stream's (another tag), a bare
+    /// number, or a made-up one is refused, never taken as this stream's; `0` is a client's
+    /// that read nothing yet.
+    #[test]
+    fn a_cursor_of_another_stream_is_foreign() {
+        let budget: Arc<Budget> = Arc::default();
+        let (a, b) = (
+            Stream::new_in(Arc::clone(&budget), "aa"),
+            Stream::new_in(Arc::clone(&budget), "bb"),
+        );
+        for m in ["x", "y", "z"] {
+            assert!(a.push(m.into()).is_ok() && b.push(m.into()).is_ok());
+        }
+        let mut lease = b.acquire(None).ok().unwrap();
+        for _ in 0..3 {
+            event(lease.next(Duration::ZERO));
+        }
+        drop(lease);
+        assert_eq!(a.cursor(2), "aa-2");
+        for foreign in ["aa-2", "2", "bb-", "bb-+2", "bb-2-2", "x"] {
+            assert!(
+                matches!(b.acquire_at(Some(foreign)), Err(Refused::Foreign)),
+                "{foreign}"
+            );
+        }
+        let mut lease = b.acquire_at(Some("bb-2")).ok().unwrap();
+        assert_eq!(event(lease.next(Duration::ZERO)), (3, "z".into()));
+        drop(lease);
+        assert!(b.acquire_at(Some("0")).is_ok());
     }
 
     #[test]
