@@ -4679,3 +4679,49 @@ fn a_session_stream_made_again_after_close_continues_its_numbering() {
         "the stream made again has the same tag: its cursors go on from the old ones"
     );
 }
+
+/// Review of issue 57, F6b: a stream for a made-up session id opened with `Last-Event-ID: 0`
+/// got a turn state message (an `idle` for a session this connection never opened), which
+/// kept the stream (one holding a message is never forgotten): 256 of them filled the
+/// connection's session cap and its own `session/new` was refused 429. Now only a session the
+/// agent wrote for is told its turn state, and the made-up streams are forgotten.
+#[test]
+fn made_up_streams_resumed_from_zero_do_not_fill_the_session_cap() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let c = HttpClient::connect(&s);
+    let deadline = Instant::now() + 3 * STEP;
+    for i in 0..260 {
+        loop {
+            let ((status, socket), body) =
+                c.try_stream_at(Some(&format!("made-up-{i}")), Some("0"));
+            if let Some(socket) = socket {
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+                break;
+            }
+            // The principal's cap of requests at once, or the session cap, while the server
+            // has not yet seen the earlier streams' sockets close: again, for a while.
+            assert_eq!(status, 429, "{body}");
+            assert!(
+                Instant::now() < deadline,
+                "made-up streams filled the session cap at {i}: {body}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let cwd = s.ws.path().to_path_buf();
+    let new = json!({"jsonrpc": "2.0", "id": 999, "method": "session/new", "params": {"cwd": cwd, "mcpServers": []}});
+    loop {
+        let r = s.post(Some(&c.conn), None, &new);
+        if r.status == 202 {
+            break;
+        }
+        // Made-up streams whose receivers the server has not yet seen go: again, for a while.
+        assert!(
+            Instant::now() < deadline,
+            "made-up streams filled the session cap: {} {}",
+            r.status,
+            r.body
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

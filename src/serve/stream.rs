@@ -18,7 +18,7 @@
 //! [`REPLAY_WINDOW_BYTES`] a stream and [`CONNECTION_REPLAY_BYTES`] a connection; a receiver
 //! that asks for older ones gets an error, never a gap.
 
-use crate::jsonrpc::Line;
+use crate::jsonrpc::{Kind, Line};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -110,6 +110,14 @@ struct Inner {
     session: Option<String>,
     prompts: VecDeque<(String, Value)>,
     asking: VecDeque<String>,
+    /// The agent wrote for this session on this stream (a request, a notification, a
+    /// success), or on an earlier one this continues: a session this connection opened or
+    /// loaded. Only such a stream is told its turn state (one for a made-up session id gets
+    /// none, so it holds nothing and is forgotten once its receiver leaves).
+    known: bool,
+    /// The id of the last turn state message, while it is the stream's last message and not
+    /// delivered: a receiver that comes back before anything else was sent replaces it.
+    turn_state_at: Option<u64>,
 }
 
 /// What a message does to its session's turn state.
@@ -220,7 +228,12 @@ impl Stream {
         first_id: u64,
     ) -> Arc<Stream> {
         let stream = Stream::resumed_in(budget, tag, first_id);
-        stream.lock().session = Some(session.to_string());
+        {
+            let mut s = stream.lock();
+            s.session = Some(session.to_string());
+            // One that continues a forgotten one that carried messages.
+            s.known = first_id > 1;
+        }
         stream
     }
 
@@ -260,17 +273,21 @@ impl Stream {
     /// Appends a message as it is (one the server wrote itself, with no cursor in it); `Err`
     /// when the messages nobody has read exceed the bound.
     pub fn push(&self, json: Arc<str>) -> Result<(), Overflow> {
-        self.push_with(|_| json, false, Mark::None)
+        self.push_with(|_| json, false, Mark::None, false)
     }
 
     /// Appends one of the agent's messages with its cursor in `_meta["acp/cursor"]` (where
     /// its head says `_meta` goes); `last`: the stream's last message (once a receiver has
     /// it, the stream ends).
     pub fn push_line(&self, line: &Line, last: bool, mark: Mark) -> Result<(), Overflow> {
+        // An error answer is no sign the session is this connection's (a prompt for a
+        // made-up session id is answered so).
+        let known = !matches!(line.head.kind, Kind::Response { ok: false, .. });
         self.push_with(
             |id| Arc::from(line.with_meta(&cursor_entry(&self.cursor(id)))),
             last,
             mark,
+            known,
         )
     }
 
@@ -279,12 +296,15 @@ impl Stream {
         make: impl FnOnce(u64) -> Arc<str>,
         last: bool,
         mark: Mark,
+        known: bool,
     ) -> Result<(), Overflow> {
         let mut s = self.lock();
         if s.closed.is_some() {
             return Ok(());
         }
         append(&mut s, &self.budget, make)?;
+        s.known |= known;
+        s.turn_state_at = None;
         // A message after the last (a session loaded again right after its close, a late
         // update): the session is live again, so the stream neither ends nor is released.
         s.last = last.then_some(s.next_id - 1);
@@ -311,7 +331,7 @@ impl Stream {
     /// Appends the stream's last message as it is.
     #[cfg(test)]
     pub fn push_last(&self, json: Arc<str>) -> Result<(), Overflow> {
-        self.push_with(|_| json, true, Mark::None)
+        self.push_with(|_| json, true, Mark::None, false)
     }
 
     /// Whether the stream can be forgotten: no receiver, and it ended or holds nothing and
@@ -418,16 +438,32 @@ impl Stream {
             return Err(Refused::Closed(s.closed.clone().unwrap_or_default()));
         }
         // A receiver that comes back to a session's stream learns first, right after what it
-        // missed, whether the session's turn survived (the draft's `acp/turnState`).
+        // missed, whether the session's turn survived (the draft's `acp/turnState`): only for
+        // a session of this connection's, and one such message at the end of the stream (an
+        // earlier one not delivered with nothing after it is replaced, not followed by another).
         if let Some(session) = s
             .session
             .clone()
-            .filter(|_| last_seen.is_some() || s.leases > 0)
+            .filter(|_| s.known && (last_seen.is_some() || s.leases > 0))
         {
             let state = turn_state(&s);
-            let _ = append(&mut s, &self.budget, |id| {
-                turn_state_update(&session, &state, &self.cursor(id))
-            });
+            let replace = s
+                .turn_state_at
+                .filter(|&at| at >= s.delivered && at + 1 == s.next_id);
+            match replace {
+                Some(at) => replace_last(&mut s, &self.budget, || {
+                    turn_state_update(&session, &state, &self.cursor(at))
+                }),
+                None => {
+                    if append(&mut s, &self.budget, |id| {
+                        turn_state_update(&session, &state, &self.cursor(id))
+                    })
+                    .is_ok()
+                    {
+                        s.turn_state_at = Some(s.next_id - 1);
+                    }
+                }
+            }
         }
         s.leases += 1;
         let lease = s.leases;
@@ -545,6 +581,25 @@ fn append(
     s.waiting_bytes += len;
     s.events.push_back((id, json));
     Ok(())
+}
+
+/// Replaces the stream's last message (not delivered) with what `make` builds, if the
+/// connection's budget has room for the difference (else it stays as it was).
+fn replace_last(s: &mut Inner, budget: &Budget, make: impl FnOnce() -> Arc<str>) {
+    let json = make();
+    let Some(old) = s.events.back().map(|e| e.1.len()) else {
+        return;
+    };
+    if json.len() > old && !budget.take_waiting(json.len() - old) {
+        return;
+    }
+    if json.len() < old {
+        give_back(&budget.waiting, old - json.len());
+    }
+    s.waiting_bytes = s.waiting_bytes.saturating_sub(old) + json.len();
+    if let Some(last) = s.events.back_mut() {
+        last.1 = json;
+    }
 }
 
 /// The `_meta` entry of a message's cursor: the SSE id, an opaque string (a tag and a number:
@@ -1017,6 +1072,79 @@ mod tests {
             state(&mut lease),
             json!({"state": "idle", "promptRequestId": null})
         );
+        assert!(accounted(&s));
+    }
+
+    /// Receivers that come back one after another without confirming anything get one turn
+    /// state message, the latest, not one more each (stale states piling up for every later
+    /// receiver, and counted against the connection's budget); a stream of a session the agent
+    /// never wrote for (a made-up session id) gets none, and is forgotten once its receiver
+    /// leaves.
+    #[test]
+    fn the_turn_state_is_replaced_not_piled_up_and_only_for_a_known_session() {
+        let line = |m: crate::jsonrpc::Message| m.to_routed_line();
+        let made_up = Stream::for_session(Arc::default(), "made-up", "m", 1);
+        let mut lease = made_up.acquire(Some(0)).ok().unwrap();
+        assert!(matches!(lease.next(Duration::ZERO), Next::Idle));
+        drop(lease);
+        assert!(
+            made_up.disposable(),
+            "a made-up session's stream holds nothing"
+        );
+        // An error answer (a prompt for a session this connection does not have) is no sign.
+        made_up.turn_posted("number:1", &json!(1));
+        let error = line(crate::jsonrpc::Message::response(
+            crate::jsonrpc::RequestId::Int(1),
+            Err(crate::jsonrpc::ResponseError::new(
+                -32602,
+                "no such session",
+            )),
+        ));
+        assert!(made_up
+            .push_line(&error, false, Mark::Answers("number:1"))
+            .is_ok());
+        let mut lease = made_up.acquire(Some(0)).ok().unwrap();
+        assert_eq!(event(lease.next(Duration::ZERO)).0, 1);
+        assert!(
+            matches!(lease.next(Duration::ZERO), Next::Idle),
+            "no turn state"
+        );
+        drop(lease);
+
+        let s = Stream::for_session(Arc::default(), "s", "t", 1);
+        let update = line(crate::jsonrpc::Message::notification(
+            "session/update",
+            json!({"sessionId": "s", "update": {}}),
+        ));
+        assert!(s.push_line(&update, false, Mark::None).is_ok());
+        s.turn_posted("number:7", &json!(7));
+        for _ in 0..3 {
+            let mut lease = s.acquire(Some(0)).ok().unwrap();
+            assert_eq!(event(lease.next(Duration::ZERO)).0, 1);
+            let (id, json) = event(lease.next(Duration::ZERO));
+            assert_eq!(id, 2, "one turn state, the same cursor");
+            assert!(json.contains("\"running\""), "{json}");
+            assert!(json.contains("\"acp/cursor\":\"t-2\""), "{json}");
+            assert!(matches!(lease.next(Duration::ZERO), Next::Idle));
+        }
+        assert_eq!(s.lock().events.len(), 2);
+        assert!(accounted(&s));
+        // The turn ended: the state message still waiting says so (replaced, not followed).
+        s.lock().prompts.clear();
+        let mut lease = s.acquire(None).ok().unwrap();
+        assert_eq!(event(lease.next(Duration::ZERO)).0, 1);
+        let (id, json) = event(lease.next(Duration::ZERO));
+        assert_eq!(id, 2);
+        assert!(json.contains("\"idle\""), "{json}");
+        assert!(accounted(&s));
+        // Once something follows it, a receiver coming back gets a new one after that.
+        drop(lease);
+        assert!(s.push_line(&update, false, Mark::None).is_ok());
+        let mut lease = s.acquire(Some(2)).ok().unwrap();
+        assert_eq!(event(lease.next(Duration::ZERO)).0, 3);
+        let (id, json) = event(lease.next(Duration::ZERO));
+        assert_eq!(id, 4);
+        assert!(json.contains("acp/turnState"), "{json}");
         assert!(accounted(&s));
     }
 
