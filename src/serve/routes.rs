@@ -880,6 +880,7 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
     let lease = match conn.acquire(&Route::Connection, Some(cursor)) {
         Ok(l) => l,
         Err(Refused::Foreign) => return fail(&mut socket, "foreign", "params.cursor is not a cursor of this connection's stream; send initialize on a new WebSocket, then session/load the sessions you follow"),
+        // (Not with a cursor: a resume takes the stream over from a socket still open.)
         Err(Refused::Busy) => return fail(&mut socket, "locked", "another WebSocket of this connection is still open; close it first"),
         Err(Refused::Ahead) => return fail(&mut socket, "unknown", "this connection never sent that cursor; send initialize on a new WebSocket, then session/load the sessions you follow"),
         Err(Refused::Gap) => return fail(&mut socket, "expired", "the messages after that cursor are no longer kept; send initialize on a new WebSocket, then session/load the sessions you follow"),

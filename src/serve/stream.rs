@@ -1,6 +1,8 @@
 //! One outbound stream of an ACP connection (the connection's, a session's, or a WebSocket's):
-//! the messages the agent sent, numbered (the SSE `id:`), kept in a bounded buffer so that a
-//! receiver that drops and comes back gets every message it missed.
+//! the messages the agent sent, numbered, kept in a bounded buffer so that a receiver that
+//! drops and comes back gets every message it missed. A message's cursor (the SSE `id:` and
+//! `_meta["acp/cursor"]`) is the stream's tag and its number, `<tag>-<n>`: a cursor of another
+//! stream is refused, never taken for this one's ([`Refused::Foreign`]).
 //!
 //! A message is *delivered* once the client provably has it: a later `Last-Event-ID` names it
 //! or a later one, or the receiver it was written to confirms it ([`Lease::confirm`], as
@@ -145,7 +147,7 @@ pub enum Next {
 }
 
 pub enum Refused {
-    /// A receiver is active (409).
+    /// A receiver is active and the new one has no cursor (423).
     Busy,
     /// The messages after the cursor are no longer kept.
     Gap,
