@@ -1398,7 +1398,8 @@ fn same_answer_with_a_new_cursor(again: &Value, first: &Value) {
 
 /// Issue 57 item 3, over HTTP: a `session/prompt` re-sent with its id (a client whose POST's
 /// answer was lost) while its turn runs joins it: 202, and its one answer on the session's
-/// stream; re-sent after the answer, it gets the same answer again and runs nothing; another
+/// stream; re-sent after the answer (not yet delivered), it gets the same answer again and
+/// runs nothing; another
 /// request with an id in use is refused, saying what a retry is. The turn ran once.
 #[test]
 fn a_prompt_resent_with_its_id_runs_once_over_http() {
@@ -1434,7 +1435,8 @@ fn a_prompt_resent_with_its_id_runs_once_over_http() {
     c.answer(Some(&sid), &ask["id"], allow(&ask));
     let (answer, _) = c.until_response(50, |v| panic!("asked again: {v}"));
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
-    // After its answer: the same answer again, on the same stream, and nothing run.
+    // After its answer, re-sent at once (before the client confirmed it: a client whose POST's
+    // answer was lost): the same answer again, on the same stream, and nothing run.
     let r = post(&prompt("run it"));
     assert_eq!(r.status, 202, "{}", r.body);
     let (again, between) = c.until_response(50, |v| panic!("asked again: {v}"));
@@ -4410,5 +4412,36 @@ fn a_websocket_dropped_mid_turn_resumes_by_cursor() {
         (v["method"].clone(), v["params"]["reason"].clone()),
         (json!("stream/resume_failed"), json!("unknown")),
         "{v}"
+    );
+}
+
+/// Issue 57, review F10: JSON-RPC lets a client use an id again once it has its answer (a
+/// fixed id for a poll, a script that numbers nothing), and stdio runs such a request. Once the
+/// client provably has the first answer (here: its cursor comes back as `Last-Event-ID`), the
+/// same id with the same method and params is a new request: it runs and gets a fresh answer,
+/// not the first one again.
+#[test]
+fn an_id_used_again_after_its_answer_was_delivered_runs_again() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let list = json!({"jsonrpc": "2.0", "id": 77, "method": "session/list", "params": {}});
+    c.methods
+        .lock()
+        .unwrap()
+        .insert("77".into(), "session/list".into());
+    assert_eq!(s.post(Some(&c.conn), None, &list).status, 202);
+    let (first, _) = c.until_response(77, |v| panic!("{v}"));
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "hello");
+    c.until_response(id, |v| panic!("{v}"));
+    // The client proves it has the first answer: it comes back with a cursor past it.
+    let had = c.seen.borrow().get(&None).copied();
+    c.drop_streams();
+    c.open_stream(None, had);
+    assert_eq!(s.post(Some(&c.conn), None, &list).status, 202);
+    let (second, _) = c.until_response(77, |v| panic!("{v}"));
+    assert!(
+        second.to_string().contains(&sid),
+        "id 77 used again after its answer was delivered got the first answer again: {second} (first: {first})"
     );
 }
