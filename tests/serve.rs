@@ -311,18 +311,19 @@ fn read_head<R: BufRead>(reader: &mut R) -> (u16, Vec<(String, String)>) {
 }
 
 /// The cursor a message carries (`_meta["acp/cursor"]`, where the schema allows `_meta`: a
-/// request's or notification's params, a success's result).
+/// request's or notification's params, a success's result, an error's `data`).
 fn cursor_of(v: &Value) -> Option<&str> {
     v.pointer("/params/_meta/acp~1cursor")
         .or_else(|| v.pointer("/result/_meta/acp~1cursor"))
+        .or_else(|| v.pointer("/error/data/_meta/acp~1cursor"))
         .and_then(Value::as_str)
 }
 
 /// A message without its cursor (and without a `_meta` left empty), for comparing answers.
 fn without_cursor(v: &Value) -> Value {
     let mut v = v.clone();
-    for body in ["params", "result"] {
-        if let Some(b) = v.get_mut(body).and_then(Value::as_object_mut) {
+    for body in ["/params", "/result", "/error/data"] {
+        if let Some(b) = v.pointer_mut(body).and_then(Value::as_object_mut) {
             if let Some(meta) = b.get_mut("_meta").and_then(Value::as_object_mut) {
                 meta.remove("acp/cursor");
                 if meta.is_empty() {
@@ -331,13 +332,24 @@ fn without_cursor(v: &Value) -> Value {
             }
         }
     }
+    if let Some(e) = v.get_mut("error").and_then(Value::as_object_mut) {
+        if e.get("data")
+            .and_then(Value::as_object)
+            .is_some_and(|d| d.is_empty())
+        {
+            e.remove("data");
+        }
+    }
     v
 }
 
-/// Every message of a stream carries its cursor, the SSE id (an error response, which has no
-/// `_meta` in the schema, has it only as its SSE id).
+/// Every message of a stream carries its cursor, the SSE id (an error response in its
+/// `error.data._meta`, unless its `data` is not an object).
 fn check_cursor(v: &Value, id: u64) -> Result<(), String> {
-    let want = (v.get("error").is_none()).then(|| id.to_string());
+    let data_not_object = v
+        .pointer("/error/data")
+        .is_some_and(|d| !d.is_object() && !d.is_null());
+    let want = (!data_not_object).then(|| id.to_string());
     match (cursor_of(v), want.as_deref()) {
         (got, want) if got == want => Ok(()),
         (got, want) => Err(format!("event {id}: cursor {got:?}, not {want:?}: {v}")),
@@ -1856,15 +1868,13 @@ impl WsClient {
                 assert!(text.contains("\"id\":null"), "{e}\n  {text}");
             }
             let v: Value = serde_json::from_str(&text).unwrap();
-            // The agent's messages carry their cursors, increasing (the transport's own
-            // refusals, errors, carry none).
-            if v.get("error").is_none() {
-                let cursor: u64 = cursor_of(&v)
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or_else(|| panic!("a cursor: {text}"));
-                assert!(cursor > self.cursor, "cursors increase: {text}");
-                self.cursor = cursor;
-            }
+            // Every message carries its cursor, increasing: the agent's, its errors (in
+            // `error.data._meta`) and the transport's own refusals.
+            let cursor: u64 = cursor_of(&v)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or_else(|| panic!("a cursor: {text}"));
+            assert!(cursor > self.cursor, "cursors increase: {text}");
+            self.cursor = cursor;
             return v;
         }
     }
@@ -4444,4 +4454,60 @@ fn an_id_used_again_after_its_answer_was_delivered_runs_again() {
         second.to_string().contains(&sid),
         "id 77 used again after its answer was delivered got the first answer again: {second} (first: {first})"
     );
+}
+
+/// Issue 57, review F1: on a WebSocket (no SSE `id:`) an error answer carries its cursor, in
+/// `error.data._meta["acp/cursor"]` (ACP's `data` is free-form): the client knows where it is.
+#[test]
+fn a_websocket_error_answer_carries_its_cursor() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let err = ws.call(2, "_review/nope", json!({}));
+    assert!(err.get("error").is_some(), "{err}");
+    assert!(
+        err.pointer("/error/data/_meta/acp~1cursor").is_some(),
+        "the error answer carries no cursor: {err}"
+    );
+}
+
+/// Issue 57, review F1: a client that read an error answer and then the transport's own
+/// refusal resumes from the last cursor it read and gets neither again (before, both had no
+/// cursor: a resume from the one before sent them a second time).
+#[test]
+fn a_websocket_resume_after_an_error_answer_does_not_send_it_again() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let err = ws.call(2, "_review/nope", json!({}));
+    assert!(err.get("error").is_some(), "{err}");
+    // The transport's own refusal of a frame that is not JSON.
+    ws.send_frame(0x1, b"not json");
+    let refusal = ws.message();
+    assert_eq!(refusal["error"]["code"], -32700, "{refusal}");
+    let had = ws.cursor;
+    let conn = ws.conn.clone();
+    reset_socket(ws.stream);
+    drop(ws.reader);
+    let mut again = WsClient::resuming(&s, &conn);
+    again.cursor = had;
+    again.send(
+        &json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": had.to_string()}}),
+    );
+    again.methods.insert("3".into(), "session/list".into());
+    again.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "session/list", "params": {}}));
+    loop {
+        let v = again.message();
+        assert!(
+            v.get("error").is_none() || v["id"] == 3,
+            "an error the client had came again after the resume: {v}"
+        );
+        if v["id"] == 3 {
+            break;
+        }
+    }
 }

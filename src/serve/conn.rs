@@ -448,12 +448,14 @@ impl AcpConn {
     /// handled; `Err`: the JSON-RPC error to send instead (its id is in use by another request,
     /// or too many are in progress). A message whose id the agent will refuse itself goes to
     /// it.
-    pub fn admit_frame(&self, frame: &Fields) -> Result<bool, String> {
+    pub fn admit_frame(&self, frame: &Fields) -> Result<bool, Line> {
         let (Some(id), Some(method)) = (&frame.id, &frame.method) else {
             return Ok(true);
         };
         let refusal = |message: String| {
-            serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600, "message": message}}).to_string()
+            let id = RequestId::from_value(id).unwrap_or(RequestId::Null);
+            let error = crate::jsonrpc::ResponseError::new(-32600, message);
+            crate::jsonrpc::Message::response(id, Err(error)).to_routed_line()
         };
         match self.expect_response(id, Route::Connection, false, method, frame.params) {
             Ok(Admitted::Run) | Err(IdRefused::Invalid(_)) => Ok(true),

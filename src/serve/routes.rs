@@ -5,13 +5,14 @@
 
 use super::conn::{id_key, AcpConn, Admitted, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING};
 use super::peek::{Fields, Peek};
-use super::stream::{Lease, Next, Refused, Unconfirmed, CONFIRM_AFTER};
+use super::stream::{End as StreamEnd, Lease, Mark, Next, Refused, Unconfirmed, CONFIRM_AFTER};
 use super::ws;
 use super::Server;
 use crate::acp::methods;
 use crate::acp::Dialect;
 use crate::http::{Exchange, Request};
 use crate::jsonrpc::line_reader::MAX_LINE_BYTES;
+use crate::jsonrpc::{Line, Message, RequestId, ResponseError};
 use serde_json::{json, Value};
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
@@ -831,7 +832,7 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
     let mut socket = writer;
     let fail = |socket: &mut TcpStream, reason: &str, message: &str| {
         let answer = resume_failed(reason, message);
-        let _ = ws::write_frame(socket, ws::OP_TEXT, answer.as_bytes());
+        let _ = ws::write_frame(socket, ws::OP_TEXT, answer.text.as_bytes());
         let _ = ws::write_frame(
             socket,
             ws::OP_CLOSE,
@@ -946,7 +947,7 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
                 let fields = match Peek::read(text.as_bytes()) {
                     Some(Peek::Object(fields)) => fields,
                     peek => {
-                        let _ = conn.stream.push(refusal(&text, peek).into());
+                        push_own(conn, &refusal(&text, peek));
                         continue;
                     }
                 };
@@ -957,7 +958,7 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
                     } else {
                         resume_failed("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live")
                     };
-                    let _ = conn.stream.push(answer.into());
+                    push_own(conn, &answer);
                     continue;
                 }
                 if !initialized {
@@ -980,7 +981,7 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
                     // A retry: joined to its request, or its answer sent again.
                     Ok(false) => continue,
                     Err(refusal) => {
-                        let _ = conn.stream.push(refusal.into());
+                        push_own(conn, &refusal);
                         continue;
                     }
                 }
@@ -1058,36 +1059,39 @@ const STREAM_RESUME: &str = "stream/resume";
 
 /// The draft's refusal of a `stream/resume`: why (`unknown`, `expired`, `foreign`, `locked`,
 /// `not_first`), what to do, and the way back (`session/load`).
-fn resume_failed(reason: &str, message: &str) -> String {
-    json!({"jsonrpc": "2.0", "method": "stream/resume_failed", "params": {
-        "reason": reason, "message": message, "recovery": "session/load"}})
-    .to_string()
+fn resume_failed(reason: &str, message: &str) -> Line {
+    Message::notification(
+        "stream/resume_failed",
+        json!({"reason": reason, "message": message, "recovery": "session/load"}),
+    )
+    .to_routed_line()
+}
+
+/// One of the transport's own messages (a refusal, `stream/resume_failed`) on a WebSocket's
+/// stream: a line as the agent's are, so it carries its cursor as they do and a resume after
+/// it does not send it again.
+fn push_own(conn: &AcpConn, line: &Line) {
+    let _ = conn.stream.push_line(line, StreamEnd::No, Mark::None);
 }
 
 /// The answer to a message the SDK's server answers itself: not JSON, a batch, not an object.
-fn refusal(text: &str, peek: Option<Peek>) -> String {
+/// Its `data`, when it has one, is an object: its cursor goes in `data._meta`.
+fn refusal(text: &str, peek: Option<Peek>) -> Line {
     // A request serde cannot read (a lone surrogate) is answered with the id its start shows,
     // as on stdio: `null` would leave its sender waiting.
-    let mut id = json!(null);
-    let (code, message, data) = match peek {
+    let mut id = RequestId::Null;
+    let (code, message) = match peek {
         None => {
-            id = json!(crate::jsonrpc::message::request_id_at_start(
-                text.as_bytes()
-            ));
-            (-32700, "Parse error", Value::Null)
+            id = crate::jsonrpc::message::request_id_at_start(text.as_bytes());
+            (-32700, "Parse error")
         }
         Some(Peek::Array) => (
             -32600,
-            "Invalid request",
-            json!("JSON-RPC batches are not supported"),
+            "Invalid request: JSON-RPC batches are not supported",
         ),
-        Some(_) => (-32600, "Invalid request", Value::Null),
+        Some(_) => (-32600, "Invalid request"),
     };
-    let mut error = json!({"code": code, "message": message});
-    if !data.is_null() {
-        error["data"] = data;
-    }
-    json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string()
+    Message::response(id, Err(ResponseError::new(code, message))).to_routed_line()
 }
 
 /// The close code for a connection closed for `why`: the client's own close is normal, a

@@ -233,9 +233,9 @@ impl Stream {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends a message as it is (one the server wrote itself, with no cursor in it); `Err`
-    /// when the messages nobody has read exceed the bound. On a closed stream (the
-    /// connection's, closed with its connection) it goes nowhere: nobody can receive it.
+    /// Appends a message as it is (with no cursor in it); `Err` when the messages nobody has
+    /// read exceed the bound. On a closed stream it goes nowhere.
+    #[cfg(test)]
     pub fn push(&self, json: Arc<str>) -> Result<(), Overflow> {
         self.push_with(|_| json, End::No, Mark::None).map(|_| ())
     }
