@@ -1491,14 +1491,20 @@ fn a_prompt_resent_with_its_id_runs_once_over_websocket() {
     };
     ws.send(&prompt("run it"));
     ws.send(&prompt("something else"));
-    // The first message for id 50 is the refusal of the other request (the retry has none).
+    // The refusal of the other request (the retry has none) has id null, and the id in its
+    // data: it must not settle the request in progress with id 50.
     let refusal = loop {
         let v = ws.message();
-        if v["id"] == 50 && v.get("method").is_none() {
+        assert!(
+            v["id"] != 50 || v.get("method").is_some(),
+            "an answer for id 50 while it runs: {v}"
+        );
+        if v["id"].is_null() && v.get("method").is_none() {
             break v;
         }
     };
     assert_eq!(refusal["error"]["code"], -32600, "{refusal}");
+    assert_eq!(refusal["error"]["data"]["id"], 50, "{refusal}");
     let message = refusal["error"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("id 50 ") && message.contains("in progress"),

@@ -452,10 +452,13 @@ impl AcpConn {
         let (Some(id), Some(method)) = (&frame.id, &frame.method) else {
             return Ok(true);
         };
+        // Its id is `null` and the id in `data.id`: with the id, the client's JSON-RPC layer
+        // would take it for the answer of its request in progress with that id (the one that
+        // is not refused). Over HTTP the refusal is the POST's own answer (400).
         let refusal = |message: String| {
-            let id = RequestId::from_value(id).unwrap_or(RequestId::Null);
-            let error = crate::jsonrpc::ResponseError::new(-32600, message);
-            crate::jsonrpc::Message::response(id, Err(error)).to_routed_line()
+            let error = crate::jsonrpc::ResponseError::new(-32600, message)
+                .with_data(serde_json::json!({ "id": id }));
+            crate::jsonrpc::Message::response(RequestId::Null, Err(error)).to_routed_line()
         };
         match self.expect_response(id, Route::Connection, false, method, frame.params) {
             Ok(Admitted::Run) | Err(IdRefused::Invalid(_)) => Ok(true),
