@@ -4517,3 +4517,35 @@ fn a_websocket_resume_after_an_error_answer_does_not_send_it_again() {
         }
     }
 }
+
+/// Issue 57, review F8: a retry is told by its id, method, params and session, not by
+/// `params._meta`, which a client library may stamp per attempt (a trace parent, an attempt
+/// counter): a prompt re-sent with another `_meta` while it runs joins it (202), not refused
+/// as another request with its id (400), nor run a second time after its answer.
+#[test]
+fn a_retry_with_another_params_meta_is_still_a_retry() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let prompt = |attempt: u32| {
+        json!({"jsonrpc": "2.0", "id": 60, "method": "session/prompt",
+            "params": {"_meta": {"traceparent": format!("00-{attempt}"), "attempt": attempt},
+                "sessionId": sid, "prompt": [{"type": "text", "text": "run it"}]}})
+    };
+    c.methods
+        .lock()
+        .unwrap()
+        .insert("60".into(), "session/prompt".into());
+    assert_eq!(s.post(Some(&c.conn), Some(&sid), &prompt(1)).status, 202);
+    let ask = loop {
+        let (_, _, v) = c.next();
+        if v["method"] == "session/request_permission" {
+            break v;
+        }
+    };
+    let r = s.post(Some(&c.conn), Some(&sid), &prompt(2));
+    assert_eq!(r.status, 202, "the retry with another _meta: {}", r.body);
+    c.answer(Some(&sid), &ask["id"], allow(&ask));
+    let (answer, _) = c.until_response(60, |v| panic!("asked again: {v}"));
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+}

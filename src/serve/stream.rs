@@ -32,7 +32,8 @@ pub const REPLAY_WINDOW_BYTES: usize = 4 * 1024 * 1024;
 /// The same, for all the streams of a connection together.
 pub const CONNECTION_REPLAY_BYTES: usize = 4 * REPLAY_WINDOW_BYTES;
 /// Messages delivered kept for a receiver that reconnects, per stream, at most (within the
-/// bytes above): `retentionMessages`, advertised at `initialize`.
+/// bytes above, whichever bound comes first): `retentionMessages`, advertised at `initialize`
+/// as the upper bound it is.
 pub const REPLAY_WINDOW_MESSAGES: usize = 4096;
 /// Prompts and requests to the client a stream tracks for its session's turn state, at most
 /// (the oldest forgotten first).
