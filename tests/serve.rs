@@ -4549,3 +4549,55 @@ fn a_retry_with_another_params_meta_is_still_a_retry() {
     let (answer, _) = c.until_response(60, |v| panic!("asked again: {v}"));
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
 }
+
+/// Issue 57, review F5: a WebSocket closed with 1001 "going away" (what a browser sends on a
+/// reload) leaves its connection for a `stream/resume`, as a reset socket does: the turn runs
+/// on and its answer comes on the resumed socket. Only 1000 ends the connection.
+#[test]
+fn a_websocket_closed_going_away_is_resumable() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+        "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}}),
+    );
+    let mut text = String::new();
+    while !text.contains("Starting slowly") {
+        let v = ws.message();
+        text.extend(v["params"]["update"]["content"]["text"].as_str());
+    }
+    // The page reloads mid-turn: a close frame with 1001.
+    ws.send_frame(0x8, &1001u16.to_be_bytes());
+    // The server is done with this socket (a close frame or the socket's end).
+    loop {
+        let mut h = [0u8; 1];
+        match std::io::Read::read(&mut ws.reader, &mut h) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    let had = ws.cursor;
+    let conn = ws.conn.clone();
+    let mut again = WsClient::resuming(&s, &conn);
+    again.cursor = had;
+    again.methods.insert("2".into(), "session/prompt".into());
+    again.send(
+        &json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": had.to_string()}}),
+    );
+    // Live: the turn went on; cancelled here, its answer comes on the resumed socket.
+    again
+        .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
+    let answer = loop {
+        let v = again.message();
+        assert_ne!(v["method"], "stream/resume_failed", "{v}");
+        if v["id"] == 2 && v.get("method").is_none() {
+            break v;
+        }
+    };
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+}

@@ -996,8 +996,17 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
             }
             Ok(Ok(Some(ws::Incoming::Ping(p)))) => conn.stream.pong(p),
             Ok(Ok(Some(ws::Incoming::Pong | ws::Incoming::Binary))) => {}
-            Ok(Ok(Some(ws::Incoming::Close(_)))) => {
+            // Only a normal close (1000) ends the connection: the client is done with it. Any
+            // other close — 1001 "going away" (a browser's reload or navigation), a close
+            // without a code (`ws.close()` before a reconnect), an error or application code —
+            // leaves it for a `stream/resume`, as a socket that breaks does: its turns run on
+            // within the idle timeout.
+            Ok(Ok(Some(ws::Incoming::Close(Some(ws::CLOSE_NORMAL))))) => {
                 return End::Close("the client closed the WebSocket".into())
+            }
+            Ok(Ok(Some(ws::Incoming::Close(code)))) => {
+                let code = code.map_or("no code".to_string(), |c| c.to_string());
+                return End::Detach(format!("the client closed the WebSocket ({code})"));
             }
             Ok(Ok(None)) => {
                 return End::Detach("the client's socket closed without a close frame".into())
