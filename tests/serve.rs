@@ -4601,3 +4601,37 @@ fn a_websocket_closed_going_away_is_resumable() {
     };
     assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
 }
+
+/// Issue 57, review F5: a `stream/resume` sent as a request (with an id) is answered — `{}`,
+/// with its cursor — after the messages it replays, so a client awaiting it does not hang.
+#[test]
+fn a_stream_resume_with_an_id_is_answered_after_its_replay() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let conn = ws.conn.clone();
+    let methods = ws.methods.clone();
+    reset_socket(ws.stream);
+    drop(ws.reader);
+    let mut again = WsClient::resuming(&s, &conn);
+    again.methods = methods;
+    again.methods.insert("\"r\"".into(), "stream/resume".into());
+    again.send(
+        &json!({"jsonrpc": "2.0", "id": "r", "method": "stream/resume", "params": {"cursor": "0"}}),
+    );
+    let mut replayed = 0;
+    let ack = loop {
+        let v = again.message();
+        if v["id"] == "r" && v.get("method").is_none() {
+            break v;
+        }
+        replayed += 1;
+    };
+    assert!(
+        replayed >= 2,
+        "the replay comes first ({replayed} messages)"
+    );
+    assert!(ack.get("result").is_some_and(Value::is_object), "{ack}");
+}

@@ -872,6 +872,12 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
             "the server cannot start this socket's writer; try again",
         );
     };
+    // A `stream/resume` sent as a request (with an id) is answered, after the messages it
+    // replays: `{}` with its cursor (as a notification, the replay is the only answer).
+    if let Some(id) = &fields.id {
+        let id = RequestId::from_value(id).unwrap_or(RequestId::Null);
+        push_own(conn, &Message::response(id, Ok(json!({}))).to_routed_line());
+    }
     let _ = start.send(());
     serve_frames(server, input.reader, conn, true, lease);
 }
