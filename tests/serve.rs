@@ -4635,3 +4635,36 @@ fn a_stream_resume_with_an_id_is_answered_after_its_replay() {
     );
     assert!(ack.get("result").is_some_and(Value::is_object), "{ack}");
 }
+
+/// Issue 57, review F5: a connection that is gone is named the same over both profiles: a GET
+/// with its `Acp-Connection-Id` is refused 409 `foreign`, and a WebSocket upgrade naming it
+/// (a new connection, then) gets `stream/resume_failed` with `reason: "foreign"` for its
+/// `stream/resume` — not `unknown`, which says the cursor was never sent.
+#[test]
+fn a_resume_of_a_gone_connection_is_foreign_over_both_profiles() {
+    let s = Serve::start();
+    let gone = "0123456789abcdef0123456789abcdef01234567";
+    let mut ws = WsClient::upgrade(
+        &s,
+        &s.token,
+        "/acp",
+        &format!("Acp-Connection-Id: {gone}\r\n"),
+    );
+    assert_ne!(ws.conn, gone, "a new connection");
+    ws.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": "7"}}));
+    let v = loop {
+        let (op, payload) = ws.frame();
+        if op == 0x1 {
+            break serde_json::from_slice::<Value>(&payload).unwrap();
+        }
+    };
+    assert_eq!(v["method"], "stream/resume_failed", "{v}");
+    assert_eq!(v["params"]["reason"], "foreign", "{v}");
+    let c = HttpClient::connect(&s);
+    let other = HttpClient {
+        conn: gone.to_string(),
+        ..c
+    };
+    let (status, _) = other.try_stream(None, Some(3));
+    assert_eq!(status, 409);
+}

@@ -721,7 +721,25 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
         return;
     }
     let _ = start.send(());
-    serve_frames(server, reader, &conn, false, lease);
+    // An upgrade that named a connection this server does not have for it (gone, never its,
+    // not a WebSocket's): its `stream/resume` is refused `foreign`, as a GET's 409 is.
+    let first = match request.header(CONNECTION_ID) {
+        Some(_) => Opened::NamedGone,
+        None => Opened::New,
+    };
+    serve_frames(server, reader, &conn, first, lease);
+}
+
+/// How a WebSocket's connection came to this socket.
+#[derive(Clone, Copy, PartialEq)]
+enum Opened {
+    /// A new connection; the upgrade named none.
+    New,
+    /// A new connection, though the upgrade named one (`Acp-Connection-Id`) this server does
+    /// not have for this client.
+    NamedGone,
+    /// Resumed (`stream/resume`).
+    Resumed,
 }
 
 /// Writes the `101` (with the connection's id); false when the client left.
@@ -769,7 +787,7 @@ fn serve_frames(
     server: &Server,
     reader: &mut BufReader<TcpStream>,
     conn: &Arc<AcpConn>,
-    resumed: bool,
+    opened: Opened,
     lease: u64,
 ) {
     let mut input = Deadlined {
@@ -779,7 +797,7 @@ fn serve_frames(
         due: None,
         overdue: false,
     };
-    match read_frames(&mut input, conn, resumed) {
+    match read_frames(&mut input, conn, opened) {
         End::Close(why) => {
             server.registry.remove(&conn.id, &why);
         }
@@ -879,7 +897,7 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         push_own(conn, &Message::response(id, Ok(json!({}))).to_routed_line());
     }
     let _ = start.send(());
-    serve_frames(server, input.reader, conn, true, lease);
+    serve_frames(server, input.reader, conn, Opened::Resumed, lease);
 }
 
 /// A WebSocket's input: the socket's read timeout is the idle timeout between frames, and
@@ -936,7 +954,8 @@ enum End {
     Detach(String),
 }
 
-fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
+fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
+    let resumed = opened == Opened::Resumed;
     let mut partial = None;
     let mut initialized = resumed;
     // JSON-RPC objects read (a `stream/resume` is only ever the first).
@@ -959,7 +978,9 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
                 };
                 frames += 1;
                 if fields.method.as_deref() == Some(STREAM_RESUME) {
-                    let answer = if frames == 1 {
+                    let answer = if frames == 1 && opened == Opened::NamedGone {
+                        resume_failed("foreign", "The connection this upgrade names (Acp-Connection-Id) is gone or not yours, so this socket is a new connection: send initialize on it, then session/load the sessions you follow")
+                    } else if frames == 1 {
                         resume_failed("unknown", "No stream to resume on a new WebSocket: resume with the Acp-Connection-Id of the connection in the upgrade, or send initialize on this socket, then session/load the sessions you follow")
                     } else {
                         resume_failed("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live")
