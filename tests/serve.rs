@@ -311,18 +311,19 @@ fn read_head<R: BufRead>(reader: &mut R) -> (u16, Vec<(String, String)>) {
 }
 
 /// The cursor a message carries (`_meta["acp/cursor"]`, where the schema allows `_meta`: a
-/// request's or notification's params, a success's result).
+/// request's or notification's params, a success's result, an error's `data`).
 fn cursor_of(v: &Value) -> Option<&str> {
     v.pointer("/params/_meta/acp~1cursor")
         .or_else(|| v.pointer("/result/_meta/acp~1cursor"))
+        .or_else(|| v.pointer("/error/data/_meta/acp~1cursor"))
         .and_then(Value::as_str)
 }
 
 /// A message without its cursor (and without a `_meta` left empty), for comparing answers.
 fn without_cursor(v: &Value) -> Value {
     let mut v = v.clone();
-    for body in ["params", "result"] {
-        if let Some(b) = v.get_mut(body).and_then(Value::as_object_mut) {
+    for body in ["/params", "/result", "/error/data"] {
+        if let Some(b) = v.pointer_mut(body).and_then(Value::as_object_mut) {
             if let Some(meta) = b.get_mut("_meta").and_then(Value::as_object_mut) {
                 meta.remove("acp/cursor");
                 if meta.is_empty() {
@@ -331,13 +332,24 @@ fn without_cursor(v: &Value) -> Value {
             }
         }
     }
+    if let Some(e) = v.get_mut("error").and_then(Value::as_object_mut) {
+        if e.get("data")
+            .and_then(Value::as_object)
+            .is_some_and(|d| d.is_empty())
+        {
+            e.remove("data");
+        }
+    }
     v
 }
 
-/// Every message of a stream carries its cursor, the SSE id (an error response, which has no
-/// `_meta` in the schema, has it only as its SSE id).
+/// Every message of a stream carries its cursor, the SSE id (an error response in its
+/// `error.data._meta`, unless its `data` is not an object).
 fn check_cursor(v: &Value, id: &str) -> Result<(), String> {
-    let want = (v.get("error").is_none()).then_some(id);
+    let data_not_object = v
+        .pointer("/error/data")
+        .is_some_and(|d| !d.is_object() && !d.is_null());
+    let want = (!data_not_object).then_some(id);
     match (cursor_of(v), want) {
         (got, want) if got == want => Ok(()),
         (got, want) => Err(format!("event {id}: cursor {got:?}, not {want:?}: {v}")),
@@ -1445,7 +1457,8 @@ fn same_answer_with_a_new_cursor(again: &Value, first: &Value) {
 
 /// Issue 57 item 3, over HTTP: a `session/prompt` re-sent with its id (a client whose POST's
 /// answer was lost) while its turn runs joins it: 202, and its one answer on the session's
-/// stream; re-sent after the answer, it gets the same answer again and runs nothing; another
+/// stream; re-sent after the answer (not yet delivered), it gets the same answer again and
+/// runs nothing; another
 /// request with an id in use is refused, saying what a retry is. The turn ran once.
 #[test]
 fn a_prompt_resent_with_its_id_runs_once_over_http() {
@@ -1481,7 +1494,8 @@ fn a_prompt_resent_with_its_id_runs_once_over_http() {
     c.answer(Some(&sid), &ask["id"], allow(&ask));
     let (answer, _) = c.until_response(50, |v| panic!("asked again: {v}"));
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
-    // After its answer: the same answer again, on the same stream, and nothing run.
+    // After its answer, re-sent at once (before the client confirmed it: a client whose POST's
+    // answer was lost): the same answer again, on the same stream, and nothing run.
     let r = post(&prompt("run it"));
     assert_eq!(r.status, 202, "{}", r.body);
     let (again, between) = c.until_response(50, |v| panic!("asked again: {v}"));
@@ -1524,14 +1538,20 @@ fn a_prompt_resent_with_its_id_runs_once_over_websocket() {
     };
     ws.send(&prompt("run it"));
     ws.send(&prompt("something else"));
-    // The first message for id 50 is the refusal of the other request (the retry has none).
+    // The refusal of the other request (the retry has none) has id null, and the id in its
+    // data: it must not settle the request in progress with id 50.
     let refusal = loop {
         let v = ws.message();
-        if v["id"] == 50 && v.get("method").is_none() {
+        assert!(
+            v["id"] != 50 || v.get("method").is_some(),
+            "an answer for id 50 while it runs: {v}"
+        );
+        if v["id"].is_null() && v.get("method").is_none() {
             break v;
         }
     };
     assert_eq!(refusal["error"]["code"], -32600, "{refusal}");
+    assert_eq!(refusal["error"]["data"]["id"], 50, "{refusal}");
     let message = refusal["error"]["message"].as_str().unwrap_or_default();
     assert!(
         message.contains("id 50 ") && message.contains("in progress"),
@@ -1901,15 +1921,13 @@ impl WsClient {
                 assert!(text.contains("\"id\":null"), "{e}\n  {text}");
             }
             let v: Value = serde_json::from_str(&text).unwrap();
-            // The agent's messages carry their cursors, increasing (the transport's own
-            // refusals, errors, carry none).
-            if v.get("error").is_none() {
-                let cursor = cursor_of(&v)
-                    .map(|c| read_cursor(&self.conn, None, c))
-                    .unwrap_or_else(|| panic!("a cursor: {text}"));
-                assert!(cursor > self.cursor, "cursors increase: {text}");
-                self.cursor = cursor;
-            }
+            // Every message carries its cursor, increasing: the agent's, its errors (in
+            // `error.data._meta`) and the transport's own refusals.
+            let cursor = cursor_of(&v)
+                .map(|c| read_cursor(&self.conn, None, c))
+                .unwrap_or_else(|| panic!("a cursor: {text}"));
+            assert!(cursor > self.cursor, "cursors increase: {text}");
+            self.cursor = cursor;
             return v;
         }
     }
@@ -4724,4 +4742,242 @@ fn made_up_streams_resumed_from_zero_do_not_fill_the_session_cap() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Issue 57, review F10: JSON-RPC lets a client use an id again once it has its answer (a
+/// fixed id for a poll, a script that numbers nothing), and stdio runs such a request. Once the
+/// client provably has the first answer (here: its cursor comes back as `Last-Event-ID`), the
+/// same id with the same method and params is a new request: it runs and gets a fresh answer,
+/// not the first one again.
+#[test]
+fn an_id_used_again_after_its_answer_was_delivered_runs_again() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let list = json!({"jsonrpc": "2.0", "id": 77, "method": "session/list", "params": {}});
+    c.methods
+        .lock()
+        .unwrap()
+        .insert("77".into(), "session/list".into());
+    assert_eq!(s.post(Some(&c.conn), None, &list).status, 202);
+    let (first, _) = c.until_response(77, |v| panic!("{v}"));
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "hello");
+    c.until_response(id, |v| panic!("{v}"));
+    // The client proves it has the first answer: it comes back with a cursor past it.
+    let had = c.seen.borrow().get(&None).copied();
+    c.drop_streams();
+    c.open_stream(None, had);
+    assert_eq!(s.post(Some(&c.conn), None, &list).status, 202);
+    let (second, _) = c.until_response(77, |v| panic!("{v}"));
+    assert!(
+        second.to_string().contains(&sid),
+        "id 77 used again after its answer was delivered got the first answer again: {second} (first: {first})"
+    );
+}
+
+/// Issue 57, review F1: on a WebSocket (no SSE `id:`) an error answer carries its cursor, in
+/// `error.data._meta["acp/cursor"]` (ACP's `data` is free-form): the client knows where it is.
+#[test]
+fn a_websocket_error_answer_carries_its_cursor() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let err = ws.call(2, "_review/nope", json!({}));
+    assert!(err.get("error").is_some(), "{err}");
+    assert!(
+        err.pointer("/error/data/_meta/acp~1cursor").is_some(),
+        "the error answer carries no cursor: {err}"
+    );
+}
+
+/// Issue 57, review F1: a client that read an error answer and then the transport's own
+/// refusal resumes from the last cursor it read and gets neither again (before, both had no
+/// cursor: a resume from the one before sent them a second time).
+#[test]
+fn a_websocket_resume_after_an_error_answer_does_not_send_it_again() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let err = ws.call(2, "_review/nope", json!({}));
+    assert!(err.get("error").is_some(), "{err}");
+    // The transport's own refusal of a frame that is not JSON.
+    ws.send_frame(0x1, b"not json");
+    let refusal = ws.message();
+    assert_eq!(refusal["error"]["code"], -32700, "{refusal}");
+    let had = ws.cursor;
+    let conn = ws.conn.clone();
+    reset_socket(ws.stream);
+    drop(ws.reader);
+    let mut again = WsClient::resuming(&s, &conn);
+    again.cursor = had;
+    again.send(
+        &json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": cursor_text(&conn, None, had)}}),
+    );
+    again.methods.insert("3".into(), "session/list".into());
+    again.send(&json!({"jsonrpc": "2.0", "id": 3, "method": "session/list", "params": {}}));
+    loop {
+        let v = again.message();
+        assert!(
+            v.get("error").is_none() || v["id"] == 3,
+            "an error the client had came again after the resume: {v}"
+        );
+        if v["id"] == 3 {
+            break;
+        }
+    }
+}
+
+/// Issue 57, review F8: a retry is told by its id, method, params and session, not by
+/// `params._meta`, which a client library may stamp per attempt (a trace parent, an attempt
+/// counter): a prompt re-sent with another `_meta` while it runs joins it (202), not refused
+/// as another request with its id (400), nor run a second time after its answer.
+#[test]
+fn a_retry_with_another_params_meta_is_still_a_retry() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let prompt = |attempt: u32| {
+        json!({"jsonrpc": "2.0", "id": 60, "method": "session/prompt",
+            "params": {"_meta": {"traceparent": format!("00-{attempt}"), "attempt": attempt},
+                "sessionId": sid, "prompt": [{"type": "text", "text": "run it"}]}})
+    };
+    c.methods
+        .lock()
+        .unwrap()
+        .insert("60".into(), "session/prompt".into());
+    assert_eq!(s.post(Some(&c.conn), Some(&sid), &prompt(1)).status, 202);
+    let ask = loop {
+        let (_, _, v) = c.next();
+        if v["method"] == "session/request_permission" {
+            break v;
+        }
+    };
+    let r = s.post(Some(&c.conn), Some(&sid), &prompt(2));
+    assert_eq!(r.status, 202, "the retry with another _meta: {}", r.body);
+    c.answer(Some(&sid), &ask["id"], allow(&ask));
+    let (answer, _) = c.until_response(60, |v| panic!("asked again: {v}"));
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+}
+
+/// Issue 57, review F5: a WebSocket closed with 1001 "going away" (what a browser sends on a
+/// reload) leaves its connection for a `stream/resume`, as a reset socket does: the turn runs
+/// on and its answer comes on the resumed socket. Only 1000 ends the connection.
+#[test]
+fn a_websocket_closed_going_away_is_resumable() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+        "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}}),
+    );
+    let mut text = String::new();
+    while !text.contains("Starting slowly") {
+        let v = ws.message();
+        text.extend(v["params"]["update"]["content"]["text"].as_str());
+    }
+    // The page reloads mid-turn: a close frame with 1001.
+    ws.send_frame(0x8, &1001u16.to_be_bytes());
+    // The server is done with this socket (a close frame or the socket's end).
+    loop {
+        let mut h = [0u8; 1];
+        match std::io::Read::read(&mut ws.reader, &mut h) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    let had = ws.cursor;
+    let conn = ws.conn.clone();
+    let mut again = WsClient::resuming(&s, &conn);
+    again.cursor = had;
+    again.methods.insert("2".into(), "session/prompt".into());
+    again.send(
+        &json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": cursor_text(&conn, None, had)}}),
+    );
+    // Live: the turn went on; cancelled here, its answer comes on the resumed socket.
+    again
+        .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
+    let answer = loop {
+        let v = again.message();
+        assert_ne!(v["method"], "stream/resume_failed", "{v}");
+        if v["id"] == 2 && v.get("method").is_none() {
+            break v;
+        }
+    };
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+}
+
+/// Issue 57, review F5: a `stream/resume` sent as a request (with an id) is answered — `{}`,
+/// with its cursor — after the messages it replays, so a client awaiting it does not hang.
+#[test]
+fn a_stream_resume_with_an_id_is_answered_after_its_replay() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let conn = ws.conn.clone();
+    let methods = ws.methods.clone();
+    reset_socket(ws.stream);
+    drop(ws.reader);
+    let mut again = WsClient::resuming(&s, &conn);
+    again.methods = methods;
+    again.methods.insert("\"r\"".into(), "stream/resume".into());
+    again.send(
+        &json!({"jsonrpc": "2.0", "id": "r", "method": "stream/resume", "params": {"cursor": "0"}}),
+    );
+    let mut replayed = 0;
+    let ack = loop {
+        let v = again.message();
+        if v["id"] == "r" && v.get("method").is_none() {
+            break v;
+        }
+        replayed += 1;
+    };
+    assert!(
+        replayed >= 2,
+        "the replay comes first ({replayed} messages)"
+    );
+    assert!(ack.get("result").is_some_and(Value::is_object), "{ack}");
+}
+
+/// Issue 57, review F5: a connection that is gone is named the same over both profiles: a GET
+/// with its `Acp-Connection-Id` is refused 409 `foreign`, and a WebSocket upgrade naming it
+/// (a new connection, then) gets `stream/resume_failed` with `reason: "foreign"` for its
+/// `stream/resume` — not `unknown`, which says the cursor was never sent.
+#[test]
+fn a_resume_of_a_gone_connection_is_foreign_over_both_profiles() {
+    let s = Serve::start();
+    let gone = "0123456789abcdef0123456789abcdef01234567";
+    let mut ws = WsClient::upgrade(
+        &s,
+        &s.token,
+        "/acp",
+        &format!("Acp-Connection-Id: {gone}\r\n"),
+    );
+    assert_ne!(ws.conn, gone, "a new connection");
+    ws.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": "0123456789abcdef-7"}}));
+    let v = loop {
+        let (op, payload) = ws.frame();
+        if op == 0x1 {
+            break serde_json::from_slice::<Value>(&payload).unwrap();
+        }
+    };
+    assert_eq!(v["method"], "stream/resume_failed", "{v}");
+    assert_eq!(v["params"]["reason"], "foreign", "{v}");
+    let c = HttpClient::connect(&s);
+    let other = HttpClient {
+        conn: gone.to_string(),
+        ..c
+    };
+    let (status, _) = other.try_stream(None, Some(3));
+    assert_eq!(status, 409);
 }

@@ -18,7 +18,8 @@ pub struct Head {
     pub kind: Kind,
     /// `params.sessionId` of a request or notification.
     pub session: Option<String>,
-    /// Where `_meta` entries go (`params._meta`, or a success's `result._meta`).
+    /// Where `_meta` entries go (`params._meta`, a success's `result._meta`, an error's
+    /// `error.data._meta`).
     pub meta: MetaSlot,
 }
 
@@ -36,14 +37,15 @@ pub enum Kind {
 /// Where `_meta` entries can be added to a line.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MetaSlot {
-    /// Nowhere: an error response (the schema gives it no `_meta`), or params or a result
-    /// that is not an object.
+    /// Nowhere: params, a result or an error's `data` that is not an object.
     None,
     /// The body object (no `_meta` in it) opens with the `{` at this byte; `empty`: it is `{}`.
     Add { at: usize, empty: bool },
     /// The body's first member is `_meta`, whose object opens at this byte.
     Merge { at: usize, empty: bool },
-    /// The body has a `_meta` that is not its first member: adding means reading the line.
+    /// The body has a `_meta` that is not its first member, or the message is an error
+    /// (its `_meta` goes in `error.data`, ACP's free-form value, made an object if absent):
+    /// adding means reading the line (errors are few).
     Reparse,
 }
 
@@ -83,13 +85,21 @@ fn splice(text: &str, at: usize, insert: &str, empty: bool) -> String {
     out
 }
 
-/// The slow way, for a `_meta` not first: the line read, the entries merged, written again.
+/// The slow way, for a `_meta` not first or an error's: the line read, the entries merged,
+/// written again.
 fn reparse(text: &str, entries: &str) -> Option<String> {
     let mut message: Value = serde_json::from_str(text).ok()?;
     let add: Map<String, Value> = serde_json::from_str(&format!("{{{entries}}}")).ok()?;
-    let body = match message.get("params") {
-        Some(_) => message.get_mut("params")?,
-        None => message.get_mut("result")?,
+    let body = if message.get("params").is_some() {
+        message.get_mut("params")?
+    } else if message.get("result").is_some() {
+        message.get_mut("result")?
+    } else {
+        message
+            .get_mut("error")?
+            .as_object_mut()?
+            .entry("data")
+            .or_insert_with(|| Value::Object(Map::new()))
     };
     let meta = body
         .as_object_mut()?
@@ -233,7 +243,10 @@ impl Message {
                     Err(e) => {
                         out.extend_from_slice(br#","error":"#);
                         serde_json::to_writer(&mut out, &e.to_value())?;
-                        MetaSlot::None
+                        match &e.data {
+                            None | Some(Value::Object(_)) => MetaSlot::Reparse,
+                            Some(_) => MetaSlot::None,
+                        }
                     }
                 };
                 Head {
@@ -285,9 +298,10 @@ mod tests {
     const CURSOR: &str = r#""acp/cursor":"7""#;
 
     /// Every kind of line gets the entries where the schema allows `_meta` (a request's or
-    /// notification's params, a success's result), merged with a `_meta` already there
-    /// (first or not), never a second key; an error response is left as it is. The bytes
-    /// before are exactly serde's.
+    /// notification's params, a success's result, an error's `data`, made an object if
+    /// absent), merged with a `_meta` already there (first or not), never a second key; an
+    /// error whose `data` is not an object is left as it is. The bytes before are exactly
+    /// serde's.
     #[test]
     fn meta_entries_go_where_the_schema_allows_them_merged_never_twice() {
         let rows: Vec<(Message, Value)> = vec![
@@ -323,6 +337,20 @@ mod tests {
             ),
             (
                 Message::response(RequestId::Int(7), Err(ResponseError::new(-32603, "no"))),
+                json!({"_meta": {"acp/cursor": "7"}}),
+            ),
+            (
+                Message::response(
+                    RequestId::Int(8),
+                    Err(ResponseError::new(-32603, "no").with_data(json!({"makaCode": "x"}))),
+                ),
+                json!({"_meta": {"acp/cursor": "7"}, "makaCode": "x"}),
+            ),
+            (
+                Message::response(
+                    RequestId::Int(9),
+                    Err(ResponseError::new(-32603, "no").with_data(json!("text"))),
+                ),
                 Value::Null,
             ),
             (Message::notification("n", json!([1])), Value::Null),
@@ -331,7 +359,11 @@ mod tests {
             let line = message.to_routed_line();
             assert_eq!(line.text, message.to_line(), "the same bytes as before");
             let out: Value = serde_json::from_str(&line.with_meta(CURSOR)).unwrap();
-            let body = out.get("params").or(out.get("result")).cloned();
+            let body = out
+                .get("params")
+                .or(out.get("result"))
+                .or(out.pointer("/error/data"))
+                .cloned();
             if want.is_null() {
                 assert_eq!(line.with_meta(CURSOR), line.text);
             } else {

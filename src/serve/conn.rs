@@ -6,7 +6,7 @@
 //! WebSocket, everything to the one socket.
 
 use super::peek::Fields;
-use super::stream::{Budget, Lease, Mark, Refused, Stream};
+use super::stream::{Budget, End, Lease, Mark, Refused, Stream};
 use crate::acp::{AdapterConfig, LocalHost};
 use crate::http::Principal;
 use crate::jsonrpc::{lock, Kind, Line, LineSink, RequestId};
@@ -17,7 +17,7 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::io::{self, BufRead, Read};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Messages waiting for the connection's reader (then its dispatcher's own bounded inbox).
@@ -154,8 +154,9 @@ pub enum Admitted {
     /// A retry of the request in progress with its id (the same method and params): it is not
     /// run again; the one answer goes where the first's goes.
     Joined,
-    /// A retry of a request answered lately: not run again; its answer was sent again, where
-    /// the first's went.
+    /// A retry of a request answered lately whose answer the client does not provably have
+    /// yet (not delivered on its stream): not run again; its answer was sent again, where the
+    /// first's went.
     Repeated,
 }
 
@@ -192,12 +193,24 @@ struct Answer {
     serial: u64,
     request: u64,
     route: Route,
-    /// Sent as its session stream's last message.
-    last: bool,
     /// The answer as the agent wrote it, without a cursor: sent again, it gets the cursor
     /// of a new message on its stream.
     line: Arc<Line>,
     at: Instant,
+    /// The stream it was last put on and its message id there (`None` until it is).
+    placed: Option<(Weak<Stream>, u64)>,
+}
+
+impl Answer {
+    /// Whether the client provably has this answer: its message was delivered (its cursor
+    /// came back, or the client's TCP acknowledged it and the client stayed). A stream
+    /// forgotten had everything it carried delivered (or ended with its delivered last
+    /// message), so an answer put on one is delivered.
+    fn delivered(&self) -> bool {
+        self.placed
+            .as_ref()
+            .is_some_and(|(stream, id)| stream.upgrade().is_none_or(|s| s.has_delivered(*id)))
+    }
 }
 
 impl Answered {
@@ -225,7 +238,8 @@ impl Answered {
         }
     }
 
-    fn keep(&mut self, key: String, answer: Answer) {
+    /// Keeps `answer` for `key`; returns its serial.
+    fn keep(&mut self, key: String, answer: Answer) -> u64 {
         self.forget(&key);
         self.serial += 1;
         let serial = self.serial;
@@ -233,6 +247,7 @@ impl Answered {
         self.order.push_back((key.clone(), serial));
         self.by_key.insert(key, Answer { serial, ..answer });
         self.trim(Instant::now());
+        serial
     }
 }
 
@@ -418,8 +433,10 @@ impl AcpConn {
 
     /// A request of the client's: its response goes back on `route` (its stream's last
     /// message when it `ends` the session, as `session/close` does). A request with the id of
-    /// one in progress or answered lately, and the same `method` and `params` on the same
-    /// route, is a retry: it is not run again ([`Admitted`]).
+    /// one in progress, or of one answered lately whose answer is not delivered yet, and the
+    /// same `method` and `params` on the same route, is a retry: it is not run again
+    /// ([`Admitted`]). Once the client provably has an answer, its id is free: the same
+    /// request again is a new one (JSON-RPC allows reusing an answered id; stdio runs it).
     pub fn expect_response(
         &self,
         id: &serde_json::Value,
@@ -448,10 +465,11 @@ impl AcpConn {
         }
         pending.answered.trim(Instant::now());
         if let Some(a) = pending.answered.by_key.get(&key) {
-            if a.request == request {
-                let (route, last, line) = (a.route.clone(), a.last, Arc::clone(&a.line));
+            if a.request == request && !a.delivered() {
+                let first = a.placed.as_ref().and_then(|(s, _)| s.upgrade());
+                let (route, line, serial) = (a.route.clone(), Arc::clone(&a.line), a.serial);
                 drop(pending);
-                self.push_again(&route, last, &line);
+                self.push_again(&key, serial, first, &route, &line);
                 return Ok(Admitted::Repeated);
             }
         }
@@ -501,12 +519,17 @@ impl AcpConn {
     /// handled; `Err`: the JSON-RPC error to send instead (its id is in use by another request,
     /// or too many are in progress). A message whose id the agent will refuse itself goes to
     /// it.
-    pub fn admit_frame(&self, frame: &Fields) -> Result<bool, String> {
+    pub fn admit_frame(&self, frame: &Fields) -> Result<bool, Line> {
         let (Some(id), Some(method)) = (&frame.id, &frame.method) else {
             return Ok(true);
         };
+        // Its id is `null` and the id in `data.id`: with the id, the client's JSON-RPC layer
+        // would take it for the answer of its request in progress with that id (the one that
+        // is not refused). Over HTTP the refusal is the POST's own answer (400).
         let refusal = |message: String| {
-            serde_json::json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32600, "message": message}}).to_string()
+            let error = crate::jsonrpc::ResponseError::new(-32600, message)
+                .with_data(serde_json::json!({ "id": id }));
+            crate::jsonrpc::Message::response(RequestId::Null, Err(error)).to_routed_line()
         };
         match self.expect_response(id, Route::Connection, false, method, frame.params) {
             Ok(Admitted::Run) | Err(IdRefused::Invalid(_)) => Ok(true),
@@ -522,42 +545,106 @@ impl AcpConn {
 
     /// The answer to the client's request `key`, on its way out: its request is no longer in
     /// progress, and the answer is kept for a retry (under the same lock, so that a retry sees
-    /// the request running or its answer kept, never neither). Returns where it goes and
-    /// whether it is its session stream's last message.
-    fn answering(&self, key: &str, line: &Arc<Line>, success: bool) -> Option<(Route, bool)> {
+    /// the request running or its answer kept, never neither). Returns where it goes, whether
+    /// it is its session stream's last message, and the kept answer's serial (for
+    /// [`AcpConn::placed`]).
+    fn answering(
+        &self,
+        key: &str,
+        line: &Arc<Line>,
+        success: bool,
+    ) -> Option<(Route, bool, Option<u64>)> {
         let mut pending = lock(&self.pending);
         let running = pending.running.remove(key)?;
         let last = running.ends && success;
+        let mut serial = None;
         if line.text.len() <= ANSWERS_KEPT_BYTES {
             let answer = Answer {
                 serial: 0,
                 request: running.request,
                 route: running.route.clone(),
-                last,
                 line: Arc::clone(line),
                 at: Instant::now(),
+                placed: None,
             };
-            pending.answered.keep(key.to_string(), answer);
+            serial = Some(pending.answered.keep(key.to_string(), answer));
         }
-        Some((running.route, last))
+        Some((running.route, last, serial))
     }
 
-    /// A kept answer sent again, where it went the first time: a new message on that stream,
-    /// with a cursor of its own (the next), as any message appended to it.
-    fn push_again(&self, route: &Route, last: bool, line: &Line) {
-        let pushed = match route {
-            Route::Connection => self.stream.push_line(line, false, Mark::None),
-            Route::Session(id) => self
-                .with_session_stream(id, 2 * MAX_SESSIONS, |s| {
-                    s.push_line(line, last, Mark::None)
-                })
-                .unwrap_or_else(|| self.stream.push_line(line, false, Mark::None)),
+    /// The kept answer `key` (if still the one of `serial`) was put on `stream` as message
+    /// `id`: once that is delivered, the client has it.
+    fn placed(&self, key: &str, serial: u64, at: Option<(Arc<Stream>, u64)>) {
+        let Some((stream, id)) = at else {
+            return;
         };
-        if pushed.is_err() {
-            self.close(&format!(
-                "the client read none of the last {} MiB the agent sent on its streams",
-                super::stream::MAX_BUFFERED_BYTES >> 20
-            ));
+        let mut pending = lock(&self.pending);
+        if let Some(a) = pending.answered.by_key.get_mut(key) {
+            if a.serial == serial {
+                a.placed = Some((Arc::downgrade(&stream), id));
+            }
+        }
+    }
+
+    /// A kept answer sent again: a new message, with a cursor of its own (the next), on the
+    /// stream the first went on (`first`, or `route`'s when it was not put on one yet). It
+    /// leaves that stream's end as it is ([`End::Keep`]): a repeated `session/close` answer
+    /// does not end the stream of the session loaded again since.
+    fn push_again(
+        &self,
+        key: &str,
+        serial: u64,
+        first: Option<Arc<Stream>>,
+        route: &Route,
+        line: &Line,
+    ) {
+        let at = match first {
+            Some(stream) => match stream.push_line(line, End::Keep, Mark::None) {
+                Ok(Some(id)) => Some((stream, id)),
+                Ok(None) => self.put(&Route::Connection, line, End::No, Mark::None),
+                Err(_) => self.overflow(),
+            },
+            None => self.put(route, line, End::Keep, Mark::None),
+        };
+        self.placed(key, serial, at);
+    }
+
+    /// Closes the connection whose client reads nothing.
+    fn overflow<T>(&self) -> Option<T> {
+        self.close(&format!(
+            "the client read none of the last {} MiB the agent sent on its streams",
+            super::stream::MAX_BUFFERED_BYTES >> 20
+        ));
+        None
+    }
+
+    /// Puts `line` on `route`'s stream: a session's (made if need be), else the connection's.
+    /// A session's message goes on the connection's stream, not nowhere, when there is no room
+    /// for its stream (the agent writes only for sessions this connection opened, and POSTs
+    /// that would open more are refused at the cap: past twice the cap, races of
+    /// session/new) or its stream ended (closed with its last message delivered, its
+    /// receiver still attached). Returns the stream it went on and its message id there;
+    /// `None` once the connection is closed (nobody can receive it).
+    fn put(&self, route: &Route, line: &Line, end: End, mark: Mark) -> Option<(Arc<Stream>, u64)> {
+        if let Route::Session(id) = route {
+            let pushed = self.with_session_stream(id, 2 * MAX_SESSIONS, |s| {
+                s.push_line(line, end, mark)
+                    .map(|at| at.map(|n| (Arc::clone(s), n)))
+            });
+            match pushed {
+                Some(Ok(Some(at))) => return Some(at),
+                Some(Err(_)) => return self.overflow(),
+                Some(Ok(None)) => {
+                    log::warn!("ACP connection {}: the stream of session {id} has ended; its message goes on the connection's stream", &self.id[..8]);
+                }
+                None => {
+                    log::warn!("ACP connection {}: no room for the stream of session {id}; its message goes on the connection's stream", &self.id[..8]);
+                }
+            }
+        }
+        match self.stream.push_line(line, End::No, Mark::None) {
+            Ok(at) => at.map(|n| (Arc::clone(&self.stream), n)),
+            Err(_) => self.overflow(),
         }
     }
 
@@ -636,9 +723,9 @@ impl AcpConn {
         };
         // Shared with the answers kept for retries (the text is not copied).
         let line = Arc::new(line);
-        let (route, last, key) = if self.websocket {
-            self.note_answer(&line);
-            (Route::Connection, false, None)
+        let (route, last, key, kept) = if self.websocket {
+            let (key, kept) = self.note_answer(&line);
+            (Route::Connection, false, key, kept)
         } else {
             self.outgoing_route(&line)
         };
@@ -647,42 +734,30 @@ impl AcpConn {
             (Kind::Request(_), Some(k)) => Mark::Asks(k),
             _ => Mark::None,
         };
-        let pushed = match route {
-            Route::Connection => self.stream.push_line(&line, false, Mark::None),
-            Route::Session(id) => {
-                let push = |s: &Arc<Stream>| s.push_line(&line, last, mark);
-                // The agent writes only for sessions this connection opened, and POSTs that
-                // would open more are refused at the cap: past twice the cap (races of
-                // session/new), the message goes on the connection's stream, not nowhere.
-                match self.with_session_stream(&id, 2 * MAX_SESSIONS, push) {
-                    Some(pushed) => pushed,
-                    None => {
-                        log::warn!("ACP connection {}: no room for the stream of session {id}; its message goes on the connection's stream", &self.id[..8]);
-                        self.stream.push_line(&line, false, Mark::None)
-                    }
-                }
-            }
-        };
-        if pushed.is_err() {
-            self.close(&format!(
-                "the client read none of the last {} MiB the agent sent on its streams",
-                super::stream::MAX_BUFFERED_BYTES >> 20
-            ));
+        let end = if last { End::Last } else { End::No };
+        let at = self.put(&route, &line, end, mark);
+        if let (Some(key), Some(serial)) = (&key, kept) {
+            self.placed(key, serial, at);
         }
     }
 
     /// A WebSocket's outgoing message: when it answers a request of the client's, that request
-    /// is answered (its answer kept for a retry). Read from its head only.
-    fn note_answer(&self, line: &Arc<Line>) {
+    /// is answered (its answer kept for a retry): its id key and the kept answer's serial.
+    /// Read from its head only.
+    fn note_answer(&self, line: &Arc<Line>) -> (Option<String>, Option<u64>) {
         if let Kind::Response { id, ok } = &line.head.kind {
-            self.answering(&request_key(id), line, *ok);
+            let key = request_key(id);
+            if let Some((_, _, kept)) = self.answering(&key, line, *ok) {
+                return (Some(key), kept);
+            }
         }
+        (None, None)
     }
 
     /// Where an outgoing message goes, whether it is its session stream's last (a successful
-    /// `session/close` or `session/delete` answer), and its id key (a response's or a
-    /// request's).
-    fn outgoing_route(&self, line: &Arc<Line>) -> (Route, bool, Option<String>) {
+    /// `session/close` or `session/delete` answer), its id key (a response's or a request's),
+    /// and, for an answer kept for a retry, its serial.
+    fn outgoing_route(&self, line: &Arc<Line>) -> (Route, bool, Option<String>, Option<u64>) {
         let route_of = |session: &Option<String>| match session {
             Some(s) => Route::Session(s.clone()),
             None => Route::Connection,
@@ -691,17 +766,17 @@ impl AcpConn {
             Kind::Response { id, ok } => {
                 let key = request_key(id);
                 match self.answering(&key, line, *ok) {
-                    Some((route, last)) => (route, last, Some(key)),
-                    None => (Route::Connection, false, None),
+                    Some((route, last, kept)) => (route, last, Some(key), kept),
+                    None => (Route::Connection, false, None, None),
                 }
             }
             Kind::Request(id) => {
                 let key = request_key(id);
                 let route = route_of(&line.head.session);
                 lock(&self.asked).insert(key.clone(), route.clone());
-                (route, false, Some(key))
+                (route, false, Some(key), None)
             }
-            Kind::Notification => (route_of(&line.head.session), false, None),
+            Kind::Notification => (route_of(&line.head.session), false, None, None),
         }
     }
 }
@@ -823,7 +898,6 @@ mod tests {
             serial: 0,
             request: 1,
             route: Route::Connection,
-            last: false,
             line: Arc::new(Line {
                 text: json.to_string(),
                 head: crate::jsonrpc::Head {
@@ -833,6 +907,7 @@ mod tests {
                 },
             }),
             at: Instant::now(),
+            placed: None,
         }
     }
 

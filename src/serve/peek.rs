@@ -1,7 +1,9 @@
 //! What routing reads of an incoming message, read in one pass over its bytes without
 //! building a tree of it: whether it is an object (or a batch), `jsonrpc`, `id`, `method`,
 //! `params.sessionId`, and a digest of `params` (what tells a retry from another request with
-//! its id). Everything else is skipped; the agent reads the message itself, once.
+//! its id; `params._meta` left out: a client library may stamp each attempt's own, a trace
+//! parent or an attempt counter, on a retry). Everything else is skipped; the agent reads the
+//! message itself, once.
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -233,6 +235,11 @@ impl<'de> Visitor<'de> for ParamsVisitor {
                     let v = map.next_value::<Value>()?;
                     p.cursor = cursor_of(&v);
                     digest_value(&v)
+                }
+                // Per attempt, not per request: a retry may carry another.
+                "_meta" => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
                 }
                 _ => map.next_value::<Digest>()?.0,
             };
@@ -474,6 +481,8 @@ mod tests {
         let same = [
             r#"{"params":{"n":1,"prompt":[{"text":"hi","type":"text"}],"sessionId":"s"},"id":1}"#,
             r#"{"id":1,"params": { "sessionId" : "\u0073", "prompt":[{"type":"text","text":"h\u0069"}],"n":1 }}"#,
+            // `params._meta` is left out (each attempt's trace parent, attempt counter).
+            r#"{"id":1,"params":{"_meta":{"traceparent":"00-1","attempt":2},"sessionId":"s","prompt":[{"type":"text","text":"hi"}],"n":1}}"#,
         ];
         for text in same {
             assert_eq!(digest(text), a, "{text}");

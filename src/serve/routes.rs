@@ -5,13 +5,14 @@
 
 use super::conn::{id_key, AcpConn, Admitted, IdRefused, Route, MAX_ID_LENGTH, MAX_PENDING};
 use super::peek::{Fields, Peek};
-use super::stream::{Lease, Next, Refused, Unconfirmed, CONFIRM_AFTER};
+use super::stream::{End as StreamEnd, Lease, Mark, Next, Refused, Unconfirmed, CONFIRM_AFTER};
 use super::ws;
 use super::Server;
 use crate::acp::methods;
 use crate::acp::Dialect;
 use crate::http::{Exchange, Request};
 use crate::jsonrpc::line_reader::MAX_LINE_BYTES;
+use crate::jsonrpc::{Line, Message, RequestId, ResponseError};
 use serde_json::{json, Value};
 use std::io::{BufReader, Write};
 use std::net::TcpStream;
@@ -741,7 +742,25 @@ fn websocket(server: &Server, request: &Request, ex: &mut Exchange) {
         return;
     }
     let _ = start.send(());
-    serve_frames(server, reader, &conn, false, lease);
+    // An upgrade that named a connection this server does not have for it (gone, never its,
+    // not a WebSocket's): its `stream/resume` is refused `foreign`, as a GET's 409 is.
+    let first = match request.header(CONNECTION_ID) {
+        Some(_) => Opened::NamedGone,
+        None => Opened::New,
+    };
+    serve_frames(server, reader, &conn, first, lease);
+}
+
+/// How a WebSocket's connection came to this socket.
+#[derive(Clone, Copy, PartialEq)]
+enum Opened {
+    /// A new connection; the upgrade named none.
+    New,
+    /// A new connection, though the upgrade named one (`Acp-Connection-Id`) this server does
+    /// not have for this client.
+    NamedGone,
+    /// Resumed (`stream/resume`).
+    Resumed,
 }
 
 /// Writes the `101` (with the connection's id); false when the client left.
@@ -789,7 +808,7 @@ fn serve_frames(
     server: &Server,
     reader: &mut BufReader<TcpStream>,
     conn: &Arc<AcpConn>,
-    resumed: bool,
+    opened: Opened,
     lease: u64,
 ) {
     let mut input = Deadlined {
@@ -799,7 +818,7 @@ fn serve_frames(
         due: None,
         overdue: false,
     };
-    match read_frames(&mut input, conn, resumed) {
+    match read_frames(&mut input, conn, opened) {
         End::Close(why) => {
             server.registry.remove(&conn.id, &why);
         }
@@ -852,7 +871,7 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
     let mut socket = writer;
     let fail = |socket: &mut TcpStream, reason: &str, message: &str| {
         let answer = resume_failed(reason, message);
-        let _ = ws::write_frame(socket, ws::OP_TEXT, answer.as_bytes());
+        let _ = ws::write_frame(socket, ws::OP_TEXT, answer.text.as_bytes());
         let _ = ws::write_frame(
             socket,
             ws::OP_CLOSE,
@@ -893,8 +912,14 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
             "the server cannot start this socket's writer; try again",
         );
     };
+    // A `stream/resume` sent as a request (with an id) is answered, after the messages it
+    // replays: `{}` with its cursor (as a notification, the replay is the only answer).
+    if let Some(id) = &fields.id {
+        let id = RequestId::from_value(id).unwrap_or(RequestId::Null);
+        push_own(conn, &Message::response(id, Ok(json!({}))).to_routed_line());
+    }
     let _ = start.send(());
-    serve_frames(server, input.reader, conn, true, lease);
+    serve_frames(server, input.reader, conn, Opened::Resumed, lease);
 }
 
 /// A WebSocket's input: the socket's read timeout is the idle timeout between frames, and
@@ -951,7 +976,8 @@ enum End {
     Detach(String),
 }
 
-fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
+fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
+    let resumed = opened == Opened::Resumed;
     let mut partial = None;
     let mut initialized = resumed;
     // JSON-RPC objects read (a `stream/resume` is only ever the first).
@@ -968,18 +994,20 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
                 let fields = match Peek::read(text.as_bytes()) {
                     Some(Peek::Object(fields)) => fields,
                     peek => {
-                        let _ = conn.stream.push(refusal(&text, peek).into());
+                        push_own(conn, &refusal(&text, peek));
                         continue;
                     }
                 };
                 frames += 1;
                 if fields.method.as_deref() == Some(STREAM_RESUME) {
-                    let answer = if frames == 1 {
+                    let answer = if frames == 1 && opened == Opened::NamedGone {
+                        resume_failed("foreign", "The connection this upgrade names (Acp-Connection-Id) is gone or not yours, so this socket is a new connection: send initialize on it, then session/load the sessions you follow")
+                    } else if frames == 1 {
                         resume_failed("unknown", "No stream to resume on a new WebSocket: resume with the Acp-Connection-Id of the connection in the upgrade, or send initialize on this socket, then session/load the sessions you follow")
                     } else {
                         resume_failed("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live")
                     };
-                    let _ = conn.stream.push(answer.into());
+                    push_own(conn, &answer);
                     continue;
                 }
                 if !initialized {
@@ -1002,7 +1030,7 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
                     // A retry: joined to its request, or its answer sent again.
                     Ok(false) => continue,
                     Err(refusal) => {
-                        let _ = conn.stream.push(refusal.into());
+                        push_own(conn, &refusal);
                         continue;
                     }
                 }
@@ -1017,8 +1045,17 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, resumed: bool) -> End {
             }
             Ok(Ok(Some(ws::Incoming::Ping(p)))) => conn.stream.pong(p),
             Ok(Ok(Some(ws::Incoming::Pong | ws::Incoming::Binary))) => {}
-            Ok(Ok(Some(ws::Incoming::Close(_)))) => {
+            // Only a normal close (1000) ends the connection: the client is done with it. Any
+            // other close — 1001 "going away" (a browser's reload or navigation), a close
+            // without a code (`ws.close()` before a reconnect), an error or application code —
+            // leaves it for a `stream/resume`, as a socket that breaks does: its turns run on
+            // within the idle timeout.
+            Ok(Ok(Some(ws::Incoming::Close(Some(ws::CLOSE_NORMAL))))) => {
                 return End::Close("the client closed the WebSocket".into())
+            }
+            Ok(Ok(Some(ws::Incoming::Close(code)))) => {
+                let code = code.map_or("no code".to_string(), |c| c.to_string());
+                return End::Detach(format!("the client closed the WebSocket ({code})"));
             }
             Ok(Ok(None)) => {
                 return End::Detach("the client's socket closed without a close frame".into())
@@ -1080,36 +1117,39 @@ const STREAM_RESUME: &str = "stream/resume";
 
 /// The draft's refusal of a `stream/resume`: why (`unknown`, `expired`, `foreign`, `locked`,
 /// `not_first`), what to do, and the way back (`session/load`).
-fn resume_failed(reason: &str, message: &str) -> String {
-    json!({"jsonrpc": "2.0", "method": "stream/resume_failed", "params": {
-        "reason": reason, "message": message, "recovery": "session/load"}})
-    .to_string()
+fn resume_failed(reason: &str, message: &str) -> Line {
+    Message::notification(
+        "stream/resume_failed",
+        json!({"reason": reason, "message": message, "recovery": "session/load"}),
+    )
+    .to_routed_line()
+}
+
+/// One of the transport's own messages (a refusal, `stream/resume_failed`) on a WebSocket's
+/// stream: a line as the agent's are, so it carries its cursor as they do and a resume after
+/// it does not send it again.
+fn push_own(conn: &AcpConn, line: &Line) {
+    let _ = conn.stream.push_line(line, StreamEnd::No, Mark::None);
 }
 
 /// The answer to a message the SDK's server answers itself: not JSON, a batch, not an object.
-fn refusal(text: &str, peek: Option<Peek>) -> String {
+/// Its `data`, when it has one, is an object: its cursor goes in `data._meta`.
+fn refusal(text: &str, peek: Option<Peek>) -> Line {
     // A request serde cannot read (a lone surrogate) is answered with the id its start shows,
     // as on stdio: `null` would leave its sender waiting.
-    let mut id = json!(null);
-    let (code, message, data) = match peek {
+    let mut id = RequestId::Null;
+    let (code, message) = match peek {
         None => {
-            id = json!(crate::jsonrpc::message::request_id_at_start(
-                text.as_bytes()
-            ));
-            (-32700, "Parse error", Value::Null)
+            id = crate::jsonrpc::message::request_id_at_start(text.as_bytes());
+            (-32700, "Parse error")
         }
         Some(Peek::Array) => (
             -32600,
-            "Invalid request",
-            json!("JSON-RPC batches are not supported"),
+            "Invalid request: JSON-RPC batches are not supported",
         ),
-        Some(_) => (-32600, "Invalid request", Value::Null),
+        Some(_) => (-32600, "Invalid request"),
     };
-    let mut error = json!({"code": code, "message": message});
-    if !data.is_null() {
-        error["data"] = data;
-    }
-    json!({"jsonrpc": "2.0", "id": id, "error": error}).to_string()
+    Message::response(id, Err(ResponseError::new(code, message))).to_routed_line()
 }
 
 /// The close code for a connection closed for `why`: the client's own close is normal, a

@@ -34,7 +34,8 @@ pub const REPLAY_WINDOW_BYTES: usize = 4 * 1024 * 1024;
 /// The same, for all the streams of a connection together.
 pub const CONNECTION_REPLAY_BYTES: usize = 4 * REPLAY_WINDOW_BYTES;
 /// Messages delivered kept for a receiver that reconnects, per stream, at most (within the
-/// bytes above): `retentionMessages`, advertised at `initialize`.
+/// bytes above, whichever bound comes first): `retentionMessages`, advertised at `initialize`
+/// as the upper bound it is.
 pub const REPLAY_WINDOW_MESSAGES: usize = 4096;
 /// Prompts and requests to the client a stream tracks for its session's turn state, at most
 /// (the oldest forgotten first).
@@ -120,6 +121,19 @@ struct Inner {
     /// The id of the last turn state message, while it is the stream's last message and not
     /// delivered: a receiver that comes back before anything else was sent replaces it.
     turn_state_at: Option<u64>,
+}
+
+/// What a message appended does to where its stream ends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum End {
+    /// Not the last: after the last message, it makes the stream live again (a session loaded
+    /// again right after its close).
+    No,
+    /// The stream's last message (a successful `session/close` or `session/delete` answer).
+    Last,
+    /// The end as it was: a kept answer sent again for a retry neither ends a live session's
+    /// stream nor makes an ending one live again.
+    Keep,
 }
 
 /// What a message does to its session's turn state.
@@ -272,22 +286,26 @@ impl Stream {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends a message as it is (one the server wrote itself, with no cursor in it); `Err`
-    /// when the messages nobody has read exceed the bound.
+    /// Appends a message as it is (with no cursor in it); `Err` when the messages nobody has
+    /// read exceed the bound. On a closed stream it goes nowhere.
+    #[cfg(test)]
     pub fn push(&self, json: Arc<str>) -> Result<(), Overflow> {
-        self.push_with(|_| json, false, Mark::None, false)
+        self.push_with(|_| json, End::No, Mark::None, false)
+            .map(|_| ())
     }
 
     /// Appends one of the agent's messages with its cursor in `_meta["acp/cursor"]` (where
-    /// its head says `_meta` goes); `last`: the stream's last message (once a receiver has
-    /// it, the stream ends).
-    pub fn push_line(&self, line: &Line, last: bool, mark: Mark) -> Result<(), Overflow> {
+    /// its head says `_meta` goes); `end`: what it does to the stream's end ([`End`]).
+    /// `Ok(Some(id))`: appended as message `id`; `Ok(None)`: the stream is closed (its session
+    /// ended and its last message was delivered, or its connection closed) and took nothing:
+    /// the caller puts the message where the connection's messages go.
+    pub fn push_line(&self, line: &Line, end: End, mark: Mark) -> Result<Option<u64>, Overflow> {
         // An error answer is no sign the session is this connection's (a prompt for a
         // made-up session id is answered so).
         let known = !matches!(line.head.kind, Kind::Response { ok: false, .. });
         self.push_with(
             |id| Arc::from(line.with_meta(&cursor_entry(&self.cursor(id)))),
-            last,
+            end,
             mark,
             known,
         )
@@ -296,20 +314,25 @@ impl Stream {
     fn push_with(
         &self,
         make: impl FnOnce(u64) -> Arc<str>,
-        last: bool,
+        end: End,
         mark: Mark,
         known: bool,
-    ) -> Result<(), Overflow> {
+    ) -> Result<Option<u64>, Overflow> {
         let mut s = self.lock();
         if s.closed.is_some() {
-            return Ok(());
+            return Ok(None);
         }
         append(&mut s, &self.budget, make)?;
         s.known |= known;
         s.turn_state_at = None;
-        // A message after the last (a session loaded again right after its close, a late
-        // update): the session is live again, so the stream neither ends nor is released.
-        s.last = last.then_some(s.next_id - 1);
+        let id = s.next_id - 1;
+        match end {
+            // A message after the last (a session loaded again right after its close, a late
+            // update): the session is live again, so the stream neither ends nor is released.
+            End::No => s.last = None,
+            End::Last => s.last = Some(id),
+            End::Keep => {}
+        }
         match mark {
             Mark::None => {}
             Mark::Answers(key) => {
@@ -327,13 +350,19 @@ impl Stream {
         }
         drop(s);
         self.wake.notify_all();
-        Ok(())
+        Ok(Some(id))
+    }
+
+    /// Whether message `id` of this stream was delivered (the client provably has it).
+    pub fn has_delivered(&self, id: u64) -> bool {
+        id < self.lock().delivered
     }
 
     /// Appends the stream's last message as it is.
     #[cfg(test)]
     pub fn push_last(&self, json: Arc<str>) -> Result<(), Overflow> {
-        self.push_with(|_| json, true, Mark::None, false)
+        self.push_with(|_| json, End::Last, Mark::None, false)
+            .map(|_| ())
     }
 
     /// Whether the stream can be forgotten: no receiver, and it ended or holds nothing and
@@ -965,6 +994,50 @@ mod tests {
         assert!(accounted(&s));
     }
 
+    /// A kept answer sent again for a retry ([`End::Keep`]) leaves the stream's end as it
+    /// was: it does not end a live session's stream (the session loaded again after the close
+    /// whose answer is repeated), nor make a closing one live again; a closed stream takes
+    /// nothing and says so (the caller puts the message where the connection's go).
+    #[test]
+    fn an_answer_sent_again_leaves_the_streams_end_as_it_was() {
+        let again = |s: &Stream, m: &str| {
+            let m: Arc<str> = m.into();
+            s.push_with(|_| m, End::Keep, Mark::None, false)
+                .ok()
+                .flatten()
+        };
+        let live = Stream::new();
+        assert!(live.push_last("close answer".into()).is_ok());
+        assert!(live.push("load answer".into()).is_ok());
+        assert_eq!(again(&live, "close answer again"), Some(3));
+        let mut lease = live.acquire(None).ok().unwrap();
+        for id in 1..=3 {
+            assert_eq!(event(lease.next(Duration::ZERO)).0, id);
+        }
+        lease.confirm(lease.cursor());
+        assert!(matches!(lease.next(Duration::ZERO), Next::Idle));
+        drop(lease);
+        assert!(live.acquire(Some(3)).is_ok(), "the live stream ended");
+
+        let closing = Stream::new();
+        assert!(closing.push_last("close answer".into()).is_ok());
+        assert_eq!(again(&closing, "a prompt's answer again"), Some(2));
+        let mut lease = closing.acquire(None).ok().unwrap();
+        assert_eq!(
+            event(lease.next(Duration::ZERO)),
+            (1, "close answer".into())
+        );
+        assert!(matches!(lease.next(Duration::ZERO), Next::Ended));
+        lease.confirm(lease.cursor());
+        drop(lease);
+        assert!(matches!(closing.acquire(None), Err(Refused::Closed(_))));
+        assert_eq!(
+            again(&closing, "late"),
+            None,
+            "a closed stream took a message"
+        );
+    }
+
     /// A session's stream forgotten once it kept nothing (all delivered, out of the replay
     /// window) and made again continues its numbering: its receiver resumes with the last id
     /// it read, and an older id is a gap (410), not an id "never sent" (400).
@@ -1041,7 +1114,7 @@ mod tests {
             "session/update",
             json!({"sessionId": "s", "update": {}}),
         ));
-        assert!(s.push_line(&update, false, Mark::None).is_ok());
+        assert!(s.push_line(&update, End::No, Mark::None).is_ok());
         let mut again = s.acquire(Some(0)).ok().unwrap();
         assert_eq!(event(again.next(Duration::ZERO)).0, 1, "the replay first");
         assert_eq!(
@@ -1054,7 +1127,7 @@ mod tests {
             "session/request_permission",
             json!({"sessionId": "s"}),
         ));
-        assert!(s.push_line(&ask, false, Mark::Asks("number:0")).is_ok());
+        assert!(s.push_line(&ask, End::No, Mark::Asks("number:0")).is_ok());
         let mut lease = s.acquire(None).ok().unwrap();
         assert_eq!(state(&mut lease)["state"], "requires_action");
         drop(lease);
@@ -1067,7 +1140,7 @@ mod tests {
             Ok(json!({"stopReason": "end_turn"})),
         ));
         assert!(s
-            .push_line(&answer, false, Mark::Answers("number:7"))
+            .push_line(&answer, End::No, Mark::Answers("number:7"))
             .is_ok());
         let mut lease = s.acquire(None).ok().unwrap();
         assert_eq!(
@@ -1103,7 +1176,7 @@ mod tests {
             )),
         ));
         assert!(made_up
-            .push_line(&error, false, Mark::Answers("number:1"))
+            .push_line(&error, End::No, Mark::Answers("number:1"))
             .is_ok());
         let mut lease = made_up.acquire(Some(0)).ok().unwrap();
         assert_eq!(event(lease.next(Duration::ZERO)).0, 1);
@@ -1118,7 +1191,7 @@ mod tests {
             "session/update",
             json!({"sessionId": "s", "update": {}}),
         ));
-        assert!(s.push_line(&update, false, Mark::None).is_ok());
+        assert!(s.push_line(&update, End::No, Mark::None).is_ok());
         s.turn_posted("number:7", &json!(7));
         for _ in 0..3 {
             let mut lease = s.acquire(Some(0)).ok().unwrap();
@@ -1141,7 +1214,7 @@ mod tests {
         assert!(accounted(&s));
         // Once something follows it, a receiver coming back gets a new one after that.
         drop(lease);
-        assert!(s.push_line(&update, false, Mark::None).is_ok());
+        assert!(s.push_line(&update, End::No, Mark::None).is_ok());
         let mut lease = s.acquire(Some(2)).ok().unwrap();
         assert_eq!(event(lease.next(Duration::ZERO)).0, 3);
         let (id, json) = event(lease.next(Duration::ZERO));

@@ -238,6 +238,12 @@ pub fn validate_agent_line(
                     })?;
                     if method == "initialize" {
                         check_initialize(result)?;
+                    } else if method == "stream/resume" {
+                        // The resumable-transport draft's, not in ACP v1's schema: its answer
+                        // is an object (`{}` and the cursor's `_meta`).
+                        result
+                            .as_object()
+                            .ok_or("stream/resume's result is no object")?;
                     } else if method == "session/set_model" {
                         // An earlier unstable ACP method, gone from today's schema: its answer
                         // was `SetSessionModelResponse`, an object with only `_meta`.
