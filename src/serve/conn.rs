@@ -35,6 +35,19 @@ pub enum Route {
     Session(String),
 }
 
+impl Route {
+    /// Feeds the route to a hasher (a stream's tag, a request's fingerprint).
+    fn hash_into(&self, h: &mut impl Hasher) {
+        match self {
+            Route::Connection => h.write_u8(0),
+            Route::Session(s) => {
+                h.write_u8(1);
+                h.write(s.as_bytes());
+            }
+        }
+    }
+}
+
 pub struct AcpConn {
     pub id: String,
     pub websocket: bool,
@@ -108,13 +121,7 @@ fn stream_tag(conn: &str, route: &Route, incarnation: u64) -> String {
     let mut h = KEY.get_or_init(RandomState::new).build_hasher();
     h.write(conn.as_bytes());
     h.write_u8(0);
-    match route {
-        Route::Connection => h.write_u8(0),
-        Route::Session(s) => {
-            h.write_u8(1);
-            h.write(s.as_bytes());
-        }
-    }
+    route.hash_into(&mut h);
     h.write_u8(0);
     h.write_u64(incarnation);
     format!("{:016x}", h.finish())
@@ -496,13 +503,7 @@ impl AcpConn {
         let mut h = self.fingerprints.build_hasher();
         h.write(method.as_bytes());
         h.write_u8(0);
-        match route {
-            Route::Connection => h.write_u8(0),
-            Route::Session(s) => {
-                h.write_u8(1);
-                h.write(s.as_bytes());
-            }
-        }
+        route.hash_into(&mut h);
         h.write_u8(0);
         match params {
             None => h.write_u8(0),

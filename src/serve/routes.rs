@@ -811,13 +811,7 @@ fn serve_frames(
     opened: Opened,
     lease: u64,
 ) {
-    let mut input = Deadlined {
-        reader,
-        idle: server.idle_timeout,
-        frame_limit: server.body_deadline,
-        due: None,
-        overdue: false,
-    };
+    let mut input = Deadlined::new(reader, server);
     match read_frames(&mut input, conn, opened) {
         End::Close(why) => {
             server.registry.remove(&conn.id, &why);
@@ -853,13 +847,7 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         return;
     }
     conn.touch();
-    let mut input = Deadlined {
-        reader,
-        idle: server.idle_timeout,
-        frame_limit: server.body_deadline,
-        due: None,
-        overdue: false,
-    };
+    let mut input = Deadlined::new(reader, server);
     let mut partial = None;
     let first = loop {
         match ws::read_message(&mut input, MAX_LINE_BYTES, &mut partial) {
@@ -933,6 +921,19 @@ struct Deadlined<'a> {
     due: Option<Instant>,
     /// The frame's deadline passed.
     overdue: bool,
+}
+
+impl<'a> Deadlined<'a> {
+    /// A WebSocket's reader, with the server's idle timeout and frame deadline.
+    fn new(reader: &'a mut BufReader<TcpStream>, server: &Server) -> Deadlined<'a> {
+        Deadlined {
+            reader,
+            idle: server.idle_timeout,
+            frame_limit: server.body_deadline,
+            due: None,
+            overdue: false,
+        }
+    }
 }
 
 impl std::io::Read for Deadlined<'_> {
