@@ -6,6 +6,7 @@
 #![deny(clippy::print_stdout)]
 
 pub mod acp;
+pub(crate) mod base64;
 pub mod cli;
 #[cfg(feature = "host")]
 pub(crate) mod config;

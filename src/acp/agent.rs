@@ -8,7 +8,8 @@ use super::auth;
 use super::connection::Shared;
 use super::errors::MakaCode;
 use super::host_link::{Connected, HostLink, LocalHost};
-use super::initialize::{self, InitializeParams};
+use super::initialize::{self, Offer};
+use super::out::Version;
 use super::methods::{self, Job};
 use super::principal::Principal;
 use super::session::AcpSession;
@@ -48,6 +49,9 @@ struct Agent {
     shared: Arc<Shared>,
     /// `initialize` succeeded: later methods may run (the capabilities are in `shared`).
     initialized: bool,
+    /// A request other than `initialize` was read since it succeeded (v2 allows a repeated
+    /// `initialize` only before any).
+    other_request_seen: bool,
     workers: Workers,
 }
 
@@ -123,6 +127,7 @@ pub fn serve(
             principal,
         )),
         initialized: false,
+        other_request_seen: false,
         workers: Workers::new(),
     };
     while let Ok(incoming) = conn.inbox.recv() {
@@ -153,7 +158,11 @@ impl Agent {
         // Unknown methods, `_` extensions we do not implement, and methods this build does not
         // serve.
         let local = self.shared.can_log_out();
-        let Some(row) = methods::find(method, local, self.shared.dialect) else {
+        if method != "initialize" {
+            self.other_request_seen |= self.initialized;
+        }
+        let version = self.shared.version();
+        let Some(row) = methods::find(method, local, self.shared.dialect, version) else {
             return responder.respond(Err(ResponseError::method_not_found(method)));
         };
         let job = match (row.read)(params) {
@@ -193,7 +202,36 @@ impl Agent {
         }
     }
 
-    fn initialize(&mut self, params: InitializeParams) -> Result<Value, ResponseError> {
+    /// `initialize`: the first success fixes the connection's version — what the client
+    /// offered (2 or more: v2; Maka's dialect is v1's), v1 otherwise — and every later one is
+    /// read in that version: v1 takes a repeat as before; v2 takes one only before any other
+    /// request, offering v2 again (the rules of the TS SDK's `AgentProtocolRouter`).
+    fn initialize(&mut self, offer: Offer) -> Result<Value, ResponseError> {
+        let wanted = match self.shared.dialect {
+            super::Dialect::Maka => Version::V1,
+            super::Dialect::Ours => Version::for_offer(offer.offered),
+        };
+        match self.shared.version().unwrap_or(wanted) {
+            Version::V1 => self.initialize_v1(initialize::parse(&offer.params)?),
+            Version::V2 => {
+                if self.initialized && (self.other_request_seen || wanted != Version::V2) {
+                    return Err(ResponseError::new(
+                        code::INVALID_REQUEST,
+                        "initialize must not be repeated on a v2 connection after other requests or with another version; open a new connection to start over",
+                    ));
+                }
+                let params = super::v2::initialize::parse(&offer)?;
+                self.shared.negotiate(Version::V2);
+                let result = super::v2::initialize::answer(&self.shared, &params);
+                self.shared.set_caps_v2(params.capabilities);
+                self.initialized = true;
+                Ok(result)
+            }
+        }
+    }
+
+    fn initialize_v1(&mut self, params: initialize::InitializeParams) -> Result<Value, ResponseError> {
+        self.shared.negotiate(Version::V1);
         if let Some(info) = &params.client_info {
             log::info!("client {} {} connected", info.name, info.version);
         }

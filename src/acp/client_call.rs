@@ -129,9 +129,8 @@ fn after_success(session: &Arc<AcpSession>, shared: &Arc<Shared>, call: &Call, r
             session.note_terminal(terminal_id, true);
             // Embed the live terminal in the tool call so the editor shows it as it runs.
             if let Some(tool) = &call.tool_call_id {
-                session.emit(shared, |view| {
-                    (vec![view.attach_terminal(tool, terminal_id)], ())
-                });
+                // Editor terminals exist only on v1 (v2 has no client terminals).
+                session.emit_v1(|view| (vec![view.attach_terminal(tool, terminal_id)], ()));
             }
         }
         "terminal.release" => forget_terminal(session, &call.input),

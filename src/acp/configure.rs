@@ -34,7 +34,7 @@ fn change_config(
     session: &AcpSession,
     make_patch: impl FnOnce(&Configuration, &Catalog) -> Result<ConfigurationPatch, ResponseError>,
 ) -> Result<Changed, ResponseError> {
-    let (known, catalog) = session.configure(&ctx.shared, |c| (vec![], c.known()));
+    let (known, catalog) = session.configure(|c| (vec![], c.known()));
     let known = known.ok_or_else(|| {
         MakaCode::Internal.error("the session's configuration is unknown; load the session again")
     })?;
@@ -42,7 +42,7 @@ fn change_config(
     let conn = ctx.host()?;
     let id = &session.id;
     let read = |config: SessionConfig| {
-        let options = session.configure(&ctx.shared, |c| (vec![], c.read(Some(config), None)));
+        let options = session.configure(|c| (vec![], c.read(Some(config), None)));
         options.unwrap_or_default()
     };
     let committed = config_options::with_cas_retry(
@@ -110,7 +110,7 @@ pub fn apply_initial(
             return Err(e);
         }
     };
-    let (config, _) = session.configure(&ctx.shared, |c| (vec![], c.known()));
+    let (config, _) = session.configure(|c| (vec![], c.known()));
     let modes = match config {
         Some(c) => config_options::modes(&c.configuration),
         None => {
@@ -168,9 +168,12 @@ pub fn set_config_option(ctx: &Ctx, p: read::ConfigOption, responder: Responder)
             Reply::Empty(None)
         }
         Ok(ch) => {
-            responder.respond(Ok(to_json(&ConfigOptionsResponse {
-                config_options: ch.options,
-            })));
+            responder.respond(Ok(super::v2::lifecycle::options_answer(
+                ctx,
+                ConfigOptionsResponse {
+                    config_options: ch.options,
+                },
+            )));
             Reply::Options(None)
         }
         Err(e) => {
@@ -206,12 +209,12 @@ pub fn set_mode(ctx: &Ctx, p: read::SetMode, responder: Responder) {
 
 /// A configuration write of this client begins: changes seen meanwhile wait for its end.
 fn begin_write(ctx: &Ctx, session: &AcpSession) {
-    session.configure(&ctx.shared, |c| (vec![], c.begin_write()));
+    session.configure(|c| (vec![], c.begin_write()));
 }
 
 /// The write is over (its response, which told `reply`, is queued).
 fn end_write(ctx: &Ctx, session: &AcpSession, reply: Reply) {
-    session.configure(&ctx.shared, |c| (c.end_write(reply), ()));
+    session.configure(|c| (c.end_write(reply), ()));
 }
 
 pub fn authenticate(ctx: &Ctx, method: &str) -> Result<Value, ResponseError> {

@@ -7,12 +7,13 @@
 
 use super::host_link::HostLink;
 use super::initialize::ClientCapabilities;
+use super::out::{Out, Version, V1, V2};
 use super::principal::Principal;
 use super::session::AcpSession;
 use super::types::SessionUpdate;
 use crate::jsonrpc::{lock, ClientCalls, Message, Outbox};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The sessions a connection holds, by id.
 pub type Sessions = Mutex<HashMap<String, Arc<AcpSession>>>;
@@ -27,8 +28,13 @@ pub struct Shared {
     pub principal: Option<Arc<Principal>>,
     /// Whose names and shapes this connection speaks (`--acp`: Apache Maka's).
     pub dialect: super::Dialect,
+    /// The ACP version the first successful `initialize` chose: fixed for the connection's
+    /// life (a repeated `initialize` cannot change it).
+    version: OnceLock<Version>,
     /// What the client said it supports, set by `initialize`; none before it.
     caps: Mutex<ClientCapabilities>,
+    /// What a v2 client said it supports (v2's `capabilities`); none on v1.
+    caps_v2: Mutex<super::v2::initialize::ClientCaps>,
     /// The sessions this connection holds (loaded, resumed, created or copied here).
     pub sessions: Sessions,
     /// What Maka's dialect keeps about this connection: the copies it made, its open uploads,
@@ -51,7 +57,9 @@ impl Shared {
             link,
             principal,
             dialect,
+            version: OnceLock::new(),
             caps: Mutex::default(),
+            caps_v2: Mutex::default(),
             sessions: Mutex::default(),
             maka: Default::default(),
         }
@@ -95,9 +103,41 @@ impl Shared {
         *lock(&self.caps) = caps;
     }
 
+    /// Fixes the connection's version (the first call wins); returns the one in force.
+    pub fn negotiate(&self, version: Version) -> Version {
+        *self.version.get_or_init(|| version)
+    }
+
+    /// The version the client negotiated; none before a successful `initialize`.
+    pub fn version(&self) -> Option<Version> {
+        self.version.get().copied()
+    }
+
+    /// The v1 writer, on a connection that negotiated v1 (the only way to get one).
+    pub fn v1(&self) -> Option<Out<V1>> {
+        (self.version() == Some(Version::V1)).then(|| Out::for_negotiated(&self.outbox))
+    }
+
+    /// The v2 writer, on a connection that negotiated v2 (the only way to get one).
+    pub fn v2(&self) -> Option<Out<V2>> {
+        (self.version() == Some(Version::V2)).then(|| Out::for_negotiated(&self.outbox))
+    }
+
+    /// What a v2 client supports (as its `initialize` said).
+    pub fn caps_v2(&self) -> super::v2::initialize::ClientCaps {
+        *lock(&self.caps_v2)
+    }
+
+    pub fn set_caps_v2(&self, caps: super::v2::initialize::ClientCaps) {
+        *lock(&self.caps_v2) = caps;
+    }
+
     /// Tells the client what the projection says happened, worded for this client
     /// ([`super::maka_dialect::told`]: ours, or Apache Maka's to a client that opted in).
     pub fn tell(&self, n: &super::projection::Notification) {
+        if self.version() != Some(Version::V1) {
+            return; // v1's notifications: a v2 client learns the same from `state_update`
+        }
         if let Some((method, params)) = super::maka_dialect::told(&self.caps(), n) {
             self.outbox.send(&Message::notification(method, params));
         }
@@ -112,20 +152,18 @@ impl Shared {
         }
     }
 
-    /// Enqueues one `session/update` (of a child session, for an update that belongs to one).
+    /// Enqueues one v1 `session/update` (of a child session, for an update that belongs to
+    /// one). On a connection that is not v1 nothing is sent: v1's shapes never reach another
+    /// version's client (its own projection shows the same things its own way).
     pub fn update(&self, session_id: &str, update: &SessionUpdate) {
-        let (session_id, update) = match update {
-            SessionUpdate::InChild { session_id, update } => (session_id.as_str(), &**update),
-            update => (session_id, update),
+        let Some(out) = self.v1() else {
+            log::debug!("a v1 update for {session_id} on a connection that is not v1: not sent");
+            return;
         };
-        #[derive(serde::Serialize)]
-        #[serde(rename_all = "camelCase")]
-        struct Params<'a> {
-            session_id: &'a str,
-            update: &'a SessionUpdate,
+        match update {
+            SessionUpdate::InChild { session_id, update } => out.update(session_id, update),
+            update => out.update(session_id, update),
         }
-        self.outbox
-            .notify(session_id, "session/update", &Params { session_id, update });
     }
 }
 

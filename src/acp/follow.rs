@@ -16,7 +16,8 @@ use super::errors::{self, MakaCode};
 use super::host_link::Connected;
 use super::interaction;
 use super::projection::{self, answer, Effect, TOOL_UNFINISHED};
-use super::session::{AcpSession, ReaderStep};
+use super::session::{AcpSession, Effects, ReaderStep};
+use super::v2;
 use super::types::{PromptResponse, StopReason};
 use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot, TurnRef};
@@ -282,7 +283,19 @@ fn stop_reader(
     if session.prompt_turn().is_none() {
         return;
     }
+    settle(session, shared, result);
+}
+
+/// The pending prompt's turn is over without its terminal frame (the stream was lost, or its
+/// end was read from a snapshot): its open tool calls settled, a v2 client told the session
+/// is idle (and why), then the prompt answered.
+fn settle(session: &Arc<AcpSession>, shared: &Shared, result: Result<PromptResponse, ResponseError>) {
     super::view::settle_tools(session, shared, TOOL_UNFINISHED);
+    let cancelled = session.is_cancelling();
+    session.emit(
+        |_| (vec![], ()),
+        |view| (view.stopped(&result, cancelled), ()),
+    );
     session.finish_prompt(result);
 }
 
@@ -305,7 +318,7 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
         Err(e) => return Err(Gap::Again(e)),
     };
     let config = &open.session;
-    session.configure(shared, |c| {
+    session.configure(|c| {
         (c.changed(config.revision, &config.configuration), ())
     });
     match catch_up(session, shared, conn, &open) {
@@ -337,8 +350,7 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
             }
             Err(e) => Err(errors::from_client(&e)),
         };
-        super::view::settle_tools(session, shared, TOOL_UNFINISHED);
-        session.finish_prompt(result);
+        settle(session, shared, result);
     }
     Ok(())
 }
@@ -428,6 +440,10 @@ fn handle_frame(
             };
         }
     };
+    let effects = match effects {
+        Effects::V1(effects) => effects,
+        Effects::V2(effects) => return handle_v2(session, shared, conn, effects),
+    };
     for effect in effects {
         match effect {
             Effect::Show(_) | Effect::Notify(_) => {} // sent by `apply`
@@ -460,6 +476,59 @@ fn handle_frame(
             Effect::Resync(kind) => {
                 // The host could not emit a frame (a bug there): catch up from the durable
                 // state, then follow from the snapshot.
+                log::warn!(
+                    "session {}: the host omitted a {kind} frame; catching up",
+                    session.id
+                );
+                return if recover(session, shared, conn, None) {
+                    Flow::EndWindow
+                } else {
+                    Flow::Stop
+                };
+            }
+        }
+    }
+    Flow::Next
+}
+
+/// [`handle_frame`]'s effects on a v2 connection: the same I/O, and v2's own — a prompt
+/// answered when its message is inserted, the prompt slot freed when its turn is idle.
+fn handle_v2(
+    session: &Arc<AcpSession>,
+    shared: &Arc<Shared>,
+    conn: &Connected,
+    effects: Vec<v2::projection::Effect>,
+) -> Flow {
+    use v2::projection::Effect as E;
+    for effect in effects {
+        match effect {
+            E::Show(_) => {} // sent by `apply`
+            E::Ask(i, asked) => {
+                if !session.is_tracked(&i.interaction_id) {
+                    let (session, shared) = (Arc::clone(session), Arc::clone(shared));
+                    interaction::spawn(session, shared, conn.clone(), i, asked);
+                }
+            }
+            E::Withdraw(key) => {
+                if let Some(request) = session.untrack(&key) {
+                    shared.calls.cancel(&request);
+                }
+            }
+            E::Accepted { turn_id, message_id } => {
+                if let Some(responder) = session.accept_prompt(&turn_id) {
+                    let answer = v2::types::PromptResponse { message_id };
+                    responder.respond(Ok(super::types::to_json(&answer)));
+                }
+            }
+            E::Ended { turn_id, result } => session.finish_prompt_of(&turn_id, result),
+            E::WindowEnd {
+                session_removed: true,
+            } => {
+                stop(session, shared, Err(errors::unknown_session(&session.id)));
+                return Flow::Stop;
+            }
+            E::WindowEnd { .. } => return Flow::EndWindow,
+            E::Resync(kind) => {
                 log::warn!(
                     "session {}: the host omitted a {kind} frame; catching up",
                     session.id

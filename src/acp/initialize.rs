@@ -59,6 +59,24 @@ pub struct InitializeParams {
     pub client_info: Option<ClientInfo>,
 }
 
+/// An `initialize` as read before the connection's version is chosen: the version offered
+/// (which picks the version, and with it how the rest is read) and the params.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offer {
+    pub offered: u16,
+    pub params: Value,
+}
+
+/// Reads the offered version only (a missing or malformed one is the `-32602` naming it).
+pub fn offer(params: &Value) -> ParamResult<Offer> {
+    let offered = Params::of(params)?.required_u16("protocolVersion")?;
+    Ok(Offer {
+        offered,
+        params: params.clone(),
+    })
+}
+
+/// Reads a v1 client's `initialize`.
 pub fn parse(params: &Value) -> ParamResult<InitializeParams> {
     let p = Params::of(params)?;
     let offered_version = p.required_u16("protocolVersion")?;
@@ -113,8 +131,8 @@ pub fn parse(params: &Value) -> ParamResult<InitializeParams> {
     })
 }
 
-/// A v1-only agent answers 1 whatever the client offers (2, 0, …); the client decides whether
-/// it can continue.
+/// A v1 connection answers 1 whatever the client offered (0, or 2 and more in Maka's dialect,
+/// which is v1's); the client decides whether it can continue.
 pub fn negotiate(_offered: u16) -> u16 {
     PROTOCOL_VERSION
 }

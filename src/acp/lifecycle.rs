@@ -34,7 +34,7 @@ fn answer_setup(
 ) {
     match made {
         Ok((result, session)) => {
-            responder.respond(Ok(to_json(&result)));
+            responder.respond(Ok(super::v2::lifecycle::setup_answer(ctx, &result)));
             send_commands(ctx, &session);
         }
         Err(e) => responder.respond(Err(e)),
@@ -50,7 +50,7 @@ fn attach_new(
 ) -> Result<(SessionSetup, Arc<AcpSession>), ResponseError> {
     let id = record.id.clone();
     ctx.register_services(conn, &id)?;
-    let session = AcpSession::new(&id, ctx.shows());
+    let session = AcpSession::for_connection(&ctx.shared, &id, ctx.shows())?;
     let mut result = attach_config(ctx, &session, record, models);
     result.session_id = Some(id.clone());
     ctx.shared.hold_session(&session);
@@ -240,7 +240,7 @@ fn attach_config(
 ) -> SessionSetup {
     if let Some(m) = models {
         let catalog = Catalog::from_models_list(m);
-        session.configure(&ctx.shared, |c| (vec![], c.set_catalog(catalog)));
+        session.configure(|c| (vec![], c.set_catalog(catalog)));
     }
     // Subagents make the orchestration option meaningful (a host without them: no option).
     let declared = ctx.host().ok().and_then(|conn| {
@@ -254,7 +254,7 @@ fn attach_config(
     let config = SessionConfig::from_session(record);
     let mode = config.configuration.permission_mode;
     let modes = config_options::modes(&config.configuration);
-    let options = session.configure(&ctx.shared, |c| {
+    let options = session.configure(|c| {
         c.set_subagents(declared);
         (vec![], c.read(Some(config), Some(mode)))
     });
@@ -280,7 +280,7 @@ fn send_commands(ctx: &Ctx, session: &AcpSession) {
             return;
         }
     };
-    let commands = skills
+    let commands: Vec<AvailableCommand> = skills
         .skills
         .into_iter()
         .map(|s| AvailableCommand {
@@ -289,12 +289,15 @@ fn send_commands(ctx: &Ctx, session: &AcpSession) {
             input: s.input_hint.map(|hint| CommandInput { hint }),
         })
         .collect();
-    session.emit(&ctx.shared, |_| {
-        let update = SessionUpdate::AvailableCommandsUpdate {
-            available_commands: commands,
-        };
-        (vec![update], ())
-    });
+    session.emit(
+        |_| {
+            let update = SessionUpdate::AvailableCommandsUpdate {
+                available_commands: commands.clone(),
+            };
+            (vec![update], ())
+        },
+        |_| (vec![super::v2::projection::commands_update(&commands)], ()),
+    );
 }
 
 /// `session/load` (`replay`) and `session/resume`.
@@ -322,7 +325,7 @@ pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
             if let Some(old) = old {
                 old.close();
             }
-            responder.respond(Ok(to_json(&result)));
+            responder.respond(Ok(super::v2::lifecycle::setup_answer(ctx, &result)));
             if let Some(values) = applied {
                 values.done(ctx, &session);
             }
@@ -338,7 +341,7 @@ pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
             // they come.
             if let Some(goal) = &snapshot.goal {
                 if goal.status != "cancelled" {
-                    session.emit(&ctx.shared, |view| (view.goal(goal), ()));
+                    session.emit(|view| (view.goal(goal), ()), |view| (view.goal(goal), ()));
                 }
                 super::follow::follow_goal(&session, &ctx.shared, &conn, goal);
             }
@@ -361,23 +364,29 @@ fn offer_resume(ctx: &Ctx, session: &AcpSession, conn: &super::host_link::Connec
     else {
         return; // nothing interrupted (or the host cannot say): nothing to offer
     };
-    ctx.shared.outbox.notify(
-        &session.id,
-        "_maka/turn_state",
-        &InterruptedTurnNotification {
-            session_id: session.id.clone(),
-            turn_id: source_turn_id.clone(),
-            state: "interrupted",
-            disposition: "ready",
-        },
-    );
+    if ctx.shared.v1().is_some() {
+        ctx.shared.outbox.notify(
+            &session.id,
+            "_maka/turn_state",
+            &InterruptedTurnNotification {
+                session_id: session.id.clone(),
+                turn_id: source_turn_id.clone(),
+                state: "interrupted",
+                disposition: "ready",
+            },
+        );
+    }
     let text = "The last turn was interrupted when the agent's runtime stopped, before it finished. \
                 It can be continued where it stopped (your client's \"resume\", `_maka/turn/resume`), \
                 or you can send a new prompt.\n";
-    session.emit(&ctx.shared, |_| {
-        let chunk = Chunk::text(format!("m_interrupted_{source_turn_id}"), text);
-        (vec![SessionUpdate::AgentMessageChunk(chunk)], ())
-    });
+    let message_id = format!("m_interrupted_{source_turn_id}");
+    session.emit(
+        |_| {
+            let chunk = Chunk::text(message_id.clone(), text);
+            (vec![SessionUpdate::AgentMessageChunk(chunk)], ())
+        },
+        |_| (vec![super::v2::projection::agent_text(&message_id, text)], ()),
+    );
 }
 
 type Attached = (
@@ -436,7 +445,7 @@ fn attach(
     };
     let open = conn.request::<ops::SessionOpen>(&open_input)?;
     ctx.register_services(&conn, &id)?;
-    let session = AcpSession::new(&id, ctx.shows());
+    let session = AcpSession::for_connection(&ctx.shared, &id, ctx.shows())?;
     let models = conn.request::<ops::ModelsList>(&ops::Empty {})?;
     let result = attach_config(ctx, &session, &open.session, Some(&models));
     let active_turn = open.active_turn.as_ref().map(|t| t.turn_id.clone());

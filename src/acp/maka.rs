@@ -258,7 +258,7 @@ pub fn show_goal(
     goal: &crate::host_api::wire::Goal,
 ) {
     if let Some(s) = ctx.session(session_id) {
-        s.emit(&ctx.shared, |view| (view.goal(goal), ()));
+        s.emit(|view| (view.goal(goal), ()), |view| (view.goal(goal), ()));
         super::follow::follow_goal(&s, &ctx.shared, conn, goal);
     }
 }

@@ -23,7 +23,7 @@
 //! cancels the waiting request's responder, whichever method it is.
 
 use super::agent::Ctx;
-use super::initialize::{self, InitializeParams};
+use super::initialize::{self, Offer};
 use super::maka_dialect::{self as md, Dialect};
 use super::params::{ParamResult, Params};
 use super::read;
@@ -47,7 +47,7 @@ pub struct Method {
 
 /// A request whose params were read: what serves it, and where.
 pub enum Job {
-    Initialize(InitializeParams),
+    Initialize(Offer),
     Work(Work),
     Turn(Turn),
 }
@@ -59,7 +59,7 @@ pub type Turn = Box<dyn FnOnce(&Ctx, Responder) -> Option<Registered> + Send>;
 /// Acts on a notification.
 pub type OnNotification = fn(&Ctx, &Value);
 
-const fn m(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
+pub(super) const fn m(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
     Method {
         name,
         local_only: false,
@@ -68,7 +68,7 @@ const fn m(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
 }
 
 /// A method served only with a host of this build's own ([`Method::local_only`]).
-const fn local(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
+pub(super) const fn local(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Method {
     Method {
         local_only: true,
         ..m(name, read)
@@ -78,7 +78,7 @@ const fn local(name: &'static str, read: fn(&Value) -> ParamResult<Job>) -> Meth
 /// Our methods, and those both dialects serve alike.
 #[rustfmt::skip]
 pub static METHODS: &[Method] = &[
-    m("initialize",                 |v| Ok(Job::Initialize(initialize::parse(v)?))),
+    m("initialize",                 |v| Ok(Job::Initialize(initialize::offer(v)?))),
     m("authenticate",               |v| answer_str(v, read::method_id, configure::authenticate)),
     local("logout",                 |v| answer(v, read::nothing, |c, ()| configure::logout(c))),
     m("session/new",                |v| work(v, read::new_session, lifecycle::new)),
@@ -145,7 +145,17 @@ pub static NOTIFICATIONS: &[(&str, OnNotification)] = &[("session/cancel", cance
 
 /// The method named `name` on a connection in `dialect`, when it is served (`local`: with a
 /// host of this build's own that keeps settings): Maka's row first in Maka's dialect.
-pub fn find(name: &str, local: bool, dialect: Dialect) -> Option<&'static Method> {
+pub fn find(
+    name: &str,
+    local: bool,
+    dialect: Dialect,
+    version: Option<super::out::Version>,
+) -> Option<&'static Method> {
+    if version == Some(super::out::Version::V2) {
+        return super::v2::methods::V2_METHODS
+            .iter()
+            .find(|m| m.name == name && (local || !m.local_only));
+    }
     let maka: &[Method] = match dialect {
         Dialect::Maka => MAKA_METHODS,
         Dialect::Ours => &[],
@@ -165,7 +175,7 @@ pub fn maka_methods() -> Vec<&'static str> {
 }
 
 /// A method that answers through its responder itself (on a worker).
-fn work<P: Send + 'static>(
+pub(super) fn work<P: Send + 'static>(
     v: &Value,
     read: fn(&Params) -> ParamResult<P>,
     serve: fn(&Ctx, P, Responder),
@@ -175,7 +185,7 @@ fn work<P: Send + 'static>(
 }
 
 /// A method whose answer is what `serve` returns (on a worker).
-fn answer<P: Send + 'static>(
+pub(super) fn answer<P: Send + 'static>(
     v: &Value,
     read: fn(&Params) -> ParamResult<P>,
     serve: fn(&Ctx, P) -> Result<Value, ResponseError>,
@@ -185,7 +195,7 @@ fn answer<P: Send + 'static>(
 }
 
 /// [`answer`] for a `serve` that borrows the string read (an id).
-fn answer_str(
+pub(super) fn answer_str(
     v: &Value,
     read: fn(&Params) -> ParamResult<String>,
     serve: fn(&Ctx, &str) -> Result<Value, ResponseError>,
@@ -224,7 +234,7 @@ where
 
 /// A turn: registered on the dispatcher by `register` (which answers the request itself when
 /// the turn cannot run), then started on a worker.
-fn turn<P: Send + 'static>(
+pub(super) fn turn<P: Send + 'static>(
     v: &Value,
     read: fn(&Params) -> ParamResult<P>,
     register: fn(&Ctx, P, Responder) -> Option<Registered>,
@@ -234,7 +244,7 @@ fn turn<P: Send + 'static>(
 }
 
 /// `session/cancel`: the session's running turn stops (its prompt answers `cancelled`).
-fn cancel(ctx: &Ctx, params: &Value) {
+pub(super) fn cancel(ctx: &Ctx, params: &Value) {
     let Some(id) = params.get("sessionId").and_then(Value::as_str) else {
         log::warn!("session/cancel without a sessionId");
         return;
@@ -328,9 +338,9 @@ mod tests {
             }
         }
         for theirs in MAKA_METHODS {
-            let ours = find(theirs.name, true, Dialect::Ours);
+            let ours = find(theirs.name, true, Dialect::Ours, None);
             assert!(ours.is_some(), "{} is a name of ours", theirs.name);
-            let found = find(theirs.name, true, Dialect::Maka).map(|m| m as *const Method);
+            let found = find(theirs.name, true, Dialect::Maka, None).map(|m| m as *const Method);
             assert_eq!(found, Some(theirs as *const Method), "{}", theirs.name);
         }
         let advertised = initialize::agent_capabilities(true);
@@ -339,14 +349,14 @@ mod tests {
         for name in maka_methods() {
             for dialect in [Dialect::Ours, Dialect::Maka] {
                 assert!(
-                    find(name, false, dialect).is_some(),
+                    find(name, false, dialect, None).is_some(),
                     "{name} is advertised and served"
                 );
             }
         }
-        assert!(find("_maka/session/nothing", true, Dialect::Maka).is_none());
-        assert!(find("logout", true, Dialect::Ours).is_some());
-        assert!(find("logout", false, Dialect::Ours).is_none());
+        assert!(find("_maka/session/nothing", true, Dialect::Maka, None).is_none());
+        assert!(find("logout", true, Dialect::Ours, None).is_some());
+        assert!(find("logout", false, Dialect::Ours, None).is_none());
     }
 
     /// Each row of the table fits on one screen line.

@@ -1,20 +1,21 @@
-//! The ACP v1 agent: the dispatch table and everything a method needs.
+//! The ACP agent (v1, and v2 beside it): the dispatch tables and everything a method needs.
 
 pub(crate) mod agent;
 pub(crate) mod auth;
 pub(crate) mod client_call;
 pub(crate) mod config_options;
-mod configure;
+pub(crate) mod configure;
 pub(crate) mod connection;
 pub(crate) mod errors;
 pub(crate) mod follow;
 pub(crate) mod host_link;
 pub(crate) mod initialize;
 pub(crate) mod interaction;
-mod lifecycle;
+pub(crate) mod lifecycle;
 mod maka;
 pub(crate) mod maka_dialect;
 pub(crate) mod methods;
+pub(crate) mod out;
 pub(crate) mod params;
 pub(crate) mod principal;
 pub(crate) mod projection;
@@ -24,6 +25,7 @@ pub(crate) mod session;
 mod shared_names;
 mod turns;
 pub(crate) mod types;
+pub(crate) mod v2;
 mod view;
 mod workers;
 

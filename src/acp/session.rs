@@ -16,9 +16,11 @@
 
 use super::connection::Shared;
 use super::host_link::{Connected, HostLink};
+use super::out::{Out, V1, V2};
 use super::projection::config::ConfigEcho;
 use super::projection::{self, Effect, Projector};
 use super::types::{PromptResponse, SessionUpdate, StopReason};
+use super::v2;
 use crate::host_api::ops;
 use crate::host_api::wire::FrameBody;
 use crate::jsonrpc::{lock, RequestId, Responder, ResponseError};
@@ -27,9 +29,67 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+/// How a `session/prompt` is answered, by the connection's version.
+pub enum PromptAnswer {
+    /// v1: when its turn ends, with the stop reason.
+    AtEnd(Responder),
+    /// v2: when its user message is inserted (its turn started), with `{messageId}`; its end
+    /// is then told by `state_update`. `None` once answered.
+    OnInsert(Option<Responder>),
+}
+
+impl PromptAnswer {
+    /// The answer a connection of `shared`'s version gives a prompt.
+    pub fn for_connection(shared: &Shared, responder: Responder) -> PromptAnswer {
+        match shared.version() {
+            Some(super::out::Version::V2) => PromptAnswer::OnInsert(Some(responder)),
+            _ => PromptAnswer::AtEnd(responder),
+        }
+    }
+
+    /// Refuses it (it never ran) with `e`.
+    pub fn refuse(self, e: ResponseError) {
+        match self {
+            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r)) => r.respond(Err(e)),
+            PromptAnswer::OnInsert(None) => {}
+        }
+    }
+
+    /// Whether the client withdrew it (`$/cancel_request`) before it was answered.
+    fn withdrawn(&self) -> bool {
+        match self {
+            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r)) => {
+                r.cancel_flag().is_cancelled()
+            }
+            PromptAnswer::OnInsert(None) => false,
+        }
+    }
+
+    /// Answers it: v1 with its final answer; v2, if it was never inserted, with the error (a
+    /// prompt cancelled before its turn started: `-32800`, as v2 asks of a held prompt).
+    fn finish(self, result: Result<PromptResponse, ResponseError>, turn_id: &str, cancelled: bool) {
+        match self {
+            PromptAnswer::AtEnd(responder) => {
+                let result = projection::answer::final_answer(result, turn_id, cancelled);
+                responder.respond(result.map(|r| super::types::to_json(&r)));
+            }
+            // Its turn ended before its insertion was seen (a catch-up read past it): it
+            // was inserted all the same, unless it was cancelled before it started.
+            PromptAnswer::OnInsert(Some(responder)) => responder.respond(match result {
+                Err(e) => Err(e),
+                Ok(_) if cancelled => Err(ResponseError::cancelled()),
+                Ok(_) => Ok(super::types::to_json(&v2::types::PromptResponse {
+                    message_id: v2::projection::user_message_id(turn_id),
+                })),
+            }),
+            PromptAnswer::OnInsert(None) => {}
+        }
+    }
+}
+
 /// A `session/prompt` waiting for its turn to end.
 struct PendingPrompt {
-    responder: Responder,
+    answer: PromptAnswer,
     turn_id: String,
     /// `turn.start` has returned: `turn.stop` can be sent.
     started: bool,
@@ -47,16 +107,16 @@ pub const PROMPT_QUEUE: usize = 8;
 /// A `session/prompt` sent while another ran: it waits here, in order, and becomes the
 /// pending prompt when the one before it is answered ([`AcpSession::finish_prompt`]).
 struct QueuedPrompt {
-    responder: Responder,
+    answer: PromptAnswer,
     turn_id: String,
     /// Starts its turn (`turns::start`), on a thread of its own.
     start: Box<dyn FnOnce() + Send>,
 }
 
 impl PendingPrompt {
-    fn new(responder: Responder, turn_id: &str) -> PendingPrompt {
+    fn new(answer: PromptAnswer, turn_id: &str) -> PendingPrompt {
         PendingPrompt {
-            responder,
+            answer,
             turn_id: turn_id.to_string(),
             started: false,
             queued_on_host: false,
@@ -128,10 +188,23 @@ struct GoalState {
 /// How long a prompt waits for the cancelled one before it to settle.
 pub const CANCEL_SETTLE: Duration = Duration::from_secs(5);
 
+/// What a session's client has been shown, with the writer it is shown through: one version's
+/// projector paired with that version's output, so neither can show the other's updates.
+pub enum View {
+    V1(Projector, Out<V1>),
+    V2(v2::projection::Projector, Out<V2>),
+}
+
+/// What a live frame leaves for the reader to do, by version.
+pub enum Effects {
+    V1(Vec<Effect>),
+    V2(Vec<v2::projection::Effect>),
+}
+
 pub struct AcpSession {
     pub id: String,
     state: Mutex<SessionState>,
-    view: Mutex<Projector>,
+    view: Mutex<View>,
     prompt_done: Condvar,
     /// Set (under `view`) when the prompt was answered at stdin's end before its turn stopped:
     /// nothing more of this session is shown, since no update may follow the answer. Read
@@ -154,35 +227,98 @@ pub enum ReaderStep {
     AnswerCancelled,
 }
 
+impl Effects {
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Effects::V1(e) => e.is_empty(),
+            Effects::V2(e) => e.is_empty(),
+        }
+    }
+}
+
 impl AcpSession {
-    /// `shows`: what the client can show beyond ACP's baseline.
-    pub fn new(id: &str, shows: projection::Shows) -> Arc<AcpSession> {
+    /// A session with `view` (made by [`View::for_connection`]).
+    pub fn with_view(id: &str, view: View) -> Arc<AcpSession> {
         Arc::new(AcpSession {
             id: id.to_string(),
             state: Mutex::new(SessionState::default()),
-            view: Mutex::new(Projector::new(id, shows)),
+            view: Mutex::new(view),
             prompt_done: Condvar::new(),
             hushed: AtomicBool::new(false),
         })
     }
 
+    /// The view of session `id` a client of `shared`'s version gets: v1's projector with
+    /// the v1 writer, or v2's with the v2 writer. `shows`: what a v1 client can show beyond
+    /// ACP's baseline. Before `initialize` chose a version there is none.
+    pub fn for_connection(
+        shared: &Shared,
+        id: &str,
+        shows: projection::Shows,
+    ) -> Result<Arc<AcpSession>, ResponseError> {
+        let view = match (shared.v1(), shared.v2()) {
+            (Some(out), _) => View::V1(Projector::new(id, shows), out),
+            (None, Some(out)) => View::V2(v2::projection::Projector::new(id, shows), out),
+            (None, None) => {
+                return Err(ResponseError::new(
+                    crate::jsonrpc::code::INVALID_REQUEST,
+                    "This connection has not negotiated a protocol version; send `initialize` first",
+                ))
+            }
+        };
+        Ok(AcpSession::with_view(id, view))
+    }
+
     // ---- the view ------------------------------------------------------------------------
 
-    /// Runs `f` on the view and enqueues the updates it makes, in order, before any other
-    /// thread can emit for this session.
-    pub fn emit<R>(
+    /// Runs `f` on a v1 view and enqueues the updates it makes, in order, before any other
+    /// thread can emit for this session. `None` on a v2 view, which `f` cannot show to (the
+    /// caller is a v1-only path: an editor terminal, Maka's goal methods).
+    pub fn emit_v1<R>(
         &self,
-        shared: &Shared,
         f: impl FnOnce(&mut Projector) -> (Vec<SessionUpdate>, R),
-    ) -> R {
+    ) -> Option<R> {
         let mut view = lock(&self.view);
-        let (updates, r) = f(&mut view);
+        let View::V1(projector, out) = &mut *view else {
+            return None;
+        };
+        let (updates, r) = f(projector);
         if !self.hushed.load(Ordering::Acquire) {
             for u in &updates {
-                shared.update(&self.id, u);
+                send_v1(out, &self.id, u);
             }
         }
-        r
+        Some(r)
+    }
+
+    /// Runs `v1` or `v2` on the view, whichever it is, and enqueues the updates it makes.
+    pub fn emit<R>(
+        &self,
+        v1: impl FnOnce(&mut Projector) -> (Vec<SessionUpdate>, R),
+        v2: impl FnOnce(&mut v2::projection::Projector) -> (Vec<v2::types::SessionUpdate>, R),
+    ) -> R {
+        let mut view = lock(&self.view);
+        let hushed = self.hushed.load(Ordering::Acquire);
+        match &mut *view {
+            View::V1(projector, out) => {
+                let (updates, r) = v1(projector);
+                if !hushed {
+                    for u in &updates {
+                        send_v1(out, &self.id, u);
+                    }
+                }
+                r
+            }
+            View::V2(projector, out) => {
+                let (updates, r) = v2(projector);
+                if !hushed {
+                    for u in &updates {
+                        out.update(&self.id, u);
+                    }
+                }
+                r
+            }
+        }
     }
 
     /// A live frame (`seq`: its sequence number, which must follow the last one seen): what it
@@ -195,7 +331,7 @@ impl AcpSession {
         shared: &Shared,
         seq: Option<u64>,
         body: FrameBody,
-    ) -> Result<Vec<Effect>, OutOfSequence> {
+    ) -> Result<Effects, OutOfSequence> {
         let prompt_turn = {
             let mut st = lock(&self.state);
             let last = st.position.last_seq;
@@ -205,22 +341,45 @@ impl AcpSession {
             observe(&mut st, seq, projection::facts(&body))
         };
         let mut view = lock(&self.view);
-        if self.hushed.load(Ordering::Acquire) {
-            return Ok(vec![]); // answered at stdin's end: nothing more is shown, asked or told
-        }
-        let mut rest = vec![];
-        for effect in view.apply(body, Instant::now(), prompt_turn.as_deref()) {
-            match effect {
-                Effect::Show(updates) => {
-                    for u in &updates {
-                        shared.update(&self.id, u);
+        let hushed = self.hushed.load(Ordering::Acquire);
+        match &mut *view {
+            // Answered at stdin's end: nothing more is shown, asked or told.
+            View::V1(..) if hushed => Ok(Effects::V1(vec![])),
+            View::V2(..) if hushed => Ok(Effects::V2(vec![])),
+            View::V1(projector, out) => {
+                let mut rest = vec![];
+                for effect in projector.apply(body, Instant::now(), prompt_turn.as_deref()) {
+                    match effect {
+                        Effect::Show(updates) => {
+                            for u in &updates {
+                                send_v1(out, &self.id, u);
+                            }
+                        }
+                        Effect::Notify(n) => shared.tell(&n),
+                        other => rest.push(other),
                     }
                 }
-                Effect::Notify(n) => shared.tell(&n),
-                other => rest.push(other),
+                Ok(Effects::V1(rest))
+            }
+            View::V2(projector, out) => {
+                let turn = v2::projection::TurnView {
+                    prompt_turn: prompt_turn.as_deref(),
+                    cancelled_by_client: self.is_cancelling(),
+                };
+                let mut rest = vec![];
+                for effect in projector.apply(body, Instant::now(), turn) {
+                    match effect {
+                        v2::projection::Effect::Show(updates) => {
+                            for u in &updates {
+                                out.update(&self.id, u);
+                            }
+                        }
+                        other => rest.push(other),
+                    }
+                }
+                Ok(Effects::V2(rest))
             }
         }
-        Ok(rest)
     }
 
     // ---- the prompt ----------------------------------------------------------------------
@@ -239,7 +398,7 @@ impl AcpSession {
         if st.prompt.is_some() {
             return Err(responder);
         }
-        st.prompt = Some(PendingPrompt::new(responder, turn_id));
+        st.prompt = Some(PendingPrompt::new(PromptAnswer::AtEnd(responder), turn_id));
         Ok(())
     }
 
@@ -255,22 +414,22 @@ impl AcpSession {
     pub fn admit_prompt(
         &self,
         turn_id: &str,
-        responder: Responder,
+        answer: PromptAnswer,
         queued: impl FnOnce() -> Box<dyn FnOnce() + Send>,
-    ) -> Result<Admission, Responder> {
+    ) -> Result<Admission, PromptAnswer> {
         // Declared before the guard, so dropped after the lock is released.
         let _withdrawn: VecDeque<QueuedPrompt>;
         let mut st = lock(&self.state);
         if st.prompt.is_none() {
-            st.prompt = Some(PendingPrompt::new(responder, turn_id));
+            st.prompt = Some(PendingPrompt::new(answer, turn_id));
             return Ok(Admission::Now);
         }
         _withdrawn = take_withdrawn(&mut st.queue);
         if st.queue.len() >= PROMPT_QUEUE {
-            return Err(responder);
+            return Err(answer);
         }
         st.queue.push_back(QueuedPrompt {
-            responder,
+            answer,
             turn_id: turn_id.to_string(),
             start: queued(),
         });
@@ -329,16 +488,14 @@ impl AcpSession {
                 (prompt, None, st.queue.drain(..).collect(), withdrawn)
             } else {
                 let next = st.queue.pop_front().map(|q| {
-                    st.prompt = Some(PendingPrompt::new(q.responder, &q.turn_id));
+                    st.prompt = Some(PendingPrompt::new(q.answer, &q.turn_id));
                     (q.turn_id, q.start)
                 });
                 (prompt, next, Vec::new(), withdrawn)
             }
         };
         if let Some(p) = prompt {
-            let result = projection::answer::final_answer(result, &p.turn_id, p.cancel_requested);
-            p.responder
-                .respond(result.map(|r| super::types::to_json(&r)));
+            p.answer.finish(result, &p.turn_id, p.cancel_requested);
         }
         answer_queued_cancelled(dropped);
         {
@@ -422,9 +579,20 @@ impl AcpSession {
         if self.prompt_turn().is_none() || self.hushed.load(Ordering::Acquire) {
             return;
         }
-        for u in &view.close_open_tools(projection::TOOL_UNFINISHED) {
-            shared.update(&self.id, u);
+        let why = projection::TOOL_UNFINISHED;
+        match &mut *view {
+            View::V1(projector, out) => {
+                for u in &projector.close_open_tools(why) {
+                    send_v1(out, &self.id, u);
+                }
+            }
+            View::V2(projector, out) => {
+                for u in &projector.end_unfinished(why, true) {
+                    out.update(&self.id, u);
+                }
+            }
         }
+        let _ = shared;
         self.hushed.store(true, Ordering::Release);
         self.finish_prompt(Ok(PromptResponse::new(StopReason::Cancelled)));
     }
@@ -613,10 +781,42 @@ impl AcpSession {
     /// updates it makes (under the view lock, in order with the session's other updates).
     pub fn configure<R>(
         &self,
-        shared: &Shared,
         f: impl FnOnce(&mut ConfigEcho) -> (Vec<SessionUpdate>, R),
     ) -> R {
-        self.emit(shared, |view| f(&mut view.config))
+        let mut view = lock(&self.view);
+        let hushed = self.hushed.load(Ordering::Acquire);
+        match &mut *view {
+            View::V1(projector, out) => {
+                let (updates, r) = f(&mut projector.config);
+                if !hushed {
+                    for u in &updates {
+                        send_v1(out, &self.id, u);
+                    }
+                }
+                r
+            }
+            View::V2(projector, out) => {
+                let (updates, r) = f(&mut projector.config);
+                if !hushed {
+                    for u in &v2::projection::config::from_echo(&updates) {
+                        out.update(&self.id, u);
+                    }
+                }
+                r
+            }
+        }
+    }
+
+    /// v2: the pending prompt's user message was inserted (its turn started): its answer,
+    /// `{messageId}`, to be sent by the caller after the message's update. `None` when the
+    /// pending prompt is not `turn_id`'s or was answered already.
+    pub fn accept_prompt(&self, turn_id: &str) -> Option<Responder> {
+        let mut st = lock(&self.state);
+        let p = st.prompt.as_mut().filter(|p| p.turn_id == turn_id)?;
+        match &mut p.answer {
+            PromptAnswer::OnInsert(r) => r.take(),
+            PromptAnswer::AtEnd(_) => None,
+        }
     }
 }
 
@@ -646,6 +846,14 @@ fn send_turn_stop(link: &HostLink, id: &str, turn: &str) {
             }
         }
         Err(e) => log::warn!("turn.stop for {id}/{turn}: {}", e.message),
+    }
+}
+
+/// One v1 update (of a child session, for an update that belongs to one).
+fn send_v1(out: &Out<V1>, session_id: &str, update: &SessionUpdate) {
+    match update {
+        SessionUpdate::InChild { session_id, update } => out.update(session_id, update),
+        update => out.update(session_id, update),
     }
 }
 
@@ -679,7 +887,7 @@ fn take_outstanding(st: &mut SessionState) -> Vec<RequestId> {
 fn take_withdrawn(queue: &mut VecDeque<QueuedPrompt>) -> VecDeque<QueuedPrompt> {
     let (withdrawn, kept) = std::mem::take(queue)
         .into_iter()
-        .partition(|q| q.responder.cancel_flag().is_cancelled());
+        .partition(|q| q.answer.withdrawn());
     *queue = kept;
     withdrawn
 }
@@ -688,13 +896,8 @@ fn take_withdrawn(queue: &mut VecDeque<QueuedPrompt>) -> VecDeque<QueuedPrompt> 
 /// Their turns never started.
 fn answer_queued_cancelled(queued: Vec<QueuedPrompt>) {
     for q in queued {
-        let answer = projection::answer::final_answer(
-            Ok(PromptResponse::new(StopReason::Cancelled)),
-            &q.turn_id,
-            true,
-        );
-        q.responder
-            .respond(answer.map(|r| super::types::to_json(&r)));
+        let cancelled = Ok(PromptResponse::new(StopReason::Cancelled));
+        q.answer.finish(cancelled, &q.turn_id, true);
     }
 }
 

@@ -93,6 +93,7 @@ fn shared(host: Arc<FakeHost>) -> (Arc<Shared>, TestLines) {
         Default::default(),
         None,
     ));
+    shared.negotiate(super::out::Version::V1);
     (shared, lines)
 }
 
@@ -171,7 +172,7 @@ fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_res
         ),
     ]);
     let (shared, lines) = shared(Arc::clone(&host));
-    let session = AcpSession::new("s", Default::default());
+    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
     session.set_position(0, "e1", None);
     let requests = IncomingRequests::new(shared.outbox.clone());
     let responder = requests
@@ -292,7 +293,7 @@ fn a_running_subagent_call_in_a_snapshot_is_shown_under_its_delegate_call() {
 #[test]
 fn a_prompt_answered_at_exit_is_the_sessions_last_word() {
     let (shared, lines) = shared(Arc::new(FakeHost::default()));
-    let session = AcpSession::new("s", Default::default());
+    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
     let requests = IncomingRequests::new(shared.outbox.clone());
     let responder = requests.begin(RequestId::Int(9), "session/prompt").ok();
     assert!(session.begin_prompt("t1", responder.unwrap()).is_ok());
@@ -357,7 +358,7 @@ fn a_host_that_always_asks_for_a_resync_is_given_up_on_after_a_few_catch_ups() {
         }));
     host.window(vec![text(5, 0, "after a gap")]);
     let (shared, lines) = shared(Arc::clone(&host));
-    let session = AcpSession::new("s", Default::default());
+    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
     session.set_position(0, "e1", None);
     let requests = IncomingRequests::new(shared.outbox.clone());
     let responder = requests.begin(RequestId::Int(7), "session/prompt").ok();
@@ -618,7 +619,7 @@ fn any_host_call_that_finds_the_host_gone_forgets_it() {
 #[test]
 fn a_frame_after_the_last_sequence_number_is_out_of_sequence() {
     let (shared, _lines) = shared(Arc::new(FakeHost::default()));
-    let session = AcpSession::new("s", Default::default());
+    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
     session.set_position(u64::MAX, "e1", None);
     for seq in [0, 1, u64::MAX] {
         let late = text(seq, 0, "x");

@@ -10,7 +10,7 @@ use super::host_link::Connected;
 use super::projection::config::ConfigEcho;
 use super::prompt;
 use super::read::Prompt;
-use super::session::{AcpSession, Admission, PROMPT_QUEUE};
+use super::session::{AcpSession, Admission, PromptAnswer, PROMPT_QUEUE};
 use super::types::{PromptResponse, StopReason};
 use crate::host_api::ops::{self, OpenInput, ResumeDisposition, StartOutcome, TurnStartInput};
 use crate::host_api::random_hex;
@@ -91,7 +91,8 @@ pub fn register(ctx: &Ctx, mut p: Prompt, responder: Responder) -> Option<Regist
             }
         })
     };
-    match session.admit_prompt(&turn_id, responder, queued) {
+    let answer = PromptAnswer::for_connection(&ctx.shared, responder);
+    match session.admit_prompt(&turn_id, answer, queued) {
         Ok(Admission::Now) => registered,
         Ok(Admission::Queued(place)) => {
             log::debug!(
@@ -100,8 +101,8 @@ pub fn register(ctx: &Ctx, mut p: Prompt, responder: Responder) -> Option<Regist
             );
             None
         }
-        Err(responder) => {
-            responder.respond(Err(errors::prompt_queue_full(&p.session_id, PROMPT_QUEUE)));
+        Err(answer) => {
+            answer.refuse(errors::prompt_queue_full(&p.session_id, PROMPT_QUEUE));
             None
         }
     }
@@ -237,7 +238,7 @@ fn prepare(
                 let config = &open.session;
                 let changed =
                     |c: &mut ConfigEcho| (c.changed(config.revision, &config.configuration), ());
-                session.configure(&ctx.shared, changed);
+                session.configure(changed);
                 session.set_position(open.seq, &conn.epoch, None);
                 session.saw_through(open.transcript.through_message_seq);
             }

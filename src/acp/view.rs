@@ -16,48 +16,68 @@ use std::time::Instant;
 /// Projects frames and enqueues their updates. A turn this connection's prompt started is
 /// not echoed back as a user message.
 pub fn show(session: &AcpSession, shared: &Shared, frames: &[FrameBody]) {
-    show_as(session, shared, frames, Projector::frame)
+    show_as(session, shared, frames, false)
 }
 
 /// As [`show`], for a catch-up ([`Projector::caught_up`]).
 fn show_caught_up(session: &AcpSession, shared: &Shared, frames: &[FrameBody]) {
-    show_as(session, shared, frames, Projector::caught_up)
+    show_as(session, shared, frames, true)
 }
 
-fn show_as(
-    session: &AcpSession,
-    shared: &Shared,
-    frames: &[FrameBody],
-    project: fn(&mut Projector, &FrameBody, Instant) -> Vec<SessionUpdate>,
-) {
+fn show_as(session: &AcpSession, _shared: &Shared, frames: &[FrameBody], catching_up: bool) {
     let now = Instant::now();
-    session.emit(shared, |view| {
-        let mut out = vec![];
-        for frame in frames {
-            if let Some(turn_id) = projection::facts(frame).turn_started {
-                if session.prompt_turn().as_deref() == Some(turn_id) {
-                    view.mark_own_turn(turn_id);
+    let own = |frame: &FrameBody| {
+        projection::facts(frame)
+            .turn_started
+            .filter(|t| session.prompt_turn().as_deref() == Some(*t))
+            .map(str::to_string)
+    };
+    session.emit(
+        |view| {
+            let mut out = vec![];
+            for frame in frames {
+                if let Some(turn_id) = own(frame) {
+                    view.mark_own_turn(&turn_id);
                 }
+                let project: fn(&mut Projector, &FrameBody, Instant) -> Vec<SessionUpdate> =
+                    if catching_up {
+                        Projector::caught_up
+                    } else {
+                        Projector::frame
+                    };
+                out.extend(project(view, frame, now));
             }
-            out.extend(project(view, frame, now));
-        }
-        (out, ())
-    })
+            (out, ())
+        },
+        |view| {
+            let mut out = vec![];
+            for frame in frames {
+                if let Some(turn_id) = own(frame) {
+                    view.mark_own_turn(&turn_id);
+                }
+                out.extend(view.frame(frame, now));
+            }
+            (out, ())
+        },
+    )
 }
 
 /// A dialog found waiting (a catch-up): as a live one ([`Projector::dialog`]) — what is
 /// asked, its child's state shown.
 pub fn dialog(
     session: &AcpSession,
-    shared: &Shared,
+    _shared: &Shared,
     interaction: &crate::host_api::wire::Interaction,
 ) -> projection::dialog::Dialog {
-    session.emit(shared, |view| view.dialog(interaction))
+    session.emit(|view| view.dialog(interaction), |view| view.dialog(interaction))
 }
 
 /// Settles the tool calls still open (`failed`, saying `why`).
-pub fn settle_tools(session: &AcpSession, shared: &Shared, why: &str) {
-    session.emit(shared, |view| (view.close_open_tools(why), ()));
+pub fn settle_tools(session: &AcpSession, _shared: &Shared, why: &str) {
+    session.emit(
+        |view| (view.close_open_tools(why), ()),
+        |view| (view.end_unfinished(why, false), ()),
+    );
 }
 
 // ---- replay and snapshots -------------------------------------------------------------

@@ -106,7 +106,7 @@ fn absolute_locations<'a>(paths: impl Iterator<Item = &'a str>) -> Option<Vec<To
 
 /// The choices a permission dialog offers: what `rule` can keep, named so the person sees what
 /// "always" covers.
-fn permission_options(
+pub(crate) fn permission_options(
     rule: &Option<crate::host_api::wire::RuleTarget>,
     review: Review,
 ) -> Vec<PermissionOption> {
@@ -194,6 +194,15 @@ fn permission_options(
         ]
     }
 }
+/// A sandbox boundary's choices: this turn, or not.
+pub(crate) fn boundary_options() -> Vec<PermissionOption> {
+    use PermissionOptionKind::{AllowOnce, RejectOnce};
+    vec![
+        option(ALLOW_ONCE, "Allow access for this turn", AllowOnce),
+        option(REJECT, "Deny", RejectOnce),
+    ]
+}
+
 /// The dialog for a permission or a sandbox boundary (`question`s never get one).
 pub fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestPermission {
     use PermissionOptionKind::{AllowOnce, RejectOnce};
@@ -245,11 +254,7 @@ pub fn permission_params(session_id: &str, request: &InteractionRequest) -> Requ
                 ),
                 ..ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending)
             };
-            let options = vec![
-                option(ALLOW_ONCE, "Allow access for this turn", AllowOnce),
-                option(REJECT, "Deny", RejectOnce),
-            ];
-            (tool_call, options)
+            (tool_call, boundary_options())
         }
         InteractionRequest::Question { tool_call_id, .. } => (
             ToolCallUpdate::new(tool_call_id, ToolCallStatus::Pending),

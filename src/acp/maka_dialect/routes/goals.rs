@@ -192,7 +192,7 @@ pub fn prompt_ended(
     let spawned = crate::threads::spawn("maka-goal-arm", move || {
         match conn.call::<ops::GoalArm>(&armed.input) {
             Ok(goal) => {
-                session.emit(&shared, |view| (view.goal(&goal), ()));
+                session.emit(|view| (view.goal(&goal), ()), |view| (view.goal(&goal), ()));
                 crate::acp::follow::follow_goal(&session, &shared, &conn, &goal);
             }
             Err(e) => {

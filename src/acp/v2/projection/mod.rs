@@ -1,0 +1,813 @@
+//! What a v2 client is shown of a session: each host frame becomes ACP v2 updates here, beside
+//! (never through) v1's projection in `acp/projection/`. Pure, like v1's: frames in, updates
+//! and effects out; the session's reader performs the effects.
+//!
+//! v2 reports the turn as state: `state_update` `running` when foreground work starts,
+//! `requires_action` while a dialog blocks it, `idle` (with its stop reason) when it ends —
+//! for every turn, prompted here or not. Messages and tool calls are upserts by id: a user
+//! message for every turn (v2 echoes the client's own prompt too), agent text as chunks of
+//! its message, a tool call as `tool_call_update`s of one id, a command's output as the
+//! display terminal `term_<toolCallId>`'s chunks.
+
+pub mod config;
+mod dialog;
+#[cfg(test)]
+mod tests;
+
+use super::types::{
+    self as t, ContentBlock, IdleStopReason, SessionUpdate, StateUpdate, ToolCallContent,
+    ToolCallStatus, ToolCallUpdate,
+};
+use crate::acp::projection::{answer, content, facts, GOAL_CONTROL_METHOD as _};
+use crate::acp::types::{PromptResponse, StopReason};
+use crate::host_api::wire::{
+    FrameBody, Goal, Interaction, InteractionRequest, ToolResultContent, ToolStatus, TurnOutcome,
+    TurnStatus,
+};
+use crate::jsonrpc::ResponseError;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+pub use dialog::dialog;
+
+/// The plan tool's calls are not shown as calls: the plan is shown as the plan.
+const PLAN_TOOL: &str = "update_plan";
+/// The one plan a session has, by id.
+const PLAN_ID: &str = "plan";
+
+/// What the reader is told of the pending prompt when a frame is applied.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TurnView<'a> {
+    /// The turn this connection's pending prompt waits for.
+    pub prompt_turn: Option<&'a str>,
+    /// The client cancelled it (or closed the session): its end is `cancelled`.
+    pub cancelled_by_client: bool,
+}
+
+/// What a live frame makes the session's reader do, in order.
+pub enum Effect {
+    /// Show these updates (sent by the session, under its view lock).
+    Show(Vec<SessionUpdate>),
+    /// Answer the pending prompt of `turn_id`: its user message (`message_id`) is inserted.
+    Accepted { turn_id: String, message_id: String },
+    /// Put this interaction to the person so (a thread of its own sends it and answers the
+    /// host).
+    Ask(Interaction, crate::acp::projection::dialog::Dialog),
+    /// The host closed this dialog: withdraw it from the client.
+    Withdraw(String),
+    /// `turn_id` is over (its idle state was shown): the prompt slot frees, the queue goes on.
+    Ended {
+        turn_id: String,
+        result: Result<PromptResponse, ResponseError>,
+    },
+    /// The stream's window ends here (`session_removed`: the session is gone).
+    WindowEnd { session_removed: bool },
+    /// The host could not emit a frame of this kind: catch up from its durable state.
+    Resync(String),
+}
+
+/// The session's foreground state as last shown.
+#[derive(Clone, Debug, Default, PartialEq)]
+enum Foreground {
+    #[default]
+    Idle,
+    Running,
+    /// Dialogs waiting (by interaction id).
+    RequiresAction(HashSet<String>),
+}
+
+/// One tool call shown.
+#[derive(Default)]
+struct Tool {
+    /// Its final status was shown.
+    settled: bool,
+    /// Not shown (the plan tool).
+    hidden: bool,
+    /// A command: shown with its display terminal.
+    command: bool,
+    /// Output of its terminal was streamed (a result need not carry it again).
+    streamed: bool,
+}
+
+/// Per-session v2 view: what was shown, so that a catch-up shows only what is new.
+#[derive(Default)]
+pub struct Projector {
+    /// Bytes of text shown per message id (agent text and thoughts).
+    shown: HashMap<String, u64>,
+    /// User messages shown (by message id).
+    echoed: HashSet<String>,
+    tools: HashMap<String, Tool>,
+    /// Tool calls in start order, to settle the open ones when a turn ends.
+    order: Vec<String>,
+    foreground: Foreground,
+    /// The plan last shown (revision, status, entries).
+    plan: Option<(u64, String, Vec<crate::host_api::wire::PlanEntry>)>,
+    /// The goal revision last shown.
+    goal_shown: Option<u64>,
+    /// Notices shown (by message id).
+    notices: HashSet<String>,
+    /// The session's configuration as the client was told it (v1's echo, whose updates
+    /// [`config::from_echo`] words for v2).
+    pub config: crate::acp::projection::config::ConfigEcho,
+}
+
+/// The id of the user message a turn inserts (the same live and on replay).
+pub fn user_message_id(turn_id: &str) -> String {
+    format!("u_{turn_id}")
+}
+
+/// The display terminal a command's call shows its output in.
+pub fn terminal_id(tool_call_id: &str) -> String {
+    format!("term_{tool_call_id}")
+}
+
+impl Projector {
+    /// The view of session `_session_id`; `shows` says how its configuration is shown.
+    pub fn new(_session_id: &str, shows: crate::acp::projection::Shows) -> Projector {
+        Projector {
+            config: crate::acp::projection::config::ConfigEcho::new(shows.config_view),
+            ..Projector::default()
+        }
+    }
+
+    /// Every own turn is echoed in v2; nothing to mark (kept for the shared replay loop).
+    pub fn mark_own_turn(&mut self, _turn_id: &str) {}
+
+    /// Everything a live frame does, in order: its updates first, then what the reader
+    /// performs. Every kind of frame has its arm.
+    pub fn apply(&mut self, body: FrameBody, now: Instant, turn: TurnView<'_>) -> Vec<Effect> {
+        use FrameBody as F;
+        match body {
+            F::TurnStarted { ref turn_id, .. } if turn.prompt_turn == Some(turn_id.as_str()) => {
+                let turn_id = turn_id.clone();
+                let shown = self.frame(&body, now);
+                vec![
+                    Effect::Show(shown),
+                    Effect::Accepted {
+                        message_id: user_message_id(&turn_id),
+                        turn_id,
+                    },
+                ]
+            }
+            F::InteractionRequest { interaction } => {
+                let (waits, asked) = self.dialog(&interaction);
+                vec![Effect::Show(waits), Effect::Ask(interaction, asked)]
+            }
+            F::InteractionClosed { interaction_id, .. } => {
+                let resumed = self.dialog_closed(&interaction_id);
+                vec![Effect::Show(resumed), Effect::Withdraw(interaction_id)]
+            }
+            F::ClientCallCancelled { invocation_id } => vec![Effect::Withdraw(invocation_id)],
+            F::ClientCall { invocation_id, .. } => {
+                // A v2 connection registers no client services, so the host never asks it
+                // for one; a host that does anyway is left to time the call out.
+                log::warn!("a client call ({invocation_id}) for a v2 connection: not served");
+                vec![]
+            }
+            F::TurnTerminal {
+                turn_id,
+                outcome,
+                reason,
+                failure_class,
+                failure_message,
+                failure_details,
+                ..
+            } => {
+                let failure = answer::Failure {
+                    class: failure_class,
+                    message: failure_message.as_deref(),
+                    details: failure_details.as_ref(),
+                };
+                let result = answer::terminal_result(&turn_id, outcome, &reason, failure);
+                let cancelled = turn.cancelled_by_client
+                    && turn.prompt_turn == Some(turn_id.as_str())
+                    || (outcome == TurnOutcome::Cancelled && turn.prompt_turn.is_none());
+                let mut out = self.end_unfinished(crate::acp::projection::TOOL_UNFINISHED, cancelled);
+                out.extend(self.idle(idle_reason(&result, cancelled)));
+                vec![Effect::Show(out), Effect::Ended { turn_id, result }]
+            }
+            F::StreamEnd { reason, .. } => vec![Effect::WindowEnd {
+                session_removed: reason == crate::host_api::wire::StreamEndReason::SessionRemoved,
+            }],
+            F::FrameOmitted { omitted_kind, .. } => vec![Effect::Resync(omitted_kind)],
+            F::ConfigurationChanged {
+                revision,
+                configuration,
+            } => vec![Effect::Show(config::from_echo(
+                &self.config.changed(revision, &configuration),
+            ))],
+            F::SessionUpdated { revision, .. } => {
+                self.config.saw_revision(revision);
+                vec![Effect::Show(self.frame(&body, now))]
+            }
+            F::TurnStarted { .. }
+            | F::UserMessage { .. }
+            | F::TurnStatus { .. }
+            | F::TextDelta { .. }
+            | F::ThinkingDelta { .. }
+            | F::ToolStart { .. }
+            | F::ToolRunning { .. }
+            | F::ToolOutputDelta { .. }
+            | F::ToolResult { .. }
+            | F::PlanUpdate { .. }
+            | F::PlanState { .. }
+            | F::Usage { .. }
+            | F::Notice { .. }
+            | F::Compaction { .. }
+            | F::GoalUpdated { .. } => vec![Effect::Show(self.frame(&body, now))],
+            F::TranscriptAdvanced { .. }
+            | F::SessionRemoved {}
+            | F::Heartbeat { .. }
+            | F::Unknown => vec![],
+        }
+    }
+
+    /// The updates a frame shows (live, replayed, or caught up: what was shown already is not
+    /// shown again).
+    pub fn frame(&mut self, body: &FrameBody, _now: Instant) -> Vec<SessionUpdate> {
+        use FrameBody as F;
+        match body {
+            F::TurnStarted {
+                turn_id, content, ..
+            } => {
+                let mut out = self.user_message(
+                    &user_message_id(turn_id),
+                    content.as_ref().map(|c| c.text.as_str()),
+                );
+                out.extend(self.running());
+                out
+            }
+            F::UserMessage {
+                message_id,
+                content,
+                ..
+            } => self.user_message(message_id, Some(&content.text)),
+            F::TurnStatus {
+                status: TurnStatus::Running,
+                ..
+            } if self.foreground == Foreground::Idle => self.running(),
+            F::TurnStatus { .. } => vec![],
+            F::TextDelta {
+                message_id,
+                start_offset,
+                text,
+                ..
+            } => match unseen(&mut self.shown, message_id, *start_offset, text) {
+                Some(text) => vec![SessionUpdate::AgentMessageChunk(t::ContentChunk {
+                    message_id: message_id.clone(),
+                    content: text_block(text),
+                })],
+                None => vec![],
+            },
+            F::ThinkingDelta {
+                message_id,
+                start_offset,
+                text,
+                ..
+            } => match unseen(&mut self.shown, message_id, *start_offset, text) {
+                Some(text) => vec![SessionUpdate::AgentThoughtChunk(t::ContentChunk {
+                    message_id: message_id.clone(),
+                    content: text_block(text),
+                })],
+                None => vec![],
+            },
+            F::ToolStart { .. } => self.tool_start(body),
+            F::ToolRunning { tool_call_id, .. } => self.tool_running(tool_call_id),
+            F::ToolOutputDelta {
+                tool_call_id,
+                chunk,
+                ..
+            } => self.tool_output(tool_call_id, chunk),
+            F::ToolResult { .. } => self.tool_result(body),
+            // The plan is shown from `plan_state` (the host's plan by revision).
+            F::PlanUpdate { .. } => vec![],
+            F::PlanState {
+                revision,
+                status,
+                entries,
+            } => self.plan_state(*revision, status, entries),
+            F::Usage {
+                context: Some(c),
+                cost,
+                ..
+            } => vec![SessionUpdate::UsageUpdate(t::UsageUpdate {
+                used: c.used_tokens,
+                size: c.window_tokens,
+                cost: cost.as_ref().map(cost_of),
+            })],
+            F::Usage { .. } => vec![],
+            F::SessionUpdated {
+                name, last_used_at, ..
+            } => vec![SessionUpdate::SessionInfoUpdate(t::SessionInfoUpdate {
+                title: name.clone(),
+                updated_at: Some(content::iso8601(*last_used_at)),
+                meta: None,
+            })],
+            F::Notice { notice, .. } => {
+                if !self.notices.insert(notice.message_id.clone()) || notice.title.is_empty() {
+                    return vec![];
+                }
+                vec![SessionUpdate::Notice(t::Notice {
+                    severity: match notice.severity {
+                        crate::host_api::wire::NoticeSeverity::Info => t::NoticeSeverity::Info,
+                        crate::host_api::wire::NoticeSeverity::Warning => {
+                            t::NoticeSeverity::Warning
+                        }
+                        crate::host_api::wire::NoticeSeverity::Error => t::NoticeSeverity::Error,
+                    },
+                    title: notice.title.clone(),
+                    description: notice.description.clone(),
+                })]
+            }
+            // A completed compaction's summary is what the person reads: its fallback text.
+            F::Compaction { compaction, .. } => match &compaction.fallback {
+                Some(f)
+                    if compaction.status
+                        == crate::host_api::wire::CompactionStatus::Completed =>
+                {
+                    match unseen(&mut self.shown, &f.message_id, 0, &f.text) {
+                        Some(text) => vec![SessionUpdate::AgentMessageChunk(t::ContentChunk {
+                            message_id: f.message_id.clone(),
+                            content: text_block(text),
+                        })],
+                        None => vec![],
+                    }
+                }
+                _ => vec![],
+            },
+            F::GoalUpdated { goal } => self.goal(goal).0,
+            F::InteractionRequest { .. }
+            | F::InteractionClosed { .. }
+            | F::ConfigurationChanged { .. }
+            | F::TranscriptAdvanced { .. }
+            | F::ClientCall { .. }
+            | F::ClientCallCancelled { .. }
+            | F::TurnTerminal { .. }
+            | F::SessionRemoved {}
+            | F::FrameOmitted { .. }
+            | F::Heartbeat { .. }
+            | F::StreamEnd { .. }
+            | F::Unknown => vec![],
+        }
+    }
+
+    /// As [`Projector::frame`], for a catch-up (upserts: nothing differs).
+    pub fn caught_up(&mut self, body: &FrameBody, now: Instant) -> Vec<SessionUpdate> {
+        self.frame(body, now)
+    }
+
+    /// A user message, once per message id.
+    fn user_message(&mut self, message_id: &str, text: Option<&str>) -> Vec<SessionUpdate> {
+        if !self.echoed.insert(message_id.to_string()) {
+            return vec![];
+        }
+        let content = text
+            .filter(|t| !t.is_empty())
+            .map(|t| vec![text_block(t)])
+            .unwrap_or_default();
+        vec![SessionUpdate::UserMessage(t::UserMessage {
+            message_id: message_id.to_string(),
+            content: Some(content),
+        })]
+    }
+
+    /// The session's goal, as v1 shows it (`session_info_update._meta.goal`), once per revision.
+    pub fn goal(&mut self, goal: &Goal) -> (Vec<SessionUpdate>, ()) {
+        if self.goal_shown.is_some_and(|r| goal.revision <= r) {
+            return (vec![], ());
+        }
+        self.goal_shown = Some(goal.revision);
+        let update = SessionUpdate::SessionInfoUpdate(t::SessionInfoUpdate {
+            title: None,
+            updated_at: None,
+            meta: Some(json!({"goal": crate::acp::projection::goal_snapshot(goal)})),
+        });
+        (vec![update], ())
+    }
+
+    // ---- state ---------------------------------------------------------------------------
+
+    fn show_state(&mut self, next: Foreground, state: StateUpdate) -> Vec<SessionUpdate> {
+        let same = matches!(
+            (&self.foreground, &next),
+            (Foreground::Idle, Foreground::Idle)
+                | (Foreground::Running, Foreground::Running)
+                | (Foreground::RequiresAction(_), Foreground::RequiresAction(_))
+        );
+        self.foreground = next;
+        if same {
+            return vec![];
+        }
+        vec![SessionUpdate::StateUpdate(state)]
+    }
+
+    fn running(&mut self) -> Vec<SessionUpdate> {
+        if self.foreground != Foreground::Idle {
+            return vec![]; // running already, or waiting for the person
+        }
+        self.show_state(Foreground::Running, StateUpdate::Running)
+    }
+
+    fn idle(&mut self, reason: IdleStopReason) -> Vec<SessionUpdate> {
+        if self.foreground == Foreground::Idle {
+            return vec![];
+        }
+        self.foreground = Foreground::Idle;
+        vec![SessionUpdate::StateUpdate(StateUpdate::Idle(reason))]
+    }
+
+    /// The pending prompt's turn stopped without its terminal frame (`result`: how): idle.
+    pub fn stopped(
+        &mut self,
+        result: &Result<PromptResponse, ResponseError>,
+        cancelled: bool,
+    ) -> Vec<SessionUpdate> {
+        let reason = idle_reason(result, cancelled);
+        self.idle(reason)
+    }
+
+    /// A dialog is put to the person: the foreground waits for it.
+    fn dialog(
+        &mut self,
+        interaction: &Interaction,
+    ) -> (Vec<SessionUpdate>, crate::acp::projection::dialog::Dialog) {
+        let asked = dialog(&interaction.session_id, &interaction.request);
+        let mut waiting = match std::mem::take(&mut self.foreground) {
+            Foreground::RequiresAction(w) => w,
+            _ => HashSet::new(),
+        };
+        let first = waiting.is_empty();
+        waiting.insert(interaction.interaction_id.clone());
+        self.foreground = Foreground::RequiresAction(waiting);
+        let shown = if first {
+            vec![SessionUpdate::StateUpdate(StateUpdate::RequiresAction)]
+        } else {
+            vec![]
+        };
+        (shown, asked)
+    }
+
+    /// A dialog was answered or closed: running again once none waits.
+    fn dialog_closed(&mut self, interaction_id: &str) -> Vec<SessionUpdate> {
+        let Foreground::RequiresAction(waiting) = &mut self.foreground else {
+            return vec![];
+        };
+        waiting.remove(interaction_id);
+        if !waiting.is_empty() {
+            return vec![];
+        }
+        self.foreground = Foreground::Running;
+        vec![SessionUpdate::StateUpdate(StateUpdate::Running)]
+    }
+
+    // ---- tool calls --------------------------------------------------------------------------
+
+    fn tool_start(&mut self, body: &FrameBody) -> Vec<SessionUpdate> {
+        let FrameBody::ToolStart {
+            tool_call_id,
+            tool_name,
+            title,
+            activity_kind,
+            args,
+            locations,
+            parent_tool_call_id,
+            name,
+            ..
+        } = body
+        else {
+            return vec![];
+        };
+        if self.tools.contains_key(tool_call_id) {
+            return vec![]; // shown already (a catch-up replays its start)
+        }
+        let hidden = tool_name == PLAN_TOOL && parent_tool_call_id.is_none();
+        let command = activity_kind == "command";
+        self.tools.insert(
+            tool_call_id.clone(),
+            Tool {
+                hidden,
+                command,
+                ..Tool::default()
+            },
+        );
+        self.order.push(tool_call_id.clone());
+        if hidden {
+            return vec![];
+        }
+        let mut out = vec![];
+        let mut call = ToolCallUpdate::new(tool_call_id);
+        call.name = name
+            .clone()
+            .or_else(|| parent_tool_call_id.is_none().then(|| tool_name.clone()));
+        call.title = Some(title.clone());
+        call.kind = Some(content::tool_kind(activity_kind));
+        call.status = Some(ToolCallStatus::Pending);
+        call.raw_input = Some(args.clone());
+        let locations = content::locations(locations);
+        if !locations.is_empty() {
+            call.locations = Some(locations);
+        }
+        if let Some(parent) = parent_tool_call_id {
+            call.meta = Some(json!({"maka": {"parentToolCallId": parent}}));
+        }
+        if command {
+            let terminal = terminal_id(tool_call_id);
+            out.push(SessionUpdate::TerminalUpdate(t::TerminalUpdate {
+                terminal_id: terminal.clone(),
+                command: Some(title.clone()),
+                ..t::TerminalUpdate::default()
+            }));
+            call.content = Some(vec![ToolCallContent::Terminal {
+                terminal_id: terminal,
+            }]);
+        }
+        out.push(SessionUpdate::ToolCallUpdate(call));
+        out
+    }
+
+    fn tool_running(&mut self, tool_call_id: &str) -> Vec<SessionUpdate> {
+        match self.tools.get(tool_call_id) {
+            Some(t) if !t.settled && !t.hidden => {
+                let mut call = ToolCallUpdate::new(tool_call_id);
+                call.status = Some(ToolCallStatus::InProgress);
+                vec![SessionUpdate::ToolCallUpdate(call)]
+            }
+            _ => vec![],
+        }
+    }
+
+    /// Live output: a command's bytes to its terminal; any other tool's text as content of its
+    /// call (a delegation's agent speaking).
+    fn tool_output(&mut self, tool_call_id: &str, chunk: &str) -> Vec<SessionUpdate> {
+        let Some(t) = self.tools.get_mut(tool_call_id) else {
+            return vec![];
+        };
+        if t.settled || t.hidden || chunk.is_empty() {
+            return vec![];
+        }
+        if t.command {
+            t.streamed = true;
+            return vec![SessionUpdate::TerminalOutputChunk(t::TerminalOutputChunk {
+                terminal_id: terminal_id(tool_call_id),
+                data: crate::base64::encode(chunk.as_bytes()),
+            })];
+        }
+        vec![SessionUpdate::ToolCallContentChunk(t::ToolCallContentChunk {
+            tool_call_id: tool_call_id.to_string(),
+            content: ToolCallContent::Content {
+                content: text_block(chunk),
+            },
+        })]
+    }
+
+    fn tool_result(&mut self, body: &FrameBody) -> Vec<SessionUpdate> {
+        let FrameBody::ToolResult {
+            tool_call_id,
+            status,
+            result,
+            truncated,
+            ..
+        } = body
+        else {
+            return vec![];
+        };
+        let t = self.tools.entry(tool_call_id.clone()).or_default();
+        if t.settled {
+            return vec![];
+        }
+        t.settled = true;
+        if t.hidden {
+            return vec![];
+        }
+        let streamed = t.streamed;
+        let mut out = vec![];
+        let mut call = ToolCallUpdate::new(tool_call_id);
+        call.status = Some(match status {
+            ToolStatus::Completed => ToolCallStatus::Completed,
+            ToolStatus::Cancelled => ToolCallStatus::Cancelled,
+            _ => ToolCallStatus::Failed,
+        });
+        call.raw_output = Some(match result {
+            ToolResultContent::Agent {
+                raw_output: Some(raw),
+                ..
+            } => raw.clone(),
+            _ => serde_json::to_value(result).unwrap_or(Value::Null),
+        });
+        call.content = Some(match result {
+            ToolResultContent::Terminal {
+                output,
+                exit_code,
+                signal,
+                cwd,
+                ..
+            } => {
+                let terminal = terminal_id(tool_call_id);
+                out.push(SessionUpdate::TerminalUpdate(t::TerminalUpdate {
+                    terminal_id: terminal.clone(),
+                    cwd: cwd.starts_with('/').then(|| cwd.clone()),
+                    // Replay (or output that never streamed): shown at once.
+                    output: (!streamed).then(|| t::TerminalOutput {
+                        data: crate::base64::encode(output.as_bytes()),
+                    }),
+                    exit_status: Some(t::TerminalExitStatus {
+                        exit_code: exit_code.map(i64::from),
+                        signal: signal.clone(),
+                    }),
+                    ..t::TerminalUpdate::default()
+                }));
+                vec![ToolCallContent::Terminal {
+                    terminal_id: terminal,
+                }]
+            }
+            ToolResultContent::FileEdit { diff } => vec![diff_content(diff)],
+            ToolResultContent::FileWrite { diff: Some(d), .. } => vec![diff_content(d)],
+            other => content::result_content(other, *status)
+                .iter()
+                .filter_map(|c| match c {
+                    crate::acp::types::ToolCallContent::Content { content } => {
+                        match content {
+                            crate::acp::types::ContentBlock::Text { text } => {
+                                Some(ToolCallContent::Content {
+                                    content: text_block(text),
+                                })
+                            }
+                            crate::acp::types::ContentBlock::Other => None,
+                        }
+                    }
+                    _ => None,
+                })
+                .collect(),
+        });
+        if let Some(l) = content::result_locations(result) {
+            let l: Vec<_> = l.into_iter().filter(|l| l.path.starts_with('/')).collect();
+            if !l.is_empty() {
+                call.locations = Some(l);
+            }
+        }
+        if *truncated {
+            call.meta = Some(json!({"maka": {"truncated": true}}));
+        }
+        out.push(SessionUpdate::ToolCallUpdate(call));
+        out
+    }
+
+    /// Settles every tool call still open (its turn ended without their result): `failed`
+    /// saying `why`, or `cancelled` when the client cancelled the turn. Forgets the turn's
+    /// calls and text offsets: the next turn starts afresh.
+    pub fn end_unfinished(&mut self, why: &str, cancelled: bool) -> Vec<SessionUpdate> {
+        let mut out = vec![];
+        for id in std::mem::take(&mut self.order) {
+            if let Some(t) = self.tools.remove(&id) {
+                if !t.settled && !t.hidden {
+                    let mut call = ToolCallUpdate::new(&id);
+                    call.status = Some(if cancelled {
+                        ToolCallStatus::Cancelled
+                    } else {
+                        ToolCallStatus::Failed
+                    });
+                    call.content = Some(vec![ToolCallContent::Content {
+                        content: text_block(why),
+                    }]);
+                    out.push(SessionUpdate::ToolCallUpdate(call));
+                }
+            }
+        }
+        self.tools.clear();
+        self.shown.clear();
+        out
+    }
+
+    // ---- the plan ----------------------------------------------------------------------------
+
+    fn plan_state(
+        &mut self,
+        revision: u64,
+        status: &str,
+        entries: &[crate::host_api::wire::PlanEntry],
+    ) -> Vec<SessionUpdate> {
+        if revision == 0 {
+            // No plan any more (a rewind): an empty one (stable v2 has no removal).
+            return match self.plan.take() {
+                Some(_) => vec![plan_update(revision, status, &[])],
+                None => vec![],
+            };
+        }
+        let entries = match (&self.plan, entries.is_empty()) {
+            (_, false) => entries.to_vec(),
+            (Some((r, _, known)), true) if *r == revision => known.clone(),
+            _ => return vec![],
+        };
+        if self
+            .plan
+            .as_ref()
+            .is_some_and(|(r, s, e)| *r == revision && s == status && *e == entries)
+        {
+            return vec![];
+        }
+        let update = plan_update(revision, status, &entries);
+        self.plan = Some((revision, status.to_string(), entries));
+        vec![update]
+    }
+}
+
+/// The stop reason an idle state carries for a turn's result.
+fn idle_reason(result: &Result<PromptResponse, ResponseError>, cancelled: bool) -> IdleStopReason {
+    if cancelled {
+        return IdleStopReason::Cancelled;
+    }
+    match result {
+        Ok(r) => match (r.stop_reason, &r.meta) {
+            // Stopped by someone else (another client, a host shutdown): cancelled, and why.
+            (StopReason::EndTurn, Some(meta)) if meta.pointer("/maka/outcome").is_some() => {
+                IdleStopReason::Cancelled
+            }
+            (StopReason::EndTurn, _) => IdleStopReason::EndTurn,
+            (StopReason::MaxTokens, _) => IdleStopReason::MaxTokens,
+            (StopReason::MaxTurnRequests, _) => IdleStopReason::MaxTurnRequests,
+            (StopReason::Refusal, _) => IdleStopReason::Refusal,
+            (StopReason::Cancelled, _) => IdleStopReason::Cancelled,
+        },
+        Err(e) => IdleStopReason::Error(t::Error {
+            code: e.code,
+            message: e.message.clone(),
+            data: e.data.clone(),
+        }),
+    }
+}
+
+fn plan_update(revision: u64, status: &str, entries: &[crate::host_api::wire::PlanEntry]) -> SessionUpdate {
+    SessionUpdate::PlanUpdate(t::PlanUpdate {
+        plan: t::PlanUpdateContent::Items(t::PlanItems {
+            plan_id: PLAN_ID.into(),
+            entries: content::plan(entries),
+            meta: Some(json!({"maka": {"revision": revision, "status": status}})),
+        }),
+    })
+}
+
+fn cost_of(c: &crate::host_api::wire::Cost) -> Value {
+    serde_json::to_value(c).unwrap_or(Value::Null)
+}
+
+fn text_block(text: &str) -> ContentBlock {
+    ContentBlock::Text {
+        text: text.to_string(),
+    }
+}
+
+/// A file change as v2's structured diff: what changed, and the patch `git apply` takes.
+fn diff_content(d: &crate::host_api::wire::FileDiff) -> ToolCallContent {
+    super::diff::content(d)
+}
+
+/// The part of a text delta not shown yet (`startOffset` is the byte length already sent
+/// for that message), or `None`.
+fn unseen<'t>(
+    shown: &mut HashMap<String, u64>,
+    message_id: &str,
+    start: u64,
+    text: &'t str,
+) -> Option<&'t str> {
+    if !shown.contains_key(message_id) {
+        shown.insert(message_id.to_string(), 0);
+    }
+    let seen = shown.get_mut(message_id)?;
+    let end = start + text.len() as u64;
+    if text.is_empty() || end <= *seen {
+        return None;
+    }
+    let mut skip = seen.saturating_sub(start) as usize;
+    while !text.is_char_boundary(skip) {
+        skip += 1;
+    }
+    *seen = end;
+    Some(&text[skip..]).filter(|t| !t.is_empty())
+}
+
+/// The commands a session offers, as v2 lists them.
+pub fn commands_update(commands: &[crate::acp::types::AvailableCommand]) -> SessionUpdate {
+    SessionUpdate::AvailableCommandsUpdate(t::AvailableCommandsUpdate {
+        available_commands: commands.iter().map(t::AvailableCommand::from_v1).collect(),
+    })
+}
+
+/// One whole agent message (the interrupted-turn offer after a resume).
+pub fn agent_text(message_id: &str, text: &str) -> SessionUpdate {
+    SessionUpdate::AgentMessage(t::AgentMessage {
+        message_id: message_id.to_string(),
+        content: Some(vec![text_block(text)]),
+    })
+}
+
+/// Which turn a frame starts, if any (for tests and the shared replay loop).
+#[allow(dead_code)]
+fn started(body: &FrameBody) -> Option<&str> {
+    facts(body).turn_started
+}
+
+#[allow(dead_code)]
+fn is_question(i: &InteractionRequest) -> bool {
+    matches!(i, InteractionRequest::Question { .. })
+}
