@@ -1,7 +1,8 @@
 //! Test harness: spawns the real `maka-acp` binary over pipes and plays the client.
 //!
-//! Every line the agent writes is parsed and validated against the ACP v1 schema (strict: no
-//! unknown properties) on arrival; a test fails at its next step if any line was invalid.
+//! Every line the agent writes is parsed and validated against the ACP schema (strict: no
+//! unknown properties) on arrival; a test fails at its next step if any line was invalid. The
+//! version is v1 until the agent's `initialize` answer names v2.
 #![allow(dead_code)]
 
 pub mod fake_openai;
@@ -103,6 +104,9 @@ impl AgentProcess {
             let methods = methods.clone();
             let violations = violations.clone();
             thread::spawn(move || {
+                // ACP v1 until an `initialize` answer names version 2; then v2 for it and
+                // every later line.
+                let mut acp = schema::Acp::V1;
                 for line in BufReader::new(stdout).lines() {
                     let Ok(line) = line else {
                         violations
@@ -112,7 +116,10 @@ impl AgentProcess {
                         break;
                     };
                     let lookup = |id: &Value| methods.lock().unwrap().get(&id.to_string()).cloned();
-                    match schema::validate_agent_line(&line, lookup) {
+                    if negotiates_v2(&line, lookup) {
+                        acp = schema::Acp::V2;
+                    }
+                    match schema::validate_agent_line_as(acp, &line, lookup) {
                         Ok(v) => {
                             let _ = tx.send(v);
                         }
@@ -590,6 +597,17 @@ impl Drop for AgentProcess {
             self.assert_valid();
         }
     }
+}
+
+/// Whether `line` answers `initialize` with `protocolVersion` 2.
+fn negotiates_v2(line: &str, method_of: impl Fn(&Value) -> Option<String>) -> bool {
+    let Ok(v) = serde_json::from_str::<Value>(line) else {
+        return false;
+    };
+    v.pointer("/result/protocolVersion") == Some(&json!(2))
+        && v.get("id")
+            .and_then(method_of)
+            .is_some_and(|m| m == "initialize")
 }
 
 fn truncate(s: &str) -> String {

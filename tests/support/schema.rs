@@ -1,15 +1,33 @@
-//! Strict validation of everything the agent writes against the newest ACP v1 JSON schema
-//! (`tests/schema/schema.json`, generated from the `agent-client-protocol-schema` 1.20.0 crate
-//! by `scripts/update-schema`; negotiated unstable features against `schema.unstable.json`).
+//! Strict validation of everything the agent writes against the newest ACP JSON schemas.
+//!
+//! ACP v1: `tests/schema/schema.json`, generated from the `agent-client-protocol-schema` 1.20.0
+//! crate by `scripts/update-schema`; negotiated unstable features against
+//! `schema.unstable.json`. ACP v2 (draft): `tests/schema/v2/schema.json` and
+//! `schema.unstable.json`, copies of `../shared/acp/schema-v2-draft/` (the TypeScript SDK
+//! 2.4.0's `schema/v2/`; `scripts/update-schema --check` compares them). A connection speaks
+//! the version its `initialize` answer names ([`Acp`]).
 //!
 //! The schema is lenient about unknown properties, so every object-valued position is wrapped
 //! as `{"allOf": [orig], "unevaluatedProperties": false}`; properties that tagged or flattened
 //! sub-schemas contribute still count as evaluated, so valid messages pass while an extra key
 //! at any depth fails. One validator per schema type, chosen by method.
+//!
+//! v2 is lenient about variants too: every open enum (`sessionUpdate`, tool call status,
+//! content block, ...) ends in an `anyOf` branch titled `"other"` that takes any value
+//! but the known ones, for future variants. The agent sends none, so those branches are
+//! dropped (33 in `schema.json`, 38 in `schema.unstable.json`): a misspelled or v1-only
+//! variant fails instead of passing as a future one.
 
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
+
+/// The ACP version a connection negotiated in `initialize`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Acp {
+    V1,
+    V2,
+}
 
 const SCHEMA: &str = include_str!("../schema/schema.json");
 /// The unstable schema: `session/fork`, `session/options` and the capabilities they are
@@ -22,6 +40,23 @@ const UNSTABLE_METHODS: &[&str] = &["session/fork", "session/options"];
 /// in 1.20.0.)
 const UNSTABLE_UPDATES: &[&str] = &[];
 
+const V2_SCHEMA: &str = include_str!("../schema/v2/schema.json");
+/// v2's unstable schema: stable's plus providers, auth status, session fork / archive /
+/// status / title / system prompt, MCP over ACP, proxies (its methods are checked against it,
+/// as they are nowhere else) and the update kinds below.
+const V2_UNSTABLE: &str = include_str!("../schema/v2/schema.unstable.json");
+/// `session/update` kinds only v2's unstable schema has.
+const V2_UNSTABLE_UPDATES: &[&str] = &[
+    "plan_removed",
+    "subagent_update",
+    "session_message",
+    "session_message_chunk",
+];
+/// How many open-enum fallback branches (`"title": "other"`) each v2 file has; `load` checks
+/// it drops exactly these, so a schema update that marks them differently is noticed.
+const V2_OTHER_BRANCHES: usize = 33;
+const V2_UNSTABLE_OTHER_BRANCHES: usize = 38;
+
 struct Schema {
     defs: Value,
     /// (method, "request" | "response" | "notification") → `$defs` type name, for messages
@@ -32,12 +67,22 @@ struct Schema {
 
 fn schema() -> &'static Schema {
     static S: OnceLock<Schema> = OnceLock::new();
-    S.get_or_init(|| load(SCHEMA))
+    S.get_or_init(|| load(SCHEMA, None))
 }
 
 fn unstable() -> &'static Schema {
     static S: OnceLock<Schema> = OnceLock::new();
-    S.get_or_init(|| load(UNSTABLE))
+    S.get_or_init(|| load(UNSTABLE, None))
+}
+
+fn v2() -> &'static Schema {
+    static S: OnceLock<Schema> = OnceLock::new();
+    S.get_or_init(|| load(V2_SCHEMA, Some(V2_OTHER_BRANCHES)))
+}
+
+fn v2_unstable() -> &'static Schema {
+    static S: OnceLock<Schema> = OnceLock::new();
+    S.get_or_init(|| load(V2_UNSTABLE, Some(V2_UNSTABLE_OTHER_BRANCHES)))
 }
 
 /// The schema for `method`'s lines.
@@ -49,10 +94,18 @@ fn schema_for(method: &str) -> &'static Schema {
     }
 }
 
-fn load(text: &str) -> Schema {
+/// `closed`: drop the open-enum fallback branches, which must be exactly this many.
+fn load(text: &str, closed: Option<usize>) -> Schema {
     {
         let root: Value = serde_json::from_str(text).expect("vendored schema parses");
         let mut defs = root["$defs"].clone();
+        if let Some(expected) = closed {
+            let dropped = drop_open_variants(&mut defs);
+            assert_eq!(
+                dropped, expected,
+                "the v2 schema's open-enum fallbacks (anyOf branches titled \"other\")"
+            );
+        }
         let mut types = HashMap::new();
         for (name, def) in defs.as_object().expect("$defs").iter() {
             let (Some(method), Some(side)) = (def["x-method"].as_str(), def["x-side"].as_str())
@@ -78,6 +131,26 @@ fn load(text: &str) -> Schema {
             types,
             validators: Mutex::new(HashMap::new()),
         }
+    }
+}
+
+/// Removes every `anyOf` / `oneOf` branch titled `"other"` (the open-enum fallback for custom
+/// and future variants) at any depth; returns how many.
+fn drop_open_variants(s: &mut Value) -> usize {
+    match s {
+        Value::Object(o) => {
+            let mut n = 0;
+            for k in ["anyOf", "oneOf"] {
+                if let Some(Value::Array(list)) = o.get_mut(k) {
+                    let before = list.len();
+                    list.retain(|b| b.get("title") != Some(&json!("other")));
+                    n += before - list.len();
+                }
+            }
+            n + o.values_mut().map(drop_open_variants).sum::<usize>()
+        }
+        Value::Array(a) => a.iter_mut().map(drop_open_variants).sum(),
+        _ => 0,
     }
 }
 
@@ -181,9 +254,19 @@ fn keys_within(o: &Map<String, Value>, allowed: &[&str]) -> Result<(), String> {
     }
 }
 
-/// Validates one line the agent wrote. `method_of` resolves the method of a client request id
-/// (for typing responses); it returns None for ids the client never sent.
+/// Validates one line the agent wrote on an ACP v1 connection. `method_of` resolves the method
+/// of a client request id (for typing responses); it returns None for ids the client never
+/// sent.
 pub fn validate_agent_line(
+    line: &str,
+    method_of: impl Fn(&Value) -> Option<String>,
+) -> Result<Value, String> {
+    validate_agent_line_as(Acp::V1, line, method_of)
+}
+
+/// Validates one line the agent wrote on a connection that negotiated `acp`.
+pub fn validate_agent_line_as(
+    acp: Acp,
     line: &str,
     method_of: impl Fn(&Value) -> Option<String>,
 ) -> Result<Value, String> {
@@ -196,14 +279,11 @@ pub fn validate_agent_line(
         (Some(m), Some(id)) => {
             keys_within(o, &["jsonrpc", "id", "method", "params"])?;
             let method = m.as_str().ok_or("method is not a string")?;
-            check_id(id)?;
+            check_id(acp, id, false)?;
             if method.starts_with('_') {
                 return Ok(v);
             }
-            let s = schema_for(method);
-            let ty = s
-                .types
-                .get(&(method.to_string(), "request"))
+            let (s, ty) = typed(acp, method, "request", "")
                 .ok_or_else(|| format!("the agent sent an unknown request method `{method}`"))?;
             check(s, ty, o.get("params").unwrap_or(&Value::Null))?;
         }
@@ -213,71 +293,129 @@ pub fn validate_agent_line(
             if method.starts_with('_') {
                 return Ok(v);
             }
-            let kind = v
-                .pointer("/params/update/sessionUpdate")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let s = if method == "session/update" && UNSTABLE_UPDATES.contains(&kind) {
+            let params = o.get("params").unwrap_or(&Value::Null);
+            let (s, ty) = typed(
+                acp,
+                method,
+                "notification",
+                update_tier(acp, method, params),
+            )
+            .ok_or_else(|| format!("the agent sent an unknown notification `{method}`"))?;
+            check(s, ty, params)?;
+        }
+        (None, Some(id)) => match (o.get("result"), o.get("error")) {
+            (Some(result), None) => {
+                check_id(acp, id, false)?;
+                keys_within(o, &["jsonrpc", "id", "result"])?;
+                let method = method_of(id)
+                    .ok_or_else(|| format!("a result for id {id}, which the client never sent"))?;
+                check_result(acp, &method, result)?;
+            }
+            (None, Some(error)) => {
+                check_id(acp, id, true)?;
+                keys_within(o, &["jsonrpc", "id", "error"])?;
+                match acp {
+                    Acp::V1 => check(schema(), "Error", error)?,
+                    Acp::V2 => check(v2(), "Error", error)?,
+                }
+            }
+            _ => return Err("a response needs exactly one of result and error".into()),
+        },
+        (None, None) => return Err("neither a request, a notification nor a response".into()),
+    }
+    Ok(v)
+}
+
+/// `"unstable"` when a notification's params use something only the unstable schema has.
+fn update_tier(acp: Acp, method: &str, params: &Value) -> &'static str {
+    if method != "session/update" {
+        return "";
+    }
+    let kind = params
+        .pointer("/update/sessionUpdate")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let unstable = match acp {
+        Acp::V1 => UNSTABLE_UPDATES.contains(&kind),
+        // `usage` on an idle `state_update` is unstable too.
+        Acp::V2 => {
+            V2_UNSTABLE_UPDATES.contains(&kind)
+                || (kind == "state_update" && params.pointer("/update/usage").is_some())
+        }
+    };
+    if unstable {
+        "unstable"
+    } else {
+        ""
+    }
+}
+
+/// The schema and `$defs` type of `method`'s `kind` line ("request", "notification",
+/// "response"); `tier` "unstable" forces the unstable schema.
+fn typed(
+    acp: Acp,
+    method: &str,
+    kind: &'static str,
+    tier: &str,
+) -> Option<(&'static Schema, &'static String)> {
+    let key = (method.to_string(), kind);
+    match acp {
+        Acp::V1 => {
+            let s = if tier == "unstable" {
                 unstable()
             } else {
                 schema_for(method)
             };
-            let ty = s
-                .types
-                .get(&(method.to_string(), "notification"))
-                .ok_or_else(|| format!("the agent sent an unknown notification `{method}`"))?;
-            check(s, ty, o.get("params").unwrap_or(&Value::Null))?;
+            s.types.get(&key).map(|t| (s, t))
         }
-        (None, Some(id)) => {
-            check_id(id)?;
-            match (o.get("result"), o.get("error")) {
-                (Some(result), None) => {
-                    keys_within(o, &["jsonrpc", "id", "result"])?;
-                    let method = method_of(id).ok_or_else(|| {
-                        format!("a result for id {id}, which the client never sent")
-                    })?;
-                    if method == "initialize" {
-                        check_initialize(result)?;
-                    } else if method == "stream/resume" {
-                        // The resumable-transport draft's, not in ACP v1's schema: its answer
-                        // is an object (`{}` and the cursor's `_meta`).
-                        result
-                            .as_object()
-                            .ok_or("stream/resume's result is no object")?;
-                    } else if method == "session/set_model" {
-                        // An earlier unstable ACP method, gone from today's schema: its answer
-                        // was `SetSessionModelResponse`, an object with only `_meta`.
-                        let keys = result
-                            .as_object()
-                            .ok_or("set_model's result is no object")?;
-                        if keys.keys().any(|k| k != "_meta") {
-                            return Err(format!(
-                                "set_model's result has more than _meta: {result}"
-                            ));
-                        }
-                    } else if !method.starts_with('_') {
-                        // `PromptResponse.usage` is unstable: only a client that opted in gets it.
-                        let s = if method == "session/prompt" && result.get("usage").is_some() {
-                            unstable()
-                        } else {
-                            schema_for(&method)
-                        };
-                        let ty = s.types.get(&(method.clone(), "response")).ok_or_else(|| {
-                            format!("a result for `{method}`, which ACP does not define")
-                        })?;
-                        check(s, ty, result)?;
-                    }
-                }
-                (None, Some(error)) => {
-                    keys_within(o, &["jsonrpc", "id", "error"])?;
-                    check(schema(), "Error", error)?;
-                }
-                _ => return Err("a response needs exactly one of result and error".into()),
-            }
+        // v2's unstable methods are the ones only its unstable schema defines.
+        Acp::V2 => {
+            let stable = (tier != "unstable")
+                .then(|| v2().types.get(&key).map(|t| (v2(), t)))
+                .flatten();
+            stable.or_else(|| v2_unstable().types.get(&key).map(|t| (v2_unstable(), t)))
         }
-        (None, None) => return Err("neither a request, a notification nor a response".into()),
     }
-    Ok(v)
+}
+
+fn check_result(acp: Acp, method: &str, result: &Value) -> Result<(), String> {
+    if method == "initialize" {
+        return match acp {
+            Acp::V1 => check_initialize(result),
+            Acp::V2 => check_initialize_v2(result),
+        };
+    }
+    if method == "stream/resume" {
+        // The resumable-transport draft's, in neither ACP schema: its answer is an object
+        // (`{}` and the cursor's `_meta`).
+        result
+            .as_object()
+            .ok_or("stream/resume's result is no object")?;
+        return Ok(());
+    }
+    if method.starts_with('_') {
+        return Ok(());
+    }
+    if acp == Acp::V1 && method == "session/set_model" {
+        // An earlier unstable ACP method, gone from today's schema: its answer was
+        // `SetSessionModelResponse`, an object with only `_meta`.
+        let keys = result
+            .as_object()
+            .ok_or("set_model's result is no object")?;
+        if keys.keys().any(|k| k != "_meta") {
+            return Err(format!("set_model's result has more than _meta: {result}"));
+        }
+        return Ok(());
+    }
+    // v1's `PromptResponse.usage` is unstable: only a client that opted in gets it.
+    let tier = if acp == Acp::V1 && method == "session/prompt" && result.get("usage").is_some() {
+        "unstable"
+    } else {
+        ""
+    };
+    let (s, ty) = typed(acp, method, "response", tier)
+        .ok_or_else(|| format!("a result for `{method}`, which ACP does not define"))?;
+    check(s, ty, result)
 }
 
 /// `initialize`'s result advertises `sessionCapabilities.fork` and `.systemPrompt`, which only the unstable schema
@@ -297,10 +435,39 @@ fn check_initialize(result: &Value) -> Result<(), String> {
     check(schema(), "InitializeResponse", &stable)
 }
 
-fn check_id(id: &Value) -> Result<(), String> {
+/// v2's `initialize` result: valid against the unstable schema, and against the stable one
+/// without the capabilities only the unstable one has (so nothing else unstable slips in).
+fn check_initialize_v2(result: &Value) -> Result<(), String> {
+    check(v2_unstable(), "InitializeResponse", result)?;
+    let mut stable = result.clone();
+    // The properties the two files' capability types differ by (AgentCapabilities,
+    // AgentAuthCapabilities, SessionCapabilities, McpCapabilities).
+    let unstable_keys: [(&str, &[&str]); 4] = [
+        ("/capabilities", &["providers"]),
+        ("/capabilities/auth", &["status"]),
+        (
+            "/capabilities/session",
+            &["systemPrompt", "fork", "archive", "status", "title"],
+        ),
+        ("/capabilities/session/mcp", &["acp"]),
+    ];
+    for (at, keys) in unstable_keys {
+        if let Some(o) = stable.pointer_mut(at).and_then(Value::as_object_mut) {
+            for k in keys {
+                o.remove(*k);
+            }
+        }
+    }
+    check(v2(), "InitializeResponse", &stable)
+}
+
+/// v1 allows any string, integer or null id; v2 string or integer, null only on an error
+/// answer (to a request whose id could not be read).
+fn check_id(acp: Acp, id: &Value, error: bool) -> Result<(), String> {
     match id {
-        Value::Null | Value::String(_) => Ok(()),
+        Value::String(_) => Ok(()),
         Value::Number(n) if n.is_i64() || n.is_u64() => Ok(()),
+        Value::Null if acp == Acp::V1 || error => Ok(()),
         other => Err(format!("bad id {other}")),
     }
 }
