@@ -223,7 +223,6 @@ impl Agent {
                 let params = super::v2::initialize::parse(&offer)?;
                 self.shared.negotiate(Version::V2);
                 let result = super::v2::initialize::answer(&self.shared, &params);
-                self.shared.set_caps_v2(params.capabilities);
                 self.initialized = true;
                 Ok(result)
             }

@@ -120,7 +120,7 @@ fn check_reply(method: &str, result: &Value) -> Result<(), String> {
     }
 }
 
-fn after_success(session: &Arc<AcpSession>, shared: &Arc<Shared>, call: &Call, result: &Value) {
+fn after_success(session: &Arc<AcpSession>, _shared: &Arc<Shared>, call: &Call, result: &Value) {
     match call.service.as_str() {
         "terminal.create" => {
             let Some(terminal_id) = result.get("terminalId").and_then(Value::as_str) else {

@@ -99,14 +99,14 @@ pub fn apply_initial(
     initial: &[Value],
 ) -> Result<InitialValues, ResponseError> {
     let view = ctx.shared.config_view();
-    begin_write(ctx, session);
+    begin_write(session);
     let changed = change_config(ctx, session, |c, catalog| {
         config_options::initial_patch(initial, c, catalog, view)
     });
     let changed = match changed {
         Ok(c) => c,
         Err(e) => {
-            end_write(ctx, session, Reply::Failed);
+            end_write(session, Reply::Failed);
             return Err(e);
         }
     };
@@ -114,7 +114,7 @@ pub fn apply_initial(
     let modes = match config {
         Some(c) => config_options::modes(&c.configuration),
         None => {
-            end_write(ctx, session, Reply::Failed);
+            end_write(session, Reply::Failed);
             return Err(MakaCode::Internal
                 .error("the session's configuration is unknown; load the session again"));
         }
@@ -136,8 +136,8 @@ pub struct InitialValues {
 impl InitialValues {
     /// The response with these options and modes is queued: the write ends, announcing only
     /// what someone else changed meanwhile.
-    pub fn done(&self, ctx: &Ctx, session: &AcpSession) {
-        end_write(ctx, session, Reply::Options(Some(self.mode)));
+    pub fn done(&self, session: &AcpSession) {
+        end_write(session, Reply::Options(Some(self.mode)));
     }
 }
 
@@ -157,7 +157,7 @@ pub fn set_config_option(ctx: &Ctx, p: read::ConfigOption, responder: Responder)
         Err(e) => return responder.respond(Err(e)),
     };
     let view = ctx.shared.config_view();
-    begin_write(ctx, &session);
+    begin_write(&session);
     let changed = change_config(ctx, &session, |c, catalog| {
         let p = Params::of(params)?;
         config_options::patch_for(&p, c, catalog, view)
@@ -183,7 +183,7 @@ pub fn set_config_option(ctx: &Ctx, p: read::ConfigOption, responder: Responder)
     };
     // Then what the response did not carry: the options after `{}`, the legacy mode view
     // when the change moved the mode, and anything another writer changed meanwhile.
-    end_write(ctx, &session, reply);
+    end_write(&session, reply);
 }
 
 pub fn set_mode(ctx: &Ctx, p: read::SetMode, responder: Responder) {
@@ -192,7 +192,7 @@ pub fn set_mode(ctx: &Ctx, p: read::SetMode, responder: Responder) {
         Ok(s) => s,
         Err(e) => return responder.respond(Err(e)),
     };
-    begin_write(ctx, &session);
+    begin_write(&session);
     let reply = match change_config(ctx, &session, |_, _| config_options::mode_patch(mode)) {
         Ok(ch) => {
             responder.respond(Ok(to_json(&Empty {})));
@@ -204,16 +204,16 @@ pub fn set_mode(ctx: &Ctx, p: read::SetMode, responder: Responder) {
             Reply::Failed
         }
     };
-    end_write(ctx, &session, reply);
+    end_write(&session, reply);
 }
 
 /// A configuration write of this client begins: changes seen meanwhile wait for its end.
-fn begin_write(ctx: &Ctx, session: &AcpSession) {
+fn begin_write(session: &AcpSession) {
     session.configure(|c| (vec![], c.begin_write()));
 }
 
 /// The write is over (its response, which told `reply`, is queued).
-fn end_write(ctx: &Ctx, session: &AcpSession, reply: Reply) {
+fn end_write(session: &AcpSession, reply: Reply) {
     session.configure(|c| (c.end_write(reply), ()));
 }
 

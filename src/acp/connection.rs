@@ -10,7 +10,6 @@ use super::initialize::ClientCapabilities;
 use super::out::{Out, Version, V1, V2};
 use super::principal::Principal;
 use super::session::AcpSession;
-use super::types::SessionUpdate;
 use crate::jsonrpc::{lock, ClientCalls, Message, Outbox};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -33,8 +32,6 @@ pub struct Shared {
     version: OnceLock<Version>,
     /// What the client said it supports, set by `initialize`; none before it.
     caps: Mutex<ClientCapabilities>,
-    /// What a v2 client said it supports (v2's `capabilities`); none on v1.
-    caps_v2: Mutex<super::v2::initialize::ClientCaps>,
     /// The sessions this connection holds (loaded, resumed, created or copied here).
     pub sessions: Sessions,
     /// What Maka's dialect keeps about this connection: the copies it made, its open uploads,
@@ -59,7 +56,6 @@ impl Shared {
             dialect,
             version: OnceLock::new(),
             caps: Mutex::default(),
-            caps_v2: Mutex::default(),
             sessions: Mutex::default(),
             maka: Default::default(),
         }
@@ -123,15 +119,6 @@ impl Shared {
         (self.version() == Some(Version::V2)).then(|| Out::for_negotiated(&self.outbox))
     }
 
-    /// What a v2 client supports (as its `initialize` said).
-    pub fn caps_v2(&self) -> super::v2::initialize::ClientCaps {
-        *lock(&self.caps_v2)
-    }
-
-    pub fn set_caps_v2(&self, caps: super::v2::initialize::ClientCaps) {
-        *lock(&self.caps_v2) = caps;
-    }
-
     /// Tells the client what the projection says happened, worded for this client
     /// ([`super::maka_dialect::told`]: ours, or Apache Maka's to a client that opted in).
     pub fn tell(&self, n: &super::projection::Notification) {
@@ -149,20 +136,6 @@ impl Shared {
         super::config_options::View {
             boolean: self.caps().boolean_config_options,
             dialect: self.dialect,
-        }
-    }
-
-    /// Enqueues one v1 `session/update` (of a child session, for an update that belongs to
-    /// one). On a connection that is not v1 nothing is sent: v1's shapes never reach another
-    /// version's client (its own projection shows the same things its own way).
-    pub fn update(&self, session_id: &str, update: &SessionUpdate) {
-        let Some(out) = self.v1() else {
-            log::debug!("a v1 update for {session_id} on a connection that is not v1: not sent");
-            return;
-        };
-        match update {
-            SessionUpdate::InChild { session_id, update } => out.update(session_id, update),
-            update => out.update(session_id, update),
         }
     }
 }

@@ -215,7 +215,7 @@ fn fork_session(
                 result.config_options = Some(initial.options.clone());
                 result.modes = Some(initial.modes.clone());
                 // Nothing more is written; the answer carries what was.
-                initial.done(ctx, &session);
+                initial.done(&session);
             }
             Err(e) => {
                 // Checked before the branch, refused after it (the host changed meanwhile):
@@ -327,7 +327,7 @@ pub fn open(ctx: &Ctx, params: OpenSession, responder: Responder) {
             }
             responder.respond(Ok(super::v2::lifecycle::setup_answer(ctx, &result)));
             if let Some(values) = applied {
-                values.done(ctx, &session);
+                values.done(&session);
             }
             // Only after the response: the commands, then live frames and dialogs of a turn
             // already running.

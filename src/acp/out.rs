@@ -50,13 +50,6 @@ impl Version {
             Version::V1
         }
     }
-
-    pub fn number(self) -> u16 {
-        match self {
-            Version::V1 => V1::VERSION,
-            Version::V2 => V2::VERSION,
-        }
-    }
 }
 
 /// Writes one version's session updates on one connection.

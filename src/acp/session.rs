@@ -227,6 +227,7 @@ pub enum ReaderStep {
     AnswerCancelled,
 }
 
+#[cfg(test)]
 impl Effects {
     pub fn is_empty(&self) -> bool {
         match self {

@@ -2,8 +2,6 @@
 //! base64 in JSON, and a finished upload is checked against the hash its client declared. Small
 //! enough to read in one sitting; not worth two crates.
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 pub fn base64_encode(data: &[u8]) -> String {
     crate::base64::encode(data)
 }

@@ -205,7 +205,6 @@ pub(crate) fn boundary_options() -> Vec<PermissionOption> {
 
 /// The dialog for a permission or a sandbox boundary (`question`s never get one).
 pub fn permission_params(session_id: &str, request: &InteractionRequest) -> RequestPermission {
-    use PermissionOptionKind::{AllowOnce, RejectOnce};
     let (tool_call, options) = match request {
         InteractionRequest::Permission {
             tool_call_id,

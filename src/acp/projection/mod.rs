@@ -13,7 +13,7 @@
 
 pub mod answer;
 pub mod config;
-mod content;
+pub(crate) mod content;
 pub mod dialog;
 mod editor;
 mod replay;

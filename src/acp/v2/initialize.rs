@@ -8,20 +8,11 @@ use crate::acp::v2::types as t;
 use crate::jsonrpc::ResponseError;
 use serde_json::Value;
 
-/// What a v2 client told us it supports. Omitted means unsupported.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ClientCaps {
-    pub auth_terminal: bool,
-    pub elicitation_form: bool,
-    pub elicitation_url: bool,
-}
-
 /// A v2 client's `initialize`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct InitializeParams {
     pub name: String,
     pub version: String,
-    pub capabilities: ClientCaps,
 }
 
 /// Reads it: for version 2 as its schema says (`info` with `name` and `version` required);
@@ -46,15 +37,6 @@ pub fn parse(offer: &Offer) -> ParamResult<InitializeParams> {
             ))
         }
         Err(e) => return Err(e),
-    }
-    if let Ok(Some(c)) = p.optional_object("capabilities", "capabilities") {
-        if let Ok(Some(auth)) = c.optional_object("auth", "capabilities.auth") {
-            out.capabilities.auth_terminal = auth.marker("terminal").unwrap_or(false);
-        }
-        if let Ok(Some(el)) = c.optional_object("elicitation", "capabilities.elicitation") {
-            out.capabilities.elicitation_form = el.marker("form").unwrap_or(false);
-            out.capabilities.elicitation_url = el.marker("url").unwrap_or(false);
-        }
     }
     Ok(out)
 }

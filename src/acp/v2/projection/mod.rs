@@ -18,10 +18,10 @@ use super::types::{
     self as t, ContentBlock, IdleStopReason, SessionUpdate, StateUpdate, ToolCallContent,
     ToolCallStatus, ToolCallUpdate,
 };
-use crate::acp::projection::{answer, content, facts, GOAL_CONTROL_METHOD as _};
+use crate::acp::projection::{answer, content};
 use crate::acp::types::{PromptResponse, StopReason};
 use crate::host_api::wire::{
-    FrameBody, Goal, Interaction, InteractionRequest, ToolResultContent, ToolStatus, TurnOutcome,
+    FrameBody, Goal, Interaction, ToolResultContent, ToolStatus, TurnOutcome,
     TurnStatus,
 };
 use crate::jsonrpc::ResponseError;
@@ -336,7 +336,7 @@ impl Projector {
                 }
                 _ => vec![],
             },
-            F::GoalUpdated { goal } => self.goal(goal).0,
+            F::GoalUpdated { goal } => self.goal(goal),
             F::InteractionRequest { .. }
             | F::InteractionClosed { .. }
             | F::ConfigurationChanged { .. }
@@ -350,11 +350,6 @@ impl Projector {
             | F::StreamEnd { .. }
             | F::Unknown => vec![],
         }
-    }
-
-    /// As [`Projector::frame`], for a catch-up (upserts: nothing differs).
-    pub fn caught_up(&mut self, body: &FrameBody, now: Instant) -> Vec<SessionUpdate> {
-        self.frame(body, now)
     }
 
     /// A user message, once per message id.
@@ -373,9 +368,9 @@ impl Projector {
     }
 
     /// The session's goal, as v1 shows it (`session_info_update._meta.goal`), once per revision.
-    pub fn goal(&mut self, goal: &Goal) -> (Vec<SessionUpdate>, ()) {
+    pub fn goal(&mut self, goal: &Goal) -> Vec<SessionUpdate> {
         if self.goal_shown.is_some_and(|r| goal.revision <= r) {
-            return (vec![], ());
+            return vec![];
         }
         self.goal_shown = Some(goal.revision);
         let update = SessionUpdate::SessionInfoUpdate(t::SessionInfoUpdate {
@@ -383,7 +378,7 @@ impl Projector {
             updated_at: None,
             meta: Some(json!({"goal": crate::acp::projection::goal_snapshot(goal)})),
         });
-        (vec![update], ())
+        vec![update]
     }
 
     // ---- state ---------------------------------------------------------------------------
@@ -428,7 +423,7 @@ impl Projector {
     }
 
     /// A dialog is put to the person: the foreground waits for it.
-    fn dialog(
+    pub fn dialog(
         &mut self,
         interaction: &Interaction,
     ) -> (Vec<SessionUpdate>, crate::acp::projection::dialog::Dialog) {
@@ -729,10 +724,12 @@ fn idle_reason(result: &Result<PromptResponse, ResponseError>, cancelled: bool) 
             (StopReason::Refusal, _) => IdleStopReason::Refusal,
             (StopReason::Cancelled, _) => IdleStopReason::Cancelled,
         },
-        Err(e) => IdleStopReason::Error(t::Error {
-            code: e.code,
-            message: e.message.clone(),
-            data: e.data.clone(),
+        Err(e) => IdleStopReason::Error(t::ErrorStopReason {
+            error: t::Error {
+                code: i64::from(e.code),
+                message: e.message.clone(),
+                data: e.data.clone(),
+            },
         }),
     }
 }
@@ -799,15 +796,4 @@ pub fn agent_text(message_id: &str, text: &str) -> SessionUpdate {
         message_id: message_id.to_string(),
         content: Some(vec![text_block(text)]),
     })
-}
-
-/// Which turn a frame starts, if any (for tests and the shared replay loop).
-#[allow(dead_code)]
-fn started(body: &FrameBody) -> Option<&str> {
-    facts(body).turn_started
-}
-
-#[allow(dead_code)]
-fn is_question(i: &InteractionRequest) -> bool {
-    matches!(i, InteractionRequest::Question { .. })
 }

@@ -1,0 +1,460 @@
+//! ACP v2 (draft) beside v1, end to end: the real binary over pipes, the embedded host, the
+//! scripted provider. A connection whose `initialize` offers 2 speaks v2; every line the agent
+//! writes after that answer is validated strictly against the v2 schema (`tests/schema/v2`),
+//! every line before it against v1's.
+
+#![cfg(feature = "host")]
+
+mod support;
+use serde_json::{json, Value};
+use support::host::TempDir;
+use support::{error_of, AgentProcess, Reply};
+
+fn script() -> Value {
+    json!({
+        "rules": [
+            {"when": "edit", "responses": [
+                [{"text": "I'll edit a.txt."}, {"tool": "edit_file", "args": {"path": "a.txt", "old_text": "world", "new_text": "there"}}],
+                [{"text": "Done."}]]},
+            {"when": "run", "responses": [
+                [{"tool": "run_command", "args": {"command": "echo out; exit 3"}}],
+                [{"text": "It failed with 3."}]]},
+            {"when": "slow", "responses": [[{"text": "Starting slowly"}, {"delayMs": 30000}, {"text": "never"}]]},
+            {"when": "fail", "responses": [[{"fail": "provider_error", "message": "upstream exploded"}]]},
+            {"when": "think", "responses": [[{"thinking": "Planning."}, {"text": "Thought about it."}]]}
+        ],
+        "default": [[{"text": "Hello from the script!"}]]
+    })
+}
+
+struct Setup {
+    agent: AgentProcess,
+    ws: TempDir,
+    _data: TempDir,
+}
+
+fn v2_initialize(agent: &mut AgentProcess) -> Value {
+    agent.call_ok(
+        "initialize",
+        json!({"protocolVersion": 2, "info": {"name": "harness-v2", "version": "0"}, "capabilities": {}}),
+    )
+}
+
+fn setup(tag: &str) -> Setup {
+    let data = TempDir::new(&format!("acpv2-{tag}-data"));
+    let ws = TempDir::new(&format!("acpv2-{tag}-ws"));
+    std::fs::write(ws.path().join("a.txt"), "hello world\n").unwrap();
+    let mut agent = AgentProcess::scripted(&script(), data.path());
+    let init = v2_initialize(&mut agent);
+    assert_eq!(init["protocolVersion"], 2, "{init}");
+    Setup {
+        agent,
+        ws,
+        _data: data,
+    }
+}
+
+fn new_session(s: &mut Setup) -> String {
+    let r = s
+        .agent
+        .call_ok("session/new", json!({"cwd": s.ws.path(), "mcpServers": []}));
+    r["sessionId"].as_str().unwrap().to_string()
+}
+
+/// One prompt, followed until the session is idle again: its response (which comes when the
+/// prompt's message is inserted, before the turn ends), and every update of the turn.
+struct Turn {
+    response: Value,
+    updates: Vec<Value>,
+    requests: Vec<Value>,
+}
+
+impl Turn {
+    fn kinds(&self) -> Vec<String> {
+        self.updates
+            .iter()
+            .map(|u| {
+                u["params"]["update"]["sessionUpdate"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    }
+
+    fn of_kind(&self, kind: &str) -> Vec<&Value> {
+        self.updates
+            .iter()
+            .map(|u| &u["params"]["update"])
+            .filter(|u| u["sessionUpdate"] == kind)
+            .collect()
+    }
+
+    fn states(&self) -> Vec<String> {
+        self.of_kind("state_update")
+            .iter()
+            .map(|u| u["state"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+
+    fn idle(&self) -> &Value {
+        self.of_kind("state_update")
+            .into_iter()
+            .rfind(|u| u["state"] == "idle")
+            .expect("an idle state")
+    }
+
+    fn text(&self) -> String {
+        self.of_kind("agent_message_chunk")
+            .iter()
+            .map(|u| u["content"]["text"].as_str().unwrap_or(""))
+            .collect()
+    }
+}
+
+fn turn(
+    agent: &mut AgentProcess,
+    session: &str,
+    text: &str,
+    mut on_request: impl FnMut(&Value) -> Reply,
+) -> Turn {
+    let id = agent.request(
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": text}]}),
+    );
+    follow(agent, &id, &mut on_request)
+}
+
+fn follow(
+    agent: &mut AgentProcess,
+    id: &Value,
+    on_request: &mut dyn FnMut(&Value) -> Reply,
+) -> Turn {
+    let mut t = Turn {
+        response: Value::Null,
+        updates: vec![],
+        requests: vec![],
+    };
+    loop {
+        if !t.response.is_null()
+            && t.updates.last().is_some_and(|u| {
+                u["params"]["update"]["sessionUpdate"] == "state_update"
+                    && u["params"]["update"]["state"] == "idle"
+            })
+        {
+            return t;
+        }
+        let v = agent.recv();
+        match (v.get("method").and_then(Value::as_str), v.get("id")) {
+            (Some(_), Some(req_id)) => {
+                t.requests.push(v.clone());
+                if let Reply::Result(r) = on_request(&v) {
+                    agent.send(&json!({"jsonrpc": "2.0", "id": req_id, "result": r}));
+                }
+            }
+            (Some("session/update"), None) => t.updates.push(v),
+            (Some(_), None) => panic!("a v2 connection got a notification it does not define: {v}"),
+            (None, Some(rid)) if rid == id => t.response = v,
+            (None, _) => panic!("a response to a request we did not send: {v}"),
+        }
+    }
+}
+
+fn no_requests(r: &Value) -> Reply {
+    panic!("unexpected request from the agent: {r}")
+}
+
+fn select(option_id: &str) -> Reply {
+    Reply::Result(json!({"outcome": {"outcome": "selected", "optionId": option_id}}))
+}
+
+/// The version rules of the TS SDK's router: what is offered picks it (1: v1 as always; 2 or
+/// more: v2), `info` is required at 2 and read leniently above, a bad offer leaves the
+/// connection uninitialized, a v2 `initialize` repeats only before other requests, and each
+/// version's methods are unknown to the other.
+#[test]
+fn the_offered_version_picks_the_connection_and_each_has_its_own_methods() {
+    let data = TempDir::new("acpv2-nego-data");
+    let ws = TempDir::new("acpv2-nego-ws");
+    let spawn = || AgentProcess::scripted(&script(), data.path());
+
+    // v1 stays v1, even when a repeat offers 2.
+    let mut v1 = spawn();
+    assert_eq!(v1.initialize()["protocolVersion"], 1);
+    let again = v1.call_ok(
+        "initialize",
+        json!({"protocolVersion": 2, "info": {"name": "x", "version": "1"}}),
+    );
+    assert_eq!(again["protocolVersion"], 1, "{again}");
+    let (r, _) = v1.call(
+        "session/resume",
+        json!({"sessionId": "s", "cwd": ws.path(), "replayFrom": {"type": "start"}}),
+    );
+    assert!(r.get("error").is_some(), "v1 reads no replayFrom: {r}");
+
+    // 2 without `info`: -32602, and nothing is initialized.
+    let mut bad = spawn();
+    let (r, _) = bad.call("initialize", json!({"protocolVersion": 2}));
+    assert_eq!(error_of(&r)["code"], -32602, "{r}");
+    let (r, _) = bad.call("session/new", json!({"cwd": ws.path()}));
+    assert_eq!(error_of(&r)["code"], -32600, "{r}");
+
+    // Above 2: v2, `info` read leniently.
+    let mut later = spawn();
+    let init = later.call_ok("initialize", json!({"protocolVersion": 65535}));
+    assert_eq!(init["protocolVersion"], 2, "{init}");
+    assert_eq!(init["info"]["name"], "maka-acp");
+    assert!(init["capabilities"]["session"].is_object(), "{init}");
+
+    // v2: a repeat before any other request is fine; after one, refused; v1's methods unknown.
+    let mut v2 = spawn();
+    v2_initialize(&mut v2);
+    v2_initialize(&mut v2);
+    let (r, _) = v2.call("session/list", json!({}));
+    assert!(r.get("result").is_some(), "{r}");
+    let (r, _) = v2.call(
+        "initialize",
+        json!({"protocolVersion": 2, "info": {"name": "x", "version": "1"}}),
+    );
+    assert_eq!(error_of(&r)["code"], -32600, "{r}");
+    for v1_only in [
+        "session/load",
+        "session/set_mode",
+        "authenticate",
+        "_maka/plan/query",
+    ] {
+        let (r, _) = v2.call(v1_only, json!({"sessionId": "s", "cwd": ws.path()}));
+        assert_eq!(error_of(&r)["code"], -32601, "{v1_only}: {r}");
+    }
+}
+
+/// A prompt is answered when its message is inserted, with the message's id; the turn is
+/// then told by state: running before any output, idle with `end_turn` last.
+#[test]
+fn a_v2_prompt_is_answered_with_its_message_id_and_its_turn_is_told_by_state() {
+    let mut s = setup("prompt");
+    let id = new_session(&mut s);
+    let t = turn(&mut s.agent, &id, "think, then answer", no_requests);
+    let message_id = t.response["result"]["messageId"]
+        .as_str()
+        .expect("messageId")
+        .to_string();
+    let users = t.of_kind("user_message");
+    assert_eq!(users.len(), 1, "{:?}", t.kinds());
+    assert_eq!(users[0]["messageId"], message_id.as_str());
+    assert_eq!(users[0]["content"][0]["text"], "think, then answer");
+    assert_eq!(t.states(), ["running", "idle"], "{:?}", t.kinds());
+    let kinds = t.kinds();
+    let running = kinds.iter().position(|k| k == "state_update").unwrap();
+    let first_text = kinds
+        .iter()
+        .position(|k| k == "agent_message_chunk")
+        .unwrap();
+    assert!(running < first_text, "{kinds:?}");
+    assert!(
+        kinds.contains(&"agent_thought_chunk".to_string()),
+        "{kinds:?}"
+    );
+    assert_eq!(t.text(), "Thought about it.");
+    assert_eq!(t.idle()["stopReason"], "end_turn");
+    assert!(t
+        .of_kind("agent_message_chunk")
+        .iter()
+        .all(|c| c["messageId"].is_string()));
+}
+
+/// A turn that fails is idle with `error` and the failure, while the prompt itself was
+/// answered (it was inserted).
+#[test]
+fn a_failed_turn_is_idle_with_its_error() {
+    let mut s = setup("fail");
+    let id = new_session(&mut s);
+    let t = turn(&mut s.agent, &id, "fail please", no_requests);
+    assert!(
+        t.response["result"]["messageId"].is_string(),
+        "{}",
+        t.response
+    );
+    let idle = t.idle();
+    assert_eq!(idle["stopReason"], "error", "{idle}");
+    let message = idle["error"]["message"].as_str().unwrap().to_lowercase();
+    assert!(message.contains("upstream exploded"), "{idle}");
+}
+
+/// `session/cancel` ends the running turn `cancelled` (as state); a prompt held behind it is
+/// answered `-32800`, never run.
+#[test]
+fn cancel_is_idle_cancelled_and_a_held_prompt_gets_32800() {
+    let mut s = setup("cancel");
+    let id = new_session(&mut s);
+    let first = s.agent.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "slow please"}]}),
+    );
+    // Wait for its first text (its answer comes before: it was inserted), then queue a
+    // second prompt and cancel.
+    let mut answers = std::collections::HashMap::new();
+    loop {
+        let v = s.agent.recv();
+        if let Some(rid) = v.get("id").filter(|_| v.get("method").is_none()) {
+            answers.insert(rid.to_string(), v.clone());
+        }
+        if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    let held = s.agent.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "then this"}]}),
+    );
+    s.agent.notify("session/cancel", json!({"sessionId": id}));
+    let mut idle = None;
+    while answers.len() < 2 || idle.is_none() {
+        let v = s.agent.recv();
+        if let Some(rid) = v.get("id").filter(|_| v.get("method").is_none()) {
+            answers.insert(rid.to_string(), v.clone());
+        } else if v["params"]["update"]["state"] == "idle" {
+            idle = Some(v["params"]["update"].clone());
+        }
+    }
+    assert!(
+        answers[&first.to_string()]["result"]["messageId"].is_string(),
+        "{answers:?}"
+    );
+    assert_eq!(
+        error_of(&answers[&held.to_string()])["code"],
+        -32800,
+        "{answers:?}"
+    );
+    assert_eq!(idle.unwrap()["stopReason"], "cancelled");
+    // Nothing more runs: the held prompt never started.
+    s.agent
+        .expect_silence(std::time::Duration::from_millis(500));
+}
+
+/// A permission's dialog has its own title and the call as its subject; allowed, the edit
+/// shows a structured diff (changes and a git patch); rejected, the file stays.
+#[test]
+fn a_permission_is_asked_with_a_title_and_an_allowed_edit_shows_its_diff() {
+    let mut s = setup("edit");
+    let id = new_session(&mut s);
+    let t = turn(&mut s.agent, &id, "please edit", |r| {
+        assert_eq!(r["method"], "session/request_permission");
+        select("allow_once")
+    });
+    assert_eq!(t.requests.len(), 1);
+    let ask = &t.requests[0]["params"];
+    assert!(ask["title"].as_str().unwrap().len() > 3, "{ask}");
+    assert_eq!(ask["subject"]["type"], "tool_call", "{ask}");
+    let call_id = ask["subject"]["toolCall"]["toolCallId"].as_str().unwrap();
+    assert!(
+        t.states().contains(&"requires_action".to_string()),
+        "{:?}",
+        t.states()
+    );
+    let done: Vec<&Value> = t
+        .of_kind("tool_call_update")
+        .into_iter()
+        .filter(|u| u["toolCallId"] == call_id && u["status"] == "completed")
+        .collect();
+    assert_eq!(done.len(), 1, "{:?}", t.kinds());
+    let diff = &done[0]["content"][0];
+    assert_eq!(diff["type"], "diff", "{diff}");
+    assert_eq!(diff["changes"][0]["operation"], "modify");
+    let patch = diff["patch"]["text"].as_str().unwrap();
+    assert!(patch.starts_with("diff --git /"), "{patch}");
+    assert!(patch.contains("+hello there"), "{patch}");
+    assert_eq!(
+        std::fs::read_to_string(s.ws.path().join("a.txt")).unwrap(),
+        "hello there\n"
+    );
+
+    std::fs::write(s.ws.path().join("a.txt"), "hello world\n").unwrap();
+    let t = turn(&mut s.agent, &id, "please edit again", |_| select("reject"));
+    assert_eq!(t.requests.len(), 1);
+    assert_eq!(t.idle()["stopReason"], "end_turn");
+    assert_eq!(
+        std::fs::read_to_string(s.ws.path().join("a.txt")).unwrap(),
+        "hello world\n"
+    );
+}
+
+/// A command is shown as a display terminal: created with its command, its output as base64
+/// chunks (or a snapshot), its exit status; the call's content is the terminal.
+#[test]
+fn a_command_is_a_display_terminal_with_its_output_and_exit() {
+    let mut s = setup("run");
+    let id = new_session(&mut s);
+    let t = turn(&mut s.agent, &id, "run it", |_| select("allow_once"));
+    let terminals = t.of_kind("terminal_update");
+    let created = terminals
+        .iter()
+        .find(|u| u["command"].is_string())
+        .expect("created");
+    let tid = created["terminalId"].as_str().unwrap();
+    assert!(created["command"].as_str().unwrap().contains("echo out"));
+    let mut bytes = String::new();
+    for c in t.of_kind("terminal_output_chunk") {
+        bytes.push_str(&decode(c["data"].as_str().unwrap()));
+    }
+    let exit = terminals
+        .iter()
+        .find(|u| u["exitStatus"].is_object())
+        .expect("an exit status");
+    if let Some(snapshot) = exit["output"]["data"].as_str() {
+        bytes.push_str(&decode(snapshot));
+    }
+    assert_eq!(bytes, "out\n");
+    assert_eq!(exit["exitStatus"]["exitCode"], 3, "{exit}");
+    let calls = t.of_kind("tool_call_update");
+    assert!(
+        calls.iter().any(|c| c["content"][0]["terminalId"] == tid),
+        "{calls:?}"
+    );
+    assert_eq!(t.idle()["stopReason"], "end_turn");
+}
+
+fn decode(b64: &str) -> String {
+    const A: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = vec![];
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in b64.chars().filter(|c| *c != '=') {
+        acc = (acc << 6) | A.find(c).unwrap() as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// A session made on v2 is resumed on v1 and the reverse — one host, two projections — and a
+/// v2 close of a session it does not hold succeeds.
+#[test]
+fn a_session_made_on_v2_is_resumed_on_v1_and_close_is_forgiving() {
+    let mut s = setup("both");
+    let id = new_session(&mut s);
+    turn(&mut s.agent, &id, "hello", no_requests);
+    let r = s
+        .agent
+        .call_ok("session/close", json!({"sessionId": "sess_nothing"}));
+    assert_eq!(r, json!({}));
+    let r = s.agent.call_ok("session/close", json!({"sessionId": id}));
+    assert_eq!(r, json!({}));
+
+    let data = s._data.path().to_path_buf();
+    let mut v1 = AgentProcess::scripted(&script(), &data);
+    v1.initialize();
+    let (r, lines) = v1.call(
+        "session/load",
+        json!({"sessionId": id, "cwd": s.ws.path(), "mcpServers": []}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    let texts: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
+        .collect();
+    assert!(!texts.is_empty(), "v1 replays the v2 turn: {lines:?}");
+}
