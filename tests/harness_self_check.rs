@@ -54,6 +54,11 @@ fn strict_v2_validation_passes_good_v2_lines() {
     v2(init, "initialize").unwrap();
     let error = r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#;
     v2(error, "initialize").unwrap();
+    // Error data is free-form.
+    let error = r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32002,"message":"No such session.","data":{"sessionId":"s","maka":{"code":"x"}}}}"#;
+    v2(error, "session/prompt").unwrap();
+    let idle = r#"{"sessionUpdate":"state_update","state":"idle","stopReason":"error","error":{"code":-32603,"message":"failed","data":{"turnId":"t"}}}"#;
+    v2(&update(idle), "session/update").unwrap();
 }
 
 #[test]
@@ -63,9 +68,13 @@ fn strict_v2_validation_rejects_typos_extra_keys_v1_shapes_and_future_variants()
         r#"{"sessionUpdate":"state_updat","state":"running"}"#,
         r#"{"sessionUpdate":"state_update","state":"runing"}"#,
         r#"{"sessionUpdate":"state_update","state":"idle","stopReason":"done"}"#,
+        // An error object only goes with `stopReason: "error"`.
+        r#"{"sessionUpdate":"state_update","state":"idle","stopReason":"end_turn","error":{"code":1,"message":"m"}}"#,
         // An extra key, at the top of the update and inside its content.
         r#"{"sessionUpdate":"agent_message_chunk","messageId":"m1","content":{"type":"text","text":"hi"},"x":1}"#,
         r#"{"sessionUpdate":"agent_message_chunk","messageId":"m1","content":{"type":"text","text":"hi","x":1}}"#,
+        // A tool kind that is no kind (ToolKind's fallback is titled "unknown").
+        r#"{"sessionUpdate":"tool_call_update","toolCallId":"t","kind":"exec"}"#,
         // v1-only updates.
         r#"{"sessionUpdate":"tool_call","toolCallId":"t","title":"Read","status":"pending"}"#,
         r#"{"sessionUpdate":"plan","entries":[{"content":"a","priority":"high","status":"pending"}]}"#,

@@ -13,10 +13,12 @@
 //! at any depth fails. One validator per schema type, chosen by method.
 //!
 //! v2 is lenient about variants too: every open enum (`sessionUpdate`, tool call status,
-//! content block, ...) ends in an `anyOf` branch titled `"other"` that takes any value
-//! but the known ones, for future variants. The agent sends none, so those branches are
-//! dropped (33 in `schema.json`, 38 in `schema.unstable.json`): a misspelled or v1-only
-//! variant fails instead of passing as a future one.
+//! content block, ...) ends in an `anyOf` branch titled `"other"` that takes any value but
+//! the known ones, for custom and future variants (`ToolKind`'s is titled `"unknown"`). The
+//! agent sends none, so those branches are dropped (34 in `schema.json`: 33 `"other"` and 1
+//! `"unknown"`; 39 in `schema.unstable.json`): a misspelled or v1-only variant fails instead of
+//! passing as a future one. (`ErrorCode`'s and `ErrorData`'s `"Other"` stay: any integer
+//! code, any data, is valid JSON-RPC.)
 
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -52,10 +54,13 @@ const V2_UNSTABLE_UPDATES: &[&str] = &[
     "session_message",
     "session_message_chunk",
 ];
-/// How many open-enum fallback branches (`"title": "other"`) each v2 file has; `load` checks
-/// it drops exactly these, so a schema update that marks them differently is noticed.
-const V2_OTHER_BRANCHES: usize = 33;
-const V2_UNSTABLE_OTHER_BRANCHES: usize = 38;
+/// How many open-enum fallback branches (titled `"other"` or `"unknown"`) each v2 file has;
+/// `load` checks it drops exactly these, so a schema update that marks them differently is
+/// noticed.
+const V2_OTHER_BRANCHES: usize = 34;
+const V2_UNSTABLE_OTHER_BRANCHES: usize = 39;
+/// The titles of those branches.
+const OPEN_VARIANT_TITLES: [&str; 2] = ["other", "unknown"];
 
 struct Schema {
     defs: Value,
@@ -103,7 +108,7 @@ fn load(text: &str, closed: Option<usize>) -> Schema {
             let dropped = drop_open_variants(&mut defs);
             assert_eq!(
                 dropped, expected,
-                "the v2 schema's open-enum fallbacks (anyOf branches titled \"other\")"
+                "the v2 schema's open-enum fallbacks (anyOf branches titled \"other\" or \"unknown\")"
             );
             // `Error.data` is any value (`ErrorData`'s named shapes are the ones ACP defines,
             // its "Other" anything): open, so the strict wrapping must not close it.
@@ -130,7 +135,13 @@ fn load(text: &str, closed: Option<usize>) -> Schema {
             };
             types.insert((method.to_string(), kind), name.clone());
         }
+        // An error's `data` is free-form (v2's `ErrorData` ends in an `"Other"` branch that is
+        // any value): left unwrapped, or a data object of the agent's own would fail.
+        let data = defs.pointer("/Error/properties/data").cloned();
         strictify_defs(&mut defs);
+        if let (Some(data), Some(slot)) = (data, defs.pointer_mut("/Error/properties/data")) {
+            *slot = data;
+        }
         Schema {
             defs,
             types,
@@ -139,8 +150,8 @@ fn load(text: &str, closed: Option<usize>) -> Schema {
     }
 }
 
-/// Removes every `anyOf` / `oneOf` branch titled `"other"` (the open-enum fallback for custom
-/// and future variants) at any depth; returns how many.
+/// Removes every `anyOf` / `oneOf` branch titled `"other"` or `"unknown"` (the open-enum
+/// fallback for custom and future variants) at any depth; returns how many.
 fn drop_open_variants(s: &mut Value) -> usize {
     match s {
         Value::Object(o) => {
@@ -148,7 +159,11 @@ fn drop_open_variants(s: &mut Value) -> usize {
             for k in ["anyOf", "oneOf"] {
                 if let Some(Value::Array(list)) = o.get_mut(k) {
                     let before = list.len();
-                    list.retain(|b| b.get("title") != Some(&json!("other")));
+                    list.retain(|b| {
+                        !b.get("title")
+                            .and_then(Value::as_str)
+                            .is_some_and(|t| OPEN_VARIANT_TITLES.contains(&t))
+                    });
                     n += before - list.len();
                 }
             }
@@ -421,6 +436,15 @@ fn check_result(acp: Acp, method: &str, result: &Value) -> Result<(), String> {
     let (s, ty) = typed(acp, method, "response", tier)
         .ok_or_else(|| format!("a result for `{method}`, which ACP does not define"))?;
     check(s, ty, result)
+}
+
+/// Validates `instance` as the `$defs` type `type_name` of `acp`'s stable schema, strictly (for
+/// unit tests of single values).
+pub fn validate_type(acp: Acp, type_name: &str, instance: &Value) -> Result<(), String> {
+    match acp {
+        Acp::V1 => check(schema(), type_name, instance),
+        Acp::V2 => check(v2(), type_name, instance),
+    }
 }
 
 /// `initialize`'s result advertises `sessionCapabilities.fork` and `.systemPrompt`, which only the unstable schema
