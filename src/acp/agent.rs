@@ -9,8 +9,8 @@ use super::connection::Shared;
 use super::errors::MakaCode;
 use super::host_link::{Connected, HostLink, LocalHost};
 use super::initialize::{self, Offer};
-use super::out::Version;
 use super::methods::{self, Job};
+use super::out::Version;
 use super::principal::Principal;
 use super::session::AcpSession;
 use super::turns;
@@ -229,7 +229,10 @@ impl Agent {
         }
     }
 
-    fn initialize_v1(&mut self, params: initialize::InitializeParams) -> Result<Value, ResponseError> {
+    fn initialize_v1(
+        &mut self,
+        params: initialize::InitializeParams,
+    ) -> Result<Value, ResponseError> {
         self.shared.negotiate(Version::V1);
         if let Some(info) = &params.client_info {
             log::info!("client {} {} connected", info.name, info.version);

@@ -17,8 +17,8 @@ use super::host_link::Connected;
 use super::interaction;
 use super::projection::{self, answer, Effect, TOOL_UNFINISHED};
 use super::session::{AcpSession, Effects, ReaderStep};
-use super::v2;
 use super::types::{PromptResponse, StopReason};
+use super::v2;
 use crate::host_api::client::{ClientError, EventStream};
 use crate::host_api::ops::{self, OpenSnapshot, TurnRef};
 use crate::host_api::wire::{ErrorCode, Frame};
@@ -289,7 +289,11 @@ fn stop_reader(
 /// The pending prompt's turn is over without its terminal frame (the stream was lost, or its
 /// end was read from a snapshot): its open tool calls settled, a v2 client told the session
 /// is idle (and why), then the prompt answered.
-fn settle(session: &Arc<AcpSession>, shared: &Shared, result: Result<PromptResponse, ResponseError>) {
+fn settle(
+    session: &Arc<AcpSession>,
+    shared: &Shared,
+    result: Result<PromptResponse, ResponseError>,
+) {
     super::view::settle_tools(session, shared, TOOL_UNFINISHED);
     let cancelled = session.is_cancelling();
     session.emit(
@@ -318,9 +322,7 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
         Err(e) => return Err(Gap::Again(e)),
     };
     let config = &open.session;
-    session.configure(|c| {
-        (c.changed(config.revision, &config.configuration), ())
-    });
+    session.configure(|c| (c.changed(config.revision, &config.configuration), ()));
     match catch_up(session, shared, conn, &open) {
         Ok(()) => {
             // Unnumbered: never out of sequence; its only effect is the notice shown.
@@ -506,7 +508,7 @@ fn handle_v2(
             E::Ask(i, asked) => {
                 if !session.is_tracked(&i.interaction_id) {
                     let (session, shared) = (Arc::clone(session), Arc::clone(shared));
-                    interaction::spawn(session, shared, conn.clone(), i, asked);
+                    interaction::spawn(session, shared, conn.clone(), *i, asked);
                 }
             }
             E::Withdraw(key) => {
@@ -514,7 +516,10 @@ fn handle_v2(
                     shared.calls.cancel(&request);
                 }
             }
-            E::Accepted { turn_id, message_id } => {
+            E::Accepted {
+                turn_id,
+                message_id,
+            } => {
                 if let Some(responder) = session.accept_prompt(&turn_id) {
                     let answer = v2::types::PromptResponse { message_id };
                     responder.respond(Ok(super::types::to_json(&answer)));

@@ -385,7 +385,12 @@ fn offer_resume(ctx: &Ctx, session: &AcpSession, conn: &super::host_link::Connec
             let chunk = Chunk::text(message_id.clone(), text);
             (vec![SessionUpdate::AgentMessageChunk(chunk)], ())
         },
-        |_| (vec![super::v2::projection::agent_text(&message_id, text)], ()),
+        |_| {
+            (
+                vec![super::v2::projection::agent_text(&message_id, text)],
+                (),
+            )
+        },
     );
 }
 

@@ -380,7 +380,7 @@ mod transport_tests {
         for (name, _) in TRANSPORT {
             let served = [Dialect::Ours, Dialect::Maka]
                 .into_iter()
-                .any(|d| find(name, true, d).is_some())
+                .any(|d| find(name, true, d, None).is_some())
                 || NOTIFICATIONS.iter().any(|(n, _)| n == name);
             assert!(served, "{name} is not in the method table");
         }

@@ -260,12 +260,10 @@ impl AcpSession {
         let view = match (shared.v1(), shared.v2()) {
             (Some(out), _) => View::V1(Projector::new(id, shows), out),
             (None, Some(out)) => View::V2(v2::projection::Projector::new(id, shows), out),
-            (None, None) => {
-                return Err(ResponseError::new(
-                    crate::jsonrpc::code::INVALID_REQUEST,
-                    "This connection has not negotiated a protocol version; send `initialize` first",
-                ))
-            }
+            (None, None) => return Err(ResponseError::new(
+                crate::jsonrpc::code::INVALID_REQUEST,
+                "This connection has not negotiated a protocol version; send `initialize` first",
+            )),
         };
         Ok(AcpSession::with_view(id, view))
     }
@@ -780,10 +778,7 @@ impl AcpSession {
 
     /// Runs `f` on the session's configuration as the client was told it, and queues the
     /// updates it makes (under the view lock, in order with the session's other updates).
-    pub fn configure<R>(
-        &self,
-        f: impl FnOnce(&mut ConfigEcho) -> (Vec<SessionUpdate>, R),
-    ) -> R {
+    pub fn configure<R>(&self, f: impl FnOnce(&mut ConfigEcho) -> (Vec<SessionUpdate>, R)) -> R {
         let mut view = lock(&self.view);
         let hushed = self.hushed.load(Ordering::Acquire);
         match &mut *view {

@@ -69,7 +69,10 @@ pub fn dialog(
     _shared: &Shared,
     interaction: &crate::host_api::wire::Interaction,
 ) -> projection::dialog::Dialog {
-    session.emit(|view| view.dialog(interaction), |view| view.dialog(interaction))
+    session.emit(
+        |view| view.dialog(interaction),
+        |view| view.dialog(interaction),
+    )
 }
 
 /// Settles the tool calls still open (`failed`, saying `why`).

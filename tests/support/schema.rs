@@ -110,11 +110,6 @@ fn load(text: &str, closed: Option<usize>) -> Schema {
                 dropped, expected,
                 "the v2 schema's open-enum fallbacks (anyOf branches titled \"other\" or \"unknown\")"
             );
-            // `Error.data` is any value (`ErrorData`'s named shapes are the ones ACP defines,
-            // its "Other" anything): open, so the strict wrapping must not close it.
-            if let Some(d) = defs.pointer_mut("/Error/properties/data") {
-                *d = json!(true);
-            }
         }
         let mut types = HashMap::new();
         for (name, def) in defs.as_object().expect("$defs").iter() {

@@ -37,7 +37,9 @@ fn git_patch(path: &str, added: bool, unified: &str) -> Option<String> {
     let hunks = unified.find("\n@@ ").map(|i| &unified[i + 1..])?;
     let mut out = format!("diff --git {path} {path}\n");
     if added {
-        out.push_str(&format!("new file mode 100644\n--- /dev/null\n+++ {path}\n"));
+        out.push_str(&format!(
+            "new file mode 100644\n--- /dev/null\n+++ {path}\n"
+        ));
     } else {
         out.push_str(&format!("--- {path}\n+++ {path}\n"));
     }
@@ -60,20 +62,35 @@ mod tests {
 
     #[test]
     fn a_new_file_and_a_change_get_absolute_git_headers_and_a_cut_diff_no_patch() {
-        let add = git_patch("/w/notes.md", true, "--- a/notes.md\n+++ b/notes.md\n@@ -0,0 +1,1 @@\n+hi\n");
+        let add = git_patch(
+            "/w/notes.md",
+            true,
+            "--- a/notes.md\n+++ b/notes.md\n@@ -0,0 +1,1 @@\n+hi\n",
+        );
         assert_eq!(
             add.as_deref(),
             Some("diff --git /w/notes.md /w/notes.md\nnew file mode 100644\n--- /dev/null\n+++ /w/notes.md\n@@ -0,0 +1,1 @@\n+hi\n")
         );
-        let modify = git_patch("/w/a.txt", false, "--- a/a.txt\n+++ b/a.txt\n@@ -1,1 +1,1 @@\n-x\n+y\n");
+        let modify = git_patch(
+            "/w/a.txt",
+            false,
+            "--- a/a.txt\n+++ b/a.txt\n@@ -1,1 +1,1 @@\n-x\n+y\n",
+        );
         assert_eq!(
             modify.as_deref(),
             Some("diff --git /w/a.txt /w/a.txt\n--- /w/a.txt\n+++ /w/a.txt\n@@ -1,1 +1,1 @@\n-x\n+y\n")
         );
         let cut = "--- a/a\n+++ b/a\n@@ -1,1 +1,1 @@\n-x\n[diff truncated: 9 more bytes]\n";
         assert_eq!(git_patch("/w/a", false, cut), None);
-        assert_eq!(git_patch("a.txt", false, "--- a/a\n+++ b/a\n@@ -1 +1 @@\n"), None);
-        let c = content(&diff("/w/n", None, "--- a/n\n+++ b/n\n@@ -0,0 +1,1 @@\n+z\n"));
+        assert_eq!(
+            git_patch("a.txt", false, "--- a/a\n+++ b/a\n@@ -1 +1 @@\n"),
+            None
+        );
+        let c = content(&diff(
+            "/w/n",
+            None,
+            "--- a/n\n+++ b/n\n@@ -0,0 +1,1 @@\n+z\n",
+        ));
         let ToolCallContent::Diff { changes, patch } = c else {
             panic!("a diff");
         };
@@ -93,7 +110,12 @@ mod tests {
         let unified = "--- a/a.txt\n+++ b/a.txt\n@@ -1,2 +1,2 @@\n one\n-two\n+three\n";
         let patch = git_patch(&path, false, unified).unwrap();
         let new = dir.join("b.txt").display().to_string();
-        let added = git_patch(&new, true, "--- a/b.txt\n+++ b/b.txt\n@@ -0,0 +1,1 @@\n+hi\n").unwrap();
+        let added = git_patch(
+            &new,
+            true,
+            "--- a/b.txt\n+++ b/b.txt\n@@ -0,0 +1,1 @@\n+hi\n",
+        )
+        .unwrap();
         std::fs::write(dir.join("p.patch"), format!("{patch}{added}")).unwrap();
         let run = std::process::Command::new("git")
             .args(["apply", "--unsafe-paths", "-p0", "--directory=/", "p.patch"])
@@ -102,7 +124,11 @@ mod tests {
         let Ok(run) = run else {
             return; // no git here
         };
-        assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "one\nthree\n");
         assert_eq!(std::fs::read_to_string(dir.join("b.txt")).unwrap(), "hi\n");
         let _ = std::fs::remove_dir_all(&dir);

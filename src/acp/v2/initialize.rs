@@ -55,7 +55,11 @@ fn name(info: &Params, field: &str, strict: bool) -> ParamResult<String> {
 /// yet: v2 requires `auth/login` and `auth/logout` with any, which come in a later step; a
 /// host without a provider answers `session/new` with the error that says how to set one.
 pub fn answer(shared: &Shared, params: &InitializeParams) -> Value {
-    log::info!("client {} {} connected (ACP v2)", params.name, params.version);
+    log::info!(
+        "client {} {} connected (ACP v2)",
+        params.name,
+        params.version
+    );
     let _ = shared;
     crate::acp::types::to_json(&t::InitializeResponse {
         protocol_version: 2,

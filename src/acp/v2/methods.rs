@@ -35,14 +35,20 @@ mod tests {
         let n = names.len();
         names.dedup();
         assert_eq!(names.len(), n, "a method is listed twice");
-        for v1_only in ["session/load", "session/set_mode", "authenticate", "_maka/plan/query"] {
-            assert!(find(v1_only, true, Dialect::Ours, Some(Version::V2)).is_none(), "{v1_only}");
+        for v1_only in [
+            "session/load",
+            "session/set_mode",
+            "authenticate",
+            "_maka/plan/query",
+        ] {
+            assert!(
+                find(v1_only, true, Dialect::Ours, Some(Version::V2)).is_none(),
+                "{v1_only}"
+            );
         }
         assert!(find("session/prompt", true, Dialect::Ours, Some(Version::V2)).is_some());
-        let schema: serde_json::Value = serde_json::from_str(include_str!(
-            "../../../tests/schema/v2/schema.json"
-        ))
-        .unwrap();
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../../tests/schema/v2/schema.json")).unwrap();
         let defs = schema["$defs"].as_object().unwrap();
         for name in names {
             assert!(

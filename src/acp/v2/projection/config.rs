@@ -7,7 +7,10 @@ use crate::acp::v2::types::{self as t, SessionUpdate};
 
 /// v1's options, in v2's shape.
 pub fn options(options: &[ConfigOption]) -> Vec<t::SessionConfigOption> {
-    options.iter().map(t::SessionConfigOption::from_v1).collect()
+    options
+        .iter()
+        .map(t::SessionConfigOption::from_v1)
+        .collect()
 }
 
 /// What the configuration echo made (v1's updates), as v2 updates: the options; nothing for

@@ -21,8 +21,7 @@ use super::types::{
 use crate::acp::projection::{answer, content};
 use crate::acp::types::{PromptResponse, StopReason};
 use crate::host_api::wire::{
-    FrameBody, Goal, Interaction, ToolResultContent, ToolStatus, TurnOutcome,
-    TurnStatus,
+    FrameBody, Goal, Interaction, ToolResultContent, ToolStatus, TurnOutcome, TurnStatus,
 };
 use crate::jsonrpc::ResponseError;
 use serde_json::{json, Value};
@@ -53,7 +52,7 @@ pub enum Effect {
     Accepted { turn_id: String, message_id: String },
     /// Put this interaction to the person so (a thread of its own sends it and answers the
     /// host).
-    Ask(Interaction, crate::acp::projection::dialog::Dialog),
+    Ask(Box<Interaction>, crate::acp::projection::dialog::Dialog),
     /// The host closed this dialog: withdraw it from the client.
     Withdraw(String),
     /// `turn_id` is over (its idle state was shown): the prompt slot frees, the queue goes on.
@@ -152,7 +151,7 @@ impl Projector {
             }
             F::InteractionRequest { interaction } => {
                 let (waits, asked) = self.dialog(&interaction);
-                vec![Effect::Show(waits), Effect::Ask(interaction, asked)]
+                vec![Effect::Show(waits), Effect::Ask(Box::new(interaction), asked)]
             }
             F::InteractionClosed { interaction_id, .. } => {
                 let resumed = self.dialog_closed(&interaction_id);
@@ -183,7 +182,8 @@ impl Projector {
                 let cancelled = turn.cancelled_by_client
                     && turn.prompt_turn == Some(turn_id.as_str())
                     || (outcome == TurnOutcome::Cancelled && turn.prompt_turn.is_none());
-                let mut out = self.end_unfinished(crate::acp::projection::TOOL_UNFINISHED, cancelled);
+                let mut out =
+                    self.end_unfinished(crate::acp::projection::TOOL_UNFINISHED, cancelled);
                 out.extend(self.idle(idle_reason(&result, cancelled)));
                 vec![Effect::Show(out), Effect::Ended { turn_id, result }]
             }
@@ -323,8 +323,7 @@ impl Projector {
             // A completed compaction's summary is what the person reads: its fallback text.
             F::Compaction { compaction, .. } => match &compaction.fallback {
                 Some(f)
-                    if compaction.status
-                        == crate::host_api::wire::CompactionStatus::Completed =>
+                    if compaction.status == crate::host_api::wire::CompactionStatus::Completed =>
                 {
                     match unseen(&mut self.shown, &f.message_id, 0, &f.text) {
                         Some(text) => vec![SessionUpdate::AgentMessageChunk(t::ContentChunk {
@@ -548,12 +547,14 @@ impl Projector {
                 data: crate::base64::encode(chunk.as_bytes()),
             })];
         }
-        vec![SessionUpdate::ToolCallContentChunk(t::ToolCallContentChunk {
-            tool_call_id: tool_call_id.to_string(),
-            content: ToolCallContent::Content {
-                content: text_block(chunk),
+        vec![SessionUpdate::ToolCallContentChunk(
+            t::ToolCallContentChunk {
+                tool_call_id: tool_call_id.to_string(),
+                content: ToolCallContent::Content {
+                    content: text_block(chunk),
+                },
             },
-        })]
+        )]
     }
 
     fn tool_result(&mut self, body: &FrameBody) -> Vec<SessionUpdate> {
@@ -621,16 +622,14 @@ impl Projector {
             other => content::result_content(other, *status)
                 .iter()
                 .filter_map(|c| match c {
-                    crate::acp::types::ToolCallContent::Content { content } => {
-                        match content {
-                            crate::acp::types::ContentBlock::Text { text } => {
-                                Some(ToolCallContent::Content {
-                                    content: text_block(text),
-                                })
-                            }
-                            crate::acp::types::ContentBlock::Other => None,
+                    crate::acp::types::ToolCallContent::Content { content } => match content {
+                        crate::acp::types::ContentBlock::Text { text } => {
+                            Some(ToolCallContent::Content {
+                                content: text_block(text),
+                            })
                         }
-                    }
+                        crate::acp::types::ContentBlock::Other => None,
+                    },
                     _ => None,
                 })
                 .collect(),
@@ -734,7 +733,11 @@ fn idle_reason(result: &Result<PromptResponse, ResponseError>, cancelled: bool) 
     }
 }
 
-fn plan_update(revision: u64, status: &str, entries: &[crate::host_api::wire::PlanEntry]) -> SessionUpdate {
+fn plan_update(
+    revision: u64,
+    status: &str,
+    entries: &[crate::host_api::wire::PlanEntry],
+) -> SessionUpdate {
     SessionUpdate::PlanUpdate(t::PlanUpdate {
         plan: t::PlanUpdateContent::Items(t::PlanItems {
             plan_id: PLAN_ID.into(),
