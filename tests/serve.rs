@@ -15,6 +15,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use support::host::TempDir;
+use support::schema::Acp;
 
 const STEP: Duration = Duration::from_secs(20);
 
@@ -409,6 +410,8 @@ struct HttpClient<'a> {
     next_id: i64,
     /// The last event id read on each stream.
     seen: std::cell::RefCell<HashMap<Option<String>, u64>>,
+    /// The ACP version the connection negotiated: its lines are validated against it.
+    acp: Acp,
 }
 
 impl<'a> HttpClient<'a> {
@@ -432,7 +435,18 @@ impl<'a> HttpClient<'a> {
             "protocolVersion": 1,
             "clientCapabilities": {"fs": {"readTextFile": true, "writeTextFile": true}, "terminal": false},
             "clientInfo": {"name": "serve-test", "version": "1"}}});
-        let r = serve.post_as(token, target, None, None, &init);
+        HttpClient::open(serve, token, target, &init, Acp::V1)
+    }
+
+    /// A connection that speaks ACP v2 (its `initialize` offers 2).
+    fn connect_v2(serve: &'a Serve) -> HttpClient<'a> {
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": 2, "info": {"name": "serve-test-v2", "version": "1"}}});
+        HttpClient::open(serve, &serve.token, "/acp", &init, Acp::V2)
+    }
+
+    fn open(serve: &'a Serve, token: &str, target: &str, init: &Value, acp: Acp) -> HttpClient<'a> {
+        let r = serve.post_as(token, target, None, None, init);
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.header("Content-Type"), Some("application/json"));
         let conn = r
@@ -450,9 +464,9 @@ impl<'a> HttpClient<'a> {
             .insert("0".into(), "initialize".into());
         let violations: Arc<Mutex<Vec<String>>> = Arc::default();
         let lookup = methods.lock().unwrap().clone();
-        if let Err(e) =
-            support::schema::validate_agent_line(&r.body, |id| lookup.get(&id.to_string()).cloned())
-        {
+        if let Err(e) = support::schema::validate_agent_line_as(acp, &r.body, |id| {
+            lookup.get(&id.to_string()).cloned()
+        }) {
             violations.lock().unwrap().push(e);
         }
         let (tx, events) = channel();
@@ -467,6 +481,7 @@ impl<'a> HttpClient<'a> {
             streams: vec![],
             next_id: 1,
             seen: Default::default(),
+            acp,
         };
         c.open_stream(None, None);
         c
@@ -536,7 +551,7 @@ impl<'a> HttpClient<'a> {
             Arc::clone(&self.violations),
         );
         let tag = session.map(str::to_string);
-        let conn = self.conn.clone();
+        let (conn, acp) = (self.conn.clone(), self.acp);
         std::thread::spawn(move || {
             let (mut id, mut raw) = (0, String::new());
             for line in reader.lines().map_while(Result::ok) {
@@ -545,7 +560,7 @@ impl<'a> HttpClient<'a> {
                     raw = v.to_string();
                 } else if let Some(data) = line.strip_prefix("data: ") {
                     let lookup = |i: &Value| methods.lock().unwrap().get(&i.to_string()).cloned();
-                    if let Err(e) = support::schema::validate_agent_line(data, lookup) {
+                    if let Err(e) = support::schema::validate_agent_line_as(acp, data, lookup) {
                         violations
                             .lock()
                             .unwrap()
@@ -1799,6 +1814,8 @@ struct WsClient {
     conn: String,
     /// The last cursor of the agent's messages: each one's is greater.
     cursor: u64,
+    /// The ACP version the connection negotiated (set by a test that offers v2).
+    acp: Acp,
 }
 
 impl WsClient {
@@ -1858,6 +1875,7 @@ impl WsClient {
             methods: HashMap::new(),
             conn: h("Acp-Connection-Id").unwrap_or_default(),
             cursor: 0,
+            acp: Acp::V1,
         }
     }
 
@@ -1914,7 +1932,7 @@ impl WsClient {
                 continue;
             }
             let text = String::from_utf8(payload).unwrap();
-            if let Err(e) = support::schema::validate_agent_line(&text, |id| {
+            if let Err(e) = support::schema::validate_agent_line_as(self.acp, &text, |id| {
                 self.methods.get(&id.to_string()).cloned()
             }) {
                 // The transport's own answer to a batch has no request behind it.
@@ -4987,4 +5005,147 @@ fn a_resume_of_a_gone_connection_is_foreign_over_both_profiles() {
     };
     let (status, _) = other.try_stream(None, Some(3));
     assert_eq!(status, 409);
+}
+
+/// ACP v1 and v2 connections share one `serve` and one host, and never see each other's
+/// messages: a v1 HTTP connection and a v2 HTTP connection prompt at once (the v2 one also
+/// follows the v1 one's session, so the same turn is told to each in its own version), and a
+/// v2 WebSocket prompts beside them. Every line of each is validated strictly against its own
+/// version's schema (a v1 facade that leaked a v2 `state_update` killed a client:
+/// fontanierh/crab #263), and the kinds only the other version has never appear.
+#[test]
+fn v1_and_v2_connections_share_one_serve_and_never_see_each_others_messages() {
+    let s = Serve::start();
+    let cwd = s.ws.path().to_path_buf();
+    let mut a = HttpClient::connect(&s);
+    let mut b = HttpClient::connect_v2(&s);
+    let sa = a.new_session();
+    let sb = b.new_session();
+
+    // A's turn waits for its permission; B resumes A's session meanwhile (so it follows the
+    // running turn), and prompts in its own.
+    let ia = a.prompt(&sa, "run it");
+    let mut a_events = vec![];
+    let ask = loop {
+        let (stream, _, v) = a.next();
+        if v["method"] == "session/request_permission" {
+            break (stream, v);
+        }
+        a_events.push((stream, v));
+    };
+    // Its answer comes on the session's stream.
+    b.open_stream(Some(&sa), None);
+    let resume = b.send("session/resume", json!({"sessionId": sa, "cwd": cwd}));
+    let ib = b.prompt(&sb, "run it");
+    a.answer(ask.0.as_deref(), &ask.1["id"], allow(&ask.1));
+    let (answer, rest) = a.until_response(ia, allow);
+    a_events.extend(rest);
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    // v2: the prompt is answered when inserted; the turns end as `idle` states.
+    let (mut answered, mut resumed, mut idle) = (None, false, std::collections::HashSet::new());
+    let mut b_events: Vec<Value> = vec![];
+    while answered.is_none() || !resumed || !idle.contains(&sb) || !idle.contains(&sa) {
+        let (stream, _, v) = b.events.recv_timeout(STEP).unwrap_or_else(|_| {
+            panic!("v2 waits: answered {answered:?}, idle {idle:?}, saw {b_events:#?}")
+        });
+        if v.get("method").is_some() && v.get("id").is_some() {
+            b.answer(stream.as_deref(), &v["id"], allow(&v));
+            continue;
+        }
+        if v.get("method").is_none() && v["id"] == ib {
+            answered = Some(v.clone());
+        }
+        if v.get("method").is_none() && v["id"] == resume {
+            assert!(v.get("result").is_some(), "{v}");
+            resumed = true;
+        }
+        let u = &v["params"]["update"];
+        if u["sessionUpdate"] == "state_update" && u["state"] == "idle" {
+            idle.insert(v["params"]["sessionId"].as_str().unwrap_or("").to_string());
+        }
+        b_events.push(v);
+    }
+    let answered = answered.unwrap();
+    assert!(answered["result"]["messageId"].is_string(), "{answered}");
+
+    let kind = |v: &Value| {
+        v["params"]["update"]["sessionUpdate"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let v2_only = [
+        "state_update",
+        "user_message",
+        "tool_call_content_chunk",
+        "terminal_update",
+        "terminal_output_chunk",
+    ];
+    let v1_only = [
+        "tool_call",
+        "plan",
+        "current_mode_update",
+        "user_message_chunk",
+    ];
+    for (_, v) in &a_events {
+        assert!(
+            !v2_only.contains(&kind(v).as_str()),
+            "a v2 update on v1: {v}"
+        );
+    }
+    for v in &b_events {
+        assert!(
+            !v1_only.contains(&kind(v).as_str()),
+            "a v1 update on v2: {v}"
+        );
+        assert!(
+            v["method"] != "fs/read_text_file" && v["method"] != "terminal/create",
+            "{v}"
+        );
+    }
+    // The v2 connection saw the v1 connection's turn, told in v2.
+    let of_a: Vec<String> = b_events
+        .iter()
+        .filter(|v| v["params"]["sessionId"] == sa.as_str())
+        .map(kind)
+        .collect();
+    assert!(
+        of_a.contains(&"state_update".into()) && of_a.contains(&"terminal_update".into()),
+        "{of_a:?}"
+    );
+
+    // A v2 WebSocket beside them.
+    let mut ws = WsClient::connect(&s);
+    ws.acp = Acp::V2;
+    let init = ws.call(
+        0,
+        "initialize",
+        json!({"protocolVersion": 2, "info": {"name": "ws-v2", "version": "1"}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], 2, "{init}");
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+        "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "hello"}]}}),
+    );
+    let (mut answered, mut text) = (false, String::new());
+    loop {
+        let v = ws.message();
+        if v["id"] == 2 && v.get("method").is_none() {
+            assert!(v["result"]["messageId"].is_string(), "{v}");
+            answered = true;
+        }
+        let u = &v["params"]["update"];
+        if u["sessionUpdate"] == "agent_message_chunk" {
+            text.push_str(u["content"]["text"].as_str().unwrap_or(""));
+        }
+        if u["sessionUpdate"] == "state_update" && u["state"] == "idle" {
+            assert_eq!(u["stopReason"], "end_turn", "{v}");
+            break;
+        }
+    }
+    assert!(answered);
+    assert_eq!(text, "Hello from the script!");
 }

@@ -484,6 +484,9 @@ fn attach(
         }
     }
     super::view::show_in_flight(&session, &ctx.shared, &open);
+    // A v2 client is told the session's state before the answer (idle, its default, unsaid).
+    let running = open.active_turn.is_some();
+    session.emit(|_| (vec![], ()), |view| (view.resumed(running), ()));
     Ok((session, result, open, conn))
 }
 

@@ -686,10 +686,13 @@ impl AcpConn {
         let Ok(mut answer) = serde_json::from_str::<Value>(text) else {
             return text.to_string();
         };
-        let Some(caps) = answer
-            .pointer_mut("/result/agentCapabilities")
-            .and_then(Value::as_object_mut)
-        else {
+        // v1's `agentCapabilities`, or v2's `capabilities` (the connection's version).
+        let at = if answer.pointer("/result/agentCapabilities").is_some() {
+            "/result/agentCapabilities"
+        } else {
+            "/result/capabilities"
+        };
+        let Some(caps) = answer.pointer_mut(at).and_then(Value::as_object_mut) else {
             return text.to_string();
         };
         let meta = caps

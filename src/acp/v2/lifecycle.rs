@@ -50,9 +50,11 @@ pub fn read_resume(p: &Params) -> ParamResult<OpenSession> {
         None => false,
         Some(from) => match from.required_str("type")? {
             "start" => true,
-            other => return Err(ResponseError::invalid_params(format_args!(
+            other => {
+                return Err(ResponseError::invalid_params(format_args!(
                 "`replayFrom.type` {other:?} is not supported: use \"start\", or omit replayFrom"
-            ))),
+            )))
+            }
         },
     };
     read::open_session(p, replay)

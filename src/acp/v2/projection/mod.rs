@@ -151,7 +151,10 @@ impl Projector {
             }
             F::InteractionRequest { interaction } => {
                 let (waits, asked) = self.dialog(&interaction);
-                vec![Effect::Show(waits), Effect::Ask(Box::new(interaction), asked)]
+                vec![
+                    Effect::Show(waits),
+                    Effect::Ask(Box::new(interaction), asked),
+                ]
             }
             F::InteractionClosed { interaction_id, .. } => {
                 let resumed = self.dialog_closed(&interaction_id);
@@ -409,6 +412,15 @@ impl Projector {
         }
         self.foreground = Foreground::Idle;
         vec![SessionUpdate::StateUpdate(StateUpdate::Idle(reason))]
+    }
+
+    /// A session opened here (`session/resume`) with a turn running, or not: its state.
+    pub fn resumed(&mut self, running: bool) -> Vec<SessionUpdate> {
+        if running {
+            self.running()
+        } else {
+            vec![]
+        }
     }
 
     /// The pending prompt's turn stopped without its terminal frame (`result`: how): idle.
