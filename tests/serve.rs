@@ -5033,18 +5033,30 @@ fn v1_and_v2_connections_share_one_serve_and_never_see_each_others_messages() {
         }
         a_events.push((stream, v));
     };
-    // Its answer comes on the session's stream.
+    // Its answer comes on the session's stream; B follows the running turn once it has it
+    // (B is asked the waiting dialog too: whoever answers first decides it).
     b.open_stream(Some(&sa), None);
     let resume = b.send("session/resume", json!({"sessionId": sa, "cwd": cwd}));
+    let mut b_events: Vec<Value> = vec![];
+    loop {
+        let (stream, _, v) = b.next();
+        if v.get("method").is_some() && v.get("id").is_some() {
+            b.answer(stream.as_deref(), &v["id"], allow(&v));
+        } else if v.get("method").is_none() && v["id"] == resume {
+            assert!(v.get("result").is_some(), "{v}");
+            break;
+        } else {
+            b_events.push(v);
+        }
+    }
     let ib = b.prompt(&sb, "run it");
     a.answer(ask.0.as_deref(), &ask.1["id"], allow(&ask.1));
     let (answer, rest) = a.until_response(ia, allow);
     a_events.extend(rest);
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     // v2: the prompt is answered when inserted; the turns end as `idle` states.
-    let (mut answered, mut resumed, mut idle) = (None, false, std::collections::HashSet::new());
-    let mut b_events: Vec<Value> = vec![];
-    while answered.is_none() || !resumed || !idle.contains(&sb) || !idle.contains(&sa) {
+    let (mut answered, mut idle) = (None, std::collections::HashSet::new());
+    while answered.is_none() || !idle.contains(&sb) || !idle.contains(&sa) {
         let (stream, _, v) = b.events.recv_timeout(STEP).unwrap_or_else(|_| {
             panic!("v2 waits: answered {answered:?}, idle {idle:?}, saw {b_events:#?}")
         });
@@ -5054,10 +5066,6 @@ fn v1_and_v2_connections_share_one_serve_and_never_see_each_others_messages() {
         }
         if v.get("method").is_none() && v["id"] == ib {
             answered = Some(v.clone());
-        }
-        if v.get("method").is_none() && v["id"] == resume {
-            assert!(v.get("result").is_some(), "{v}");
-            resumed = true;
         }
         let u = &v["params"]["update"];
         if u["sessionUpdate"] == "state_update" && u["state"] == "idle" {

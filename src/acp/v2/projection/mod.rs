@@ -256,25 +256,13 @@ impl Projector {
                 start_offset,
                 text,
                 ..
-            } => match unseen(&mut self.shown, message_id, *start_offset, text) {
-                Some(text) => vec![SessionUpdate::AgentMessageChunk(t::ContentChunk {
-                    message_id: message_id.clone(),
-                    content: text_block(text),
-                })],
-                None => vec![],
-            },
+            } => self.chunk(message_id, *start_offset, text, false),
             F::ThinkingDelta {
                 message_id,
                 start_offset,
                 text,
                 ..
-            } => match unseen(&mut self.shown, message_id, *start_offset, text) {
-                Some(text) => vec![SessionUpdate::AgentThoughtChunk(t::ContentChunk {
-                    message_id: message_id.clone(),
-                    content: text_block(text),
-                })],
-                None => vec![],
-            },
+            } => self.chunk(message_id, *start_offset, text, true),
             F::ToolStart { .. } => self.tool_start(body),
             F::ToolRunning { tool_call_id, .. } => self.tool_running(tool_call_id),
             F::ToolOutputDelta {
@@ -307,34 +295,13 @@ impl Projector {
                 updated_at: Some(content::iso8601(*last_used_at)),
                 meta: None,
             })],
-            F::Notice { notice, .. } => {
-                if !self.notices.insert(notice.message_id.clone()) || notice.title.is_empty() {
-                    return vec![];
-                }
-                vec![SessionUpdate::Notice(t::Notice {
-                    severity: match notice.severity {
-                        crate::host_api::wire::NoticeSeverity::Info => t::NoticeSeverity::Info,
-                        crate::host_api::wire::NoticeSeverity::Warning => {
-                            t::NoticeSeverity::Warning
-                        }
-                        crate::host_api::wire::NoticeSeverity::Error => t::NoticeSeverity::Error,
-                    },
-                    title: notice.title.clone(),
-                    description: notice.description.clone(),
-                })]
-            }
+            F::Notice { notice, .. } => self.notice(notice),
             // A completed compaction's summary is what the person reads: its fallback text.
             F::Compaction { compaction, .. } => match &compaction.fallback {
                 Some(f)
                     if compaction.status == crate::host_api::wire::CompactionStatus::Completed =>
                 {
-                    match unseen(&mut self.shown, &f.message_id, 0, &f.text) {
-                        Some(text) => vec![SessionUpdate::AgentMessageChunk(t::ContentChunk {
-                            message_id: f.message_id.clone(),
-                            content: text_block(text),
-                        })],
-                        None => vec![],
-                    }
+                    self.chunk(&f.message_id, 0, &f.text, false)
                 }
                 _ => vec![],
             },
@@ -352,6 +319,50 @@ impl Projector {
             | F::StreamEnd { .. }
             | F::Unknown => vec![],
         }
+    }
+
+    /// The part of a message's text not shown yet, as a chunk of that message (`thought`: of
+    /// the agent's thinking).
+    fn chunk(
+        &mut self,
+        message_id: &str,
+        start: u64,
+        text: &str,
+        thought: bool,
+    ) -> Vec<SessionUpdate> {
+        let Some(text) = unseen(&mut self.shown, message_id, start, text) else {
+            return vec![];
+        };
+        let chunk = t::ContentChunk {
+            message_id: message_id.to_string(),
+            content: text_block(text),
+        };
+        vec![if thought {
+            SessionUpdate::AgentThoughtChunk(chunk)
+        } else {
+            SessionUpdate::AgentMessageChunk(chunk)
+        }]
+    }
+
+    /// A notice, once (v2 shows notices to every client).
+    fn notice(&mut self, notice: &crate::host_api::wire::Notice) -> Vec<SessionUpdate> {
+        use crate::host_api::wire::NoticeSeverity as S;
+        const REMEMBERED: usize = 4096;
+        if self.notices.len() >= REMEMBERED {
+            self.notices.clear();
+        }
+        if !self.notices.insert(notice.message_id.clone()) || notice.title.is_empty() {
+            return vec![];
+        }
+        vec![SessionUpdate::Notice(t::Notice {
+            severity: match notice.severity {
+                S::Info => t::NoticeSeverity::Info,
+                S::Warning => t::NoticeSeverity::Warning,
+                S::Error => t::NoticeSeverity::Error,
+            },
+            title: notice.title.clone(),
+            description: notice.description.clone(),
+        })]
     }
 
     /// A user message, once per message id.
@@ -661,7 +672,8 @@ impl Projector {
 
     /// Settles every tool call still open (its turn ended without their result): `failed`
     /// saying `why`, or `cancelled` when the client cancelled the turn. Forgets the turn's
-    /// calls and text offsets: the next turn starts afresh.
+    /// calls, text offsets and echoed messages: the next turn starts afresh (what a session
+    /// remembers does not grow with its turns).
     pub fn end_unfinished(&mut self, why: &str, cancelled: bool) -> Vec<SessionUpdate> {
         let mut out = vec![];
         for id in std::mem::take(&mut self.order) {
@@ -682,6 +694,7 @@ impl Projector {
         }
         self.tools.clear();
         self.shown.clear();
+        self.echoed.clear();
         out
     }
 
