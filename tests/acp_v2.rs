@@ -199,6 +199,27 @@ fn the_offered_version_picks_the_connection_and_each_has_its_own_methods() {
     let (r, _) = bad.call("session/new", json!({"cwd": ws.path()}));
     assert_eq!(error_of(&r)["code"], -32600, "{r}");
 
+    // A null id cannot open a v2 connection (v2's ids are strings or integers), nor be used
+    // on one.
+    let mut null = spawn();
+    null.send(
+        &json!({"jsonrpc": "2.0", "id": null, "method": "initialize",
+        "params": {"protocolVersion": 2, "info": {"name": "x", "version": "1"}}}),
+    );
+    let r = null.recv();
+    assert_eq!(r["id"], Value::Null, "{r}");
+    assert_eq!(error_of(&r)["code"], -32600, "{r}");
+    let (r, _) = null.call("session/list", json!({}));
+    assert_eq!(error_of(&r)["code"], -32600, "still not initialized: {r}");
+    v2_initialize(&mut null);
+    null.send(&json!({"jsonrpc": "2.0", "id": null, "method": "session/list", "params": {}}));
+    let r = null.recv();
+    assert_eq!(
+        (r["id"].clone(), error_of(&r)["code"].clone()),
+        (Value::Null, json!(-32600)),
+        "{r}"
+    );
+
     // Above 2: v2, `info` read leniently.
     let mut later = spawn();
     let init = later.call_ok("initialize", json!({"protocolVersion": 65535}));

@@ -16,7 +16,9 @@ use super::session::AcpSession;
 use super::turns;
 use super::workers::Workers;
 use crate::host_api::ops::{self, CapabilityInput, SessionRef, TurnRef};
-use crate::jsonrpc::{code, lock, Connection, Incoming, Notification, Responder, ResponseError};
+use crate::jsonrpc::{
+    code, lock, Connection, Incoming, Notification, RequestId, Responder, ResponseError,
+};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -162,6 +164,16 @@ impl Agent {
             self.other_request_seen |= self.initialized;
         }
         let version = self.shared.version();
+        // v2's ids are strings or integers, never null (the SDK's router refuses one), for
+        // the `initialize` that would make the connection v2 too.
+        let v2 = version == Some(Version::V2)
+            || (version.is_none() && method == "initialize" && self.offers_v2(params));
+        if v2 && responder.id() == Some(&RequestId::Null) {
+            return responder.respond(Err(ResponseError::new(
+                code::INVALID_REQUEST,
+                "ACP v2 request ids are strings or integers, never null; send the request again with an id",
+            )));
+        }
         let Some(row) = methods::find(method, local, self.shared.dialect, version) else {
             return responder.respond(Err(ResponseError::method_not_found(method)));
         };
@@ -189,6 +201,12 @@ impl Agent {
                 }
             }
         }
+    }
+
+    /// Whether an `initialize` with these params would make the connection v2.
+    fn offers_v2(&self, params: &Value) -> bool {
+        self.shared.dialect == super::Dialect::Ours
+            && initialize::offer(params).is_ok_and(|o| Version::for_offer(o.offered) == Version::V2)
     }
 
     fn handle_notification(&mut self, n: Notification) {
