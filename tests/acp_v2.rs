@@ -21,7 +21,10 @@ fn script() -> Value {
                 [{"text": "It failed with 3."}]]},
             {"when": "slow", "responses": [[{"text": "Starting slowly"}, {"delayMs": 30000}, {"text": "never"}]]},
             {"when": "fail", "responses": [[{"fail": "provider_error", "message": "upstream exploded"}]]},
-            {"when": "think", "responses": [[{"thinking": "Planning."}, {"text": "Thought about it."}]]}
+            {"when": "think", "responses": [[{"thinking": "Planning."}, {"text": "Thought about it."}]]},
+            {"when": "long job", "responses": [
+                [{"tool": "run_command", "args": {"command": "echo started; sleep 30; echo never"}}],
+                [{"text": "The job was stopped."}]]}
         ],
         "default": [[{"text": "Hello from the script!"}]]
     })
@@ -67,6 +70,8 @@ struct Turn {
     response: Value,
     updates: Vec<Value>,
     requests: Vec<Value>,
+    /// Answers to the test's other requests that came meanwhile.
+    answers: Vec<Value>,
 }
 
 impl Turn {
@@ -130,10 +135,21 @@ fn follow(
     id: &Value,
     on_request: &mut dyn FnMut(&Value) -> Reply,
 ) -> Turn {
+    follow_from(agent, id, Value::Null, on_request)
+}
+
+/// [`follow`], the prompt's answer already read (`response`), or not (`null`).
+fn follow_from(
+    agent: &mut AgentProcess,
+    id: &Value,
+    response: Value,
+    on_request: &mut dyn FnMut(&Value) -> Reply,
+) -> Turn {
     let mut t = Turn {
-        response: Value::Null,
+        response,
         updates: vec![],
         requests: vec![],
+        answers: vec![],
     };
     loop {
         if !t.response.is_null()
@@ -155,7 +171,7 @@ fn follow(
             (Some("session/update"), None) => t.updates.push(v),
             (Some(_), None) => panic!("a v2 connection got a notification it does not define: {v}"),
             (None, Some(rid)) if rid == id => t.response = v,
-            (None, _) => panic!("a response to a request we did not send: {v}"),
+            (None, _) => t.answers.push(v),
         }
     }
 }
@@ -478,4 +494,100 @@ fn a_session_made_on_v2_is_resumed_on_v1_and_close_is_forgiving() {
         .filter(|l| l["params"]["update"]["sessionUpdate"] == "agent_message_chunk")
         .collect();
     assert!(!texts.is_empty(), "v1 replays the v2 turn: {lines:?}");
+}
+
+/// `tool_call/cancel` (and `terminal/cancel`, by the call's display terminal) stops that one
+/// running command — shown cancellable while it runs — and the turn goes on: the call ends
+/// `cancelled` with what it printed, the model answers, the session is idle with `end_turn`.
+/// A call that is not running cannot be cancelled (`-32602`).
+#[test]
+fn cancelling_one_call_stops_it_and_the_turn_goes_on() {
+    let mut s = setup("toolcancel");
+    let id = new_session(&mut s);
+    for by_terminal in [false, true] {
+        let prompt = s.agent.request(
+            "session/prompt",
+            json!({"sessionId": id, "prompt": [{"type": "text", "text": "a long job"}]}),
+        );
+        let (mut updates, mut answer) = (vec![], Value::Null);
+        // Until the call is shown cancellable (its output started), the dialog allowed.
+        let (call, terminal) = loop {
+            let v = s.agent.recv();
+            if v["id"] == prompt && v.get("method").is_none() {
+                answer = v; // on insertion
+                continue;
+            }
+            if v["method"] == "session/request_permission" {
+                s.agent.send(&json!({"jsonrpc": "2.0", "id": v["id"],
+                    "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+                continue;
+            }
+            let u = v["params"]["update"].clone();
+            updates.push(u.clone());
+            if u["sessionUpdate"] == "tool_call_update" && u["capabilities"]["cancel"] == json!({})
+            {
+                let call = u["toolCallId"].as_str().unwrap().to_string();
+                break (call.clone(), format!("term_{call}"));
+            }
+        };
+        let terminal_cancellable = updates.iter().any(|u| {
+            u["sessionUpdate"] == "terminal_update"
+                && u["terminalId"] == terminal.as_str()
+                && u["capabilities"]["cancel"] == json!({})
+        });
+        assert!(terminal_cancellable, "{updates:?}");
+        let (method, params) = if by_terminal {
+            (
+                "terminal/cancel",
+                json!({"sessionId": id, "terminalId": terminal}),
+            )
+        } else {
+            (
+                "tool_call/cancel",
+                json!({"sessionId": id, "toolCallId": call}),
+            )
+        };
+        let cancel = s.agent.request(method, params);
+        let t = follow_from(&mut s.agent, &prompt, answer, &mut |_| {
+            panic!("no more dialogs")
+        });
+        let all: Vec<Value> = updates
+            .into_iter()
+            .chain(t.updates.iter().map(|u| u["params"]["update"].clone()))
+            .collect();
+        let settled = all
+            .iter()
+            .find(|u| {
+                u["toolCallId"] == call.as_str()
+                    && u["status"].is_string()
+                    && u["status"] != "pending"
+                    && u["status"] != "in_progress"
+            })
+            .expect("the call settled");
+        assert_eq!(settled["status"], "cancelled", "{settled}");
+        assert_eq!(
+            settled["capabilities"],
+            json!({}),
+            "no control left: {settled}"
+        );
+        assert_eq!(t.text(), "The job was stopped.", "the turn went on");
+        assert_eq!(t.idle()["stopReason"], "end_turn");
+        let answered = t
+            .answers
+            .iter()
+            .find(|a| a["id"] == cancel)
+            .expect("the cancel answered");
+        assert_eq!(answered["result"], json!({}), "{answered}");
+    }
+    // One for a call that is not running is refused.
+    let (r, _) = s.agent.call(
+        "tool_call/cancel",
+        json!({"sessionId": id, "toolCallId": "nope"}),
+    );
+    assert_eq!(error_of(&r)["code"], -32602, "{r}");
+    let (r, _) = s.agent.call(
+        "terminal/cancel",
+        json!({"sessionId": id, "terminalId": "x"}),
+    );
+    assert_eq!(error_of(&r)["code"], -32602, "{r}");
 }

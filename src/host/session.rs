@@ -127,6 +127,8 @@ pub struct ActiveTurn {
     pub steering: Vec<(String, MessageContent)>,
     /// The goal it runs for (origin `goal`).
     pub goal_id: Option<String>,
+    /// The call running now that can be cancelled alone (`turn.tool.cancel`), with its token.
+    pub cancellable_call: Option<(String, CancelToken)>,
 }
 
 #[derive(Clone)]

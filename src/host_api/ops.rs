@@ -70,6 +70,7 @@ names_session_id!(
     RevisionCreateInput,
     AbandonInput,
     SubmitInput,
+    ToolCancelInput,
     PlanControlInput,
     ArtifactRef,
     GoalArmInput,
@@ -178,6 +179,8 @@ operations! {
     RevisionAbandon = "session.revision.abandon", AbandonInput => AbandonOutcome;
     /// Adds a message to the running turn (steering).
     MessageSubmit = "turn.message.submit", SubmitInput => SubmitOutcome;
+    /// Cancels one running tool call (a command): the call ends `cancelled`, the turn goes on.
+    ToolCancel = "turn.tool.cancel", ToolCancelInput => ToolCancelOutcome;
     /// The memory entries a session's model sees (or all of them).
     MemoryQuery = "memory.query", MemoryQueryInput => MemoryView;
     /// Adds, changes or forgets an entry (revision-checked).
@@ -686,6 +689,26 @@ pub struct SubmitInput {
     /// Idempotency: the same id again is the same message.
     pub message_id: String,
     pub content: MessageContent,
+}
+
+/// `turn.tool.cancel`: the call to cancel.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCancelInput {
+    pub session_id: String,
+    pub tool_call_id: String,
+}
+
+/// What `turn.tool.cancel` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ToolCancelOutcome {
+    /// It was running and cancellable: it ends `cancelled`, the turn goes on.
+    Cancelled,
+    /// It runs, but cannot be cancelled alone (only its turn can be stopped).
+    NotCancellable,
+    /// No call with this id runs in the session (never started, or settled already).
+    Unknown,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -210,6 +210,7 @@ fn tool_frames(turn_id: String, body: &TranscriptBody) -> Vec<FrameBody> {
                 out.push(FrameBody::ToolRunning {
                     turn_id: turn_id.clone(),
                     tool_call_id: tool_call_id.clone(),
+                    cancellable: false, // settled: nothing to cancel any more
                 });
             }
             out.push(FrameBody::ToolResult {

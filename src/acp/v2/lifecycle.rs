@@ -68,3 +68,57 @@ pub fn close(ctx: &Ctx, id: &str) -> Result<Value, ResponseError> {
     }
     crate::acp::lifecycle::close(ctx, id)
 }
+
+/// `tool_call/cancel`'s and `terminal/cancel`'s params: the session and the call (a display
+/// terminal is its command's call: `term_<toolCallId>`).
+pub struct CallRef {
+    session_id: String,
+    tool_call_id: String,
+}
+
+pub fn read_tool_call(p: &Params) -> ParamResult<CallRef> {
+    Ok(CallRef {
+        session_id: p.required_str("sessionId")?.to_string(),
+        tool_call_id: p.required_str("toolCallId")?.to_string(),
+    })
+}
+
+pub fn read_terminal(p: &Params) -> ParamResult<CallRef> {
+    let terminal = p.required_str("terminalId")?;
+    let tool_call_id = terminal
+        .strip_prefix("term_")
+        .filter(|id| !id.is_empty())
+        .ok_or_else(|| {
+            ResponseError::invalid_params(format_args!(
+                "`terminalId` {terminal:?} is not a terminal of this agent (they are named term_<toolCallId>)"
+            ))
+        })?;
+    Ok(CallRef {
+        session_id: p.required_str("sessionId")?.to_string(),
+        tool_call_id: tool_call_id.to_string(),
+    })
+}
+
+/// Cancels one running call (a command): it ends `cancelled`, the turn goes on. Only a call
+/// shown with `capabilities.cancel`; any other is `-32602` saying why.
+pub fn cancel_call(ctx: &Ctx, call: CallRef) -> Result<Value, ResponseError> {
+    use crate::host_api::ops::{ToolCancel, ToolCancelInput, ToolCancelOutcome as Outcome};
+    if ctx.session(&call.session_id).is_none() {
+        return Err(crate::acp::errors::unknown_session(&call.session_id));
+    }
+    let input = ToolCancelInput {
+        session_id: call.session_id,
+        tool_call_id: call.tool_call_id.clone(),
+    };
+    match ctx.host()?.request::<ToolCancel>(&input)? {
+        Outcome::Cancelled => Ok(to_json(&Empty {})),
+        Outcome::NotCancellable => Err(ResponseError::invalid_params(format_args!(
+            "Tool call {} cannot be cancelled alone; cancel the turn with session/cancel",
+            call.tool_call_id
+        ))),
+        Outcome::Unknown => Err(ResponseError::invalid_params(format_args!(
+            "Tool call {} is not running (it finished, or never started)",
+            call.tool_call_id
+        ))),
+    }
+}

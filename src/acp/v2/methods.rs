@@ -17,6 +17,8 @@ pub static V2_METHODS: &[Method] = &[
     m("session/delete",             |v| answer_str(v, read::session_id, lifecycle::delete)),
     m("session/prompt",             |v| turn(v, read::prompt, turns::register)),
     m("session/set_config_option",  |v| work(v, read::config_option, configure::set_config_option)),
+    m("tool_call/cancel",           |v| answer(v, super::lifecycle::read_tool_call, super::lifecycle::cancel_call)),
+    m("terminal/cancel",            |v| answer(v, super::lifecycle::read_terminal, super::lifecycle::cancel_call)),
 ];
 
 #[cfg(test)]

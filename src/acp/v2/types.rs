@@ -186,8 +186,27 @@ pub struct ToolCallUpdate {
     pub raw_input: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raw_output: Option<Value>,
+    /// What the client may do to it now: replaces the previous value (`{}`: nothing).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Controls>,
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     pub meta: Option<Value>,
+}
+
+/// A tool call's or a terminal's controls (`ToolCallCapabilities`, `TerminalCapabilities`):
+/// `cancel: {}` while `tool_call/cancel` (`terminal/cancel`) can stop it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Controls {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel: Option<Empty>,
+}
+
+impl Controls {
+    pub fn cancel(can: bool) -> Controls {
+        Controls {
+            cancel: can.then_some(Empty {}),
+        }
+    }
 }
 
 impl ToolCallUpdate {
@@ -256,6 +275,8 @@ pub struct TerminalUpdate {
     pub output: Option<TerminalOutput>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_status: Option<TerminalExitStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capabilities: Option<Controls>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

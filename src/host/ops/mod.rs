@@ -107,6 +107,7 @@ pub fn dispatch(
         op::RevisionsList => |i| history::revisions(host, i),
         op::RevisionAbandon => |i| history::abandon(host, i),
         op::MessageSubmit => |i| turns::submit(host, i),
+        op::ToolCancel => |i| turns::cancel_tool(host, i),
         op::MemoryQuery => |i| knowledge::memory_query(host, caller, i),
         op::MemoryMutate => |i| knowledge::memory_mutate(host, caller, i),
         op::UsageQuery => |i| knowledge::usage_query(host, i),

@@ -404,6 +404,7 @@ fn admit(
         approved_paths: vec![],
         steering: vec![],
         goal_id: goal_id.map(String::from),
+        cancellable_call: None,
     });
     st.turns.insert(
         turn_id.into(),
@@ -569,6 +570,36 @@ pub(super) fn stop(host: &Host, input: TurnRef) -> Result<TurnSnapshot, HostErro
         a.cancel.cancel();
     }
     Ok(rec.snapshot.clone())
+}
+
+/// `turn.tool.cancel`: the running call ends `cancelled` (its process killed); the turn
+/// goes on, its model told the call was cancelled.
+pub(super) fn cancel_tool(
+    host: &Host,
+    input: crate::host_api::ops::ToolCancelInput,
+) -> Result<crate::host_api::ops::ToolCancelOutcome, HostError> {
+    use crate::host_api::ops::ToolCancelOutcome as Outcome;
+    let cell = host.cell(&input.session_id)?;
+    let st = cell.lock();
+    let Some(active) = st.active.as_ref() else {
+        return Ok(Outcome::Unknown);
+    };
+    if let Some((_, token)) = active
+        .cancellable_call
+        .as_ref()
+        .filter(|(id, _)| *id == input.tool_call_id)
+    {
+        token.cancel();
+        return Ok(Outcome::Cancelled);
+    }
+    if active
+        .tools
+        .iter()
+        .any(|t| t.tool_call_id == input.tool_call_id)
+    {
+        return Ok(Outcome::NotCancellable);
+    }
+    Ok(Outcome::Unknown)
 }
 
 pub(super) fn query(host: &Host, input: TurnRef) -> Result<TurnSnapshot, HostError> {

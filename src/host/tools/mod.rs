@@ -34,6 +34,11 @@ pub trait ToolEnv {
         crate::host::sandbox::Confinement::default()
     }
     fn cancel(&self) -> &CancelToken;
+    /// The running call's own token, when it can be cancelled alone (`turn.tool.cancel`): a
+    /// tool that honours it stops as for its turn's cancel, and the turn goes on.
+    fn call_cancel(&self) -> Option<&CancelToken> {
+        None
+    }
     /// Streams a chunk of command output (`tool_output_delta`).
     fn output(&mut self, stream: &str, chunk: &str);
     /// Runs `service` in the editor when the client registered it and `path` is inside the
@@ -167,6 +172,12 @@ pub fn plan(name: &str, args: &Value, cwd: &Path) -> Result<ToolPlan, String> {
         Some(tool) => tool.plan(args, cwd),
         None => Err(format!("there is no tool named {name:?}")),
     }
+}
+
+/// Whether built-in tool `name` runs a command (the one kind a client can cancel alone: it
+/// waits on the call's own token as on its turn's).
+pub fn runs_a_command(name: &str) -> bool {
+    name == shell::RunCommand.name()
 }
 
 /// Runs a built-in tool (`update_plan`, `ask_user` and `remember` are handled by the turn

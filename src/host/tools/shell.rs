@@ -114,6 +114,10 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
     let mut timed_out = false;
     let mut cancelled = false;
     let cancel = env.cancel().clone();
+    // The call's own cancel (`turn.tool.cancel`), or a channel that never fires.
+    let call_cancel = env.call_cancel().map(|c| c.receiver().clone());
+    let never = crossbeam_channel::never::<()>();
+    let call_cancelled = call_cancel.as_ref().unwrap_or(&never);
     while pipes > 0 {
         let remaining = deadline.saturating_duration_since(Instant::now());
         select! {
@@ -130,6 +134,7 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
                 Err(_) => pipes = 0,
             },
             recv(cancel.receiver()) -> _ => { cancelled = true; break; }
+            recv(call_cancelled) -> _ => { cancelled = true; break; }
             default(remaining) => { timed_out = true; break; }
         }
     }

@@ -123,17 +123,38 @@ impl Turn {
     }
 
     /// The current tool passed its gate: clients show it `in_progress` from here.
-    pub(super) fn mark_running(&mut self) {
+    /// `cancellable`: it can be cancelled alone — its token is armed here, where
+    /// `turn.tool.cancel` finds it, before any client can be told so.
+    pub(super) fn mark_running(&mut self, cancellable: bool) {
         let Some(id) = self.current_tool.clone() else {
             return;
         };
         self.current_ran = true;
         let mut st = self.cell.lock();
+        if cancellable {
+            let token = CancelToken::default();
+            if let Some(a) = st.active.as_mut() {
+                a.cancellable_call = Some((id.clone(), token.clone()));
+            }
+            self.call_cancel = Some(token);
+        }
         let body = FrameBody::ToolRunning {
             turn_id: self.spec.turn_id.clone(),
             tool_call_id: id,
+            cancellable,
         };
         self.cell.emit(&mut st, body);
+    }
+
+    /// The running call is over: it can no longer be cancelled alone. Whether it was.
+    fn disarm_call_cancel(&mut self) -> bool {
+        let Some(token) = self.call_cancel.take() else {
+            return false;
+        };
+        if let Some(a) = self.cell.lock().active.as_mut() {
+            a.cancellable_call = None;
+        }
+        token.is_cancelled()
     }
 
     pub(super) fn finish_tool(&self, id: &str, outcome: ToolOutcome, ran: bool, duration_ms: u64) {
@@ -319,7 +340,9 @@ impl Turn {
 
     /// Runs a tool that passed its gate.
     fn run_gated(&mut self, id: &str, name: &str, args: &Value) -> ToolOutcome {
-        self.mark_running();
+        // A command the host runs itself (not in the editor's terminal) can be cancelled alone.
+        let cancellable = tools::runs_a_command(name) && !self.has_client_service("terminal");
+        self.mark_running(cancellable);
         match name {
             "update_plan" => self.update_plan(args),
             "ask_user" => self.ask_user(id, args),
@@ -348,7 +371,16 @@ impl Turn {
             _ if self.mcp_tools.iter().any(|t| t.exposed == name) => self.call_mcp(name, args),
             _ => {
                 let outcome = tools::execute(self, name, args);
+                let call_cancelled = self.disarm_call_cancel();
                 if self.spec.cancel.is_cancelled() && outcome.status != ToolStatus::Completed {
+                    return ToolOutcome {
+                        status: ToolStatus::Cancelled,
+                        ..outcome
+                    };
+                }
+                if call_cancelled {
+                    // The person stopped this call; the turn goes on, its model told so.
+                    log::info!("tool call {id} cancelled alone; the turn goes on");
                     return ToolOutcome {
                         status: ToolStatus::Cancelled,
                         ..outcome

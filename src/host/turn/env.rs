@@ -26,6 +26,10 @@ impl ToolEnv for Turn {
         &self.spec.cancel
     }
 
+    fn call_cancel(&self) -> Option<&CancelToken> {
+        self.call_cancel.as_ref()
+    }
+
     fn output(&mut self, stream: &str, chunk: &str) {
         // Frames stay bounded, as a model's deltas do.
         if chunk.len() > DELTA_FRAME_BYTES {

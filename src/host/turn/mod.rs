@@ -119,6 +119,8 @@ struct Turn {
     current_tool: Option<String>,
     /// The current tool passed its gate and started (`tool_running` was emitted).
     current_ran: bool,
+    /// The token of the running call when it can be cancelled alone (`turn.tool.cancel`).
+    call_cancel: Option<CancelToken>,
     out_seq: u64,
     /// Tools of the session's MCP servers, as of the turn's start.
     mcp_tools: Vec<super::mcp::McpTool>,
@@ -192,6 +194,7 @@ pub fn run(host: Arc<Host>, cell: Arc<SessionCell>, spec: TurnSpec) {
         roots,
         current_tool: None,
         current_ran: false,
+        call_cancel: None,
         out_seq: 0,
         mcp_tools: vec![],
         changed_paths: Default::default(),

@@ -172,6 +172,10 @@ pub enum FrameBody {
     ToolRunning {
         turn_id: String,
         tool_call_id: String,
+        /// It can be cancelled alone (`turn.tool.cancel`): a command the host runs. Absent
+        /// (false) from older hosts.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        cancellable: bool,
     },
     #[serde(rename_all = "camelCase")]
     ToolOutputDelta {

@@ -87,6 +87,8 @@ struct Tool {
     command: bool,
     /// Output of its terminal was streamed (a result need not carry it again).
     streamed: bool,
+    /// It was shown cancellable: its settling takes the control away.
+    cancellable: bool,
 }
 
 /// Per-session v2 view: what was shown, so that a catch-up shows only what is new.
@@ -264,7 +266,11 @@ impl Projector {
                 ..
             } => self.chunk(message_id, *start_offset, text, true),
             F::ToolStart { .. } => self.tool_start(body),
-            F::ToolRunning { tool_call_id, .. } => self.tool_running(tool_call_id),
+            F::ToolRunning {
+                tool_call_id,
+                cancellable,
+                ..
+            } => self.tool_running(tool_call_id, *cancellable),
             F::ToolOutputDelta {
                 tool_call_id,
                 chunk,
@@ -543,15 +549,32 @@ impl Projector {
         out
     }
 
-    fn tool_running(&mut self, tool_call_id: &str) -> Vec<SessionUpdate> {
-        match self.tools.get(tool_call_id) {
-            Some(t) if !t.settled && !t.hidden => {
-                let mut call = ToolCallUpdate::new(tool_call_id);
-                call.status = Some(ToolCallStatus::InProgress);
-                vec![SessionUpdate::ToolCallUpdate(call)]
-            }
-            _ => vec![],
+    /// A call runs: `in_progress`, and — when it can be cancelled alone — `cancel` among its
+    /// controls (and its terminal's, for a command).
+    fn tool_running(&mut self, tool_call_id: &str, cancellable: bool) -> Vec<SessionUpdate> {
+        let Some(t) = self
+            .tools
+            .get_mut(tool_call_id)
+            .filter(|t| !t.settled && !t.hidden)
+        else {
+            return vec![];
+        };
+        t.cancellable = cancellable;
+        let mut out = vec![];
+        if cancellable && t.command {
+            out.push(SessionUpdate::TerminalUpdate(t::TerminalUpdate {
+                terminal_id: terminal_id(tool_call_id),
+                capabilities: Some(t::Controls::cancel(true)),
+                ..t::TerminalUpdate::default()
+            }));
         }
+        let mut call = ToolCallUpdate::new(tool_call_id);
+        call.status = Some(ToolCallStatus::InProgress);
+        if cancellable {
+            call.capabilities = Some(t::Controls::cancel(true));
+        }
+        out.push(SessionUpdate::ToolCallUpdate(call));
+        out
     }
 
     /// Live output: a command's bytes to its terminal; any other tool's text as content of its
@@ -599,9 +622,12 @@ impl Projector {
         if t.hidden {
             return vec![];
         }
-        let streamed = t.streamed;
+        let (streamed, cancellable) = (t.streamed, t.cancellable);
         let mut out = vec![];
         let mut call = ToolCallUpdate::new(tool_call_id);
+        if cancellable {
+            call.capabilities = Some(t::Controls::default());
+        }
         call.status = Some(match status {
             ToolStatus::Completed => ToolCallStatus::Completed,
             ToolStatus::Cancelled => ToolCallStatus::Cancelled,
@@ -634,6 +660,7 @@ impl Projector {
                         exit_code: exit_code.map(i64::from),
                         signal: signal.clone(),
                     }),
+                    capabilities: cancellable.then(t::Controls::default),
                     ..t::TerminalUpdate::default()
                 }));
                 vec![ToolCallContent::Terminal {

@@ -130,8 +130,8 @@ fn every_kind_of_frame_has_its_v2_effects_and_every_update_is_valid() {
             "show:terminal_update,tool_call_update",
         ),
         (
-            json!({"kind": "tool_running", "turnId": "t", "toolCallId": "c1"}),
-            "show:tool_call_update",
+            json!({"kind": "tool_running", "turnId": "t", "toolCallId": "c1", "cancellable": true}),
+            "show:terminal_update,tool_call_update",
         ),
         (
             json!({"kind": "tool_output_delta", "turnId": "t", "toolCallId": "c1", "outSeq": 1,

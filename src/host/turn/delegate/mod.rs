@@ -284,7 +284,7 @@ impl Turn {
             match job {
                 Ok(job) => {
                     self.current_tool = Some(id);
-                    self.mark_running();
+                    self.mark_running(false);
                     self.current_tool = None;
                     jobs.push(job);
                     started.push(std::time::Instant::now());

@@ -120,6 +120,7 @@ impl Turn {
                 let body = FrameBody::ToolRunning {
                     turn_id: self.spec.turn_id.clone(),
                     tool_call_id: ours.into(),
+                    cancellable: false,
                 };
                 self.cell.emit(&mut st, body);
                 return;
