@@ -479,3 +479,39 @@ fn a_session_made_on_v2_is_resumed_on_v1_and_close_is_forgiving() {
         .collect();
     assert!(!texts.is_empty(), "v1 replays the v2 turn: {lines:?}");
 }
+
+/// `session/resume` tells the session's current state after what it replays and before its
+/// answer (the schema's MUST; the TS SDK's v2 client relies on it): a session at rest is
+/// `idle`, with or without replay, even though the replayed turns showed `running`; and the
+/// next prompt is seen starting (`running`) and ending again.
+#[test]
+fn resume_tells_the_state_after_its_replay_and_the_next_turn_is_seen_running() {
+    let mut s = setup("resume-state");
+    let id = new_session(&mut s);
+    turn(&mut s.agent, &id, "hello", no_requests);
+    turn(&mut s.agent, &id, "hello again", no_requests);
+    let last_state = |lines: &[Value]| {
+        lines
+            .iter()
+            .map(|l| &l["params"]["update"])
+            .filter(|u| u["sessionUpdate"] == "state_update")
+            .last()
+            .map(|u| u["state"].clone())
+    };
+    for replay in [json!({"type": "start"}), Value::Null] {
+        let mut params = json!({"sessionId": id, "cwd": s.ws.path()});
+        if !replay.is_null() {
+            params["replayFrom"] = replay.clone();
+        }
+        let (r, lines) = s.agent.call("session/resume", params);
+        assert!(r.get("result").is_some(), "{r}");
+        assert_eq!(
+            last_state(&lines),
+            Some(json!("idle")),
+            "replayFrom {replay}: the state before the answer: {lines:?}"
+        );
+    }
+    let t = turn(&mut s.agent, &id, "and once more", no_requests);
+    assert_eq!(t.states(), ["running", "idle"], "{:?}", t.kinds());
+    assert_eq!(t.idle()["stopReason"], "end_turn");
+}
