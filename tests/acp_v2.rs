@@ -494,8 +494,7 @@ fn resume_tells_the_state_after_its_replay_and_the_next_turn_is_seen_running() {
         lines
             .iter()
             .map(|l| &l["params"]["update"])
-            .filter(|u| u["sessionUpdate"] == "state_update")
-            .last()
+            .rfind(|u| u["sessionUpdate"] == "state_update")
             .map(|u| u["state"].clone())
     };
     for replay in [json!({"type": "start"}), Value::Null] {
