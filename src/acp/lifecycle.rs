@@ -484,7 +484,7 @@ fn attach(
         }
     }
     super::view::show_in_flight(&session, &ctx.shared, &open);
-    // A v2 client is told the session's state before the answer (idle, its default, unsaid).
+    // A v2 client is told the session's state before the answer, replayed or not.
     let running = open.active_turn.is_some();
     session.emit(|_| (vec![], ()), |view| (view.resumed(running), ()));
     Ok((session, result, open, conn))

@@ -126,6 +126,9 @@ pub struct ContentChunk {
 pub enum StateUpdate {
     Running,
     Idle(IdleStopReason),
+    /// Idle without a stop reason: a snapshot that ends no work (after `session/resume`).
+    #[serde(rename = "idle")]
+    IdleSnapshot,
     RequiresAction,
 }
 

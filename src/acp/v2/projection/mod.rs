@@ -431,13 +431,20 @@ impl Projector {
         vec![SessionUpdate::StateUpdate(StateUpdate::Idle(reason))]
     }
 
-    /// A session opened here (`session/resume`) with a turn running, or not: its state.
+    /// A session opened here (`session/resume`) with a turn running, or not: its state, always
+    /// told (v2: resume MUST send a current-state snapshot), whatever a replay showed before
+    /// (its turns' `running`), so that the client and the next turn start from the truth.
     pub fn resumed(&mut self, running: bool) -> Vec<SessionUpdate> {
-        if running {
-            self.running()
+        let state = if matches!(self.foreground, Foreground::RequiresAction(_)) && running {
+            StateUpdate::RequiresAction // a dialog of the running turn was put again
+        } else if running {
+            self.foreground = Foreground::Running;
+            StateUpdate::Running
         } else {
-            vec![]
-        }
+            self.foreground = Foreground::Idle;
+            StateUpdate::IdleSnapshot
+        };
+        vec![SessionUpdate::StateUpdate(state)]
     }
 
     /// The pending prompt's turn stopped without its terminal frame (`result`: how): idle.
