@@ -709,3 +709,64 @@ fn the_official_v2_client_holds_a_conversation() {
     }
     assert!(checked > 80, "only {checked} messages");
 }
+
+/// Without a provider, a v2 client is offered sign-in as v2 has it: `authMethods` (the agent's
+/// own `env`, and the terminal `login` to a client that can run one), `auth/login` with the
+/// agent's method (refused with the terminal one, as v2 asks), and `auth/logout`, which
+/// removes the stored key — every line valid v2.
+#[test]
+fn without_a_provider_a_v2_client_signs_in_and_out() {
+    let data = TempDir::new("acpv2-auth-data");
+    let ws = TempDir::new("acpv2-auth-ws");
+    let config = data.path().join("conf").join("config.json");
+    let mut agent = AgentProcess::spawn_with(support::Spawn {
+        args: vec![],
+        env: vec![
+            ("MAKA_DATA_DIR".into(), data.path().display().to_string()),
+            ("MAKA_CONFIG".into(), config.display().to_string()),
+        ],
+    });
+    let init = agent.call_ok(
+        "initialize",
+        json!({"protocolVersion": 2, "info": {"name": "x", "version": "1"},
+            "capabilities": {"auth": {"terminal": {}}}}),
+    );
+    let methods = init["authMethods"].as_array().expect("authMethods");
+    assert_eq!(methods[0]["type"], "agent", "{init}");
+    assert_eq!(methods[0]["methodId"], "env");
+    assert_eq!(methods[1]["type"], "terminal");
+    assert_eq!(methods[1]["args"], json!(["login"]));
+    let (r, _) = agent.call("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
+    assert_eq!(error_of(&r)["code"], -32000, "{r}");
+    let (r, _) = agent.call("auth/login", json!({"methodId": "env"}));
+    assert_eq!(
+        error_of(&r)["code"],
+        -32000,
+        "still nothing configured: {r}"
+    );
+    let (r, _) = agent.call("auth/login", json!({"methodId": "login"}));
+    assert_eq!(
+        error_of(&r)["code"],
+        -32602,
+        "a terminal method is not for auth/login: {r}"
+    );
+    // What `maka-acp login` writes; then the agent's own method finds it.
+    let key = "sk-test-0123456789-secret";
+    std::fs::create_dir_all(config.parent().unwrap()).unwrap();
+    std::fs::write(
+        &config,
+        json!({"provider": "openai", "model": "gpt-test", "apiKey": key}).to_string(),
+    )
+    .unwrap();
+    assert_eq!(
+        agent.call_ok("auth/login", json!({"methodId": "env"})),
+        json!({})
+    );
+    let r = agent.call_ok("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
+    assert!(r["sessionId"].is_string(), "{r}");
+    assert_eq!(agent.call_ok("auth/logout", json!({})), json!({}));
+    let saved: Value = serde_json::from_slice(&std::fs::read(&config).unwrap()).unwrap();
+    assert_eq!(saved, json!({"provider": "openai", "model": "gpt-test"}));
+    let (r, _) = agent.call("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
+    assert_eq!(error_of(&r)["code"], -32000, "{r}");
+}

@@ -13,6 +13,8 @@ use serde_json::Value;
 pub struct InitializeParams {
     pub name: String,
     pub version: String,
+    /// `capabilities.auth.terminal`: it can run a terminal sign-in (`maka-acp login`).
+    pub auth_terminal: bool,
 }
 
 /// Reads it: for version 2 as its schema says (`info` with `name` and `version` required);
@@ -38,6 +40,17 @@ pub fn parse(offer: &Offer) -> ParamResult<InitializeParams> {
         }
         Err(e) => return Err(e),
     }
+    // Capabilities are read leniently in every v2 (an unreadable one is not advertised).
+    let auth = p
+        .optional_object("capabilities", "capabilities")
+        .ok()
+        .flatten()
+        .and_then(|c| {
+            c.optional_object("auth", "capabilities.auth")
+                .ok()
+                .flatten()
+        });
+    out.auth_terminal = auth.is_some_and(|a| a.marker("terminal").unwrap_or(false));
     Ok(out)
 }
 
@@ -51,16 +64,28 @@ fn name(info: &Params, field: &str, strict: bool) -> ParamResult<String> {
     }
 }
 
-/// The answer: version 2, who we are, and the session surface served here. No `authMethods`
-/// yet: v2 requires `auth/login` and `auth/logout` with any, which come in a later step; a
-/// host without a provider answers `session/new` with the error that says how to set one.
+/// The answer: version 2, who we are, and the session surface served here. `authMethods` only
+/// where both `auth/login` and `auth/logout` are served (v2 makes logout part of any method):
+/// with a host of this build's own, no provider configured, for the machine's user.
 pub fn answer(shared: &Shared, params: &InitializeParams) -> Value {
     log::info!(
         "client {} {} connected (ACP v2)",
         params.name,
         params.version
     );
-    let _ = shared;
+    let caps = crate::acp::initialize::ClientCapabilities {
+        auth_terminal: params.auth_terminal,
+        ..Default::default()
+    };
+    let ready = crate::acp::auth::provider_configured(&shared.link);
+    let auth_methods = if shared.can_log_out() {
+        crate::acp::auth::methods(&shared.link, &caps, ready)
+            .iter()
+            .map(t::AuthMethod::from_v1)
+            .collect()
+    } else {
+        vec![]
+    };
     crate::acp::types::to_json(&t::InitializeResponse {
         protocol_version: 2,
         info: t::Implementation {
@@ -84,6 +109,6 @@ pub fn answer(shared: &Shared, params: &InitializeParams) -> Value {
             }),
             auth: None,
         },
-        auth_methods: vec![],
+        auth_methods,
     })
 }

@@ -3,13 +3,15 @@
 //! `session/set_mode`, `fs/*`…), as a v2 name is on v1. Notifications are v1's table
 //! (`session/cancel` means the same in both).
 
-use crate::acp::methods::{answer, answer_str, m, turn, work, Job, Method};
+use crate::acp::methods::{answer, answer_str, local, m, turn, work, Job, Method};
 use crate::acp::{configure, initialize, lifecycle, read, turns};
 
 /// The v2 methods served.
 #[rustfmt::skip]
 pub static V2_METHODS: &[Method] = &[
     m("initialize",                 |v| Ok(Job::Initialize(initialize::offer(v)?))),
+    m("auth/login",                 |v| answer_str(v, read::method_id, configure::authenticate)),
+    local("auth/logout",            |v| answer(v, read::nothing, |c, ()| configure::logout(c))),
     m("session/new",                |v| work(v, read::new_session, lifecycle::new)),
     m("session/list",               |v| answer(v, read::list_sessions, lifecycle::list)),
     m("session/resume",             |v| work(v, super::lifecycle::read_resume, lifecycle::open)),

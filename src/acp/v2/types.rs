@@ -26,7 +26,47 @@ pub struct InitializeResponse {
     pub info: Implementation,
     pub capabilities: AgentCapabilities,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub auth_methods: Vec<Value>,
+    pub auth_methods: Vec<AuthMethod>,
+}
+
+/// A way to sign in: one the agent performs (`auth/login`), or a terminal program the client
+/// runs (never passed to `auth/login`).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AuthMethod {
+    #[serde(rename_all = "camelCase")]
+    Agent {
+        method_id: String,
+        name: String,
+        description: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Terminal {
+        method_id: String,
+        name: String,
+        description: String,
+        args: Vec<String>,
+        env: Vec<Value>,
+    },
+}
+
+impl AuthMethod {
+    pub fn from_v1(m: &crate::acp::types::AuthMethod) -> AuthMethod {
+        match m.kind.as_deref() {
+            Some("terminal") => AuthMethod::Terminal {
+                method_id: m.id.clone(),
+                name: m.name.clone(),
+                description: m.description.clone(),
+                args: m.args.clone().unwrap_or_default(),
+                env: vec![],
+            },
+            _ => AuthMethod::Agent {
+                method_id: m.id.clone(),
+                name: m.name.clone(),
+                description: m.description.clone(),
+            },
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
