@@ -770,3 +770,189 @@ fn without_a_provider_a_v2_client_signs_in_and_out() {
     let (r, _) = agent.call("session/new", json!({"cwd": ws.path(), "mcpServers": []}));
     assert_eq!(error_of(&r)["code"], -32000, "{r}");
 }
+
+// ---- review 58: failing tests ------------------------------------------------------------
+
+/// `session/resume` with `replayFrom: start` of a session whose turns all ended: the replay
+/// may say `running` for a replayed turn, but the client must be left knowing the session is
+/// idle (v2: the agent MUST report `idle` when foreground work ends). Today the replayed
+/// `turn_started` says `running` and nothing ever says `idle`: an SDK client's `nextUpdate()`
+/// loop, or a UI's spinner, waits forever.
+#[test]
+fn review58_a_resume_with_replay_of_an_idle_session_leaves_it_idle() {
+    let mut s = setup("replay-idle");
+    let id = new_session(&mut s);
+    let live = turn(&mut s.agent, &id, "hello", no_requests);
+    assert_eq!(live.idle()["stopReason"], "end_turn");
+    s.agent.call_ok("session/close", json!({"sessionId": id}));
+    let (r, lines) = s.agent.call(
+        "session/resume",
+        json!({"sessionId": id, "cwd": s.ws.path(), "replayFrom": {"type": "start"}}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    let mut states: Vec<String> = lines
+        .iter()
+        .filter(|l| l["params"]["update"]["sessionUpdate"] == "state_update")
+        .map(|l| {
+            l["params"]["update"]["state"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    // Whatever follows the answer within a moment (commands, a late state).
+    while let Some(v) = s.agent.recv_timeout(std::time::Duration::from_millis(700)) {
+        if v["params"]["update"]["sessionUpdate"] == "state_update" {
+            states.push(
+                v["params"]["update"]["state"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            );
+        }
+    }
+    assert_ne!(
+        states.last().map(String::as_str),
+        Some("running"),
+        "the resumed session, which runs nothing, was left `running`: {states:?}"
+    );
+    // Replay keeps live's ids: the user message and the agent's message.
+    let ids = |updates: Vec<&Value>, kind: &str| -> Vec<String> {
+        updates
+            .into_iter()
+            .filter(|u| u["sessionUpdate"] == kind)
+            .map(|u| u["messageId"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    let replayed: Vec<&Value> = lines.iter().map(|l| &l["params"]["update"]).collect();
+    let shown: Vec<&Value> = live
+        .updates
+        .iter()
+        .map(|l| &l["params"]["update"])
+        .collect();
+    assert_eq!(
+        ids(replayed.clone(), "user_message"),
+        ids(shown.clone(), "user_message")
+    );
+    let mut a = ids(replayed, "agent_message_chunk");
+    let mut b = ids(shown, "agent_message_chunk");
+    a.dedup();
+    b.dedup();
+    assert_eq!(a, b, "agent message ids differ between live and replay");
+}
+
+/// The pid of the host `agent_pid` started (`maka-acp host …`, its child).
+fn review58_host_pid(agent_pid: u32) -> Option<u32> {
+    let out = std::process::Command::new("ps")
+        .args(["-eo", "pid,ppid,args"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let mut parts = l.split_whitespace();
+        let pid: u32 = parts.next()?.parse().ok()?;
+        let ppid: u32 = parts.next()?.parse().ok()?;
+        let rest: Vec<&str> = parts.collect();
+        (ppid == agent_pid && rest.get(1) == Some(&"host")).then_some(pid)
+    })
+}
+
+/// A v2 client told `running` for a turn it did not prompt (another client's, here; a goal's
+/// alike) must be told when that work is over. When the host goes away mid-turn, the reader
+/// stops (`follow::stop_reader`) and settles only a prompt of this connection's: the other
+/// turn's `running` is never followed by `idle` — the client's session looks busy for good.
+#[test]
+fn review58_a_followed_turn_of_another_client_ends_idle_when_the_host_goes() {
+    let mut s = setup("other-gone");
+    let id = new_session(&mut s);
+    s.agent.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "slow please"}]}),
+    );
+    loop {
+        if s.agent.recv()["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    // A second v2 client on the same host follows the running turn.
+    let mut other = AgentProcess::scripted(&script(), s._data.path());
+    v2_initialize(&mut other);
+    let (r, lines) = other.call(
+        "session/resume",
+        json!({"sessionId": id, "cwd": s.ws.path()}),
+    );
+    assert!(r.get("result").is_some(), "{r}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["params"]["update"]["state"] == "running"),
+        "{lines:?}"
+    );
+    let host = review58_host_pid(s.agent.pid()).expect("the host");
+    std::process::Command::new("kill")
+        .args(["-KILL", &host.to_string()])
+        .status()
+        .unwrap();
+    let mut idle = None;
+    while let Some(v) = other.recv_timeout(std::time::Duration::from_secs(10)) {
+        if v["params"]["update"]["state"] == "idle" {
+            idle = Some(v);
+            break;
+        }
+    }
+    assert!(
+        idle.is_some(),
+        "the follower was never told the turn it saw running is over"
+    );
+}
+
+/// Errors a v2 client gets name only methods it can call: v2 has no `session/load` (`-32601`
+/// on v2), yet the unknown-session error (`errors::unknown_session`) tells it to use one.
+#[test]
+fn review58_errors_on_v2_name_no_v1_only_method() {
+    let mut s = setup("errors");
+    let (r, _) = s.agent.call(
+        "session/prompt",
+        json!({"sessionId": "sess_nothing", "prompt": [{"type": "text", "text": "hi"}]}),
+    );
+    let message = error_of(&r)["message"].as_str().unwrap_or("").to_string();
+    assert!(
+        !message.contains("session/load"),
+        "a v2 client is told to call a method v2 lacks: {message}"
+    );
+}
+
+/// v2 echoes the client's own prompt as `user_message` — an upsert whose `content` REPLACES
+/// the message's content. The echo is built from the host's `turn_started` text (attachments
+/// by name only, text cut at 64 KiB), not the client's blocks (plan §3 `mark_own_turn(turn_id,
+/// blocks)` is a no-op): a prompt with an image is echoed without it, so a client that keeps
+/// the message by id loses the image it sent.
+#[test]
+fn review58_the_echo_of_an_own_prompt_keeps_its_blocks() {
+    let mut s = setup("echo");
+    let id = new_session(&mut s);
+    // A 1x1 PNG.
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+    let prompt_id = s.agent.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [
+            {"type": "text", "text": "what is this?"},
+            {"type": "image", "mimeType": "image/png", "data": png}]}),
+    );
+    let t = follow(&mut s.agent, &prompt_id, &mut no_requests);
+    assert!(
+        t.response["result"]["messageId"].is_string(),
+        "{}",
+        t.response
+    );
+    let echo = t.of_kind("user_message");
+    assert_eq!(echo.len(), 1, "{:?}", t.kinds());
+    let kinds: Vec<&str> = echo[0]["content"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|b| b["type"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        kinds.contains(&"image"),
+        "the echo replaced the prompt's content without its image: {}",
+        echo[0]
+    );
+}

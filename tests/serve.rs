@@ -5157,3 +5157,112 @@ fn v1_and_v2_connections_share_one_serve_and_never_see_each_others_messages() {
     assert!(answered);
     assert_eq!(text, "Hello from the script!");
 }
+
+// ---- review 58: failing tests ------------------------------------------------------------
+
+/// A v2 receiver that comes back mid-turn is told the session's turn state by serve's own
+/// `acp/turnState` (a v1 transport advisory: `running` while a prompt's answer is not out).
+/// On v2 the prompt is answered when its message is inserted, so serve says `idle` while the
+/// turn runs — a v1 notion, reaching a v2 connection, saying the opposite of its
+/// `state_update`.
+#[test]
+fn review58_a_v2_stream_that_comes_back_mid_turn_is_not_told_idle() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect_v2(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "slow");
+    // Its answer (inserted), then its first text: the turn runs (30 s of delay follow).
+    let (mut answered, mut running, mut text) = (false, false, false);
+    let mut last = 0;
+    while !(answered && running && text) {
+        let (stream, eid, v) = c.next();
+        if stream.as_deref() == Some(sid.as_str()) {
+            last = eid;
+        }
+        if v.get("method").is_none() && v["id"] == id {
+            assert!(v["result"]["messageId"].is_string(), "{v}");
+            answered = true;
+        }
+        running |= v["params"]["update"]["state"] == "running";
+        text |= v["params"]["update"]["sessionUpdate"] == "agent_message_chunk";
+    }
+    c.drop_streams();
+    std::thread::sleep(Duration::from_millis(300));
+    while c.events.try_recv().is_ok() {}
+    let seen = c.seen.borrow().get(&None).copied();
+    c.open_stream(None, seen);
+    c.open_stream(Some(&sid), Some(last));
+    // What it missed, then (serve's own) the turn state.
+    let v = loop {
+        let (_, _, v) = c.next();
+        if !v["params"]["_meta"]["acp/turnState"].is_null() {
+            break v;
+        }
+    };
+    let said = &v["params"]["_meta"]["acp/turnState"];
+    assert!(
+        said.is_null() || said["state"] != "idle",
+        "a v2 client whose turn runs is told `idle` by serve: {v}"
+    );
+}
+
+/// A v2 prompt held by the host (queued behind another client's running turn) and withdrawn
+/// by its client (`$/cancel_request`, as the SDK's `cancellationSignal` does for a held
+/// prompt) is answered `-32800` — which says it was not inserted — yet it stays in the host's
+/// queue and runs when the turn before it ends: a prompt the client withdrew is inserted and
+/// answered by the model.
+#[test]
+fn review58_a_held_v2_prompt_withdrawn_by_its_client_never_runs() {
+    let s = Serve::start();
+    let cwd = s.ws.path().to_path_buf();
+    let mut a = HttpClient::connect(&s);
+    let mut b = HttpClient::connect_v2(&s);
+    let sa = a.new_session();
+    a.prompt(&sa, "slow");
+    loop {
+        let (_, _, v) = a.next();
+        if v["params"]["update"]["sessionUpdate"] == "agent_message_chunk" {
+            break;
+        }
+    }
+    // B follows A's session and prompts in it: the host holds B's prompt behind A's turn.
+    b.open_stream(Some(&sa), None);
+    let resume = b.send("session/resume", json!({"sessionId": sa, "cwd": cwd}));
+    let (r, _) = b.until_response(resume, |v| panic!("unexpected request {v}"));
+    assert!(r.get("result").is_some(), "{r}");
+    let held = b.prompt(&sa, "hello, held one");
+    // Give `turn.start` time to be queued by the host (no frame says so).
+    std::thread::sleep(Duration::from_millis(500));
+    let r = s.post(
+        Some(&b.conn),
+        Some(&sa),
+        &json!({"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": held}}),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let (answer, _) = b.until_response(held, |v| panic!("unexpected request {v}"));
+    assert_eq!(answer["error"]["code"], -32800, "{answer}");
+    // A's turn ends; nothing of B's withdrawn prompt may run after it.
+    let r = s.post(
+        Some(&a.conn),
+        Some(&sa),
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sa}}),
+    );
+    assert_eq!(r.status, 202, "{}", r.body);
+    let mut after = vec![];
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while let Some(left) = deadline.checked_duration_since(std::time::Instant::now()) {
+        match b.events.recv_timeout(left) {
+            Ok((_, _, v)) => after.push(v),
+            Err(_) => break,
+        }
+    }
+    let inserted: Vec<&Value> = after
+        .iter()
+        .filter(|v| v["params"]["update"]["sessionUpdate"] == "user_message")
+        .filter(|v| v.to_string().contains("held one"))
+        .collect();
+    assert!(
+        inserted.is_empty(),
+        "the withdrawn prompt was inserted and ran: {inserted:?}"
+    );
+}

@@ -635,3 +635,56 @@ fn a_frame_after_the_last_sequence_number_is_out_of_sequence() {
     let next = text(5, 0, "x");
     assert!(session.apply(&shared, next.seq, next.body).is_ok());
 }
+
+// ---- review 58: failing tests ------------------------------------------------------------
+
+/// A v2 connection follows a turn it did not prompt (another client's, a goal's): it is told
+/// `running`. The turn ends inside a gap of the stream; the catch-up's snapshot says no turn
+/// is active. `follow::reopen` settles only this connection's own prompt, so nothing ever
+/// says `idle`: the session stays "running" for the client (until some later turn ends).
+#[test]
+fn review58_v2_a_turn_that_ended_in_a_gap_is_told_idle() {
+    let host = Arc::new(FakeHost::default().answer::<ops::SessionOpen>(|_| Ok(snapshot())));
+    host.window(vec![
+        frame(
+            1,
+            FrameBody::TurnStarted {
+                turn_id: "g1".into(),
+                run_id: "r".into(),
+                origin: "goal".into(),
+                content: None,
+                content_truncated: false,
+            },
+        ),
+        text(2, 0, "Hel"),
+        // Frames 3 (more text) and 4 (its `turn_terminal`) were lost.
+        text(5, 0, "next"),
+    ]);
+    let (outbox, lines) = test_outbox();
+    let client: Arc<dyn HostApi> = host.clone();
+    let shared = Arc::new(Shared::new(
+        outbox.clone(),
+        Arc::new(ClientCalls::new(outbox)),
+        Arc::new(HostLink::connected(client, "e1")),
+        Default::default(),
+        None,
+    ));
+    shared.negotiate(super::out::Version::V2);
+    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
+    session.set_position(0, "e1", Some("g1".into()));
+    let conn = shared.link.current().unwrap();
+    super::follow::ensure_reader(&session, &shared, &conn, None);
+    let mut states = vec![];
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while let Some(l) = lines.next_before(deadline) {
+        let v: Value = serde_json::from_str(&l).unwrap();
+        if let Some(s) = v["params"]["update"]["state"].as_str() {
+            states.push(s.to_string());
+        }
+    }
+    assert_eq!(
+        states.last().map(String::as_str),
+        Some("idle"),
+        "the turn that ended in the gap left the client `running`: {states:?}"
+    );
+}

@@ -352,3 +352,87 @@ fn every_turn_is_told_by_state_and_a_cancelled_one_ends_cancelled() {
     assert_eq!(v[1]["state"], "idle");
     assert_eq!(v[1]["stopReason"], "cancelled");
 }
+
+// ---- review 58: failing tests ------------------------------------------------------------
+
+/// A catch-up shows a running command's snapshot (`snapshot_frames`: its start and its
+/// output tail, `outSeq` 0) through `frame`, as it shows live frames: the bytes streamed live
+/// are appended to the display terminal a second time (plan §12 promised a snapshot instead).
+#[test]
+fn review58_a_catch_up_does_not_append_a_commands_output_twice() {
+    let mut p = Projector::new("s", Default::default());
+    let frame = |v: Value| serde_json::from_value::<FrameBody>(v).unwrap();
+    let start = json!({"kind": "tool_start", "turnId": "t", "toolCallId": "c1",
+        "toolName": "run_command", "title": "ls", "activityKind": "command", "args": {}});
+    let live = [
+        start.clone(),
+        json!({"kind": "tool_output_delta", "turnId": "t", "toolCallId": "c1", "outSeq": 1,
+            "stream": "stdout", "chunk": "hello\n"}),
+    ];
+    let mut bytes = vec![];
+    let mut chunks = |updates: Vec<SessionUpdate>| {
+        for u in updates {
+            let v = serde_json::to_value(&u).unwrap();
+            if v["sessionUpdate"] == "terminal_output_chunk" {
+                bytes.push(v["data"].as_str().unwrap().to_string());
+            }
+        }
+    };
+    for f in live {
+        for e in p.apply(frame(f), Instant::now(), TurnView::default()) {
+            if let Effect::Show(u) = e {
+                chunks(u);
+            }
+        }
+    }
+    // The catch-up after a gap: the snapshot's frames for the same running command.
+    let snapshot = [
+        start,
+        json!({"kind": "tool_output_delta", "turnId": "", "toolCallId": "c1", "outSeq": 0,
+            "stream": "stdout", "chunk": "hello\n"}),
+    ];
+    for f in snapshot {
+        chunks(p.frame(&frame(f), Instant::now()));
+    }
+    assert_eq!(
+        bytes.len(),
+        1,
+        "the terminal got the same output twice: {bytes:?}"
+    );
+}
+
+/// `session/resume` with `replayFrom: start` shows the history through `frame`: the first
+/// replayed `turn_started` says `running`, and nothing replayed or done after it (the
+/// transcript has no `turn_terminal`; `end_unfinished` and `resumed(false)` leave the state)
+/// ever says `idle`: a resumed idle session is left "running" for good.
+#[test]
+fn review58_a_replayed_history_ends_idle() {
+    let mut p = Projector::new("s", Default::default());
+    let frame = |v: Value| serde_json::from_value::<FrameBody>(v).unwrap();
+    let mut states = vec![];
+    let mut note = |updates: Vec<SessionUpdate>| {
+        for u in updates {
+            let v = serde_json::to_value(&u).unwrap();
+            if v["sessionUpdate"] == "state_update" {
+                states.push(v["state"].as_str().unwrap().to_string());
+            }
+        }
+    };
+    // What `replay_frames` makes of one finished turn.
+    for f in [
+        json!({"kind": "turn_started", "turnId": "t1", "runId": "", "origin": "prompt",
+            "content": {"text": "hi"}}),
+        json!({"kind": "text_delta", "turnId": "t1", "messageId": "m1", "startOffset": 0,
+            "text": "hello", "complete": true}),
+    ] {
+        note(p.frame(&frame(f), Instant::now()));
+    }
+    // What `lifecycle::attach` does next for a session with no active turn.
+    note(p.end_unfinished("interrupted", false));
+    note(p.resumed(false));
+    assert_ne!(
+        states.last().map(String::as_str),
+        Some("running"),
+        "a resumed idle session is told it runs: {states:?}"
+    );
+}
