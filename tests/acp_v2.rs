@@ -779,7 +779,7 @@ fn without_a_provider_a_v2_client_signs_in_and_out() {
 /// `turn_started` says `running` and nothing ever says `idle`: an SDK client's `nextUpdate()`
 /// loop, or a UI's spinner, waits forever.
 #[test]
-fn review58_a_resume_with_replay_of_an_idle_session_leaves_it_idle() {
+fn a_resume_with_replay_of_an_idle_session_leaves_it_idle() {
     let mut s = setup("replay-idle");
     let id = new_session(&mut s);
     let live = turn(&mut s.agent, &id, "hello", no_requests);
@@ -842,7 +842,7 @@ fn review58_a_resume_with_replay_of_an_idle_session_leaves_it_idle() {
 }
 
 /// The pid of the host `agent_pid` started (`maka-acp host …`, its child).
-fn review58_host_pid(agent_pid: u32) -> Option<u32> {
+fn host_pid(agent_pid: u32) -> Option<u32> {
     let out = std::process::Command::new("ps")
         .args(["-eo", "pid,ppid,args"])
         .output()
@@ -861,7 +861,7 @@ fn review58_host_pid(agent_pid: u32) -> Option<u32> {
 /// stops (`follow::stop_reader`) and settles only a prompt of this connection's: the other
 /// turn's `running` is never followed by `idle` — the client's session looks busy for good.
 #[test]
-fn review58_a_followed_turn_of_another_client_ends_idle_when_the_host_goes() {
+fn a_followed_turn_of_another_client_ends_idle_when_the_host_goes() {
     let mut s = setup("other-gone");
     let id = new_session(&mut s);
     s.agent.request(
@@ -908,7 +908,7 @@ fn review58_a_followed_turn_of_another_client_ends_idle_when_the_host_goes() {
 /// Errors a v2 client gets name only methods it can call: v2 has no `session/load` (`-32601`
 /// on v2), yet the unknown-session error (`errors::unknown_session`) tells it to use one.
 #[test]
-fn review58_errors_on_v2_name_no_v1_only_method() {
+fn errors_on_v2_name_no_v1_only_method() {
     let mut s = setup("errors");
     let (r, _) = s.agent.call(
         "session/prompt",
@@ -927,7 +927,7 @@ fn review58_errors_on_v2_name_no_v1_only_method() {
 /// blocks)` is a no-op): a prompt with an image is echoed without it, so a client that keeps
 /// the message by id loses the image it sent.
 #[test]
-fn review58_the_echo_of_an_own_prompt_keeps_its_blocks() {
+fn the_echo_of_an_own_prompt_keeps_its_blocks() {
     let mut s = setup("echo");
     let id = new_session(&mut s);
     // A 1x1 PNG.

@@ -281,6 +281,17 @@ fn stop_reader(
 ) {
     session.release_reader(host_gone);
     if session.prompt_turn().is_none() {
+        // v2 tells every turn it follows (another client's, a goal's): its end too, as far
+        // as this connection can tell — the reader stops, so nothing more of it is shown.
+        // (v1 tells another's turn by `_maka/turn_state` from its frames alone, as before.)
+        session.emit(
+            |_| (vec![], ()),
+            |view| {
+                let mut out = view.end_unfinished(TOOL_UNFINISHED, false);
+                out.extend(view.stopped(&result, false));
+                (out, ())
+            },
+        );
         return;
     }
     settle(session, shared, result);
@@ -333,6 +344,28 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
     let active = open.active_turn.as_ref().map(|t| t.turn_id.clone());
     let waiting_turn = session.prompt_turn();
     session.set_position(open.seq, &conn.epoch, active.clone());
+    // v2: the state as the snapshot has it (a turn that ended in the gap, a dialog closed in
+    // it), and the pending prompt answered if its turn started in the gap.
+    let pending: Vec<String> = open
+        .pending_interactions
+        .iter()
+        .map(|i| i.interaction_id.clone())
+        .collect();
+    session.emit(
+        |_| (vec![], ()),
+        |view| (view.reconcile(active.is_some(), &pending, false), ()),
+    );
+    if let Some(turn) = waiting_turn
+        .as_deref()
+        .filter(|t| active.as_deref() == Some(*t))
+    {
+        if let Some(responder) = session.accept_prompt(turn) {
+            let answer = v2::types::PromptResponse {
+                message_id: v2::projection::user_message_id(turn),
+            };
+            responder.respond(Ok(super::types::to_json(&answer)));
+        }
+    }
     if let Some(turn) = waiting_turn.filter(|t| active.as_deref() != Some(t)) {
         // Our turn finished while the ring moved past us: its outcome comes from turn.query.
         let input = TurnRef {

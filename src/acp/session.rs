@@ -34,34 +34,44 @@ pub enum PromptAnswer {
     /// v1: when its turn ends, with the stop reason.
     AtEnd(Responder),
     /// v2: when its user message is inserted (its turn started), with `{messageId}`; its end
-    /// is then told by `state_update`. `None` once answered.
-    OnInsert(Option<Responder>),
+    /// is then told by `state_update`. `None` once answered. With the client's blocks, which
+    /// the inserted message echoes (v2 shows the prompt as the client sent it).
+    OnInsert(Option<Responder>, Vec<serde_json::Value>),
 }
 
 impl PromptAnswer {
-    /// The answer a connection of `shared`'s version gives a prompt.
-    pub fn for_connection(shared: &Shared, responder: Responder) -> PromptAnswer {
+    /// The answer a connection of `shared`'s version gives a prompt of `blocks`.
+    pub fn for_connection(
+        shared: &Shared,
+        responder: Responder,
+        blocks: impl FnOnce() -> Vec<serde_json::Value>,
+    ) -> PromptAnswer {
         match shared.version() {
-            Some(super::out::Version::V2) => PromptAnswer::OnInsert(Some(responder)),
+            Some(super::out::Version::V2) => PromptAnswer::OnInsert(Some(responder), blocks()),
             _ => PromptAnswer::AtEnd(responder),
         }
+    }
+
+    /// v2: whether it is request `id`, not yet inserted.
+    fn is_uninserted(&self, id: &RequestId) -> bool {
+        matches!(self, PromptAnswer::OnInsert(Some(r), _) if r.id() == Some(id))
     }
 
     /// Refuses it (it never ran) with `e`.
     pub fn refuse(self, e: ResponseError) {
         match self {
-            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r)) => r.respond(Err(e)),
-            PromptAnswer::OnInsert(None) => {}
+            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r), _) => r.respond(Err(e)),
+            PromptAnswer::OnInsert(None, _) => {}
         }
     }
 
     /// Whether the client withdrew it (`$/cancel_request`) before it was answered.
     fn withdrawn(&self) -> bool {
         match self {
-            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r)) => {
+            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r), _) => {
                 r.cancel_flag().is_cancelled()
             }
-            PromptAnswer::OnInsert(None) => false,
+            PromptAnswer::OnInsert(None, _) => false,
         }
     }
 
@@ -75,14 +85,14 @@ impl PromptAnswer {
             }
             // Its turn ended before its insertion was seen (a catch-up read past it): it
             // was inserted all the same, unless it was cancelled before it started.
-            PromptAnswer::OnInsert(Some(responder)) => responder.respond(match result {
+            PromptAnswer::OnInsert(Some(responder), _) => responder.respond(match result {
                 Err(e) => Err(e),
                 Ok(_) if cancelled => Err(ResponseError::cancelled()),
                 Ok(_) => Ok(super::types::to_json(&v2::types::PromptResponse {
                     message_id: v2::projection::user_message_id(turn_id),
                 })),
             }),
-            PromptAnswer::OnInsert(None) => {}
+            PromptAnswer::OnInsert(None, _) => {}
         }
     }
 }
@@ -331,13 +341,24 @@ impl AcpSession {
         seq: Option<u64>,
         body: FrameBody,
     ) -> Result<Effects, OutOfSequence> {
-        let prompt_turn = {
+        let (prompt_turn, echo) = {
             let mut st = lock(&self.state);
             let last = st.position.last_seq;
             if seq.is_some_and(|seq| last.checked_add(1) != Some(seq)) {
                 return Err(OutOfSequence { last });
             }
-            observe(&mut st, seq, projection::facts(&body))
+            let facts = projection::facts(&body);
+            let starts = facts.turn_started.map(str::to_string);
+            let prompt_turn = observe(&mut st, seq, facts);
+            // v2 echoes the prompt's own blocks when its turn starts (copied only then).
+            let echo = match (&st.prompt, starts) {
+                (Some(p), Some(t)) if p.turn_id == t => match &p.answer {
+                    PromptAnswer::OnInsert(_, blocks) => Some(blocks.clone()),
+                    PromptAnswer::AtEnd(_) => None,
+                },
+                _ => None,
+            };
+            (prompt_turn, echo)
         };
         let mut view = lock(&self.view);
         let hushed = self.hushed.load(Ordering::Acquire);
@@ -364,6 +385,7 @@ impl AcpSession {
                 let turn = v2::projection::TurnView {
                     prompt_turn: prompt_turn.as_deref(),
                     cancelled_by_client: self.is_cancelling(),
+                    echo: echo.as_deref(),
                 };
                 let mut rest = vec![];
                 for effect in projector.apply(body, Instant::now(), turn) {
@@ -810,9 +832,31 @@ impl AcpSession {
         let mut st = lock(&self.state);
         let p = st.prompt.as_mut().filter(|p| p.turn_id == turn_id)?;
         match &mut p.answer {
-            PromptAnswer::OnInsert(r) => r.take(),
+            PromptAnswer::OnInsert(r, _) => r.take(),
             PromptAnswer::AtEnd(_) => None,
         }
+    }
+
+    /// v2: the client withdrew its pending prompt (`$/cancel_request` of request `id`, already
+    /// answered `-32800`) before it was inserted: its turn never runs — stopped as soon as
+    /// `turn.start` returns, taken out of the host's queue — while the prompts behind it go
+    /// on. Returns the started turn the host must stop.
+    pub fn withdraw_pending(&self, id: &RequestId) -> Option<String> {
+        let (turn, started, on_host) = {
+            let mut st = lock(&self.state);
+            let p = st.prompt.as_mut().filter(|p| p.answer.is_uninserted(id))?;
+            p.cancel_requested = true;
+            (p.turn_id.clone(), p.started, p.queued_on_host)
+        };
+        log::debug!(
+            "session {}: prompt {turn} withdrawn before its insertion",
+            self.id
+        );
+        if on_host {
+            // Its `turn.stop` takes it out of the host's queue with no frame: settled here.
+            self.finish_prompt_of(&turn, Ok(PromptResponse::new(StopReason::Cancelled)));
+        }
+        started.then_some(turn)
     }
 }
 

@@ -643,7 +643,7 @@ fn a_frame_after_the_last_sequence_number_is_out_of_sequence() {
 /// is active. `follow::reopen` settles only this connection's own prompt, so nothing ever
 /// says `idle`: the session stays "running" for the client (until some later turn ends).
 #[test]
-fn review58_v2_a_turn_that_ended_in_a_gap_is_told_idle() {
+fn v2_a_turn_that_ended_in_a_gap_is_told_idle() {
     let host = Arc::new(FakeHost::default().answer::<ops::SessionOpen>(|_| Ok(snapshot())));
     host.window(vec![
         frame(

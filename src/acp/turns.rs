@@ -69,6 +69,8 @@ pub fn register(ctx: &Ctx, mut p: Prompt, responder: Responder) -> Option<Regist
         responder.respond(Err(errors::unknown_session(&p.session_id)));
         return None;
     };
+    // v2 echoes the prompt as the client sent it (read before the host's copy is made of it).
+    let echo = (ctx.shared.version() == Some(super::out::Version::V2)).then(|| p.blocks.clone());
     let content = match prompt::to_message(&mut p.blocks) {
         Ok(c) => c,
         Err(e) => {
@@ -91,7 +93,7 @@ pub fn register(ctx: &Ctx, mut p: Prompt, responder: Responder) -> Option<Regist
             }
         })
     };
-    let answer = PromptAnswer::for_connection(&ctx.shared, responder);
+    let answer = PromptAnswer::for_connection(&ctx.shared, responder, || echo.unwrap_or_default());
     match session.admit_prompt(&turn_id, answer, queued) {
         Ok(Admission::Now) => registered,
         Ok(Admission::Queued(place)) => {

@@ -49,13 +49,11 @@ fn show_as(session: &AcpSession, _shared: &Shared, frames: &[FrameBody], catchin
             }
             (out, ())
         },
+        // Content only: the state is the snapshot's, told after (`reconcile`).
         |view| {
             let mut out = vec![];
             for frame in frames {
-                if let Some(turn_id) = own(frame) {
-                    view.mark_own_turn(&turn_id);
-                }
-                out.extend(view.frame(frame, now));
+                out.extend(view.replayed(frame, now));
             }
             (out, ())
         },

@@ -269,9 +269,12 @@ impl ReaderState {
             Message::Response(r) => self.client_calls.complete(r),
             Message::Notification(n) if n.method == "$/cancel_request" => {
                 match n.params.get("requestId").and_then(RequestId::from_value) {
-                    Some(id) => {
-                        self.incoming.cancel(&id);
+                    // Answered here at once; the dispatcher is told too, so that what the
+                    // request started can be withdrawn (a prompt not yet inserted).
+                    Some(id) if self.incoming.cancel(&id) => {
+                        return self.inbox.send(Incoming::Notification(n)).is_ok();
                     }
+                    Some(_) => {}
                     None => log::warn!("$/cancel_request without a valid requestId"),
                 }
             }

@@ -141,8 +141,9 @@ pub enum SessionUpdate {
 #[serde(rename_all = "camelCase")]
 pub struct UserMessage {
     pub message_id: String,
+    /// The blocks as the client sent them (its own prompt), or the host's text.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub content: Option<Vec<ContentBlock>>,
+    pub content: Option<Vec<Value>>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize)]

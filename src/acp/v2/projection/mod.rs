@@ -42,6 +42,8 @@ pub struct TurnView<'a> {
     pub prompt_turn: Option<&'a str>,
     /// The client cancelled it (or closed the session): its end is `cancelled`.
     pub cancelled_by_client: bool,
+    /// The blocks the pending prompt was sent with (echoed when its turn starts).
+    pub echo: Option<&'a [Value]>,
 }
 
 /// What a live frame makes the session's reader do, in order.
@@ -102,6 +104,9 @@ pub struct Projector {
     /// Tool calls in start order, to settle the open ones when a turn ends.
     order: Vec<String>,
     foreground: Foreground,
+    /// Frames are a replay or a catch-up (from the transcript and a snapshot): they show
+    /// content, not state — the state is the snapshot's ([`Projector::reconcile`]).
+    replaying: bool,
     /// The plan last shown (revision, status, entries).
     plan: Option<(u64, String, Vec<crate::host_api::wire::PlanEntry>)>,
     /// The goal revision last shown.
@@ -132,9 +137,6 @@ impl Projector {
         }
     }
 
-    /// Every own turn is echoed in v2; nothing to mark (kept for the shared replay loop).
-    pub fn mark_own_turn(&mut self, _turn_id: &str) {}
-
     /// Everything a live frame does, in order: its updates first, then what the reader
     /// performs. Every kind of frame has its arm.
     pub fn apply(&mut self, body: FrameBody, now: Instant, turn: TurnView<'_>) -> Vec<Effect> {
@@ -142,7 +144,13 @@ impl Projector {
         match body {
             F::TurnStarted { ref turn_id, .. } if turn.prompt_turn == Some(turn_id.as_str()) => {
                 let turn_id = turn_id.clone();
-                let shown = self.frame(&body, now);
+                let message_id = user_message_id(&turn_id);
+                // The client's own prompt, as it sent it (the host's copy is text, cut).
+                let mut shown = match turn.echo {
+                    Some(blocks) if !blocks.is_empty() => self.echo(&message_id, blocks.to_vec()),
+                    _ => vec![],
+                };
+                shown.extend(self.frame(&body, now));
                 vec![
                     Effect::Show(shown),
                     Effect::Accepted {
@@ -236,10 +244,11 @@ impl Projector {
             F::TurnStarted {
                 turn_id, content, ..
             } => {
-                let mut out = self.user_message(
-                    &user_message_id(turn_id),
-                    content.as_ref().map(|c| c.text.as_str()),
-                );
+                // Work the agent starts itself (a goal's turn) has no user message in v2.
+                let mut out = match content.as_ref().filter(|c| !c.text.is_empty()) {
+                    Some(c) => self.user_message(&user_message_id(turn_id), &c.text),
+                    None => vec![],
+                };
                 out.extend(self.running());
                 out
             }
@@ -247,7 +256,7 @@ impl Projector {
                 message_id,
                 content,
                 ..
-            } => self.user_message(message_id, Some(&content.text)),
+            } => self.user_message(message_id, &content.text),
             F::TurnStatus {
                 status: TurnStatus::Running,
                 ..
@@ -371,15 +380,17 @@ impl Projector {
         })]
     }
 
-    /// A user message, once per message id.
-    fn user_message(&mut self, message_id: &str, text: Option<&str>) -> Vec<SessionUpdate> {
+    /// A user message of the host's text, once per message id.
+    fn user_message(&mut self, message_id: &str, text: &str) -> Vec<SessionUpdate> {
+        let block = serde_json::to_value(text_block(text)).unwrap_or(Value::Null);
+        self.echo(message_id, vec![block])
+    }
+
+    /// A user message of these blocks, once per message id.
+    fn echo(&mut self, message_id: &str, content: Vec<Value>) -> Vec<SessionUpdate> {
         if !self.echoed.insert(message_id.to_string()) {
             return vec![];
         }
-        let content = text
-            .filter(|t| !t.is_empty())
-            .map(|t| vec![text_block(t)])
-            .unwrap_or_default();
         vec![SessionUpdate::UserMessage(t::UserMessage {
             message_id: message_id.to_string(),
             content: Some(content),
@@ -417,7 +428,7 @@ impl Projector {
     }
 
     fn running(&mut self) -> Vec<SessionUpdate> {
-        if self.foreground != Foreground::Idle {
+        if self.replaying || self.foreground != Foreground::Idle {
             return vec![]; // running already, or waiting for the person
         }
         self.show_state(Foreground::Running, StateUpdate::Running)
@@ -431,20 +442,45 @@ impl Projector {
         vec![SessionUpdate::StateUpdate(StateUpdate::Idle(reason))]
     }
 
-    /// A session opened here (`session/resume`) with a turn running, or not: its state, always
-    /// told (v2: resume MUST send a current-state snapshot), whatever a replay showed before
-    /// (its turns' `running`), so that the client and the next turn start from the truth.
-    pub fn resumed(&mut self, running: bool) -> Vec<SessionUpdate> {
-        let state = if matches!(self.foreground, Foreground::RequiresAction(_)) && running {
-            StateUpdate::RequiresAction // a dialog of the running turn was put again
-        } else if running {
-            self.foreground = Foreground::Running;
-            StateUpdate::Running
-        } else {
-            self.foreground = Foreground::Idle;
-            StateUpdate::IdleSnapshot
+    /// Frames from the transcript or a snapshot (a `session/resume` replay, a reader's
+    /// catch-up): their content, not their state — a replayed turn's start says nothing of
+    /// whether it runs now ([`Projector::reconcile`] says that), and a running command's
+    /// output comes as its terminal's whole tail, replacing what the client has.
+    pub fn replayed(&mut self, body: &FrameBody, now: Instant) -> Vec<SessionUpdate> {
+        self.replaying = true;
+        let out = self.frame(body, now);
+        self.replaying = false;
+        out
+    }
+
+    /// The session's state as a snapshot says it (`running`: a turn runs; `pending`: the
+    /// dialogs waiting for the person), after a resume or a catch-up: the foreground is set to
+    /// it, and told — always after a resume (`told`: v2's resume MUST send the current state;
+    /// `idle` without a stop reason there), else only when it changed (a turn that ended in a
+    /// gap, a dialog closed in it).
+    pub fn reconcile(
+        &mut self,
+        running: bool,
+        pending: &[String],
+        told: bool,
+    ) -> Vec<SessionUpdate> {
+        let next = match (running, pending) {
+            (false, _) => Foreground::Idle,
+            (true, []) => Foreground::Running,
+            (true, ids) => Foreground::RequiresAction(ids.iter().cloned().collect()),
         };
-        vec![SessionUpdate::StateUpdate(state)]
+        let changed = std::mem::discriminant(&next) != std::mem::discriminant(&self.foreground);
+        let state = match &next {
+            Foreground::Idle => StateUpdate::IdleSnapshot,
+            Foreground::Running => StateUpdate::Running,
+            Foreground::RequiresAction(_) => StateUpdate::RequiresAction,
+        };
+        self.foreground = next;
+        if told || changed {
+            vec![SessionUpdate::StateUpdate(state)]
+        } else {
+            vec![]
+        }
     }
 
     /// The pending prompt's turn stopped without its terminal frame (`result`: how): idle.
@@ -463,6 +499,10 @@ impl Projector {
         interaction: &Interaction,
     ) -> (Vec<SessionUpdate>, crate::acp::projection::dialog::Dialog) {
         let asked = dialog(&interaction.session_id, &interaction.request);
+        if matches!(asked, crate::acp::projection::dialog::Dialog::Unshown(_)) {
+            // Not put to the person (answered at once): nothing for them to act on.
+            return (vec![], asked);
+        }
         let mut waiting = match std::mem::take(&mut self.foreground) {
             Foreground::RequiresAction(w) => w,
             _ => HashSet::new(),
@@ -586,7 +626,11 @@ impl Projector {
 
     /// Live output: a command's bytes to its terminal; any other tool's text as content of its
     /// call (a delegation's agent speaking).
+    /// Live output: a command's bytes to its terminal; any other tool's text as content of its
+    /// call (a delegation's agent speaking). Replayed (a snapshot's tail of what ran so far):
+    /// the whole of it, replacing what the client has — a chunk would repeat it.
     fn tool_output(&mut self, tool_call_id: &str, chunk: &str) -> Vec<SessionUpdate> {
+        let replaying = self.replaying;
         let Some(t) = self.tools.get_mut(tool_call_id) else {
             return vec![];
         };
@@ -595,17 +639,31 @@ impl Projector {
         }
         if t.command {
             t.streamed = true;
+            let data = crate::base64::encode(chunk.as_bytes());
+            if replaying {
+                return vec![SessionUpdate::TerminalUpdate(t::TerminalUpdate {
+                    terminal_id: terminal_id(tool_call_id),
+                    output: Some(t::TerminalOutput { data }),
+                    ..t::TerminalUpdate::default()
+                })];
+            }
             return vec![SessionUpdate::TerminalOutputChunk(t::TerminalOutputChunk {
                 terminal_id: terminal_id(tool_call_id),
-                data: crate::base64::encode(chunk.as_bytes()),
+                data,
             })];
+        }
+        let content = ToolCallContent::Content {
+            content: text_block(chunk),
+        };
+        if replaying {
+            let mut call = ToolCallUpdate::new(tool_call_id);
+            call.content = Some(vec![content]);
+            return vec![SessionUpdate::ToolCallUpdate(call)];
         }
         vec![SessionUpdate::ToolCallContentChunk(
             t::ToolCallContentChunk {
                 tool_call_id: tool_call_id.to_string(),
-                content: ToolCallContent::Content {
-                    content: text_block(chunk),
-                },
+                content,
             },
         )]
     }
@@ -719,9 +777,20 @@ impl Projector {
                     } else {
                         ToolCallStatus::Failed
                     });
-                    call.content = Some(vec![ToolCallContent::Content {
+                    // A command keeps its terminal: what it printed stays shown.
+                    let mut content = vec![];
+                    if t.command {
+                        content.push(ToolCallContent::Terminal {
+                            terminal_id: terminal_id(&id),
+                        });
+                    }
+                    content.push(ToolCallContent::Content {
                         content: text_block(why),
-                    }]);
+                    });
+                    call.content = Some(content);
+                    if t.cancellable {
+                        call.capabilities = Some(t::Controls::default());
+                    }
                     out.push(SessionUpdate::ToolCallUpdate(call));
                 }
             }
