@@ -771,7 +771,7 @@ fn without_a_provider_a_v2_client_signs_in_and_out() {
     assert_eq!(error_of(&r)["code"], -32000, "{r}");
 }
 
-// ---- review 58: failing tests ------------------------------------------------------------
+// ---- found by review 58 ----------------------------------------------------------------
 
 /// `session/resume` with `replayFrom: start` of a session whose turns all ended: the replay
 /// may say `running` for a replayed turn, but the client must be left knowing the session is
@@ -887,7 +887,7 @@ fn a_followed_turn_of_another_client_ends_idle_when_the_host_goes() {
             .any(|l| l["params"]["update"]["state"] == "running"),
         "{lines:?}"
     );
-    let host = review58_host_pid(s.agent.pid()).expect("the host");
+    let host = host_pid(s.agent.pid()).expect("the host");
     std::process::Command::new("kill")
         .args(["-KILL", &host.to_string()])
         .status()

@@ -636,7 +636,7 @@ fn a_frame_after_the_last_sequence_number_is_out_of_sequence() {
     assert!(session.apply(&shared, next.seq, next.body).is_ok());
 }
 
-// ---- review 58: failing tests ------------------------------------------------------------
+// ---- found by review 58 ----------------------------------------------------------------
 
 /// A v2 connection follows a turn it did not prompt (another client's, a goal's): it is told
 /// `running`. The turn ends inside a gap of the stream; the catch-up's snapshot says no turn
