@@ -956,3 +956,40 @@ fn the_echo_of_an_own_prompt_keeps_its_blocks() {
         echo[0]
     );
 }
+
+/// The unstable v2 additions that mirror what v1 has here: `session/fork` (the conversation
+/// in a new session, live at once) and `systemPrompt` on `session/new`, both advertised.
+#[test]
+fn a_v2_session_is_forked_and_takes_a_system_prompt() {
+    let data = TempDir::new("acpv2-fork-data");
+    let ws = TempDir::new("acpv2-fork-ws");
+    let mut agent = AgentProcess::scripted(&script(), data.path());
+    let init = v2_initialize(&mut agent);
+    assert_eq!(init["capabilities"]["session"]["fork"], json!({}), "{init}");
+    assert_eq!(
+        init["capabilities"]["session"]["systemPrompt"],
+        json!({"mode": {"override": {}}})
+    );
+    let r = agent.call_ok(
+        "session/new",
+        json!({"cwd": ws.path(), "mcpServers": [], "systemPrompt": {"mode": "append",
+            "content": [{"type": "text", "text": "Answer briefly."}]}}),
+    );
+    let id = r["sessionId"].as_str().unwrap().to_string();
+    let first = turn(&mut agent, &id, "hello", no_requests);
+    assert_eq!(first.idle()["stopReason"], "end_turn");
+    let fork = agent.call_ok("session/fork", json!({"sessionId": id, "cwd": ws.path()}));
+    let forked = fork["sessionId"]
+        .as_str()
+        .expect("the fork's id")
+        .to_string();
+    assert_ne!(forked, id);
+    let t = turn(&mut agent, &forked, "and again", no_requests);
+    assert_eq!(t.text(), "Hello from the script!");
+    assert_eq!(t.idle()["stopReason"], "end_turn");
+    let (r, _) = agent.call(
+        "session/new",
+        json!({"cwd": ws.path(), "systemPrompt": {"mode": "shout", "content": []}}),
+    );
+    assert_eq!(error_of(&r)["code"], -32602, "{r}");
+}

@@ -106,6 +106,9 @@ pub fn answer(shared: &Shared, params: &InitializeParams) -> Value {
                 }),
                 delete: Some(t::Empty {}),
                 additional_directories: Some(t::Empty {}),
+                // Unstable in v2 (as v1 has them): a client that does not know them skips them.
+                fork: Some(t::Empty {}),
+                system_prompt: Some(serde_json::json!({"mode": {"override": {}}})),
             }),
             auth: None,
         },

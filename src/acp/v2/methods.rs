@@ -14,6 +14,7 @@ pub static V2_METHODS: &[Method] = &[
     local("auth/logout",            |v| answer(v, read::nothing, |c, ()| configure::logout(c))),
     m("session/new",                |v| work(v, read::new_session, lifecycle::new)),
     m("session/list",               |v| answer(v, read::list_sessions, lifecycle::list)),
+    m("session/fork",               |v| work(v, read::fork_session, lifecycle::fork)),
     m("session/resume",             |v| work(v, super::lifecycle::read_resume, lifecycle::open)),
     m("session/close",              |v| answer_str(v, read::session_id, super::lifecycle::close)),
     m("session/delete",             |v| answer_str(v, read::session_id, lifecycle::delete)),
@@ -51,8 +52,10 @@ mod tests {
             );
         }
         assert!(find("session/prompt", true, Dialect::Ours, Some(Version::V2)).is_some());
-        let schema: serde_json::Value =
-            serde_json::from_str(include_str!("../../../tests/schema/v2/schema.json")).unwrap();
+        let schema: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../tests/schema/v2/schema.unstable.json"
+        ))
+        .unwrap();
         let defs = schema["$defs"].as_object().unwrap();
         for name in names {
             assert!(

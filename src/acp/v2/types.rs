@@ -88,6 +88,13 @@ pub struct SessionCapabilities {
     pub delete: Option<Empty>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub additional_directories: Option<Empty>,
+    /// Unstable in v2: `session/fork`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fork: Option<Empty>,
+    /// Unstable in v2: `systemPrompt` on new/resume/fork (`{mode: {override: {}}}`: append and
+    /// override).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<Value>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
