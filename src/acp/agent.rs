@@ -96,6 +96,9 @@ impl Ctx {
         conn: &Connected,
         session_id: &str,
     ) -> Result<(), ResponseError> {
+        if self.shared.v1().is_none() {
+            return Ok(()); // v2 has no client files or terminals: the host runs its own
+        }
         let services = super::client_call::services(&self.shared.caps());
         if services.is_empty() {
             return Ok(());

@@ -14,6 +14,10 @@ use crate::jsonrpc::{lock, ClientCalls, Message, Outbox};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+/// Proof that a writer is made for the version the connection negotiated: its field is
+/// private, so only this file can make one ([`Shared::v1`], [`Shared::v2`]).
+pub struct Negotiated(());
+
 /// The sessions a connection holds, by id.
 pub type Sessions = Mutex<HashMap<String, Arc<AcpSession>>>;
 
@@ -111,12 +115,14 @@ impl Shared {
 
     /// The v1 writer, on a connection that negotiated v1 (the only way to get one).
     pub fn v1(&self) -> Option<Out<V1>> {
-        (self.version() == Some(Version::V1)).then(|| Out::for_negotiated(&self.outbox))
+        (self.version() == Some(Version::V1))
+            .then(|| Out::for_negotiated(&self.outbox, Negotiated(())))
     }
 
     /// The v2 writer, on a connection that negotiated v2 (the only way to get one).
     pub fn v2(&self) -> Option<Out<V2>> {
-        (self.version() == Some(Version::V2)).then(|| Out::for_negotiated(&self.outbox))
+        (self.version() == Some(Version::V2))
+            .then(|| Out::for_negotiated(&self.outbox, Negotiated(())))
     }
 
     /// Tells the client what the projection says happened, worded for this client

@@ -68,8 +68,9 @@ impl<P: Protocol> Clone for Out<P> {
 }
 
 impl<P: Protocol> Out<P> {
-    /// Only the connection context makes one, for the version its client negotiated.
-    pub(super) fn for_negotiated(outbox: &Outbox) -> Out<P> {
+    /// Only the connection context makes one, for the version its client negotiated: the
+    /// proof is constructible in `connection.rs` alone.
+    pub(super) fn for_negotiated(outbox: &Outbox, _: super::connection::Negotiated) -> Out<P> {
         Out {
             outbox: outbox.clone(),
             _version: PhantomData,

@@ -688,3 +688,15 @@ fn v2_a_turn_that_ended_in_a_gap_is_told_idle() {
         "the turn that ended in the gap left the client `running`: {states:?}"
     );
 }
+
+/// Only the typed writers (`out.rs`: `Out<V1>`, `Out<V2>`, each made only for the version
+/// its connection negotiated) write `session/update`: no other adapter file names the
+/// method, so no update can leave except through a writer of its own version's type.
+#[test]
+fn only_the_typed_writers_write_session_updates() {
+    let offenders = source_lines(
+        |rel| rel.starts_with("acp/") && rel != "acp/out.rs" && !rel.ends_with("tests.rs"),
+        |line| line.contains("\"session/update\""),
+    );
+    assert!(offenders.is_empty(), "{}", offenders.join("\n"));
+}
