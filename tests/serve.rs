@@ -5160,11 +5160,12 @@ fn v1_and_v2_connections_share_one_serve_and_never_see_each_others_messages() {
 
 // ---- review 58: failing tests ------------------------------------------------------------
 
-/// A v2 receiver that comes back mid-turn is told the session's turn state by serve's own
-/// `acp/turnState` (a v1 transport advisory: `running` while a prompt's answer is not out).
-/// On v2 the prompt is answered when its message is inserted, so serve says `idle` while the
-/// turn runs — a v1 notion, reaching a v2 connection, saying the opposite of its
-/// `state_update`.
+/// A v2 receiver that comes back mid-turn is told nothing of serve's own: `acp/turnState` is
+/// a v1 transport advisory (`running` while a prompt's answer is not out), and on v2 the
+/// prompt is answered when its message is inserted, so serve said `idle` while the turn ran —
+/// a v1 notion, reaching a v2 connection, saying the opposite of its `state_update`. The
+/// client learns the state from the agent: here the turn, cancelled, ends `idle` by its
+/// `state_update`, and nothing before that carried `acp/turnState`.
 #[test]
 fn review58_a_v2_stream_that_comes_back_mid_turn_is_not_told_idle() {
     let s = Serve::start();
@@ -5192,18 +5193,26 @@ fn review58_a_v2_stream_that_comes_back_mid_turn_is_not_told_idle() {
     let seen = c.seen.borrow().get(&None).copied();
     c.open_stream(None, seen);
     c.open_stream(Some(&sid), Some(last));
-    // What it missed, then (serve's own) the turn state.
-    let v = loop {
-        let (_, _, v) = c.next();
-        if !v["params"]["_meta"]["acp/turnState"].is_null() {
-            break v;
-        }
-    };
-    let said = &v["params"]["_meta"]["acp/turnState"];
-    assert!(
-        said.is_null() || said["state"] != "idle",
-        "a v2 client whose turn runs is told `idle` by serve: {v}"
+    // The turn is cancelled; everything until its `idle` (what the receiver missed, then
+    // live) is the agent's own.
+    let r = s.post(
+        Some(&c.conn),
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}),
     );
+    assert_eq!(r.status, 202, "{}", r.body);
+    loop {
+        let (_, _, v) = c.next();
+        assert!(
+            v["params"]["_meta"]["acp/turnState"].is_null(),
+            "serve tells a v2 connection a v1 turn state: {v}"
+        );
+        let u = &v["params"]["update"];
+        if u["sessionUpdate"] == "state_update" && u["state"] == "idle" {
+            assert_eq!(u["stopReason"], "cancelled", "{v}");
+            break;
+        }
+    }
 }
 
 /// A v2 prompt held by the host (queued behind another client's running turn) and withdrawn
