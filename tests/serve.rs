@@ -4329,6 +4329,63 @@ fn a_refused_cursor_gets_409_and_the_client_recovers_with_session_load() {
     );
 }
 
+/// On an ACP v2 connection a refused cursor names v2's way back: `session/resume` with
+/// `replayFrom` (v2 has no `session/load`, which it answers `-32601`), in the message and in
+/// `recovery`; and that way back works: the session's history is replayed.
+#[test]
+fn a_refused_cursor_on_v2_names_session_resume_and_the_client_recovers_with_it() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect_v2(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "hello");
+    loop {
+        let (_, _, v) = c.next();
+        let u = &v["params"]["update"];
+        if u["sessionUpdate"] == "state_update" && u["state"] == "idle" {
+            break;
+        }
+        assert!(v.get("error").is_none() || v["id"] != id, "{v}");
+    }
+    c.drop_streams();
+    let auth = s.auth();
+    let r = s.exchange(
+        "GET",
+        &[
+            ("Authorization", &auth),
+            ("Accept", "text/event-stream"),
+            ("Acp-Connection-Id", &c.conn),
+            ("Acp-Session-Id", &sid),
+            ("Last-Event-ID", "not-a-cursor"),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    let body: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(body["error"]["data"]["reason"], "foreign", "{body}");
+    assert_eq!(
+        body["error"]["data"]["recovery"], "session/resume",
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("session/resume") && !message.contains("session/load"),
+        "{body}"
+    );
+    c.open_stream(None, None);
+    c.open_stream(Some(&sid), None);
+    let cwd = s.ws.path().to_path_buf();
+    let id = c.send(
+        "session/resume",
+        json!({"sessionId": sid, "cwd": cwd, "replayFrom": {"type": "start"}}),
+    );
+    let (r, replay) = c.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("result").is_some(), "{r}");
+    assert!(
+        text_of(&replay).contains("Hello from the script!"),
+        "{replay:?}"
+    );
+}
+
 /// Issue 57 §1, §5: `initialize` advertises the keepalive interval (and, over Streamable HTTP,
 /// what is kept for a resume) in `agentCapabilities._meta["acp/transport"]`; an idle event
 /// stream gets keepalive comments and a WebSocket pings at that interval (several arrive
