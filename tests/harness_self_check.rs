@@ -109,6 +109,25 @@ fn v1_validation_rejects_v2_updates() {
     assert!(validate_agent_line(answer, |_| Some("session/prompt".into())).is_err());
 }
 
+/// Our v1 extension methods (`_maka/…`, `_session/…`) are refused on a v2 connection, which
+/// negotiates none: a v1 extension notification or request that leaked to a v2 client fails
+/// the test that saw it. On v1 they pass, as does another `_` method on v2.
+#[test]
+fn v2_validation_refuses_our_v1_extension_methods() {
+    let lines = [
+        r#"{"jsonrpc":"2.0","method":"_maka/turn_state","params":{"sessionId":"s","turnId":"t","state":"interrupted","disposition":"ready"}}"#,
+        r#"{"jsonrpc":"2.0","method":"_maka/goal_update","params":{"sessionId":"s"}}"#,
+        r#"{"jsonrpc":"2.0","id":5,"method":"_session/goal","params":{"sessionId":"s"}}"#,
+    ];
+    for line in lines {
+        let e = v2(line, "").expect_err(line);
+        assert!(e.contains("v1 extension"), "{line}: {e}");
+        validate_agent_line(line, |_| None).unwrap_or_else(|e| panic!("{line} on v1: {e}"));
+    }
+    let other = r#"{"jsonrpc":"2.0","method":"_vendor/hint","params":{}}"#;
+    v2(other, "").unwrap();
+}
+
 /// The harness validates an agent's lines as v2 from its `initialize` answer naming version 2
 /// on: a stand-in agent's v2 turn passes (as v1 its `state_update` and `messageId` answer fail).
 #[test]

@@ -4329,6 +4329,63 @@ fn a_refused_cursor_gets_409_and_the_client_recovers_with_session_load() {
     );
 }
 
+/// On an ACP v2 connection a refused cursor names v2's way back: `session/resume` with
+/// `replayFrom` (v2 has no `session/load`, which it answers `-32601`), in the message and in
+/// `recovery`; and that way back works: the session's history is replayed.
+#[test]
+fn a_refused_cursor_on_v2_names_session_resume_and_the_client_recovers_with_it() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect_v2(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "hello");
+    loop {
+        let (_, _, v) = c.next();
+        let u = &v["params"]["update"];
+        if u["sessionUpdate"] == "state_update" && u["state"] == "idle" {
+            break;
+        }
+        assert!(v.get("error").is_none() || v["id"] != id, "{v}");
+    }
+    c.drop_streams();
+    let auth = s.auth();
+    let r = s.exchange(
+        "GET",
+        &[
+            ("Authorization", &auth),
+            ("Accept", "text/event-stream"),
+            ("Acp-Connection-Id", &c.conn),
+            ("Acp-Session-Id", &sid),
+            ("Last-Event-ID", "not-a-cursor"),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    let body: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(body["error"]["data"]["reason"], "foreign", "{body}");
+    assert_eq!(
+        body["error"]["data"]["recovery"], "session/resume",
+        "{body}"
+    );
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("session/resume") && !message.contains("session/load"),
+        "{body}"
+    );
+    c.open_stream(None, None);
+    c.open_stream(Some(&sid), None);
+    let cwd = s.ws.path().to_path_buf();
+    let id = c.send(
+        "session/resume",
+        json!({"sessionId": sid, "cwd": cwd, "replayFrom": {"type": "start"}}),
+    );
+    let (r, replay) = c.until_response(id, |v| panic!("{v}"));
+    assert!(r.get("result").is_some(), "{r}");
+    assert!(
+        text_of(&replay).contains("Hello from the script!"),
+        "{replay:?}"
+    );
+}
+
 /// Issue 57 §1, §5: `initialize` advertises the keepalive interval (and, over Streamable HTTP,
 /// what is kept for a resume) in `agentCapabilities._meta["acp/transport"]`; an idle event
 /// stream gets keepalive comments and a WebSocket pings at that interval (several arrive
@@ -5160,11 +5217,12 @@ fn v1_and_v2_connections_share_one_serve_and_never_see_each_others_messages() {
 
 // ---- review 58: failing tests ------------------------------------------------------------
 
-/// A v2 receiver that comes back mid-turn is told the session's turn state by serve's own
-/// `acp/turnState` (a v1 transport advisory: `running` while a prompt's answer is not out).
-/// On v2 the prompt is answered when its message is inserted, so serve says `idle` while the
-/// turn runs — a v1 notion, reaching a v2 connection, saying the opposite of its
-/// `state_update`.
+/// A v2 receiver that comes back mid-turn is told nothing of serve's own: `acp/turnState` is
+/// a v1 transport advisory (`running` while a prompt's answer is not out), and on v2 the
+/// prompt is answered when its message is inserted, so serve said `idle` while the turn ran —
+/// a v1 notion, reaching a v2 connection, saying the opposite of its `state_update`. The
+/// client learns the state from the agent: here the turn, cancelled, ends `idle` by its
+/// `state_update`, and nothing before that carried `acp/turnState`.
 #[test]
 fn review58_a_v2_stream_that_comes_back_mid_turn_is_not_told_idle() {
     let s = Serve::start();
@@ -5192,18 +5250,26 @@ fn review58_a_v2_stream_that_comes_back_mid_turn_is_not_told_idle() {
     let seen = c.seen.borrow().get(&None).copied();
     c.open_stream(None, seen);
     c.open_stream(Some(&sid), Some(last));
-    // What it missed, then (serve's own) the turn state.
-    let v = loop {
-        let (_, _, v) = c.next();
-        if !v["params"]["_meta"]["acp/turnState"].is_null() {
-            break v;
-        }
-    };
-    let said = &v["params"]["_meta"]["acp/turnState"];
-    assert!(
-        said.is_null() || said["state"] != "idle",
-        "a v2 client whose turn runs is told `idle` by serve: {v}"
+    // The turn is cancelled; everything until its `idle` (what the receiver missed, then
+    // live) is the agent's own.
+    let r = s.post(
+        Some(&c.conn),
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}),
     );
+    assert_eq!(r.status, 202, "{}", r.body);
+    loop {
+        let (_, _, v) = c.next();
+        assert!(
+            v["params"]["_meta"]["acp/turnState"].is_null(),
+            "serve tells a v2 connection a v1 turn state: {v}"
+        );
+        let u = &v["params"]["update"];
+        if u["sessionUpdate"] == "state_update" && u["state"] == "idle" {
+            assert_eq!(u["stopReason"], "cancelled", "{v}");
+            break;
+        }
+    }
 }
 
 /// A v2 prompt held by the host (queued behind another client's running turn) and withdrawn

@@ -126,9 +126,11 @@ pub fn from_client(e: &ClientError) -> ResponseError {
     }
 }
 
+/// A session this connection has not opened. Worded for both ACP versions: it names only
+/// methods both serve (v2 has no `session/load`).
 pub fn unknown_session(id: &str) -> ResponseError {
     MakaCode::NotFound.error_with(
-        format!("Unknown session {id:?}: create it with session/new or open it with session/load or session/resume"),
+        format!("Unknown session {id:?}: start a new one with session/new, or open this one with session/resume"),
         json!({"sessionId": id, "reason": "unknown_session"}),
     )
 }

@@ -293,7 +293,8 @@ pub struct Transport {
     pub opens_session: bool,
     /// Its answer is its session stream's last message.
     pub ends_session: bool,
-    /// A turn of its session runs until its answer (the session's `acp/turnState`).
+    /// A turn of its session runs until its answer (the session's `acp/turnState`, which
+    /// serve tells on ACP v1 connections only: a v2 prompt is answered at its insertion).
     pub starts_turn: bool,
 }
 

@@ -7,6 +7,7 @@
 
 use super::peek::Fields;
 use super::stream::{Budget, End, Lease, Mark, Refused, Stream};
+use crate::acp::out::Version;
 use crate::acp::{AdapterConfig, LocalHost};
 use crate::http::Principal;
 use crate::jsonrpc::{lock, Kind, Line, LineSink, RequestId};
@@ -81,6 +82,12 @@ pub struct AcpConn {
     /// and the id key of the `initialize` it answers (a WebSocket's: its first message).
     advertised: Value,
     initialize_key: Mutex<Option<String>>,
+    /// The ACP version the connection speaks: its first `initialize` answer's
+    /// `protocolVersion`, read where that answer is given its `acp/transport` (a later
+    /// `initialize` never changes it: the agent answers a repeat with the version it chose).
+    /// Until then, none (no session stream exists before the answer: its connection id comes
+    /// with it).
+    version: OnceLock<Version>,
 }
 
 /// The key of a JSON-RPC id (the SDK's `messageIdKey`), for the ids the agent's JSON-RPC layer
@@ -297,6 +304,7 @@ impl AcpConn {
             closed: Mutex::default(),
             advertised,
             initialize_key: Mutex::default(),
+            version: OnceLock::new(),
         });
         let name = format!("acp-{}", &conn.id[..8]);
         let sink = Sink {
@@ -401,7 +409,13 @@ impl AcpConn {
                 (stream_tag(&self.id, &route, incarnation), 1)
             }
         };
-        let s = Stream::for_session(Arc::clone(&self.budget), session, &tag, next_id);
+        let s = Stream::for_session(
+            Arc::clone(&self.budget),
+            session,
+            &tag,
+            next_id,
+            self.version(),
+        );
         if let Some(why) = lock(&self.closed).as_deref() {
             s.close(why);
         }
@@ -666,7 +680,13 @@ impl AcpConn {
         }
     }
 
-    /// A `session/prompt` (id `id`) was posted for `session`: its turn runs until its answer.
+    /// The ACP version the connection speaks (v1 until its `initialize` is answered).
+    pub fn version(&self) -> Version {
+        self.version.get().copied().unwrap_or(Version::V1)
+    }
+
+    /// A `session/prompt` (id `id`) was posted for `session`: on ACP v1 its turn runs until
+    /// its answer (`acp/turnState`; on v2 the stream tracks nothing: [`Stream::turn_posted`]).
     pub fn turn_posted(&self, session: &str, id: &Value) {
         if let Some(key) = id_key(id) {
             self.with_session_stream(session, MAX_SESSIONS, |s| s.turn_posted(&key, id));
@@ -680,12 +700,18 @@ impl AcpConn {
     }
 
     /// The `initialize` answer with what this transport offers in
-    /// `agentCapabilities._meta["acp/transport"]` (ACP v1 has no field for it). Read as a tree:
-    /// one message a connection.
+    /// `agentCapabilities._meta["acp/transport"]` (ACP v1 has no field for it); the
+    /// connection's version is read from it. Read as a tree: one message a connection.
     fn advertise(&self, text: &str) -> String {
         let Ok(mut answer) = serde_json::from_str::<Value>(text) else {
             return text.to_string();
         };
+        let answered = answer
+            .pointer("/result/protocolVersion")
+            .and_then(Value::as_u64);
+        if let Some(v) = answered.and_then(|v| u16::try_from(v).ok()) {
+            let _ = self.version.set(Version::for_offer(v));
+        }
         // v1's `agentCapabilities`, or v2's `capabilities` (the connection's version).
         let at = if answer.pointer("/result/agentCapabilities").is_some() {
             "/result/agentCapabilities"

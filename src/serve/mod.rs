@@ -669,8 +669,9 @@ fn reap_idle(registry: std::sync::Weak<Registry>, idle: Duration) {
         };
         let conns: Vec<Arc<AcpConn>> = lock(&registry.conns).values().cloned().collect();
         for c in conns.iter().filter(|c| c.idle_for(idle)) {
+            let reopen = routes::reopen(Some(c.version())).0;
             let why = format!(
-                "no event stream and no request for {} s; its running turns were cancelled, its sessions stay in the host (session/load them)",
+                "no event stream and no request for {} s; its running turns were cancelled, its sessions stay in the host ({reopen} them)",
                 idle.as_secs()
             );
             registry.remove(&c.id, &why);

@@ -9,6 +9,7 @@ use super::stream::{End as StreamEnd, Lease, Mark, Next, Refused, Unconfirmed, C
 use super::ws;
 use super::Server;
 use crate::acp::methods;
+use crate::acp::out::Version;
 use crate::acp::Dialect;
 use crate::http::{Exchange, Request};
 use crate::jsonrpc::line_reader::MAX_LINE_BYTES;
@@ -87,23 +88,43 @@ enum CursorRefusal {
     Foreign,
 }
 
+/// How a client gets a session's history again (the draft's `recovery`), in the version its
+/// connection speaks: v1's `session/load`; v2 has none, its `session/resume` replays with
+/// `replayFrom`. `None`: the connection is gone (the next one's version is the client's
+/// choice): both are named, each with its version.
+pub(super) fn reopen(version: Option<Version>) -> (&'static str, &'static str) {
+    match version {
+        Some(Version::V1) => ("session/load", "session/load"),
+        Some(Version::V2) => (
+            "session/resume",
+            "session/resume with replayFrom {\"type\": \"start\"}",
+        ),
+        None => (
+            "session/load",
+            "session/load (ACP v1) or session/resume with replayFrom (v2)",
+        ),
+    }
+}
+
 /// 409 with a JSON-RPC error body: which cursor, why, and what to do (what was missed is
-/// had again from the session's history: `session/load`).
+/// had again from the session's history: [`reopen`], in the version of `version`).
 fn cursor_refused(
     ex: &mut Exchange,
     route: &Route,
     cursor: &str,
     reason: CursorRefusal,
     why: &str,
+    version: Option<Version>,
 ) {
     let reason = match reason {
         CursorRefusal::Unknown => "unknown",
         CursorRefusal::Expired => "expired",
         CursorRefusal::Foreign => "foreign",
     };
+    let (recovery, how) = reopen(version);
     let todo = match route {
-        Route::Session(_) => "open the session's stream again without Last-Event-ID and call session/load to get its history (on a new connection, after initialize, if this one is gone)",
-        Route::Connection => "open the stream again without Last-Event-ID (on a new connection, after initialize, if this one is gone) and session/load the sessions you follow to get their history",
+        Route::Session(_) => format!("open the session's stream again without Last-Event-ID and call {how} to get its history (on a new connection, after initialize, if this one is gone)"),
+        Route::Connection => format!("open the stream again without Last-Event-ID (on a new connection, after initialize, if this one is gone) and call {how} for the sessions you follow to get their history"),
     };
     let mut cut = cursor.len().min(64);
     while !cursor.is_char_boundary(cut) {
@@ -113,8 +134,7 @@ fn cursor_refused(
         "Cannot resume from Last-Event-ID {:?}: {why}; {todo}",
         &cursor[..cut]
     );
-    let mut data =
-        json!({"reason": reason, "lastEventId": &cursor[..cut], "recovery": "session/load"});
+    let mut data = json!({"reason": reason, "lastEventId": &cursor[..cut], "recovery": recovery});
     if let Route::Session(s) = route {
         data["sessionId"] = json!(s);
     }
@@ -128,15 +148,16 @@ fn cursor_refused(
 
 /// A session stream's receiver that came back after the stream ended with the session's
 /// close answer: 409 with a JSON-RPC error saying so (`reason: "closed"`) — the connection is
-/// there, the session is not open on it (`session/load` opens it again; its stream continues).
-fn session_ended(ex: &mut Exchange, session: &str, cursor: &str) {
+/// there, the session is not open on it ([`reopen`] opens it again; its stream continues).
+fn session_ended(ex: &mut Exchange, session: &str, cursor: &str, version: Version) {
     let mut cut = cursor.len().min(64);
     while !cursor.is_char_boundary(cut) {
         cut -= 1;
     }
-    let message = format!("The stream of session {session} ended: the session was closed on this connection and its close answer delivered (the connection is open). To follow the session again, session/load it on this connection, then open its stream without Last-Event-ID");
+    let (recovery, how) = reopen(Some(version));
+    let message = format!("The stream of session {session} ended: the session was closed on this connection and its close answer delivered (the connection is open). To follow the session again, call {how} on this connection, then open its stream without Last-Event-ID");
     let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": message, "data": {
-        "reason": "closed", "lastEventId": &cursor[..cut], "sessionId": session, "recovery": "session/load"}}});
+        "reason": "closed", "lastEventId": &cursor[..cut], "sessionId": session, "recovery": recovery}}});
     ex.respond(
         409,
         &[("Content-Type", "application/json")],
@@ -428,6 +449,7 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
                     c,
                     CursorRefusal::Foreign,
                     &format!("its connection is gone ({why})"),
+                    None,
                 )
             }
         },
@@ -444,28 +466,29 @@ fn get(server: &Server, request: &Request, ex: &mut Exchange) {
         );
     }
     let given = cursor.unwrap_or_default();
+    let version = Some(conn.version());
     let lease = match conn.acquire(&route, cursor) {
         Ok(l) => l,
         Err(Refused::Foreign) => {
-            return cursor_refused(ex, &route, given, CursorRefusal::Foreign, "it is not a cursor of this stream (another stream's, an earlier one's of this session, or not one this server gave)")
+            return cursor_refused(ex, &route, given, CursorRefusal::Foreign, "it is not a cursor of this stream (another stream's, an earlier one's of this session, or not one this server gave)", version)
         }
         Err(Refused::Busy) => {
             return text(ex, LOCKED, "Locked: this stream already has an active receiver; close it first, or resume with Last-Event-ID (the last id you read), which takes the stream over (a receiver whose client has gone is replaced at once)")
         }
         Err(Refused::Ahead) => {
-            return cursor_refused(ex, &route, given, CursorRefusal::Unknown, "this stream has not sent it")
+            return cursor_refused(ex, &route, given, CursorRefusal::Unknown, "this stream has not sent it", version)
         }
         Err(Refused::TooMany(n)) => {
             return text(ex, 429, &format!("this connection already holds {n} session streams, the most one may; close a session (session/close) or its stream first"))
         }
         Err(Refused::Gap) => {
-            return cursor_refused(ex, &route, given, CursorRefusal::Expired, &format!("the messages after it are no longer kept (at most {} messages or {} MiB a stream are)", super::stream::REPLAY_WINDOW_MESSAGES, super::stream::REPLAY_WINDOW_BYTES >> 20))
+            return cursor_refused(ex, &route, given, CursorRefusal::Expired, &format!("the messages after it are no longer kept (at most {} messages or {} MiB a stream are)", super::stream::REPLAY_WINDOW_MESSAGES, super::stream::REPLAY_WINDOW_BYTES >> 20), version)
         }
         Err(Refused::Closed(why)) => match (&route, conn.closed()) {
             // The session's stream ended with its close answer, which the client has (its
             // cursor says so); the connection goes on.
             (Route::Session(s), None) => {
-                return session_ended(ex, s, given);
+                return session_ended(ex, s, given, conn.version());
             }
             _ => {
                 return text(
@@ -857,8 +880,13 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         }
     };
     let mut socket = writer;
+    let version = Some(conn.version());
+    let again = format!(
+        "send initialize on a new WebSocket, then call {} for the sessions you follow",
+        reopen(version).1
+    );
     let fail = |socket: &mut TcpStream, reason: &str, message: &str| {
-        let answer = resume_failed(reason, message);
+        let answer = resume_failed(reason, message, version);
         let _ = ws::write_frame(socket, ws::OP_TEXT, answer.text.as_bytes());
         let _ = ws::write_frame(
             socket,
@@ -882,16 +910,50 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         }
     };
     let Some(cursor) = fields.cursor.as_deref() else {
-        return fail(&mut socket, "foreign", "params.cursor is missing; send initialize on a new WebSocket, then session/load the sessions you follow");
+        return fail(
+            &mut socket,
+            "foreign",
+            &format!("params.cursor is missing; {again}"),
+        );
     };
     let lease = match conn.acquire(&Route::Connection, Some(cursor)) {
         Ok(l) => l,
-        Err(Refused::Foreign) => return fail(&mut socket, "foreign", "params.cursor is not a cursor of this connection's stream; send initialize on a new WebSocket, then session/load the sessions you follow"),
+        Err(Refused::Foreign) => {
+            return fail(
+                &mut socket,
+                "foreign",
+                &format!("params.cursor is not a cursor of this connection's stream; {again}"),
+            )
+        }
         // (Not with a cursor: a resume takes the stream over from a socket still open.)
-        Err(Refused::Busy) => return fail(&mut socket, "locked", "another WebSocket of this connection is still open; close it first"),
-        Err(Refused::Ahead) => return fail(&mut socket, "unknown", "this connection never sent that cursor; send initialize on a new WebSocket, then session/load the sessions you follow"),
-        Err(Refused::Gap) => return fail(&mut socket, "expired", "the messages after that cursor are no longer kept; send initialize on a new WebSocket, then session/load the sessions you follow"),
-        Err(Refused::TooMany(_) | Refused::Closed(_)) => return fail(&mut socket, "foreign", "the connection is gone; send initialize on a new WebSocket, then session/load the sessions you follow"),
+        Err(Refused::Busy) => {
+            return fail(
+                &mut socket,
+                "locked",
+                "another WebSocket of this connection is still open; close it first",
+            )
+        }
+        Err(Refused::Ahead) => {
+            return fail(
+                &mut socket,
+                "unknown",
+                &format!("this connection never sent that cursor; {again}"),
+            )
+        }
+        Err(Refused::Gap) => {
+            return fail(
+                &mut socket,
+                "expired",
+                &format!("the messages after that cursor are no longer kept; {again}"),
+            )
+        }
+        Err(Refused::TooMany(_) | Refused::Closed(_)) => {
+            return fail(
+                &mut socket,
+                "foreign",
+                &format!("the connection is gone; {again}"),
+            )
+        }
     };
     let Some((start, lease)) = start_writer(server, conn, &socket, lease) else {
         return fail(
@@ -1002,11 +1064,11 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
                 frames += 1;
                 if fields.method.as_deref() == Some(STREAM_RESUME) {
                     let answer = if frames == 1 && opened == Opened::NamedGone {
-                        resume_failed("foreign", "The connection this upgrade names (Acp-Connection-Id) is gone or not yours, so this socket is a new connection: send initialize on it, then session/load the sessions you follow")
+                        resume_failed("foreign", &format!("The connection this upgrade names (Acp-Connection-Id) is gone or not yours, so this socket is a new connection: send initialize on it, then call {} for the sessions you follow", reopen(None).1), None)
                     } else if frames == 1 {
-                        resume_failed("unknown", "No stream to resume on a new WebSocket: resume with the Acp-Connection-Id of the connection in the upgrade, or send initialize on this socket, then session/load the sessions you follow")
+                        resume_failed("unknown", &format!("No stream to resume on a new WebSocket: resume with the Acp-Connection-Id of the connection in the upgrade, or send initialize on this socket, then call {} for the sessions you follow", reopen(None).1), None)
                     } else {
-                        resume_failed("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live")
+                        resume_failed("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live", Some(conn.version()))
                     };
                     push_own(conn, &answer);
                     continue;
@@ -1117,11 +1179,11 @@ fn first_message(message: &Fields) -> First {
 const STREAM_RESUME: &str = "stream/resume";
 
 /// The draft's refusal of a `stream/resume`: why (`unknown`, `expired`, `foreign`, `locked`,
-/// `not_first`), what to do, and the way back (`session/load`).
-fn resume_failed(reason: &str, message: &str) -> Line {
+/// `not_first`), what to do, and the way back ([`reopen`], in the version of `version`).
+fn resume_failed(reason: &str, message: &str, version: Option<Version>) -> Line {
     Message::notification(
         "stream/resume_failed",
-        json!({"reason": reason, "message": message, "recovery": "session/load"}),
+        json!({"reason": reason, "message": message, "recovery": reopen(version).0}),
     )
     .to_routed_line()
 }

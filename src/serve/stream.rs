@@ -20,6 +20,7 @@
 //! [`REPLAY_WINDOW_BYTES`] a stream and [`CONNECTION_REPLAY_BYTES`] a connection; a receiver
 //! that asks for older ones gets an error, never a gap.
 
+use crate::acp::out::Version;
 use crate::jsonrpc::{Kind, Line};
 use serde_json::{json, Value};
 use std::collections::VecDeque;
@@ -111,6 +112,12 @@ struct Inner {
     /// posted and not yet answered (by id key, with the id), oldest first, and the agent's
     /// requests on it the client has not answered.
     session: Option<String>,
+    /// Whether a receiver that comes back is told the turn state (`acp/turnState`): on a
+    /// session's stream of an ACP v1 connection only. A v2 prompt is answered when it is
+    /// inserted, not when its turn ends, so its answer says nothing of the turn (serve would
+    /// say `idle` while it runs), and a v2 client learns the state from the agent's own
+    /// `state_update`s, which are this version's, as a line from serve would not be.
+    tells_turn_state: bool,
     prompts: VecDeque<(String, Value)>,
     asking: VecDeque<String>,
     /// The agent wrote for this session on this stream (a request, a notification, a
@@ -235,18 +242,21 @@ impl Stream {
         n.parse().ok()
     }
 
-    /// A session's stream (numbered from `first_id`, see [`Stream::resumed_in`]): a receiver
-    /// that comes back to it learns the session's turn state first ([`Stream::acquire`]).
+    /// A session's stream (numbered from `first_id`, see [`Stream::resumed_in`]) on a
+    /// connection of ACP `version`: on v1, a receiver that comes back to it learns the
+    /// session's turn state first ([`Stream::acquire`]).
     pub fn for_session(
         budget: Arc<Budget>,
         session: &str,
         tag: &str,
         first_id: u64,
+        version: Version,
     ) -> Arc<Stream> {
         let stream = Stream::resumed_in(budget, tag, first_id);
         {
             let mut s = stream.lock();
             s.session = Some(session.to_string());
+            s.tells_turn_state = version == Version::V1;
             // One that continues a forgotten one that carried messages.
             s.known = first_id > 1;
         }
@@ -254,9 +264,12 @@ impl Stream {
     }
 
     /// A prompt of this stream's session was posted (id key, id): its turn is running until
-    /// its answer goes out.
+    /// its answer goes out. Nothing on a stream that tells no turn state (ACP v2).
     pub fn turn_posted(&self, key: &str, id: &Value) {
         let mut s = self.lock();
+        if !s.tells_turn_state {
+            return;
+        }
         if s.prompts.len() >= TRACKED {
             s.prompts.pop_front();
         }
@@ -470,12 +483,13 @@ impl Stream {
         }
         // A receiver that comes back to a session's stream learns first, right after what it
         // missed, whether the session's turn survived (the draft's `acp/turnState`): only for
-        // a session of this connection's, and one such message at the end of the stream (an
-        // earlier one not delivered with nothing after it is replaced, not followed by another).
+        // a session of this connection's, on ACP v1, and one such message at the end of the
+        // stream (an earlier one not delivered with nothing after it is replaced, not followed
+        // by another).
         if let Some(session) = s
             .session
             .clone()
-            .filter(|_| s.known && (last_seen.is_some() || s.leases > 0))
+            .filter(|_| s.tells_turn_state && s.known && (last_seen.is_some() || s.leases > 0))
         {
             let state = turn_state(&s);
             let replace = s
@@ -1104,7 +1118,7 @@ mod tests {
             let v: Value = serde_json::from_str(&last.unwrap()).unwrap();
             v["params"]["_meta"]["acp/turnState"].clone()
         };
-        let s = Stream::for_session(Arc::default(), "s", "t", 1);
+        let s = Stream::for_session(Arc::default(), "s", "t", 1, Version::V1);
         // The first receiver learns nothing (nothing to resume).
         let mut first = s.acquire(None).ok().unwrap();
         assert!(matches!(first.next(Duration::ZERO), Next::Idle));
@@ -1150,6 +1164,29 @@ mod tests {
         assert!(accounted(&s));
     }
 
+    /// A session's stream on an ACP v2 connection tracks no prompt and tells no turn state: a
+    /// v2 prompt is answered at its insertion, so its answer would make serve say `idle` while
+    /// the turn runs, and the state is the agent's to tell (`state_update`).
+    #[test]
+    fn a_v2_session_stream_tells_no_turn_state() {
+        let s = Stream::for_session(Arc::default(), "s", "t", 1, Version::V2);
+        s.turn_posted("number:7", &json!(7));
+        let update = crate::jsonrpc::Message::notification(
+            "session/update",
+            json!({"sessionId": "s", "update": {}}),
+        )
+        .to_routed_line();
+        assert!(s.push_line(&update, End::No, Mark::None).is_ok());
+        let mut again = s.acquire(Some(0)).ok().unwrap();
+        assert_eq!(event(again.next(Duration::ZERO)).0, 1, "the replay");
+        assert!(
+            matches!(again.next(Duration::ZERO), Next::Idle),
+            "and nothing of serve's after it"
+        );
+        assert!(s.lock().prompts.is_empty(), "no prompt tracked");
+        assert!(accounted(&s));
+    }
+
     /// Receivers that come back one after another without confirming anything get one turn
     /// state message, the latest, not one more each (stale states piling up for every later
     /// receiver, and counted against the connection's budget); a stream of a session the agent
@@ -1158,7 +1195,7 @@ mod tests {
     #[test]
     fn the_turn_state_is_replaced_not_piled_up_and_only_for_a_known_session() {
         let line = |m: crate::jsonrpc::Message| m.to_routed_line();
-        let made_up = Stream::for_session(Arc::default(), "made-up", "m", 1);
+        let made_up = Stream::for_session(Arc::default(), "made-up", "m", 1, Version::V1);
         let mut lease = made_up.acquire(Some(0)).ok().unwrap();
         assert!(matches!(lease.next(Duration::ZERO), Next::Idle));
         drop(lease);
@@ -1186,7 +1223,7 @@ mod tests {
         );
         drop(lease);
 
-        let s = Stream::for_session(Arc::default(), "s", "t", 1);
+        let s = Stream::for_session(Arc::default(), "s", "t", 1, Version::V1);
         let update = line(crate::jsonrpc::Message::notification(
             "session/update",
             json!({"sessionId": "s", "update": {}}),

@@ -296,6 +296,7 @@ pub fn validate_agent_line_as(
             let method = m.as_str().ok_or("method is not a string")?;
             check_id(acp, id, false)?;
             if method.starts_with('_') {
+                extension_negotiated(acp, method)?;
                 return Ok(v);
             }
             let (s, ty) = typed(acp, method, "request", "")
@@ -306,6 +307,7 @@ pub fn validate_agent_line_as(
             keys_within(o, &["jsonrpc", "method", "params"])?;
             let method = m.as_str().ok_or("method is not a string")?;
             if method.starts_with('_') {
+                extension_negotiated(acp, method)?;
                 return Ok(v);
             }
             let params = o.get("params").unwrap_or(&Value::Null);
@@ -342,6 +344,20 @@ pub fn validate_agent_line_as(
 }
 
 /// `"unstable"` when a notification's params use something only the unstable schema has.
+/// Our extension methods (`_maka/…`, `_session/…`) are negotiated on ACP v1 only (a v1
+/// client's capabilities opt in to them); a v2 connection negotiates none, so one of them
+/// on v2 is a v1 line that leaked to a v2 client. Other `_` methods are free on both (ACP's
+/// extension rule: a client ignores what it does not know).
+fn extension_negotiated(acp: Acp, method: &str) -> Result<(), String> {
+    let ours = ["_maka/", "_session/"];
+    if acp == Acp::V2 && ours.iter().any(|p| method.starts_with(p)) {
+        return Err(format!(
+            "the agent sent `{method}`, a v1 extension, on a v2 connection (v2 negotiates none)"
+        ));
+    }
+    Ok(())
+}
+
 fn update_tier(acp: Acp, method: &str, params: &Value) -> &'static str {
     if method != "session/update" {
         return "";
