@@ -5224,7 +5224,7 @@ fn v1_and_v2_connections_share_one_serve_and_never_see_each_others_messages() {
 /// client learns the state from the agent: here the turn, cancelled, ends `idle` by its
 /// `state_update`, and nothing before that carried `acp/turnState`.
 #[test]
-fn review58_a_v2_stream_that_comes_back_mid_turn_is_not_told_idle() {
+fn a_v2_stream_that_comes_back_mid_turn_is_not_told_idle() {
     let s = Serve::start();
     let mut c = HttpClient::connect_v2(&s);
     let sid = c.new_session();
@@ -5278,7 +5278,7 @@ fn review58_a_v2_stream_that_comes_back_mid_turn_is_not_told_idle() {
 /// queue and runs when the turn before it ends: a prompt the client withdrew is inserted and
 /// answered by the model.
 #[test]
-fn review58_a_held_v2_prompt_withdrawn_by_its_client_never_runs() {
+fn a_held_v2_prompt_withdrawn_by_its_client_never_runs() {
     let s = Serve::start();
     let cwd = s.ws.path().to_path_buf();
     let mut a = HttpClient::connect(&s);

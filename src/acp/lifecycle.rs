@@ -385,7 +385,9 @@ fn offer_resume(ctx: &Ctx, session: &AcpSession, conn: &super::host_link::Connec
             let chunk = Chunk::text(message_id.clone(), text);
             (vec![SessionUpdate::AgentMessageChunk(chunk)], ())
         },
+        // v2 has no `_maka/turn/resume`: it is told what it can do.
         |_| {
+            let text = "The last turn was interrupted when the agent's runtime stopped, before it finished. Send a new prompt to go on.\n";
             (
                 vec![super::v2::projection::agent_text(&message_id, text)],
                 (),
@@ -411,7 +413,7 @@ fn attach(
     match ctx.session(&id) {
         Some(s) if s.prompt_turn().is_some() => {
             return Err(MakaCode::SessionBusy.error(format!(
-                "Session {id} has a prompt running; cancel it before loading the session again"
+                "Session {id} has a prompt running on this connection; cancel it (session/cancel) before opening the session again"
             )));
         }
         Some(_) => {} // loaded again: it is held already
