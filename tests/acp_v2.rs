@@ -629,7 +629,8 @@ fn resume_tells_the_state_after_its_replay_and_the_next_turn_is_seen_running() {
 
 /// The official TypeScript SDK 2.4.0's v2 client (`experimental/v2`) holds a whole
 /// conversation over stdio (tests/real_clients/ts_acp_v2.mjs): a write allowed and one
-/// rejected, an edit, a command and its terminal, a cancel, `session/resume` replaying from
+/// rejected, an edit, a command and its terminal, a long command cancelled alone with
+/// `tool_call/cancel` once the SDK says it can be, a cancel, `session/resume` replaying from
 /// the start, close. What it observes is tests/real_clients/expected_v2.json (the SDK parsed
 /// every message with its own schema on the way), and every message the agent sent it is valid
 /// against the v2 schema here. Skipped, saying so, where `scripts/real-clients` has not

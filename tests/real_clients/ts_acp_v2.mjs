@@ -2,7 +2,9 @@
 // (`@agentclientprotocol/sdk/experimental/v2`), over stdio: initialize (protocolVersion 2, info),
 // session/new, a prompt that writes a file (permission allowed: a diff with changes and a git
 // patch), one whose write is rejected (file unchanged), an edit, a command (a display terminal:
-// command, base64 output, exit status), a cancel during a slow prompt (idle `cancelled`),
+// command, base64 output, exit status), a long command cancelled alone with `tool_call/cancel`
+// once the SDK says it can be (the call `cancelled`, the turn goes on to `end_turn`), a cancel
+// during a slow prompt (idle `cancelled`),
 // session/resume with `replayFrom: {type: "start"}` on the same connection (what is replayed
 // folds to what was shown live), close. The SDK parses every message it is sent with its zod
 // schema; a rejection fails the run.
@@ -250,6 +252,63 @@ const summary = await app.connectWith(stream, async (cx) => {
       exitCode: t.exitStatus?.exitCode ?? null,
     })),
   };
+
+  // One call cancelled while the turn goes on: a long command (allowed) runs until the SDK says
+  // it can be cancelled (its `tool_call_update` carried `capabilities.cancel`), then
+  // `tool_call/cancel` through the SDK's ActiveSession; the call ends `cancelled`, the model
+  // answers, the turn ends idle `end_turn`.
+  {
+    answers.push("allow_once");
+    const before = { calls: new Set(live.calls.keys()), terminals: new Set(live.terminals.keys()), msgs: new Set(live.messages.keys()) };
+    const states = [];
+    const { messageId } = await s.prompt("please start the long job");
+    ids.push(messageId);
+    let echoed = null;
+    let callId = null;
+    let terminalCancellable = null;
+    let answer;
+    let stop;
+    for (;;) {
+      const m = await s.nextUpdate();
+      const u = m.update;
+      if (u.sessionUpdate === "user_message" && u.messageId === messageId) {
+        echoed = (u.content ?? []).map((b) => b.text).join("");
+      }
+      if (echoed === null) continue;
+      if (u.sessionUpdate === "state_update") states.push(u.state);
+      if (callId === null && u.sessionUpdate === "tool_call_update" && s.canCancelToolCall(u.toolCallId)) {
+        callId = u.toolCallId;
+        await caughtUp();
+        const shown = (live.calls.get(callId)?.content ?? []).find((k) => k.type === "terminal");
+        terminalCancellable = shown ? s.canCancelTerminal(shown.terminalId) : null;
+        answer = await s.cancelToolCall(callId);
+      }
+      if (m.kind === "stop") { stop = m.stopReason; break; }
+    }
+    await caughtUp();
+    const calls = [...live.calls.entries()].filter(([id]) => !before.calls.has(id)).map(([, c]) => c);
+    const terminals = [...live.terminals.entries()].filter(([id]) => !before.terminals.has(id)).map(([, t]) => t);
+    const agentText = [...live.messages.entries()]
+      .filter(([id, m]) => !before.msgs.has(id) && m.role === "agent")
+      .map(([, m]) => m.text)
+      .join(" | ");
+    out.toolCancel = {
+      echoed: echoed === "please start the long job",
+      cancellableSeen: callId !== null,
+      terminalCancellable,
+      cancelAnswer: answer ?? null,
+      stillCancellable: callId !== null && s.canCancelToolCall(callId),
+      states,
+      stop,
+      agentText,
+      calls: calls.map((x) => ({
+        status: x.status,
+        capabilities: x.capabilities ?? null,
+        content: (x.content ?? []).map((k) => k.type),
+      })),
+      terminals: terminals.map((t) => ({ command: t.command, output: t.bytes, exitStatus: t.exitStatus ?? null })),
+    };
+  }
 
   // Cancel during a slow prompt: after its first text, `session/cancel`; the turn ends idle
   // `cancelled`.
