@@ -13,8 +13,28 @@ use agent_client_protocol::v1::schema::{
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
+/// How one protocol version's types read what the agent sent, by method: the params of a
+/// request or notification from the agent, and the result answering one of the client's
+/// requests. Each gives the message as the SDK writes it back, `None` for a method it does not
+/// type here.
+pub struct Reader {
+    pub params: fn(&str, &Value) -> Option<Result<Value, String>>,
+    pub result: fn(&str, &Value) -> Option<Result<Value, String>>,
+}
+
+/// ACP v1, as `v1::schema` reads it.
+pub const V1: Reader = Reader {
+    params: request_or_notification,
+    result: response,
+};
+
 /// The losses, one line each, sorted; `sent` gives the methods of the client's request ids.
 pub fn dropped(sent: &[String], received: &[String]) -> Vec<String> {
+    dropped_as(&V1, sent, received)
+}
+
+/// The same with the types of `reader`'s protocol version.
+pub fn dropped_as(reader: &Reader, sent: &[String], received: &[String]) -> Vec<String> {
     let methods = request_methods(sent);
     let mut out = BTreeSet::new();
     for line in received {
@@ -29,7 +49,7 @@ pub fn dropped(sent: &[String], received: &[String]) -> Vec<String> {
                     (
                         label(method, &params),
                         params.clone(),
-                        request_or_notification(method, &params),
+                        (reader.params)(method, &params),
                     )
                 }
                 (None, Some(id)) => {
@@ -40,7 +60,7 @@ pub fn dropped(sent: &[String], received: &[String]) -> Vec<String> {
                     (
                         format!("{method} result"),
                         result.clone(),
-                        response(method, &result),
+                        (reader.result)(method, &result),
                     )
                 }
                 (None, None) => continue,
@@ -78,7 +98,7 @@ fn label(method: &str, params: &Value) -> String {
     }
 }
 
-fn round_trip<T: DeserializeOwned + Serialize>(v: &Value) -> Result<Value, String> {
+pub fn round_trip<T: DeserializeOwned + Serialize>(v: &Value) -> Result<Value, String> {
     let typed: T = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
     serde_json::to_value(typed).map_err(|e| e.to_string())
 }
