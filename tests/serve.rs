@@ -2137,6 +2137,13 @@ impl RawStream {
     /// The next event: its id and message (within the step timeout: keep-alive comments do
     /// not extend it).
     fn next(&mut self) -> (u64, Value) {
+        self.next_or_end()
+            .expect("the stream ended before the next event")
+    }
+
+    /// The same, or `None` when the stream ends first (its session's last message was handed
+    /// out: the server says so in a comment, then waits for the client to confirm it).
+    fn next_or_end(&mut self) -> Option<(u64, Value)> {
         let deadline = Instant::now() + STEP;
         let mut id: Option<(u64, String)> = None;
         loop {
@@ -2149,7 +2156,9 @@ impl RawStream {
                 .reader
                 .read_line(&mut line)
                 .expect("an event within the step timeout");
-            assert!(n > 0, "the stream ended before the next event");
+            if n == 0 || line.starts_with(": closed") {
+                return None;
+            }
             if let Some(v) = line.trim_end().strip_prefix("id: ") {
                 id = Some((
                     read_cursor(&self.conn, Some(&self.session), v),
@@ -2159,7 +2168,7 @@ impl RawStream {
                 let (id, raw) = id.expect("an id before the data");
                 let v = serde_json::from_str(data).unwrap();
                 check_cursor(&v, &raw).unwrap();
-                return (id, v);
+                return Some((id, v));
             }
         }
     }
@@ -4987,4 +4996,70 @@ fn a_resume_of_a_gone_connection_is_foreign_over_both_profiles() {
     };
     let (status, _) = other.try_stream(None, Some(3));
     assert_eq!(status, 409);
+}
+
+/// Issue 57, review F7: a `session/close` re-sent (its POST's answer lost: the client's stream
+/// reset before it could confirm it) after the session was loaded again on the same connection
+/// is not run again, and its answer sent again does not end the live session's stream: once
+/// the client has that answer, the loaded session's stream still opens (it was closed, 409
+/// `closed`). (A close re-sent after its answer was delivered is a new request and runs.)
+#[test]
+fn a_repeated_close_answer_does_not_end_a_reloaded_sessions_stream() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let cwd = s.ws.path().to_path_buf();
+    let r = c.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    // Reads the session's stream up to the answer to `id` (its cursor), then resets it: what
+    // it read is not confirmed (the client was gone within the second after).
+    let conn = c.conn.clone();
+    // Reads the session's stream (from the first message not delivered) up to the `nth`
+    // answer to `id` (its cursor), then resets it: what it read is not confirmed (the client
+    // was gone within the second after). A stream whose last message so far is the close
+    // answer ends after it: reset at once, and opened again until the answer comes.
+    let until_answer_then_reset = |id: i64, nth: usize| {
+        for _ in 0..200 {
+            let (status, stream) = RawStream::open(&s, &conn, &sid, None);
+            assert_eq!(status, 200);
+            let mut stream = stream.unwrap();
+            let (mut at, mut seen) = (None, 0);
+            while let Some((eid, v)) = stream.next_or_end() {
+                if v["id"] == id && v.get("method").is_none() {
+                    assert!(v.get("result").is_some(), "{v}");
+                    seen += 1;
+                    if seen == nth {
+                        at = Some(eid);
+                        break;
+                    }
+                }
+            }
+            stream.reset();
+            if let Some(at) = at {
+                return at;
+            }
+        }
+        panic!("no answer to {id} on the session's stream");
+    };
+    let close = json!({"jsonrpc": "2.0", "id": 90, "method": "session/close", "params": {"sessionId": sid}});
+    c.methods
+        .lock()
+        .unwrap()
+        .insert("90".into(), "session/close".into());
+    assert_eq!(s.post(Some(&c.conn), Some(&sid), &close).status, 202);
+    until_answer_then_reset(90, 1);
+    let load = c.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    until_answer_then_reset(load, 1);
+    // The retry (the same id, method and params): its answer is not delivered yet. It comes
+    // again, after the first one (not delivered either) and the load's answer.
+    assert_eq!(s.post(Some(&c.conn), Some(&sid), &close).status, 202);
+    let again = until_answer_then_reset(90, 2);
+    // The client says it has that answer: the live session's stream goes on.
+    let (status, _) = RawStream::open(&s, &conn, &sid, Some(again));
+    assert_eq!(
+        status, 200,
+        "the loaded session's stream ended with the repeated close answer"
+    );
 }
