@@ -5063,3 +5063,30 @@ fn a_repeated_close_answer_does_not_end_a_reloaded_sessions_stream() {
         "the loaded session's stream ended with the repeated close answer"
     );
 }
+
+/// RFC 6455 §5.5.1: a client that closes its WebSocket gets a close frame back (the server
+/// echoes its code), whether the close ends the connection (1000) or leaves it resumable
+/// (1001, going away; none at all): the socket was dropped without one.
+#[test]
+fn a_websocket_client_that_closes_gets_a_close_frame_back() {
+    let s = Serve::start();
+    for (sent, echoed) in [
+        (Some(1001u16), Some(1001u16)),
+        (Some(4000), Some(4000)),
+        (None, None),
+        (Some(1000), Some(1000)),
+    ] {
+        let mut ws = WsClient::connect(&s);
+        ws.call(0, "initialize", json!({"protocolVersion": 1}));
+        let payload = sent.map(|c| c.to_be_bytes().to_vec()).unwrap_or_default();
+        ws.send_frame(0x8, &payload);
+        let close = loop {
+            let (op, payload) = ws.frame();
+            if op == 0x8 {
+                break payload;
+            }
+        };
+        let code = (close.len() >= 2).then(|| u16::from_be_bytes([close[0], close[1]]));
+        assert_eq!(code, echoed, "the close frame for a close with {sent:?}");
+    }
+}

@@ -539,7 +539,8 @@ fn pump_events(socket: &mut TcpStream, mut lease: Lease, keepalive: Duration) {
             }
             // Taken over by a receiver that resumed with its cursor (this one's client may be
             // half-open: its network changed): the socket is shut down, not left to linger.
-            Next::Gone => {
+            // (A farewell is a WebSocket's.)
+            Next::Gone | Next::Farewell(_) => {
                 let _ = socket.shutdown(std::net::Shutdown::Both);
                 return;
             }
@@ -816,14 +817,25 @@ fn serve_frames(
         End::Close(why) => {
             server.registry.remove(&conn.id, &why);
         }
-        End::Detach(why) => {
+        End::Detach(why, echo) => {
             log::info!(
                 "ACP connection {}: its WebSocket ended ({why}); kept {} s for a stream/resume",
                 &conn.id[..8],
                 server.idle_timeout.as_secs()
             );
-            let _ = input.reader.get_ref().shutdown(std::net::Shutdown::Both);
-            conn.stream.detach(lease);
+            let socket = input.reader.get_ref();
+            match echo {
+                // The writer echoes the client's close (RFC 6455 §5.5.1), then shuts the
+                // socket down.
+                Some(payload) => {
+                    let _ = socket.shutdown(std::net::Shutdown::Read);
+                    conn.stream.detach_closing(lease, payload);
+                }
+                None => {
+                    let _ = socket.shutdown(std::net::Shutdown::Both);
+                    conn.stream.detach(lease);
+                }
+            }
         }
     }
 }
@@ -853,6 +865,15 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         match ws::read_message(&mut input, MAX_LINE_BYTES, &mut partial) {
             Ok(Ok(Some(ws::Incoming::Text(text)))) => break text,
             Ok(Ok(Some(ws::Incoming::Ping(_) | ws::Incoming::Pong | ws::Incoming::Binary))) => {}
+            // Closed before it resumed: its close echoed (no writer runs yet); the connection
+            // still waits for a resume.
+            Ok(Ok(Some(ws::Incoming::Close(code)))) => {
+                let mut socket = writer;
+                let _ = ws::write_frame(&mut socket, ws::OP_CLOSE, &close_echo(code));
+                let _ = socket.flush();
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+                return;
+            }
             _ => return,
         }
     };
@@ -973,8 +994,10 @@ impl ws::FrameInput for Deadlined<'_> {
 enum End {
     /// The client closed it, or broke the protocol: the connection closes.
     Close(String),
-    /// The socket broke or fell silent: the connection waits for a `stream/resume`.
-    Detach(String),
+    /// The socket broke or fell silent, or the client closed it with another code than 1000
+    /// (`Some`: its close frame's payload, echoed): the connection waits for a
+    /// `stream/resume`.
+    Detach(String, Option<Vec<u8>>),
 }
 
 fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
@@ -1055,11 +1078,17 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
                 return End::Close("the client closed the WebSocket".into())
             }
             Ok(Ok(Some(ws::Incoming::Close(code)))) => {
-                let code = code.map_or("no code".to_string(), |c| c.to_string());
-                return End::Detach(format!("the client closed the WebSocket ({code})"));
+                let why = code.map_or("no code".to_string(), |c| c.to_string());
+                return End::Detach(
+                    format!("the client closed the WebSocket ({why})"),
+                    Some(close_echo(code)),
+                );
             }
             Ok(Ok(None)) => {
-                return End::Detach("the client's socket closed without a close frame".into())
+                return End::Detach(
+                    "the client's socket closed without a close frame".into(),
+                    None,
+                )
             }
             Ok(Err(ws::Violation(code, why))) => {
                 conn.close(&format!("{code} {why}"));
@@ -1081,9 +1110,10 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
             {
                 return End::Detach(
                     "no sign of the client (not even a pong) within the idle timeout".into(),
+                    None,
                 )
             }
-            Err(e) => return End::Detach(format!("the WebSocket broke: {e}")),
+            Err(e) => return End::Detach(format!("the WebSocket broke: {e}"), None),
         }
     }
 }
@@ -1153,6 +1183,12 @@ fn refusal(text: &str, peek: Option<Peek>) -> Line {
     Message::response(id, Err(ResponseError::new(code, message))).to_routed_line()
 }
 
+/// The close frame that answers a client's (RFC 6455 §5.5.1): its code echoed (a code a peer
+/// may send: the reader checked it), or none when it had none.
+fn close_echo(code: Option<u16>) -> Vec<u8> {
+    code.map(|c| ws::close_payload(c, "")).unwrap_or_default()
+}
+
 /// The close code for a connection closed for `why`: the client's own close is normal, a
 /// protocol violation carries its code (`"1002 …"`), anything else is a policy close.
 fn close_code(why: &str) -> u16 {
@@ -1198,6 +1234,14 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
             // Taken over by a `stream/resume` (this socket may be half-open: the client's
             // network changed): shut down, so that its reader ends too.
             Next::Gone => {
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            // The client closed the socket (the connection waits for a resume): its close
+            // echoed, then the socket shut down.
+            Next::Farewell(payload) => {
+                let _ = ws::write_frame(&mut socket, ws::OP_CLOSE, &payload);
+                let _ = socket.flush();
                 let _ = socket.shutdown(std::net::Shutdown::Both);
                 return;
             }

@@ -106,6 +106,9 @@ struct Inner {
     last: Option<u64>,
     /// A WebSocket ping's payload to answer (the latest only).
     pong: Option<Vec<u8>>,
+    /// The client's close frame for the writer of this lease to echo (RFC 6455 §5.5.1) as it
+    /// lets go ([`Stream::detach_closing`]).
+    farewell: Option<(u64, Vec<u8>)>,
     closed: Option<String>,
     /// A session's stream: the session, and what its turn state is read from — the prompts
     /// posted and not yet answered (by id key, with the id), oldest first, and the agent's
@@ -158,6 +161,9 @@ pub enum Next {
     Ended,
     /// Another receiver took over, or this lease was released.
     Gone,
+    /// The client closed this receiver's WebSocket: echo its close frame (this payload), then
+    /// let go.
+    Farewell(Vec<u8>),
 }
 
 pub enum Refused {
@@ -415,6 +421,21 @@ impl Stream {
         self.wake.notify_all();
     }
 
+    /// [`Stream::detach`] for a WebSocket whose client sent a close frame that leaves the
+    /// connection resumable: the socket's writer, the one that may write on it, echoes the
+    /// close (`payload`) before it lets go ([`Next::Farewell`]).
+    pub fn detach_closing(&self, lease: u64, payload: Vec<u8>) {
+        let mut s = self.lock();
+        if s.receiver != Some(lease) {
+            return;
+        }
+        s.receiver = None;
+        s.receiver_alive = None;
+        s.farewell = Some((lease, payload));
+        drop(s);
+        self.wake.notify_all();
+    }
+
     /// Becomes the stream's receiver, from the message after `last_seen` (SSE `Last-Event-ID`)
     /// or, without it, from the first message not yet delivered (what an earlier receiver was
     /// handed but could not confirm comes again). A receiver that resumes (`last_seen`: the
@@ -564,6 +585,11 @@ impl Lease {
         let mut s = self.stream.lock();
         loop {
             if s.receiver != Some(self.lease) {
+                if s.farewell.as_ref().is_some_and(|(l, _)| *l == self.lease) {
+                    if let Some((_, payload)) = s.farewell.take() {
+                        return Next::Farewell(payload);
+                    }
+                }
                 return Next::Gone;
             }
             if let Some(why) = &s.closed {
