@@ -5090,3 +5090,49 @@ fn a_websocket_client_that_closes_gets_a_close_frame_back() {
         assert_eq!(code, echoed, "the close frame for a close with {sent:?}");
     }
 }
+
+/// Issue 57, review F5: a `stream/resume` sent as a request (with an id) that fails is
+/// answered too — a JSON-RPC error with its id (`-32600`, `data.reason` the refusal's reason)
+/// after the draft's `stream/resume_failed` — on a new socket (which stays open) and on a
+/// resumed one (which is then closed): a client awaiting the answer does not hang.
+#[test]
+fn a_failed_stream_resume_with_an_id_is_answered_with_an_error() {
+    let s = Serve::start();
+    let text_message = |ws: &mut WsClient| loop {
+        let (op, payload) = ws.frame();
+        if op == 0x1 {
+            break serde_json::from_slice::<Value>(&payload).unwrap();
+        }
+    };
+    let failed = |ws: &mut WsClient, id: Value, reason: &str| {
+        let v = text_message(ws);
+        assert_eq!(v["method"], "stream/resume_failed", "{v}");
+        assert_eq!(v["params"]["reason"], reason, "{v}");
+        let answer = text_message(ws);
+        assert_eq!(answer["id"], id, "the error answers the resume: {answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        assert_eq!(answer["error"]["data"]["reason"], reason, "{answer}");
+        assert_eq!(
+            answer["error"]["message"], v["params"]["message"],
+            "{answer}"
+        );
+    };
+    // On a new socket: nothing to resume.
+    let mut ws = WsClient::connect(&s);
+    ws.send(&json!({"jsonrpc": "2.0", "id": "r", "method": "stream/resume", "params": {"cursor": "0123456789abcdef-7"}}));
+    failed(&mut ws, json!("r"), "unknown");
+    let init = ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    assert_eq!(
+        init["result"]["protocolVersion"], 1,
+        "the socket stays open"
+    );
+    // On a resumed socket, a cursor this connection never sent.
+    let conn = ws.conn.clone();
+    reset_socket(ws.stream);
+    drop(ws.reader);
+    let mut again = WsClient::resuming(&s, &conn);
+    again.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "stream/resume", "params": {"cursor": cursor_text(&conn, None, 999999)}}));
+    failed(&mut again, json!(7), "unknown");
+    let (op, _) = again.frame();
+    assert_eq!(op, 0x8, "then a close");
+}

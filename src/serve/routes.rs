@@ -878,9 +878,15 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         }
     };
     let mut socket = writer;
+    let fields = match Peek::read(first.as_bytes()) {
+        Some(Peek::Object(f)) if f.method.as_deref() == Some(STREAM_RESUME) => Some(f),
+        _ => None,
+    };
+    let id = fields.as_ref().and_then(|f| f.id.clone());
     let fail = |socket: &mut TcpStream, reason: &str, message: &str| {
-        let answer = resume_failed(reason, message);
-        let _ = ws::write_frame(socket, ws::OP_TEXT, answer.text.as_bytes());
+        for answer in resume_failed(id.as_ref(), reason, message) {
+            let _ = ws::write_frame(socket, ws::OP_TEXT, answer.text.as_bytes());
+        }
         let _ = ws::write_frame(
             socket,
             ws::OP_CLOSE,
@@ -889,9 +895,9 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         let _ = socket.flush();
         let _ = socket.shutdown(std::net::Shutdown::Both);
     };
-    let fields = match Peek::read(first.as_bytes()) {
-        Some(Peek::Object(f)) if f.method.as_deref() == Some(STREAM_RESUME) => f,
-        _ => {
+    let fields = match fields {
+        Some(f) => f,
+        None => {
             let why = "the first frame on a resumed connection must be stream/resume";
             let _ = ws::write_frame(
                 &mut socket,
@@ -1024,14 +1030,17 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
                 };
                 frames += 1;
                 if fields.method.as_deref() == Some(STREAM_RESUME) {
-                    let answer = if frames == 1 && opened == Opened::NamedGone {
-                        resume_failed("foreign", "The connection this upgrade names (Acp-Connection-Id) is gone or not yours, so this socket is a new connection: send initialize on it, then session/load the sessions you follow")
+                    let id = fields.id.as_ref();
+                    let answers = if frames == 1 && opened == Opened::NamedGone {
+                        resume_failed(id, "foreign", "The connection this upgrade names (Acp-Connection-Id) is gone or not yours, so this socket is a new connection: send initialize on it, then session/load the sessions you follow")
                     } else if frames == 1 {
-                        resume_failed("unknown", "No stream to resume on a new WebSocket: resume with the Acp-Connection-Id of the connection in the upgrade, or send initialize on this socket, then session/load the sessions you follow")
+                        resume_failed(id, "unknown", "No stream to resume on a new WebSocket: resume with the Acp-Connection-Id of the connection in the upgrade, or send initialize on this socket, then session/load the sessions you follow")
                     } else {
-                        resume_failed("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live")
+                        resume_failed(id, "not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live")
                     };
-                    push_own(conn, &answer);
+                    for answer in &answers {
+                        push_own(conn, answer);
+                    }
                     continue;
                 }
                 if !initialized {
@@ -1147,13 +1156,22 @@ fn first_message(message: &Fields) -> First {
 const STREAM_RESUME: &str = "stream/resume";
 
 /// The draft's refusal of a `stream/resume`: why (`unknown`, `expired`, `foreign`, `locked`,
-/// `not_first`), what to do, and the way back (`session/load`).
-fn resume_failed(reason: &str, message: &str) -> Line {
-    Message::notification(
+/// `not_first`), what to do, and the way back (`session/load`) — `stream/resume_failed`, and,
+/// for one sent as a request (with `id`), its error answer after it (`-32600`, the same
+/// message, `data.reason`): a JSON-RPC client awaiting the answer is not left hanging.
+fn resume_failed(id: Option<&Value>, reason: &str, message: &str) -> Vec<Line> {
+    let mut lines = vec![Message::notification(
         "stream/resume_failed",
         json!({"reason": reason, "message": message, "recovery": "session/load"}),
     )
-    .to_routed_line()
+    .to_routed_line()];
+    if let Some(id) = id {
+        let id = RequestId::from_value(id).unwrap_or(RequestId::Null);
+        let error = ResponseError::new(-32600, message)
+            .with_data(json!({"reason": reason, "recovery": "session/load"}));
+        lines.push(Message::response(id, Err(error)).to_routed_line());
+    }
+    lines
 }
 
 /// One of the transport's own messages (a refusal, `stream/resume_failed`) on a WebSocket's
