@@ -26,6 +26,9 @@ fn script() -> Value {
                 [{"text": "Ran it."}]]},
             {"when": "chatty", "responses": [[{"repeat": {"text": "ab", "times": 300}}]]},
             {"when": "slow", "responses": [[{"text": "Starting slowly"}, {"delayMs": 30000}, {"text": "never"}]]},
+            {"when": "ask then wait", "responses": [
+                [{"text": "Asking."}, {"tool": "run_command", "args": {"command": "echo hi"}}],
+                [{"text": "Waiting after the dialog"}, {"delayMs": 30000}, {"text": "never"}]]},
             {"when": "flood", "responses": [[{"repeat": {"text": "x".repeat(1000), "times": 6000}}]]}
         ],
         "default": [[{"text": "Hello from the script!"}]]
@@ -5135,4 +5138,105 @@ fn a_failed_stream_resume_with_an_id_is_answered_with_an_error() {
     failed(&mut again, json!(7), "unknown");
     let (op, _) = again.frame();
     assert_eq!(op, 0x8, "then a close");
+}
+
+/// The turn state a WebSocket's resume tells (issue 57 §1, review F5): the socket's one stream
+/// carries every session, so after the replay comes one `session_info_update` per session of
+/// the connection with `_meta["acp/turnState"]`, as a session's event stream has it: `running`
+/// with the prompt's id while its turn goes on, `idle` once it was answered.
+#[test]
+fn a_websocket_resumed_mid_turn_learns_its_turn_state() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}}));
+    let mut text = String::new();
+    while !text.contains("Starting slowly") {
+        let v = ws.message();
+        text.extend(v["params"]["update"]["content"]["text"].as_str());
+    }
+    // Resumes a dropped socket at the cursor it read last: the turn state follows the replay.
+    let resume = |ws: WsClient| {
+        let (conn, had, methods) = (ws.conn.clone(), ws.cursor, ws.methods.clone());
+        reset_socket(ws.stream);
+        drop(ws.reader);
+        let mut again = WsClient::resuming(&s, &conn);
+        again.methods = methods;
+        again.cursor = had;
+        again.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": cursor_text(&conn, None, had)}}));
+        let state = loop {
+            let v = again.message();
+            if v.pointer("/params/_meta/acp~1turnState").is_some() {
+                break v;
+            }
+        };
+        assert_eq!(
+            state["params"]["update"]["sessionUpdate"], "session_info_update",
+            "{state}"
+        );
+        assert_eq!(state["params"]["sessionId"], sid.as_str(), "{state}");
+        (again, state["params"]["_meta"]["acp/turnState"].clone())
+    };
+    let (mut again, state) = resume(ws);
+    assert_eq!(
+        state,
+        json!({"state": "running", "promptRequestId": 2}),
+        "the turn survived the dropped socket"
+    );
+    again
+        .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
+    let answer = loop {
+        let v = again.message();
+        if v["id"] == 2 && v.get("method").is_none() {
+            break v;
+        }
+    };
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    let (_, state) = resume(again);
+    assert_eq!(
+        state,
+        json!({"state": "idle", "promptRequestId": null}),
+        "the turn was answered"
+    );
+}
+
+/// Review of issue 57, F6: a request the agent sent the client (a permission dialog) and then
+/// withdrew (`$/cancel_request`: here it gave up waiting, `MAKA_PERMISSION_TIMEOUT_MS`, and the
+/// turn went on) is no longer the client's to answer: a receiver that comes back is told the
+/// turn is `running`, not `requires_action` for a dialog that is gone.
+#[test]
+fn a_withdrawn_dialog_no_longer_makes_the_turn_require_action() {
+    let s = Serve::start_with(&[("MAKA_PERMISSION_TIMEOUT_MS", "300")]);
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "ask then wait");
+    let (mut asked, mut withdrawn, mut text) = (None, false, String::new());
+    // (The withdrawal comes on the connection's stream, the turn's words on the session's.)
+    while !withdrawn || !text.contains("Waiting after the dialog") {
+        let (_, _, v) = c.next();
+        if v["method"] == "session/request_permission" {
+            asked = Some(v["id"].clone());
+        } else if v["method"] == "$/cancel_request" {
+            assert_eq!(Some(&v["params"]["requestId"]), asked.as_ref(), "{v}");
+            withdrawn = true;
+        } else {
+            text.extend(v["params"]["update"]["content"]["text"].as_str());
+        }
+    }
+    let last = c.seen.borrow().get(&Some(sid.clone())).copied().unwrap();
+    c.drop_streams();
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, Some(last));
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    let state = loop {
+        let (_, v) = stream.next();
+        if let Some(state) = v.pointer("/params/_meta/acp~1turnState") {
+            break state.clone();
+        }
+    };
+    assert_eq!(state, json!({"state": "running", "promptRequestId": id}));
 }

@@ -284,8 +284,11 @@ impl AcpConn {
             inbox: Mutex::new(Some(tx)),
             initial: Mutex::new((!websocket).then_some(initial_tx)),
             // A WebSocket's too: a socket that breaks leaves what it did not confirm for the
-            // next one (`stream/resume`).
-            stream: Stream::new_in(Arc::clone(&budget), &tag),
+            // next one (`stream/resume`), and the turn state of each session after it.
+            stream: match websocket {
+                true => Stream::for_websocket(Arc::clone(&budget), &tag),
+                false => Stream::new_in(Arc::clone(&budget), &tag),
+            },
             sessions: Mutex::default(),
             forgotten: Mutex::default(),
             incarnations: AtomicU64::new(0),
@@ -643,7 +646,8 @@ impl AcpConn {
                 }
             }
         }
-        match self.stream.push_line(line, End::No, Mark::None) {
+        // (A WebSocket's stream tracks its sessions' turns: the mark goes with the message.)
+        match self.stream.push_line(line, End::No, mark) {
             Ok(at) => at.map(|n| (Arc::clone(&self.stream), n)),
             Err(_) => self.overflow(),
         }
@@ -655,9 +659,14 @@ impl AcpConn {
         lock(&self.asked).get(key).cloned()
     }
 
-    /// The client's answer to the agent's request `key` was accepted: one answer each.
+    /// The client's answer to the agent's request `key` was accepted (one answer each), or the
+    /// agent withdrew the request (`$/cancel_request`): the client no longer owes an answer.
     pub fn answered(&self, key: &str) {
         let route = lock(&self.asked).remove(key);
+        if self.websocket {
+            self.stream.answered(key);
+            return;
+        }
         if let Some(Route::Session(session)) = route {
             let stream = lock(&self.sessions).get(&session).cloned();
             if let Some(s) = stream {
@@ -667,10 +676,16 @@ impl AcpConn {
     }
 
     /// A `session/prompt` (id `id`) was posted for `session`: its turn runs until its answer.
+    /// Tracked on the stream its messages go on: the session's, or a WebSocket's one.
     pub fn turn_posted(&self, session: &str, id: &Value) {
-        if let Some(key) = id_key(id) {
-            self.with_session_stream(session, MAX_SESSIONS, |s| s.turn_posted(&key, id));
+        let Some(key) = id_key(id) else {
+            return;
+        };
+        if self.websocket {
+            self.stream.turn_posted(session, &key, id);
+            return;
         }
+        self.with_session_stream(session, MAX_SESSIONS, |s| s.turn_posted(session, &key, id));
     }
 
     /// A WebSocket's `initialize` (its first message) has this id: its answer advertises the
@@ -722,13 +737,20 @@ impl AcpConn {
             }
             _ => line,
         };
+        // The agent withdrew one of its requests: the client owes it no answer (its turn
+        // state is no longer `requires_action` for it).
+        if let Some(id) = &line.head.cancels {
+            self.answered(&request_key(id));
+        }
         // Shared with the answers kept for retries (the text is not copied).
         let line = Arc::new(line);
-        let (route, last, key, kept) = if self.websocket {
-            let (key, kept) = self.note_answer(&line);
-            (Route::Connection, false, key, kept)
-        } else {
-            self.outgoing_route(&line)
+        let (route, last, key, kept) = match (&line.head.kind, self.websocket) {
+            (Kind::Request(id), true) => (Route::Connection, false, Some(request_key(id)), None),
+            (_, true) => {
+                let (key, kept) = self.note_answer(&line);
+                (Route::Connection, false, key, kept)
+            }
+            (_, false) => self.outgoing_route(&line),
         };
         let mark = match (&line.head.kind, &key) {
             (Kind::Response { .. }, Some(k)) => Mark::Answers(k),
@@ -905,6 +927,7 @@ mod tests {
                     kind: Kind::Notification,
                     session: None,
                     meta: crate::jsonrpc::MetaSlot::None,
+                    cancels: None,
                 },
             }),
             at: Instant::now(),

@@ -1059,7 +1059,7 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
                     }
                 }
                 match conn.admit_frame(&fields) {
-                    Ok(true) => {}
+                    Ok(true) => ws_admitted(conn, &fields),
                     // A retry: joined to its request, or its answer sent again.
                     Ok(false) => continue,
                     Err(refusal) => {
@@ -1124,6 +1124,25 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
             }
             Err(e) => return End::Detach(format!("the WebSocket broke: {e}"), None),
         }
+    }
+}
+
+/// A WebSocket's message admitted for the agent, as its session's turn state sees it: a
+/// `session/prompt` starts a turn (running until its answer); an answer to one of the agent's
+/// requests means the client no longer owes it.
+fn ws_admitted(conn: &AcpConn, fields: &Fields) {
+    match (&fields.method, &fields.id) {
+        (Some(method), Some(id)) if methods::transport(method).starts_turn => {
+            if let Some(session) = &fields.session {
+                conn.turn_posted(session, id);
+            }
+        }
+        (None, Some(id)) if fields.answer => {
+            if let Some(key) = id_key(id) {
+                conn.answered(&key);
+            }
+        }
+        _ => {}
     }
 }
 
