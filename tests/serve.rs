@@ -5240,3 +5240,70 @@ fn a_withdrawn_dialog_no_longer_makes_the_turn_require_action() {
     };
     assert_eq!(state, json!({"state": "running", "promptRequestId": id}));
 }
+
+/// Review of issue 57, F8: a prompt whose answer was lost (its stream reset before the client
+/// confirmed it) and then dropped from the answers kept for retries before its time (here:
+/// more than 1024 answers came after it) is still told from a new request: re-sent with its
+/// id, it is refused (`-32600`, "already answered … no longer kept", with its id, where its
+/// answer went), not run a second time.
+#[test]
+fn a_retry_of_an_answer_no_longer_kept_is_refused_not_run_again() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let (c, sid, id, _) = a_turn_lost_to_a_reset(&s);
+    // More answers than are kept, after the prompt's (none of them on its session's stream).
+    let ids: Vec<i64> = (10_000..10_000 + 1030).collect();
+    for n in &ids {
+        c.methods
+            .lock()
+            .unwrap()
+            .insert(n.to_string(), "session/list".into());
+        let list = json!({"jsonrpc": "2.0", "id": n, "method": "session/list", "params": {}});
+        assert_eq!(s.post(Some(&c.conn), None, &list).status, 202);
+    }
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < ids.len() {
+        let (_, _, v) = c.next();
+        if let Some(n) = v["id"].as_i64().filter(|n| ids.contains(n)) {
+            answered.insert(n);
+        }
+    }
+    let retry = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+        "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "chatty"}]}});
+    let r = s.post(Some(&c.conn), Some(&sid), &retry);
+    assert_eq!(r.status, 202, "{}", r.body);
+    let turns = json!({"jsonrpc": "2.0", "id": 20_000, "method": "_maka/session/turns", "params": {"sessionId": sid}});
+    // The session's stream: what the reset lost (the first answer with it), then the refusal.
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, None);
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    let mut answers = 0;
+    let refusal = loop {
+        let (_, v) = stream.next();
+        if v["id"] == id && v.get("method").is_none() {
+            if v.get("error").is_some() {
+                break v;
+            }
+            answers += 1;
+            assert_eq!(answers, 1, "the prompt ran again: {v}");
+        }
+    };
+    assert_eq!(refusal["error"]["code"], -32600, "{refusal}");
+    let message = refusal["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("already answered") && message.contains("new id"),
+        "{refusal}"
+    );
+    assert_eq!(s.post(Some(&c.conn), Some(&sid), &turns).status, 202);
+    let turns = loop {
+        let (_, v) = stream.next();
+        assert!(v["id"] != id, "another answer to the prompt: {v}");
+        if v["id"] == 20_000 {
+            break v;
+        }
+    };
+    let turns = turns["result"]["turns"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(turns.len(), 1, "the turn ran once: {turns:?}");
+}

@@ -141,6 +141,10 @@ pub const ANSWERS_KEPT: usize = 1024;
 pub const ANSWERS_KEPT_BYTES: usize = super::stream::REPLAY_WINDOW_BYTES;
 /// ... each for this long after it was sent.
 pub const ANSWERS_KEPT_FOR: Duration = Duration::from_secs(600);
+/// Answers no longer kept before their time (past the count or bytes above, or too long to
+/// keep) whose requests are still told from new ones, per connection, at most: a retry of one
+/// is refused, not run again (see [`Tomb`]).
+pub const TOMBS_KEPT: usize = 4096;
 
 /// Why a request's id cannot be routed.
 pub enum IdRefused {
@@ -165,6 +169,9 @@ pub enum Admitted {
     /// yet (not delivered on its stream): not run again; its answer was sent again, where the
     /// first's went.
     Repeated,
+    /// The same, but its answer is no longer kept (see [`Tomb`]): not run again; a `-32600`
+    /// error saying so was sent where the answer went.
+    Forgotten,
 }
 
 /// The client's requests on one connection, by their id's key. Retries are told from new
@@ -194,6 +201,21 @@ struct Answered {
     order: VecDeque<(String, u64)>,
     bytes: usize,
     serial: u64,
+    /// What is left of the answers not kept before their time, bounded by [`TOMBS_KEPT`] and
+    /// [`ANSWERS_KEPT_FOR`], with their order as `order` has it.
+    tombs: HashMap<String, Tomb>,
+    tomb_order: VecDeque<(String, u64)>,
+}
+
+/// What is left of an answer that is no longer kept before [`ANSWERS_KEPT_FOR`] passed (the
+/// answers kept took more than their count or bytes, or it was too long to keep): its
+/// request's fingerprint and where it went, no body. A retry of it while it is not delivered
+/// is still a retry — refused (`-32600`, "already answered"), never run a second time.
+struct Tomb {
+    serial: u64,
+    request: u64,
+    at: Instant,
+    placed: Option<(Weak<Stream>, u64)>,
 }
 
 struct Answer {
@@ -208,41 +230,84 @@ struct Answer {
     placed: Option<(Weak<Stream>, u64)>,
 }
 
-impl Answer {
-    /// Whether the client provably has this answer: its message was delivered (its cursor
-    /// came back, or the client's TCP acknowledged it and the client stayed). A stream
-    /// forgotten had everything it carried delivered (or ended with its delivered last
-    /// message), so an answer put on one is delivered.
-    fn delivered(&self) -> bool {
-        self.placed
-            .as_ref()
-            .is_some_and(|(stream, id)| stream.upgrade().is_none_or(|s| s.has_delivered(*id)))
-    }
+/// Whether the client provably has an answer put at `placed`: its message was delivered (its
+/// cursor came back, or the client's TCP acknowledged it and the client stayed). A stream
+/// forgotten had everything it carried delivered (or ended with its delivered last message),
+/// so an answer put on one is delivered.
+fn delivered(placed: &Option<(Weak<Stream>, u64)>) -> bool {
+    placed
+        .as_ref()
+        .is_some_and(|(stream, id)| stream.upgrade().is_none_or(|s| s.has_delivered(*id)))
 }
 
 impl Answered {
+    /// Forgets the answer of `key` and what is left of it (a new request takes its id).
     fn forget(&mut self, key: &str) {
-        if let Some(a) = self.by_key.remove(key) {
-            self.bytes = self.bytes.saturating_sub(a.line.text.len());
-        }
+        self.take(key);
+        self.tombs.remove(key);
     }
 
-    /// Forgets what is past the bounds (the oldest first).
+    fn take(&mut self, key: &str) -> Option<Answer> {
+        let a = self.by_key.remove(key)?;
+        self.bytes = self.bytes.saturating_sub(a.line.text.len());
+        Some(a)
+    }
+
+    /// Forgets what is past the bounds (the oldest first). An answer dropped before its time,
+    /// and not delivered, leaves its tomb.
     fn trim(&mut self, now: Instant) {
         while let Some((key, serial)) = self.order.front() {
             let current = self.by_key.get(key).filter(|a| a.serial == *serial);
-            let keep = current.is_some_and(|a| now.duration_since(a.at) < ANSWERS_KEPT_FOR)
-                && self.order.len() <= ANSWERS_KEPT
-                && self.bytes <= ANSWERS_KEPT_BYTES;
+            let fresh = current.is_some_and(|a| now.duration_since(a.at) < ANSWERS_KEPT_FOR);
+            let keep =
+                fresh && self.order.len() <= ANSWERS_KEPT && self.bytes <= ANSWERS_KEPT_BYTES;
             if keep {
-                return;
+                break;
             }
             if current.is_some() {
                 let key = key.clone();
-                self.forget(&key);
+                if let Some(a) = self.take(&key) {
+                    if fresh && !delivered(&a.placed) {
+                        self.bury(key, a.serial, a.request, a.at, a.placed);
+                    }
+                }
             }
             self.order.pop_front();
         }
+        while let Some((key, serial)) = self.tomb_order.front() {
+            let current = self.tombs.get(key).filter(|t| t.serial == *serial);
+            let keep = current.is_some_and(|t| now.duration_since(t.at) < ANSWERS_KEPT_FOR)
+                && self.tomb_order.len() <= TOMBS_KEPT;
+            if keep {
+                break;
+            }
+            if current.is_some() {
+                let key = key.clone();
+                self.tombs.remove(&key);
+            }
+            self.tomb_order.pop_front();
+        }
+    }
+
+    /// Keeps what is left of an answer for `key` (see [`Tomb`]).
+    fn bury(
+        &mut self,
+        key: String,
+        serial: u64,
+        request: u64,
+        at: Instant,
+        placed: Option<(Weak<Stream>, u64)>,
+    ) {
+        self.tomb_order.push_back((key.clone(), serial));
+        self.tombs.insert(
+            key,
+            Tomb {
+                serial,
+                request,
+                at,
+                placed,
+            },
+        );
     }
 
     /// Keeps `answer` for `key`; returns its serial.
@@ -253,6 +318,16 @@ impl Answered {
         self.bytes += answer.line.text.len();
         self.order.push_back((key.clone(), serial));
         self.by_key.insert(key, Answer { serial, ..answer });
+        self.trim(Instant::now());
+        serial
+    }
+
+    /// Keeps only what is left of an answer too long to keep, for `key`; returns its serial.
+    fn keep_tomb(&mut self, key: String, request: u64) -> u64 {
+        self.forget(&key);
+        self.serial += 1;
+        let serial = self.serial;
+        self.bury(key, serial, request, Instant::now(), None);
         self.trim(Instant::now());
         serial
     }
@@ -475,12 +550,26 @@ impl AcpConn {
         }
         pending.answered.trim(Instant::now());
         if let Some(a) = pending.answered.by_key.get(&key) {
-            if a.request == request && !a.delivered() {
+            if a.request == request && !delivered(&a.placed) {
                 let first = a.placed.as_ref().and_then(|(s, _)| s.upgrade());
                 let (route, line, serial) = (a.route.clone(), Arc::clone(&a.line), a.serial);
                 drop(pending);
                 self.push_again(&key, serial, first, &route, &line);
                 return Ok(Admitted::Repeated);
+            }
+        }
+        if let Some(t) = pending.answered.tombs.get(&key) {
+            if t.request == request && !delivered(&t.placed) {
+                let serial = t.serial;
+                drop(pending);
+                let error = crate::jsonrpc::ResponseError::new(-32600, format!(
+                    "Invalid request: request {id} was already answered and its answer is no longer kept; send it with a new id to run it again"
+                ));
+                let id = RequestId::from_value(id).unwrap_or(RequestId::Null);
+                let line = crate::jsonrpc::Message::response(id, Err(error)).to_routed_line();
+                let at = self.put(&route, &line, End::Keep, Mark::None);
+                self.placed(&key, serial, at);
+                return Ok(Admitted::Forgotten);
             }
         }
         if pending.running.len() >= MAX_PENDING {
@@ -537,7 +626,7 @@ impl AcpConn {
         };
         match self.expect_response(id, Route::Connection, false, method, frame.params) {
             Ok(Admitted::Run) | Err(IdRefused::Invalid(_)) => Ok(true),
-            Ok(Admitted::Joined | Admitted::Repeated) => Ok(false),
+            Ok(Admitted::Joined | Admitted::Repeated | Admitted::Forgotten) => Ok(false),
             Err(IdRefused::InUse) => Err(refusal(format!(
                 "Invalid request: id {id} is already used by a request in progress on this connection (a retry repeats its method and params)"
             ))),
@@ -561,8 +650,7 @@ impl AcpConn {
         let mut pending = lock(&self.pending);
         let running = pending.running.remove(key)?;
         let last = running.ends && success;
-        let mut serial = None;
-        if line.text.len() <= ANSWERS_KEPT_BYTES {
+        let serial = if line.text.len() <= ANSWERS_KEPT_BYTES {
             let answer = Answer {
                 serial: 0,
                 request: running.request,
@@ -571,9 +659,11 @@ impl AcpConn {
                 at: Instant::now(),
                 placed: None,
             };
-            serial = Some(pending.answered.keep(key.to_string(), answer));
-        }
-        Some((running.route, last, serial))
+            pending.answered.keep(key.to_string(), answer)
+        } else {
+            pending.answered.keep_tomb(key.to_string(), running.request)
+        };
+        Some((running.route, last, Some(serial)))
     }
 
     /// The kept answer `key` (if still the one of `serial`) was put on `stream` as message
@@ -582,11 +672,13 @@ impl AcpConn {
         let Some((stream, id)) = at else {
             return;
         };
+        let placed = Some((Arc::downgrade(&stream), id));
         let mut pending = lock(&self.pending);
-        if let Some(a) = pending.answered.by_key.get_mut(key) {
-            if a.serial == serial {
-                a.placed = Some((Arc::downgrade(&stream), id));
-            }
+        let answered = &mut pending.answered;
+        if let Some(a) = answered.by_key.get_mut(key).filter(|a| a.serial == serial) {
+            a.placed = placed;
+        } else if let Some(t) = answered.tombs.get_mut(key).filter(|t| t.serial == serial) {
+            t.placed = placed;
         }
     }
 
@@ -960,5 +1052,32 @@ mod tests {
         kept.trim(Instant::now() + ANSWERS_KEPT_FOR);
         assert!(kept.by_key.is_empty() && kept.order.is_empty());
         assert_eq!(kept.bytes, 0);
+        assert!(kept.tombs.is_empty() && kept.tomb_order.is_empty());
+    }
+
+    /// An answer dropped before its time (past the count or bytes) or too long to keep
+    /// leaves a tomb (its fingerprint, no body) for its retry; the tombs stay within their
+    /// count and time, and a new request with the id forgets its tomb.
+    #[test]
+    fn answers_dropped_before_their_time_leave_bounded_tombs() {
+        let mut kept = Answered::default();
+        for i in 0..ANSWERS_KEPT + 10 {
+            kept.keep(format!("number:{i}"), answer("{}"));
+        }
+        assert!(kept.tombs.contains_key("number:9") && !kept.tombs.contains_key("number:10"));
+        assert!(!kept.by_key.contains_key("number:9"));
+        let serial = kept.keep_tomb("string:big".into(), 7);
+        let tomb = &kept.tombs["string:big"];
+        assert_eq!((tomb.serial, tomb.request), (serial, 7));
+        kept.forget("string:big");
+        assert!(!kept.tombs.contains_key("string:big"));
+        for i in 0..TOMBS_KEPT + ANSWERS_KEPT {
+            kept.keep(format!("string:{i}"), answer("{}"));
+        }
+        assert_eq!(kept.tombs.len(), TOMBS_KEPT);
+        assert!(kept.tomb_order.len() <= TOMBS_KEPT);
+        assert!(!kept.tombs.contains_key("number:0"), "the oldest go first");
+        kept.trim(Instant::now() + ANSWERS_KEPT_FOR);
+        assert!(kept.tombs.is_empty() && kept.tomb_order.is_empty());
     }
 }

@@ -300,7 +300,9 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
                             conn.turn_posted(&session, id);
                         }
                     }
-                    Ok(Admitted::Joined | Admitted::Repeated) => return ex.respond(202, &[], b""),
+                    Ok(Admitted::Joined | Admitted::Repeated | Admitted::Forgotten) => {
+                        return ex.respond(202, &[], b"")
+                    }
                     Err(IdRefused::Invalid(why)) => return text(ex, 400, &why),
                     Err(IdRefused::InUse) => return text(ex, 400, "Request ID already in use by a request in progress on this connection: a retry repeats its method and params; another request takes another id"),
                     Err(IdRefused::TooMany) => return text(ex, 429, &format!("this connection already has {MAX_PENDING} requests in progress; wait for their answers")),
