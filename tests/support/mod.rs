@@ -455,7 +455,9 @@ impl AgentProcess {
     /// loaded machine): they are skipped.
     pub fn expect_commands(&mut self, session: &str) -> Vec<Value> {
         let mut v = self.recv();
-        while v["params"]["sessionId"].as_str().is_some_and(|s| s != session)
+        while v["params"]["sessionId"]
+            .as_str()
+            .is_some_and(|s| s != session)
             && v.get("id").is_none()
         {
             v = self.recv();
