@@ -27,6 +27,9 @@ fn script() -> Value {
                 [{"text": "Ran it."}]]},
             {"when": "chatty", "responses": [[{"repeat": {"text": "ab", "times": 300}}]]},
             {"when": "slow", "responses": [[{"text": "Starting slowly"}, {"delayMs": 30000}, {"text": "never"}]]},
+            {"when": "ask then wait", "responses": [
+                [{"text": "Asking."}, {"tool": "run_command", "args": {"command": "echo hi"}}],
+                [{"text": "Waiting after the dialog"}, {"delayMs": 30000}, {"text": "never"}]]},
             {"when": "flood", "responses": [[{"repeat": {"text": "x".repeat(1000), "times": 6000}}]]}
         ],
         "default": [[{"text": "Hello from the script!"}]]
@@ -2155,6 +2158,13 @@ impl RawStream {
     /// The next event: its id and message (within the step timeout: keep-alive comments do
     /// not extend it).
     fn next(&mut self) -> (u64, Value) {
+        self.next_or_end()
+            .expect("the stream ended before the next event")
+    }
+
+    /// The same, or `None` when the stream ends first (its session's last message was handed
+    /// out: the server says so in a comment, then waits for the client to confirm it).
+    fn next_or_end(&mut self) -> Option<(u64, Value)> {
         let deadline = Instant::now() + STEP;
         let mut id: Option<(u64, String)> = None;
         loop {
@@ -2167,7 +2177,9 @@ impl RawStream {
                 .reader
                 .read_line(&mut line)
                 .expect("an event within the step timeout");
-            assert!(n > 0, "the stream ended before the next event");
+            if n == 0 || line.starts_with(": closed") {
+                return None;
+            }
             if let Some(v) = line.trim_end().strip_prefix("id: ") {
                 id = Some((
                     read_cursor(&self.conn, Some(&self.session), v),
@@ -2177,7 +2189,7 @@ impl RawStream {
                 let (id, raw) = id.expect("an id before the data");
                 let v = serde_json::from_str(data).unwrap();
                 check_cursor(&v, &raw).unwrap();
-                return (id, v);
+                return Some((id, v));
             }
         }
     }
@@ -5331,4 +5343,311 @@ fn a_held_v2_prompt_withdrawn_by_its_client_never_runs() {
         inserted.is_empty(),
         "the withdrawn prompt was inserted and ran: {inserted:?}"
     );
+}
+
+/// Issue 57, review F7: a `session/close` re-sent (its POST's answer lost: the client's stream
+/// reset before it could confirm it) after the session was loaded again on the same connection
+/// is not run again, and its answer sent again does not end the live session's stream: once
+/// the client has that answer, the loaded session's stream still opens (it was closed, 409
+/// `closed`). (A close re-sent after its answer was delivered is a new request and runs.)
+#[test]
+fn a_repeated_close_answer_does_not_end_a_reloaded_sessions_stream() {
+    let s = Serve::start();
+    let mut c = HttpClient::connect(&s);
+    let cwd = s.ws.path().to_path_buf();
+    let r = c.call("session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    // Reads the session's stream up to the answer to `id` (its cursor), then resets it: what
+    // it read is not confirmed (the client was gone within the second after).
+    let conn = c.conn.clone();
+    // Reads the session's stream (from the first message not delivered) up to the `nth`
+    // answer to `id` (its cursor), then resets it: what it read is not confirmed (the client
+    // was gone within the second after). A stream whose last message so far is the close
+    // answer ends after it: reset at once, and opened again until the answer comes.
+    let until_answer_then_reset = |id: i64, nth: usize| {
+        for _ in 0..200 {
+            let (status, stream) = RawStream::open(&s, &conn, &sid, None);
+            assert_eq!(status, 200);
+            let mut stream = stream.unwrap();
+            let (mut at, mut seen) = (None, 0);
+            while let Some((eid, v)) = stream.next_or_end() {
+                if v["id"] == id && v.get("method").is_none() {
+                    assert!(v.get("result").is_some(), "{v}");
+                    seen += 1;
+                    if seen == nth {
+                        at = Some(eid);
+                        break;
+                    }
+                }
+            }
+            stream.reset();
+            if let Some(at) = at {
+                return at;
+            }
+        }
+        panic!("no answer to {id} on the session's stream");
+    };
+    let close = json!({"jsonrpc": "2.0", "id": 90, "method": "session/close", "params": {"sessionId": sid}});
+    c.methods
+        .lock()
+        .unwrap()
+        .insert("90".into(), "session/close".into());
+    assert_eq!(s.post(Some(&c.conn), Some(&sid), &close).status, 202);
+    until_answer_then_reset(90, 1);
+    let load = c.send(
+        "session/load",
+        json!({"sessionId": sid, "cwd": cwd, "mcpServers": []}),
+    );
+    until_answer_then_reset(load, 1);
+    // The retry (the same id, method and params): its answer is not delivered yet. It comes
+    // again, after the first one (not delivered either) and the load's answer.
+    assert_eq!(s.post(Some(&c.conn), Some(&sid), &close).status, 202);
+    let again = until_answer_then_reset(90, 2);
+    // The client says it has that answer: the live session's stream goes on.
+    let (status, _) = RawStream::open(&s, &conn, &sid, Some(again));
+    assert_eq!(
+        status, 200,
+        "the loaded session's stream ended with the repeated close answer"
+    );
+}
+
+/// RFC 6455 §5.5.1: a client that closes its WebSocket gets a close frame back (the server
+/// echoes its code), whether the close ends the connection (1000) or leaves it resumable
+/// (1001, going away; none at all): the socket was dropped without one.
+#[test]
+fn a_websocket_client_that_closes_gets_a_close_frame_back() {
+    let s = Serve::start();
+    for (sent, echoed) in [
+        (Some(1001u16), Some(1001u16)),
+        (Some(4000), Some(4000)),
+        (None, None),
+        (Some(1000), Some(1000)),
+    ] {
+        let mut ws = WsClient::connect(&s);
+        ws.call(0, "initialize", json!({"protocolVersion": 1}));
+        let payload = sent.map(|c| c.to_be_bytes().to_vec()).unwrap_or_default();
+        ws.send_frame(0x8, &payload);
+        let close = loop {
+            let (op, payload) = ws.frame();
+            if op == 0x8 {
+                break payload;
+            }
+        };
+        let code = (close.len() >= 2).then(|| u16::from_be_bytes([close[0], close[1]]));
+        assert_eq!(code, echoed, "the close frame for a close with {sent:?}");
+    }
+}
+
+/// Issue 57, review F5: a `stream/resume` sent as a request (with an id) that fails is
+/// answered too — a JSON-RPC error with its id (`-32600`, `data.reason` the refusal's reason)
+/// after the draft's `stream/resume_failed` — on a new socket (which stays open) and on a
+/// resumed one (which is then closed): a client awaiting the answer does not hang.
+#[test]
+fn a_failed_stream_resume_with_an_id_is_answered_with_an_error() {
+    let s = Serve::start();
+    let text_message = |ws: &mut WsClient| loop {
+        let (op, payload) = ws.frame();
+        if op == 0x1 {
+            break serde_json::from_slice::<Value>(&payload).unwrap();
+        }
+    };
+    let failed = |ws: &mut WsClient, id: Value, reason: &str| {
+        let v = text_message(ws);
+        assert_eq!(v["method"], "stream/resume_failed", "{v}");
+        assert_eq!(v["params"]["reason"], reason, "{v}");
+        let answer = text_message(ws);
+        assert_eq!(answer["id"], id, "the error answers the resume: {answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        assert_eq!(answer["error"]["data"]["reason"], reason, "{answer}");
+        assert_eq!(
+            answer["error"]["message"], v["params"]["message"],
+            "{answer}"
+        );
+    };
+    // On a new socket: nothing to resume.
+    let mut ws = WsClient::connect(&s);
+    ws.send(&json!({"jsonrpc": "2.0", "id": "r", "method": "stream/resume", "params": {"cursor": "0123456789abcdef-7"}}));
+    failed(&mut ws, json!("r"), "unknown");
+    let init = ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    assert_eq!(
+        init["result"]["protocolVersion"], 1,
+        "the socket stays open"
+    );
+    // On a resumed socket, a cursor this connection never sent.
+    let conn = ws.conn.clone();
+    reset_socket(ws.stream);
+    drop(ws.reader);
+    let mut again = WsClient::resuming(&s, &conn);
+    again.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "stream/resume", "params": {"cursor": cursor_text(&conn, None, 999999)}}));
+    failed(&mut again, json!(7), "unknown");
+    let (op, _) = again.frame();
+    assert_eq!(op, 0x8, "then a close");
+}
+
+/// The turn state a WebSocket's resume tells (issue 57 §1, review F5): the socket's one stream
+/// carries every session, so after the replay comes one `session_info_update` per session of
+/// the connection with `_meta["acp/turnState"]`, as a session's event stream has it: `running`
+/// with the prompt's id while its turn goes on, `idle` once it was answered.
+#[test]
+fn a_websocket_resumed_mid_turn_learns_its_turn_state() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    ws.call(0, "initialize", json!({"protocolVersion": 1}));
+    let cwd = s.ws.path().to_path_buf();
+    let r = ws.call(1, "session/new", json!({"cwd": cwd, "mcpServers": []}));
+    let sid = r["result"]["sessionId"].as_str().unwrap().to_string();
+    ws.methods.insert("2".into(), "session/prompt".into());
+    ws.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "slow"}]}}));
+    let mut text = String::new();
+    while !text.contains("Starting slowly") {
+        let v = ws.message();
+        text.extend(v["params"]["update"]["content"]["text"].as_str());
+    }
+    // Resumes a dropped socket at the cursor it read last: the turn state follows the replay.
+    let resume = |ws: WsClient| {
+        let (conn, had, methods) = (ws.conn.clone(), ws.cursor, ws.methods.clone());
+        reset_socket(ws.stream);
+        drop(ws.reader);
+        let mut again = WsClient::resuming(&s, &conn);
+        again.methods = methods;
+        again.cursor = had;
+        again.send(&json!({"jsonrpc": "2.0", "method": "stream/resume", "params": {"cursor": cursor_text(&conn, None, had)}}));
+        let state = loop {
+            let v = again.message();
+            if v.pointer("/params/_meta/acp~1turnState").is_some() {
+                break v;
+            }
+        };
+        assert_eq!(
+            state["params"]["update"]["sessionUpdate"], "session_info_update",
+            "{state}"
+        );
+        assert_eq!(state["params"]["sessionId"], sid.as_str(), "{state}");
+        (again, state["params"]["_meta"]["acp/turnState"].clone())
+    };
+    let (mut again, state) = resume(ws);
+    assert_eq!(
+        state,
+        json!({"state": "running", "promptRequestId": 2}),
+        "the turn survived the dropped socket"
+    );
+    again
+        .send(&json!({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}));
+    let answer = loop {
+        let v = again.message();
+        if v["id"] == 2 && v.get("method").is_none() {
+            break v;
+        }
+    };
+    assert_eq!(answer["result"]["stopReason"], "cancelled", "{answer}");
+    let (_, state) = resume(again);
+    assert_eq!(
+        state,
+        json!({"state": "idle", "promptRequestId": null}),
+        "the turn was answered"
+    );
+}
+
+/// Review of issue 57, F6: a request the agent sent the client (a permission dialog) and then
+/// withdrew (`$/cancel_request`: here it gave up waiting, `MAKA_PERMISSION_TIMEOUT_MS`, and the
+/// turn went on) is no longer the client's to answer: a receiver that comes back is told the
+/// turn is `running`, not `requires_action` for a dialog that is gone.
+#[test]
+fn a_withdrawn_dialog_no_longer_makes_the_turn_require_action() {
+    let s = Serve::start_with(&[("MAKA_PERMISSION_TIMEOUT_MS", "300")]);
+    let mut c = HttpClient::connect(&s);
+    let sid = c.new_session();
+    let id = c.prompt(&sid, "ask then wait");
+    let (mut asked, mut withdrawn, mut text) = (None, false, String::new());
+    // (The withdrawal comes on the connection's stream, the turn's words on the session's.)
+    while !withdrawn || !text.contains("Waiting after the dialog") {
+        let (_, _, v) = c.next();
+        if v["method"] == "session/request_permission" {
+            asked = Some(v["id"].clone());
+        } else if v["method"] == "$/cancel_request" {
+            assert_eq!(Some(&v["params"]["requestId"]), asked.as_ref(), "{v}");
+            withdrawn = true;
+        } else {
+            text.extend(v["params"]["update"]["content"]["text"].as_str());
+        }
+    }
+    let last = c.seen.borrow().get(&Some(sid.clone())).copied().unwrap();
+    c.drop_streams();
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, Some(last));
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    let state = loop {
+        let (_, v) = stream.next();
+        if let Some(state) = v.pointer("/params/_meta/acp~1turnState") {
+            break state.clone();
+        }
+    };
+    assert_eq!(state, json!({"state": "running", "promptRequestId": id}));
+}
+
+/// Review of issue 57, F8: a prompt whose answer was lost (its stream reset before the client
+/// confirmed it) and then dropped from the answers kept for retries before its time (here:
+/// more than 1024 answers came after it) is still told from a new request: re-sent with its
+/// id, it is refused (`-32600`, "already answered … no longer kept", with its id, where its
+/// answer went), not run a second time.
+#[test]
+fn a_retry_of_an_answer_no_longer_kept_is_refused_not_run_again() {
+    let s = Serve::start_with(&[("MAKA_HOST_FSYNC", "0")]);
+    let (c, sid, id, _) = a_turn_lost_to_a_reset(&s);
+    // More answers than are kept, after the prompt's (none of them on its session's stream).
+    let ids: Vec<i64> = (10_000..10_000 + 1030).collect();
+    for n in &ids {
+        c.methods
+            .lock()
+            .unwrap()
+            .insert(n.to_string(), "session/list".into());
+        let list = json!({"jsonrpc": "2.0", "id": n, "method": "session/list", "params": {}});
+        assert_eq!(s.post(Some(&c.conn), None, &list).status, 202);
+    }
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < ids.len() {
+        let (_, _, v) = c.next();
+        if let Some(n) = v["id"].as_i64().filter(|n| ids.contains(n)) {
+            answered.insert(n);
+        }
+    }
+    let retry = json!({"jsonrpc": "2.0", "id": id, "method": "session/prompt",
+        "params": {"sessionId": sid, "prompt": [{"type": "text", "text": "chatty"}]}});
+    let r = s.post(Some(&c.conn), Some(&sid), &retry);
+    assert_eq!(r.status, 202, "{}", r.body);
+    let turns = json!({"jsonrpc": "2.0", "id": 20_000, "method": "_maka/session/turns", "params": {"sessionId": sid}});
+    // The session's stream: what the reset lost (the first answer with it), then the refusal.
+    let (status, stream) = RawStream::open(&s, &c.conn, &sid, None);
+    assert_eq!(status, 200);
+    let mut stream = stream.unwrap();
+    let mut answers = 0;
+    let refusal = loop {
+        let (_, v) = stream.next();
+        if v["id"] == id && v.get("method").is_none() {
+            if v.get("error").is_some() {
+                break v;
+            }
+            answers += 1;
+            assert_eq!(answers, 1, "the prompt ran again: {v}");
+        }
+    };
+    assert_eq!(refusal["error"]["code"], -32600, "{refusal}");
+    let message = refusal["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("already answered") && message.contains("new id"),
+        "{refusal}"
+    );
+    assert_eq!(s.post(Some(&c.conn), Some(&sid), &turns).status, 202);
+    let turns = loop {
+        let (_, v) = stream.next();
+        assert!(v["id"] != id, "another answer to the prompt: {v}");
+        if v["id"] == 20_000 {
+            break v;
+        }
+    };
+    let turns = turns["result"]["turns"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(turns.len(), 1, "the turn ran once: {turns:?}");
 }

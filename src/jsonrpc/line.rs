@@ -21,6 +21,8 @@ pub struct Head {
     /// Where `_meta` entries go (`params._meta`, a success's `result._meta`, an error's
     /// `error.data._meta`).
     pub meta: MetaSlot,
+    /// The request a `$/cancel_request` withdraws (its `params.requestId`).
+    pub cancels: Option<RequestId>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -182,6 +184,7 @@ fn unserializable(e: serde_json::Error) -> Line {
             },
             session: None,
             meta: MetaSlot::None,
+            cancels: None,
         },
     }
 }
@@ -216,6 +219,7 @@ impl Message {
                     kind: Kind::Request(r.id.clone()),
                     session: session(&r.params),
                     meta,
+                    cancels: None,
                 }
             }
             Message::Notification(n) => {
@@ -230,6 +234,9 @@ impl Message {
                     kind: Kind::Notification,
                     session: session(&n.params),
                     meta,
+                    cancels: (n.method == "$/cancel_request")
+                        .then(|| n.params.get("requestId").and_then(RequestId::from_value))
+                        .flatten(),
                 }
             }
             Message::Response(r) => {
@@ -256,6 +263,7 @@ impl Message {
                     },
                     session: None,
                     meta,
+                    cancels: None,
                 }
             }
         };
@@ -285,6 +293,7 @@ pub fn notification<P: serde::Serialize>(
             kind: Kind::Notification,
             session: session.map(str::to_string),
             meta,
+            cancels: None,
         },
     ))
 }

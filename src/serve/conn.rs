@@ -148,6 +148,10 @@ pub const ANSWERS_KEPT: usize = 1024;
 pub const ANSWERS_KEPT_BYTES: usize = super::stream::REPLAY_WINDOW_BYTES;
 /// ... each for this long after it was sent.
 pub const ANSWERS_KEPT_FOR: Duration = Duration::from_secs(600);
+/// Answers no longer kept before their time (past the count or bytes above, or too long to
+/// keep) whose requests are still told from new ones, per connection, at most: a retry of one
+/// is refused, not run again (see [`Tomb`]).
+pub const TOMBS_KEPT: usize = 4096;
 
 /// Why a request's id cannot be routed.
 pub enum IdRefused {
@@ -172,6 +176,9 @@ pub enum Admitted {
     /// yet (not delivered on its stream): not run again; its answer was sent again, where the
     /// first's went.
     Repeated,
+    /// The same, but its answer is no longer kept (see [`Tomb`]): not run again; a `-32600`
+    /// error saying so was sent where the answer went.
+    Forgotten,
 }
 
 /// The client's requests on one connection, by their id's key. Retries are told from new
@@ -201,6 +208,21 @@ struct Answered {
     order: VecDeque<(String, u64)>,
     bytes: usize,
     serial: u64,
+    /// What is left of the answers not kept before their time, bounded by [`TOMBS_KEPT`] and
+    /// [`ANSWERS_KEPT_FOR`], with their order as `order` has it.
+    tombs: HashMap<String, Tomb>,
+    tomb_order: VecDeque<(String, u64)>,
+}
+
+/// What is left of an answer that is no longer kept before [`ANSWERS_KEPT_FOR`] passed (the
+/// answers kept took more than their count or bytes, or it was too long to keep): its
+/// request's fingerprint and where it went, no body. A retry of it while it is not delivered
+/// is still a retry — refused (`-32600`, "already answered"), never run a second time.
+struct Tomb {
+    serial: u64,
+    request: u64,
+    at: Instant,
+    placed: Option<(Weak<Stream>, u64)>,
 }
 
 struct Answer {
@@ -215,41 +237,84 @@ struct Answer {
     placed: Option<(Weak<Stream>, u64)>,
 }
 
-impl Answer {
-    /// Whether the client provably has this answer: its message was delivered (its cursor
-    /// came back, or the client's TCP acknowledged it and the client stayed). A stream
-    /// forgotten had everything it carried delivered (or ended with its delivered last
-    /// message), so an answer put on one is delivered.
-    fn delivered(&self) -> bool {
-        self.placed
-            .as_ref()
-            .is_some_and(|(stream, id)| stream.upgrade().is_none_or(|s| s.has_delivered(*id)))
-    }
+/// Whether the client provably has an answer put at `placed`: its message was delivered (its
+/// cursor came back, or the client's TCP acknowledged it and the client stayed). A stream
+/// forgotten had everything it carried delivered (or ended with its delivered last message),
+/// so an answer put on one is delivered.
+fn delivered(placed: &Option<(Weak<Stream>, u64)>) -> bool {
+    placed
+        .as_ref()
+        .is_some_and(|(stream, id)| stream.upgrade().is_none_or(|s| s.has_delivered(*id)))
 }
 
 impl Answered {
+    /// Forgets the answer of `key` and what is left of it (a new request takes its id).
     fn forget(&mut self, key: &str) {
-        if let Some(a) = self.by_key.remove(key) {
-            self.bytes = self.bytes.saturating_sub(a.line.text.len());
-        }
+        self.take(key);
+        self.tombs.remove(key);
     }
 
-    /// Forgets what is past the bounds (the oldest first).
+    fn take(&mut self, key: &str) -> Option<Answer> {
+        let a = self.by_key.remove(key)?;
+        self.bytes = self.bytes.saturating_sub(a.line.text.len());
+        Some(a)
+    }
+
+    /// Forgets what is past the bounds (the oldest first). An answer dropped before its time,
+    /// and not delivered, leaves its tomb.
     fn trim(&mut self, now: Instant) {
         while let Some((key, serial)) = self.order.front() {
             let current = self.by_key.get(key).filter(|a| a.serial == *serial);
-            let keep = current.is_some_and(|a| now.duration_since(a.at) < ANSWERS_KEPT_FOR)
-                && self.order.len() <= ANSWERS_KEPT
-                && self.bytes <= ANSWERS_KEPT_BYTES;
+            let fresh = current.is_some_and(|a| now.duration_since(a.at) < ANSWERS_KEPT_FOR);
+            let keep =
+                fresh && self.order.len() <= ANSWERS_KEPT && self.bytes <= ANSWERS_KEPT_BYTES;
             if keep {
-                return;
+                break;
             }
             if current.is_some() {
                 let key = key.clone();
-                self.forget(&key);
+                if let Some(a) = self.take(&key) {
+                    if fresh && !delivered(&a.placed) {
+                        self.bury(key, a.serial, a.request, a.at, a.placed);
+                    }
+                }
             }
             self.order.pop_front();
         }
+        while let Some((key, serial)) = self.tomb_order.front() {
+            let current = self.tombs.get(key).filter(|t| t.serial == *serial);
+            let keep = current.is_some_and(|t| now.duration_since(t.at) < ANSWERS_KEPT_FOR)
+                && self.tomb_order.len() <= TOMBS_KEPT;
+            if keep {
+                break;
+            }
+            if current.is_some() {
+                let key = key.clone();
+                self.tombs.remove(&key);
+            }
+            self.tomb_order.pop_front();
+        }
+    }
+
+    /// Keeps what is left of an answer for `key` (see [`Tomb`]).
+    fn bury(
+        &mut self,
+        key: String,
+        serial: u64,
+        request: u64,
+        at: Instant,
+        placed: Option<(Weak<Stream>, u64)>,
+    ) {
+        self.tomb_order.push_back((key.clone(), serial));
+        self.tombs.insert(
+            key,
+            Tomb {
+                serial,
+                request,
+                at,
+                placed,
+            },
+        );
     }
 
     /// Keeps `answer` for `key`; returns its serial.
@@ -260,6 +325,16 @@ impl Answered {
         self.bytes += answer.line.text.len();
         self.order.push_back((key.clone(), serial));
         self.by_key.insert(key, Answer { serial, ..answer });
+        self.trim(Instant::now());
+        serial
+    }
+
+    /// Keeps only what is left of an answer too long to keep, for `key`; returns its serial.
+    fn keep_tomb(&mut self, key: String, request: u64) -> u64 {
+        self.forget(&key);
+        self.serial += 1;
+        let serial = self.serial;
+        self.bury(key, serial, request, Instant::now(), None);
         self.trim(Instant::now());
         serial
     }
@@ -291,8 +366,11 @@ impl AcpConn {
             inbox: Mutex::new(Some(tx)),
             initial: Mutex::new((!websocket).then_some(initial_tx)),
             // A WebSocket's too: a socket that breaks leaves what it did not confirm for the
-            // next one (`stream/resume`).
-            stream: Stream::new_in(Arc::clone(&budget), &tag),
+            // next one (`stream/resume`), and the turn state of each session after it.
+            stream: match websocket {
+                true => Stream::for_websocket(Arc::clone(&budget), &tag),
+                false => Stream::new_in(Arc::clone(&budget), &tag),
+            },
             sessions: Mutex::default(),
             forgotten: Mutex::default(),
             incarnations: AtomicU64::new(0),
@@ -486,12 +564,26 @@ impl AcpConn {
         }
         pending.answered.trim(Instant::now());
         if let Some(a) = pending.answered.by_key.get(&key) {
-            if a.request == request && !a.delivered() {
+            if a.request == request && !delivered(&a.placed) {
                 let first = a.placed.as_ref().and_then(|(s, _)| s.upgrade());
                 let (route, line, serial) = (a.route.clone(), Arc::clone(&a.line), a.serial);
                 drop(pending);
                 self.push_again(&key, serial, first, &route, &line);
                 return Ok(Admitted::Repeated);
+            }
+        }
+        if let Some(t) = pending.answered.tombs.get(&key) {
+            if t.request == request && !delivered(&t.placed) {
+                let serial = t.serial;
+                drop(pending);
+                let error = crate::jsonrpc::ResponseError::new(-32600, format!(
+                    "Invalid request: request {id} was already answered and its answer is no longer kept; send it with a new id to run it again"
+                ));
+                let id = RequestId::from_value(id).unwrap_or(RequestId::Null);
+                let line = crate::jsonrpc::Message::response(id, Err(error)).to_routed_line();
+                let at = self.put(&route, &line, End::Keep, Mark::None);
+                self.placed(&key, serial, at);
+                return Ok(Admitted::Forgotten);
             }
         }
         if pending.running.len() >= MAX_PENDING {
@@ -548,7 +640,7 @@ impl AcpConn {
         };
         match self.expect_response(id, Route::Connection, false, method, frame.params) {
             Ok(Admitted::Run) | Err(IdRefused::Invalid(_)) => Ok(true),
-            Ok(Admitted::Joined | Admitted::Repeated) => Ok(false),
+            Ok(Admitted::Joined | Admitted::Repeated | Admitted::Forgotten) => Ok(false),
             Err(IdRefused::InUse) => Err(refusal(format!(
                 "Invalid request: id {id} is already used by a request in progress on this connection (a retry repeats its method and params)"
             ))),
@@ -572,8 +664,7 @@ impl AcpConn {
         let mut pending = lock(&self.pending);
         let running = pending.running.remove(key)?;
         let last = running.ends && success;
-        let mut serial = None;
-        if line.text.len() <= ANSWERS_KEPT_BYTES {
+        let serial = if line.text.len() <= ANSWERS_KEPT_BYTES {
             let answer = Answer {
                 serial: 0,
                 request: running.request,
@@ -582,9 +673,11 @@ impl AcpConn {
                 at: Instant::now(),
                 placed: None,
             };
-            serial = Some(pending.answered.keep(key.to_string(), answer));
-        }
-        Some((running.route, last, serial))
+            pending.answered.keep(key.to_string(), answer)
+        } else {
+            pending.answered.keep_tomb(key.to_string(), running.request)
+        };
+        Some((running.route, last, Some(serial)))
     }
 
     /// The kept answer `key` (if still the one of `serial`) was put on `stream` as message
@@ -593,11 +686,13 @@ impl AcpConn {
         let Some((stream, id)) = at else {
             return;
         };
+        let placed = Some((Arc::downgrade(&stream), id));
         let mut pending = lock(&self.pending);
-        if let Some(a) = pending.answered.by_key.get_mut(key) {
-            if a.serial == serial {
-                a.placed = Some((Arc::downgrade(&stream), id));
-            }
+        let answered = &mut pending.answered;
+        if let Some(a) = answered.by_key.get_mut(key).filter(|a| a.serial == serial) {
+            a.placed = placed;
+        } else if let Some(t) = answered.tombs.get_mut(key).filter(|t| t.serial == serial) {
+            t.placed = placed;
         }
     }
 
@@ -657,7 +752,8 @@ impl AcpConn {
                 }
             }
         }
-        match self.stream.push_line(line, End::No, Mark::None) {
+        // (A WebSocket's stream tracks its sessions' turns: the mark goes with the message.)
+        match self.stream.push_line(line, End::No, mark) {
             Ok(at) => at.map(|n| (Arc::clone(&self.stream), n)),
             Err(_) => self.overflow(),
         }
@@ -669,9 +765,14 @@ impl AcpConn {
         lock(&self.asked).get(key).cloned()
     }
 
-    /// The client's answer to the agent's request `key` was accepted: one answer each.
+    /// The client's answer to the agent's request `key` was accepted (one answer each), or the
+    /// agent withdrew the request (`$/cancel_request`): the client no longer owes an answer.
     pub fn answered(&self, key: &str) {
         let route = lock(&self.asked).remove(key);
+        if self.websocket {
+            self.stream.answered(key);
+            return;
+        }
         if let Some(Route::Session(session)) = route {
             let stream = lock(&self.sessions).get(&session).cloned();
             if let Some(s) = stream {
@@ -686,11 +787,17 @@ impl AcpConn {
     }
 
     /// A `session/prompt` (id `id`) was posted for `session`: on ACP v1 its turn runs until
-    /// its answer (`acp/turnState`; on v2 the stream tracks nothing: [`Stream::turn_posted`]).
+    /// its answer (`acp/turnState`; on v2 nothing is tracked: [`Stream::turn_posted`]).
+    /// Tracked on the stream its messages go on: the session's, or a WebSocket's one.
     pub fn turn_posted(&self, session: &str, id: &Value) {
-        if let Some(key) = id_key(id) {
-            self.with_session_stream(session, MAX_SESSIONS, |s| s.turn_posted(&key, id));
+        let Some(key) = id_key(id) else {
+            return;
+        };
+        if self.websocket {
+            self.stream.turn_posted(session, &key, id);
+            return;
         }
+        self.with_session_stream(session, MAX_SESSIONS, |s| s.turn_posted(session, &key, id));
     }
 
     /// A WebSocket's `initialize` (its first message) has this id: its answer advertises the
@@ -710,7 +817,12 @@ impl AcpConn {
             .pointer("/result/protocolVersion")
             .and_then(Value::as_u64);
         if let Some(v) = answered.and_then(|v| u16::try_from(v).ok()) {
-            let _ = self.version.set(Version::for_offer(v));
+            let version = Version::for_offer(v);
+            let _ = self.version.set(version);
+            if version != Version::V1 {
+                // A WebSocket's one stream carries every session: it tells no turn states.
+                self.stream.tell_no_turn_states();
+            }
         }
         // v1's `agentCapabilities`, or v2's `capabilities` (the connection's version).
         let at = if answer.pointer("/result/agentCapabilities").is_some() {
@@ -751,13 +863,20 @@ impl AcpConn {
             }
             _ => line,
         };
+        // The agent withdrew one of its requests: the client owes it no answer (its turn
+        // state is no longer `requires_action` for it).
+        if let Some(id) = &line.head.cancels {
+            self.answered(&request_key(id));
+        }
         // Shared with the answers kept for retries (the text is not copied).
         let line = Arc::new(line);
-        let (route, last, key, kept) = if self.websocket {
-            let (key, kept) = self.note_answer(&line);
-            (Route::Connection, false, key, kept)
-        } else {
-            self.outgoing_route(&line)
+        let (route, last, key, kept) = match (&line.head.kind, self.websocket) {
+            (Kind::Request(id), true) => (Route::Connection, false, Some(request_key(id)), None),
+            (_, true) => {
+                let (key, kept) = self.note_answer(&line);
+                (Route::Connection, false, key, kept)
+            }
+            (_, false) => self.outgoing_route(&line),
         };
         let mark = match (&line.head.kind, &key) {
             (Kind::Response { .. }, Some(k)) => Mark::Answers(k),
@@ -934,6 +1053,7 @@ mod tests {
                     kind: Kind::Notification,
                     session: None,
                     meta: crate::jsonrpc::MetaSlot::None,
+                    cancels: None,
                 },
             }),
             at: Instant::now(),
@@ -966,5 +1086,32 @@ mod tests {
         kept.trim(Instant::now() + ANSWERS_KEPT_FOR);
         assert!(kept.by_key.is_empty() && kept.order.is_empty());
         assert_eq!(kept.bytes, 0);
+        assert!(kept.tombs.is_empty() && kept.tomb_order.is_empty());
+    }
+
+    /// An answer dropped before its time (past the count or bytes) or too long to keep
+    /// leaves a tomb (its fingerprint, no body) for its retry; the tombs stay within their
+    /// count and time, and a new request with the id forgets its tomb.
+    #[test]
+    fn answers_dropped_before_their_time_leave_bounded_tombs() {
+        let mut kept = Answered::default();
+        for i in 0..ANSWERS_KEPT + 10 {
+            kept.keep(format!("number:{i}"), answer("{}"));
+        }
+        assert!(kept.tombs.contains_key("number:9") && !kept.tombs.contains_key("number:10"));
+        assert!(!kept.by_key.contains_key("number:9"));
+        let serial = kept.keep_tomb("string:big".into(), 7);
+        let tomb = &kept.tombs["string:big"];
+        assert_eq!((tomb.serial, tomb.request), (serial, 7));
+        kept.forget("string:big");
+        assert!(!kept.tombs.contains_key("string:big"));
+        for i in 0..TOMBS_KEPT + ANSWERS_KEPT {
+            kept.keep(format!("string:{i}"), answer("{}"));
+        }
+        assert_eq!(kept.tombs.len(), TOMBS_KEPT);
+        assert!(kept.tomb_order.len() <= TOMBS_KEPT);
+        assert!(!kept.tombs.contains_key("number:0"), "the oldest go first");
+        kept.trim(Instant::now() + ANSWERS_KEPT_FOR);
+        assert!(kept.tombs.is_empty() && kept.tomb_order.is_empty());
     }
 }

@@ -321,7 +321,9 @@ fn post(server: &Server, request: &Request, ex: &mut Exchange) {
                             conn.turn_posted(&session, id);
                         }
                     }
-                    Ok(Admitted::Joined | Admitted::Repeated) => return ex.respond(202, &[], b""),
+                    Ok(Admitted::Joined | Admitted::Repeated | Admitted::Forgotten) => {
+                        return ex.respond(202, &[], b"")
+                    }
                     Err(IdRefused::Invalid(why)) => return text(ex, 400, &why),
                     Err(IdRefused::InUse) => return text(ex, 400, "Request ID already in use by a request in progress on this connection: a retry repeats its method and params; another request takes another id"),
                     Err(IdRefused::TooMany) => return text(ex, 429, &format!("this connection already has {MAX_PENDING} requests in progress; wait for their answers")),
@@ -562,7 +564,8 @@ fn pump_events(socket: &mut TcpStream, mut lease: Lease, keepalive: Duration) {
             }
             // Taken over by a receiver that resumed with its cursor (this one's client may be
             // half-open: its network changed): the socket is shut down, not left to linger.
-            Next::Gone => {
+            // (A farewell is a WebSocket's.)
+            Next::Gone | Next::Farewell(_) => {
                 let _ = socket.shutdown(std::net::Shutdown::Both);
                 return;
             }
@@ -839,14 +842,25 @@ fn serve_frames(
         End::Close(why) => {
             server.registry.remove(&conn.id, &why);
         }
-        End::Detach(why) => {
+        End::Detach(why, echo) => {
             log::info!(
                 "ACP connection {}: its WebSocket ended ({why}); kept {} s for a stream/resume",
                 &conn.id[..8],
                 server.idle_timeout.as_secs()
             );
-            let _ = input.reader.get_ref().shutdown(std::net::Shutdown::Both);
-            conn.stream.detach(lease);
+            let socket = input.reader.get_ref();
+            match echo {
+                // The writer echoes the client's close (RFC 6455 §5.5.1), then shuts the
+                // socket down.
+                Some(payload) => {
+                    let _ = socket.shutdown(std::net::Shutdown::Read);
+                    conn.stream.detach_closing(lease, payload);
+                }
+                None => {
+                    let _ = socket.shutdown(std::net::Shutdown::Both);
+                    conn.stream.detach(lease);
+                }
+            }
         }
     }
 }
@@ -876,6 +890,15 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         match ws::read_message(&mut input, MAX_LINE_BYTES, &mut partial) {
             Ok(Ok(Some(ws::Incoming::Text(text)))) => break text,
             Ok(Ok(Some(ws::Incoming::Ping(_) | ws::Incoming::Pong | ws::Incoming::Binary))) => {}
+            // Closed before it resumed: its close echoed (no writer runs yet); the connection
+            // still waits for a resume.
+            Ok(Ok(Some(ws::Incoming::Close(code)))) => {
+                let mut socket = writer;
+                let _ = ws::write_frame(&mut socket, ws::OP_CLOSE, &close_echo(code));
+                let _ = socket.flush();
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+                return;
+            }
             _ => return,
         }
     };
@@ -885,9 +908,15 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         "send initialize on a new WebSocket, then call {} for the sessions you follow",
         reopen(version).1
     );
+    let fields = match Peek::read(first.as_bytes()) {
+        Some(Peek::Object(f)) if f.method.as_deref() == Some(STREAM_RESUME) => Some(f),
+        _ => None,
+    };
+    let id = fields.as_ref().and_then(|f| f.id.clone());
     let fail = |socket: &mut TcpStream, reason: &str, message: &str| {
-        let answer = resume_failed(reason, message, version);
-        let _ = ws::write_frame(socket, ws::OP_TEXT, answer.text.as_bytes());
+        for answer in resume_failed(id.as_ref(), reason, message, version) {
+            let _ = ws::write_frame(socket, ws::OP_TEXT, answer.text.as_bytes());
+        }
         let _ = ws::write_frame(
             socket,
             ws::OP_CLOSE,
@@ -896,9 +925,9 @@ fn resume_websocket(server: &Server, conn: &Arc<AcpConn>, key: &str, ex: &mut Ex
         let _ = socket.flush();
         let _ = socket.shutdown(std::net::Shutdown::Both);
     };
-    let fields = match Peek::read(first.as_bytes()) {
-        Some(Peek::Object(f)) if f.method.as_deref() == Some(STREAM_RESUME) => f,
-        _ => {
+    let fields = match fields {
+        Some(f) => f,
+        None => {
             let why = "the first frame on a resumed connection must be stream/resume";
             let _ = ws::write_frame(
                 &mut socket,
@@ -1035,8 +1064,10 @@ impl ws::FrameInput for Deadlined<'_> {
 enum End {
     /// The client closed it, or broke the protocol: the connection closes.
     Close(String),
-    /// The socket broke or fell silent: the connection waits for a `stream/resume`.
-    Detach(String),
+    /// The socket broke or fell silent, or the client closed it with another code than 1000
+    /// (`Some`: its close frame's payload, echoed): the connection waits for a
+    /// `stream/resume`.
+    Detach(String, Option<Vec<u8>>),
 }
 
 fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
@@ -1063,14 +1094,17 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
                 };
                 frames += 1;
                 if fields.method.as_deref() == Some(STREAM_RESUME) {
-                    let answer = if frames == 1 && opened == Opened::NamedGone {
-                        resume_failed("foreign", &format!("The connection this upgrade names (Acp-Connection-Id) is gone or not yours, so this socket is a new connection: send initialize on it, then call {} for the sessions you follow", reopen(None).1), None)
+                    let id = fields.id.as_ref();
+                    let answers = if frames == 1 && opened == Opened::NamedGone {
+                        resume_failed(id, "foreign", &format!("The connection this upgrade names (Acp-Connection-Id) is gone or not yours, so this socket is a new connection: send initialize on it, then call {} for the sessions you follow", reopen(None).1), None)
                     } else if frames == 1 {
-                        resume_failed("unknown", &format!("No stream to resume on a new WebSocket: resume with the Acp-Connection-Id of the connection in the upgrade, or send initialize on this socket, then call {} for the sessions you follow", reopen(None).1), None)
+                        resume_failed(id, "unknown", &format!("No stream to resume on a new WebSocket: resume with the Acp-Connection-Id of the connection in the upgrade, or send initialize on this socket, then call {} for the sessions you follow", reopen(None).1), None)
                     } else {
-                        resume_failed("not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live", Some(conn.version()))
+                        resume_failed(id, "not_first", "stream/resume must be the first frame after the upgrade; this socket's stream is already live", Some(conn.version()))
                     };
-                    push_own(conn, &answer);
+                    for answer in &answers {
+                        push_own(conn, answer);
+                    }
                     continue;
                 }
                 if !initialized {
@@ -1089,7 +1123,7 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
                     }
                 }
                 match conn.admit_frame(&fields) {
-                    Ok(true) => {}
+                    Ok(true) => ws_admitted(conn, &fields),
                     // A retry: joined to its request, or its answer sent again.
                     Ok(false) => continue,
                     Err(refusal) => {
@@ -1117,11 +1151,17 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
                 return End::Close("the client closed the WebSocket".into())
             }
             Ok(Ok(Some(ws::Incoming::Close(code)))) => {
-                let code = code.map_or("no code".to_string(), |c| c.to_string());
-                return End::Detach(format!("the client closed the WebSocket ({code})"));
+                let why = code.map_or("no code".to_string(), |c| c.to_string());
+                return End::Detach(
+                    format!("the client closed the WebSocket ({why})"),
+                    Some(close_echo(code)),
+                );
             }
             Ok(Ok(None)) => {
-                return End::Detach("the client's socket closed without a close frame".into())
+                return End::Detach(
+                    "the client's socket closed without a close frame".into(),
+                    None,
+                )
             }
             Ok(Err(ws::Violation(code, why))) => {
                 conn.close(&format!("{code} {why}"));
@@ -1143,10 +1183,30 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
             {
                 return End::Detach(
                     "no sign of the client (not even a pong) within the idle timeout".into(),
+                    None,
                 )
             }
-            Err(e) => return End::Detach(format!("the WebSocket broke: {e}")),
+            Err(e) => return End::Detach(format!("the WebSocket broke: {e}"), None),
         }
+    }
+}
+
+/// A WebSocket's message admitted for the agent, as its session's turn state sees it: a
+/// `session/prompt` starts a turn (running until its answer); an answer to one of the agent's
+/// requests means the client no longer owes it.
+fn ws_admitted(conn: &AcpConn, fields: &Fields) {
+    match (&fields.method, &fields.id) {
+        (Some(method), Some(id)) if methods::transport(method).starts_turn => {
+            if let Some(session) = &fields.session {
+                conn.turn_posted(session, id);
+            }
+        }
+        (None, Some(id)) if fields.answer => {
+            if let Some(key) = id_key(id) {
+                conn.answered(&key);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -1179,13 +1239,29 @@ fn first_message(message: &Fields) -> First {
 const STREAM_RESUME: &str = "stream/resume";
 
 /// The draft's refusal of a `stream/resume`: why (`unknown`, `expired`, `foreign`, `locked`,
-/// `not_first`), what to do, and the way back ([`reopen`], in the version of `version`).
-fn resume_failed(reason: &str, message: &str, version: Option<Version>) -> Line {
-    Message::notification(
+/// `not_first`), what to do, and the way back ([`reopen`], in the version of `version`) —
+/// `stream/resume_failed`, and, for one sent as a request (with `id`), its error answer after
+/// it (`-32600`, the same message, `data.reason`): a JSON-RPC client awaiting the answer is
+/// not left hanging.
+fn resume_failed(
+    id: Option<&Value>,
+    reason: &str,
+    message: &str,
+    version: Option<Version>,
+) -> Vec<Line> {
+    let recovery = reopen(version).0;
+    let mut lines = vec![Message::notification(
         "stream/resume_failed",
-        json!({"reason": reason, "message": message, "recovery": reopen(version).0}),
+        json!({"reason": reason, "message": message, "recovery": recovery}),
     )
-    .to_routed_line()
+    .to_routed_line()];
+    if let Some(id) = id {
+        let id = RequestId::from_value(id).unwrap_or(RequestId::Null);
+        let error = ResponseError::new(-32600, message)
+            .with_data(json!({"reason": reason, "recovery": recovery}));
+        lines.push(Message::response(id, Err(error)).to_routed_line());
+    }
+    lines
 }
 
 /// One of the transport's own messages (a refusal, `stream/resume_failed`) on a WebSocket's
@@ -1213,6 +1289,12 @@ fn refusal(text: &str, peek: Option<Peek>) -> Line {
         Some(_) => (-32600, "Invalid request"),
     };
     Message::response(id, Err(ResponseError::new(code, message))).to_routed_line()
+}
+
+/// The close frame that answers a client's (RFC 6455 §5.5.1): its code echoed (a code a peer
+/// may send: the reader checked it), or none when it had none.
+fn close_echo(code: Option<u16>) -> Vec<u8> {
+    code.map(|c| ws::close_payload(c, "")).unwrap_or_default()
 }
 
 /// The close code for a connection closed for `why`: the client's own close is normal, a
@@ -1260,6 +1342,14 @@ fn pump_frames(mut socket: TcpStream, mut lease: Lease, ping_every: Duration) {
             // Taken over by a `stream/resume` (this socket may be half-open: the client's
             // network changed): shut down, so that its reader ends too.
             Next::Gone => {
+                let _ = socket.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+            // The client closed the socket (the connection waits for a resume): its close
+            // echoed, then the socket shut down.
+            Next::Farewell(payload) => {
+                let _ = ws::write_frame(&mut socket, ws::OP_CLOSE, &payload);
+                let _ = socket.flush();
                 let _ = socket.shutdown(std::net::Shutdown::Both);
                 return;
             }

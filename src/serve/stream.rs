@@ -38,9 +38,12 @@ pub const CONNECTION_REPLAY_BYTES: usize = 4 * REPLAY_WINDOW_BYTES;
 /// bytes above, whichever bound comes first): `retentionMessages`, advertised at `initialize`
 /// as the upper bound it is.
 pub const REPLAY_WINDOW_MESSAGES: usize = 4096;
-/// Prompts and requests to the client a stream tracks for its session's turn state, at most
+/// Prompts and requests to the client a stream tracks for a session's turn state, at most
 /// (the oldest forgotten first).
 const TRACKED: usize = 256;
+/// Sessions a WebSocket's stream tracks the turn state of, at most (a connection's session
+/// streams are bounded the same: `conn::MAX_SESSIONS`); past it, an idle one is forgotten.
+const TRACKED_SESSIONS: usize = 256;
 
 /// A message counts as delivered once its bytes were acknowledged by the client's TCP and the
 /// client is seen still there this long after (a client closing within it, or resetting with
@@ -107,27 +110,53 @@ struct Inner {
     last: Option<u64>,
     /// A WebSocket ping's payload to answer (the latest only).
     pong: Option<Vec<u8>>,
+    /// The client's close frame for the writer of this lease to echo (RFC 6455 §5.5.1) as it
+    /// lets go ([`Stream::detach_closing`]).
+    farewell: Option<(u64, Vec<u8>)>,
     closed: Option<String>,
-    /// A session's stream: the session, and what its turn state is read from — the prompts
-    /// posted and not yet answered (by id key, with the id), oldest first, and the agent's
-    /// requests on it the client has not answered.
+    /// A session's stream: its session.
     session: Option<String>,
-    /// Whether a receiver that comes back is told the turn state (`acp/turnState`): on a
-    /// session's stream of an ACP v1 connection only. A v2 prompt is answered when it is
-    /// inserted, not when its turn ends, so its answer says nothing of the turn (serve would
-    /// say `idle` while it runs), and a v2 client learns the state from the agent's own
-    /// `state_update`s, which are this version's, as a line from serve would not be.
-    tells_turn_state: bool,
+    /// No turn states are told on this stream (an ACP v2 connection's: a v2 prompt is
+    /// answered when it is inserted, not when its turn ends, so its answer says nothing of the
+    /// turn, and a v2 client learns the state from the agent's own `state_update`s, which are
+    /// this version's, as a line from serve would not be).
+    no_turn_states: bool,
+    /// What the turn states a receiver that comes back is told are read from: a session's
+    /// stream tracks its session's turn; a WebSocket's, which carries every session of its
+    /// connection, each session's (`grows`: a session's entry is made when it is first seen);
+    /// a connection's event stream none.
+    turns: Vec<Turn>,
+    grows: bool,
+    /// The ids of the turn state messages last appended (the first, and how many), while they
+    /// are the stream's last messages and none is delivered: a receiver that comes back before
+    /// anything else was sent replaces them.
+    turn_states: Option<(u64, u64)>,
+}
+
+/// What one session's turn state is read from.
+struct Turn {
+    session: String,
+    /// The prompts posted and not yet answered (by id key, with the id), oldest first.
     prompts: VecDeque<(String, Value)>,
+    /// The agent's requests of this session the client has not answered, nor the agent
+    /// withdrawn (`$/cancel_request`).
     asking: VecDeque<String>,
     /// The agent wrote for this session on this stream (a request, a notification, a
     /// success), or on an earlier one this continues: a session this connection opened or
-    /// loaded. Only such a stream is told its turn state (one for a made-up session id gets
-    /// none, so it holds nothing and is forgotten once its receiver leaves).
+    /// loaded. Only such a session is told its turn state (a stream for a made-up session id
+    /// gets none, so it holds nothing and is forgotten once its receiver leaves).
     known: bool,
-    /// The id of the last turn state message, while it is the stream's last message and not
-    /// delivered: a receiver that comes back before anything else was sent replaces it.
-    turn_state_at: Option<u64>,
+}
+
+impl Turn {
+    fn new(session: &str) -> Turn {
+        Turn {
+            session: session.to_string(),
+            prompts: VecDeque::new(),
+            asking: VecDeque::new(),
+            known: false,
+        }
+    }
 }
 
 /// What a message appended does to where its stream ends.
@@ -144,6 +173,7 @@ pub enum End {
 }
 
 /// What a message does to its session's turn state.
+#[derive(Clone, Copy)]
 pub enum Mark<'a> {
     None,
     /// A response: to the prompt with this id key, if it is one.
@@ -165,6 +195,9 @@ pub enum Next {
     Ended,
     /// Another receiver took over, or this lease was released.
     Gone,
+    /// The client closed this receiver's WebSocket: echo its close frame (this payload), then
+    /// let go.
+    Farewell(Vec<u8>),
 }
 
 pub enum Refused {
@@ -256,29 +289,51 @@ impl Stream {
         {
             let mut s = stream.lock();
             s.session = Some(session.to_string());
-            s.tells_turn_state = version == Version::V1;
+            s.no_turn_states = version != Version::V1;
+            let mut turn = Turn::new(session);
             // One that continues a forgotten one that carried messages.
-            s.known = first_id > 1;
+            turn.known = first_id > 1;
+            s.turns.push(turn);
         }
         stream
     }
 
-    /// A prompt of this stream's session was posted (id key, id): its turn is running until
-    /// its answer goes out. Nothing on a stream that tells no turn state (ACP v2).
-    pub fn turn_posted(&self, key: &str, id: &Value) {
-        let mut s = self.lock();
-        if !s.tells_turn_state {
-            return;
-        }
-        if s.prompts.len() >= TRACKED {
-            s.prompts.pop_front();
-        }
-        s.prompts.push_back((key.to_string(), id.clone()));
+    /// This stream's connection speaks ACP v2: it tells no turn states (see `no_turn_states`).
+    pub fn tell_no_turn_states(&self) {
+        self.lock().no_turn_states = true;
     }
 
-    /// The client answered the agent's request `key` on this stream.
+    /// A WebSocket's stream: it carries every session of its connection, and a receiver that
+    /// comes back ([`Stream::acquire`] with a cursor) learns each one's turn state.
+    pub fn for_websocket(budget: Arc<Budget>, tag: &str) -> Arc<Stream> {
+        let stream = Stream::with(budget, tag);
+        stream.lock().grows = true;
+        stream
+    }
+
+    /// A prompt of `session` was posted (id key, id): its turn is running until its answer
+    /// goes out.
+    pub fn turn_posted(&self, session: &str, key: &str, id: &Value) {
+        let mut s = self.lock();
+        if s.no_turn_states {
+            return;
+        }
+        let at = turn_at(&mut s, session);
+        if let Some(turn) = at.and_then(|i| s.turns.get_mut(i)) {
+            if turn.prompts.len() >= TRACKED {
+                turn.prompts.pop_front();
+            }
+            turn.prompts.push_back((key.to_string(), id.clone()));
+        }
+    }
+
+    /// The agent's request `key` is no longer the client's to answer: the client answered it,
+    /// or the agent withdrew it (`$/cancel_request`: another client answered its dialog, or
+    /// it gave up waiting).
     pub fn answered(&self, key: &str) {
-        self.lock().asking.retain(|k| k != key);
+        for turn in self.lock().turns.iter_mut() {
+            turn.asking.retain(|k| k != key);
+        }
     }
 
     fn with(budget: Arc<Budget>, tag: &str) -> Arc<Stream> {
@@ -303,7 +358,7 @@ impl Stream {
     /// read exceed the bound. On a closed stream it goes nowhere.
     #[cfg(test)]
     pub fn push(&self, json: Arc<str>) -> Result<(), Overflow> {
-        self.push_with(|_| json, End::No, Mark::None, false)
+        self.push_with(|_| json, End::No, Mark::None, None)
             .map(|_| ())
     }
 
@@ -320,24 +375,25 @@ impl Stream {
             |id| Arc::from(line.with_meta(&cursor_entry(&self.cursor(id)))),
             end,
             mark,
-            known,
+            known.then_some(line.head.session.as_deref()),
         )
     }
 
+    /// `known`: the message is a sign that its session (`Some(Some(id))`; a response names
+    /// none: its prompt's, or the stream's own) is this connection's.
     fn push_with(
         &self,
         make: impl FnOnce(u64) -> Arc<str>,
         end: End,
         mark: Mark,
-        known: bool,
+        known: Option<Option<&str>>,
     ) -> Result<Option<u64>, Overflow> {
         let mut s = self.lock();
         if s.closed.is_some() {
             return Ok(None);
         }
         append(&mut s, &self.budget, make)?;
-        s.known |= known;
-        s.turn_state_at = None;
+        s.turn_states = None;
         let id = s.next_id - 1;
         match end {
             // A message after the last (a session loaded again right after its close, a late
@@ -346,20 +402,46 @@ impl Stream {
             End::Last => s.last = Some(id),
             End::Keep => {}
         }
-        match mark {
-            Mark::None => {}
-            Mark::Answers(key) => {
-                s.prompts.retain(|(k, _)| k != key);
-                if s.prompts.is_empty() {
-                    s.asking.clear();
+        // The message's session: a session stream's own, else the one it names.
+        let session = s
+            .session
+            .clone()
+            .or_else(|| known.flatten().map(str::to_string));
+        let mut at = match &session {
+            Some(id) => turn_at(&mut s, id),
+            None => None,
+        };
+        if let Mark::Answers(key) = mark {
+            // The prompt's session (a WebSocket's answer names none).
+            if let Some(i) = s
+                .turns
+                .iter()
+                .position(|t| t.prompts.iter().any(|(k, _)| k == key))
+            {
+                at = Some(i);
+            }
+        }
+        if let Some(turn) = at.and_then(|i| s.turns.get_mut(i)) {
+            match mark {
+                Mark::None => {}
+                Mark::Answers(key) => {
+                    turn.prompts.retain(|(k, _)| k != key);
+                    if turn.prompts.is_empty() {
+                        turn.asking.clear();
+                    }
+                }
+                Mark::Asks(key) => {
+                    if turn.asking.len() >= TRACKED {
+                        turn.asking.pop_front();
+                    }
+                    turn.asking.push_back(key.to_string());
                 }
             }
-            Mark::Asks(key) => {
-                if s.asking.len() >= TRACKED {
-                    s.asking.pop_front();
-                }
-                s.asking.push_back(key.to_string());
-            }
+            turn.known |= known.is_some();
+        }
+        if s.grows {
+            // A made-up session's entry (a prompt for it answered with an error) holds nothing.
+            s.turns.retain(|t| t.known || !t.prompts.is_empty());
         }
         drop(s);
         self.wake.notify_all();
@@ -374,7 +456,7 @@ impl Stream {
     /// Appends the stream's last message as it is.
     #[cfg(test)]
     pub fn push_last(&self, json: Arc<str>) -> Result<(), Overflow> {
-        self.push_with(|_| json, End::Last, Mark::None, false)
+        self.push_with(|_| json, End::Last, Mark::None, None)
             .map(|_| ())
     }
 
@@ -384,7 +466,8 @@ impl Stream {
     pub fn disposable(&self) -> bool {
         let s = self.lock();
         s.receiver.is_none()
-            && (s.closed.is_some() || (s.events.is_empty() && s.prompts.is_empty()))
+            && (s.closed.is_some()
+                || (s.events.is_empty() && s.turns.iter().all(|t| t.prompts.is_empty())))
     }
 
     /// Whether the stream's last message was handed out but is not yet delivered (it is kept,
@@ -424,6 +507,21 @@ impl Stream {
         }
         s.receiver = None;
         s.receiver_alive = None;
+        drop(s);
+        self.wake.notify_all();
+    }
+
+    /// [`Stream::detach`] for a WebSocket whose client sent a close frame that leaves the
+    /// connection resumable: the socket's writer, the one that may write on it, echoes the
+    /// close (`payload`) before it lets go ([`Next::Farewell`]).
+    pub fn detach_closing(&self, lease: u64, payload: Vec<u8>) {
+        let mut s = self.lock();
+        if s.receiver != Some(lease) {
+            return;
+        }
+        s.receiver = None;
+        s.receiver_alive = None;
+        s.farewell = Some((lease, payload));
         drop(s);
         self.wake.notify_all();
     }
@@ -481,34 +579,13 @@ impl Stream {
             // That id was the last message's: the stream ended with it.
             return Err(Refused::Closed(s.closed.clone().unwrap_or_default()));
         }
-        // A receiver that comes back to a session's stream learns first, right after what it
-        // missed, whether the session's turn survived (the draft's `acp/turnState`): only for
-        // a session of this connection's, on ACP v1, and one such message at the end of the
-        // stream (an earlier one not delivered with nothing after it is replaced, not followed
-        // by another).
-        if let Some(session) = s
-            .session
-            .clone()
-            .filter(|_| s.tells_turn_state && s.known && (last_seen.is_some() || s.leases > 0))
-        {
-            let state = turn_state(&s);
-            let replace = s
-                .turn_state_at
-                .filter(|&at| at >= s.delivered && at + 1 == s.next_id);
-            match replace {
-                Some(at) => replace_last(&mut s, &self.budget, || {
-                    turn_state_update(&session, &state, &self.cursor(at))
-                }),
-                None => {
-                    if append(&mut s, &self.budget, |id| {
-                        turn_state_update(&session, &state, &self.cursor(id))
-                    })
-                    .is_ok()
-                    {
-                        s.turn_state_at = Some(s.next_id - 1);
-                    }
-                }
-            }
+        // A receiver that comes back learns first, right after what it missed, whether its
+        // sessions' turns survived (the draft's `acp/turnState`; a WebSocket's stream carries
+        // every session of its connection: one message each): only for sessions of this
+        // connection's, and one such message a session at the end of the stream (earlier ones
+        // not delivered with nothing after them are replaced, not followed by more).
+        if (last_seen.is_some() || s.leases > 0) && !s.no_turn_states {
+            self.tell_turn_states(&mut s);
         }
         s.leases += 1;
         let lease = s.leases;
@@ -578,6 +655,11 @@ impl Lease {
         let mut s = self.stream.lock();
         loop {
             if s.receiver != Some(self.lease) {
+                if s.farewell.as_ref().is_some_and(|(l, _)| *l == self.lease) {
+                    if let Some((_, payload)) = s.farewell.take() {
+                        return Next::Farewell(payload);
+                    }
+                }
                 return Next::Gone;
             }
             if let Some(why) = &s.closed {
@@ -610,6 +692,56 @@ impl Lease {
     }
 }
 
+impl Stream {
+    /// Appends the turn state of each known session (see [`Stream::acquire`]).
+    fn tell_turn_states(&self, s: &mut Inner) {
+        let states: Vec<(String, Value)> = s
+            .turns
+            .iter()
+            .filter(|t| t.known)
+            .map(|t| (t.session.clone(), turn_state(t)))
+            .collect();
+        if states.is_empty() {
+            return;
+        }
+        let count = states.len() as u64;
+        // Replaced only by as many or more: an id once handed out never names another message
+        // with fewer (a client may hold the cursor of the last of them).
+        let first = match s.turn_states {
+            Some((at, n)) if at >= s.delivered && at + n == s.next_id && n <= count => at,
+            _ => s.next_id,
+        };
+        for (i, (session, state)) in states.iter().enumerate() {
+            let id = first + i as u64;
+            let make = |id| turn_state_update(session, state, &self.cursor(id));
+            if id < s.next_id {
+                replace_at(s, &self.budget, id, || make(id));
+            } else if append(s, &self.budget, make).is_err() {
+                break;
+            }
+        }
+        s.turn_states = Some((first, s.next_id - first));
+    }
+}
+
+/// Where the turn of `session` is in `s.turns`: a session's stream's own; on a WebSocket's,
+/// made when first seen (at most [`TRACKED_SESSIONS`]: an idle one, or the oldest, is
+/// forgotten).
+fn turn_at(s: &mut Inner, session: &str) -> Option<usize> {
+    if let Some(at) = s.turns.iter().position(|t| t.session == session) {
+        return Some(at);
+    }
+    if !s.grows {
+        return None;
+    }
+    if s.turns.len() >= TRACKED_SESSIONS {
+        let idle = s.turns.iter().position(|t| t.prompts.is_empty());
+        s.turns.remove(idle.unwrap_or(0));
+    }
+    s.turns.push(Turn::new(session));
+    Some(s.turns.len() - 1)
+}
+
 /// Appends the message `make` builds with the next id, if the connection's budget has room.
 fn append(
     s: &mut Inner,
@@ -628,13 +760,17 @@ fn append(
     Ok(())
 }
 
-/// Replaces the stream's last message (not delivered) with what `make` builds, if the
+/// Replaces message `id` of the stream (kept: not delivered) with what `make` builds, if the
 /// connection's budget has room for the difference (else it stays as it was).
-fn replace_last(s: &mut Inner, budget: &Budget, make: impl FnOnce() -> Arc<str>) {
-    let json = make();
-    let Some(old) = s.events.back().map(|e| e.1.len()) else {
+fn replace_at(s: &mut Inner, budget: &Budget, id: u64, make: impl FnOnce() -> Arc<str>) {
+    let oldest = s.events.front().map_or(s.next_id, |e| e.0);
+    let Some(at) = id.checked_sub(oldest).map(|at| at as usize) else {
         return;
     };
+    let Some(old) = s.events.get(at).map(|e| e.1.len()) else {
+        return;
+    };
+    let json = make();
     if json.len() > old && !budget.take_waiting(json.len() - old) {
         return;
     }
@@ -642,8 +778,8 @@ fn replace_last(s: &mut Inner, budget: &Budget, make: impl FnOnce() -> Arc<str>)
         give_back(&budget.waiting, old - json.len());
     }
     s.waiting_bytes = s.waiting_bytes.saturating_sub(old) + json.len();
-    if let Some(last) = s.events.back_mut() {
-        last.1 = json;
+    if let Some(e) = s.events.get_mut(at) {
+        e.1 = json;
     }
 }
 
@@ -653,14 +789,14 @@ fn cursor_entry(cursor: &str) -> String {
     format!("\"acp/cursor\":\"{cursor}\"")
 }
 
-/// The session's turn state, the draft's advisory `acp/turnState`: `running` while a prompt
+/// A session's turn state, the draft's advisory `acp/turnState`: `running` while a prompt
 /// posted here is unanswered (`requires_action` while the client owes an answer to one of the
 /// agent's requests), else `idle`; `promptRequestId` is the running prompt's JSON-RPC id.
-fn turn_state(s: &Inner) -> Value {
-    match s.prompts.front() {
+fn turn_state(t: &Turn) -> Value {
+    match t.prompts.front() {
         None => json!({"state": "idle", "promptRequestId": null}),
         Some((_, id)) => {
-            let state = if s.asking.is_empty() {
+            let state = if t.asking.is_empty() {
                 "running"
             } else {
                 "requires_action"
@@ -1016,7 +1152,7 @@ mod tests {
     fn an_answer_sent_again_leaves_the_streams_end_as_it_was() {
         let again = |s: &Stream, m: &str| {
             let m: Arc<str> = m.into();
-            s.push_with(|_| m, End::Keep, Mark::None, false)
+            s.push_with(|_| m, End::Keep, Mark::None, None)
                 .ok()
                 .flatten()
         };
@@ -1123,7 +1259,7 @@ mod tests {
         let mut first = s.acquire(None).ok().unwrap();
         assert!(matches!(first.next(Duration::ZERO), Next::Idle));
         drop(first);
-        s.turn_posted("number:7", &json!(7));
+        s.turn_posted("s", "number:7", &json!(7));
         let update = line(crate::jsonrpc::Message::notification(
             "session/update",
             json!({"sessionId": "s", "update": {}}),
@@ -1170,7 +1306,7 @@ mod tests {
     #[test]
     fn a_v2_session_stream_tells_no_turn_state() {
         let s = Stream::for_session(Arc::default(), "s", "t", 1, Version::V2);
-        s.turn_posted("number:7", &json!(7));
+        s.turn_posted("s", "number:7", &json!(7));
         let update = crate::jsonrpc::Message::notification(
             "session/update",
             json!({"sessionId": "s", "update": {}}),
@@ -1183,7 +1319,10 @@ mod tests {
             matches!(again.next(Duration::ZERO), Next::Idle),
             "and nothing of serve's after it"
         );
-        assert!(s.lock().prompts.is_empty(), "no prompt tracked");
+        assert!(
+            s.lock().turns.iter().all(|t| t.prompts.is_empty()),
+            "no prompt tracked"
+        );
         assert!(accounted(&s));
     }
 
@@ -1204,7 +1343,7 @@ mod tests {
             "a made-up session's stream holds nothing"
         );
         // An error answer (a prompt for a session this connection does not have) is no sign.
-        made_up.turn_posted("number:1", &json!(1));
+        made_up.turn_posted("made-up", "number:1", &json!(1));
         let error = line(crate::jsonrpc::Message::response(
             crate::jsonrpc::RequestId::Int(1),
             Err(crate::jsonrpc::ResponseError::new(
@@ -1229,7 +1368,7 @@ mod tests {
             json!({"sessionId": "s", "update": {}}),
         ));
         assert!(s.push_line(&update, End::No, Mark::None).is_ok());
-        s.turn_posted("number:7", &json!(7));
+        s.turn_posted("s", "number:7", &json!(7));
         for _ in 0..3 {
             let mut lease = s.acquire(Some(0)).ok().unwrap();
             assert_eq!(event(lease.next(Duration::ZERO)).0, 1);
@@ -1242,7 +1381,7 @@ mod tests {
         assert_eq!(s.lock().events.len(), 2);
         assert!(accounted(&s));
         // The turn ended: the state message still waiting says so (replaced, not followed).
-        s.lock().prompts.clear();
+        s.lock().turns[0].prompts.clear();
         let mut lease = s.acquire(None).ok().unwrap();
         assert_eq!(event(lease.next(Duration::ZERO)).0, 1);
         let (id, json) = event(lease.next(Duration::ZERO));
@@ -1257,6 +1396,68 @@ mod tests {
         let (id, json) = event(lease.next(Duration::ZERO));
         assert_eq!(id, 4);
         assert!(json.contains("acp/turnState"), "{json}");
+        assert!(accounted(&s));
+    }
+
+    /// A WebSocket's stream carries every session of its connection: a receiver that comes
+    /// back learns each known session's turn state, one message each after its replay (none
+    /// for a made-up session whose prompt was refused), replaced as a whole when it comes back
+    /// again before anything else was sent.
+    #[test]
+    fn a_websockets_stream_tells_each_sessions_turn_state() {
+        use crate::jsonrpc::{Message, RequestId, ResponseError};
+        let s = Stream::for_websocket(Arc::default(), "w");
+        let update = |sid: &str| {
+            Message::notification("session/update", json!({"sessionId": sid, "update": {}}))
+                .to_routed_line()
+        };
+        s.turn_posted("a", "number:1", &json!(1));
+        assert!(s.push_line(&update("a"), End::No, Mark::None).is_ok());
+        assert!(s.push_line(&update("b"), End::No, Mark::None).is_ok());
+        s.turn_posted("made-up", "number:3", &json!(3));
+        let refused = Message::response(
+            RequestId::Int(3),
+            Err(ResponseError::new(-32602, "no such session")),
+        )
+        .to_routed_line();
+        assert!(s
+            .push_line(&refused, End::No, Mark::Answers("number:3"))
+            .is_ok());
+        let states = |lease: &mut Lease| {
+            let mut out = vec![];
+            while let Next::Event(id, json) = lease.next(Duration::ZERO) {
+                let v: Value = serde_json::from_str(&json).unwrap();
+                if let Some(state) = v.pointer("/params/_meta/acp~1turnState") {
+                    out.push((id, v["params"]["sessionId"].clone(), state["state"].clone()));
+                }
+            }
+            out
+        };
+        for _ in 0..2 {
+            let mut lease = s.acquire(Some(0)).ok().unwrap();
+            assert_eq!(
+                states(&mut lease),
+                vec![
+                    (4, json!("a"), json!("running")),
+                    (5, json!("b"), json!("idle"))
+                ]
+            );
+        }
+        let answer = Message::response(RequestId::Int(1), Ok(json!({"stopReason": "end_turn"})))
+            .to_routed_line();
+        assert!(s
+            .push_line(&answer, End::No, Mark::Answers("number:1"))
+            .is_ok());
+        let mut lease = s.acquire(Some(0)).ok().unwrap();
+        assert_eq!(
+            states(&mut lease),
+            vec![
+                (4, json!("a"), json!("running")),
+                (5, json!("b"), json!("idle")),
+                (7, json!("a"), json!("idle")),
+                (8, json!("b"), json!("idle"))
+            ]
+        );
         assert!(accounted(&s));
     }
 

@@ -457,9 +457,18 @@ impl AgentProcess {
         id
     }
 
-    /// The next message is the session's `available_commands_update`; returns its commands.
+    /// The next message of `session` is its `available_commands_update`; returns its commands.
+    /// Messages about other sessions may come between (a goal of another session settling on a
+    /// loaded machine): they are skipped.
     pub fn expect_commands(&mut self, session: &str) -> Vec<Value> {
-        let v = self.recv();
+        let mut v = self.recv();
+        while v["params"]["sessionId"]
+            .as_str()
+            .is_some_and(|s| s != session)
+            && v.get("id").is_none()
+        {
+            v = self.recv();
+        }
         assert_eq!(
             v["method"], "session/update",
             "expected the commands, got {v}"
