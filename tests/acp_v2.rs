@@ -22,6 +22,9 @@ fn script() -> Value {
             {"when": "slow", "responses": [[{"text": "Starting slowly"}, {"delayMs": 30000}, {"text": "never"}]]},
             {"when": "fail", "responses": [[{"fail": "provider_error", "message": "upstream exploded"}]]},
             {"when": "think", "responses": [[{"thinking": "Planning."}, {"text": "Thought about it."}]]},
+            {"when": "detached job", "responses": [
+                [{"tool": "run_command", "args": {"command": "echo started; exec >/dev/null 2>&1; sleep 2; echo ran > marker.txt"}}],
+                [{"text": "Noted."}]]},
             {"when": "long job", "responses": [
                 [{"tool": "run_command", "args": {"command": "echo started; sleep 30; echo never"}}],
                 [{"text": "The job was stopped."}]]}
@@ -993,4 +996,110 @@ fn a_v2_session_is_forked_and_takes_a_system_prompt() {
         json!({"cwd": ws.path(), "systemPrompt": {"mode": "shout", "content": []}}),
     );
     assert_eq!(error_of(&r)["code"], -32602, "{r}");
+}
+
+/// Review 58b (a guard, passes on `p58-step1`): a prompt withdrawn at once with
+/// `$/cancel_request` (answered `-32800`: not inserted) shows no `user_message` — the dispatcher
+/// marks it before `turn.start` is sent (`not_to_start`). The race where its `turn_started` is
+/// applied first is `acp::tests::v2_prompt_answered_32800_as_its_turn_starts_does_not_run`.
+#[test]
+fn a_prompt_withdrawn_at_once_shows_no_user_message() {
+    let mut s = setup("withdraw-now");
+    let id = new_session(&mut s);
+    let withdrawn = s.agent.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "slow please"}]}),
+    );
+    s.agent
+        .notify("$/cancel_request", json!({"requestId": withdrawn}));
+    let next = turn(&mut s.agent, &id, "hello", no_requests);
+    let refused = next
+        .answers
+        .iter()
+        .find(|a| a["id"] == withdrawn)
+        .expect("the withdrawn prompt's answer");
+    assert_eq!(error_of(refused)["code"], -32800, "{refused}");
+    let own = next.response["result"]["messageId"].clone();
+    let others: Vec<&Value> = next
+        .of_kind("user_message")
+        .into_iter()
+        .filter(|u| u["messageId"] != own)
+        .collect();
+    assert!(
+        others.is_empty(),
+        "a prompt answered -32800 (not inserted) was shown inserted: {others:?}; states {:?}",
+        next.states()
+    );
+}
+
+/// Review 58b: `tool_call/cancel` of a command that no longer holds its pipes (it redirected
+/// them, or has just finished). The shell watches the call's token only while a pipe is open
+/// (`shell.rs`: the `select!` loop), then waits for the process without it; `cancel_tool`
+/// answers `Cancelled` as long as the token is armed, and `run_gated` marks the outcome
+/// `cancelled` whenever the token was set (`disarm_call_cancel`), unlike the turn's cancel,
+/// which keeps a `completed` outcome. So the client is answered `{}`, the call ends
+/// `cancelled` and the model is told so, while the command ran to its end: its side effect
+/// (`marker.txt`) is there.
+#[test]
+fn a_call_told_cancelled_was_stopped() {
+    let mut s = setup("detached");
+    let id = new_session(&mut s);
+    let prompt = s.agent.request(
+        "session/prompt",
+        json!({"sessionId": id, "prompt": [{"type": "text", "text": "a detached job"}]}),
+    );
+    let (mut updates, mut answer) = (vec![], Value::Null);
+    let mut call: Option<String> = None;
+    let call = loop {
+        let v = s.agent.recv();
+        if v["id"] == prompt && v.get("method").is_none() {
+            answer = v;
+            continue;
+        }
+        if v["method"] == "session/request_permission" {
+            s.agent.send(&json!({"jsonrpc": "2.0", "id": v["id"],
+                "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}}}));
+            continue;
+        }
+        let u = v["params"]["update"].clone();
+        updates.push(u.clone());
+        if u["sessionUpdate"] == "tool_call_update" && u["capabilities"]["cancel"] == json!({}) {
+            call = u["toolCallId"].as_str().map(str::to_string);
+        }
+        // Cancelled once its output came: it closes its pipes right after.
+        if u["sessionUpdate"] == "terminal_output_chunk" {
+            if let Some(call) = call.take() {
+                break call;
+            }
+        }
+    };
+    let cancel = s.agent.request(
+        "tool_call/cancel",
+        json!({"sessionId": id, "toolCallId": call}),
+    );
+    let t = follow_from(&mut s.agent, &prompt, answer, &mut |_| {
+        panic!("no more dialogs")
+    });
+    let answered = t
+        .answers
+        .iter()
+        .find(|a| a["id"] == cancel)
+        .expect("the cancel answered");
+    let settled = updates
+        .iter()
+        .chain(t.updates.iter().map(|u| &u["params"]["update"]))
+        .find(|u| {
+            u["toolCallId"] == call.as_str()
+                && u["status"].is_string()
+                && u["status"] != "pending"
+                && u["status"] != "in_progress"
+        })
+        .expect("the call settled")
+        .clone();
+    let ran = s.ws.path().join("marker.txt").exists();
+    assert!(
+        !(answered["result"] == json!({}) && settled["status"] == "cancelled" && ran),
+        "answered {answered}, the call ended {}, yet the command ran to its end (marker.txt)",
+        settled["status"]
+    );
 }

@@ -5651,3 +5651,31 @@ fn a_retry_of_an_answer_no_longer_kept_is_refused_not_run_again() {
         .unwrap_or_default();
     assert_eq!(turns.len(), 1, "the turn ran once: {turns:?}");
 }
+
+// ---- review 58b (second pass) -------------------------------------------------------------
+
+/// Review 58b: serve reads the connection's ACP version only from the answer to the socket's
+/// *first* `initialize` (`initialize_key`, matched on a success only). When that one is refused
+/// (v2 offered without `info`: `-32602`, nothing initialized — the client may try again, as
+/// `initialize.rs` allows) and the second negotiates v2, the answer gets no `acp/transport`
+/// and the stream stays v1: a receiver that comes back mid-turn is told `acp/turnState` (v1's
+/// advisory) on a v2 connection.
+#[test]
+fn a_websocket_whose_first_initialize_failed_is_still_v2() {
+    let s = Serve::start();
+    let mut ws = WsClient::connect(&s);
+    let refused = ws.call(0, "initialize", json!({"protocolVersion": 2}));
+    assert!(refused.get("error").is_some(), "{refused}");
+    ws.acp = Acp::V2;
+    let init = ws.call(
+        1,
+        "initialize",
+        json!({"protocolVersion": 2, "info": {"name": "ws-v2", "version": "1"}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], 2, "{init}");
+    assert!(
+        init.pointer("/result/capabilities/_meta/acp~1transport")
+            .is_some(),
+        "the v2 answer lacks acp/transport, so serve never learnt the version: {init}"
+    );
+}

@@ -351,10 +351,14 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
         .iter()
         .map(|i| i.interaction_id.clone())
         .collect();
-    session.emit(
-        |_| (vec![], ()),
-        |view| (view.reconcile(active.is_some(), &pending, false), ()),
-    );
+    // Told after the own prompt is settled (its stop reason first, then the snapshot's state:
+    // the next turn may already run).
+    let reconcile = || {
+        session.emit(
+            |_| (vec![], ()),
+            |view| (view.reconcile(active.is_some(), &pending, false), ()),
+        )
+    };
     if let Some(turn) = waiting_turn
         .as_deref()
         .filter(|t| active.as_deref() == Some(*t))
@@ -381,12 +385,14 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
                 if h.code == ErrorCode::NotFound
                     && session.started_prompt_turn().as_deref() != Some(turn.as_str()) =>
             {
+                reconcile();
                 return Ok(());
             }
             Err(e) => Err(errors::from_client(&e)),
         };
         settle(session, shared, result);
     }
+    reconcile();
     Ok(())
 }
 
@@ -559,6 +565,7 @@ fn handle_v2(
                 }
             }
             E::Ended { turn_id, result } => session.finish_prompt_of(&turn_id, result),
+            E::StopTurn(turn_id) => super::session::stop_turn(shared, &session.id, &turn_id),
             E::WindowEnd {
                 session_removed: true,
             } => {

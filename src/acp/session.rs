@@ -341,7 +341,7 @@ impl AcpSession {
         seq: Option<u64>,
         body: FrameBody,
     ) -> Result<Effects, OutOfSequence> {
-        let (prompt_turn, echo) = {
+        let (prompt_turn, echo, withdrawn) = {
             let mut st = lock(&self.state);
             let last = st.position.last_seq;
             if seq.is_some_and(|seq| last.checked_add(1) != Some(seq)) {
@@ -350,15 +350,23 @@ impl AcpSession {
             let facts = projection::facts(&body);
             let starts = facts.turn_started.map(str::to_string);
             let prompt_turn = observe(&mut st, seq, facts);
-            // v2 echoes the prompt's own blocks when its turn starts (copied only then).
-            let echo = match (&st.prompt, starts) {
+            // v2 echoes the prompt's own blocks when its turn starts (copied only then) — unless
+            // the client withdrew it (`$/cancel_request`, answered `-32800`: not inserted)
+            // before this start was applied: then it is not shown, and its turn is stopped.
+            let mut withdrawn = false;
+            let echo = match (st.prompt.as_mut(), starts) {
                 (Some(p), Some(t)) if p.turn_id == t => match &p.answer {
+                    PromptAnswer::OnInsert(Some(r), _) if r.cancel_flag().is_cancelled() => {
+                        p.cancel_requested = true;
+                        withdrawn = true;
+                        None
+                    }
                     PromptAnswer::OnInsert(_, blocks) => Some(blocks.clone()),
                     PromptAnswer::AtEnd(_) => None,
                 },
                 _ => None,
             };
-            (prompt_turn, echo)
+            (prompt_turn, echo, withdrawn)
         };
         let mut view = lock(&self.view);
         let hushed = self.hushed.load(Ordering::Acquire);
@@ -386,6 +394,7 @@ impl AcpSession {
                     prompt_turn: prompt_turn.as_deref(),
                     cancelled_by_client: self.is_cancelling(),
                     echo: echo.as_deref(),
+                    withdrawn,
                 };
                 let mut rest = vec![];
                 for effect in projector.apply(body, Instant::now(), turn) {
@@ -832,6 +841,8 @@ impl AcpSession {
         let mut st = lock(&self.state);
         let p = st.prompt.as_mut().filter(|p| p.turn_id == turn_id)?;
         match &mut p.answer {
+            // Withdrawn (answered `-32800`): never answered as inserted.
+            PromptAnswer::OnInsert(Some(r), _) if r.cancel_flag().is_cancelled() => None,
             PromptAnswer::OnInsert(r, _) => r.take(),
             PromptAnswer::AtEnd(_) => None,
         }

@@ -700,3 +700,248 @@ fn only_the_typed_writers_write_session_updates() {
     );
     assert!(offenders.is_empty(), "{}", offenders.join("\n"));
 }
+
+// ---- review 58b (second pass) ----
+
+fn v2_shared(host: Arc<FakeHost>) -> (Arc<Shared>, TestLines) {
+    let (outbox, lines) = test_outbox();
+    let client: Arc<dyn HostApi> = host;
+    let shared = Arc::new(Shared::new(
+        outbox.clone(),
+        Arc::new(ClientCalls::new(outbox)),
+        Arc::new(HostLink::connected(client, "e1")),
+        Default::default(),
+        None,
+    ));
+    shared.negotiate(super::out::Version::V2);
+    (shared, lines)
+}
+
+fn started(seq: u64, turn: &str) -> Frame {
+    frame(
+        seq,
+        FrameBody::TurnStarted {
+            turn_id: turn.into(),
+            run_id: "r".into(),
+            origin: "prompt".into(),
+            content: Some(MessageContent {
+                text: "hi".into(),
+                attachments: vec![],
+            }),
+            content_truncated: false,
+        },
+    )
+}
+
+/// Every line written until none comes for the rest of `secs` (bounded).
+fn all_lines(lines: &TestLines, secs: u64) -> Vec<Value> {
+    let mut out = vec![];
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while let Some(l) = lines.next_before(deadline) {
+        out.push(serde_json::from_str(&l).unwrap());
+    }
+    out
+}
+
+/// Review 58b: this connection's own v2 prompt whose turn ended (max_tokens) while the reader
+/// was in a sequence gap. `reopen` reconciles first (`idle` without a stop reason, the
+/// foreground now idle), then `settle` tells `stopped(max_tokens)`, which `idle()` drops
+/// because the foreground is idle already: the client never learns why its turn ended.
+#[test]
+fn v2_own_turn_that_ended_in_a_gap_keeps_its_stop_reason() {
+    let host = Arc::new(
+        FakeHost::default()
+            .answer::<ops::SessionOpen>(|_| Ok(snapshot()))
+            .answer::<ops::TurnQuery>(|_| {
+                Ok(TurnSnapshot {
+                    session_id: "s".into(),
+                    turn_id: "t1".into(),
+                    run_id: "r".into(),
+                    origin: "prompt".into(),
+                    status: TurnStatus::MaxTokens,
+                    reason: Some("max_tokens".into()),
+                    failure_class: None,
+                    failure_message: None,
+                    failure_details: None,
+                    started_at: 0,
+                    ended_at: Some(1),
+                })
+            }),
+    );
+    // Frames 3 (more text) and 4 (its `turn_terminal`, max_tokens) were lost.
+    host.window(vec![started(1, "t1"), text(2, 0, "Hel"), text(5, 0, "x")]);
+    let (shared, lines) = v2_shared(Arc::clone(&host));
+    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
+    session.set_position(0, "e1", None);
+    let requests = IncomingRequests::new(shared.outbox.clone());
+    let responder = requests
+        .begin(RequestId::Int(7), "session/prompt")
+        .ok()
+        .unwrap();
+    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
+    assert!(session
+        .admit_prompt("t1", answer, || Box::new(|| {}))
+        .is_ok());
+    let conn = shared.link.current().unwrap();
+    super::follow::ensure_reader(&session, &shared, &conn, None);
+    let out = all_lines(&lines, 3);
+    let states: Vec<&Value> = out
+        .iter()
+        .map(|v| &v["params"]["update"])
+        .filter(|u| u["sessionUpdate"] == "state_update")
+        .collect();
+    let last = states.last().expect("a state");
+    assert_eq!(
+        (last["state"].as_str(), last["stopReason"].as_str()),
+        (Some("idle"), Some("max_tokens")),
+        "the own turn's end lost its stop reason: {states:?}"
+    );
+}
+
+/// Review 58b: `$/cancel_request` of a v2 prompt is answered `-32800` by the JSON-RPC reader at
+/// once; the dispatcher is told later. If the prompt's `turn_started` is applied in between,
+/// `accept_prompt` takes the (already answered) responder, the user message is shown, and
+/// `withdraw_pending` no longer finds an uninserted prompt: the client was told "not
+/// inserted", yet sees its message inserted and its turn run to the end.
+#[test]
+fn v2_prompt_answered_32800_as_its_turn_starts_does_not_run() {
+    // turn.stop is recorded (its answer does not matter here).
+    let host = Arc::new(FakeHost::default());
+    host.window(vec![started(1, "t1"), text(2, 0, "Hel")]);
+    let (shared, lines) = v2_shared(Arc::clone(&host));
+    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
+    session.set_position(0, "e1", None);
+    let requests = IncomingRequests::new(shared.outbox.clone());
+    let responder = requests
+        .begin(RequestId::Int(7), "session/prompt")
+        .ok()
+        .unwrap();
+    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
+    assert!(session
+        .admit_prompt("t1", answer, || Box::new(|| {}))
+        .is_ok());
+    assert!(!session.prompt_started(false), "not cancelled yet");
+    // The reader thread answers the `$/cancel_request` at once...
+    assert!(requests.cancel(&RequestId::Int(7)));
+    // ...the session's reader applies the turn's start before the dispatcher gets to it...
+    let conn = shared.link.current().unwrap();
+    super::follow::ensure_reader(&session, &shared, &conn, None);
+    let out = lines_until(&lines, |v| {
+        v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    // ...then the dispatcher acts on the notification.
+    let ctx = Ctx {
+        shared: Arc::clone(&shared),
+    };
+    let (_, withdrawn) = super::methods::NOTIFICATIONS
+        .iter()
+        .find(|(m, _)| *m == "$/cancel_request")
+        .unwrap();
+    withdrawn(&ctx, &json!({"requestId": 7}));
+    let refused = out
+        .iter()
+        .any(|v| v["id"] == 7 && v["error"]["code"] == -32800);
+    let inserted = out
+        .iter()
+        .any(|v| v["params"]["update"]["sessionUpdate"] == "user_message");
+    assert!(refused, "{out:?}");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !host.called().iter().any(|c| c == "turn.stop") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        !inserted && host.called().iter().any(|c| c == "turn.stop"),
+        "answered -32800 (not inserted), yet its user message was shown ({inserted}) and its \
+         turn was not stopped ({:?}): {out:?}",
+        host.called()
+    );
+}
+
+/// Review 58b: the same gap, but the next turn (a goal's, another client's) is already
+/// running in the snapshot. `reconcile(running)` says nothing (running → running), then
+/// `settle` ends the own prompt with `idle end_turn`: the client is told the session is idle
+/// while a turn runs, and nothing of that turn says `running` again (only a `turn_status` or
+/// `turn_started` would, and both are behind the snapshot).
+#[test]
+fn v2_own_turn_that_ended_in_a_gap_before_the_next_leaves_it_running() {
+    let host = Arc::new(
+        FakeHost::default()
+            .answer::<ops::SessionOpen>(|_| {
+                Ok(ops::OpenSnapshot {
+                    active_turn: Some(TurnSnapshot {
+                        session_id: "s".into(),
+                        turn_id: "g2".into(),
+                        run_id: "r2".into(),
+                        origin: "goal".into(),
+                        status: TurnStatus::Running,
+                        reason: None,
+                        failure_class: None,
+                        failure_message: None,
+                        failure_details: None,
+                        started_at: 0,
+                        ended_at: None,
+                    }),
+                    ..snapshot()
+                })
+            })
+            .answer::<ops::TurnQuery>(|_| {
+                Ok(TurnSnapshot {
+                    session_id: "s".into(),
+                    turn_id: "t1".into(),
+                    run_id: "r".into(),
+                    origin: "prompt".into(),
+                    status: TurnStatus::Completed,
+                    reason: Some("end_turn".into()),
+                    failure_class: None,
+                    failure_message: None,
+                    failure_details: None,
+                    started_at: 0,
+                    ended_at: Some(1),
+                })
+            }),
+    );
+    // Frames 3 (t1's `turn_terminal`) and 4 (g2's `turn_started`) were lost.
+    host.window(vec![started(1, "t1"), text(2, 0, "Hel"), text(5, 0, "x")]);
+    // After the catch-up, g2 goes on live.
+    host.window(vec![frame(
+        5,
+        FrameBody::TextDelta {
+            turn_id: "g2".into(),
+            message_id: "m2".into(),
+            start_offset: 0,
+            text: "goal words".into(),
+            complete: false,
+        },
+    )]);
+    let (shared, lines) = v2_shared(Arc::clone(&host));
+    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
+    session.set_position(0, "e1", None);
+    let requests = IncomingRequests::new(shared.outbox.clone());
+    let responder = requests
+        .begin(RequestId::Int(7), "session/prompt")
+        .ok()
+        .unwrap();
+    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
+    assert!(session
+        .admit_prompt("t1", answer, || Box::new(|| {}))
+        .is_ok());
+    let conn = shared.link.current().unwrap();
+    super::follow::ensure_reader(&session, &shared, &conn, None);
+    let out = all_lines(&lines, 3);
+    // (When that window ends, this fake host's stream ends too and a second catch-up
+    // reconciles again: only what the client was told while g2 streamed counts.)
+    let live = out
+        .iter()
+        .position(|v| v["params"]["update"]["content"]["text"] == "goal words")
+        .expect("g2's live text");
+    let states: Vec<&Value> = out[..live]
+        .iter()
+        .map(|v| &v["params"]["update"])
+        .filter(|u| u["sessionUpdate"] == "state_update")
+        .collect();
+    assert_eq!(
+        states.last().and_then(|s| s["state"].as_str()),
+        Some("running"),
+        "g2 streams, yet the client was last told: {states:?}"
+    );
+}

@@ -1121,6 +1121,12 @@ fn read_frames(input: &mut Deadlined, conn: &AcpConn, opened: Opened) -> End {
                             return End::Close(format!("WebSocket protocol error: {why}"));
                         }
                     }
+                } else if matches!(first_message(&fields), First::Initialize) {
+                    // Another `initialize` (the first was refused, or a repeat): its answer
+                    // is read too for the connection's version and advertises the transport.
+                    if let Some(id) = &fields.id {
+                        conn.initialize_sent(id);
+                    }
                 }
                 match conn.admit_frame(&fields) {
                     Ok(true) => ws_admitted(conn, &fields),

@@ -142,7 +142,17 @@ pub fn run_command(env: &mut dyn ToolEnv, command: &str, timeout_ms: u64) -> Too
         kill_group(pgid);
         let _ = child.kill();
     }
-    let status = wait_bounded(&mut child);
+    // A command that closed its output may still run (`exec >/dev/null; sleep`): a cancel
+    // while it is waited for stops it as one during its output would.
+    let stop_now = || {
+        cancel.is_cancelled()
+            || matches!(
+                call_cancelled.try_recv(),
+                Err(crossbeam_channel::TryRecvError::Disconnected)
+            )
+    };
+    let (status, stopped) = wait_bounded(&mut child, pgid, &stop_now);
+    cancelled |= stopped;
     // Background jobs of the command stay guarded until the host exits, those that left its
     // group too (they have just become the host's children).
     if !super::super::reaper::group_alive(pgid) {
@@ -336,20 +346,31 @@ pub fn kill_group(pgid: u32) {
     super::super::reaper::kill_group(pgid);
 }
 
-fn wait_bounded(child: &mut std::process::Child) -> Option<std::process::ExitStatus> {
-    // The pipes are closed (or the group killed), so the shell exits promptly.
+/// Waits for the command (its pipes closed, or its group killed): at most 5 s, then it is
+/// killed; at once when `stop` says it was cancelled meanwhile (then `true`: it was stopped).
+fn wait_bounded(
+    child: &mut std::process::Child,
+    pgid: u32,
+    stop: &dyn Fn() -> bool,
+) -> (Option<std::process::ExitStatus>, bool) {
     let start = Instant::now();
+    let mut stopped = false;
     loop {
         match child.try_wait() {
-            Ok(Some(s)) => return Some(s),
+            Ok(Some(s)) => return (Some(s), stopped),
+            Ok(None) if !stopped && stop() => {
+                stopped = true;
+                kill_group(pgid);
+                let _ = child.kill();
+            }
             Ok(None) if start.elapsed() < Duration::from_secs(5) => {
                 std::thread::sleep(Duration::from_millis(5))
             }
             Ok(None) => {
                 let _ = child.kill();
-                return child.wait().ok();
+                return (child.wait().ok(), stopped);
             }
-            Err(_) => return None,
+            Err(_) => return (None, stopped),
         }
     }
 }

@@ -378,8 +378,9 @@ impl Turn {
                         ..outcome
                     };
                 }
-                if call_cancelled {
-                    // The person stopped this call; the turn goes on, its model told so.
+                if call_cancelled && outcome.status != ToolStatus::Completed {
+                    // The person stopped this call; the turn goes on, its model told so. (One
+                    // that finished before the cancel could stop it stays what it was.)
                     log::info!("tool call {id} cancelled alone; the turn goes on");
                     return ToolOutcome {
                         status: ToolStatus::Cancelled,

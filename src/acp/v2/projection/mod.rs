@@ -44,6 +44,9 @@ pub struct TurnView<'a> {
     pub cancelled_by_client: bool,
     /// The blocks the pending prompt was sent with (echoed when its turn starts).
     pub echo: Option<&'a [Value]>,
+    /// The client withdrew the pending prompt before its turn's start was applied (it was
+    /// answered `-32800`: not inserted): its start is not shown, and its turn is stopped.
+    pub withdrawn: bool,
 }
 
 /// What a live frame makes the session's reader do, in order.
@@ -62,6 +65,8 @@ pub enum Effect {
         turn_id: String,
         result: Result<PromptResponse, ResponseError>,
     },
+    /// Stop this turn: its prompt was withdrawn before it was inserted.
+    StopTurn(String),
     /// The stream's window ends here (`session_removed`: the session is gone).
     WindowEnd { session_removed: bool },
     /// The host could not emit a frame of this kind: catch up from its durable state.
@@ -142,6 +147,15 @@ impl Projector {
     pub fn apply(&mut self, body: FrameBody, now: Instant, turn: TurnView<'_>) -> Vec<Effect> {
         use FrameBody as F;
         match body {
+            F::TurnStarted { ref turn_id, .. }
+                if turn.withdrawn && turn.prompt_turn == Some(turn_id.as_str()) =>
+            {
+                // Never shown as inserted; its state is told (it runs until the stop lands).
+                vec![
+                    Effect::Show(self.running()),
+                    Effect::StopTurn(turn_id.clone()),
+                ]
+            }
             F::TurnStarted { ref turn_id, .. } if turn.prompt_turn == Some(turn_id.as_str()) => {
                 let turn_id = turn_id.clone();
                 let message_id = user_message_id(&turn_id);
@@ -192,13 +206,7 @@ impl Projector {
                     details: failure_details.as_ref(),
                 };
                 let result = answer::terminal_result(&turn_id, outcome, &reason, failure);
-                let cancelled = turn.cancelled_by_client
-                    && turn.prompt_turn == Some(turn_id.as_str())
-                    || (outcome == TurnOutcome::Cancelled && turn.prompt_turn.is_none());
-                let mut out =
-                    self.end_unfinished(crate::acp::projection::TOOL_UNFINISHED, cancelled);
-                out.extend(self.idle(idle_reason(&result, cancelled)));
-                vec![Effect::Show(out), Effect::Ended { turn_id, result }]
+                self.turn_ended(turn_id, outcome, result, turn)
             }
             F::StreamEnd { reason, .. } => vec![Effect::WindowEnd {
                 session_removed: reason == crate::host_api::wire::StreamEndReason::SessionRemoved,
@@ -234,6 +242,22 @@ impl Projector {
             | F::Heartbeat { .. }
             | F::Unknown => vec![],
         }
+    }
+
+    /// A turn's end: its open calls settled, the session `idle` with the stop reason (the
+    /// client's cancel wins), then the prompt slot freed.
+    fn turn_ended(
+        &mut self,
+        turn_id: String,
+        outcome: TurnOutcome,
+        result: Result<PromptResponse, ResponseError>,
+        turn: TurnView<'_>,
+    ) -> Vec<Effect> {
+        let cancelled = turn.cancelled_by_client && turn.prompt_turn == Some(turn_id.as_str())
+            || (outcome == TurnOutcome::Cancelled && turn.prompt_turn.is_none());
+        let mut out = self.end_unfinished(crate::acp::projection::TOOL_UNFINISHED, cancelled);
+        out.extend(self.idle(idle_reason(&result, cancelled)));
+        vec![Effect::Show(out), Effect::Ended { turn_id, result }]
     }
 
     /// The updates a frame shows (live, replayed, or caught up: what was shown already is not

@@ -81,6 +81,7 @@ fn said(e: &Effect, shown: &mut Vec<Value>) -> String {
         }
         Effect::WindowEnd { session_removed } => format!("windowEnd:{session_removed}"),
         Effect::Resync(kind) => format!("resync:{kind}"),
+        Effect::StopTurn(turn_id) => format!("stop:{turn_id}"),
     }
 }
 
@@ -278,6 +279,7 @@ fn every_kind_of_frame_has_its_v2_effects_and_every_update_is_valid() {
         prompt_turn: Some("t"),
         cancelled_by_client: false,
         echo: None,
+        withdrawn: false,
     };
     let (mut wrong, mut kinds, mut shown) = (vec![], std::collections::HashSet::new(), vec![]);
     for (frame, expected) in table {
@@ -336,6 +338,7 @@ fn every_turn_is_told_by_state_and_a_cancelled_one_ends_cancelled() {
         prompt_turn: Some("g1"),
         cancelled_by_client: true,
         echo: None,
+        withdrawn: false,
     };
     let end = p.apply(
         frame(
