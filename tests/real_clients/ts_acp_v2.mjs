@@ -278,6 +278,9 @@ const summary = await app.connectWith(stream, async (cx) => {
       if (u.sessionUpdate === "state_update") states.push(u.state);
       if (callId === null && u.sessionUpdate === "tool_call_update" && s.canCancelToolCall(u.toolCallId)) {
         callId = u.toolCallId;
+      }
+      // Cancelled once it has printed (its first output chunk): what it printed stays shown.
+      if (callId !== null && answer === undefined && u.sessionUpdate === "terminal_output_chunk") {
         await caughtUp();
         const shown = (live.calls.get(callId)?.content ?? []).find((k) => k.type === "terminal");
         terminalCancellable = shown ? s.canCancelTerminal(shown.terminalId) : null;
