@@ -38,6 +38,9 @@ fn agent(data: &TempDir) -> AgentProcess {
         ],
     });
     agent.initialize();
+    // A CPU model on two shared cores (a CI run builds beside it) can take longer than the
+    // scripted provider's 20 s to its first token on a long prompt.
+    agent.set_step(std::time::Duration::from_secs(90));
     agent
 }
 

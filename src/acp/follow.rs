@@ -346,17 +346,13 @@ fn reopen(session: &Arc<AcpSession>, shared: &Arc<Shared>, conn: &Connected) -> 
     session.set_position(open.seq, &conn.epoch, active.clone());
     // v2: the state as the snapshot has it (a turn that ended in the gap, a dialog closed in
     // it), and the pending prompt answered if its turn started in the gap.
-    let pending: Vec<String> = open
-        .pending_interactions
-        .iter()
-        .map(|i| i.interaction_id.clone())
-        .collect();
+    let pending = &open.pending_interactions;
     // Told after the own prompt is settled (its stop reason first, then the snapshot's state:
     // the next turn may already run).
     let reconcile = || {
         session.emit(
             |_| (vec![], ()),
-            |view| (view.reconcile(active.is_some(), &pending, false), ()),
+            |view| (view.reconcile(active.is_some(), pending, false), ()),
         )
     };
     if let Some(turn) = waiting_turn

@@ -488,14 +488,10 @@ fn attach(
     super::view::show_in_flight(&session, &ctx.shared, &open);
     // A v2 client is told the session's state before the answer, replayed or not.
     let running = open.active_turn.is_some();
-    let pending: Vec<String> = open
-        .pending_interactions
-        .iter()
-        .map(|i| i.interaction_id.clone())
-        .collect();
+    let pending = &open.pending_interactions;
     session.emit(
         |_| (vec![], ()),
-        |view| (view.reconcile(running, &pending, true), ()),
+        |view| (view.reconcile(running, pending, true), ()),
     );
     Ok((session, result, open, conn))
 }

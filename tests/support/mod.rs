@@ -35,6 +35,9 @@ pub struct AgentProcess {
     violations: Arc<Mutex<Vec<String>>>,
     stderr: Arc<Mutex<String>>,
     next_id: i64,
+    /// How long `recv` waits for the agent's next line ([`STEP_TIMEOUT`] unless the test
+    /// says otherwise: a real model on a shared CPU takes longer than the scripted one).
+    step: Duration,
 }
 
 /// Variables that configure a model provider; tests set them explicitly or not at all.
@@ -65,6 +68,11 @@ impl Default for Spawn {
 }
 
 impl AgentProcess {
+    /// Waits up to `step` for each of the agent's lines from now on.
+    pub fn set_step(&mut self, step: Duration) {
+        self.step = step;
+    }
+
     pub fn spawn() -> AgentProcess {
         AgentProcess::spawn_with(Spawn::default())
     }
@@ -163,6 +171,7 @@ impl AgentProcess {
             violations,
             stderr,
             next_id: 0,
+            step: STEP_TIMEOUT,
         }
     }
 
@@ -256,9 +265,10 @@ impl AgentProcess {
 
     /// The next line the agent writes.
     pub fn recv(&mut self) -> Value {
-        self.recv_timeout(STEP_TIMEOUT).unwrap_or_else(|| {
+        let step = self.step;
+        self.recv_timeout(step).unwrap_or_else(|| {
             panic!(
-                "no line from the agent within {STEP_TIMEOUT:?}\n--- stderr:\n{}",
+                "no line from the agent within {step:?}\n--- stderr:\n{}",
                 self.stderr()
             )
         })

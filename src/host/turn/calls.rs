@@ -131,9 +131,12 @@ impl Turn {
         };
         self.current_ran = true;
         let mut st = self.cell.lock();
+        // Only while this is still the session's active turn (the watchdog may have ended it
+        // and another started): the next turn's calls are not this one's to arm.
+        let turn_id = &self.spec.turn_id;
         if cancellable {
             let token = CancelToken::default();
-            if let Some(a) = st.active.as_mut() {
+            if let Some(a) = st.active.as_mut().filter(|a| a.turn_id == *turn_id) {
                 a.cancellable_call = Some((id.clone(), token.clone()));
             }
             self.call_cancel = Some(token);
@@ -151,7 +154,14 @@ impl Turn {
         let Some(token) = self.call_cancel.take() else {
             return false;
         };
-        if let Some(a) = self.cell.lock().active.as_mut() {
+        let turn_id = &self.spec.turn_id;
+        if let Some(a) = self
+            .cell
+            .lock()
+            .active
+            .as_mut()
+            .filter(|a| a.turn_id == *turn_id)
+        {
             a.cancellable_call = None;
         }
         token.is_cancelled()

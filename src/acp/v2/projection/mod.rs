@@ -485,10 +485,21 @@ impl Projector {
     pub fn reconcile(
         &mut self,
         running: bool,
-        pending: &[String],
+        pending: &[Interaction],
         told: bool,
     ) -> Vec<SessionUpdate> {
-        let next = match (running, pending) {
+        // Only the dialogs a v2 client is asked (a question it has no form for is not).
+        let pending: Vec<String> = pending
+            .iter()
+            .filter(|i| {
+                !matches!(
+                    dialog(&i.session_id, &i.request),
+                    crate::acp::projection::dialog::Dialog::Unshown(_)
+                )
+            })
+            .map(|i| i.interaction_id.clone())
+            .collect();
+        let next = match (running, pending.as_slice()) {
             (false, _) => Foreground::Idle,
             (true, []) => Foreground::Running,
             (true, ids) => Foreground::RequiresAction(ids.iter().cloned().collect()),

@@ -443,3 +443,44 @@ fn a_replayed_history_ends_idle() {
         "a resumed idle session is told it runs: {states:?}"
     );
 }
+
+/// After a resume or a catch-up, the state is the snapshot's, counting only the dialogs a v2
+/// client is asked: a question it has no form for is answered at once, never shown, so it
+/// does not make the session `requires_action`; a permission does.
+#[test]
+fn reconcile_counts_only_the_dialogs_the_client_is_asked() {
+    let interaction = |id: &str, request: Value| -> crate::host_api::wire::Interaction {
+        serde_json::from_value(json!({"interactionId": id, "sessionId": "s", "turnId": "t",
+            "status": "pending", "outcome": null, "request": request}))
+        .unwrap()
+    };
+    let question = interaction(
+        "q",
+        json!({"kind": "question", "toolCallId": "c", "questions": [{"question": "q", "options": []}]}),
+    );
+    let permission = interaction(
+        "p",
+        json!({"kind": "permission", "toolCallId": "c1", "toolName": "run_command",
+            "title": "rm x", "review": "command", "rememberForTurnAllowed": false}),
+    );
+    let state = |updates: Vec<SessionUpdate>| -> Vec<String> {
+        updates
+            .iter()
+            .map(|u| {
+                serde_json::to_value(u).unwrap()["state"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string()
+            })
+            .collect()
+    };
+    let mut p = Projector::new("s", Default::default());
+    assert_eq!(
+        state(p.reconcile(true, std::slice::from_ref(&question), true)),
+        ["running"]
+    );
+    assert_eq!(
+        state(p.reconcile(true, &[question, permission], false)),
+        ["requires_action"]
+    );
+}
