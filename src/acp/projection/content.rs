@@ -5,6 +5,7 @@ use crate::acp::types::{
 };
 use crate::host_api::wire::{self, FileDiff, Location, ToolResultContent, ToolStatus};
 use serde_json::Value;
+use std::collections::HashMap;
 
 /// Host activity kind → ACP `ToolKind` (the plan tool is never shown as a call).
 pub fn tool_kind(activity_kind: &str) -> ToolKind {
@@ -186,4 +187,29 @@ pub fn iso8601(ms: u64) -> String {
         rem % 60,
         ms % 1000
     )
+}
+
+/// The part of a text delta not shown yet (§6.1 of the host protocol: `startOffset` is the
+/// byte length already sent for that message), or `None`; `shown` counts it. Both versions'
+/// projections use it.
+pub(crate) fn unseen<'t>(
+    shown: &mut HashMap<String, u64>,
+    message_id: &str,
+    start: u64,
+    text: &'t str,
+) -> Option<&'t str> {
+    if !shown.contains_key(message_id) {
+        shown.insert(message_id.to_string(), 0);
+    }
+    let seen = shown.get_mut(message_id)?;
+    let end = start + text.len() as u64;
+    if text.is_empty() || end <= *seen {
+        return None;
+    }
+    let mut skip = seen.saturating_sub(start) as usize;
+    while !text.is_char_boundary(skip) {
+        skip += 1;
+    }
+    *seen = end;
+    Some(&text[skip..]).filter(|t| !t.is_empty())
 }

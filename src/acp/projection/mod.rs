@@ -1011,24 +1011,9 @@ impl Projector {
         self.echoed.clear();
     }
 
-    /// The part of a text delta not shown yet (§6.1 of the host protocol: `startOffset` is the
-    /// byte length already sent for that message), or `None`.
+    /// The part of a text delta not shown yet ([`content::unseen`]).
     fn unseen<'t>(&mut self, message_id: &str, start: u64, text: &'t str) -> Option<&'t str> {
-        // Looked up before inserting: no allocation per delta on the streaming path.
-        if !self.shown.contains_key(message_id) {
-            self.shown.insert(message_id.to_string(), 0);
-        }
-        let shown = self.shown.get_mut(message_id)?;
-        let end = start + text.len() as u64;
-        if text.is_empty() || end <= *shown {
-            return None;
-        }
-        let mut skip = shown.saturating_sub(start) as usize;
-        while !text.is_char_boundary(skip) {
-            skip += 1;
-        }
-        *shown = end;
-        Some(&text[skip..]).filter(|t| !t.is_empty())
+        content::unseen(&mut self.shown, message_id, start, text)
     }
 }
 

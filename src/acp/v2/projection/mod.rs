@@ -369,7 +369,7 @@ impl Projector {
         text: &str,
         thought: bool,
     ) -> Vec<SessionUpdate> {
-        let Some(text) = unseen(&mut self.shown, message_id, start, text) else {
+        let Some(text) = content::unseen(&mut self.shown, message_id, start, text) else {
             return vec![];
         };
         let chunk = t::ContentChunk {
@@ -923,30 +923,6 @@ fn text_block(text: &str) -> ContentBlock {
 /// A file change as v2's structured diff: what changed, and the patch `git apply` takes.
 fn diff_content(d: &crate::host_api::wire::FileDiff) -> ToolCallContent {
     super::diff::content(d)
-}
-
-/// The part of a text delta not shown yet (`startOffset` is the byte length already sent
-/// for that message), or `None`.
-fn unseen<'t>(
-    shown: &mut HashMap<String, u64>,
-    message_id: &str,
-    start: u64,
-    text: &'t str,
-) -> Option<&'t str> {
-    if !shown.contains_key(message_id) {
-        shown.insert(message_id.to_string(), 0);
-    }
-    let seen = shown.get_mut(message_id)?;
-    let end = start + text.len() as u64;
-    if text.is_empty() || end <= *seen {
-        return None;
-    }
-    let mut skip = seen.saturating_sub(start) as usize;
-    while !text.is_char_boundary(skip) {
-        skip += 1;
-    }
-    *seen = end;
-    Some(&text[skip..]).filter(|t| !t.is_empty())
 }
 
 /// The commands a session offers, as v2 lists them.
