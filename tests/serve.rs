@@ -1906,8 +1906,14 @@ impl WsClient {
     }
 
     fn frame(&mut self) -> (u8, Vec<u8>) {
+        self.try_frame()
+            .expect("a frame, not the end of the socket")
+    }
+
+    /// The next frame, or `None` when the server ended the socket without one.
+    fn try_frame(&mut self) -> Option<(u8, Vec<u8>)> {
         let mut h = [0u8; 2];
-        self.reader.read_exact(&mut h).unwrap();
+        self.reader.read_exact(&mut h).ok()?;
         assert_eq!(h[1] & 0x80, 0, "server frames are not masked");
         let len = match h[1] & 0x7F {
             126 => {
@@ -1924,7 +1930,7 @@ impl WsClient {
         };
         let mut payload = vec![0u8; len];
         self.reader.read_exact(&mut payload).unwrap();
-        (h[0] & 0x0F, payload)
+        Some((h[0] & 0x0F, payload))
     }
 
     /// The next text message, validated.
@@ -5435,6 +5441,31 @@ fn a_websocket_client_that_closes_gets_a_close_frame_back() {
         };
         let code = (close.len() >= 2).then(|| u16::from_be_bytes([close[0], close[1]]));
         assert_eq!(code, echoed, "the close frame for a close with {sent:?}");
+    }
+}
+
+/// A client that closes as its answer is being written still gets its close echoed: the
+/// writer, which writes the answer, used to find the socket's read side shut down by the
+/// reader (which had read the close) and took the client for gone, leaving without the echo.
+#[test]
+fn a_websocket_closed_while_its_answer_is_written_still_gets_its_close_echoed() {
+    let s = Serve::start();
+    for round in 0..30 {
+        let mut ws = WsClient::connect(&s);
+        ws.send(&json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}));
+        ws.send_frame(0x8, &1001u16.to_be_bytes());
+        let close = loop {
+            match ws.try_frame() {
+                Some((0x8, payload)) => break payload,
+                Some(_) => {}
+                None => panic!("round {round}: the socket ended without echoing the close"),
+            }
+        };
+        assert_eq!(
+            close.get(..2),
+            Some(&1001u16.to_be_bytes()[..]),
+            "round {round}"
+        );
     }
 }
 

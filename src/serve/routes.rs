@@ -851,11 +851,10 @@ fn serve_frames(
             let socket = input.reader.get_ref();
             match echo {
                 // The writer echoes the client's close (RFC 6455 §5.5.1), then shuts the
-                // socket down.
-                Some(payload) => {
-                    let _ = socket.shutdown(std::net::Shutdown::Read);
-                    conn.stream.detach_closing(lease, payload);
-                }
+                // socket down. Not its read side first: the writer takes a read side that
+                // reads as ended for a client that has gone (`client_gone`), and would leave
+                // without the echo.
+                Some(payload) => conn.stream.detach_closing(lease, payload),
                 None => {
                     let _ = socket.shutdown(std::net::Shutdown::Both);
                     conn.stream.detach(lease);
