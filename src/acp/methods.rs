@@ -18,17 +18,16 @@
 //!   `session/cancel` that follows always finds it), then started on a worker; the session's
 //!   reader answers it after the turn's last update.
 //!
-//! Notifications: `session/cancel`, and `$/cancel_request` once the JSON-RPC layer has answered
-//! it (a v2 prompt not yet inserted is withdrawn) ([`NOTIFICATIONS`]); every other one is ignored,
-//! as ACP asks.
-//! `$/cancel_request` is answered by the JSON-RPC layer itself (`jsonrpc/incoming.rs`): it
-//! cancels the waiting request's responder, whichever method it is.
+//! Notifications ([`NOTIFICATIONS`]): `session/cancel`, and `$/cancel_request` of a request
+//! in flight, answered by the JSON-RPC layer (`-32800`) but a prompt's: its session decides
+//! ([`super::session::withdrawn`]).
 
 use super::agent::Ctx;
 use super::initialize::{self, Offer};
 use super::maka_dialect::{self as md, Dialect};
 use super::params::{ParamResult, Params};
 use super::read;
+use super::session;
 use super::shared_names as names;
 use super::turns::{self, Registered, TurnKind};
 use super::types::to_json;
@@ -143,8 +142,10 @@ pub static MAKA_METHODS: &[Method] = &[
 ];
 
 /// The notifications this agent acts on.
-pub static NOTIFICATIONS: &[(&str, OnNotification)] =
-    &[("session/cancel", cancel), ("$/cancel_request", withdrawn)];
+pub static NOTIFICATIONS: &[(&str, OnNotification)] = &[
+    ("session/cancel", cancel),
+    ("$/cancel_request", session::withdrawn),
+];
 
 /// The method named `name` on a connection in `dialect`, when it is served (`local`: with a
 /// host of this build's own that keeps settings): Maka's row first in Maka's dialect.
@@ -255,27 +256,6 @@ pub(super) fn cancel(ctx: &Ctx, params: &Value) {
     match ctx.session(id) {
         Some(s) => super::session::cancel(&s, &ctx.shared),
         None => log::debug!("session/cancel for unknown session {id}"),
-    }
-}
-
-/// `$/cancel_request` of a request the JSON-RPC layer has already answered `-32800`: a v2
-/// prompt not yet inserted is withdrawn (its turn never runs); anything else goes on as the
-/// layer left it.
-fn withdrawn(ctx: &Ctx, params: &Value) {
-    let Some(id) = params
-        .get("requestId")
-        .and_then(crate::jsonrpc::RequestId::from_value)
-    else {
-        return;
-    };
-    let sessions: Vec<_> = crate::jsonrpc::lock(&ctx.shared.sessions)
-        .values()
-        .cloned()
-        .collect();
-    for s in sessions {
-        if let Some(turn) = s.withdraw_pending(&id) {
-            super::session::stop_turn(&ctx.shared, &s.id, &turn);
-        }
     }
 }
 

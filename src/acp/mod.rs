@@ -35,4 +35,5 @@ mod tests;
 pub use agent::{serve, AdapterConfig};
 pub use host_link::{LocalHost, NoLocalHost};
 pub use principal::Principal;
+pub use session::HELD_CANCELS;
 pub use types::Dialect;

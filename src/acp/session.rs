@@ -23,7 +23,7 @@ use super::types::{PromptResponse, SessionUpdate, StopReason};
 use super::v2;
 use crate::host_api::ops;
 use crate::host_api::wire::FrameBody;
-use crate::jsonrpc::{lock, RequestId, Responder, ResponseError};
+use crate::jsonrpc::{lock, RequestId, Responder, ResponseError, Withdrawal};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -52,9 +52,20 @@ impl PromptAnswer {
         }
     }
 
-    /// v2: whether it is request `id`, not yet inserted.
-    fn is_uninserted(&self, id: &RequestId) -> bool {
-        matches!(self, PromptAnswer::OnInsert(Some(r), _) if r.id() == Some(id))
+    /// Whether it is request `id`, not yet answered.
+    fn is_request(&self, id: &RequestId) -> bool {
+        match self {
+            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r), _) => r.id() == Some(id),
+            PromptAnswer::OnInsert(None, _) => false,
+        }
+    }
+
+    /// What answers it `-32800`, withdrawn (`None` once answered).
+    fn withdrawal(&self) -> Option<Withdrawal> {
+        match self {
+            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r), _) => r.withdrawal(),
+            PromptAnswer::OnInsert(None, _) => None,
+        }
     }
 
     /// Refuses it (it never ran) with `e`.
@@ -101,6 +112,8 @@ impl PromptAnswer {
 struct PendingPrompt {
     answer: PromptAnswer,
     turn_id: String,
+    /// `turn.start` has been sent: from here on the host may insert the prompt.
+    start_sent: bool,
     /// `turn.start` has returned: `turn.stop` can be sent.
     started: bool,
     /// `turn.start` answered `queued` (another turn runs on the host: another client's, a
@@ -109,6 +122,10 @@ struct PendingPrompt {
     /// with no frame, so a cancel answers it here.
     queued_on_host: bool,
     cancel_requested: bool,
+    /// The client withdrew it (`$/cancel_request`) while its `turn.start` was in flight:
+    /// decided when that returns — withdrawn if the host only queued it, ignored if the host
+    /// inserted it ([`AcpSession::prompt_started`]).
+    withdraw_asked: bool,
 }
 
 /// Prompts that wait behind the pending one at most (a `session/prompt` past it is busy).
@@ -128,9 +145,11 @@ impl PendingPrompt {
         PendingPrompt {
             answer,
             turn_id: turn_id.to_string(),
+            start_sent: false,
             started: false,
             queued_on_host: false,
             cancel_requested: false,
+            withdraw_asked: false,
         }
     }
 }
@@ -471,14 +490,45 @@ impl AcpSession {
     /// stdin's end meanwhile ([`AcpSession::answer_cancelled_at_exit`]) stops its turn too:
     /// nobody follows it.
     pub fn prompt_started(&self, queued_on_host: bool) -> bool {
-        match lock(&self.state).prompt.as_mut() {
+        let (stop, withdrawal) = match lock(&self.state).prompt.as_mut() {
             Some(p) => {
                 p.started = true;
                 p.queued_on_host = queued_on_host;
-                p.cancel_requested
+                let mut withdrawal = None;
+                if std::mem::take(&mut p.withdraw_asked) {
+                    if queued_on_host {
+                        p.cancel_requested = true;
+                        withdrawal = p.answer.withdrawal();
+                    } else {
+                        log::debug!(
+                            "session {}: prompt {} was inserted before its withdrawal; the cancel is ignored",
+                            self.id,
+                            p.turn_id
+                        );
+                    }
+                }
+                (p.cancel_requested, withdrawal)
             }
-            None => self.hushed.load(Ordering::Acquire),
+            None => (self.hushed.load(Ordering::Acquire), None),
+        };
+        if let Some(w) = withdrawal {
+            w.answer();
         }
+        stop
+    }
+
+    /// The pending prompt's `turn.start` is about to be sent: false (send nothing) when the
+    /// client cancelled it, withdrew it or closed the session meanwhile. From here on the host
+    /// may insert it, so a withdrawal waits for `turn.start`'s answer.
+    pub fn start_sending(&self) -> bool {
+        let mut st = lock(&self.state);
+        if st.closed || st.prompt.as_ref().is_some_and(|p| p.cancel_requested) {
+            return false;
+        }
+        if let Some(p) = st.prompt.as_mut() {
+            p.start_sent = true;
+        }
+        true
     }
 
     /// The turn the pending prompt waits for.
@@ -848,26 +898,102 @@ impl AcpSession {
         }
     }
 
-    /// v2: the client withdrew its pending prompt (`$/cancel_request` of request `id`, already
-    /// answered `-32800`) before it was inserted: its turn never runs — stopped as soon as
-    /// `turn.start` returns, taken out of the host's queue — while the prompts behind it go
-    /// on. Returns the started turn the host must stop.
-    pub fn withdraw_pending(&self, id: &RequestId) -> Option<String> {
-        let (turn, started, on_host) = {
+    /// The client withdrew prompt `id` (`$/cancel_request`, left to this session by the
+    /// JSON-RPC layer: [`HELD_CANCELS`]). Decided here, where the prompt's
+    /// insertion is known, so that `-32800` means the host's history never holds it:
+    ///
+    /// - waiting in this adapter's queue, or its `turn.start` not sent yet: withdrawn, never
+    ///   started;
+    /// - `turn.start` in flight: decided when it returns ([`AcpSession::prompt_started`]);
+    /// - waiting in the host's queue: withdrawn, its turn stopped (the returned turn; the stop
+    ///   takes it out of that queue);
+    /// - inserted (its turn started on the host): the cancel is ignored, as v2 asks of a
+    ///   request already done; the prompt is answered with its message id.
+    ///
+    /// A v1 prompt is answered `-32800` at once, as every request is, and its turn goes on
+    /// (v1 stops a turn with `session/cancel`).
+    pub fn withdraw_prompt(&self, id: &RequestId) -> Withdraw {
+        let (outcome, withdrawal, dropped) = {
             let mut st = lock(&self.state);
-            let p = st.prompt.as_mut().filter(|p| p.answer.is_uninserted(id))?;
-            p.cancel_requested = true;
-            (p.turn_id.clone(), p.started, p.queued_on_host)
+            if let Some(p) = st.prompt.as_mut().filter(|p| p.answer.is_request(id)) {
+                let v1 = matches!(p.answer, PromptAnswer::AtEnd(_));
+                let outcome = if v1 || !p.start_sent {
+                    p.cancel_requested |= !v1;
+                    Withdraw::Settled
+                } else if !p.started {
+                    p.withdraw_asked = true;
+                    Withdraw::Deferred
+                } else if p.queued_on_host {
+                    p.cancel_requested = true;
+                    Withdraw::StopTurn(p.turn_id.clone())
+                } else {
+                    Withdraw::Inserted
+                };
+                let decided = !matches!(outcome, Withdraw::Deferred | Withdraw::Inserted);
+                let withdrawal = decided.then(|| p.answer.withdrawal()).flatten();
+                (outcome, withdrawal, None)
+            } else if let Some(at) = st.queue.iter().position(|q| q.answer.is_request(id)) {
+                let q = st.queue.remove(at);
+                let withdrawal = q.as_ref().and_then(|q| q.answer.withdrawal());
+                (Withdraw::Settled, withdrawal, q)
+            } else {
+                (Withdraw::NotHere, None, None)
+            }
         };
         log::debug!(
-            "session {}: prompt {turn} withdrawn before its insertion",
+            "session {}: withdrawal of prompt {id}: {outcome:?}",
             self.id
         );
-        if on_host {
-            // Its `turn.stop` takes it out of the host's queue with no frame: settled here.
-            self.finish_prompt_of(&turn, Ok(PromptResponse::new(StopReason::Cancelled)));
+        // Answered before the prompt's responder is dropped (which would answer otherwise).
+        if let Some(w) = withdrawal {
+            w.answer();
         }
-        started.then_some(turn)
+        drop(dropped);
+        if let Withdraw::StopTurn(turn) = &outcome {
+            // Its `turn.stop` takes it out of the host's queue with no frame: settled here.
+            self.finish_prompt_of(turn, Ok(PromptResponse::new(StopReason::Cancelled)));
+        }
+        outcome
+    }
+}
+
+/// What a prompt's withdrawal came to ([`AcpSession::withdraw_prompt`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Withdraw {
+    /// No prompt of this session is that request.
+    NotHere,
+    /// Answered `-32800`; nothing started for it, or (v1) its turn goes on.
+    Settled,
+    /// Decided when its `turn.start` returns.
+    Deferred,
+    /// Answered `-32800`; the host had queued its turn, which must be stopped.
+    StopTurn(String),
+    /// The host had inserted it: the cancel is ignored.
+    Inserted,
+}
+
+/// The methods whose `$/cancel_request` the JSON-RPC layer leaves to [`withdrawn`]: a v2
+/// prompt is withdrawn (`-32800`) only if the host has not inserted it; once it has, the
+/// request is answered as inserted and the cancel is ignored, so that what the client is told
+/// and what the session's history keeps agree.
+pub const HELD_CANCELS: crate::jsonrpc::Held = &["session/prompt"];
+
+/// `$/cancel_request` of a request in flight (the JSON-RPC layer answered it `-32800`, unless
+/// its method is in [`HELD_CANCELS`]): a prompt the host has not inserted is withdrawn (its
+/// turn never runs; answered `-32800` here if it was held); anything else goes on as the layer
+/// left it.
+pub fn withdrawn(ctx: &super::agent::Ctx, params: &serde_json::Value) {
+    let Some(id) = params.get("requestId").and_then(RequestId::from_value) else {
+        return;
+    };
+    let sessions: Vec<_> = lock(&ctx.shared.sessions).values().cloned().collect();
+    for s in sessions {
+        match s.withdraw_prompt(&id) {
+            Withdraw::NotHere => continue,
+            Withdraw::StopTurn(turn) => stop_turn(&ctx.shared, &s.id, &turn),
+            _ => {}
+        }
+        return;
     }
 }
 

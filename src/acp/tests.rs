@@ -798,11 +798,10 @@ fn v2_own_turn_that_ended_in_a_gap_keeps_its_stop_reason() {
     );
 }
 
-/// Review 58b: `$/cancel_request` of a v2 prompt is answered `-32800` by the JSON-RPC reader at
-/// once; the dispatcher is told later. If the prompt's `turn_started` is applied in between,
-/// `accept_prompt` takes the (already answered) responder, the user message is shown, and
-/// `withdraw_pending` no longer finds an uninserted prompt: the client was told "not
-/// inserted", yet sees its message inserted and its turn run to the end.
+/// Review 58b: a v2 prompt answered `-32800` before the dispatcher acts on it (a table that
+/// does not hold `session/prompt`'s cancels, or a prompt the host started from its queue just
+/// as it was withdrawn): if its `turn_started` is applied in between, the client, told "not
+/// inserted", must neither see its message inserted nor its turn run on.
 #[test]
 fn v2_prompt_answered_32800_as_its_turn_starts_does_not_run() {
     // turn.stop is recorded (its answer does not matter here).
@@ -944,4 +943,139 @@ fn v2_own_turn_that_ended_in_a_gap_before_the_next_leaves_it_running() {
         Some("running"),
         "g2 streams, yet the client was last told: {states:?}"
     );
+}
+
+// ---- a withdrawn v2 prompt: `-32800` exactly when the host never inserted it ----
+
+/// A v2 session whose connection holds `session/prompt`'s cancels, as the agent's does, with
+/// prompt 7 admitted (turn `t1`).
+fn held_prompt(host: &Arc<FakeHost>) -> (Ctx, TestLines, Arc<AcpSession>, Arc<IncomingRequests>) {
+    let (shared, lines) = v2_shared(Arc::clone(host));
+    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
+    session.set_position(0, "e1", None);
+    shared.hold_session(&session);
+    let requests = IncomingRequests::holding(shared.outbox.clone(), super::HELD_CANCELS);
+    let responder = requests.begin(RequestId::Int(7), "session/prompt").unwrap();
+    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
+    assert!(session
+        .admit_prompt("t1", answer, || Box::new(|| {}))
+        .is_ok());
+    (Ctx { shared }, lines, session, requests)
+}
+
+/// What the reader and the dispatcher do with `$/cancel_request` of request `id`.
+fn cancel_request(ctx: &Ctx, requests: &IncomingRequests, id: i64) {
+    if requests.cancel(&RequestId::Int(id)) {
+        let (_, withdrawn) = super::methods::NOTIFICATIONS
+            .iter()
+            .find(|(m, _)| *m == "$/cancel_request")
+            .unwrap();
+        withdrawn(ctx, &json!({"requestId": id}));
+    }
+}
+
+fn refused(out: &[Value], id: i64) -> bool {
+    out.iter()
+        .any(|v| v["id"] == id && v["error"]["code"] == -32800)
+}
+
+#[test]
+fn a_v2_prompt_withdrawn_before_its_start_is_sent_is_refused_and_never_starts() {
+    let host = Arc::new(FakeHost::default());
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    cancel_request(&ctx, &requests, 7);
+    assert!(refused(&all_lines(&lines, 1), 7));
+    assert!(!session.start_sending(), "its turn.start must not be sent");
+}
+
+#[test]
+fn a_v2_prompt_withdrawn_while_the_host_inserts_it_is_answered_inserted_not_refused() {
+    let host = Arc::new(FakeHost::default());
+    host.window(vec![started(1, "t1"), text(2, 0, "Hel")]);
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    assert!(session.start_sending());
+    // `turn.start` is in flight: the withdrawal waits for its answer...
+    cancel_request(&ctx, &requests, 7);
+    assert!(all_lines(&lines, 1).is_empty(), "decided too early");
+    // ...which says the host started the turn: the prompt is in its history.
+    assert!(
+        !session.prompt_started(false),
+        "an inserted prompt's turn goes on"
+    );
+    let conn = ctx.shared.link.current().unwrap();
+    super::follow::ensure_reader(&session, &ctx.shared, &conn, None);
+    let out = lines_until(&lines, |v| {
+        v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    assert!(!refused(&out, 7), "{out:?}");
+    let answered = out
+        .iter()
+        .any(|v| v["id"] == 7 && v["result"]["messageId"].is_string());
+    let shown = out
+        .iter()
+        .any(|v| v["params"]["update"]["sessionUpdate"] == "user_message");
+    assert!(answered && shown, "{out:?}");
+    assert!(!host.called().iter().any(|c| c == "turn.stop"));
+}
+
+#[test]
+fn a_v2_prompt_withdrawn_while_the_host_queues_it_is_refused_and_stopped() {
+    let host = Arc::new(FakeHost::default());
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    assert!(session.start_sending());
+    cancel_request(&ctx, &requests, 7);
+    assert!(all_lines(&lines, 1).is_empty(), "decided too early");
+    // The host only queued it (behind another client's turn): withdrawn, its turn stopped.
+    assert!(
+        session.prompt_started(true),
+        "its queued turn must be stopped"
+    );
+    assert!(refused(&all_lines(&lines, 1), 7));
+}
+
+#[test]
+fn a_cancel_of_an_inserted_v2_prompt_is_ignored() {
+    let host = Arc::new(FakeHost::default());
+    host.window(vec![started(1, "t1"), text(2, 0, "Hel")]);
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    assert!(session.start_sending());
+    assert!(!session.prompt_started(false));
+    cancel_request(&ctx, &requests, 7);
+    let conn = ctx.shared.link.current().unwrap();
+    super::follow::ensure_reader(&session, &ctx.shared, &conn, None);
+    let out = lines_until(&lines, |v| {
+        v["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    });
+    assert!(!refused(&out, 7), "{out:?}");
+    assert!(out
+        .iter()
+        .any(|v| v["id"] == 7 && v["result"]["messageId"].is_string()));
+}
+
+#[test]
+fn a_queued_v2_prompt_withdrawn_is_refused_at_once_and_never_starts() {
+    let host = Arc::new(FakeHost::default());
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    let responder = requests.begin(RequestId::Int(8), "session/prompt").unwrap();
+    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran_in = Arc::clone(&ran);
+    let start = move || -> Box<dyn FnOnce() + Send> {
+        Box::new(move || ran_in.store(true, std::sync::atomic::Ordering::SeqCst))
+    };
+    assert!(session.admit_prompt("t2", answer, start).is_ok());
+    cancel_request(&ctx, &requests, 8);
+    assert!(refused(&all_lines(&lines, 1), 8));
+    let done = Ok(super::types::PromptResponse::new(
+        super::types::StopReason::EndTurn,
+    ));
+    session.finish_prompt(done);
+    // Had it stayed in the queue, it would be the pending prompt now, its start spawned.
+    assert_eq!(
+        session.prompt_turn(),
+        None,
+        "the withdrawn prompt became pending"
+    );
+    assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(requests.wait_answered(Duration::ZERO), 0);
 }

@@ -130,8 +130,10 @@ pub fn start(ctx: &Ctx, r: Registered) {
         Ok(s) => s,
         Err(e) => return session.finish_prompt(Err(e)),
     };
-    if not_to_start(&session) {
-        return; // the stream opened for it closes here
+    if !session.start_sending() {
+        // Cancelled or withdrawn while its stream opened (which closes here).
+        session.finish_prompt(Ok(PromptResponse::new(StopReason::Cancelled)));
+        return;
     }
     // Ok(true): the host queued it behind the session's active turn (another client's, a
     // goal's); it starts when that one ends.

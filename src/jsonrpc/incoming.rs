@@ -27,8 +27,15 @@ impl CancelFlag {
     }
 }
 
+/// Methods whose `$/cancel_request` is not answered here: their handler decides whether to
+/// withdraw the request ([`Responder::withdrawal`]) — ACP v2's `session/prompt`, which only
+/// its session knows to be inserted (then the cancel is ignored).
+pub type Held = &'static [&'static str];
+
 pub struct IncomingRequests {
-    inflight: Mutex<HashMap<RequestId, CancelFlag>>,
+    /// Each request in flight: its flag, and whether its method is held.
+    inflight: Mutex<HashMap<RequestId, (CancelFlag, bool)>>,
+    held: Held,
     /// Notified when the last request in flight is answered (see [`Self::wait_answered`]).
     drained: Condvar,
     outbox: Outbox,
@@ -46,8 +53,13 @@ pub struct Responder {
 
 impl IncomingRequests {
     pub fn new(outbox: Outbox) -> Arc<IncomingRequests> {
+        IncomingRequests::holding(outbox, &[])
+    }
+
+    pub fn holding(outbox: Outbox, held: Held) -> Arc<IncomingRequests> {
         Arc::new(IncomingRequests {
             inflight: Mutex::new(HashMap::new()),
+            held,
             drained: Condvar::new(),
             outbox,
         })
@@ -60,7 +72,7 @@ impl IncomingRequests {
             return Err(id);
         }
         let flag = CancelFlag::default();
-        inflight.insert(id.clone(), flag.clone());
+        inflight.insert(id.clone(), (flag.clone(), self.held.contains(&method)));
         Ok(Responder {
             id: Some(id),
             method: method.to_string(),
@@ -71,9 +83,21 @@ impl IncomingRequests {
     }
 
     /// `$/cancel_request`: answers `-32800` now if the request is still being served; its
-    /// handler's later answer is dropped. Unknown or finished ids are ignored.
+    /// handler's later answer is dropped. Unknown or finished ids are ignored; one of a [`Held`]
+    /// method is left to its handler. Returns whether it was in flight (the handler is told).
     pub fn cancel(&self, id: &RequestId) -> bool {
-        let Some(flag) = self.take(id, None) else {
+        let held = lock(&self.inflight).get(id).is_some_and(|(_, held)| *held);
+        if held {
+            log::debug!("$/cancel_request for {id}: its handler decides");
+            return true;
+        }
+        self.withdraw(id, None)
+    }
+
+    /// Answers request `id` `-32800` (only while it is the request of `own`, when given), as
+    /// withdrawn: its handler's later answer is dropped. Returns whether it was in flight.
+    fn withdraw(&self, id: &RequestId, own: Option<&CancelFlag>) -> bool {
+        let Some(flag) = self.take(id, own) else {
             log::debug!("$/cancel_request for {id}, which is not in flight");
             return false;
         };
@@ -90,10 +114,10 @@ impl IncomingRequests {
     /// [`Self::wait_answered`].
     fn take(&self, id: &RequestId, own: Option<&CancelFlag>) -> Option<CancelFlag> {
         let mut inflight = lock(&self.inflight);
-        if own.is_some_and(|own| !inflight.get(id).is_some_and(|f| f.same(own))) {
+        if own.is_some_and(|own| !inflight.get(id).is_some_and(|(f, _)| f.same(own))) {
             return None;
         }
-        let flag = inflight.remove(id);
+        let flag = inflight.remove(id).map(|(flag, _)| flag);
         if inflight.is_empty() {
             self.drained.notify_all();
         }
@@ -121,8 +145,8 @@ impl IncomingRequests {
     /// Answers every request still in flight with `error` (their handlers' later answers are
     /// dropped): the last word before the connection closes.
     pub fn answer_all(&self, error: &ResponseError) {
-        let ids: Vec<(RequestId, CancelFlag)> = lock(&self.inflight).drain().collect();
-        for (id, flag) in ids {
+        let ids: Vec<(RequestId, (CancelFlag, bool))> = lock(&self.inflight).drain().collect();
+        for (id, (flag, _)) in ids {
             flag.set();
             self.outbox.send(&Message::response(id, Err(error.clone())));
         }
@@ -151,6 +175,15 @@ impl Responder {
         self.flag.clone()
     }
 
+    /// What answers it `-32800`, withdrawn, once a lock held to decide so is released.
+    pub fn withdrawal(&self) -> Option<Withdrawal> {
+        Some(Withdrawal {
+            id: self.id.clone()?,
+            flag: self.flag.clone(),
+            table: Arc::clone(&self.table),
+        })
+    }
+
     /// Every error this responder answers passes through `map` first.
     pub fn map_errors(mut self, map: fn(ResponseError) -> ResponseError) -> Responder {
         self.errors = Some(map);
@@ -165,6 +198,19 @@ impl Responder {
         if let Some(id) = self.id.take() {
             self.table.finish(id, &self.flag, result);
         }
+    }
+}
+
+pub struct Withdrawal {
+    id: RequestId,
+    flag: CancelFlag,
+    table: Arc<IncomingRequests>,
+}
+
+impl Withdrawal {
+    /// Answers `-32800`, unless it was answered already (a later answer is dropped).
+    pub fn answer(self) {
+        self.table.withdraw(&self.id, Some(&self.flag));
     }
 }
 
@@ -251,5 +297,25 @@ mod tests {
             ]
         );
         assert_eq!(table.wait_answered(Duration::ZERO), 0);
+    }
+
+    /// A held method's `$/cancel_request` is answered by its handler's decision: withdrawn
+    /// (`-32800` once, its late answer dropped) or answered as it is.
+    #[test]
+    fn a_held_cancel_is_answered_by_the_handlers_decision() {
+        let (outbox, lines) = test_outbox();
+        let table = IncomingRequests::holding(outbox, &["session/prompt"]);
+        let (one, two) = (RequestId::Int(1), RequestId::Int(2));
+        let withdrawn = table.begin(one.clone(), "session/prompt").unwrap();
+        let kept = table.begin(two.clone(), "session/prompt").unwrap();
+        assert!(table.cancel(&one) && table.cancel(&two) && lines.try_iter().next().is_none());
+        withdrawn.withdrawal().unwrap().answer();
+        withdrawn.respond(Ok(json!({"messageId": "late"})));
+        kept.respond(Ok(json!({"messageId": "m"})));
+        let sent: Vec<String> = lines.try_iter().collect();
+        let cancelled =
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}}"#;
+        let answered = r#"{"jsonrpc":"2.0","id":2,"result":{"messageId":"m"}}"#;
+        assert_eq!(sent, [cancelled, answered]);
     }
 }

@@ -9,7 +9,7 @@ pub mod outgoing;
 pub mod oversized;
 pub mod transport;
 
-pub use incoming::{CancelFlag, Responder};
+pub use incoming::{CancelFlag, Held, Responder, Withdrawal};
 pub use line::{Head, Kind, Line, MetaSlot};
 pub use message::{code, Message, Notification, Request, RequestId, Response, ResponseError};
 pub use outgoing::{CallFailure, CallResult, ClientCalls, PendingCall};
