@@ -122,6 +122,10 @@ struct PendingPrompt {
     /// with no frame, so a cancel answers it here.
     queued_on_host: bool,
     cancel_requested: bool,
+    /// Its `turn_started` has been seen (the host inserted it): whatever `turn.start` answers
+    /// after that (`queued`: the host queued it, then started it from its queue before that
+    /// answer was read), it is no longer in the host's queue.
+    seen_started: bool,
     /// The client withdrew it (`$/cancel_request`) while its `turn.start` was in flight:
     /// decided when that returns — withdrawn if the host only queued it, ignored if the host
     /// inserted it ([`AcpSession::prompt_started`]).
@@ -149,6 +153,7 @@ impl PendingPrompt {
             started: false,
             queued_on_host: false,
             cancel_requested: false,
+            seen_started: false,
             withdraw_asked: false,
         }
     }
@@ -485,13 +490,20 @@ impl AcpSession {
         Ok(Admission::Queued(st.queue.len()))
     }
 
-    /// `turn.start` returned (`queued_on_host`: it answered `queued`). Returns whether the
-    /// client cancelled meanwhile (then the turn must be stopped now). A prompt answered at
-    /// stdin's end meanwhile ([`AcpSession::answer_cancelled_at_exit`]) stops its turn too:
-    /// nobody follows it.
-    pub fn prompt_started(&self, queued_on_host: bool) -> bool {
-        let (stop, withdrawal) = match lock(&self.state).prompt.as_mut() {
+    /// `turn.start` of `turn_id` returned (`queued_on_host`: it answered `queued`). Returns
+    /// whether the client cancelled meanwhile (then the turn must be stopped now). A prompt
+    /// answered at stdin's end meanwhile ([`AcpSession::answer_cancelled_at_exit`]) stops its
+    /// turn too: nobody follows it. Only the pending prompt of `turn_id` is its: one answered
+    /// meanwhile (its turn ran and ended before this answer was read) has left its place to
+    /// the next, whose own `turn.start` decides for it.
+    pub fn prompt_started(&self, turn_id: &str, queued_on_host: bool) -> bool {
+        let mut st = lock(&self.state);
+        let (stop, withdrawal) = match st.prompt.as_mut().filter(|p| p.turn_id == turn_id) {
             Some(p) => {
+                // Started from the host's queue before this answer was read: inserted.
+                let inserted =
+                    p.seen_started || matches!(p.answer, PromptAnswer::OnInsert(None, _));
+                let queued_on_host = queued_on_host && !inserted;
                 p.started = true;
                 p.queued_on_host = queued_on_host;
                 let mut withdrawal = None;
@@ -511,24 +523,29 @@ impl AcpSession {
             }
             None => (self.hushed.load(Ordering::Acquire), None),
         };
+        drop(st);
         if let Some(w) = withdrawal {
             w.answer();
         }
         stop
     }
 
-    /// The pending prompt's `turn.start` is about to be sent: false (send nothing) when the
-    /// client cancelled it, withdrew it or closed the session meanwhile. From here on the host
-    /// may insert it, so a withdrawal waits for `turn.start`'s answer.
-    pub fn start_sending(&self) -> bool {
+    /// The `turn.start` of the pending prompt of `turn_id` is about to be sent: false (send
+    /// nothing) when the client cancelled it, withdrew it or closed the session meanwhile, or
+    /// it is no longer the pending prompt (answered meanwhile). From here on the host may
+    /// insert it, so a withdrawal waits for `turn.start`'s answer.
+    pub fn start_sending(&self, turn_id: &str) -> bool {
         let mut st = lock(&self.state);
-        if st.closed || st.prompt.as_ref().is_some_and(|p| p.cancel_requested) {
+        if st.closed {
             return false;
         }
-        if let Some(p) = st.prompt.as_mut() {
-            p.start_sent = true;
+        match st.prompt.as_mut().filter(|p| p.turn_id == turn_id) {
+            Some(p) if !p.cancel_requested => {
+                p.start_sent = true;
+                true
+            }
+            _ => false,
         }
-        true
     }
 
     /// The turn the pending prompt waits for.
@@ -1133,6 +1150,7 @@ fn observe(st: &mut SessionState, seq: Option<u64>, facts: projection::Facts) ->
         st.position.active_turn = Some(turn_id.to_string());
         if let Some(p) = st.prompt.as_mut().filter(|p| p.turn_id == turn_id) {
             p.queued_on_host = false; // the host started it
+            p.seen_started = true;
         }
     }
     if let Some(turn_id) = facts.turn_ended {

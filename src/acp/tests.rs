@@ -297,7 +297,7 @@ fn a_prompt_answered_at_exit_is_the_sessions_last_word() {
     let requests = IncomingRequests::new(shared.outbox.clone());
     let responder = requests.begin(RequestId::Int(9), "session/prompt").ok();
     assert!(session.begin_prompt("t1", responder.unwrap()).is_ok());
-    session.prompt_started(false);
+    session.prompt_started("t1", false);
     let tool = FrameBody::ToolStart {
         turn_id: "t1".into(),
         tool_call_id: "c1".into(),
@@ -819,7 +819,7 @@ fn v2_prompt_answered_32800_as_its_turn_starts_does_not_run() {
     assert!(session
         .admit_prompt("t1", answer, || Box::new(|| {}))
         .is_ok());
-    assert!(!session.prompt_started(false), "not cancelled yet");
+    assert!(!session.prompt_started("t1", false), "not cancelled yet");
     // The reader thread answers the `$/cancel_request` at once...
     assert!(requests.cancel(&RequestId::Int(7)));
     // ...the session's reader applies the turn's start before the dispatcher gets to it...
@@ -985,7 +985,10 @@ fn a_v2_prompt_withdrawn_before_its_start_is_sent_is_refused_and_never_starts() 
     let (ctx, lines, session, requests) = held_prompt(&host);
     cancel_request(&ctx, &requests, 7);
     assert!(refused(&all_lines(&lines, 1), 7));
-    assert!(!session.start_sending(), "its turn.start must not be sent");
+    assert!(
+        !session.start_sending("t1"),
+        "its turn.start must not be sent"
+    );
 }
 
 #[test]
@@ -993,13 +996,13 @@ fn a_v2_prompt_withdrawn_while_the_host_inserts_it_is_answered_inserted_not_refu
     let host = Arc::new(FakeHost::default());
     host.window(vec![started(1, "t1"), text(2, 0, "Hel")]);
     let (ctx, lines, session, requests) = held_prompt(&host);
-    assert!(session.start_sending());
+    assert!(session.start_sending("t1"));
     // `turn.start` is in flight: the withdrawal waits for its answer...
     cancel_request(&ctx, &requests, 7);
     assert!(all_lines(&lines, 1).is_empty(), "decided too early");
     // ...which says the host started the turn: the prompt is in its history.
     assert!(
-        !session.prompt_started(false),
+        !session.prompt_started("t1", false),
         "an inserted prompt's turn goes on"
     );
     let conn = ctx.shared.link.current().unwrap();
@@ -1022,12 +1025,12 @@ fn a_v2_prompt_withdrawn_while_the_host_inserts_it_is_answered_inserted_not_refu
 fn a_v2_prompt_withdrawn_while_the_host_queues_it_is_refused_and_stopped() {
     let host = Arc::new(FakeHost::default());
     let (ctx, lines, session, requests) = held_prompt(&host);
-    assert!(session.start_sending());
+    assert!(session.start_sending("t1"));
     cancel_request(&ctx, &requests, 7);
     assert!(all_lines(&lines, 1).is_empty(), "decided too early");
     // The host only queued it (behind another client's turn): withdrawn, its turn stopped.
     assert!(
-        session.prompt_started(true),
+        session.prompt_started("t1", true),
         "its queued turn must be stopped"
     );
     assert!(refused(&all_lines(&lines, 1), 7));
@@ -1038,8 +1041,8 @@ fn a_cancel_of_an_inserted_v2_prompt_is_ignored() {
     let host = Arc::new(FakeHost::default());
     host.window(vec![started(1, "t1"), text(2, 0, "Hel")]);
     let (ctx, lines, session, requests) = held_prompt(&host);
-    assert!(session.start_sending());
-    assert!(!session.prompt_started(false));
+    assert!(session.start_sending("t1"));
+    assert!(!session.prompt_started("t1", false));
     cancel_request(&ctx, &requests, 7);
     let conn = ctx.shared.link.current().unwrap();
     super::follow::ensure_reader(&session, &ctx.shared, &conn, None);
@@ -1078,4 +1081,73 @@ fn a_queued_v2_prompt_withdrawn_is_refused_at_once_and_never_starts() {
     );
     assert!(!ran.load(std::sync::atomic::Ordering::SeqCst));
     assert_eq!(requests.wait_answered(Duration::ZERO), 0);
+}
+
+/// The host queued the prompt (`turn.start` answered `queued`) and started it from its queue
+/// before that answer was read: the reader applied its `turn_started` and answered it inserted.
+/// A withdrawal asked while `turn.start` was in flight must then be ignored, as for any
+/// inserted prompt — not stop its turn, nor take it for one still in the host's queue (a later
+/// cancel would then answer it before its turn's end).
+#[test]
+fn a_v2_prompt_withdrawn_then_started_from_the_hosts_queue_before_its_start_returns_goes_on() {
+    let host = Arc::new(FakeHost::default());
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    assert!(session.start_sending("t1"));
+    cancel_request(&ctx, &requests, 7);
+    // The reader applies the turn's start (the host ran it from its queue) and answers it.
+    assert!(session
+        .apply(&ctx.shared, Some(1), started(1, "t1").body)
+        .is_ok());
+    if let Some(r) = session.accept_prompt("t1") {
+        r.respond(Ok(json!({"messageId": "m"})));
+    }
+    // Only now is `turn.start`'s answer, `queued`, read.
+    assert!(
+        !session.prompt_started("t1", true),
+        "the inserted prompt's turn was stopped"
+    );
+    assert_eq!(
+        session.started_prompt_turn().as_deref(),
+        Some("t1"),
+        "the running turn is taken for one in the host's queue"
+    );
+    let out = all_lines(&lines, 1);
+    assert!(!refused(&out, 7), "{out:?}");
+    assert!(out
+        .iter()
+        .any(|v| v["id"] == 7 && v["result"]["messageId"].is_string()));
+}
+
+/// `turn.start`'s answer for one prompt is read after its turn ran and ended (the reader
+/// answered it, and the next queued prompt became pending, its own `turn.start` in flight):
+/// that answer is the first prompt's, and decides nothing of the next one's withdrawal.
+#[test]
+fn a_late_turn_start_answer_does_not_decide_the_next_prompts_withdrawal() {
+    let host = Arc::new(FakeHost::default());
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    let responder = requests.begin(RequestId::Int(8), "session/prompt").unwrap();
+    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
+    assert!(session
+        .admit_prompt("t2", answer, || Box::new(|| {}))
+        .is_ok());
+    assert!(session.start_sending("t1"));
+    // t1 ran and ended (the host had queued it, then ran it) before its `turn.start` answer
+    // was read: prompt 7 answered, prompt 8 pending, its `turn.start` sent.
+    let done = Ok(super::types::PromptResponse::new(
+        super::types::StopReason::EndTurn,
+    ));
+    session.finish_prompt(done);
+    assert_eq!(session.prompt_turn().as_deref(), Some("t2"));
+    assert!(session.start_sending("t2"));
+    cancel_request(&ctx, &requests, 8);
+    // t1's `turn.start` answer (`queued`) is read now.
+    session.prompt_started("t1", true);
+    let out = all_lines(&lines, 1);
+    assert!(
+        !refused(&out, 8),
+        "prompt 8 was withdrawn on t1's turn.start answer, before its own: {out:?}"
+    );
+    // Its own answer decides: the host only queued it.
+    assert!(session.prompt_started("t2", true));
+    assert!(refused(&all_lines(&lines, 1), 8));
 }

@@ -130,9 +130,10 @@ pub fn start(ctx: &Ctx, r: Registered) {
         Ok(s) => s,
         Err(e) => return session.finish_prompt(Err(e)),
     };
-    if !session.start_sending() {
-        // Cancelled or withdrawn while its stream opened (which closes here).
-        session.finish_prompt(Ok(PromptResponse::new(StopReason::Cancelled)));
+    if !session.start_sending(&turn_id) {
+        // Cancelled or withdrawn while its stream opened (which closes here); not another
+        // prompt's answer, if this one was answered meanwhile.
+        session.finish_prompt_of(&turn_id, Ok(PromptResponse::new(StopReason::Cancelled)));
         return;
     }
     // Ok(true): the host queued it behind the session's active turn (another client's, a
@@ -162,7 +163,7 @@ pub fn start(ctx: &Ctx, r: Registered) {
             session.id
         );
     }
-    if session.prompt_started(queued_on_host) {
+    if session.prompt_started(&turn_id, queued_on_host) {
         // session/cancel arrived while turn.start was in flight.
         super::session::stop_turn(&ctx.shared, &session.id, &turn_id);
         if queued_on_host {
