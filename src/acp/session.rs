@@ -52,10 +52,13 @@ impl PromptAnswer {
         }
     }
 
-    /// Whether it is request `id`, not yet answered.
+    /// Whether it is request `id`, not yet answered. Not once withdrawn (answered `-32800`):
+    /// the client may use the id again for a new request, which a `$/cancel_request` then means.
     fn is_request(&self, id: &RequestId) -> bool {
         match self {
-            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r), _) => r.id() == Some(id),
+            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r), _) => {
+                r.id() == Some(id) && !r.cancel_flag().is_cancelled()
+            }
             PromptAnswer::OnInsert(None, _) => false,
         }
     }

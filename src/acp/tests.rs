@@ -1151,3 +1151,26 @@ fn a_late_turn_start_answer_does_not_decide_the_next_prompts_withdrawal() {
     assert!(session.prompt_started("t2", true));
     assert!(refused(&all_lines(&lines, 1), 8));
 }
+
+/// A client may use an id again once its request is answered: prompt 7, withdrawn before its
+/// start (answered `-32800`, still pending until its start thread sees it), then a new prompt 7
+/// queued behind it. A `$/cancel_request` of 7 is the new one's: withdrawn, never started —
+/// not taken for the old one, already answered, and lost.
+#[test]
+fn a_withdrawal_of_a_reused_id_withdraws_the_request_in_flight() {
+    let host = Arc::new(FakeHost::default());
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    cancel_request(&ctx, &requests, 7);
+    assert!(refused(&all_lines(&lines, 1), 7));
+    let responder = requests.begin(RequestId::Int(7), "session/prompt").unwrap();
+    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
+    assert!(session
+        .admit_prompt("t2", answer, || Box::new(|| {}))
+        .is_ok());
+    cancel_request(&ctx, &requests, 7);
+    assert!(
+        refused(&all_lines(&lines, 1), 7),
+        "the second prompt 7 was not withdrawn"
+    );
+    assert_eq!(requests.wait_answered(Duration::ZERO), 0);
+}
