@@ -501,7 +501,7 @@ impl AcpSession {
     /// the next, whose own `turn.start` decides for it.
     pub fn prompt_started(&self, turn_id: &str, queued_on_host: bool) -> bool {
         let mut st = lock(&self.state);
-        let (stop, withdrawal) = match st.prompt.as_mut().filter(|p| p.turn_id == turn_id) {
+        match st.prompt.as_mut().filter(|p| p.turn_id == turn_id) {
             Some(p) => {
                 // Started from the host's queue before this answer was read: inserted.
                 let inserted =
@@ -509,11 +509,11 @@ impl AcpSession {
                 let queued_on_host = queued_on_host && !inserted;
                 p.started = true;
                 p.queued_on_host = queued_on_host;
-                let mut withdrawal = None;
                 if std::mem::take(&mut p.withdraw_asked) {
                     if queued_on_host {
+                        // Withdrawn: its `turn.stop` takes it out of the host's queue, and
+                        // its answer says whether it did ([`stop_queued_turn`]).
                         p.cancel_requested = true;
-                        withdrawal = p.answer.withdrawal();
                     } else {
                         log::debug!(
                             "session {}: prompt {} was inserted before its withdrawal; the cancel is ignored",
@@ -522,15 +522,10 @@ impl AcpSession {
                         );
                     }
                 }
-                (p.cancel_requested, withdrawal)
+                p.cancel_requested
             }
-            None => (self.hushed.load(Ordering::Acquire), None),
-        };
-        drop(st);
-        if let Some(w) = withdrawal {
-            w.answer();
+            None => self.hushed.load(Ordering::Acquire),
         }
-        stop
     }
 
     /// The `turn.start` of the pending prompt of `turn_id` is about to be sent: false (send
@@ -949,7 +944,9 @@ impl AcpSession {
                 } else {
                     Withdraw::Inserted
                 };
-                let decided = !matches!(outcome, Withdraw::Deferred | Withdraw::Inserted);
+                // Taken out of the host's queue: answered once the stop says it was
+                // ([`stop_queued_turn`]).
+                let decided = matches!(outcome, Withdraw::Settled);
                 let withdrawal = decided.then(|| p.answer.withdrawal()).flatten();
                 (outcome, withdrawal, None)
             } else if let Some(at) = st.queue.iter().position(|q| q.answer.is_request(id)) {
@@ -969,10 +966,6 @@ impl AcpSession {
             w.answer();
         }
         drop(dropped);
-        if let Withdraw::StopTurn(turn) = &outcome {
-            // Its `turn.stop` takes it out of the host's queue with no frame: settled here.
-            self.finish_prompt_of(turn, Ok(PromptResponse::new(StopReason::Cancelled)));
-        }
         outcome
     }
 }
@@ -986,7 +979,8 @@ pub enum Withdraw {
     Settled,
     /// Decided when its `turn.start` returns.
     Deferred,
-    /// Answered `-32800`; the host had queued its turn, which must be stopped.
+    /// The host had queued its turn, which must be stopped ([`stop_queued_turn`]: answered
+    /// `-32800` if that takes it out of the queue).
     StopTurn(String),
     /// The host had inserted it: the cancel is ignored.
     Inserted,
@@ -1010,10 +1004,56 @@ pub fn withdrawn(ctx: &super::agent::Ctx, params: &serde_json::Value) {
     for s in sessions {
         match s.withdraw_prompt(&id) {
             Withdraw::NotHere => continue,
-            Withdraw::StopTurn(turn) => stop_turn(&ctx.shared, &s.id, &turn),
+            Withdraw::StopTurn(turn) => {
+                // A host call: not on the dispatcher.
+                let (shared, session, t) = (Arc::clone(&ctx.shared), Arc::clone(&s), turn.clone());
+                let stop = move || stop_queued_turn(&shared, &session, &t);
+                if crate::threads::spawn("acp-turn-stop", stop).is_none() {
+                    // No stop can be sent: answered as withdrawn, as before it was asked.
+                    let cancelled = Ok(PromptResponse::new(StopReason::Cancelled));
+                    s.finish_prompt_of(&turn, cancelled);
+                }
+            }
             _ => {}
         }
         return;
+    }
+}
+
+/// Stops turn `turn_id` of the pending prompt, which waits in the host's queue — or did: the
+/// host may have started it since (the turn before it ended). `turn.stop` takes a queued turn
+/// out with no frame, and says so (its snapshot names no run): the prompt, which never ran, is
+/// answered here (`cancelled`; v2: `-32800`, as a withdrawn prompt). A turn the host had
+/// started was inserted: it ends by its frames, as any stopped turn, and its prompt is answered
+/// by the reader (v2: with its message id). When the host cannot say, the prompt is answered
+/// here, as taken out. Calls the host: never on the dispatcher.
+pub fn stop_queued_turn(shared: &Shared, session: &AcpSession, turn_id: &str) {
+    let input = ops::TurnRef {
+        session_id: session.id.clone(),
+        turn_id: turn_id.to_string(),
+        run_id: None,
+    };
+    let taken_out = match shared.link.get() {
+        Ok(conn) => match conn.call::<ops::TurnStop>(&input) {
+            Ok(snapshot) => snapshot.run_id.is_empty(),
+            Err(e) => {
+                log::warn!("turn.stop for {}/{turn_id}: {e}", session.id);
+                true
+            }
+        },
+        Err(e) => {
+            log::warn!("turn.stop for {}/{turn_id}: {}", session.id, e.message);
+            true
+        }
+    };
+    if taken_out {
+        let cancelled = Ok(PromptResponse::new(StopReason::Cancelled));
+        session.finish_prompt_of(turn_id, cancelled);
+    } else {
+        log::debug!(
+            "session {}: prompt {turn_id} started on the host before its stop: inserted",
+            session.id
+        );
     }
 }
 

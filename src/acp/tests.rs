@@ -1023,16 +1023,18 @@ fn a_v2_prompt_withdrawn_while_the_host_inserts_it_is_answered_inserted_not_refu
 
 #[test]
 fn a_v2_prompt_withdrawn_while_the_host_queues_it_is_refused_and_stopped() {
-    let host = Arc::new(FakeHost::default());
+    let host = Arc::new(FakeHost::default().answer::<ops::TurnStop>(|_| Ok(stopped_snapshot(""))));
     let (ctx, lines, session, requests) = held_prompt(&host);
     assert!(session.start_sending("t1"));
     cancel_request(&ctx, &requests, 7);
     assert!(all_lines(&lines, 1).is_empty(), "decided too early");
-    // The host only queued it (behind another client's turn): withdrawn, its turn stopped.
+    // The host only queued it (behind another client's turn): withdrawn, its turn stopped
+    // (`turns::start` then stops it; the stop's answer says it was taken out of the queue).
     assert!(
         session.prompt_started("t1", true),
         "its queued turn must be stopped"
     );
+    super::session::stop_queued_turn(&ctx.shared, &session, "t1");
     assert!(refused(&all_lines(&lines, 1), 7));
 }
 
@@ -1123,7 +1125,7 @@ fn a_v2_prompt_withdrawn_then_started_from_the_hosts_queue_before_its_start_retu
 /// that answer is the first prompt's, and decides nothing of the next one's withdrawal.
 #[test]
 fn a_late_turn_start_answer_does_not_decide_the_next_prompts_withdrawal() {
-    let host = Arc::new(FakeHost::default());
+    let host = Arc::new(FakeHost::default().answer::<ops::TurnStop>(|_| Ok(stopped_snapshot(""))));
     let (ctx, lines, session, requests) = held_prompt(&host);
     let responder = requests.begin(RequestId::Int(8), "session/prompt").unwrap();
     let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
@@ -1149,6 +1151,7 @@ fn a_late_turn_start_answer_does_not_decide_the_next_prompts_withdrawal() {
     );
     // Its own answer decides: the host only queued it.
     assert!(session.prompt_started("t2", true));
+    super::session::stop_queued_turn(&ctx.shared, &session, "t2");
     assert!(refused(&all_lines(&lines, 1), 8));
 }
 
@@ -1173,4 +1176,66 @@ fn a_withdrawal_of_a_reused_id_withdraws_the_request_in_flight() {
         "the second prompt 7 was not withdrawn"
     );
     assert_eq!(requests.wait_answered(Duration::ZERO), 0);
+}
+
+/// A `turn.stop` answer: `run` empty for a turn taken out of the host's queue (it never
+/// started), a run's id for one the host had started.
+fn stopped_snapshot(run: &str) -> TurnSnapshot {
+    TurnSnapshot {
+        session_id: "s".into(),
+        turn_id: "t1".into(),
+        run_id: run.into(),
+        origin: "prompt".into(),
+        status: TurnStatus::Cancelled,
+        reason: Some("turn_stopped".into()),
+        failure_class: None,
+        failure_message: None,
+        failure_details: None,
+        started_at: 0,
+        ended_at: Some(0),
+    }
+}
+
+/// A v2 prompt waiting in the host's queue is withdrawn just as the host starts it (the turn
+/// before it ended): the `turn.stop` meant to take it out of the queue finds it running (its
+/// answer names a run). The prompt is in the host's history: it must not be answered `-32800`
+/// (the reader answers it inserted, its turn ends stopped) — which is known only from that
+/// answer, not when the withdrawal is decided.
+#[test]
+fn a_v2_prompt_withdrawn_from_the_hosts_queue_as_the_host_starts_it_is_not_refused() {
+    let host = Arc::new(FakeHost::default().answer::<ops::TurnStop>(|_| Ok(stopped_snapshot("r"))));
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    assert!(session.start_sending("t1"));
+    assert!(!session.prompt_started("t1", true), "queued on the host");
+    cancel_request(&ctx, &requests, 7);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !host.called().iter().any(|c| c == "turn.stop") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = all_lines(&lines, 1);
+    assert!(
+        !refused(&out, 7),
+        "answered -32800 though the host ran it: {out:?}"
+    );
+    assert_eq!(
+        session.prompt_turn().as_deref(),
+        Some("t1"),
+        "the running prompt was settled as if taken out of the host's queue"
+    );
+}
+
+/// The same when the host did take it out of its queue (the stop's answer names no run):
+/// answered `-32800`, and settled (no frame will come for it).
+#[test]
+fn a_v2_prompt_withdrawn_from_the_hosts_queue_is_refused_once_the_host_took_it_out() {
+    let host = Arc::new(FakeHost::default().answer::<ops::TurnStop>(|_| Ok(stopped_snapshot(""))));
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    assert!(session.start_sending("t1"));
+    assert!(!session.prompt_started("t1", true), "queued on the host");
+    cancel_request(&ctx, &requests, 7);
+    let out = lines_until(&lines, |v| v["id"] == 7);
+    assert!(refused(&out, 7), "{out:?}");
+    session.wait_prompt_done(Duration::from_secs(5));
+    assert_eq!(session.prompt_turn(), None);
+    assert!(host.called().iter().any(|c| c == "turn.stop"));
 }

@@ -164,12 +164,13 @@ pub fn start(ctx: &Ctx, r: Registered) {
         );
     }
     if session.prompt_started(&turn_id, queued_on_host) {
-        // session/cancel arrived while turn.start was in flight.
-        super::session::stop_turn(&ctx.shared, &session.id, &turn_id);
+        // session/cancel (or, queued, a withdrawal) arrived while turn.start was in flight.
         if queued_on_host {
-            // Taken out of the host's queue by that stop, with no frame: answered here.
-            let cancelled = Ok(PromptResponse::new(StopReason::Cancelled));
-            session.finish_prompt_of(&turn_id, cancelled);
+            // Taken out of the host's queue by its stop, with no frame: answered here — unless
+            // the host started it meanwhile.
+            super::session::stop_queued_turn(&ctx.shared, &session, &turn_id);
+        } else {
+            super::session::stop_turn(&ctx.shared, &session.id, &turn_id);
         }
     }
     super::follow::ensure_reader(&session, &ctx.shared, &conn, stream);
