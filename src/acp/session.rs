@@ -920,8 +920,9 @@ impl AcpSession {
     /// - waiting in this adapter's queue, or its `turn.start` not sent yet: withdrawn, never
     ///   started;
     /// - `turn.start` in flight: decided when it returns ([`AcpSession::prompt_started`]);
-    /// - waiting in the host's queue: withdrawn, its turn stopped (the returned turn; the stop
-    ///   takes it out of that queue);
+    /// - waiting in the host's queue: its turn stopped (the returned turn), and answered
+    ///   `-32800` once the stop's answer says it took the turn out of that queue — not if the
+    ///   host started it meanwhile, which inserted it ([`stop_queued_turn`]);
     /// - inserted (its turn started on the host): the cancel is ignored, as v2 asks of a
     ///   request already done; the prompt is answered with its message id.
     ///
