@@ -939,6 +939,9 @@ impl AcpSession {
                 } else if !p.started {
                     p.withdraw_asked = true;
                     Withdraw::Deferred
+                } else if p.queued_on_host && p.cancel_requested {
+                    // Its stop is on its way (a repeated cancel): that stop decides.
+                    Withdraw::Deferred
                 } else if p.queued_on_host {
                     p.cancel_requested = true;
                     Withdraw::StopTurn(p.turn_id.clone())
@@ -978,7 +981,7 @@ pub enum Withdraw {
     NotHere,
     /// Answered `-32800`; nothing started for it, or (v1) its turn goes on.
     Settled,
-    /// Decided when its `turn.start` returns.
+    /// Decided when its `turn.start` returns (or the stop already sent for it).
     Deferred,
     /// The host had queued its turn, which must be stopped ([`stop_queued_turn`]: answered
     /// `-32800` if that takes it out of the queue).

@@ -1239,3 +1239,23 @@ fn a_v2_prompt_withdrawn_from_the_hosts_queue_is_refused_once_the_host_took_it_o
     assert_eq!(session.prompt_turn(), None);
     assert!(host.called().iter().any(|c| c == "turn.stop"));
 }
+
+/// A client that repeats its `$/cancel_request` while the withdrawn prompt's stop is on its
+/// way sends one `turn.stop`, not one (and a thread) per repeat.
+#[test]
+fn a_repeated_withdrawal_of_a_host_queued_prompt_sends_one_stop() {
+    let host = Arc::new(FakeHost::default().answer::<ops::TurnStop>(|_| Ok(stopped_snapshot("r"))));
+    let (ctx, lines, session, requests) = held_prompt(&host);
+    assert!(session.start_sending("t1"));
+    assert!(!session.prompt_started("t1", true), "queued on the host");
+    for _ in 0..5 {
+        cancel_request(&ctx, &requests, 7);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !host.called().iter().any(|c| c == "turn.stop") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = all_lines(&lines, 1);
+    let stops = host.called().iter().filter(|c| *c == "turn.stop").count();
+    assert_eq!(stops, 1, "{:?}", host.called());
+}
