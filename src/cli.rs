@@ -560,7 +560,7 @@ pub fn main() -> i32 {
         Command::Version => print_stdout(&format!("maka-acp {}\n", env!("CARGO_PKG_VERSION"))),
         Command::Agent { config, log_level } => {
             init_logging(log_level.as_deref());
-            match Connection::stdio(acp::HELD_CANCELS) {
+            match Connection::stdio() {
                 Ok(conn) => {
                     acp::serve(conn, config, local_host(), None);
                     0

@@ -17,7 +17,8 @@ use super::turns;
 use super::workers::Workers;
 use crate::host_api::ops::{self, CapabilityInput, SessionRef, TurnRef};
 use crate::jsonrpc::{
-    code, lock, Connection, Incoming, Notification, RequestId, Responder, ResponseError,
+    code, incoming::IncomingRequests, lock, Connection, Incoming, Notification, RequestId,
+    Responder, ResponseError,
 };
 use serde_json::Value;
 use std::path::PathBuf;
@@ -55,6 +56,8 @@ struct Agent {
     /// `initialize` only before any).
     other_request_seen: bool,
     workers: Workers,
+    /// Its requests in flight (v2 holds a prompt's cancel: [`super::session::HELD_CANCELS`]).
+    incoming: Arc<IncomingRequests>,
 }
 
 /// What a method needs: its connection's context.
@@ -134,6 +137,7 @@ pub fn serve(
         initialized: false,
         other_request_seen: false,
         workers: Workers::new(),
+        incoming: Arc::clone(&conn.incoming),
     };
     while let Ok(incoming) = conn.inbox.recv() {
         match incoming {
@@ -243,6 +247,7 @@ impl Agent {
                 }
                 let params = super::v2::initialize::parse(&offer)?;
                 self.shared.negotiate(Version::V2);
+                self.incoming.hold_cancels(super::session::HELD_CANCELS);
                 let result = super::v2::initialize::answer(&self.shared, &params);
                 self.initialized = true;
                 Ok(result)

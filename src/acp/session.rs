@@ -52,15 +52,12 @@ impl PromptAnswer {
         }
     }
 
-    /// Whether it is request `id`, not yet answered. Not once withdrawn (answered `-32800`):
-    /// the client may use the id again for a new request, which a `$/cancel_request` then means.
+    /// v2: whether it is request `id`, not yet answered. Not once withdrawn (answered
+    /// `-32800`): the client may use the id again for a new request, which a
+    /// `$/cancel_request` then means.
     fn is_request(&self, id: &RequestId) -> bool {
-        match self {
-            PromptAnswer::AtEnd(r) | PromptAnswer::OnInsert(Some(r), _) => {
-                r.id() == Some(id) && !r.cancel_flag().is_cancelled()
-            }
-            PromptAnswer::OnInsert(None, _) => false,
-        }
+        matches!(self, PromptAnswer::OnInsert(Some(r), _)
+            if r.id() == Some(id) && !r.cancel_flag().is_cancelled())
     }
 
     /// What answers it `-32800`, withdrawn (`None` once answered).
@@ -926,15 +923,15 @@ impl AcpSession {
     /// - inserted (its turn started on the host): the cancel is ignored, as v2 asks of a
     ///   request already done; the prompt is answered with its message id.
     ///
-    /// A v1 prompt is answered `-32800` at once, as every request is, and its turn goes on
-    /// (v1 stops a turn with `session/cancel`).
+    /// v1 holds no cancel: the JSON-RPC layer answers a v1 prompt's `-32800` at once, as every
+    /// request's, and its turn goes on (v1 stops a turn with `session/cancel`); a v1 prompt
+    /// withdrawn from the adapter's queue is dropped there ([`take_withdrawn`]).
     pub fn withdraw_prompt(&self, id: &RequestId) -> Withdraw {
         let (outcome, withdrawal, dropped) = {
             let mut st = lock(&self.state);
             if let Some(p) = st.prompt.as_mut().filter(|p| p.answer.is_request(id)) {
-                let v1 = matches!(p.answer, PromptAnswer::AtEnd(_));
-                let outcome = if v1 || !p.start_sent {
-                    p.cancel_requested |= !v1;
+                let outcome = if !p.start_sent {
+                    p.cancel_requested = true;
                     Withdraw::Settled
                 } else if !p.started {
                     p.withdraw_asked = true;
@@ -954,9 +951,7 @@ impl AcpSession {
                 let withdrawal = decided.then(|| p.answer.withdrawal()).flatten();
                 (outcome, withdrawal, None)
             } else if let Some(at) = st.queue.iter().position(|q| q.answer.is_request(id)) {
-                let q = st.queue.remove(at);
-                let withdrawal = q.as_ref().and_then(|q| q.answer.withdrawal());
-                (Withdraw::Settled, withdrawal, q)
+                (Withdraw::Settled, None, st.queue.remove(at))
             } else {
                 (Withdraw::NotHere, None, None)
             }
@@ -965,11 +960,13 @@ impl AcpSession {
             "session {}: withdrawal of prompt {id}: {outcome:?}",
             self.id
         );
-        // Answered before the prompt's responder is dropped (which would answer otherwise).
         if let Some(w) = withdrawal {
             w.answer();
         }
-        drop(dropped);
+        // Taken out of the queue, its turn never started: answered as withdrawn.
+        if let Some(q) = dropped {
+            q.answer.refuse(ResponseError::cancelled());
+        }
         outcome
     }
 }
@@ -979,7 +976,7 @@ impl AcpSession {
 pub enum Withdraw {
     /// No prompt of this session is that request.
     NotHere,
-    /// Answered `-32800`; nothing started for it, or (v1) its turn goes on.
+    /// Answered `-32800`; nothing started for it.
     Settled,
     /// Decided when its `turn.start` returns (or the stop already sent for it).
     Deferred,
@@ -990,16 +987,15 @@ pub enum Withdraw {
     Inserted,
 }
 
-/// The methods whose `$/cancel_request` the JSON-RPC layer leaves to [`withdrawn`]: a v2
-/// prompt is withdrawn (`-32800`) only if the host has not inserted it; once it has, the
-/// request is answered as inserted and the cancel is ignored, so that what the client is told
-/// and what the session's history keeps agree.
+/// The methods whose `$/cancel_request` the JSON-RPC layer of a v2 connection leaves to
+/// [`withdrawn`]: a prompt is withdrawn (`-32800`) only if the host has not inserted it; once
+/// it has, the request is answered as inserted and the cancel is ignored, so that what the
+/// client is told and what the session's history keeps agree.
 pub const HELD_CANCELS: crate::jsonrpc::Held = &["session/prompt"];
 
 /// `$/cancel_request` of a request in flight (the JSON-RPC layer answered it `-32800`, unless
-/// its method is in [`HELD_CANCELS`]): a prompt the host has not inserted is withdrawn (its
-/// turn never runs; answered `-32800` here if it was held); anything else goes on as the layer
-/// left it.
+/// it is a v2 prompt, [`HELD_CANCELS`]): a v2 prompt the host has not inserted is withdrawn
+/// here ([`AcpSession::withdraw_prompt`]); anything else goes on as the layer left it.
 pub fn withdrawn(ctx: &super::agent::Ctx, params: &serde_json::Value) {
     let Some(id) = params.get("requestId").and_then(RequestId::from_value) else {
         return;

@@ -954,7 +954,8 @@ fn held_prompt(host: &Arc<FakeHost>) -> (Ctx, TestLines, Arc<AcpSession>, Arc<In
     let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
     session.set_position(0, "e1", None);
     shared.hold_session(&session);
-    let requests = IncomingRequests::holding(shared.outbox.clone(), super::HELD_CANCELS);
+    let requests = IncomingRequests::new(shared.outbox.clone());
+    requests.hold_cancels(super::HELD_CANCELS);
     let responder = requests.begin(RequestId::Int(7), "session/prompt").unwrap();
     let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
     assert!(session

@@ -57,7 +57,7 @@ impl ChildPeer {
                 }
             });
         }
-        let connection = match Connection::from_io(name, BufReader::new(stdout), stdin, &[]) {
+        let connection = match Connection::from_io(name, BufReader::new(stdout), stdin) {
             Ok(c) => c,
             Err(e) => {
                 end(&mut child);

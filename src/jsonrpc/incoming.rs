@@ -7,7 +7,7 @@ use super::transport::Outbox;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Set when the client cancelled the request; long handlers poll it between steps.
@@ -27,15 +27,15 @@ impl CancelFlag {
     }
 }
 
-/// Methods whose `$/cancel_request` is not answered here: their handler decides whether to
-/// withdraw the request ([`Responder::withdrawal`]) — ACP v2's `session/prompt`, which only
-/// its session knows to be inserted (then the cancel is ignored).
+/// Methods whose `$/cancel_request` their handler answers ([`Responder::withdrawal`]) or
+/// ignores: ACP v2's `session/prompt`, which only its session knows to be inserted.
 pub type Held = &'static [&'static str];
 
 pub struct IncomingRequests {
     /// Each request in flight: its flag, and whether its method is held.
     inflight: Mutex<HashMap<RequestId, (CancelFlag, bool)>>,
-    held: Held,
+    /// Set once the connection's protocol says so ([`IncomingRequests::hold_cancels`]).
+    held: OnceLock<Held>,
     /// Notified when the last request in flight is answered (see [`Self::wait_answered`]).
     drained: Condvar,
     outbox: Outbox,
@@ -53,16 +53,17 @@ pub struct Responder {
 
 impl IncomingRequests {
     pub fn new(outbox: Outbox) -> Arc<IncomingRequests> {
-        IncomingRequests::holding(outbox, &[])
-    }
-
-    pub fn holding(outbox: Outbox, held: Held) -> Arc<IncomingRequests> {
         Arc::new(IncomingRequests {
             inflight: Mutex::new(HashMap::new()),
-            held,
+            held: OnceLock::new(),
             drained: Condvar::new(),
             outbox,
         })
+    }
+
+    /// From now on (once: a connection's protocol is fixed), `held`'s cancels are held.
+    pub fn hold_cancels(&self, held: Held) {
+        let _ = self.held.set(held);
     }
 
     /// Registers a request. Fails when the id is already used by a request still in flight.
@@ -72,7 +73,8 @@ impl IncomingRequests {
             return Err(id);
         }
         let flag = CancelFlag::default();
-        inflight.insert(id.clone(), (flag.clone(), self.held.contains(&method)));
+        let held = self.held.get().is_some_and(|h| h.contains(&method));
+        inflight.insert(id.clone(), (flag.clone(), held));
         Ok(Responder {
             id: Some(id),
             method: method.to_string(),
@@ -86,10 +88,8 @@ impl IncomingRequests {
     /// handler's later answer is dropped. Unknown or finished ids are ignored; one of a [`Held`]
     /// method is left to its handler. Returns whether it was in flight (the handler is told).
     pub fn cancel(&self, id: &RequestId) -> bool {
-        let held = lock(&self.inflight).get(id).is_some_and(|(_, held)| *held);
-        if held {
-            log::debug!("$/cancel_request for {id}: its handler decides");
-            return true;
+        if lock(&self.inflight).get(id).is_some_and(|(_, held)| *held) {
+            return true; // its handler decides
         }
         self.withdraw(id, None)
     }
@@ -177,11 +177,8 @@ impl Responder {
 
     /// What answers it `-32800`, withdrawn, once a lock held to decide so is released.
     pub fn withdrawal(&self) -> Option<Withdrawal> {
-        Some(Withdrawal {
-            id: self.id.clone()?,
-            flag: self.flag.clone(),
-            table: Arc::clone(&self.table),
-        })
+        let id = self.id.clone()?;
+        Some(Withdrawal(id, self.flag.clone(), Arc::clone(&self.table)))
     }
 
     /// Every error this responder answers passes through `map` first.
@@ -201,16 +198,12 @@ impl Responder {
     }
 }
 
-pub struct Withdrawal {
-    id: RequestId,
-    flag: CancelFlag,
-    table: Arc<IncomingRequests>,
-}
+pub struct Withdrawal(RequestId, CancelFlag, Arc<IncomingRequests>);
 
 impl Withdrawal {
     /// Answers `-32800`, unless it was answered already (a later answer is dropped).
     pub fn answer(self) {
-        self.table.withdraw(&self.id, Some(&self.flag));
+        self.2.withdraw(&self.0, Some(&self.1));
     }
 }
 
@@ -304,7 +297,8 @@ mod tests {
     #[test]
     fn a_held_cancel_is_answered_by_the_handlers_decision() {
         let (outbox, lines) = test_outbox();
-        let table = IncomingRequests::holding(outbox, &["session/prompt"]);
+        let table = IncomingRequests::new(outbox);
+        table.hold_cancels(&["session/prompt"]);
         let (one, two) = (RequestId::Int(1), RequestId::Int(2));
         let withdrawn = table.begin(one.clone(), "session/prompt").unwrap();
         let kept = table.begin(two.clone(), "session/prompt").unwrap();

@@ -4,7 +4,7 @@
 //! output (on stdio, stdout); whatever is enqueued first is written first, which is what every
 //! ordering guarantee of the agent rests on.
 
-use super::incoming::{Held, IncomingRequests, Responder};
+use super::incoming::{IncomingRequests, Responder};
 use super::line::{self as outgoing_line, Line};
 use super::line_reader::{Line as InputLine, LineReader, MAX_LINE_BYTES};
 use super::message::{
@@ -85,13 +85,12 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub fn stdio(held: Held) -> io::Result<Connection> {
+    pub fn stdio() -> io::Result<Connection> {
         // Stdin is buffered internally; a larger BufReader on top reads big lines in fewer calls.
         Connection::from_io(
             "acp",
             io::BufReader::with_capacity(64 * 1024, io::stdin()),
             io::stdout(),
-            held,
         )
     }
 
@@ -99,18 +98,17 @@ impl Connection {
     /// `<name>-writer` (`acp` for the client on stdio; the host names its MCP servers and
     /// subagents). Fails when the system refuses a thread: the caller decides what that costs
     /// (the agent cannot serve at all; the host fails that one child).
-    pub fn from_io<R, W>(name: &str, input: R, output: W, held: Held) -> io::Result<Connection>
+    pub fn from_io<R, W>(name: &str, input: R, output: W) -> io::Result<Connection>
     where
         R: BufRead + Send + 'static,
         W: Write + Send + 'static,
     {
-        let output = BufWriter::with_capacity(64 * 1024, output);
-        Connection::from_sink(name, input, output, held)
+        Connection::from_sink(name, input, BufWriter::with_capacity(64 * 1024, output))
     }
 
     /// The same, its lines handed to `sink` with their heads (`maka-acp serve` routes each
     /// by its head, never reading it again).
-    pub fn from_sink<R, S>(name: &str, input: R, sink: S, held: Held) -> io::Result<Connection>
+    pub fn from_sink<R, S>(name: &str, input: R, sink: S) -> io::Result<Connection>
     where
         R: BufRead + Send + 'static,
         S: LineSink,
@@ -121,7 +119,7 @@ impl Connection {
             .spawn(move || write_lines(sink, out_rx))?;
         let outbox = Outbox { tx: out_tx.clone() };
         let client_calls = Arc::new(ClientCalls::new(outbox.clone()));
-        let incoming = IncomingRequests::holding(outbox.clone(), held);
+        let incoming = IncomingRequests::new(outbox.clone());
         let (in_tx, in_rx) = bounded(INBOX_CAPACITY);
         let reader_state = ReaderState {
             outbox: outbox.clone(),

@@ -388,9 +388,7 @@ impl AcpConn {
         let sink = Sink {
             conn: Arc::clone(&conn),
         };
-        let held = crate::acp::HELD_CANCELS;
-        let jsonrpc =
-            crate::jsonrpc::Connection::from_sink(&name, ChannelReader::new(rx), sink, held)?;
+        let jsonrpc = crate::jsonrpc::Connection::from_sink(&name, ChannelReader::new(rx), sink)?;
         let agent_conn = Arc::clone(&conn);
         std::thread::Builder::new().name(name).spawn(move || {
             crate::acp::serve(jsonrpc, config, local, agent);
