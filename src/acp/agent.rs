@@ -289,7 +289,7 @@ impl Agent {
             lock(&self.shared.sessions).values().cloned().collect();
         let running = sessions
             .iter()
-            .filter_map(|s| Some((s.id.clone(), s.cancel_prompt(&ctx.shared)?)))
+            .filter_map(|s| Some((s.id.clone(), s.cancel_at_exit(&ctx.shared)?)))
             .collect();
         super::session::stop_turns(&self.shared.link, running);
         if conn.incoming.wait_answered(EOF_GRACE) == 0 {

@@ -622,7 +622,7 @@ impl AcpSession {
     /// is stopped as soon as `turn.start` returns), answers every queued prompt `cancelled`
     /// and withdraws every request its turn has open in the client. Returns the started turn
     /// that the host must be asked to stop.
-    pub fn cancel_prompt(&self, shared: &Shared) -> Option<String> {
+    pub fn cancel_prompt(&self, shared: &Shared) -> Option<ToStop> {
         let (turn, started, on_host_queue, outstanding, queued) = {
             let mut st = lock(&self.state);
             let Some(p) = st.prompt.as_mut() else {
@@ -632,7 +632,7 @@ impl AcpSession {
                     let outstanding = take_outstanding(&mut st);
                     drop(st);
                     withdraw_all(shared, outstanding);
-                    return Some(turn);
+                    return Some(ToStop::Running(turn));
                 }
                 log::debug!(
                     "session/cancel for {} with no prompt running: nothing to do",
@@ -654,12 +654,23 @@ impl AcpSession {
         };
         answer_queued_cancelled(queued);
         withdraw_all(shared, outstanding);
-        if on_host_queue {
-            // Waiting in the host's queue: its `turn.stop` takes it out without a frame, so it
-            // is answered here.
-            self.finish_prompt_of(&turn, Ok(PromptResponse::new(StopReason::Cancelled)));
+        match (started, on_host_queue) {
+            (true, true) => Some(ToStop::HostQueued(turn)),
+            (true, false) => Some(ToStop::Running(turn)),
+            (false, _) => None,
         }
-        started.then_some(turn)
+    }
+
+    /// At stdin's end: [`AcpSession::cancel_prompt`], a prompt waiting in the host's queue
+    /// answered at once (nobody follows it any more). Returns the turn to stop.
+    pub fn cancel_at_exit(&self, shared: &Shared) -> Option<String> {
+        match self.cancel_prompt(shared)? {
+            ToStop::Running(turn) => Some(turn),
+            ToStop::HostQueued(turn) => {
+                self.finish_prompt_of(&turn, Ok(PromptResponse::new(StopReason::Cancelled)));
+                Some(turn)
+            }
+        }
     }
 
     /// Stdin closed and the prompt's turn did not stop in time: settles its open tool calls,
@@ -971,6 +982,16 @@ impl AcpSession {
     }
 }
 
+/// A cancelled prompt's turn, which the host must be asked to stop ([`AcpSession::cancel_prompt`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum ToStop {
+    /// Running on the host.
+    Running(String),
+    /// Waiting in the host's queue, or started from it since: [`stop_queued_turn`] answers
+    /// the prompt if the stop takes it out (no frame will).
+    HostQueued(String),
+}
+
 /// What a prompt's withdrawal came to ([`AcpSession::withdraw_prompt`]).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Withdraw {
@@ -1004,19 +1025,20 @@ pub fn withdrawn(ctx: &super::agent::Ctx, params: &serde_json::Value) {
     for s in sessions {
         match s.withdraw_prompt(&id) {
             Withdraw::NotHere => continue,
-            Withdraw::StopTurn(turn) => {
-                // A host call: not on the dispatcher.
-                let (shared, session, t) = (Arc::clone(&ctx.shared), Arc::clone(&s), turn.clone());
-                let stop = move || stop_queued_turn(&shared, &session, &t);
-                if crate::threads::spawn("acp-turn-stop", stop).is_none() {
-                    // No stop can be sent: answered as withdrawn, as before it was asked.
-                    let cancelled = Ok(PromptResponse::new(StopReason::Cancelled));
-                    s.finish_prompt_of(&turn, cancelled);
-                }
-            }
+            Withdraw::StopTurn(turn) => stop_queued_turn_apart(&ctx.shared, &s, turn),
             _ => {}
         }
         return;
+    }
+}
+
+/// [`stop_queued_turn`] on a thread of its own (a host call: never on the dispatcher); without
+/// one, the prompt is answered as taken out.
+fn stop_queued_turn_apart(shared: &Arc<Shared>, session: &Arc<AcpSession>, turn: String) {
+    let (shared, on_thread, t) = (Arc::clone(shared), Arc::clone(session), turn.clone());
+    let stop = move || stop_queued_turn(&shared, &on_thread, &t);
+    if crate::threads::spawn("acp-turn-stop", stop).is_none() {
+        session.finish_prompt_of(&turn, Ok(PromptResponse::new(StopReason::Cancelled)));
     }
 }
 
@@ -1147,9 +1169,11 @@ fn withdraw_all(shared: &Shared, ids: Vec<RequestId>) {
 
 /// `session/cancel`: asks the host to stop the turn (now, or as soon as `turn.start`
 /// returns) and withdraws every request this turn has open in the client.
-pub fn cancel(session: &AcpSession, shared: &Shared) {
-    if let Some(turn) = session.cancel_prompt(shared) {
-        stop_turn(shared, &session.id, &turn);
+pub fn cancel(session: &Arc<AcpSession>, shared: &Arc<Shared>) {
+    match session.cancel_prompt(shared) {
+        Some(ToStop::Running(turn)) => stop_turn(shared, &session.id, &turn),
+        Some(ToStop::HostQueued(turn)) => stop_queued_turn_apart(shared, session, turn),
+        None => {}
     }
 }
 

@@ -313,7 +313,10 @@ fn a_prompt_answered_at_exit_is_the_sessions_last_word() {
     assert!(session
         .apply(&shared, None, tool)
         .is_ok_and(|e| e.is_empty()));
-    assert_eq!(session.cancel_prompt(&shared).as_deref(), Some("t1"));
+    assert_eq!(
+        session.cancel_prompt(&shared),
+        Some(super::session::ToStop::Running("t1".into()))
+    );
 
     session.answer_cancelled_at_exit(&shared);
     session.answer_cancelled_at_exit(&shared); // a second call answers nothing
@@ -1259,4 +1262,32 @@ fn a_repeated_withdrawal_of_a_host_queued_prompt_sends_one_stop() {
     let _ = all_lines(&lines, 1);
     let stops = host.called().iter().filter(|c| *c == "turn.stop").count();
     assert_eq!(stops, 1, "{:?}", host.called());
+}
+
+/// `session/cancel` of a prompt in the host's queue goes by the stop's answer too: one the host
+/// started from its queue before the stop arrived is not answered as taken out (its turn's
+/// frames, the stop's among them, are still to come and end it).
+#[test]
+fn a_cancel_of_a_host_queued_prompt_the_host_started_meanwhile_waits_for_its_turn() {
+    for (run, taken_out) in [("r", false), ("", true)] {
+        let host = Arc::new(
+            FakeHost::default().answer::<ops::TurnStop>(move |_| Ok(stopped_snapshot(run))),
+        );
+        let (ctx, lines, session, _requests) = held_prompt(&host);
+        assert!(session.start_sending("t1"));
+        assert!(!session.prompt_started("t1", true), "queued on the host");
+        super::session::cancel(&session, &ctx.shared);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !host.called().iter().any(|c| c == "turn.stop") && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if taken_out {
+            session.wait_prompt_done(Duration::from_secs(5));
+            assert!(refused(&lines_until(&lines, |v| v["id"] == 7), 7));
+        } else {
+            let out = all_lines(&lines, 1);
+            assert!(!out.iter().any(|v| v["id"] == 7), "answered early: {out:?}");
+        }
+        assert_eq!(session.prompt_turn().is_none(), taken_out, "run {run:?}");
+    }
 }
