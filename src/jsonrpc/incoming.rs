@@ -32,8 +32,9 @@ impl CancelFlag {
 pub type Held = &'static [&'static str];
 
 pub struct IncomingRequests {
-    /// Each request in flight: its flag, and whether its method is held.
-    inflight: Mutex<HashMap<RequestId, (CancelFlag, bool)>>,
+    /// Each request in flight: its flag and its method (whether its cancel is held is decided
+    /// when the cancel comes: a request read before the protocol was negotiated is held too).
+    inflight: Mutex<HashMap<RequestId, (CancelFlag, Box<str>)>>,
     /// Set once the connection's protocol says so ([`IncomingRequests::hold_cancels`]).
     held: OnceLock<Held>,
     /// Notified when the last request in flight is answered (see [`Self::wait_answered`]).
@@ -73,8 +74,7 @@ impl IncomingRequests {
             return Err(id);
         }
         let flag = CancelFlag::default();
-        let held = self.held.get().is_some_and(|h| h.contains(&method));
-        inflight.insert(id.clone(), (flag.clone(), held));
+        inflight.insert(id.clone(), (flag.clone(), method.into()));
         Ok(Responder {
             id: Some(id),
             method: method.to_string(),
@@ -88,7 +88,11 @@ impl IncomingRequests {
     /// handler's later answer is dropped. Unknown or finished ids are ignored; one of a [`Held`]
     /// method is left to its handler. Returns whether it was in flight (the handler is told).
     pub fn cancel(&self, id: &RequestId) -> bool {
-        if lock(&self.inflight).get(id).is_some_and(|(_, held)| *held) {
+        let held = self.held.get();
+        if lock(&self.inflight)
+            .get(id)
+            .is_some_and(|(_, method)| held.is_some_and(|h| h.contains(&&**method)))
+        {
             return true; // its handler decides
         }
         self.withdraw(id, None)
@@ -145,7 +149,7 @@ impl IncomingRequests {
     /// Answers every request still in flight with `error` (their handlers' later answers are
     /// dropped): the last word before the connection closes.
     pub fn answer_all(&self, error: &ResponseError) {
-        let ids: Vec<(RequestId, (CancelFlag, bool))> = lock(&self.inflight).drain().collect();
+        let ids: Vec<(RequestId, (CancelFlag, Box<str>))> = lock(&self.inflight).drain().collect();
         for (id, (flag, _)) in ids {
             flag.set();
             self.outbox.send(&Message::response(id, Err(error.clone())));
@@ -311,5 +315,25 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"error":{"code":-32800,"message":"Request cancelled"}}"#;
         let answered = r#"{"jsonrpc":"2.0","id":2,"result":{"messageId":"m"}}"#;
         assert_eq!(sent, [cancelled, answered]);
+    }
+
+    /// A client that pipelines `initialize`, `session/load` and `session/prompt` has the prompt
+    /// read (begun) before the dispatcher has negotiated v2 and set the hold. Its
+    /// `$/cancel_request`, read after, must still be left to its session (which answers
+    /// `-32800` only for a prompt the host never inserted), not answered here at once.
+    #[test]
+    fn a_request_begun_before_the_hold_was_set_has_its_cancel_held() {
+        let (outbox, lines) = test_outbox();
+        let table = IncomingRequests::new(outbox);
+        let prompt = table.begin(RequestId::Int(3), "session/prompt").unwrap();
+        table.hold_cancels(&["session/prompt"]);
+        assert!(table.cancel(&RequestId::Int(3)));
+        prompt.respond(Ok(json!({"messageId": "m"})));
+        let sent: Vec<String> = lines.try_iter().collect();
+        assert_eq!(
+            sent,
+            [r#"{"jsonrpc":"2.0","id":3,"result":{"messageId":"m"}}"#],
+            "the cancel of a prompt begun before the hold was answered by the layer"
+        );
     }
 }
