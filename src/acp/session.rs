@@ -623,7 +623,7 @@ impl AcpSession {
     /// and withdraws every request its turn has open in the client. Returns the started turn
     /// that the host must be asked to stop.
     pub fn cancel_prompt(&self, shared: &Shared) -> Option<ToStop> {
-        let (turn, started, on_host_queue, outstanding, queued) = {
+        let (turn, started, on_host_queue, repeated, outstanding, queued) = {
             let mut st = lock(&self.state);
             let Some(p) = st.prompt.as_mut() else {
                 // A turn this connection started without a prompt (`_session/steering`) is
@@ -640,7 +640,7 @@ impl AcpSession {
                 );
                 return None;
             };
-            p.cancel_requested = true;
+            let repeated = std::mem::replace(&mut p.cancel_requested, true);
             let (turn, started, on_host_queue) = (p.turn_id.clone(), p.started, p.queued_on_host);
             // Every prompt waiting behind it is cancelled too: answered now (none started).
             let queued: Vec<QueuedPrompt> = st.queue.drain(..).collect();
@@ -648,6 +648,7 @@ impl AcpSession {
                 turn,
                 started,
                 on_host_queue,
+                repeated,
                 take_outstanding(&mut st),
                 queued,
             )
@@ -655,6 +656,9 @@ impl AcpSession {
         answer_queued_cancelled(queued);
         withdraw_all(shared, outstanding);
         match (started, on_host_queue) {
+            // Cancelled already (a `session/cancel`, a withdrawal): its stop was sent, and
+            // decides (a repeated cancel sends no other).
+            (true, true) if repeated => Some(ToStop::Stopping(turn)),
             (true, true) => Some(ToStop::HostQueued(turn)),
             (true, false) => Some(ToStop::Running(turn)),
             (false, _) => None,
@@ -666,7 +670,7 @@ impl AcpSession {
     pub fn cancel_at_exit(&self, shared: &Shared) -> Option<String> {
         match self.cancel_prompt(shared)? {
             ToStop::Running(turn) => Some(turn),
-            ToStop::HostQueued(turn) => {
+            ToStop::HostQueued(turn) | ToStop::Stopping(turn) => {
                 self.finish_prompt_of(&turn, Ok(PromptResponse::new(StopReason::Cancelled)));
                 Some(turn)
             }
@@ -990,6 +994,9 @@ pub enum ToStop {
     /// Waiting in the host's queue, or started from it since: [`stop_queued_turn`] answers
     /// the prompt if the stop takes it out (no frame will).
     HostQueued(String),
+    /// [`ToStop::HostQueued`], whose stop was sent already (a repeated cancel): that stop
+    /// decides, and nothing more is sent for it (but at stdin's end).
+    Stopping(String),
 }
 
 /// What a prompt's withdrawal came to ([`AcpSession::withdraw_prompt`]).
@@ -1173,7 +1180,7 @@ pub fn cancel(session: &Arc<AcpSession>, shared: &Arc<Shared>) {
     match session.cancel_prompt(shared) {
         Some(ToStop::Running(turn)) => stop_turn(shared, &session.id, &turn),
         Some(ToStop::HostQueued(turn)) => stop_queued_turn_apart(shared, session, turn),
-        None => {}
+        Some(ToStop::Stopping(_)) | None => {}
     }
 }
 

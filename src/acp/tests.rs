@@ -1291,3 +1291,30 @@ fn a_cancel_of_a_host_queued_prompt_the_host_started_meanwhile_waits_for_its_tur
         assert_eq!(session.prompt_turn().is_none(), taken_out, "run {run:?}");
     }
 }
+
+/// An editor that sends `session/cancel` again while the prompt waits in the host's queue and
+/// its stop is on its way (the stop found the turn started, whose frames are still to come)
+/// sends no second `turn.stop` and starts no thread for one: one per cancel grows without end
+/// with the cancels, as the repeated `$/cancel_request` already does not.
+#[test]
+fn a_repeated_cancel_of_a_host_queued_prompt_sends_one_stop() {
+    let host = Arc::new(FakeHost::default().answer::<ops::TurnStop>(|_| Ok(stopped_snapshot("r"))));
+    let (ctx, lines, session, _requests) = held_prompt(&host);
+    assert!(session.start_sending("t1"));
+    assert!(!session.prompt_started("t1", true), "queued on the host");
+    for _ in 0..5 {
+        super::session::cancel(&session, &ctx.shared);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !host.called().iter().any(|c| c == "turn.stop") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = all_lines(&lines, 1);
+    let stops = host.called().iter().filter(|c| *c == "turn.stop").count();
+    assert_eq!(stops, 1, "{:?}", host.called());
+    assert_eq!(
+        session.prompt_turn().as_deref(),
+        Some("t1"),
+        "still pending"
+    );
+}
