@@ -60,6 +60,12 @@ impl PromptAnswer {
             if r.id() == Some(id) && !r.cancel_flag().is_cancelled())
     }
 
+    /// v2: whether it was answered `-32800` (withdrawn: never to be inserted). A v1 prompt's
+    /// `$/cancel_request` leaves its turn to run (v1 stops a turn with `session/cancel`).
+    fn is_withdrawn_v2(&self) -> bool {
+        matches!(self, PromptAnswer::OnInsert(Some(r), _) if r.cancel_flag().is_cancelled())
+    }
+
     /// What answers it `-32800`, withdrawn (`None` once answered).
     fn withdrawal(&self) -> Option<Withdrawal> {
         match self {
@@ -535,7 +541,9 @@ impl AcpSession {
             return false;
         }
         match st.prompt.as_mut().filter(|p| p.turn_id == turn_id) {
-            Some(p) if !p.cancel_requested => {
+            // v2: a prompt answered `-32800` (by its session, or by the JSON-RPC layer for a
+            // prompt read before the hold was set) is not inserted, so it never starts.
+            Some(p) if !p.cancel_requested && !p.answer.is_withdrawn_v2() => {
                 p.start_sent = true;
                 true
             }

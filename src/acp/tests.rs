@@ -1318,3 +1318,29 @@ fn a_repeated_cancel_of_a_host_queued_prompt_sends_one_stop() {
         "still pending"
     );
 }
+
+/// A v2 prompt whose `$/cancel_request` the JSON-RPC layer answered `-32800` itself (read
+/// before the dispatcher negotiated v2 and set the hold: a pipelining client) is, by that
+/// answer, not inserted: its `turn.start` must not be sent, or the host's history holds a
+/// prompt the client was told it never got (before the hold, such a prompt was withdrawn here).
+#[test]
+fn a_v2_prompt_answered_32800_by_the_layer_before_its_start_never_starts() {
+    let host = Arc::new(FakeHost::default());
+    let (shared, lines) = v2_shared(Arc::clone(&host));
+    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
+    shared.hold_session(&session);
+    // No hold: the layer answers the cancel at once.
+    let requests = IncomingRequests::new(shared.outbox.clone());
+    let responder = requests.begin(RequestId::Int(7), "session/prompt").unwrap();
+    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
+    assert!(session
+        .admit_prompt("t1", answer, || Box::new(|| {}))
+        .is_ok());
+    let ctx = Ctx { shared };
+    cancel_request(&ctx, &requests, 7);
+    assert!(refused(&all_lines(&lines, 1), 7));
+    assert!(
+        !session.start_sending("t1"),
+        "answered -32800, yet its turn.start would be sent"
+    );
+}
