@@ -116,19 +116,14 @@ fn lines_until(lines: &TestLines, done: impl Fn(&Value) -> bool) -> Vec<Value> {
 fn a_sequence_gap_is_repaired_from_a_snapshot_without_repeating_text_and_the_response_comes_last() {
     let host = Arc::new(FakeHost::default().answer::<ops::SessionOpen>(|_| {
         Ok(ops::OpenSnapshot {
-            active_turn: Some(TurnSnapshot {
-                session_id: "s".into(),
-                turn_id: "t1".into(),
-                run_id: "r".into(),
-                origin: "prompt".into(),
-                status: TurnStatus::Running,
-                reason: None,
-                failure_class: None,
-                failure_message: None,
-                failure_details: None,
-                started_at: 0,
-                ended_at: None,
-            }),
+            active_turn: Some(turn_snapshot(
+                "t1",
+                "r",
+                "prompt",
+                TurnStatus::Running,
+                None,
+                None,
+            )),
             // Frames 3 and 4 were lost; the snapshot has the text they carried.
             active_streams: vec![ops::ActiveStreamView {
                 kind: "text".into(),
@@ -756,35 +751,20 @@ fn v2_own_turn_that_ended_in_a_gap_keeps_its_stop_reason() {
         FakeHost::default()
             .answer::<ops::SessionOpen>(|_| Ok(snapshot()))
             .answer::<ops::TurnQuery>(|_| {
-                Ok(TurnSnapshot {
-                    session_id: "s".into(),
-                    turn_id: "t1".into(),
-                    run_id: "r".into(),
-                    origin: "prompt".into(),
-                    status: TurnStatus::MaxTokens,
-                    reason: Some("max_tokens".into()),
-                    failure_class: None,
-                    failure_message: None,
-                    failure_details: None,
-                    started_at: 0,
-                    ended_at: Some(1),
-                })
+                Ok(turn_snapshot(
+                    "t1",
+                    "r",
+                    "prompt",
+                    TurnStatus::MaxTokens,
+                    Some("max_tokens"),
+                    Some(1),
+                ))
             }),
     );
     // Frames 3 (more text) and 4 (its `turn_terminal`, max_tokens) were lost.
     host.window(vec![started(1, "t1"), text(2, 0, "Hel"), text(5, 0, "x")]);
-    let (shared, lines) = v2_shared(Arc::clone(&host));
-    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
-    session.set_position(0, "e1", None);
-    let requests = IncomingRequests::new(shared.outbox.clone());
-    let responder = requests
-        .begin(RequestId::Int(7), "session/prompt")
-        .ok()
-        .unwrap();
-    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
-    assert!(session
-        .admit_prompt("t1", answer, || Box::new(|| {}))
-        .is_ok());
+    let (ctx, lines, session, _requests) = v2_prompt(&host, false);
+    let shared = Arc::clone(&ctx.shared);
     let conn = shared.link.current().unwrap();
     super::follow::ensure_reader(&session, &shared, &conn, None);
     let out = all_lines(&lines, 3);
@@ -810,18 +790,8 @@ fn v2_prompt_answered_32800_as_its_turn_starts_does_not_run() {
     // turn.stop is recorded (its answer does not matter here).
     let host = Arc::new(FakeHost::default());
     host.window(vec![started(1, "t1"), text(2, 0, "Hel")]);
-    let (shared, lines) = v2_shared(Arc::clone(&host));
-    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
-    session.set_position(0, "e1", None);
-    let requests = IncomingRequests::new(shared.outbox.clone());
-    let responder = requests
-        .begin(RequestId::Int(7), "session/prompt")
-        .ok()
-        .unwrap();
-    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
-    assert!(session
-        .admit_prompt("t1", answer, || Box::new(|| {}))
-        .is_ok());
+    let (ctx, lines, session, requests) = v2_prompt(&host, false);
+    let shared = Arc::clone(&ctx.shared);
     assert!(!session.prompt_started("t1", false), "not cancelled yet");
     // The reader thread answers the `$/cancel_request` at once...
     assert!(requests.cancel(&RequestId::Int(7)));
@@ -870,36 +840,26 @@ fn v2_own_turn_that_ended_in_a_gap_before_the_next_leaves_it_running() {
         FakeHost::default()
             .answer::<ops::SessionOpen>(|_| {
                 Ok(ops::OpenSnapshot {
-                    active_turn: Some(TurnSnapshot {
-                        session_id: "s".into(),
-                        turn_id: "g2".into(),
-                        run_id: "r2".into(),
-                        origin: "goal".into(),
-                        status: TurnStatus::Running,
-                        reason: None,
-                        failure_class: None,
-                        failure_message: None,
-                        failure_details: None,
-                        started_at: 0,
-                        ended_at: None,
-                    }),
+                    active_turn: Some(turn_snapshot(
+                        "g2",
+                        "r2",
+                        "goal",
+                        TurnStatus::Running,
+                        None,
+                        None,
+                    )),
                     ..snapshot()
                 })
             })
             .answer::<ops::TurnQuery>(|_| {
-                Ok(TurnSnapshot {
-                    session_id: "s".into(),
-                    turn_id: "t1".into(),
-                    run_id: "r".into(),
-                    origin: "prompt".into(),
-                    status: TurnStatus::Completed,
-                    reason: Some("end_turn".into()),
-                    failure_class: None,
-                    failure_message: None,
-                    failure_details: None,
-                    started_at: 0,
-                    ended_at: Some(1),
-                })
+                Ok(turn_snapshot(
+                    "t1",
+                    "r",
+                    "prompt",
+                    TurnStatus::Completed,
+                    Some("end_turn"),
+                    Some(1),
+                ))
             }),
     );
     // Frames 3 (t1's `turn_terminal`) and 4 (g2's `turn_started`) were lost.
@@ -915,18 +875,8 @@ fn v2_own_turn_that_ended_in_a_gap_before_the_next_leaves_it_running() {
             complete: false,
         },
     )]);
-    let (shared, lines) = v2_shared(Arc::clone(&host));
-    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
-    session.set_position(0, "e1", None);
-    let requests = IncomingRequests::new(shared.outbox.clone());
-    let responder = requests
-        .begin(RequestId::Int(7), "session/prompt")
-        .ok()
-        .unwrap();
-    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
-    assert!(session
-        .admit_prompt("t1", answer, || Box::new(|| {}))
-        .is_ok());
+    let (ctx, lines, session, _requests) = v2_prompt(&host, false);
+    let shared = Arc::clone(&ctx.shared);
     let conn = shared.link.current().unwrap();
     super::follow::ensure_reader(&session, &shared, &conn, None);
     let out = all_lines(&lines, 3);
@@ -953,12 +903,23 @@ fn v2_own_turn_that_ended_in_a_gap_before_the_next_leaves_it_running() {
 /// A v2 session whose connection holds `session/prompt`'s cancels, as the agent's does, with
 /// prompt 7 admitted (turn `t1`).
 fn held_prompt(host: &Arc<FakeHost>) -> (Ctx, TestLines, Arc<AcpSession>, Arc<IncomingRequests>) {
+    v2_prompt(host, true)
+}
+
+/// A v2 session with prompt 7 admitted (turn `t1`); `hold`: its connection holds
+/// `session/prompt`'s cancels, as the agent's does once v2 is negotiated.
+fn v2_prompt(
+    host: &Arc<FakeHost>,
+    hold: bool,
+) -> (Ctx, TestLines, Arc<AcpSession>, Arc<IncomingRequests>) {
     let (shared, lines) = v2_shared(Arc::clone(host));
     let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
     session.set_position(0, "e1", None);
     shared.hold_session(&session);
     let requests = IncomingRequests::new(shared.outbox.clone());
-    requests.hold_cancels(super::HELD_CANCELS);
+    if hold {
+        requests.hold_cancels(super::HELD_CANCELS);
+    }
     let responder = requests.begin(RequestId::Int(7), "session/prompt").unwrap();
     let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
     assert!(session
@@ -1185,18 +1146,37 @@ fn a_withdrawal_of_a_reused_id_withdraws_the_request_in_flight() {
 /// A `turn.stop` answer: `run` empty for a turn taken out of the host's queue (it never
 /// started), a run's id for one the host had started.
 fn stopped_snapshot(run: &str) -> TurnSnapshot {
+    turn_snapshot(
+        "t1",
+        run,
+        "prompt",
+        TurnStatus::Cancelled,
+        Some("turn_stopped"),
+        Some(0),
+    )
+}
+
+/// Session `s`'s turn `turn` as the host tells it (started at 0).
+fn turn_snapshot(
+    turn: &str,
+    run: &str,
+    origin: &str,
+    status: TurnStatus,
+    reason: Option<&str>,
+    ended_at: Option<u64>,
+) -> TurnSnapshot {
     TurnSnapshot {
         session_id: "s".into(),
-        turn_id: "t1".into(),
+        turn_id: turn.into(),
         run_id: run.into(),
-        origin: "prompt".into(),
-        status: TurnStatus::Cancelled,
-        reason: Some("turn_stopped".into()),
+        origin: origin.into(),
+        status,
+        reason: reason.map(str::to_string),
         failure_class: None,
         failure_message: None,
         failure_details: None,
         started_at: 0,
-        ended_at: Some(0),
+        ended_at,
     }
 }
 
@@ -1326,17 +1306,8 @@ fn a_repeated_cancel_of_a_host_queued_prompt_sends_one_stop() {
 #[test]
 fn a_v2_prompt_answered_32800_by_the_layer_before_its_start_never_starts() {
     let host = Arc::new(FakeHost::default());
-    let (shared, lines) = v2_shared(Arc::clone(&host));
-    let session = AcpSession::for_connection(&shared, "s", Default::default()).unwrap();
-    shared.hold_session(&session);
     // No hold: the layer answers the cancel at once.
-    let requests = IncomingRequests::new(shared.outbox.clone());
-    let responder = requests.begin(RequestId::Int(7), "session/prompt").unwrap();
-    let answer = super::session::PromptAnswer::OnInsert(Some(responder), vec![]);
-    assert!(session
-        .admit_prompt("t1", answer, || Box::new(|| {}))
-        .is_ok());
-    let ctx = Ctx { shared };
+    let (ctx, lines, session, requests) = v2_prompt(&host, false);
     cancel_request(&ctx, &requests, 7);
     assert!(refused(&all_lines(&lines, 1), 7));
     assert!(
